@@ -1,0 +1,40 @@
+"""The ``metalint`` command line.
+
+Sub-commands live next to the code they drive and are imported only when invoked, so
+``metalint check`` starts without importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from metalint import __version__
+
+# name -> "module:attribute" of a click command
+COMMANDS = {
+    "check": "metalint.check:check_command",
+    "rule": "metalint.rules:rule_command",
+    "probe": "metalint.probe.command:probe_command",
+    "fix": "metalint.fix.command:fix_command",
+    "load": "metalint.loader.command:load_command",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="metalint")
+def main() -> None:
+    """Find, prove and fix PyTorch modules that break when built on the meta device."""

@@ -1,0 +1,177 @@
+"""The data model shared by ``check``, ``probe`` and ``fix``.
+
+A :class:`Diagnostic` is one finding: a rule code, a message, where it is (file, start and end
+line/column, 1-based lines and columns), the class it belongs to, and optionally a :class:`Fix`.
+A fix is a list of text :class:`Edit` s with an :class:`Applicability`. Everything here is plain
+data that pickles (process-parallel checking), serialises to JSON (cache, ``--output-format
+json``) and never imports torch.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+class Applicability(str, enum.Enum):
+    """How safe a fix is, as in ruff: ``safe`` fixes keep eager behaviour identical."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """A 1-based line and 1-based column."""
+
+    row: int
+    column: int
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text between ``start`` and ``end`` (end exclusive) with ``content``."""
+
+    start: Position
+    end: Position
+    content: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "content": self.content,
+            "location": asdict(self.start),
+            "end_location": asdict(self.end),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Edit":
+        return cls(Position(**data["location"]), Position(**data["end_location"]), data["content"])
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A rewrite that resolves a diagnostic.
+
+    ``edits`` describe the change for reporters (json/sarif); ``fix`` re-derives the edits from
+    the syntax tree when it applies them, so edits never go stale.
+    """
+
+    applicability: Applicability
+    message: str
+    edits: tuple[Edit, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "applicability": self.applicability.value,
+            "message": self.message,
+            "edits": [e.to_json() for e in self.edits],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> "Fix | None":
+        if data is None:
+            return None
+        return cls(
+            Applicability(data["applicability"]),
+            data.get("message", ""),
+            tuple(Edit.from_json(e) for e in data.get("edits", ())),
+        )
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One finding of a static rule, of the probe, or an error reading a file."""
+
+    code: str
+    message: str
+    filename: str
+    start: Position
+    end: Position
+    symbol: str | None = None  # qualified class name inside the module, e.g. "Block.LayerScale"
+    fix: Fix | None = None
+    severity: Severity = Severity.ERROR
+    # Static findings that depend on classes in other files (is the class an ``nn.Module``?
+    # does a base class re-create the value in its hook?) carry the question here; the
+    # checker answers it once every file of the tree is indexed. Not serialised in reports.
+    condition: "Condition | None" = field(default=None, compare=False)
+    # The probe's verdict on a static finding: "confirmed", "refuted" or None (not probed).
+    verdict: str | None = field(default=None, compare=False)
+
+    @property
+    def sort_key(self) -> tuple[str, int, int, str]:
+        return (self.filename, self.start.row, self.start.column, self.code)
+
+    def with_(self, **changes: Any) -> "Diagnostic":
+        return replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "code": self.code,
+            "message": self.message,
+            "filename": self.filename,
+            "location": asdict(self.start),
+            "end_location": asdict(self.end),
+            "symbol": self.symbol,
+            "severity": self.severity.value,
+            "fix": self.fix.to_json() if self.fix else None,
+        }
+        if self.verdict is not None:
+            out["verdict"] = self.verdict
+        return out
+
+    def to_cache(self) -> dict[str, Any]:
+        out = self.to_json()
+        out["condition"] = self.condition.to_json() if self.condition else None
+        return out
+
+    @classmethod
+    def from_cache(cls, data: dict[str, Any]) -> "Diagnostic":
+        cond = data.get("condition")
+        return cls(
+            code=data["code"],
+            message=data["message"],
+            filename=data["filename"],
+            start=Position(**data["location"]),
+            end=Position(**data["end_location"]),
+            symbol=data.get("symbol"),
+            fix=Fix.from_json(data.get("fix")),
+            severity=Severity(data.get("severity", "error")),
+            condition=Condition.from_json(cond) if cond else None,
+            verdict=data.get("verdict"),
+        )
+
+
+@dataclass(frozen=True)
+class Condition:
+    """What must hold across the class hierarchy for a static finding to stand.
+
+    ``cls`` is the fully qualified name of the class (``pkg.mod.Block``).
+    - ``module``: the class must be an ``nn.Module`` subclass.
+    - ``not_recreated``: tensor attribute names; the finding stands only while no reset hook of
+      the class or of a base class it inherits the hook from re-creates one of them.
+    - ``no_hook``: the finding stands only while neither the class nor a base has a recognised
+      public init hook.
+    """
+
+    cls: str
+    module: bool = True
+    not_recreated: tuple[str, ...] = ()
+    no_hook: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cls": self.cls,
+            "module": self.module,
+            "not_recreated": list(self.not_recreated),
+            "no_hook": self.no_hook,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Condition":
+        return cls(data["cls"], data["module"], tuple(data["not_recreated"]), data["no_hook"])
