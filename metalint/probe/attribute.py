@@ -1,0 +1,217 @@
+"""Record, while a module is constructed, which source line last wrote each tensor.
+
+:class:`WriteRecorder` is a ``TorchDispatchMode`` used during eager construction. For every
+aten op it finds the storages the op wrote (the mutated arguments of an in-place op, or the
+fresh outputs of a functional/factory op; views write nothing) and records, per storage:
+
+- the innermost Python frame outside torch and metalint (``file``, ``line``, ``function``);
+- whether the value is *random*: a random op wrote it, or it was computed from a random value
+  (taint propagation; ops that overwrite their destination - ``fill_``, ``zero_``, ``copy_``,
+  the random ops - do not inherit the destination's taint).
+
+The probe uses the taint to decide whether a tensor is compared exactly (deterministic) or
+statistically (random). :class:`EscapeDetector` is used during the meta build and records
+every fresh tensor whose device is not ``meta`` (a device escape).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_PROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_METALINT_TESTING = os.path.join(os.path.dirname(_PROBE_DIR.rstrip(os.sep)), "testing.py")
+
+RANDOM_OPS = {
+    "normal",
+    "normal_",
+    "uniform",
+    "uniform_",
+    "bernoulli",
+    "bernoulli_",
+    "exponential_",
+    "geometric_",
+    "log_normal_",
+    "cauchy_",
+    "random_",
+    "rand",
+    "rand_like",
+    "randn",
+    "randn_like",
+    "randint",
+    "randint_like",
+    "randperm",
+    "multinomial",
+    "poisson",
+    "rrelu_with_noise",
+    "native_dropout",
+}
+# in-place ops whose result does not depend on the destination's previous value
+OVERWRITE_OPS = {"fill_", "zero_", "copy_", "set_", "detach_", "resize_"} | {
+    op for op in RANDOM_OPS if op.endswith("_")
+}
+
+
+@dataclass
+class Site:
+    file: str
+    line: int
+    function: str
+    owner: str | None = None  # qualname of the nn.Module whose method this frame runs
+
+    def short(self) -> str:
+        return f"{os.path.basename(self.file)}:{self.line}"
+
+
+def user_frame(skip_dirs: tuple[str, ...] = ()) -> Site | None:
+    """The innermost frame that is not torch, metalint's probe, the stdlib's contextlib."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not (
+            fn.startswith(_TORCH_DIR)
+            or fn.startswith(_PROBE_DIR)
+            or fn == _METALINT_TESTING
+            or fn.startswith("<")
+            or fn.endswith(os.sep + "contextlib.py")
+            or any(fn.startswith(d) for d in skip_dirs)
+        ):
+            owner = None
+            if "self" in f.f_code.co_varnames[:1]:
+                obj = f.f_locals.get("self")
+                if isinstance(obj, torch.nn.Module):
+                    owner = type(obj).__qualname__
+            return Site(fn, f.f_lineno, f.f_code.co_name, owner)
+        f = f.f_back
+    return None
+
+
+def _storage_key(t: torch.Tensor) -> int | None:
+    try:
+        if t.device.type == "meta":
+            return None
+        ptr = t.untyped_storage().data_ptr()
+    except Exception:  # sparse, nested, functional wrappers...
+        return None
+    return ptr or None
+
+
+def _op_name(func) -> str:
+    # aten.normal_.default -> "normal_"
+    return func._schema.name.split("::")[-1]
+
+
+def _written_args(func, args, kwargs) -> list[torch.Tensor]:
+    out = []
+    schema = func._schema
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            val = args[i] if i < len(args) else kwargs.get(a.name)
+            flat, _ = tree_flatten(val)
+            out.extend(x for x in flat if isinstance(x, torch.Tensor))
+    return out
+
+
+def _is_view(func) -> bool:
+    return any(r.alias_info is not None for r in func._schema.returns)
+
+
+class WriteRecorder(TorchDispatchMode):
+    """Per storage: the last user source line that wrote it, and whether it is random."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.site: dict[int, Site | None] = {}
+        self.random: dict[int, bool] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        try:
+            self._record(func, args, kwargs, out)
+        except Exception:  # recording must never break construction
+            pass
+        return out
+
+    def _record(self, func, args, kwargs, out) -> None:
+        name = _op_name(func)
+        written = _written_args(func, args, kwargs)
+        if written:
+            targets = written
+        elif _is_view(func) and name != "lift_fresh":
+            return
+        else:
+            flat_out, _ = tree_flatten(out)
+            targets = [x for x in flat_out if isinstance(x, torch.Tensor)]
+        if not targets:
+            return
+        keys = [k for k in (_storage_key(t) for t in targets) if k is not None]
+        if not keys:
+            return
+        rand = name in RANDOM_OPS or name.startswith("rand") or "dropout" in name
+        if not rand:
+            flat_in, _ = tree_flatten((args, kwargs))
+            skip = set(keys) if name in OVERWRITE_OPS else set()
+            for x in flat_in:
+                if isinstance(x, torch.Tensor):
+                    k = _storage_key(x)
+                    if k is not None and k not in skip and self.random.get(k, False):
+                        rand = True
+                        break
+            if not rand and not name.endswith("_") and written:
+                # out= variants: the destination is overwritten
+                pass
+        site = user_frame()
+        for k in keys:
+            self.site[k] = site
+            self.random[k] = rand
+
+    def lookup(self, t: torch.Tensor) -> tuple[Site | None, bool | None]:
+        k = _storage_key(t)
+        if k is None or k not in self.site:
+            return None, None
+        return self.site[k], self.random[k]
+
+
+@dataclass
+class Escape:
+    op: str
+    device: str
+    nbytes: int
+    site: Site | None
+
+
+class EscapeDetector(TorchDispatchMode):
+    """Records every fresh tensor created on a non-meta device (during a meta build)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.escapes: list[Escape] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        try:
+            if not _written_args(func, args, kwargs) and (
+                not _is_view(func) or _op_name(func) == "lift_fresh"
+            ):
+                flat, _ = tree_flatten(out)
+                for x in flat:
+                    if isinstance(x, torch.Tensor) and x.device.type != "meta":
+                        nbytes = x.untyped_storage().nbytes() if x.numel() else 0
+                        self.escapes.append(
+                            Escape(_op_name(func), str(x.device), nbytes, user_frame())
+                        )
+        except Exception:
+            pass
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self.escapes)

@@ -1,0 +1,622 @@
+"""Probe one module: eager build -> statistics -> meta build -> to_empty -> poison -> init ->
+compare. Runs in-process; :mod:`.isolate` runs it in a child process.
+
+Steps (see DESIGN.md section 3):
+
+1. build eagerly on CPU under a fixed seed while :class:`~.attribute.WriteRecorder` records
+   the source line that last wrote each tensor and whether the value is random; keep
+   statistics only (:mod:`.compare`) and free the model;
+2. build under ``torch.device("meta")`` while :class:`~.attribute.EscapeDetector` records any
+   real allocation (MP007); an exception is MP006;
+3. ``to_empty(device=...)`` and poison every tensor (NaN / integer sentinel / negated bools),
+   so a tensor that no hook re-initialises is certain to differ from eager;
+4. run the init entry point (``auto``: a root ``init_weights()`` when the model has one, else
+   ``reset_parameters()`` on every module children-first; then ``init_non_persistent_buffers()``
+   on every module that has it);
+5. compare every parameter, buffer and plain tensor attribute, and the ties;
+6. when some ``reset_parameters()`` wrote tensors of another module, run again parent-first
+   and report MP009 if the verdict changes.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import inspect
+import linecache
+import os
+import re
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from metalint.diagnostics import Diagnostic, Position, Severity
+from metalint.probe import attribute, compare
+from metalint.probe.memory import rss_anon
+
+INIT_CHOICES = ("auto", "reset_parameters", "init_weights")
+
+
+def pick_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+# ----------------------------------------------------------------------------- tensors
+
+
+@dataclass
+class Entry:
+    name: str  # path in the model: blocks.0.ls1.gamma
+    kind: str  # parameter | buffer | attribute
+    owner: str  # module path: blocks.0.ls1
+    attr: str  # gamma
+    cls: str  # owner class qualname
+    cls_file: str | None
+    cls_module: str
+    stats: compare.Stats | None = None
+    site: attribute.Site | None = None
+
+
+def _class_file(cls: type) -> str | None:
+    try:
+        return os.path.realpath(inspect.getsourcefile(cls) or "")
+    except (TypeError, OSError):
+        return None
+
+
+def _walk_tensors(model: nn.Module) -> Iterator[tuple[str, str, str, nn.Module, torch.Tensor]]:
+    """(kind, owner path, attr, owner module, tensor) for every name, ties included."""
+    for path, mod in model.named_modules(remove_duplicate=False):
+        for attr, p in mod._parameters.items():
+            if p is not None:
+                yield "parameter", path, attr, mod, p
+        for attr, b in mod._buffers.items():
+            if b is not None:
+                yield "buffer", path, attr, mod, b
+        for attr, v in vars(mod).items():
+            if isinstance(v, torch.Tensor) and not attr.startswith("__"):
+                yield "attribute", path, attr, mod, v
+
+
+def _name(path: str, attr: str) -> str:
+    return f"{path}.{attr}" if path else attr
+
+
+@dataclass
+class Snapshot:
+    entries: dict[str, Entry]
+    ties: list[list[str]]  # groups of names that share one Parameter/buffer object
+    classes: dict[str, dict[str, Any]]  # module path -> {cls, file, module}
+
+
+def snapshot(model: nn.Module, recorder: attribute.WriteRecorder | None, *,
+             stats: bool = True, keep_copy: bool = True) -> tuple[Snapshot, dict[str, torch.Tensor]]:
+    entries: dict[str, Entry] = {}
+    by_id: dict[int, list[str]] = {}
+    tensors: dict[str, torch.Tensor] = {}
+    seen_stats: dict[int, compare.Stats] = {}
+    classes: dict[str, dict[str, Any]] = {}
+    for path, mod in model.named_modules(remove_duplicate=False):
+        cls = type(mod)
+        classes[path] = {"cls": cls.__qualname__, "file": _class_file(cls), "module": cls.__module__}
+    for kind, path, attr, mod, t in _walk_tensors(model):
+        name = _name(path, attr)
+        cls = type(mod)
+        e = Entry(name, kind, path, attr, cls.__qualname__, _class_file(cls), cls.__module__)
+        if kind != "attribute":
+            by_id.setdefault(id(t), []).append(name)
+        if stats:
+            if id(t) not in seen_stats:
+                seen_stats[id(t)] = compare.tensor_stats(t, keep_copy=keep_copy)
+            e.stats = seen_stats[id(t)]
+        if recorder is not None:
+            e.site, rand = recorder.lookup(t)
+            if e.stats is not None:
+                e.stats.random = bool(rand)
+        entries[name] = e
+        tensors[name] = t
+    ties = [names for names in by_id.values() if len(names) > 1]
+    return Snapshot(entries, ties, classes), tensors
+
+
+# ----------------------------------------------------------------------------- init
+
+
+def _post_order(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    out: list[tuple[str, nn.Module]] = []
+    seen: set[int] = set()
+
+    def visit(path: str, m: nn.Module) -> None:
+        if id(m) in seen:
+            return
+        seen.add(id(m))
+        for n, c in m.named_children():
+            visit(_name(path, n), c)
+        out.append((path, m))
+
+    visit("", model)
+    return out
+
+
+def _pre_order(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    return list(model.named_modules())
+
+
+def resolve_callable(spec: str) -> Callable:
+    if ":" in spec:
+        mod, _, attr = spec.partition(":")
+    else:
+        mod, _, attr = spec.rpartition(".")
+    obj: Any = importlib.import_module(mod)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class _HookWrites(TorchDispatchMode):
+    """During reset hooks: which module's hook wrote which storage."""
+
+    def __init__(self, owners: dict[int, str]) -> None:
+        super().__init__()
+        self.owners = owners
+        self.current: str | None = None
+        self.foreign: list[tuple[str, str]] = []  # (hook module path, written tensor name)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.current is not None:
+            for t in attribute._written_args(func, args, kwargs):
+                k = attribute._storage_key(t)
+                name = self.owners.get(k) if k is not None else None
+                if name is not None:
+                    owner = name.rpartition(".")[0]
+                    if owner != self.current:
+                        self.foreign.append((self.current, name))
+        return out
+
+
+def run_init(model: nn.Module, init: str, order: str = "post",
+             tracker: _HookWrites | None = None) -> str:
+    """Run the init entry point on ``model``; returns a description of what ran."""
+    if init == "auto":
+        init = "init_weights" if callable(getattr(model, "init_weights", None)) else "reset_parameters"
+    if init == "init_weights":
+        fn = getattr(model, "init_weights", None)
+        if not callable(fn):
+            raise ProbeSetupError(f"{type(model).__qualname__} has no init_weights()")
+        fn()
+        used = "init_weights()"
+    elif init == "reset_parameters":
+        mods = _post_order(model) if order == "post" else _pre_order(model)
+        for path, m in mods:
+            fn = getattr(m, "reset_parameters", None)
+            if callable(fn):
+                if tracker is not None:
+                    tracker.current = path
+                try:
+                    fn()
+                finally:
+                    if tracker is not None:
+                        tracker.current = None
+        used = "reset_parameters() " + ("children first" if order == "post" else "parents first")
+    else:
+        resolve_callable(init)(model)
+        used = f"{init}(model)"
+    extra = [m for m in model.modules() if callable(getattr(m, "init_non_persistent_buffers", None))]
+    for m in extra:
+        m.init_non_persistent_buffers()
+    if extra:
+        used += " + init_non_persistent_buffers()"
+    return used
+
+
+class ProbeSetupError(Exception):
+    """The probe itself cannot run (bad --init, no init_weights): reported as ML900."""
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass
+class Finding:
+    code: str
+    cls: str
+    cls_file: str | None
+    attr: str | None
+    names: list[str]
+    detail: str
+    site: attribute.Site | None
+    severity: str = "error"
+
+
+@dataclass
+class ProbeResult:
+    label: str
+    status: str = "passed"  # passed | failed | error
+    init_used: str = ""
+    device: str = "cpu"
+    tensors: int = 0
+    lost: int = 0
+    findings: list[Diagnostic] = field(default_factory=list)
+    meta_alloc_bytes: int = 0  # RssAnon delta during the meta build
+    escape_bytes: int = 0  # bytes of tensors created off meta during the meta build
+    classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: float = 0.0
+    error: str | None = None
+
+    def verdict(self) -> str:
+        if self.status == "error":
+            return f"error: {self.error}"
+        if not self.findings:
+            return f"passed ({self.tensors} tensors)"
+        parts = []
+        if self.lost:
+            parts.append(f"{self.lost} of {self.tensors} tensors lost")
+        other = len([d for d in self.findings if d.code not in ("MP001", "MP002")])
+        if other or not parts:
+            parts.append(f"{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''}")
+        return "failed: " + ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "status": self.status,
+            "init_used": self.init_used,
+            "device": self.device,
+            "tensors": self.tensors,
+            "lost": self.lost,
+            "findings": [d.to_json() for d in self.findings],
+            "meta_alloc_bytes": self.meta_alloc_bytes,
+            "escape_bytes": self.escape_bytes,
+            "classes": self.classes,
+            "seconds": self.seconds,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ProbeResult":
+        data = dict(data)
+        data["findings"] = [Diagnostic.from_cache(d) for d in data.get("findings", [])]
+        return cls(**data)
+
+
+def _display_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _diag(f: Finding, message: str, fallback_file: str | None) -> Diagnostic:
+    if f.site is not None:
+        filename, row = f.site.file, f.site.line
+    else:
+        filename, row = (f.cls_file or fallback_file or "<unknown>"), 1
+    text = linecache.getline(filename, row) if row else ""
+    col = len(text) - len(text.lstrip()) + 1 if text.strip() else 1
+    end = len(text.rstrip("\n")) + 1 if text.strip() else 1
+    return Diagnostic(
+        code=f.code,
+        message=message,
+        filename=_display_path(filename),
+        start=Position(row, col),
+        end=Position(row, max(end, col)),
+        symbol=f.cls,
+        severity=Severity(f.severity),
+    )
+
+
+_WHAT = {
+    "MP001": "lost its value",
+    "MP002": "lost its random distribution",
+    "MP003": "is left on meta",
+    "MP004": "is non-finite",
+    "MP008": "changed shape/dtype/requires_grad",
+}
+
+
+def _findings_to_diags(findings: list[Finding], init_used: str, fallback_file: str | None) -> list[Diagnostic]:
+    # one diagnostic per (code, class, attr, site, detail kind); further paths are counted
+    groups: dict[tuple, list[Finding]] = {}
+    for f in findings:
+        key = (f.code, f.cls, f.attr, f.site.file if f.site else None, f.site.line if f.site else None)
+        groups.setdefault(key, []).append(f)
+    out = []
+    for fs in groups.values():
+        f = fs[0]
+        names = [n for g in fs for n in g.names]
+        where = names[0] if names else ""
+        more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+        at = f"; set at {f.site.short()}" if f.site and f.code in _WHAT else ""
+        if f.code in _WHAT:
+            msg = (f"`{f.attr}` of {f.cls} ({where}{more}) {_WHAT[f.code]} after meta build + "
+                   f"{init_used}: {f.detail}{at}")
+        else:
+            msg = f.detail
+        out.append(_diag(f, msg, fallback_file))
+    return out
+
+
+# ----------------------------------------------------------------------------- probe
+
+
+def _cls_info(mod: nn.Module) -> tuple[str, str | None]:
+    return type(mod).__qualname__, _class_file(type(mod))
+
+
+def _raise_site(exc: BaseException) -> tuple[attribute.Site | None, str | None]:
+    tb = exc.__traceback__
+    site = None
+    owner = None
+    torch_dir = attribute._TORCH_DIR
+    while tb is not None:
+        fr = tb.tb_frame
+        fn = fr.f_code.co_filename
+        if not fn.startswith(torch_dir) and not fn.startswith(attribute._PROBE_DIR) and not fn.startswith("<"):
+            site = attribute.Site(fn, tb.tb_lineno, fr.f_code.co_name)
+            obj = fr.f_locals.get("self")
+            if isinstance(obj, nn.Module):
+                owner = type(obj).__qualname__
+                site.owner = owner
+        tb = tb.tb_next
+    return site, owner
+
+
+def _tie_site(model_classes: dict[str, dict[str, Any]], names: list[str]) -> attribute.Site | None:
+    """Find the assignment that made a tie: ``self.<...>.<attr> = ...`` in an ancestor's source."""
+    for name in names[1:] + names[:1]:
+        parts = name.split(".")
+        for i in range(len(parts)):
+            anc = ".".join(parts[:i])
+            info = model_classes.get(anc)
+            if not info or not info["file"] or info["file"].startswith(attribute._TORCH_DIR):
+                continue
+            rest = r"\.".join(map(re.escape, parts[i:]))
+            pat = re.compile(rf"self\.{rest}\s*=[^=]")
+            try:
+                lines = open(info["file"], encoding="utf-8").read().splitlines()
+            except OSError:
+                continue
+            for lineno, text in enumerate(lines, 1):
+                if pat.search(text):
+                    return attribute.Site(info["file"], lineno, "__init__", info["cls"])
+    return None
+
+
+def _deferred(make: Callable[[], nn.Module], device: str, init: str, order: str,
+              eager: Snapshot, track: bool):
+    model = make_meta = None
+    with torch.device("meta"):
+        model = make()
+    model.to_empty(device=device)
+    _, tensors = snapshot(model, None, stats=False)
+    poisons: dict[str, compare.Stats] = {}
+    seen: set[int] = set()
+    for name, t in tensors.items():
+        e = eager.entries.get(name)
+        if id(t) in seen or (e is not None and e.kind == "attribute") or t.device.type == "meta":
+            continue
+        seen.add(id(t))
+        compare.poison_(t, e.stats if e else None)
+        poisons[name] = compare.tensor_stats(t, keep_copy=False) if t.numel() <= compare.SMALL else None
+    tracker = None
+    if track:
+        owners = {}
+        for name, t in tensors.items():
+            k = attribute._storage_key(t)
+            if k is not None:
+                owners.setdefault(k, name)
+        tracker = _HookWrites(owners)
+    del tensors, make_meta
+    if tracker is not None:
+        with tracker:
+            used = run_init(model, init, order, tracker)
+    else:
+        used = run_init(model, init, order)
+    return model, used, poisons, tracker
+
+
+def _poison_hit(t: torch.Tensor, st: compare.Stats, eager: compare.Stats | None) -> bool:
+    if st.numel == 0 or st.device == "meta":
+        return False
+    if t.is_floating_point() or t.is_complex():
+        return st.nan == st.numel
+    if t.dtype == torch.bool:
+        if eager is not None and eager.copy is not None and tuple(t.shape) == eager.shape:
+            return bool(torch.equal(t.detach().cpu(), ~eager.copy.to(torch.bool)))
+        return False
+    return st.min == st.max and st.min in (compare.INT_POISON, torch.iinfo(t.dtype).min,
+                                           torch.iinfo(t.dtype).max) and not (
+        eager is not None and eager.min == eager.max == st.min)
+
+
+def _compare_models(eager: Snapshot, model: nn.Module) -> tuple[list[Finding], Snapshot]:
+    deferred, tensors = snapshot(model, None, stats=True, keep_copy=False)
+    findings: list[Finding] = []
+    for name, e in eager.entries.items():
+        d = deferred.entries.get(name)
+        if d is None:
+            findings.append(Finding("MP008", e.cls, e.cls_file, e.attr, [name],
+                                    f"missing after meta build ({e.kind} in eager)", e.site))
+            continue
+        t = tensors[name]
+        if e.kind == "attribute" and d.stats.device != "meta":
+            # plain attributes are not poisoned; they were computed on meta and re-created
+            pass
+        hit = e.kind != "attribute" and _poison_hit(t, d.stats, e.stats)
+        diff = compare.compare(e.stats, d.stats, t, poison_hit=hit)
+        if diff is not None:
+            findings.append(Finding(diff.code, e.cls, e.cls_file, e.attr, [name], diff.detail, e.site))
+    for name, d in deferred.entries.items():
+        if name not in eager.entries:
+            findings.append(Finding("MP008", d.cls, d.cls_file, d.attr, [name],
+                                    f"extra {d.kind} after meta build (absent in eager)", None))
+    # ties
+    for group in eager.ties:
+        objs = {id(tensors[n]) for n in group if n in tensors}
+        if len(objs) > 1:
+            e = eager.entries[group[-1]]
+            site = _tie_site(eager.classes, group)
+            findings.append(Finding(
+                "MP005", site.owner if site and site.owner else e.cls, e.cls_file, e.attr, group,
+                f"tied parameters {', '.join(group)} are {len(objs)} different objects after "
+                f"meta build + init (the same object in eager)", site))
+    return findings, deferred
+
+
+def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "auto",
+          seed: int = 0, label: str = "model", check_order: bool = True) -> ProbeResult:
+    """Probe ``make()``: see the module docstring. Never raises for the model's own failures
+    (those become findings); raises :class:`ProbeSetupError` for a bad ``init``."""
+    t0 = time.perf_counter()
+    device = pick_device(device)
+    res = ProbeResult(label=label, device=device)
+    fallback_file = None
+    # 1. eager
+    torch.manual_seed(seed)
+    rec = attribute.WriteRecorder()
+    with rec:
+        model = make()
+    if not isinstance(model, nn.Module):
+        raise ProbeSetupError(f"{label} returned {type(model).__name__}, not an nn.Module")
+    fallback_file = _class_file(type(model))
+    eager, _ = snapshot(model, rec)
+    res.tensors = len([e for e in eager.entries.values()])
+    del model, rec, _
+    gc.collect()
+    # 2. meta build
+    esc = attribute.EscapeDetector()
+    rss0 = rss_anon()
+    try:
+        with torch.device("meta"), esc:
+            model = make()
+    except Exception as exc:  # data-dependent __init__
+        site, owner = _raise_site(exc)
+        cls = owner or eager.classes.get("", {}).get("cls", label)
+        msg = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
+        f = Finding("MP006", cls, fallback_file, None, [],
+                    f"constructing {cls} on the meta device raised {msg[:300]}", site)
+        res.findings = _findings_to_diags([f], "", fallback_file)
+        res.status = "failed"
+        res.classes = _class_summary(eager, [f], cls)
+        res.seconds = time.perf_counter() - t0
+        return res
+    res.meta_alloc_bytes = max(rss_anon() - rss0, 0)
+    res.escape_bytes = esc.nbytes
+    del model
+    findings: list[Finding] = []
+    by_site: dict[tuple, list[attribute.Escape]] = {}
+    for e in esc.escapes:
+        by_site.setdefault((e.site.file, e.site.line) if e.site else None, []).append(e)
+    for key, es in by_site.items():
+        site = es[0].site
+        ops = sorted({e.op for e in es})
+        nbytes = sum(e.nbytes for e in es)
+        owner = site.owner if site and site.owner else eager.classes.get("", {}).get("cls", label)
+        findings.append(Finding(
+            "MP007", owner, None, None, [],
+            f"building {owner} on meta allocated {nbytes} bytes on {es[0].device} "
+            f"({len(es)} tensor{'s' if len(es) != 1 else ''}: {', '.join('aten.' + o for o in ops)})",
+            site))
+    # 3-5. deferred build, poison, init, compare
+    torch.manual_seed(seed + 1)
+    model, used, _, tracker = _deferred(make, device, init, "post", eager, track=True)
+    res.init_used = used
+    diffs, _ = _compare_models(eager, model)
+    make_info = {p: type(m) for p, m in model.named_modules()}
+    del model
+    gc.collect()
+    # 6. hook order
+    if check_order and tracker is not None and tracker.foreign and "reset_parameters" in used:
+        torch.manual_seed(seed + 1)
+        model2, used2, _, _ = _deferred(make, device, init, "pre", eager, track=False)
+        diffs2, _ = _compare_models(eager, model2)
+        del model2
+        gc.collect()
+        a = {(f.code, tuple(f.names)) for f in diffs}
+        b = {(f.code, tuple(f.names)) for f in diffs2}
+        if a != b:
+            hook, written = tracker.foreign[0]
+            only_post = sorted(n for c, ns in a - b for n in ns)
+            only_pre = sorted(n for c, ns in b - a for n in ns)
+            owner_cls = eager.classes.get(hook, {}).get("cls", "?")
+            site = None
+            try:
+                hook_fn = make_info[hook].reset_parameters
+            except Exception:
+                hook_fn = None
+            if hook_fn is not None:
+                try:
+                    _, line = inspect.getsourcelines(hook_fn)
+                    site = attribute.Site(inspect.getsourcefile(hook_fn), line, "reset_parameters", owner_cls)
+                except (OSError, TypeError):
+                    site = None
+            findings.append(Finding(
+                "MP009", owner_cls, eager.classes.get(hook, {}).get("file"), None, [written],
+                f"the verdict depends on hook order: {owner_cls}.reset_parameters() "
+                f"({hook or 'root'}) writes {written} of a child; children-first fails "
+                f"{only_post or 'nothing more'}, parents-first fails {only_pre or 'nothing more'}",
+                site))
+    findings.extend(diffs)
+    res.lost = len({n for f in diffs if f.code in ("MP001", "MP002", "MP003", "MP004") for n in f.names})
+    res.findings = _findings_to_diags(findings, used, fallback_file)
+    res.status = "failed" if res.findings else "passed"
+    res.classes = _class_summary(eager, findings, None)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _class_summary(eager: Snapshot, findings: list[Finding], raised: str | None) -> dict[str, dict[str, Any]]:
+    """Per probed class (``file::qualname``): own tensor attrs, broken attrs, class-level codes,
+    broken tensors in its subtree. Used by :func:`metalint.probe.merge.mark_verdicts`."""
+    out: dict[str, dict[str, Any]] = {}
+    path_cls: dict[str, str] = {}
+    for path, info in eager.classes.items():
+        key = f"{info['file']}::{info['cls']}"
+        path_cls[path] = key
+        out.setdefault(key, {"file": info["file"], "cls": info["cls"], "module": info["module"],
+                             "attrs": [], "broken": {}, "codes": [], "subtree_broken": 0,
+                             "raised": False})
+    for e in eager.entries.values():
+        key = path_cls.get(e.owner)
+        if key and e.attr not in out[key]["attrs"]:
+            out[key]["attrs"].append(e.attr)
+    for f in findings:
+        if f.code in ("MP006", "MP007", "MP009"):
+            for path, key in path_cls.items():
+                if out[key]["cls"] == f.cls and f.code not in out[key]["codes"]:
+                    out[key]["codes"].append(f.code)
+            continue
+        for n in f.names:
+            e = eager.entries.get(n)
+            if e is None:
+                continue
+            key = path_cls.get(e.owner)
+            if key:
+                out[key]["broken"].setdefault(e.attr, [])
+                if f.code not in out[key]["broken"][e.attr]:
+                    out[key]["broken"][e.attr].append(f.code)
+            # every ancestor's subtree
+            parts = e.owner.split(".") if e.owner else []
+            for i in range(len(parts) + 1):
+                anc = ".".join(parts[:i])
+                k = path_cls.get(anc)
+                if k:
+                    out[k]["subtree_broken"] += 1
+    if raised:
+        for info in out.values():
+            if info["cls"] == raised:
+                info["raised"] = True
+    return out

@@ -1,0 +1,151 @@
+"""``metalint probe``: prove findings by building each module on the meta device."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from metalint import report
+from metalint.diagnostics import Diagnostic, Position
+from metalint.probe.codes import PROBE_CODES
+from metalint.probe.isolate import Options, Outcome, run_target
+from metalint.probe.target import Target, load_config, parse_target
+
+
+@dataclass
+class ProbeReport:
+    """Everything a probe run found: per item outcomes, diagnostics, per class summaries."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        out: list[Diagnostic] = []
+        for o in self.outcomes:
+            if o.kind == "result" and o.result:
+                out.extend(Diagnostic.from_cache(d) for d in o.result["findings"])
+            elif o.kind == "error":
+                out.append(error_diagnostic(o))
+        return out
+
+    @property
+    def classes(self) -> dict[str, dict[str, Any]]:
+        """``file::qualname`` -> summary (see ``build._class_summary``), merged over results."""
+        merged: dict[str, dict[str, Any]] = {}
+        for o in self.outcomes:
+            if o.kind != "result" or not o.result:
+                continue
+            for key, info in o.result.get("classes", {}).items():
+                m = merged.setdefault(key, {**info, "attrs": [], "broken": {}, "codes": [],
+                                            "subtree_broken": 0, "raised": False})
+                m["attrs"] = sorted(set(m["attrs"]) | set(info["attrs"]))
+                for a, codes in info["broken"].items():
+                    m["broken"][a] = sorted(set(m["broken"].get(a, [])) | set(codes))
+                m["codes"] = sorted(set(m["codes"]) | set(info["codes"]))
+                m["subtree_broken"] += info["subtree_broken"]
+                m["raised"] = m["raised"] or info["raised"]
+        return merged
+
+
+def error_diagnostic(o: Outcome) -> Diagnostic:
+    filename, row = (o.site if o.site else (o.file or o.label, 1))
+    try:
+        rel = os.path.relpath(filename)
+        filename = filename if rel.startswith("..") else rel
+    except ValueError:
+        pass
+    return Diagnostic(
+        code=report.ERROR_CODE,
+        message=f"probe target `{o.label}` could not be checked: {o.message}",
+        filename=filename,
+        start=Position(row, 1),
+        end=Position(row, 1),
+        symbol=o.label.rpartition(":")[2] if ":" in o.label else None,
+    )
+
+
+def describe(code: str) -> report.RuleInfo | None:
+    if code in PROBE_CODES:
+        name, summary, _ = PROBE_CODES[code]
+        return report.RuleInfo(code, name, summary)
+    if code == report.ERROR_CODE:
+        return report.RuleInfo(code, "not-checked", "The input could not be checked.")
+    try:
+        from metalint.rules import describe as rules_describe
+    except ImportError:
+        return None
+    try:
+        return rules_describe(code)
+    except Exception:
+        return None
+
+
+def _progress_enabled() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def run_probe(specs: list[str], opts: Options, *, progress: bool = False) -> ProbeReport:
+    targets: list[Target] = [t for s in specs for t in parse_target(s)]
+    rep = ProbeReport()
+    for i, t in enumerate(targets, 1):
+        if progress:
+            sys.stderr.write(f"\r\x1b[Kprobe [{i}/{len(targets)}] {t.display}")
+            sys.stderr.flush()
+        rep.outcomes.extend(run_target(t, opts))
+    if progress:
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+    return rep
+
+
+def summary_lines(rep: ProbeReport) -> list[str]:
+    lines = []
+    for o in rep.outcomes:
+        if o.kind == "skip":
+            lines.append(f"skip  {o.label}: {o.message}")
+        elif o.kind == "error":
+            lines.append(f"error {o.label}: {o.message}")
+        else:
+            from metalint.probe.build import ProbeResult
+
+            r = ProbeResult.from_json(o.result)
+            args = f"({o.args})" if o.args and o.args != "factory" else ""
+            lines.append(f"probe {o.label}{args} on {r.device} via {r.init_used or '-'}: {r.verdict()}")
+    return lines
+
+
+@click.command("probe")
+@click.argument("targets", nargs=-1)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+              show_default=True, help="Device for to_empty and init (auto: cuda when available).")
+@click.option("--init", "init", default="auto", show_default=True,
+              help="auto | reset_parameters | init_weights | <module:callable> called with the model.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="Seconds per probed class/factory (and for importing a target).")
+@click.option("--output-format", "fmt", type=click.Choice(report.FORMATS), default="text",
+              show_default=True)
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings are reported.")
+def probe_command(targets, device, init, seed, timeout, fmt, exit_zero) -> None:
+    """Build each TARGET eagerly and on meta, run its init, and compare every tensor.
+
+    TARGET: a file, a directory, a dotted module, module:Class or module:factory.
+    Without TARGET, the factories listed in [tool.metalint.probe] of pyproject.toml.
+    """
+    specs = list(targets)
+    if not specs:
+        specs = list(load_config().get("factories", []))
+        if not specs:
+            raise click.UsageError("no TARGET given and no [tool.metalint.probe] factories")
+    opts = Options(device=device, init=init, seed=seed, timeout=timeout)
+    rep = run_probe(specs, opts, progress=_progress_enabled())
+    diags = rep.diagnostics
+    if fmt == "text":
+        for line in summary_lines(rep):
+            click.echo(line)
+    click.echo(report.render(diags, fmt, describe=describe), nl=False)
+    sys.exit(report.exit_code(diags, exit_zero=exit_zero))

@@ -1,0 +1,239 @@
+"""Per-tensor statistics, poisoning, and the eager-vs-deferred comparison.
+
+The probe keeps *statistics*, not copies, of the eager model (so its peak memory stays near one
+model): shape, dtype, requires_grad, device, count of non-finite values, mean/std/min/max (in
+float64, computed in chunks so no full-size temporary is made), a blake2b hash of the bytes,
+and a full copy only of small tensors (``<= SMALL`` elements).
+
+Deterministic tensors (no random op contributed to them, see :mod:`.attribute`, or constant
+in eager) are compared exactly: hash equality on the same device type, else ``allclose``
+(rtol 1e-5) on the kept copy or on the statistics. Random tensors are compared statistically:
+mean within 6 standard errors (``6 * sqrt((s1^2 + s2^2) / n)``), std within a relative
+``6 * sqrt(2 / n)`` (plus a small floor), and the range within a factor of two.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+SMALL = 1 << 16  # elements: keep a full CPU copy of tensors up to this size
+CHUNK = 1 << 20  # elements per chunk for statistics
+INT_POISON = -0x5A5A5A5A
+
+
+@dataclass
+class Stats:
+    shape: tuple[int, ...]
+    dtype: str
+    requires_grad: bool
+    device: str
+    numel: int
+    nonfinite: int = 0
+    nan: int = 0
+    mean: float = 0.0
+    std: float = 0.0
+    min: float = 0.0
+    max: float = 0.0
+    digest: str = ""
+    random: bool | None = None
+    copy: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def constant(self) -> bool:
+        return self.numel > 0 and self.min == self.max and self.nonfinite == 0
+
+    @property
+    def deterministic(self) -> bool:
+        return not self.random or self.constant
+
+
+def _is_float(t: torch.Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
+def _hash(t: torch.Tensor) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    flat = t.detach().reshape(-1)
+    for i in range(0, flat.numel(), CHUNK):
+        part = flat[i : i + CHUNK]
+        if part.device.type != "cpu":
+            part = part.cpu()
+        part = part.contiguous()
+        n = part.numel() * part.element_size()
+        if n:
+            h.update(memoryview((ctypes.c_char * n).from_address(part.data_ptr())))
+    return h.hexdigest()
+
+
+def tensor_stats(t: torch.Tensor, *, keep_copy: bool = True) -> Stats:
+    t = t.detach()
+    st = Stats(
+        shape=tuple(t.shape),
+        dtype=str(t.dtype).replace("torch.", ""),
+        requires_grad=bool(getattr(t, "requires_grad", False)),
+        device=t.device.type,
+        numel=t.numel(),
+    )
+    if t.device.type == "meta" or t.numel() == 0:
+        return st
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    flat = t.reshape(-1)
+    s = s2 = 0.0
+    lo, hi = math.inf, -math.inf
+    nonfinite = nan = 0
+    finite_n = 0
+    for i in range(0, flat.numel(), CHUNK):
+        part = flat[i : i + CHUNK]
+        if part.dtype == torch.bool:
+            part = part.to(torch.uint8)
+        if _is_float(part):
+            part = part.to(torch.float64)
+            fin = torch.isfinite(part)
+            nf = int((~fin).sum())
+            if nf:
+                nonfinite += nf
+                nan += int(torch.isnan(part).sum())
+                part = part[fin]
+        else:
+            part = part.to(torch.float64)
+        if part.numel():
+            finite_n += part.numel()
+            s += float(part.sum())
+            s2 += float((part * part).sum())
+            lo = min(lo, float(part.min()))
+            hi = max(hi, float(part.max()))
+    st.nonfinite, st.nan = nonfinite, nan
+    if finite_n:
+        st.mean = s / finite_n
+        st.std = math.sqrt(max(s2 / finite_n - st.mean * st.mean, 0.0))
+        st.min, st.max = lo, hi
+    else:
+        st.min = st.max = math.nan
+    st.digest = _hash(t)
+    if keep_copy and st.numel <= SMALL:
+        st.copy = t.to("cpu", copy=True)
+    return st
+
+
+def poison_(t: torch.Tensor, eager: Stats | None) -> None:
+    """Fill ``t`` so that a tensor that nothing re-initialises is certain to differ from eager."""
+    with torch.no_grad():
+        if t.numel() == 0 or t.device.type == "meta":
+            return
+        if _is_float(t):
+            t.fill_(math.nan)
+        elif t.dtype == torch.bool:
+            if eager is not None and eager.copy is not None and tuple(t.shape) == eager.shape:
+                t.copy_(~eager.copy.to(torch.bool))
+            else:
+                t.fill_(not (eager is not None and eager.mean >= 0.5))
+        else:
+            info = torch.iinfo(t.dtype)
+            value = INT_POISON if info.min <= INT_POISON else info.min
+            if eager is not None and eager.numel and eager.min == eager.max == value:
+                value = info.max
+            t.fill_(value)
+
+
+@dataclass
+class Difference:
+    code: str  # MP001, MP002, MP004, MP008, MP003
+    detail: str
+    never_reinit: bool = False
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def describe_stats(st: Stats) -> str:
+    if st.numel == 0:
+        return "empty"
+    if st.numel and st.nonfinite == st.numel:
+        return "all NaN" if st.nan == st.numel else "all non-finite"
+    if st.constant:
+        return f"all {_fmt(st.min)}"
+    return f"mean {_fmt(st.mean)} std {_fmt(st.std)} range [{_fmt(st.min)}, {_fmt(st.max)}]"
+
+
+def compare(eager: Stats, deferred: Stats, deferred_tensor: torch.Tensor | None = None,
+            poison_hit: bool = False) -> Difference | None:
+    """``None`` when ``deferred`` matches ``eager``; else what differs."""
+    if deferred.device == "meta":
+        return Difference("MP003", "still on meta after init")
+    meta = []
+    if eager.shape != deferred.shape:
+        meta.append(f"shape {list(eager.shape)} -> {list(deferred.shape)}")
+    if eager.dtype != deferred.dtype:
+        meta.append(f"dtype {eager.dtype} -> {deferred.dtype}")
+    if eager.requires_grad != deferred.requires_grad:
+        meta.append(f"requires_grad {eager.requires_grad} -> {deferred.requires_grad}")
+    if meta:
+        return Difference("MP008", "; ".join(meta))
+    if eager.numel == 0:
+        return None
+    code = "MP001" if eager.deterministic else "MP002"
+    if poison_hit:
+        return Difference(
+            code, f"never re-initialised: eager {describe_stats(eager)}, deferred still holds "
+            f"the poison ({describe_stats(deferred)})", never_reinit=True
+        )
+    if eager.nonfinite == 0 and deferred.nonfinite:
+        return Difference(
+            "MP004", f"eager finite ({describe_stats(eager)}), deferred has "
+            f"{deferred.nonfinite} non-finite of {deferred.numel}"
+        )
+    if eager.deterministic:
+        if eager.digest == deferred.digest:
+            return None
+        if eager.copy is not None and deferred_tensor is not None:
+            a = eager.copy
+            b = deferred_tensor.detach().to("cpu")
+            if a.dtype == b.dtype and _is_float(a):
+                if torch.allclose(b, a, rtol=1e-5, atol=1e-7, equal_nan=True):
+                    return None
+                err = float((b.to(torch.float64) - a.to(torch.float64)).abs().nan_to_num(math.inf).max())
+                return Difference(
+                    "MP001", f"eager {describe_stats(eager)}, deferred {describe_stats(deferred)} "
+                    f"(max |diff| {_fmt(err)})"
+                )
+            if torch.equal(a, b):
+                return None
+            return Difference(
+                "MP001", f"eager {describe_stats(eager)}, deferred {describe_stats(deferred)}"
+            )
+        # large deterministic tensor on another device: tight statistics
+        if all(
+            math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-6)
+            for x, y in ((eager.mean, deferred.mean), (eager.std, deferred.std),
+                         (eager.min, deferred.min), (eager.max, deferred.max))
+        ) and eager.device != deferred.device:
+            return None
+        return Difference(
+            "MP001", f"eager {describe_stats(eager)}, deferred {describe_stats(deferred)}"
+        )
+    # random: statistical test
+    n = max(eager.numel - eager.nonfinite, 1)
+    s1, s2 = eager.std, deferred.std
+    why = []
+    mean_tol = 6 * math.sqrt((s1 * s1 + s2 * s2) / n) + 1e-6 * max(abs(eager.mean), 1e-3)
+    if abs(eager.mean - deferred.mean) > mean_tol:
+        why.append("mean")
+    std_tol = max(s1, s2) * (6 * math.sqrt(2.0 / n) + 0.02) + 1e-12
+    if abs(s1 - s2) > std_tol:
+        why.append("std")
+    span1, span2 = eager.max - eager.min, deferred.max - deferred.min
+    if n >= 16 and span1 > 0 and not (0.5 * span1 <= span2 <= 2.0 * span1):
+        why.append("range")
+    if why:
+        return Difference(
+            "MP002", f"{'/'.join(why)} differ: eager {describe_stats(eager)}, deferred "
+            f"{describe_stats(deferred)}"
+        )
+    return None

@@ -1,0 +1,67 @@
+"""Child process: ``python -m metalint.probe.worker`` reads one job (JSON) on stdin, probes the
+items of one target and writes JSON lines (``items``, ``start``, ``result``, ``error``) on a
+private copy of stdout; user code's prints go to stderr. See :mod:`.isolate`.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+import traceback
+
+
+def main() -> int:
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # user prints -> stderr
+    sys.stdout = sys.stderr
+    faulthandler.enable(file=sys.stderr)
+    if hasattr(signal, "SIGUSR1"):  # the parent asks for a stack dump before killing a hang
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
+
+    def emit(**event) -> None:
+        proto.write(json.dumps(event) + "\n")
+        proto.flush()
+
+    job = json.loads(sys.stdin.read())
+    from metalint.probe.build import ProbeSetupError, probe
+    from metalint.probe.target import Target, resolve_items
+
+    target = Target(**job["target"])
+    try:
+        items = resolve_items(target)
+    except BaseException as exc:  # import error, bad attribute
+        emit(event="error", label=None, message=_one_line(exc), traceback=traceback.format_exc())
+        return 0
+    emit(event="items", items=[i.label for i in items], file=items[0].file if items else None)
+    skip = set(job.get("skip", ()))
+    for item in items:
+        if item.label in skip:
+            continue
+        if item.skip:
+            emit(event="result", label=item.label, skip=item.skip, file=item.file)
+            continue
+        emit(event="start", label=item.label)
+        try:
+            res = probe(item.make, device=job["device"], init=job["init"], seed=job["seed"],
+                        label=item.label)
+        except ProbeSetupError as exc:
+            emit(event="error", label=item.label, message=str(exc), traceback="", file=item.file)
+            continue
+        except BaseException as exc:  # the eager build itself failed
+            emit(event="error", label=item.label, message="eager construction raised " + _one_line(exc),
+                 traceback=traceback.format_exc(), file=item.file)
+            continue
+        emit(event="result", label=item.label, result=res.to_json(), args=item.args, file=item.file)
+    return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return text[:500]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
