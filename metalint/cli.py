@@ -15,7 +15,7 @@ from metalint import __version__
 # name -> "module:attribute" of a click command
 COMMANDS = {
     "check": "metalint.check:check_command",
-    "rule": "metalint.rules:rule_command",
+    "rule": "metalint.docs:rule_command",
     "probe": "metalint.probe.command:probe_command",
     "fix": "metalint.fix.command:fix_command",
     "load": "metalint.loader.command:load_command",

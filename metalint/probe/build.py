@@ -256,17 +256,9 @@ class ProbeResult:
     error: str | None = None
 
     def verdict(self) -> str:
-        if self.status == "error":
-            return f"error: {self.error}"
-        if not self.findings:
-            return f"passed ({self.tensors} tensors)"
-        parts = []
-        if self.lost:
-            parts.append(f"{self.lost} of {self.tensors} tensors lost")
-        other = len([d for d in self.findings if d.code not in ("MP001", "MP002")])
-        if other or not parts:
-            parts.append(f"{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''}")
-        return "failed: " + ", ".join(parts)
+        from metalint.probe.results import verdict_text
+
+        return verdict_text(self.to_json())
 
     def to_json(self) -> dict[str, Any]:
         return {

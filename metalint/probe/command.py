@@ -12,6 +12,7 @@ import click
 from metalint import report
 from metalint.diagnostics import Diagnostic, Position
 from metalint.probe.codes import PROBE_CODES
+from metalint.probe.results import verdict_text
 from metalint.probe.isolate import Options, Outcome, run_target
 from metalint.probe.target import Target, load_config, parse_target
 
@@ -110,11 +111,10 @@ def summary_lines(rep: ProbeReport) -> list[str]:
         elif o.kind == "error":
             lines.append(f"error {o.label}: {o.message}")
         else:
-            from metalint.probe.build import ProbeResult
-
-            r = ProbeResult.from_json(o.result)
+            r = o.result or {}
             args = f"({o.args})" if o.args and o.args != "factory" else ""
-            lines.append(f"probe {o.label}{args} on {r.device} via {r.init_used or '-'}: {r.verdict()}")
+            lines.append(f"probe {o.label}{args} on {r.get('device')} via "
+                         f"{r.get('init_used') or '-'}: {verdict_text(r)}")
     return lines
 
 

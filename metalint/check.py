@@ -1,0 +1,215 @@
+"""``metalint check``: discover, analyse (parallel, cached), resolve across files, report."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from metalint.config import ConfigError, Settings, load_settings, validate_selectors
+from metalint.diagnostics import Diagnostic, Position
+from metalint.files import Cache, Discovery, display_path
+from metalint.report import ERROR_CODE, FORMATS, exit_code, render
+from metalint.static.engine import FileResult, analyze_source, decode, error_result, read_source
+from metalint.static.hierarchy import Hierarchy
+from metalint.static.names import module_name_for
+
+UNUSED_NOQA = "ML100"
+#: below this many files to parse, worker processes cost more than they save
+PARALLEL_THRESHOLD = 12
+
+
+@dataclass
+class CheckResult:
+    diagnostics: list[Diagnostic]
+    files_checked: int
+    results: list[FileResult]
+
+
+def _analyze(job: tuple[str, str, str, bool, tuple[str, ...]]) -> FileResult:
+    source, display, module, is_package, hooks = job
+    try:
+        return analyze_source(source, display, module, is_package=is_package, hooks=hooks)
+    except Exception as exc:  # a bug of ours must not stop the run
+        return error_result(display, f"internal error while checking: {type(exc).__name__}: {exc}")
+
+
+def _analyze_chunk(jobs: list) -> list[dict]:
+    return [_analyze(job).to_json() for job in jobs]
+
+
+def analyze_files(jobs: list, workers: int) -> list[FileResult]:
+    if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
+        return [_analyze(j) for j in jobs]
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    # biggest files first, dealt round-robin, so the workers finish together
+    order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0]))
+    n_chunks = min(len(jobs), workers * 4)
+    chunks = [[jobs[i] for i in order[k::n_chunks]] for k in range(n_chunks)]
+    index = [[i for i in order[k::n_chunks]] for k in range(n_chunks)]
+    out: list[FileResult | None] = [None] * len(jobs)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        for idx, results in zip(index, pool.map(_analyze_chunk, chunks)):
+            for i, data in zip(idx, results):
+                out[i] = FileResult.from_json(jobs[i][1], data)
+    return [r for r in out if r is not None]
+
+
+def all_codes() -> tuple[list[str], set[str]]:
+    from metalint.rules import all_rules
+
+    rules = all_rules()
+    return [r.code for r in rules], {r.code for r in rules if r.default}
+
+
+def run_check(
+    paths: Sequence[Path],
+    settings: Settings,
+    *,
+    use_cache: bool = True,
+    workers: int | None = None,
+) -> CheckResult:
+    codes, defaults = all_codes()
+    enabled = settings.enabled(codes, defaults)
+    discovery = Discovery(settings.root, settings.exclude)
+    files = list(discovery.files(paths))
+    cache = None
+    if use_cache:
+        cache = Cache(settings.cache_dir or settings.root / ".metalint_cache", Cache.key(codes, settings.hooks))
+    results: list[FileResult | None] = [None] * len(files)
+    jobs, job_index, digests = [], [], {}
+    for i, path in enumerate(files):
+        display = display_path(path)
+        data, err = read_source(path, display)
+        if err:
+            results[i] = err
+            continue
+        key = os.path.normpath(str(path.absolute()))
+        digest = Cache.digest(data)
+        cached = cache.get(key, digest) if cache else None
+        if cached is not None:
+            results[i] = FileResult.from_json(display, cached)
+            continue
+        source, err = decode(data, display)
+        if err:
+            results[i] = err
+            continue
+        module = module_name_for(path.absolute())
+        jobs.append((source, display, module, path.name == "__init__.py", settings.hooks))
+        job_index.append(i)
+        digests[i] = key, digest
+    for i, result in zip(job_index, analyze_files(jobs, workers or os.cpu_count() or 1)):
+        results[i] = result
+        if cache is not None and not any(d.code == ERROR_CODE for d in result.diagnostics):
+            cache.put(*digests[i], result.to_json())
+    if cache is not None:
+        cache.save()
+    final = [r for r in results if r is not None]
+    return CheckResult(resolve(final, settings, enabled), len(final), final)
+
+
+def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) -> list[Diagnostic]:
+    """Answer cross-file conditions, apply selection, per-file ignores and ``# noqa``."""
+    hierarchy = Hierarchy(results)
+    out: list[Diagnostic] = []
+    for r in results:
+        ignored_here = _per_file_ignores(r.path, settings)
+        kept: list[Diagnostic] = []
+        for d in r.diagnostics:
+            if d.code != ERROR_CODE:
+                if d.code not in enabled or any(d.code.startswith(p) for p in ignored_here):
+                    continue
+                if d.condition is not None and not hierarchy.holds(d.condition, settings.hooks):
+                    continue
+            kept.append(d)
+        used: dict[int, set[str]] = {}
+        for d in kept:
+            codes = r.noqa.get(d.start.row, ())
+            if d.code != ERROR_CODE and d.start.row in r.noqa and (codes is None or d.code in codes):
+                used.setdefault(d.start.row, set()).add(d.code)
+                continue
+            out.append(d)
+        if UNUSED_NOQA in enabled:
+            for row, codes in sorted(r.noqa.items()):
+                if not codes:
+                    continue
+                stale = [
+                    c for c in codes if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
+                ]
+                if stale:
+                    pos = Position(row, 1)
+                    out.append(
+                        Diagnostic(
+                            UNUSED_NOQA,
+                            f"unused `# noqa` for {', '.join(stale)}: nothing is reported here",
+                            r.path,
+                            pos,
+                            pos,
+                        )
+                    )
+    return sorted(out, key=lambda d: d.sort_key)
+
+
+def _per_file_ignores(display: str, settings: Settings) -> list[str]:
+    if not settings.per_file_ignores:
+        return []
+    path = Path(display).absolute()
+    try:
+        rel = path.relative_to(settings.root).as_posix()
+    except ValueError:
+        rel = path.as_posix()
+    out: list[str] = []
+    for pattern, codes in settings.per_file_ignores.items():
+        if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(path.name, pattern):
+            out += codes
+    return out
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [v.strip().upper() if v.strip().upper() != "ALL" else "ALL" for s in values for v in s.split(",") if v.strip()]
+
+
+@click.command("check")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--output-format", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--select", multiple=True, help="Codes or prefixes to enable (comma-separated; ALL).")
+@click.option("--extend-select", multiple=True, help="Codes to enable on top of the selection.")
+@click.option("--ignore", multiple=True, help="Codes or prefixes to disable.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
+@click.option("--statistics", is_flag=True, help="Count findings per code.")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the cache.")
+@click.option("--config", type=click.Path(path_type=Path), help="pyproject.toml to use.")
+@click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPUs).")
+@click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report to a file.")
+def check_command(paths, output_format, select, extend_select, ignore, exit_zero, statistics, no_cache, config, jobs, output):
+    """Check PATHS (default: .) for modules that break when built on the meta device."""
+    try:
+        paths = list(paths) or [Path(".")]
+        settings = load_settings(paths[0] if paths[0].exists() else Path.cwd(), config)
+        codes, _ = all_codes()
+        for name, values in (("--select", select), ("--extend-select", extend_select), ("--ignore", ignore)):
+            validate_selectors(_split(values), codes, name)
+        for what, values in (("select", settings.select), ("extend-select", settings.extend_select), ("ignore", settings.ignore)):
+            validate_selectors(values, codes, f"{settings.config_file}: {what}")
+        if select:
+            settings.select = _split(select)
+        settings.extend_select += _split(extend_select)
+        settings.ignore += _split(ignore)
+        result = run_check(paths, settings, use_cache=not no_cache, workers=jobs)
+    except ConfigError as exc:
+        click.echo(f"metalint: error: {exc}", err=True)
+        sys.exit(2)
+    text = render(result.diagnostics, output_format, statistics=statistics, files_checked=result.files_checked)
+    if output:
+        output.write_text(text, encoding="utf-8")
+    else:
+        click.echo(text, nl=False)
+    sys.exit(exit_code(result.diagnostics, exit_zero=exit_zero))

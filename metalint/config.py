@@ -1,0 +1,162 @@
+"""``[tool.metalint]`` in the nearest ``pyproject.toml``, merged with command-line options.
+
+Keys (all optional)::
+
+    [tool.metalint]
+    select = ["ML"]                 # codes or prefixes; "ALL" includes opt-in rules
+    extend-select = ["ML012"]
+    ignore = ["ML009"]
+    exclude = ["third_party", "*_pb2.py"]   # gitignore-style patterns, relative to this file
+    extend-exclude = []
+    hooks = ["init_states"]         # more methods that re-initialise a module after to_empty
+    cache-dir = ".metalint_cache"
+
+    [tool.metalint.per-file-ignores]
+    "tests/*" = ["ML008"]
+
+    [tool.metalint.probe]
+    factories = ["mypkg.models:tiny_model"]
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metalint.static.model import DEFAULT_HOOKS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class ConfigError(Exception):
+    """A configuration or usage problem: reported in one line, exit code 2."""
+
+
+KNOWN_KEYS = {
+    "select",
+    "extend-select",
+    "ignore",
+    "exclude",
+    "extend-exclude",
+    "per-file-ignores",
+    "hooks",
+    "cache-dir",
+    "probe",
+}
+
+
+@dataclass
+class Settings:
+    root: Path  # the folder of the pyproject.toml (or the working directory)
+    config_file: Path | None = None
+    select: list[str] = field(default_factory=list)
+    extend_select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    hooks: tuple[str, ...] = DEFAULT_HOOKS
+    cache_dir: Path | None = None
+    probe: dict[str, Any] = field(default_factory=dict)
+
+    def enabled(self, codes: list[str], defaults: set[str]) -> set[str]:
+        """Which of ``codes`` are enabled: select (or the defaults), + extend-select, - ignore."""
+        if self.select:
+            chosen = {c for c in codes if _matches(c, self.select, defaults)}
+        else:
+            chosen = set(defaults)
+        chosen |= {c for c in codes if _matches(c, self.extend_select, defaults)}
+        chosen -= {c for c in codes if _matches(c, self.ignore, set(codes))}
+        return chosen
+
+
+def _matches(code: str, selectors: list[str], defaults: set[str]) -> bool:
+    for sel in selectors:
+        if sel == "ALL":
+            return True
+        if code.startswith(sel) and (code == sel or len(sel) >= 2):
+            # a prefix such as "ML" selects only rules that are on by default;
+            # opt-in rules need their full code (or ALL)
+            if code == sel or code in defaults:
+                return True
+    return False
+
+
+def find_config(start: Path) -> Path | None:
+    start = start.resolve()
+    for folder in [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                continue
+            if "metalint" in data.get("tool", {}):
+                return candidate
+    return None
+
+
+def _str_list(value: Any, key: str, path: Path) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{path}: [tool.metalint] {key} must be a list of strings")
+    return list(value)
+
+
+def load_settings(start: Path | None = None, config: Path | None = None) -> Settings:
+    start = start or Path.cwd()
+    path = config or find_config(start)
+    if path is None:
+        root = start.resolve() if start.is_dir() else start.resolve().parent
+        return Settings(root=root)
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    table = data.get("tool", {}).get("metalint", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.metalint] must be a table")
+    unknown = sorted(set(table) - KNOWN_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown key{'s' if len(unknown) > 1 else ''} in [tool.metalint]: "
+            f"{', '.join(unknown)} (known: {', '.join(sorted(KNOWN_KEYS))})"
+        )
+    path = Path(path).resolve()
+    s = Settings(root=path.parent, config_file=path)
+    s.select = _str_list(table.get("select", []), "select", path)
+    s.extend_select = _str_list(table.get("extend-select", []), "extend-select", path)
+    s.ignore = _str_list(table.get("ignore", []), "ignore", path)
+    s.exclude = _str_list(table.get("exclude", []), "exclude", path) + _str_list(
+        table.get("extend-exclude", []), "extend-exclude", path
+    )
+    pfi = table.get("per-file-ignores", {})
+    if not isinstance(pfi, dict):
+        raise ConfigError(f"{path}: [tool.metalint] per-file-ignores must be a table")
+    s.per_file_ignores = {k: _str_list(v, f"per-file-ignores.{k}", path) for k, v in pfi.items()}
+    hooks = _str_list(table.get("hooks", []), "hooks", path)
+    s.hooks = tuple(dict.fromkeys([*DEFAULT_HOOKS, *hooks]))
+    if "cache-dir" in table:
+        s.cache_dir = (path.parent / str(table["cache-dir"])).resolve()
+    probe = table.get("probe", {})
+    if not isinstance(probe, dict):
+        raise ConfigError(f"{path}: [tool.metalint.probe] must be a table")
+    s.probe = probe
+    return s
+
+
+def validate_selectors(selectors: list[str], known: list[str], what: str) -> None:
+    for sel in selectors:
+        if sel == "ALL":
+            continue
+        if not any(code.startswith(sel) for code in known) or len(sel) < 2:
+            raise ConfigError(f"{what}: unknown rule selector {sel!r}")

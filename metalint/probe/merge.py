@@ -1,0 +1,91 @@
+"""Mark static findings confirmed/refuted with the probe's results (``check --probe``).
+
+A static diagnostic names its class (``symbol``, qualified name inside ``filename``) and
+usually an attribute in backticks at the start of its message (`` `gamma` ...``). The probe's
+per-class summary (:attr:`metalint.probe.command.ProbeReport.classes`) says, for every class
+it built (a probed class, or any submodule of a probed factory), which of its own tensors were
+broken and which class-level findings (MP006 construct raised, MP007 device escape, MP009 hook
+order) it had.
+
+- ``confirmed``: the class was probed and the named attribute is broken (any MP001-MP005,
+  MP008); with no attribute named, any own tensor broken. ML008 (data-dependent ``__init__``)
+  is confirmed by MP006; ML009 (explicit real device) by MP007 or a broken named tensor;
+  ML006/ML010 (parent/children init) by a broken tensor anywhere in the class's subtree.
+- ``refuted``: the class was probed and none of the above holds.
+- ``None``: the class was not probed, or its meta build raised (MP006) so its tensors could
+  not be checked (except for ML008, which MP006 confirms).
+
+This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from metalint.diagnostics import Diagnostic
+
+_ATTR = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
+_SUBTREE_RULES = {"ML006", "ML010"}
+
+
+def _norm(path: str | None) -> str:
+    return os.path.normcase(os.path.realpath(path)) if path else ""
+
+
+def _classes_of(probe_report: Any) -> Mapping[str, Mapping[str, Any]]:
+    if isinstance(probe_report, Mapping):
+        return probe_report.get("classes", probe_report)  # a summary dict or {"classes": ...}
+    return probe_report.classes
+
+
+def _lookup(classes: Iterable[Mapping[str, Any]], filename: str, symbol: str) -> Mapping[str, Any] | None:
+    want = _norm(filename)
+    fallback = None
+    for info in classes:
+        if info.get("cls") != symbol:
+            continue
+        have = _norm(info.get("file"))
+        if have == want:
+            return info
+        if have and want and (have.endswith(os.sep + os.path.basename(want))
+                              and want.endswith(os.sep + os.path.basename(have))):
+            fallback = fallback or info
+    return fallback
+
+
+def verdict_for(diag: Diagnostic, info: Mapping[str, Any] | None) -> str | None:
+    if info is None:
+        return None
+    m = _ATTR.search(diag.message)
+    attr = m.group(1) if m else None
+    if attr is not None and attr not in info.get("attrs", ()) and attr not in info.get("broken", {}):
+        attr = None  # the backticks named something else (a method, a call)
+    codes = set(info.get("codes", ()))
+    if diag.code == "ML008":
+        return "confirmed" if "MP006" in codes or info.get("raised") else "refuted"
+    if "MP006" in codes or info.get("raised"):
+        return None  # could not build on meta: its tensors were not compared
+    broken = info.get("broken", {})
+    if diag.code == "ML009" and "MP007" in codes:
+        return "confirmed"
+    if diag.code in _SUBTREE_RULES:
+        return "confirmed" if info.get("subtree_broken", 0) or broken else "refuted"
+    if attr is not None:
+        return "confirmed" if attr in broken else "refuted"
+    return "confirmed" if broken or codes & {"MP007", "MP009"} else "refuted"
+
+
+def mark_verdicts(static_diags: Iterable[Diagnostic], probe_report: Any) -> list[Diagnostic]:
+    """Return ``static_diags`` with ``verdict`` set from ``probe_report`` (a
+    :class:`~metalint.probe.command.ProbeReport` or its ``classes`` mapping)."""
+    classes = list(_classes_of(probe_report).values())
+    out = []
+    for d in static_diags:
+        if d.symbol is None or not d.code.startswith("ML") or d.code == "ML900":
+            out.append(d)
+            continue
+        out.append(d.with_(verdict=verdict_for(d, _lookup(classes, d.filename, d.symbol))))
+    return out

@@ -1,0 +1,200 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.rule import Finding, Rule
+from metalint.static.tensors import parameter_value, string_value, value_kind
+
+
+def construction_methods(rule: Rule, cls: ClassFacts) -> list[MethodFacts]:
+    """``__init__`` and the helpers it calls, minus the reset hooks themselves."""
+    return [m for m in cls.reachable("__init__") if m.name not in rule.ctx.hooks]
+
+
+def short(node: cst.CSTNode, limit: int = 60) -> str:
+    text = " ".join(cst.Module([]).code_for_node(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ParameterFromValue(Rule):
+    """
+    ## What it does
+    Finds an `nn.Parameter` created in `__init__` from a value — `v * torch.ones(dim)`,
+    `torch.randn(...)`, `torch.tensor(...)`, `torch.full(...)`, `torch.zeros(...)` — that no
+    reset hook of the class (or of a base class) re-creates.
+
+    ## Why is this bad on meta?
+    Under `with torch.device("meta"):` the value is never computed, and `module.to_empty()`
+    gives the parameter uninitialised memory. `reset_parameters()` (or the model's
+    `init_weights()`) is the only code that runs after materialisation; a value that only
+    `__init__` sets is silently lost. This is dinov2's `LayerScale` bug: `gamma` becomes garbage
+    and training diverges.
+
+    ## Example
+    ```python
+    class LayerScale(nn.Module):
+        def __init__(self, dim, init_values=1e-5):
+            super().__init__()
+            self.gamma = nn.Parameter(init_values * torch.ones(dim))
+    ```
+
+    ## Use instead
+    ```python
+    class LayerScale(nn.Module):
+        def __init__(self, dim, init_values=1e-5, device=None, dtype=None):
+            super().__init__()
+            self.init_values = init_values
+            self.gamma = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+            self.reset_parameters()
+
+        def reset_parameters(self):
+            nn.init.constant_(self.gamma, self.init_values)
+    ```
+
+    ## Fix safety
+    `metalint fix` moves the value into `reset_parameters()` and calls it at the end of
+    `__init__`, so eager construction gives the same tensors. The fix is unsafe when it must
+    add `device`/`dtype` to the constructor's signature, and unavailable when the shape of the
+    value cannot be derived statically.
+    """
+
+    code = "ML001"
+    name = "parameter-from-value"
+    summary = "Parameter created from a value in `__init__` that no reset hook re-creates"
+    fix_availability = "sometimes"
+
+    VALID = [
+        # the timm-1.0 LayerScale: empty + reset_parameters
+        """
+import torch
+from torch import nn
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5):
+        super().__init__()
+        self.init_values = init_values
+        self.gamma = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.constant_(self.gamma, self.init_values)
+""",
+        # re-created by a base class's hook
+        """
+import torch
+import torch.nn as nn
+
+class Base(nn.Module):
+    def reset_parameters(self):
+        nn.init.ones_(self.weight)
+
+class Norm(Base):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+""",
+        # parameter from an argument: nothing computed here
+        """
+import torch.nn as nn
+
+class Wrap(nn.Module):
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+""",
+        # a root init_weights that re-creates it through a helper
+        """
+import torch
+from torch import nn
+
+class ViT(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.pos_embed = nn.Parameter(torch.randn(1, 4, dim) * .02)
+
+    def init_weights(self):
+        self._init_pos()
+
+    def _init_pos(self):
+        nn.init.trunc_normal_(self.pos_embed, std=.02)
+""",
+    ]
+    INVALID = [
+        # dinov2's LayerScale
+        """
+import torch
+from torch import nn
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+        self.gamma = nn.Parameter(init_values * torch.ones(dim))  # ERROR
+""",
+        # every spelling of Parameter, through a local variable, and register_parameter
+        """
+import torch
+import torch.nn
+from torch.nn import Parameter
+from torch.nn.parameter import Parameter as P
+
+class M(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.randn(d))  # ERROR
+        self.b = Parameter(torch.tensor([1.0, 2.0]))  # ERROR
+        self.c = P(torch.full((d,), 0.5))  # ERROR
+        scale = torch.zeros(d) + 1
+        self.d = Parameter(scale)  # ERROR
+        self.register_parameter("e", Parameter(torch.ones(d) * 2))  # ERROR
+        self.f = Parameter(torch.empty(d))
+""",
+        # a reset hook exists but forgets this tensor
+        """
+import torch
+import torch.nn as nn
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(d, d))
+        self.scale = nn.Parameter(torch.ones(d))  # ERROR
+
+    def reset_parameters(self):
+        nn.init.kaiming_uniform_(self.w)
+""",
+    ]
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        for method in construction_methods(self, cls):
+            for assign in method.assigns:
+                if assign.target.count(".") != 1:
+                    continue
+                attr = assign.target.split(".")[1]
+                yield from self._check(cls, method, attr, assign.node, assign.value)
+            for call in method.calls:
+                if call.receiver == "self" and call.method == "register_parameter":
+                    args = call.node.args
+                    if len(args) >= 2:
+                        attr = string_value(args[0].value)
+                        if attr:
+                            yield from self._check(cls, method, attr, call.node, args[1].value)
+
+    def _check(self, cls, method, attr, node, value) -> Iterable[Finding]:
+        data = parameter_value(value, self.qualify)
+        if data is None:
+            return
+        kind = value_kind(data, self.qualify, method)
+        if kind not in ("value", "random"):
+            return
+        yield Finding(
+            node,
+            f"`{attr}` is created from a value (`{short(data)}`) in `{method.name}`; no reset hook "
+            f"re-creates it, so after `to_empty()` it is uninitialised memory. Create it with "
+            f"`torch.empty(...)` and set the value in `reset_parameters()`",
+            cls,
+            unless_recreated=(attr,),
+        )

@@ -1,0 +1,252 @@
+"""Analyse one file: read, prefilter, parse once, collect facts, run every rule.
+
+The result of a file (:class:`FileResult`) does not depend on any other file, so it can be
+computed in a worker process and cached by content. What does depend on other files (is a base
+class an ``nn.Module``? does a base class's hook re-create the value?) is carried as a
+:class:`~metalint.diagnostics.Condition` and answered by :mod:`metalint.static.hierarchy`.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from metalint.diagnostics import Condition, Diagnostic, Position
+from metalint.report import ERROR_CODE
+from metalint.static.model import DEFAULT_HOOKS, ClassFacts, collect
+from metalint.static.names import exports_from_ast, module_name_for
+from metalint.static.rule import Finding, RuleContext
+from metalint.static.tensors import recreated
+
+#: a file that mentions none of these cannot hold a finding; it is not parsed
+PREFILTER = re.compile(rb"torch|nn\.|Parameter|register_buffer|Module|Tensor")
+NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.I)
+#: public hooks that re-initialise a module after ``to_empty`` (rule ML004 looks for these)
+PUBLIC_HOOKS = ("reset_parameters", "init_weights", "init_non_persistent_buffers")
+MODULE_API = ("register_buffer", "register_parameter", "register_module", "add_module", "apply")
+
+
+@dataclass
+class ClassSummary:
+    """What other files need to know about a class."""
+
+    fullname: str
+    bases: list[str]
+    hooks: dict[str, tuple[list[str], bool]]  # hook name -> (re-created tensors, calls super)
+    uses_module_api: bool  # registers tensors or modules: an nn.Module whatever its bases
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fullname": self.fullname,
+            "bases": self.bases,
+            "hooks": {k: [v[0], v[1]] for k, v in self.hooks.items()},
+            "uses_module_api": self.uses_module_api,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ClassSummary":
+        return cls(
+            d["fullname"],
+            d["bases"],
+            {k: (v[0], v[1]) for k, v in d["hooks"].items()},
+            d["uses_module_api"],
+        )
+
+
+@dataclass
+class FileResult:
+    path: str  # as displayed
+    module: str = ""
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    classes: list[ClassSummary] = field(default_factory=list)
+    exports: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
+    noqa: dict[int, list[str] | None] = field(default_factory=dict)  # line -> codes (None: all)
+    parsed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "diagnostics": [d.to_cache() for d in self.diagnostics],
+            "classes": [c.to_json() for c in self.classes],
+            "exports": self.exports,
+            "noqa": {str(k): v for k, v in self.noqa.items()},
+            "parsed": self.parsed,
+        }
+
+    @classmethod
+    def from_json(cls, path: str, d: dict[str, Any]) -> "FileResult":
+        return cls(
+            path,
+            d["module"],
+            [Diagnostic.from_cache(x) for x in d["diagnostics"]],
+            [ClassSummary.from_json(x) for x in d["classes"]],
+            d["exports"],
+            {int(k): v for k, v in d["noqa"].items()},
+            d["parsed"],
+        )
+
+
+def error_result(path: str, reason: str, row: int = 1, column: int = 1) -> FileResult:
+    pos = Position(row, column)
+    return FileResult(path, diagnostics=[Diagnostic(ERROR_CODE, reason, path, pos, pos)])
+
+
+def read_source(path: Path, display: str) -> tuple[bytes | None, FileResult | None]:
+    """The file's bytes, or an error result naming why it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        if path.is_symlink():
+            return None, error_result(display, "could not be checked: broken symbolic link")
+        return None, error_result(display, "could not be checked: file not found")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.errno == 40:  # ELOOP
+            reason = "symbolic link loop"
+        return None, error_result(display, f"could not be checked: {reason.lower()}")
+    return data, None
+
+
+def decode(data: bytes, display: str) -> tuple[str | None, FileResult | None]:
+    if b"\0" in data:
+        return None, error_result(display, "could not be checked: binary file (contains NUL bytes)")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding), None
+    except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "msg", None) or str(exc)
+        return None, error_result(display, f"could not be checked: not valid source text ({reason})")
+
+
+def noqa_directives(source: str) -> dict[int, list[str] | None]:
+    out: dict[int, list[str] | None] = {}
+    if "noqa" not in source.lower():
+        return out
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return out
+    for tok in tokens:
+        if tok.type != tokenize.COMMENT:
+            continue
+        m = NOQA.search(tok.string)
+        if not m:
+            continue
+        codes = m.group("codes")
+        out[tok.start[0]] = (
+            sorted({c.upper() for c in re.split(r"[,\s]+", codes) if c}) if codes else None
+        )
+    return out
+
+
+def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
+    hooks: dict[str, tuple[list[str], bool]] = {}
+    for name in ctx.hooks:
+        if name not in cls.methods:
+            continue
+        names: set[str] = set()
+        calls_super = False
+        for m in cls.reachable(name):
+            names |= recreated(m, ctx.qualify)
+            calls_super = calls_super or name in m.super_calls
+        hooks[name] = (sorted(names), calls_super)
+    api = False
+    for m in cls.methods.values():
+        for call in m.calls:
+            if call.receiver == "self" and call.method in MODULE_API:
+                api = True
+        for a in m.assigns:
+            # self.x = nn.Linear(...) / nn.Parameter(...): only modules hold these
+            if isinstance(a.value, cst.Call):
+                q = ctx.qualify(a.value.func) or ""
+                if q.startswith("torch.nn.") and not q.startswith("torch.nn.functional."):
+                    api = True
+    return ClassSummary(cls.fullname, cls.bases, hooks, api)
+
+
+def analyze_source(
+    source: str,
+    display: str,
+    module_name: str,
+    *,
+    is_package: bool = False,
+    hooks: tuple[str, ...] = DEFAULT_HOOKS,
+    rules=None,
+) -> FileResult:
+    """Run every rule on ``source``. ``rules`` defaults to all registered rules."""
+    from metalint.rules import all_rules
+
+    result = FileResult(display, module_name, noqa=noqa_directives(source))
+    if not PREFILTER.search(source.encode("utf-8", "surrogatepass")):
+        # nothing to find here; still report a file Python cannot parse (fast C parser)
+        try:
+            tree = ast.parse(source, display)
+        except SyntaxError as exc:
+            return error_result(
+                display, f"could not be checked: syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1
+            )
+        except (ValueError, RecursionError, MemoryError) as exc:
+            return error_result(display, f"could not be checked: {exc}")
+        result.exports = exports_from_ast(tree, module_name, is_package)
+        return result
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        msg = str(exc.message).splitlines()[0] if exc.message else "invalid syntax"
+        return error_result(display, f"could not be checked: syntax error: {msg}", exc.raw_line, exc.raw_column + 1)
+    except RecursionError:
+        return error_result(display, "could not be checked: nesting too deep to parse")
+    result.parsed = True
+    facts = collect(module, module_name, is_package)
+    ctx = RuleContext(facts, module, hooks, display)
+    result.exports = dict(facts.aliases.names)
+    result.exports.update(facts.local_classes)
+    result.classes = [summarize(c, ctx) for c in facts.classes]
+    findings: list[tuple[str, Finding]] = []
+    instances = [r(ctx) for r in (rules if rules is not None else all_rules())]
+    for cls in facts.classes:
+        for rule in instances:
+            for finding in rule.check_class(cls):
+                findings.append((rule.code, finding))
+    if findings:
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        for code, f in findings:
+            rng = positions[f.node]
+            result.diagnostics.append(
+                Diagnostic(
+                    code,
+                    f.message,
+                    display,
+                    Position(rng.start.line, rng.start.column + 1),
+                    Position(rng.end.line, rng.end.column + 1),
+                    symbol=f.cls.qualname,
+                    fix=f.fix,
+                    condition=Condition(
+                        f.cls.fullname, True, tuple(f.unless_recreated), f.unless_hook
+                    ),
+                )
+            )
+    return result
+
+
+def analyze_path(
+    path: Path, display: str, hooks: tuple[str, ...] = DEFAULT_HOOKS
+) -> FileResult:
+    data, err = read_source(path, display)
+    if err:
+        return err
+    source, err = decode(data, display)
+    if err:
+        return err
+    module = module_name_for(path.absolute())
+    return analyze_source(
+        source, display, module, is_package=path.name == "__init__.py", hooks=hooks
+    )

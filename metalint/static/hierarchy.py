@@ -1,0 +1,139 @@
+"""Class hierarchy across the files of a checked tree.
+
+Answers the questions a single file cannot: is ``Block`` (whose base lives in another file,
+maybe re-exported through a package ``__init__``) an ``nn.Module``? Which tensors do the reset
+hooks it inherits re-create?
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from metalint.diagnostics import Condition
+from metalint.static.engine import PUBLIC_HOOKS, ClassSummary, FileResult
+
+
+#: torch.nn classes whose subclasses do NOT inherit a public ``reset_parameters``
+TORCH_WITHOUT_RESET = frozenset(
+    {
+        "torch.nn.Module",
+        "torch.nn.ModuleList",
+        "torch.nn.ModuleDict",
+        "torch.nn.Sequential",
+        "torch.nn.ParameterList",
+        "torch.nn.ParameterDict",
+        "torch.nn.MultiheadAttention",  # only the private _reset_parameters
+        "torch.nn.Transformer",
+        "torch.nn.TransformerEncoderLayer",
+        "torch.nn.TransformerDecoderLayer",
+        "torch.nn.TransformerEncoder",
+        "torch.nn.TransformerDecoder",
+    }
+)
+
+
+class Hierarchy:
+    def __init__(self, results: Iterable[FileResult], public_hooks: Iterable[str] = PUBLIC_HOOKS):
+        self.classes: dict[str, ClassSummary] = {}
+        self.exports: dict[str, dict[str, str]] = {}
+        for r in results:
+            for c in r.classes:
+                self.classes.setdefault(c.fullname, c)
+            if r.module:
+                self.exports.setdefault(r.module, r.exports)
+        self.public_hooks = tuple(public_hooks)
+        self._module_memo: dict[str, bool] = {}
+
+    def resolve(self, name: str, depth: int = 0) -> str | None:
+        """The full name of a class defined in the tree, following re-exports."""
+        if name in self.classes:
+            return name
+        if depth > 8 or "." not in name:
+            return None
+        head, _, attr = name.rpartition(".")
+        # ``pkg.layers.LayerScale`` where pkg/layers/__init__.py imports it from a submodule
+        target = self.exports.get(head, {}).get(attr)
+        if target and target != name:
+            return self.resolve(target, depth + 1)
+        return None
+
+    def bases(self, fullname: str) -> list[str]:
+        cls = self.classes.get(fullname)
+        if cls is None:
+            return []
+        out = []
+        for b in cls.bases:
+            r = self.resolve(b)
+            if r is not None and r != fullname:
+                out.append(r)
+        return out
+
+    def is_module(self, fullname: str) -> bool:
+        if fullname in self._module_memo:
+            return self._module_memo[fullname]
+        self._module_memo[fullname] = False  # cycles
+        cls = self.classes.get(fullname)
+        result = False
+        if cls is not None:
+            result = cls.uses_module_api or any(
+                b.startswith("torch.nn.") for b in cls.bases
+            ) or any(self.is_module(b) for b in self.bases(fullname))
+        self._module_memo[fullname] = result
+        return result
+
+    def hook_tensors(self, fullname: str, hook: str, depth: int = 0) -> set[str] | None:
+        """Tensors re-created when ``hook`` runs on an instance of the class (None: no hook)."""
+        cls = self.classes.get(fullname)
+        if cls is None or depth > 32:
+            return None
+        if hook in cls.hooks:
+            own, calls_super = cls.hooks[hook]
+            names = set(own)
+            if calls_super:
+                for base in self.bases(fullname):
+                    inherited = self.hook_tensors(base, hook, depth + 1)
+                    if inherited is not None:
+                        names |= inherited
+                        break
+            return names
+        for base in self.bases(fullname):
+            inherited = self.hook_tensors(base, hook, depth + 1)
+            if inherited is not None:
+                return inherited
+        return None
+
+    def recreated(self, fullname: str, hooks: Iterable[str]) -> set[str]:
+        names: set[str] = set()
+        for hook in hooks:
+            names |= self.hook_tensors(fullname, hook) or set()
+        return names
+
+    def has_hook(self, fullname: str, hooks: Iterable[str]) -> bool:
+        hooks = tuple(hooks)
+        if any(self.hook_tensors(fullname, h) is not None for h in hooks):
+            return True
+        return "reset_parameters" in hooks and self._torch_reset_base(fullname, set())
+
+    def _torch_reset_base(self, fullname: str, seen: set[str]) -> bool:
+        """Does the class inherit ``reset_parameters`` from a torch.nn built-in?"""
+        cls = self.classes.get(fullname)
+        if cls is None or fullname in seen:
+            return False
+        seen.add(fullname)
+        for b in cls.bases:
+            if b.startswith("torch.nn.") and b not in TORCH_WITHOUT_RESET:
+                return True
+        return any(self._torch_reset_base(b, seen) for b in self.bases(fullname))
+
+    def holds(self, cond: Condition, hooks: Iterable[str]) -> bool:
+        """Does a finding with this condition stand?"""
+        hooks = tuple(hooks)
+        if cond.module and not self.is_module(cond.cls):
+            return False
+        if cond.not_recreated:
+            done = self.recreated(cond.cls, hooks)
+            if "*" in done or any(a in done for a in cond.not_recreated):
+                return False
+        if cond.no_hook and self.has_hook(cond.cls, [h for h in hooks if not h.startswith("_")]):
+            return False
+        return True

@@ -1,0 +1,279 @@
+"""The semantic model of one file, built in a single libcst traversal.
+
+Rules never walk the tree themselves: they read the facts recorded here for each class —
+what each method assigns to ``self``, which calls it makes (qualified through import aliases),
+under which context (``torch.no_grad()``, a loop, a condition) — and look into the value
+expressions they care about.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from metalint.static.names import Aliases, dotted
+
+#: the names a class may use to re-create its tensors after ``to_empty``
+DEFAULT_HOOKS = ("reset_parameters", "init_weights", "_init_weights", "init_non_persistent_buffers")
+
+
+@dataclass
+class CallSite:
+    node: cst.Call
+    qualname: str | None  # canonical qualified name of the callee, when importable
+    method: str | None  # attribute name when the callee is ``<expr>.method``
+    receiver: str | None  # dotted receiver of a method call, e.g. "self.gamma.data"
+    in_no_grad: bool
+    in_loop: bool
+
+
+@dataclass
+class AttrAssign:
+    node: cst.CSTNode  # the Assign / AnnAssign / AugAssign statement
+    target: str  # dotted target, "self.gamma" or "self.head.weight"
+    value: cst.BaseExpression | None
+    augmented: bool = False
+
+
+@dataclass
+class MethodFacts:
+    name: str
+    node: cst.FunctionDef
+    params: list[str] = field(default_factory=list)
+    assigns: list[AttrAssign] = field(default_factory=list)
+    calls: list[CallSite] = field(default_factory=list)
+    conditions: list[cst.BaseExpression] = field(default_factory=list)
+    self_calls: set[str] = field(default_factory=set)  # self.foo(...)
+    super_calls: set[str] = field(default_factory=set)  # super().foo(...)
+    local_values: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]] = field(
+        default_factory=dict
+    )
+    # for-loops over self.parameters()/buffers()/modules(): re-creates everything
+    loops_over_own_tensors: bool = False
+
+
+@dataclass
+class ClassFacts:
+    name: str
+    qualname: str  # inside the module, "Outer.Inner"
+    fullname: str  # "pkg.mod.Outer.Inner"
+    node: cst.ClassDef
+    bases: list[str]  # qualified names of the bases, "?" for an expression we cannot name
+    methods: dict[str, MethodFacts] = field(default_factory=dict)
+
+    @property
+    def init(self) -> MethodFacts | None:
+        return self.methods.get("__init__")
+
+    def reachable(self, start: str) -> list[MethodFacts]:
+        """``start`` and the methods of this class it calls as ``self.m()``, transitively."""
+        seen: list[MethodFacts] = []
+        todo = [start]
+        names: set[str] = set()
+        while todo:
+            name = todo.pop()
+            if name in names or name not in self.methods:
+                continue
+            names.add(name)
+            m = self.methods[name]
+            seen.append(m)
+            todo.extend(sorted(m.self_calls))
+        return seen
+
+
+@dataclass
+class FileFacts:
+    module: str
+    aliases: Aliases
+    classes: list[ClassFacts] = field(default_factory=list)
+    local_classes: dict[str, str] = field(default_factory=dict)  # top-level name -> fullname
+
+
+def _is_self_chain(name: str | None) -> bool:
+    return name is not None and (name == "self" or name.startswith("self."))
+
+
+class FactCollector(cst.CSTVisitor):
+    """One pass over a module that fills :class:`FileFacts`."""
+
+    def __init__(self, facts: FileFacts) -> None:
+        self.facts = facts
+        self.class_stack: list[ClassFacts] = []
+        self.func_depth = 0  # nesting of FunctionDef inside the current class
+        self.method: MethodFacts | None = None
+        self.no_grad = 0
+        self.loop = 0
+        self._qual_stack: list[str] = []
+
+    # -- imports (module level and nested: both count) -------------------------------------
+    def visit_Import(self, node: cst.Import) -> None:
+        self.facts.aliases.add_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.facts.aliases.add_import_from(node)
+
+    def qualify(self, node: cst.BaseExpression) -> str | None:
+        return self.facts.aliases.qualify(node, self.facts.local_classes)
+
+    # -- classes and methods ---------------------------------------------------------------
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        if self.method is not None:
+            # a class defined inside a method body is out of scope for the per-class rules
+            return False
+        qual = ".".join([*self._qual_stack, node.name.value])
+        fullname = f"{self.facts.module}.{qual}" if self.facts.module else qual
+        if not self._qual_stack:
+            self.facts.local_classes[node.name.value] = fullname
+        bases = []
+        for arg in node.bases:
+            if arg.keyword is not None:
+                continue
+            bases.append(self.qualify(arg.value) or (dotted(arg.value) or "?"))
+        cls = ClassFacts(node.name.value, qual, fullname, node, bases)
+        self.facts.classes.append(cls)
+        self.class_stack.append(cls)
+        self._qual_stack.append(node.name.value)
+        return True
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        if self.class_stack and self.class_stack[-1].node is original_node:
+            self.class_stack.pop()
+            self._qual_stack.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if self.method is None and self.class_stack and self._direct_child_of_class(node):
+            params = [p.name.value for p in node.params.params]
+            params += [p.name.value for p in node.params.kwonly_params]
+            params += [p.name.value for p in node.params.posonly_params]
+            self.method = MethodFacts(node.name.value, node, params)
+            self.class_stack[-1].methods[node.name.value] = self.method
+        self.func_depth += 1
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self.func_depth -= 1
+        if self.method is not None and self.method.node is original_node:
+            self.method = None
+
+    def _direct_child_of_class(self, node: cst.FunctionDef) -> bool:
+        body = self.class_stack[-1].node.body
+        stmts = body.body if isinstance(body, cst.IndentedBlock) else ()
+        return any(s is node for s in stmts)
+
+    # -- context -----------------------------------------------------------------------------
+    def visit_With(self, node: cst.With) -> None:
+        if self._is_no_grad(node):
+            self.no_grad += 1
+
+    def leave_With(self, original_node: cst.With) -> None:
+        if self._is_no_grad(original_node):
+            self.no_grad -= 1
+
+    def _is_no_grad(self, node: cst.With) -> bool:
+        for item in node.items:
+            expr = item.item
+            if isinstance(expr, cst.Call):
+                expr = expr.func
+            if self.qualify(expr) in ("torch.no_grad", "torch.inference_mode"):
+                return True
+        return False
+
+    def visit_For(self, node: cst.For) -> None:
+        self.loop += 1
+        if self.method is not None:
+            it = node.iter
+            if isinstance(it, cst.Call):
+                name = dotted(it.func)
+                if name in (
+                    "self.parameters",
+                    "self.named_parameters",
+                    "self.buffers",
+                    "self.named_buffers",
+                ):
+                    self.method.loops_over_own_tensors = True
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self.loop -= 1
+
+    def visit_While(self, node: cst.While) -> None:
+        self.loop += 1
+        if self.method is not None:
+            self.method.conditions.append(node.test)
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self.loop -= 1
+
+    def visit_If(self, node: cst.If) -> None:
+        if self.method is not None:
+            self.method.conditions.append(node.test)
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        if self.method is not None:
+            self.method.conditions.append(node.test)
+
+    def visit_Assert(self, node: cst.Assert) -> None:
+        if self.method is not None:
+            self.method.conditions.append(node.test)
+
+    # -- assignments -------------------------------------------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self.method is None:
+            return
+        for target in node.targets:
+            self._record_target(node, target.target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if self.method is not None and node.value is not None:
+            self._record_target(node, node.target, node.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if self.method is None:
+            return
+        name = dotted(node.target)
+        if _is_self_chain(name) and name != "self":
+            self.method.assigns.append(AttrAssign(node, name, node.value, augmented=True))
+
+    def _record_target(self, stmt: cst.CSTNode, target: cst.BaseExpression, value) -> None:
+        assert self.method is not None
+        if isinstance(target, (cst.Tuple, cst.List)):
+            values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
+            for i, el in enumerate(target.elements):
+                v = values[i].value if values is not None and i < len(values) else None
+                self._record_target(stmt, el.value, v)
+            return
+        name = dotted(target)
+        if name is None:
+            return
+        if _is_self_chain(name) and name != "self":
+            self.method.assigns.append(AttrAssign(stmt, name, value))
+        elif "." not in name and value is not None:
+            self.method.local_values.setdefault(name, []).append((stmt, value))
+
+    # -- calls -------------------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.method is None:
+            return
+        func = node.func
+        method = receiver = None
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            receiver = dotted(func.value)
+            if receiver == "self":
+                self.method.self_calls.add(method)
+            inner = func.value
+            if (
+                isinstance(inner, cst.Call)
+                and isinstance(inner.func, cst.Name)
+                and inner.func.value == "super"
+            ):
+                self.method.super_calls.add(method)
+                receiver = "super()"
+        self.method.calls.append(
+            CallSite(node, self.qualify(func), method, receiver, self.no_grad > 0, self.loop > 0)
+        )
+
+
+def collect(module: cst.Module, module_name: str, is_package: bool = False) -> FileFacts:
+    facts = FileFacts(module_name, Aliases(module_name, is_package))
+    module.visit(FactCollector(facts))
+    return facts

@@ -1,0 +1,92 @@
+"""The base class of a static rule.
+
+A rule is one file in ``metalint/rules/``: a :class:`Rule` subclass whose docstring is its
+reference page (ruff's sections: What it does, Why is this bad on meta?, Example, Use instead,
+Fix safety) and whose ``VALID``/``INVALID`` examples are executed as tests (Fixit's way). In an
+``INVALID`` example every line that must be reported ends with ``# ERROR``.
+
+A rule reads the facts of one class (:class:`~metalint.static.model.ClassFacts`) and yields
+:class:`Finding` s; the engine turns them into :class:`~metalint.diagnostics.Diagnostic` s.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import libcst as cst
+
+from metalint.diagnostics import Fix
+from metalint.static.model import ClassFacts, FileFacts
+
+DOC_SECTIONS = ("What it does", "Why is this bad on meta?", "Example", "Use instead", "Fix safety")
+
+
+@dataclass
+class Finding:
+    node: cst.CSTNode
+    message: str
+    cls: ClassFacts
+    #: the finding stands only while no reset hook (of the class or a base) re-creates these
+    unless_recreated: tuple[str, ...] = ()
+    #: the finding stands only while neither the class nor a base has a public init hook
+    unless_hook: bool = False
+    fix: Fix | None = None
+
+
+@dataclass
+class RuleContext:
+    facts: FileFacts
+    module: cst.Module
+    hooks: tuple[str, ...]
+    path: str
+
+    def qualify(self, node: cst.BaseExpression) -> str | None:
+        return self.facts.aliases.qualify(node, self.facts.local_classes)
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]  # kebab-case, what it means to a PyTorch user
+    summary: ClassVar[str]  # one line
+    default: ClassVar[bool] = True  # enabled without --select
+    fix_availability: ClassVar[str] = "none"  # "none", "sometimes" or "always"
+    VALID: ClassVar[list[str]] = []
+    INVALID: ClassVar[list[str]] = []
+
+    def __init__(self, ctx: RuleContext) -> None:
+        self.ctx = ctx
+
+    def qualify(self, node: cst.BaseExpression) -> str | None:
+        return self.ctx.qualify(node)
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        raise NotImplementedError
+
+    # -- documentation -------------------------------------------------------------------------
+    @classmethod
+    def sections(cls) -> dict[str, str]:
+        doc = (cls.__doc__ or "").strip("\n")
+        lines = doc.splitlines()
+        indent = min((len(l) - len(l.lstrip()) for l in lines[1:] if l.strip()), default=0)
+        text = "\n".join([lines[0].strip(), *(l[indent:] for l in lines[1:])]) if lines else ""
+        parts = re.split(r"^## (.+)$", text, flags=re.M)
+        out = {}
+        for title, body in zip(parts[1::2], parts[2::2]):
+            out[title.strip()] = body.strip("\n")
+        return out
+
+    @classmethod
+    def markdown(cls) -> str:
+        fix = {
+            "none": "No automatic fix.",
+            "sometimes": "Fix is sometimes available (`metalint fix`).",
+            "always": "Fix is always available (`metalint fix`).",
+        }[cls.fix_availability]
+        enabled = "" if cls.default else "\n\nThis rule is opt-in: enable it with `--select` or `extend-select`."
+        out = [f"# {cls.name} ({cls.code})", "", f"{cls.summary}", "", f"{fix}{enabled}", ""]
+        for title, body in cls.sections().items():
+            out += [f"## {title}", "", body, ""]
+        return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from metalint.cli import main
+
+
+@pytest.fixture
+def cli(monkeypatch, tmp_path):
+    """Run the metalint CLI in-process from a working directory (default: tmp_path)."""
+
+    def run(*args: str, cwd: Path | None = None):
+        monkeypatch.chdir(cwd or tmp_path)
+        return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+    return run
+
+
+@pytest.fixture
+def write(tmp_path):
+    """Write a dedented source file under tmp_path and return its path."""
+
+    def put(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+        return path
+
+    return put
+
+
+SARIF_NPM_PACKAGE = "@microsoft/jest-sarif@1.0.0-beta.0"  # ships sarif-2.1.0-rtm.5.json
+SARIF_MEMBER = "package/lib/schemas/sarif-2.1.0-rtm.5.json"
+
+
+@pytest.fixture(scope="session")
+def sarif_schema() -> dict:
+    """The OASIS SARIF 2.1.0 JSON schema, fetched once from the npm registry and cached."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import tarfile
+    import tempfile
+
+    env = os.environ.get("METALINT_SARIF_SCHEMA")
+    cache = Path(env) if env else Path.home() / ".cache" / "metalint-tests" / "sarif-2.1.0-rtm.5.json"
+    if not cache.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.skip("npm is not installed: cannot fetch the SARIF 2.1.0 schema")
+        with tempfile.TemporaryDirectory() as tmp:
+            r = subprocess.run([npm, "pack", SARIF_NPM_PACKAGE], cwd=tmp, capture_output=True, text=True, timeout=180)
+            if r.returncode != 0:
+                pytest.skip(f"npm pack {SARIF_NPM_PACKAGE} failed: {r.stderr.strip()[-200:]}")
+            tgz = next(Path(tmp).glob("*.tgz"))
+            with tarfile.open(tgz) as tar:
+                data = tar.extractfile(SARIF_MEMBER).read()
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_bytes(data)
+    return json.loads(cache.read_text(encoding="utf-8"))
