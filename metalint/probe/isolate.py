@@ -83,6 +83,9 @@ def run_target(target: Target, opts: Options) -> list[Outcome]:
     env = dict(os.environ)
     env.setdefault("PYTHONFAULTHANDLER", "1")
     env["PYTHONUNBUFFERED"] = "1"
+    # the child must import this metalint even when it is not installed
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     while True:
         job = {
             "target": {"spec": target.spec, "path": target.path, "module": target.module,

@@ -1,0 +1,217 @@
+"""Acceptance tests of ``metalint probe`` on the tiny models in tests/probe_models/.
+
+Child processes are expensive here (each imports torch): one child probes the whole
+``layers.py``; the rest runs in-process through :func:`metalint.probe.build.probe`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from metalint.diagnostics import Diagnostic, Position
+from metalint.probe.command import ProbeReport, probe_command, run_probe
+from metalint.probe.isolate import Options
+
+MODELS = Path(__file__).parent / "probe_models"
+LAYERS = MODELS / "layers.py"
+
+
+def line_of(path: Path, marker: str) -> int:
+    for i, text in enumerate(path.read_text().splitlines(), 1):
+        if marker in text:
+            return i
+    raise AssertionError(marker)
+
+
+@pytest.fixture(scope="module")
+def layers_report() -> ProbeReport:
+    return run_probe([str(LAYERS)], Options(device="cpu", timeout=120))
+
+
+def outcome(rep: ProbeReport, cls: str):
+    (o,) = [o for o in rep.outcomes if o.label.endswith(":" + cls)]
+    return o
+
+
+def findings(rep: ProbeReport, cls: str) -> list[dict]:
+    o = outcome(rep, cls)
+    assert o.kind == "result", o
+    return o.result["findings"]
+
+
+def test_layerscale_dinov2_gamma_lost_at_its_line(layers_report):
+    (f,) = findings(layers_report, "LayerScaleDinov2")
+    assert f["code"] == "MP001"
+    assert f["message"].startswith("`gamma` of LayerScaleDinov2 (gamma) lost its value")
+    assert f["location"]["row"] == line_of(LAYERS, "GAMMA-LINE")
+    assert Path(f["filename"]).resolve() == LAYERS.resolve()
+    assert f["symbol"] == "LayerScaleDinov2"
+
+
+def test_layerscale_timm_style_passes(layers_report):
+    o = outcome(layers_report, "LayerScaleTimm")
+    assert o.result["findings"] == []
+    assert o.result["init_used"].startswith("reset_parameters()")
+
+
+def test_rope_non_persistent_inv_freq_lost(layers_report):
+    (f,) = findings(layers_report, "Rope")
+    assert f["code"] == "MP001" and "`inv_freq`" in f["message"]
+    assert f["location"]["row"] == line_of(LAYERS, "INV-FREQ-LINE") - 1  # computed on the line above
+
+
+def test_parent_init_weights_passes_under_auto(layers_report):
+    o = outcome(layers_report, "ParentInit")
+    assert o.result["init_used"] == "init_weights()"
+    assert o.result["findings"] == []
+
+
+def test_tied_embeddings_reported(layers_report):
+    fs = findings(layers_report, "TiedEmbeddings")
+    tie = [f for f in fs if f["code"] == "MP005"]
+    assert tie and "embed.weight, head.weight" in tie[0]["message"]
+    assert tie[0]["location"]["row"] == line_of(LAYERS, "TIE-LINE")
+
+
+def test_item_in_init_is_mp006(layers_report):
+    (f,) = findings(layers_report, "DataDependent")
+    assert f["code"] == "MP006" and "item()" in f["message"]
+    assert f["location"]["row"] == line_of(LAYERS, "ITEM-LINE")
+
+
+def test_device_escape_is_mp007(layers_report):
+    fs = findings(layers_report, "Escapes")
+    esc = sorted(f["location"]["row"] for f in fs if f["code"] == "MP007")
+    assert esc == [line_of(LAYERS, "ESCAPE-LINE"), line_of(LAYERS, "ESCAPE-LINE") + 1]
+    assert any("48 bytes on cpu" in f["message"] for f in fs)
+    assert outcome(layers_report, "Escapes").result["escape_bytes"] == 80
+
+
+def test_plain_tensor_attribute_left_on_meta(layers_report):
+    (f,) = findings(layers_report, "PlainAttribute")
+    assert f["code"] == "MP003" and "`mask`" in f["message"]
+
+
+def test_safe_module_with_inferred_arguments(layers_report):
+    o = outcome(layers_report, "Safe")
+    assert o.args == "in_features=16, out_features=16, num_heads=2"
+    assert o.result["findings"] == []
+    assert o.result["meta_alloc_bytes"] < 1 << 20
+
+
+def test_uninferable_constructor_is_skipped(layers_report):
+    o = outcome(layers_report, "NeedsObject")
+    assert o.kind == "skip" and o.message.startswith("cannot construct: required parameter `config")
+
+
+def test_hook_order_dependence_is_mp009(layers_report):
+    (f,) = findings(layers_report, "ResetsChild")
+    assert f["code"] == "MP009" and "parents-first fails ['fc.weight']" in f["message"]
+
+
+# ---------------------------------------------------------------- in-process
+
+
+@pytest.fixture(scope="module")
+def layers():
+    sys.path.insert(0, str(MODELS))
+    try:
+        import layers as mod
+    finally:
+        sys.path.remove(str(MODELS))
+    return mod
+
+
+def test_parent_init_fails_under_reset_parameters(layers):
+    from metalint.probe.build import probe
+
+    r = probe(layers.ParentInit, init="reset_parameters")
+    assert r.status == "failed"
+    codes = {(d.code, d.message.split(" ")[0]) for d in r.findings}
+    assert ("MP002", "`weight`") in codes and ("MP001", "`bias`") in codes
+    assert all(d.symbol == "Linear" for d in r.findings)
+    assert r.lost == 4
+    r = probe(layers.ParentInit, init="init_weights")
+    assert r.findings == [] and r.init_used == "init_weights()"
+
+
+def test_dotted_init_callable(layers):
+    from metalint.probe.build import probe
+
+    r = probe(layers.ParentInit, init="tests.probe_models.layers:ParentInit.init_weights")
+    assert r.findings == [] and r.init_used.startswith("tests.probe_models.layers:")
+
+
+def test_multihead_attention_is_a_true_finding():
+    from torch import nn
+
+    from metalint.probe.build import probe
+
+    r = probe(lambda: nn.MultiheadAttention(8, 2))
+    names = {d.message.split(" ")[0] for d in r.findings}
+    assert {"`in_proj_weight`", "`in_proj_bias`"} <= names
+
+
+def test_init_weights_missing_is_setup_error(layers):
+    from metalint.probe.build import ProbeSetupError, probe
+
+    with pytest.raises(ProbeSetupError):
+        probe(lambda: layers.LayerScaleDinov2(4), init="init_weights")
+
+
+# ---------------------------------------------------------------- CLI: formats, exit codes
+
+
+def test_cli_factory_json_and_exit_1():
+    runner = CliRunner()
+    res = runner.invoke(
+        probe_command,
+        [f"{MODELS / 'small.py'}:make_unsafe", f"{MODELS / 'small.py'}:make_safe",
+         "--output-format", "json", "--device", "cpu"],
+    )
+    assert res.exit_code == 1, res.output
+    data = json.loads(res.output)
+    (d,) = data
+    assert d["code"] == "MP001" and d["symbol"] == "Scale"
+    assert "(0.ls.gamma and 2 more)" in d["message"]  # one finding per submodule class
+    assert d["location"]["row"] == line_of(MODELS / "small.py", "SCALE-LINE")
+
+
+def test_cli_crash_and_hang_do_not_stop_the_run():
+    runner = CliRunner()
+    crashers = MODELS / "crashers.py"
+    res = runner.invoke(
+        probe_command,
+        [str(crashers), str(MODELS / "broken_import.py"), f"{MODELS / 'small.py'}:make_safe",
+         "--timeout", "4", "--device", "cpu"],
+    )
+    assert res.exit_code == 2, res.output
+    out = res.output
+    assert "probe crashers.py:FirstOk on cpu via reset_parameters() children first: passed" in out
+    assert "error crashers.py:Segfaults: crashed (SIGSEGV)" in out
+    assert "error crashers.py:Hangs: timed out after 4 s" in out
+    assert "probe crashers.py:LastLost(dim=16)" in out and "1 of 1 tensors lost" in out
+    assert f"crashers.py:{line_of(crashers, 'SEGV-LINE')}:1: ML900" in out
+    assert f"crashers.py:{line_of(crashers, 'HANG-LINE')}:1: ML900" in out
+    assert "ModuleNotFoundError" in out and "broken_import.py" in out
+    assert "make_safe on cpu" in out and "passed" in out
+
+
+def test_exit_0_and_text_summary(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.metalint.probe]\nfactories = ["tests.probe_models.small:make_safe"]\n'
+    )
+    from metalint.probe.target import load_config
+
+    assert load_config(tmp_path) == {"factories": ["tests.probe_models.small:make_safe"]}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(MODELS.parent.parent))
+    res = CliRunner().invoke(probe_command, ["--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    assert "tests.probe_models.small:make_safe on cpu via reset_parameters() children first: passed" in res.output
+    assert res.output.rstrip().endswith("All checks passed!")
