@@ -154,7 +154,8 @@ class Condition:
     ``cls`` is the fully qualified name of the class (``pkg.mod.Block``).
     - ``module``: the class must be an ``nn.Module`` subclass.
     - ``not_recreated``: tensor attribute names; the finding stands only while no reset hook of
-      the class or of a base class it inherits the hook from re-creates one of them.
+      the class or of a base class it inherits the hook from re-creates one of them
+      (only the hooks named in ``hooks`` when it is not empty).
     - ``no_hook``: the finding stands only while neither the class nor a base has a recognised
       public init hook.
     """
@@ -163,15 +164,26 @@ class Condition:
     module: bool = True
     not_recreated: tuple[str, ...] = ()
     no_hook: bool = False
+    #: the hooks ``not_recreated`` is checked against; empty: every configured hook
+    hooks: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "cls": self.cls,
             "module": self.module,
             "not_recreated": list(self.not_recreated),
             "no_hook": self.no_hook,
         }
+        if self.hooks:
+            out["hooks"] = list(self.hooks)
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Condition":
-        return cls(data["cls"], data["module"], tuple(data["not_recreated"]), data["no_hook"])
+        return cls(
+            data["cls"],
+            data["module"],
+            tuple(data["not_recreated"]),
+            data["no_hook"],
+            tuple(data.get("hooks", ())),
+        )

@@ -230,7 +230,11 @@ def analyze_source(
                     symbol=f.cls.qualname,
                     fix=f.fix,
                     condition=Condition(
-                        f.cls.fullname, True, tuple(f.unless_recreated), f.unless_hook
+                        f.cls.fullname,
+                        True,
+                        tuple(f.unless_recreated),
+                        f.unless_hook,
+                        tuple(f.recreated_by),
                     ),
                 )
             )

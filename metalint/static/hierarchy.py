@@ -131,7 +131,7 @@ class Hierarchy:
         if cond.module and not self.is_module(cond.cls):
             return False
         if cond.not_recreated:
-            done = self.recreated(cond.cls, hooks)
+            done = self.recreated(cond.cls, cond.hooks or hooks)
             if "*" in done or any(a in done for a in cond.not_recreated):
                 return False
         if cond.no_hook and self.has_hook(cond.cls, [h for h in hooks if not h.startswith("_")]):

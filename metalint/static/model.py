@@ -239,6 +239,11 @@ class FactCollector(cst.CSTVisitor):
             values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
             for i, el in enumerate(target.elements):
                 v = values[i].value if values is not None and i < len(values) else None
+                if values is None and value is not None and isinstance(el.value, cst.Name):
+                    # ``inv_freq, scale = rope_init_fn(...)``: a local unpacked from a call
+                    # takes the whole value (its kind is what rules look at)
+                    self.method.local_values.setdefault(el.value.value, []).append((stmt, value))
+                    continue
                 self._record_target(stmt, el.value, v)
             return
         name = dotted(target)

@@ -34,6 +34,8 @@ class Finding:
     #: the finding stands only while neither the class nor a base has a public init hook
     unless_hook: bool = False
     fix: Fix | None = None
+    #: ``unless_recreated`` is checked against these hooks only (empty: every configured hook)
+    recreated_by: tuple[str, ...] = ()
 
 
 @dataclass

@@ -1,0 +1,228 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from metalint.static.construction import computed, hook_free_construction, registrations, short
+from metalint.static.model import ClassFacts
+from metalint.static.rule import Finding, Rule
+
+
+class BufferFromValue(Rule):
+    """
+    ## What it does
+    Finds a buffer registered in `__init__` (or a helper it calls) with a computed value —
+    `self.register_buffer("inv_freq", 1.0 / base ** (torch.arange(0, d, 2) / d))`,
+    `torch.zeros(...)`, `torch.tril(torch.ones(n, n))`, `gen_relative_position_index(...)`,
+    `self._compute_inv_freq()` — when no reset hook of the class (or of a base class)
+    re-creates it (`reset_parameters`, `init_weights`, `_init_weights`,
+    `init_non_persistent_buffers`, or a hook named in `[tool.metalint] hooks`).
+
+    A buffer created with `torch.empty(...)` (nothing to lose), or one that a hook
+    re-registers, copies into (`self.inv_freq.copy_(self._compute_inv_freq())`) or
+    re-assigns, is not reported. Nor is a buffer registered from a tensor passed in by the
+    caller.
+
+    ## Why is this bad on meta?
+    Under `with torch.device("meta"):` the value is never computed, and `module.to_empty()`
+    gives the buffer uninitialised memory. With `persistent=False` nothing ever restores it:
+    no checkpoint holds it, so RoPE's `inv_freq`, position tables and attention masks stay
+    garbage even after `load_state_dict` (torchtitan saw loss 3.6 against 11 from this). A
+    persistent buffer (the default) is restored when a checkpoint is loaded, but a model
+    initialised from scratch on meta (pre-training, FSDP `reset_parameters`, Lightning
+    `init_module(empty_init=True)`) keeps garbage — metalint reports both, and says which one
+    it is: the fix is the same.
+
+    ## Example
+    ```python
+    class RotaryEmbedding(nn.Module):
+        def __init__(self, dim, base=10000.0):
+            super().__init__()
+            inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+            self.register_buffer("inv_freq", inv_freq, persistent=False)
+    ```
+
+    ## Use instead
+    ```python
+    class RotaryEmbedding(nn.Module):
+        def __init__(self, dim, base=10000.0, device=None):
+            super().__init__()
+            self.dim, self.base = dim, base
+            self.register_buffer(
+                "inv_freq", torch.empty(dim // 2, device=device), persistent=False
+            )
+            self.reset_parameters()
+
+        def _compute_inv_freq(self, device=None):
+            return 1.0 / (self.base ** (torch.arange(0, self.dim, 2, device=device).float() / self.dim))
+
+        def reset_parameters(self):
+            with torch.no_grad():
+                self.inv_freq.copy_(self._compute_inv_freq(self.inv_freq.device))
+    ```
+
+    ## Fix safety
+    No automatic fix yet: the computation must move into a hook, which needs the constructor
+    arguments it uses to be kept on `self`.
+    """
+
+    code = "ML002"
+    name = "buffer-from-value"
+    summary = "Buffer registered from a computed value in `__init__` that no reset hook re-creates"
+
+    VALID = [
+        # timm 1.0: empty buffer + init_non_persistent_buffers
+        """
+import torch
+from torch import nn
+
+def gen_relative_position_index(h, w):
+    return torch.arange(h * w).view(h, w)
+
+class Attention(nn.Module):
+    def __init__(self, window, device=None):
+        super().__init__()
+        self.window = window
+        self.register_buffer(
+            "relative_position_index",
+            torch.empty(window * window, device=device, dtype=torch.long),
+            persistent=False,
+        )
+        self.init_non_persistent_buffers()
+
+    def init_non_persistent_buffers(self):
+        self.relative_position_index.copy_(gen_relative_position_index(self.window, self.window).view(-1))
+""",
+        # a hook that re-computes through a helper
+        """
+import torch
+import torch.nn as nn
+
+class Rope(nn.Module):
+    def __init__(self, dim, base=10000.0):
+        super().__init__()
+        self.dim, self.base = dim, base
+        self.register_buffer("inv_freq", self._compute_inv_freq(), persistent=False)
+
+    def _compute_inv_freq(self):
+        return 1.0 / (self.base ** (torch.arange(0, self.dim, 2).float() / self.dim))
+
+    def reset_parameters(self):
+        self.inv_freq = self._compute_inv_freq()
+""",
+        # a base class in the same tree re-registers it
+        """
+import torch
+from torch import nn
+
+class BaseNorm(nn.Module):
+    def reset_parameters(self):
+        self.running_mean.zero_()
+        self.running_var.fill_(1)
+
+class Norm(BaseNorm):
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(n))
+        self.register_buffer("running_var", torch.ones(n))
+""",
+        # nothing computed: an empty buffer, a buffer passed in, None
+        """
+import torch
+from torch import nn
+
+class Holder(nn.Module):
+    def __init__(self, table, n):
+        super().__init__()
+        self.register_buffer("scratch", torch.empty(n), persistent=False)
+        self.register_buffer("table", table)
+        self.register_buffer("mask", None)
+""",
+    ]
+    INVALID = [
+        # the classic RoPE (Llama-style, transformers 4.x)
+        """
+import torch
+from torch import nn
+
+class LlamaRotaryEmbedding(nn.Module):
+    def __init__(self, dim, max_position_embeddings=2048, base=10000, device=None):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float().to(device) / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # ERROR
+""",
+        # transformers 4.4x: the value comes from a function returning a tuple
+        """
+import torch
+import torch.nn as nn
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, config, device=None):
+        super().__init__()
+        self.rope_init_fn = ROPE_INIT_FUNCTIONS[config.rope_type]
+        inv_freq, self.attention_scaling = self.rope_init_fn(config, device)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # ERROR
+        self.original_inv_freq = self.inv_freq
+""",
+        # causal mask and position ids (GPT-2 / BERT style), persistent and not
+        """
+import torch
+from torch import nn
+
+class SelfAttention(nn.Module):
+    def __init__(self, n_positions):
+        super().__init__()
+        self.register_buffer(  # ERROR
+            "bias",
+            torch.tril(torch.ones((n_positions, n_positions), dtype=torch.bool)).view(1, 1, n_positions, n_positions),
+            persistent=False,
+        )
+        self.register_buffer("position_ids", torch.arange(n_positions).expand((1, -1)))  # ERROR
+        self.register_buffer("counter", torch.zeros(1, dtype=torch.long))  # ERROR
+""",
+        # a hook exists but re-creates something else; a helper registers the buffer
+        """
+import torch
+from torch import nn
+
+class WindowAttention(nn.Module):
+    def __init__(self, window):
+        super().__init__()
+        self.table = nn.Parameter(torch.empty((2 * window - 1) ** 2, 4))
+        self._make_index(window)
+
+    def _make_index(self, window):
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij"))
+        self.register_buffer("relative_position_index", coords.flatten(1).sum(0), persistent=False)  # ERROR
+
+    def reset_parameters(self):
+        nn.init.trunc_normal_(self.table, std=0.02)
+""",
+    ]
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        methods = hook_free_construction(cls, self.ctx.hooks)
+        for reg in registrations(methods, self.qualify):
+            if reg.kind != "buffer":
+                continue
+            kind = computed(reg.value, self.qualify, reg.method)
+            if kind not in ("value", "random"):
+                continue
+            if reg.persistent:
+                lost = (
+                    "a checkpoint restores it, but a model initialised from scratch (no "
+                    "checkpoint) keeps that garbage"
+                )
+            else:
+                lost = (
+                    "it is `persistent=False`, so no checkpoint restores it either: it stays "
+                    "garbage even after `load_state_dict`"
+                )
+            yield Finding(
+                reg.node,
+                f"buffer `{reg.attr}` is computed (`{short(reg.value)}`) in `{reg.method.name}` and "
+                f"no reset hook re-creates it: after `to_empty()` it is uninitialised memory; "
+                f"{lost}. Register it with `torch.empty(...)` and compute it in "
+                f"`reset_parameters()` (or `init_non_persistent_buffers()`)",
+                cls,
+                unless_recreated=(reg.attr,),
+            )

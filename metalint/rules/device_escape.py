@@ -1,0 +1,293 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from metalint.static.construction import (
+    BUFFER_CLASSES,
+    LEGACY_CONSTRUCTORS,
+    hook_free_construction,
+    is_legacy_sizes,
+    is_tensor,
+    keyword,
+    real_device,
+    short,
+)
+from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.rule import Finding, Rule
+from metalint.static.tensors import parameter_value, self_attr, string_value, walk
+
+
+def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(n is node for n in walk(tree))
+
+
+def _mentions(tree: cst.CSTNode, name: str) -> bool:
+    return any(isinstance(n, cst.Name) and n.value == name for n in walk(tree))
+
+
+class DeviceEscape(Rule):
+    """
+    ## What it does
+    Finds tensors that `__init__` (or a helper it calls) creates on an explicit real device
+    and keeps in the module — `torch.arange(n, device="cpu")`,
+    `torch.zeros(d, device=torch.device("cuda"))`, `nn.Linear(d, d, device="cpu")` — and the
+    legacy constructors `torch.Tensor(3, 4)`, `torch.FloatTensor(...)`,
+    `torch.LongTensor([...])`, which allocate CPU memory even under
+    `with torch.device("meta"):`. It also finds `.cpu()`, `.cuda()` and `.to("cpu")` applied
+    to a tensor created in `__init__`.
+
+    The rule follows where the value flows: a real-device tensor that is only a temporary
+    input (`torch.linspace(0, rate, depth, device="cpu").tolist()` for drop-path rates, a
+    value copied into an existing buffer, code inside a reset hook) is not reported — it
+    allocates a little and is freed, and computing it on CPU is how `__init__` gets real
+    numbers while building on meta. `device=device` with a constructor argument is not
+    reported either.
+
+    ## Why is this bad on meta?
+    The tensor escapes the meta context: building the model on `meta` allocates it for real
+    (for `nn.Parameter(torch.Tensor(out, in))`, the whole weight), which is what meta
+    construction exists to avoid. `module.to_empty()` then replaces it with uninitialised
+    memory, so its value is lost unless a reset hook re-creates it. `.cpu()` /
+    `.to("cpu")` of a tensor built on meta raises "Cannot copy out of meta tensor; no data!".
+
+    ## Example
+    ```python
+    class Embedding(nn.Module):
+        def __init__(self, num, dim):
+            super().__init__()
+            self.weight = nn.Parameter(torch.Tensor(num, dim))
+            self.register_buffer("ids", torch.arange(num, device="cpu"), persistent=False)
+            self.reset_parameters()
+
+        def reset_parameters(self):
+            nn.init.normal_(self.weight)
+    ```
+
+    ## Use instead
+    ```python
+    class Embedding(nn.Module):
+        def __init__(self, num, dim, device=None, dtype=None):
+            super().__init__()
+            self.weight = nn.Parameter(torch.empty(num, dim, device=device, dtype=dtype))
+            self.register_buffer("ids", torch.empty(num, device=device, dtype=torch.long), persistent=False)
+            self.reset_parameters()
+
+        def reset_parameters(self):
+            nn.init.normal_(self.weight)
+            with torch.no_grad():
+                self.ids.copy_(torch.arange(self.ids.numel(), device=self.ids.device))
+    ```
+
+    ## Fix safety
+    No automatic fix yet: replacing `torch.Tensor(*sizes)` with `torch.empty(*sizes)` is safe
+    when a hook initialises the tensor, but `torch.Tensor(list)` copies data and needs a hook.
+    """
+
+    code = "ML009"
+    name = "device-escape"
+    summary = "Tensor created on an explicit real device (or a legacy constructor) in `__init__`"
+
+    VALID = [
+        # device from the constructor; a CPU tensor used only for Python numbers (timm drop-path)
+        """
+import torch
+from torch import nn
+
+class Stage(nn.Module):
+    def __init__(self, dim, depth, drop_path_rate, device=None, dtype=None):
+        super().__init__()
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device="cpu")]
+        self.num_blocks = (4 ** torch.arange(depth, device="cpu")).flip(0).tolist()
+        self.weight = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+        self.proj = nn.Linear(dim, dim, device=device)
+""",
+        # a CPU input copied into a meta buffer; a CPU computation inside a reset hook
+        """
+import torch
+import torch.nn as nn
+
+class BlurPool(nn.Module):
+    def __init__(self, size, device=None):
+        super().__init__()
+        self.size = size
+        self.register_buffer("filt", torch.empty(size, size, device=device), persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        coeffs = torch.tensor([1.0, 2.0, 1.0], device="cpu")
+        self.filt.copy_(coeffs[:, None] * coeffs[None, :])
+""",
+    ]
+    INVALID = [
+        # the pre-2019 style: torch.Tensor(sizes) + reset_parameters still allocates
+        """
+import math
+import torch
+from torch import nn
+
+class Linear(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.Tensor(out_features, in_features))  # ERROR
+        self.bias = nn.Parameter(torch.FloatTensor(out_features))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.bias)
+""",
+        # explicit devices, through locals and into buffers
+        """
+import torch
+import torch.nn as nn
+
+class PosIds(nn.Module):
+    def __init__(self, n, dim):
+        super().__init__()
+        cpu = torch.device("cpu")
+        ids = torch.arange(n, device=cpu)  # ERROR
+        self.register_buffer("position_ids", ids.expand((1, -1)), persistent=False)
+        self.register_buffer("idx", torch.LongTensor([0, 2, 1]))  # ERROR
+        self.mask = torch.ones(n, n, device="cuda").triu(1)  # ERROR
+        self.proj = nn.Linear(dim, dim, device="cpu")  # ERROR
+""",
+        # .cpu() / .to("cpu") of a tensor built on meta raises
+        """
+import torch
+from torch import nn
+
+class Table(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        t = torch.arange(n).float()
+        self.register_buffer("table", t.cpu(), persistent=False)  # ERROR
+        self.register_buffer("other", torch.ones(n).to("cpu"), persistent=False)  # ERROR
+""",
+    ]
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        for method in hook_free_construction(cls, self.ctx.hooks):
+            reported: list[cst.CSTNode] = []
+            for call in method.calls:
+                node = call.node
+                if any(_contains(r, node) for r in reported):
+                    continue
+                finding = self._escape(cls, method, call) or self._copy_out(cls, method, call)
+                if finding is not None:
+                    reported.append(node)
+                    yield finding
+
+    # -- a tensor allocated on a real device and kept ------------------------------------------
+    def _escape(self, cls, method: MethodFacts, call) -> Finding | None:
+        node = call.node
+        q = call.qualname or ""
+        if q in LEGACY_CONSTRUCTORS:
+            how = (
+                f"`{short(node, 40)}` allocates CPU memory even under `torch.device(\"meta\")` "
+                f"(a legacy constructor)"
+            )
+            instead = (
+                "use `torch.empty(..., device=device, dtype=dtype)`"
+                if is_legacy_sizes(node)
+                else "use `torch.empty(...)` and fill it in `reset_parameters()`"
+            )
+        else:
+            dev = real_device(keyword(node, "device"), self.qualify, method)
+            if dev is None or not q.startswith("torch."):
+                return None
+            how = f"`{short(node, 40)}` is created on `{dev}`, not on the meta device"
+            instead = "take `device=None` in the constructor and pass it on"
+        attrs = self._kept_in(method, node)
+        if not attrs:
+            return None
+        names = ", ".join(f"`{a}`" for a in attrs)
+        return Finding(
+            node,
+            f"{names}: {how}, so building on meta allocates real memory, and `to_empty()` "
+            f"then wipes the value unless a reset hook re-creates it; {instead}",
+            cls,
+        )
+
+    # -- .cpu() / .cuda() / .to("cpu") of a tensor created on meta ------------------------------
+    def _copy_out(self, cls, method: MethodFacts, call) -> Finding | None:
+        if call.method not in ("cpu", "cuda", "to"):
+            return None
+        func = call.node.func
+        if not isinstance(func, cst.Attribute):
+            return None
+        if call.method == "to":
+            target = keyword(call.node, "device")
+            if target is None and call.node.args and call.node.args[0].keyword is None:
+                target = call.node.args[0].value
+            if real_device(target, self.qualify, method) is None:
+                return None
+        receiver = func.value
+        if not is_tensor(receiver, self.qualify, method):
+            return None
+        # already on a real device (reported as an escape) or from a legacy constructor
+        for n in walk(receiver):
+            if isinstance(n, cst.Call) and (
+                keyword(n, "device") is not None or (self.qualify(n.func) or "") in LEGACY_CONSTRUCTORS
+            ):
+                return None
+        if isinstance(receiver, cst.Name):
+            for _, v in method.local_values.get(receiver.value, ()):
+                for n in walk(v):
+                    if isinstance(n, cst.Call) and keyword(n, "device") is not None:
+                        return None
+        return Finding(
+            call.node,
+            f"`{short(call.node, 50)}` copies a tensor created in `{method.name}` to a real "
+            f"device: built on meta it has no data and this raises \"Cannot copy out of meta "
+            f"tensor\" (eagerly it allocates on that device). Create the tensor with "
+            f"`device=device` from the constructor, or compute it in `reset_parameters()`",
+            cls,
+        )
+
+    def _keepable(self, value: cst.BaseExpression | None, method: MethodFacts) -> bool:
+        if value is None:
+            return False
+        if parameter_value(value, self.qualify) is not None:
+            return True
+        if isinstance(value, cst.Call):
+            q = self.qualify(value.func) or ""
+            if q in BUFFER_CLASSES or (q.startswith("torch.nn.") and not q.startswith("torch.nn.functional.") and not q.startswith("torch.nn.init.")):
+                return True
+        return is_tensor(value, self.qualify, method)
+
+    def _kept_in(self, method: MethodFacts, node: cst.CSTNode) -> list[str]:
+        """Own attributes that keep ``node``'s tensor (or a tensor computed from it)."""
+        attrs: list[str] = []
+
+        def land(pred) -> list[str]:
+            """Locals whose value matches ``pred``; record attributes that keep it."""
+            new_locals: list[str] = []
+            for a in method.assigns:
+                if a.value is not None and pred(a.value) and self._keepable(a.value, method):
+                    attr = self_attr(a.target)
+                    if attr:
+                        attrs.append(attr)
+            for call in method.calls:
+                if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
+                    args = call.node.args
+                    if len(args) >= 2 and pred(args[1].value):
+                        name = string_value(args[0].value)
+                        if name:
+                            attrs.append(name)
+            for local, values in method.local_values.items():
+                for _, value in values:
+                    if pred(value) and is_tensor(value, self.qualify, method):
+                        new_locals.append(local)
+            return new_locals
+
+        todo = land(lambda v: _contains(v, node))
+        seen: set[str] = set()
+        while todo:
+            local = todo.pop()
+            if local in seen:
+                continue
+            seen.add(local)
+            todo += land(lambda v, name=local: _mentions(v, name))
+        return sorted(set(attrs))

@@ -1,0 +1,174 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from metalint.static.construction import hook_free_construction, is_tensor, registrations, short
+from metalint.static.model import ClassFacts
+from metalint.static.rule import Finding, Rule
+from metalint.static.tensors import string_value
+
+
+class PlainTensorAttribute(Rule):
+    """
+    ## What it does
+    Finds a tensor stored on an `nn.Module` as a plain attribute in `__init__` (or a helper it
+    calls) — `self.mask = torch.ones(n, n).tril()`, `self.scale = torch.tensor(dim ** -0.5)`,
+    `self.freqs = torch.arange(n).float() / n` — that is neither a parameter nor a buffer.
+    Only values that are certainly tensors are reported (torch factories, arithmetic on them,
+    `.to()`/`.float()`/indexing of them, locals holding them); Python numbers, lists, modules
+    and tensors passed in by the caller are not. An attribute that the class also registers as a
+    buffer or parameter (assigning to it then writes the buffer) is not reported.
+
+    A reset hook that re-creates the attribute does **not** silence this rule: the hook runs
+    after `to_empty()` and builds the tensor on the default device, but `.to(device)`,
+    `.cuda()`, `to_empty()` and FSDP never move a plain attribute, so it still ends on the
+    wrong device (and `state_dict()` never sees it).
+
+    ## Why is this bad on meta?
+    Built under `with torch.device("meta"):` the attribute is a meta tensor. `module.to_empty()`
+    and `module.to(device)` move only parameters and buffers, so the attribute stays on `meta`
+    and the first `forward` fails with "Tensor on device meta is not on the expected device"
+    (or silently computes nothing). transformers tests every model for this
+    (`test_all_tensors_are_parameter_or_buffer`).
+
+    ## Example
+    ```python
+    class CausalSelfAttention(nn.Module):
+        def __init__(self, block_size):
+            super().__init__()
+            self.mask = torch.tril(torch.ones(block_size, block_size))
+    ```
+
+    ## Use instead
+    ```python
+    class CausalSelfAttention(nn.Module):
+        def __init__(self, block_size, device=None):
+            super().__init__()
+            self.block_size = block_size
+            self.register_buffer(
+                "mask", torch.empty(block_size, block_size, device=device), persistent=False
+            )
+            self.reset_parameters()
+
+        def reset_parameters(self):
+            with torch.no_grad():
+                self.mask.copy_(torch.tril(torch.ones_like(self.mask)))
+    ```
+
+    ## Fix safety
+    No automatic fix yet: registering a buffer adds a key to `state_dict()` unless
+    `persistent=False`, and the value must move into a hook.
+    """
+
+    code = "ML007"
+    name = "plain-tensor-attribute"
+    summary = "Tensor stored as a plain attribute in `__init__`: never moved off meta"
+
+    VALID = [
+        # a buffer, a parameter, numbers, a module, a tensor passed in, None
+        """
+import math
+import torch
+from torch import nn
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads, table):
+        super().__init__()
+        self.scale = (dim // heads) ** -0.5
+        self.log_scale = math.log(dim)
+        self.proj = nn.Linear(dim, dim)
+        self.table = table
+        self.cache = None
+        self.sizes = [dim, heads]
+        self.register_buffer("mask", torch.empty(4, 4), persistent=False)
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.eps = torch.finfo(torch.float32).eps
+        self.dtype = torch.get_default_dtype()
+""",
+        # assigning to a registered buffer writes the buffer
+        """
+import torch
+import torch.nn as nn
+
+class Cache(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("pos", None, persistent=False)
+        self.pos = torch.arange(n)
+""",
+        # not an nn.Module: a plain helper object may hold tensors
+        """
+import torch
+
+class Sampler:
+    def __init__(self, n):
+        self.weights = torch.ones(n)
+""",
+    ]
+    INVALID = [
+        # nanoGPT-era mask and a scale tensor
+        """
+import torch
+from torch import nn
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, block_size, dim):
+        super().__init__()
+        self.mask = torch.tril(torch.ones(block_size, block_size))  # ERROR
+        self.scale = torch.tensor(dim ** -0.5)  # ERROR
+""",
+        # a RoPE cache kept as attributes, through locals; a hook does not make it move
+        """
+import torch
+import torch.nn as nn
+
+class RotaryCache(nn.Module):
+    def __init__(self, dim, max_len, base=10000):
+        super().__init__()
+        self.dim, self.max_len, self.base = dim, max_len, base
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+        t = torch.arange(max_len).float()
+        freqs = torch.outer(t, inv_freq)
+        self.cos_cached = freqs.cos()[None, :, :]  # ERROR
+        self.sin_cached = freqs.sin()[None, :, :]  # ERROR
+
+    def reset_parameters(self):
+        self.cos_cached = torch.ones(1)
+""",
+    ]
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        registered: set[str] = set()
+        for reg in registrations(list(cls.methods.values()), self.qualify):
+            registered.add(reg.attr)
+        for m in cls.methods.values():
+            for call in m.calls:
+                if call.receiver == "self" and call.method in (
+                    "register_buffer",
+                    "register_parameter",
+                    "register_module",
+                    "add_module",
+                ) and call.node.args:
+                    name = string_value(call.node.args[0].value)
+                    if name:
+                        registered.add(name)
+        reported: set[str] = set()
+        for method in hook_free_construction(cls, self.ctx.hooks):
+            for a in method.assigns:
+                if a.target.count(".") != 1 or a.augmented:
+                    continue
+                attr = a.target.split(".")[1]
+                if attr in registered or attr in reported:
+                    continue
+                if not is_tensor(a.value, self.qualify, method):
+                    continue
+                reported.add(attr)
+                yield Finding(
+                    a.node,
+                    f"`self.{attr} = {short(a.value, 50)}` stores a tensor as a plain attribute "
+                    f"(neither parameter nor buffer): built on meta it stays on `meta`, because "
+                    f"`to_empty()` and `.to(device)` move only parameters and buffers. Register "
+                    f"it with `self.register_buffer(\"{attr}\", ..., persistent=False)` and "
+                    f"compute it in `reset_parameters()`",
+                    cls,
+                )

@@ -1,0 +1,359 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from metalint.rules.inplace_init_outside_hook import init_target
+from metalint.static.construction import (
+    Registration,
+    computed,
+    creation_kind,
+    hook_free_construction,
+    inplace_kind,
+    registrations,
+)
+from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.rule import Finding, Rule
+from metalint.static.tensors import parameter_value, recreated, walk
+
+HOOK = "reset_parameters"
+_WORDS = {
+    "ones": "ones",
+    "zeros": "zeros",
+    "const": "a constant",
+    "random": "random values",
+    "eye": "an identity",
+    "dirac": "a Dirac delta",
+}
+
+
+def _own_name(target: str | None) -> str | None:
+    """``w`` for ``self.w`` / ``self.w.data``; None for a child's tensor."""
+    if not target or not target.startswith("self."):
+        return None
+    parts = target.split(".")[1:]
+    if parts and parts[-1] == "data":
+        parts = parts[:-1]
+    return parts[0] if len(parts) == 1 else None
+
+
+def _order(method: MethodFacts) -> dict[int, int]:
+    return {id(n): i for i, n in enumerate(walk(method.node))}
+
+
+class ResetMissesTensor(Rule):
+    """
+    ## What it does
+    For a class that defines `reset_parameters()` itself, finds a tensor the class creates in
+    `__init__` that this hook (with the helpers it calls and the `super().reset_parameters()`
+    chain, across files) does not re-initialise, or re-initialises to a different kind of
+    value than `__init__` does (`__init__` makes ones and the hook draws random numbers;
+    `__init__` makes zeros and the hook ones).
+
+    Split with the other rules, so each tensor is reported once:
+    - a value that `__init__` computes (`nn.Parameter(torch.ones(d))`, a computed buffer, an
+      in-place `nn.init.*_` in `__init__`) that *no* hook re-creates is reported by ML001,
+      ML002 or ML003; this rule reports it only when another hook of the class (say
+      `init_weights()`) re-creates it but `reset_parameters()` does not — per-module reset
+      (FSDP, Lightning `init_module(empty_init=True)`) still loses it;
+    - a tensor `__init__` leaves uninitialised (`torch.empty`, `torch.Tensor(out, in)`) and
+      `reset_parameters()` misses is reported here: nothing ever initialises it;
+    - a non-persistent buffer re-created by `init_non_persistent_buffers()` is fine (that is
+      timm's entry point for them), as are tensors of child modules (their own
+      `reset_parameters()` handles them).
+
+    ## Why is this bad on meta?
+    `reset_parameters()` is the contract: after `module.to_empty()`, calling it on every
+    module must give back what eager construction gave. A tensor it misses keeps the
+    uninitialised memory of `to_empty()`; a tensor it sets differently silently changes the
+    model (TransformerEngine #2528, timm #2605: a norm weight `__init__` made ones that the
+    hook re-drew at random).
+
+    ## Example
+    ```python
+    class Adapter(nn.Module):
+        def __init__(self, d, r):
+            super().__init__()
+            self.down = nn.Parameter(torch.empty(r, d))
+            self.up = nn.Parameter(torch.empty(d, r))
+            self.gate = nn.Parameter(torch.ones(d))
+            self.reset_parameters()
+            nn.init.zeros_(self.up)
+
+        def reset_parameters(self):
+            nn.init.kaiming_uniform_(self.down)
+            nn.init.normal_(self.gate)
+    ```
+
+    ## Use instead
+    ```python
+    class Adapter(nn.Module):
+        def __init__(self, d, r):
+            super().__init__()
+            self.down = nn.Parameter(torch.empty(r, d))
+            self.up = nn.Parameter(torch.empty(d, r))
+            self.gate = nn.Parameter(torch.empty(d))
+            self.reset_parameters()
+
+        def reset_parameters(self):
+            nn.init.kaiming_uniform_(self.down)
+            nn.init.zeros_(self.up)
+            nn.init.ones_(self.gate)
+    ```
+
+    ## Fix safety
+    No automatic fix: which value is intended (the one of `__init__` or the one of the hook)
+    is a decision for the author.
+    """
+
+    code = "ML005"
+    name = "reset-misses-tensor"
+    summary = "`reset_parameters()` misses a tensor the class owns, or sets it differently"
+
+    VALID = [
+        # every own tensor re-initialised, through a helper and a no_grad copy
+        """
+import torch
+import torch.nn as nn
+
+class Norm(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+        self.register_buffer("running_var", torch.ones(d))
+        self.proj = nn.Linear(d, d)
+
+    def reset_parameters(self):
+        self._reset_affine()
+        with torch.no_grad():
+            self.running_var.fill_(1.0)
+
+    def _reset_affine(self):
+        nn.init.ones_(self.weight)
+        nn.init.zeros_(self.bias)
+""",
+        # the super() chain re-creates the base's and the subclass's tensors
+        """
+import torch
+from torch import nn
+
+class Base(nn.Module):
+    def reset_parameters(self):
+        nn.init.normal_(self.weight)
+
+class Scaled(Base):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(d, d))
+        self.scale = nn.Parameter(torch.empty(d))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        super().reset_parameters()
+        nn.init.ones_(self.scale)
+""",
+        # timm: parameters in reset_parameters, non-persistent buffers in their own hook;
+        # __init__ sets ones, then calls the hook: eager == hook
+        """
+import torch
+from torch import nn
+
+class Rope(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(d))
+        self.register_buffer("periods", torch.empty(d // 4), persistent=False)
+        self.reset_parameters()
+        self.init_non_persistent_buffers()
+
+    def reset_parameters(self):
+        nn.init.normal_(self.gamma)
+
+    def init_non_persistent_buffers(self):
+        self.periods.copy_(torch.arange(self.periods.numel()))
+""",
+    ]
+    INVALID = [
+        # misses a torch.empty bias; __init__ ones vs hook random
+        """
+import math
+import torch
+import torch.nn as nn
+
+class Linear(nn.Module):
+    def __init__(self, i, o):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(o, i))
+        self.bias = nn.Parameter(torch.empty(o))  # ERROR
+        self.gain = nn.Parameter(torch.ones(o))  # ERROR
+
+    def reset_parameters(self):
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        nn.init.normal_(self.gain)
+""",
+        # zeros in __init__ after the hook ran (LoRA's B), ones vs zeros, legacy torch.Tensor
+        """
+import torch
+from torch import nn
+
+class LoRA(nn.Module):
+    def __init__(self, d, r):
+        super().__init__()
+        self.A = nn.Parameter(torch.Tensor(r, d))
+        self.B = nn.Parameter(torch.Tensor(d, r))
+        self.scale = nn.Parameter(torch.ones(1))  # overwritten by the hook call: eager == hook
+        self.register_buffer("steps", torch.Tensor(1))  # ERROR
+        self.reset_parameters()
+        nn.init.zeros_(self.B)  # ERROR
+
+    def reset_parameters(self):
+        nn.init.kaiming_uniform_(self.A)
+        nn.init.kaiming_uniform_(self.B)
+        nn.init.zeros_(self.scale)
+""",
+        # only init_weights (a root hook) re-creates it: per-module reset loses it
+        """
+import torch
+import torch.nn as nn
+
+class Head(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(d, d))
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d))  # ERROR
+
+    def reset_parameters(self):
+        nn.init.xavier_uniform_(self.w)
+
+    def init_weights(self):
+        self.reset_parameters()
+        nn.init.normal_(self.cls_token, std=1e-6)
+""",
+    ]
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        if HOOK not in cls.methods:
+            return
+        construction = hook_free_construction(cls, self.ctx.hooks)
+        if not construction:
+            return
+        hook_methods = cls.reachable(HOOK)
+        in_reset: set[str] = set()
+        for m in hook_methods:
+            in_reset |= recreated(m, self.qualify)
+        if "*" in in_reset:
+            return
+        other: dict[str, set[str]] = {}
+        for hook in self.ctx.hooks:
+            if hook == HOOK or hook not in cls.methods:
+                continue
+            names: set[str] = set()
+            for m in cls.reachable(hook):
+                names |= recreated(m, self.qualify)
+            other[hook] = names
+        init = cls.methods["__init__"]
+        order = _order(init)
+        # the first statement of __init__ that runs reset_parameters (directly or through a
+        # helper/hook that calls it): what __init__ wrote before it is overwritten eagerly
+        reset_call = min(
+            (
+                order.get(id(c.node), 1 << 30)
+                for c in init.calls
+                if c.receiver == "self" and c.method and any(m.name == HOOK for m in cls.reachable(c.method))
+            ),
+            default=None,
+        )
+        # in-place writes of own tensors during construction: attr -> [(method, call, kind)]
+        writes: dict[str, list[tuple[MethodFacts, object, str | None]]] = {}
+        for m in construction:
+            for call in m.calls:
+                attr = _own_name(init_target(call, self.qualify))
+                if attr:
+                    writes.setdefault(attr, []).append((m, call, inplace_kind(call, self.qualify)))
+        seen: set[str] = set()
+        for reg in registrations(construction, self.qualify):
+            if reg.attr in seen:
+                continue
+            seen.add(reg.attr)
+            if reg.kind == "buffer" and (reg.value is None or _is_none(reg.value)):
+                continue
+            if reg.attr in in_reset:
+                yield from self._mismatch(cls, reg, writes.get(reg.attr, []), hook_methods, reset_call, order)
+                continue
+            yield from self._missed(cls, reg, writes.get(reg.attr, []), other)
+
+    # -- missed by reset_parameters ---------------------------------------------------------
+    def _missed(self, cls, reg: Registration, writes, other) -> Iterable[Finding]:
+        covering = sorted(h for h, names in other.items() if reg.attr in names or "*" in names)
+        if reg.kind == "buffer" and not reg.persistent and "init_non_persistent_buffers" in covering:
+            return
+        source = computed(reg.value, self.qualify, reg.method)
+        has_value = source in ("value", "random") or bool(writes)
+        if reg.kind == "parameter" and reg.value is not None and not has_value and source != "empty":
+            return  # from an argument or something unknown: nothing we can say
+        if reg.kind == "buffer" and source is None and not writes:
+            return
+        if has_value:
+            if not covering:
+                return  # ML001 / ML002 / ML003 report it
+            msg = (
+                f"`{reg.attr}` is re-created by `{covering[0]}()` but not by `reset_parameters()`: "
+                f"resetting each module after `to_empty()` (FSDP, Lightning) leaves it "
+                f"uninitialised. Initialise it in `reset_parameters()` too"
+            )
+        else:
+            msg = (
+                f"`reset_parameters()` does not initialise {reg.kind} `{reg.attr}` "
+                f"(created uninitialised in `{reg.method.name}`): after `to_empty()` and "
+                f"`reset_parameters()` it holds garbage. Initialise it in `reset_parameters()`"
+            )
+        yield Finding(reg.node, msg, cls, unless_recreated=(reg.attr,), recreated_by=(HOOK,))
+
+    # -- re-created differently -------------------------------------------------------------
+    def _mismatch(self, cls, reg: Registration, writes, hook_methods, reset_call, order) -> Iterable[Finding]:
+        # what construction leaves in the tensor (eager), and the node that sets it
+        eager_kind = None
+        eager_node: cst.CSTNode | None = None
+        after = []
+        for m, call, kind in writes:
+            pos = order.get(id(call.node)) if m.name == "__init__" else None
+            if reset_call is not None and (pos is None or pos < reset_call):
+                continue  # overwritten by the hook call in __init__
+            after.append((call.node, kind))
+        if after:
+            eager_node, eager_kind = after[-1]
+        elif reset_call is None:
+            eager_node = reg.node
+            eager_kind = creation_kind(reg.value, self.qualify, reg.method)
+            if writes:
+                eager_node, eager_kind = writes[-1][1].node, writes[-1][2]
+        if eager_kind is None or eager_node is None:
+            return
+        hook_kinds: set[str | None] = set()
+        for m in hook_methods:
+            for call in m.calls:
+                if _own_name(init_target(call, self.qualify)) == reg.attr:
+                    hook_kinds.add(inplace_kind(call, self.qualify))
+            for a in m.assigns:
+                if _own_name(a.target) == reg.attr:
+                    data = parameter_value(a.value, self.qualify) or a.value
+                    hook_kinds.add(creation_kind(data, self.qualify, m))
+        if len(hook_kinds) != 1:
+            return
+        hook_kind = hook_kinds.pop()
+        if hook_kind is None or hook_kind == eager_kind or {hook_kind, eager_kind} <= {"random"}:
+            return
+        yield Finding(
+            eager_node,
+            f"`{reg.attr}` is {_WORDS.get(eager_kind, eager_kind)} after `__init__` but "
+            f"`reset_parameters()` sets it to {_WORDS.get(hook_kind, hook_kind)}: a model built on "
+            f"meta and reset differs from the eager one. Make `reset_parameters()` set the value "
+            f"`__init__` means (and let `__init__` call it)",
+            cls,
+        )
+
+
+def _is_none(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"

@@ -1,0 +1,529 @@
+"""What ``__init__`` builds: own tensors, where their values come from, where values flow.
+
+Shared by the buffer/in-place/reset/plain-attribute/device rules (ML002, ML003, ML005, ML007,
+ML009). Everything works on the facts of :mod:`metalint.static.model`; nothing imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import libcst as cst
+
+from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.names import dotted
+from metalint.static.tensors import (
+    EMPTY_FACTORIES,
+    RANDOM_FACTORIES,
+    VALUE_FACTORIES,
+    local_value,
+    parameter_value,
+    self_attr,
+    string_value,
+    walk,
+    writes,
+)
+
+#: legacy constructors: ``torch.Tensor(3, 4)`` allocates CPU memory even under ``meta``
+LEGACY_CONSTRUCTORS = frozenset(
+    {
+        "torch.Tensor",
+        "torch.FloatTensor",
+        "torch.DoubleTensor",
+        "torch.HalfTensor",
+        "torch.BFloat16Tensor",
+        "torch.LongTensor",
+        "torch.IntTensor",
+        "torch.ShortTensor",
+        "torch.CharTensor",
+        "torch.ByteTensor",
+        "torch.BoolTensor",
+        "torch.cuda.FloatTensor",
+        "torch.cuda.LongTensor",
+        "torch.cuda.HalfTensor",
+    }
+)
+#: torch functions that return a tensor computed from tensors (for "is this clearly a tensor")
+TENSOR_FUNCTIONS = frozenset(
+    {
+        "torch.exp",
+        "torch.log",
+        "torch.sin",
+        "torch.cos",
+        "torch.sqrt",
+        "torch.rsqrt",
+        "torch.pow",
+        "torch.cumsum",
+        "torch.cumprod",
+        "torch.einsum",
+        "torch.matmul",
+        "torch.mm",
+        "torch.bmm",
+        "torch.where",
+        "torch.flatten",
+        "torch.reshape",
+        "torch.view_as_real",
+        "torch.view_as_complex",
+        "torch.clamp",
+        "torch.abs",
+        "torch.sigmoid",
+        "torch.tanh",
+        "torch.softmax",
+        "torch.ones_like",
+        "torch.zeros_like",
+        "torch.repeat_interleave",
+        "torch.roll",
+        "torch.flip",
+        "torch.diag",
+        "torch.triu_indices",
+        "torch.tril_indices",
+        "torch.bucketize",
+        "torch.nn.functional.pad",
+        "torch.nn.functional.normalize",
+        "torch.nn.functional.one_hot",
+    }
+)
+#: methods that keep "this is a tensor" (``t.float()``, ``t.to(dtype)``, ``t[None]``...)
+TENSOR_METHODS = frozenset(
+    {
+        "to",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "long",
+        "int",
+        "bool",
+        "type",
+        "type_as",
+        "contiguous",
+        "detach",
+        "clone",
+        "view",
+        "reshape",
+        "unsqueeze",
+        "squeeze",
+        "expand",
+        "repeat",
+        "flatten",
+        "permute",
+        "transpose",
+        "t",
+        "sum",
+        "mean",
+        "exp",
+        "log",
+        "sin",
+        "cos",
+        "pow",
+        "sqrt",
+        "cumsum",
+        "masked_fill",
+        "fill_",
+        "zero_",
+        "normal_",
+        "uniform_",
+        "triu",
+        "tril",
+        "cpu",
+        "cuda",
+        "requires_grad_",
+        "neg",
+        "abs",
+        "outer",
+        "matmul",
+        "reciprocal",
+        "stack",
+    }
+)
+#: methods that keep a tensor's value but move it: value-neutral for "is it computed?"
+NEUTRAL_METHODS = frozenset(
+    {"to", "float", "double", "half", "bfloat16", "long", "int", "bool", "type", "type_as",
+     "contiguous", "detach", "requires_grad_", "cpu", "cuda"}
+)
+BUFFER_CLASSES = frozenset({"torch.nn.Buffer", "torch.nn.parameter.Buffer"})
+#: real devices, as written in source
+REAL_DEVICE = ("cpu", "cuda", "mps", "xpu", "npu", "hpu")
+
+
+def hook_free_construction(cls: ClassFacts, hooks: tuple[str, ...]) -> list[MethodFacts]:
+    """``__init__`` and the helpers it calls (``self.m()``), not entering any reset hook.
+
+    A helper reached only through a hook (``__init__`` → ``reset_parameters`` → ``_init_pos``)
+    belongs to the hook, not to construction.
+    """
+    out: list[MethodFacts] = []
+    seen: set[str] = set()
+    todo = ["__init__"]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in cls.methods:
+            continue
+        seen.add(name)
+        if name in hooks:
+            continue
+        m = cls.methods[name]
+        out.append(m)
+        todo.extend(sorted(m.self_calls))
+    return out
+
+
+def calls_hook(cls: ClassFacts, methods: list[MethodFacts], hook: str) -> bool:
+    return any(hook in m.self_calls for m in methods)
+
+
+def short(node: cst.CSTNode, limit: int = 60) -> str:
+    text = " ".join(cst.Module([]).code_for_node(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+    return None
+
+
+def is_false(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.Name) and node.value == "False"
+
+
+def is_legacy_sizes(call: cst.Call) -> bool:
+    """``torch.Tensor(3, 4)`` (uninitialised sizes) rather than ``torch.Tensor([1., 2.])``."""
+    if not call.args:
+        return True
+    first = call.args[0].value
+    return not isinstance(first, (cst.List, cst.Tuple, cst.ListComp, cst.Call, cst.Name))
+
+
+@dataclass
+class Registration:
+    """An own tensor created in construction: ``self.x = nn.Parameter(...)``, a buffer..."""
+
+    attr: str
+    kind: str  # "parameter" or "buffer"
+    node: cst.CSTNode  # the statement or the register_* call
+    value: cst.BaseExpression | None  # the data expression
+    method: MethodFacts
+    persistent: bool = True
+
+
+def registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]:
+    for method in methods:
+        for a in method.assigns:
+            if a.target.count(".") != 1 or a.augmented:
+                continue
+            attr = a.target.split(".")[1]
+            data = parameter_value(a.value, qualify)
+            if data is not None:
+                yield Registration(attr, "parameter", a.node, data, method)
+            elif isinstance(a.value, cst.Call) and qualify(a.value.func) in BUFFER_CLASSES:
+                args = a.value.args
+                data = args[0].value if args and args[0].keyword is None else keyword(a.value, "data")
+                persistent = not is_false(keyword(a.value, "persistent"))
+                yield Registration(attr, "buffer", a.node, data, method, persistent)
+        for call in method.calls:
+            if call.receiver != "self" or call.method not in ("register_buffer", "register_parameter"):
+                continue
+            args = call.node.args
+            if not args:
+                continue
+            attr = string_value(args[0].value)
+            if not attr:
+                continue
+            value = args[1].value if len(args) >= 2 and args[1].keyword is None else keyword(
+                call.node, "tensor" if call.method == "register_buffer" else "param"
+            )
+            if call.method == "register_parameter":
+                data = parameter_value(value, qualify)
+                yield Registration(attr, "parameter", call.node, data, method)
+            else:
+                persistent = True
+                p = keyword(call.node, "persistent")
+                if p is None and len(args) >= 3 and args[2].keyword is None:
+                    p = args[2].value
+                if is_false(p):
+                    persistent = False
+                yield Registration(attr, "buffer", call.node, value, method, persistent)
+
+
+def _is_none(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+def computed(expr: cst.BaseExpression | None, qualify, method: MethodFacts, depth: int = 0) -> str | None:
+    """What a buffer's value is: "random", "value" (computed), "empty" or None (unknown).
+
+    Broader than :func:`value_kind`: a call to any function that is not an uninitialised
+    factory (``gen_relative_position_index(...)``, ``self._compute_inv_freq()``,
+    ``rope_init_fn(config, device)``) computes a value.
+    """
+    if expr is None or depth > 3 or _is_none(expr):
+        return None
+    found: set[str] = set()
+    for node in walk(expr):
+        if isinstance(node, cst.Call):
+            q = qualify(node.func)
+            if q in EMPTY_FACTORIES:
+                found.add("empty")
+            elif q in LEGACY_CONSTRUCTORS:
+                found.add("empty" if is_legacy_sizes(node) else "value")
+            elif q in RANDOM_FACTORIES:
+                found.add("random")
+            elif q in VALUE_FACTORIES or q in TENSOR_FUNCTIONS:
+                found.add("value")
+            elif isinstance(node.func, cst.Attribute) and node.func.attr.value in NEUTRAL_METHODS:
+                continue
+            elif isinstance(node.func, cst.Attribute) and node.func.attr.value in ("normal_", "uniform_"):
+                found.add("random")
+            elif q in ("torch.device", "torch.Size", "torch.get_default_dtype", "torch.finfo", "torch.iinfo"):
+                continue
+            elif isinstance(node.func, cst.Name) and node.func.value in ("int", "float", "len", "max", "min", "range", "list", "tuple", "getattr", "isinstance"):
+                continue
+            else:
+                found.add("value")
+        elif isinstance(node, cst.Name) and depth < 3:
+            inner = local_value(method, node.value)
+            if inner is not None and inner is not expr:
+                kind = computed(inner, qualify, method, depth + 1)
+                if kind:
+                    found.add(kind)
+    for kind in ("random", "value", "empty"):
+        if kind in found:
+            return kind
+    return None
+
+
+# -- "is this clearly a tensor?" ------------------------------------------------------------
+def is_tensor(expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, depth: int = 0) -> bool:
+    """True only for expressions that certainly evaluate to a ``torch.Tensor``."""
+    if expr is None or depth > 4:
+        return False
+    if isinstance(expr, cst.Call):
+        q = qualify(expr.func)
+        if q is not None:
+            if q in ("torch.meshgrid", "torch.chunk", "torch.split", "torch.unbind"):
+                return False  # tuples of tensors
+            return (
+                q in VALUE_FACTORIES
+                or q in RANDOM_FACTORIES
+                or q in EMPTY_FACTORIES
+                or q in TENSOR_FUNCTIONS
+                or q in LEGACY_CONSTRUCTORS
+            )
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in TENSOR_METHODS:
+            return is_tensor(expr.func.value, qualify, method, depth + 1)
+        return False
+    if isinstance(expr, cst.BinaryOperation):
+        return is_tensor(expr.left, qualify, method, depth + 1) or is_tensor(
+            expr.right, qualify, method, depth + 1
+        )
+    if isinstance(expr, cst.UnaryOperation):
+        return is_tensor(expr.expression, qualify, method, depth + 1)
+    if isinstance(expr, cst.Subscript):
+        return is_tensor(expr.value, qualify, method, depth + 1)
+    if isinstance(expr, cst.Name) and method is not None:
+        values = method.local_values.get(expr.value)
+        # every assignment of the local must be a tensor (``x = None`` on a branch: unsure)
+        return bool(values) and all(
+            v is not expr and is_tensor(v, qualify, method, depth + 1) for _, v in values
+        )
+    return False
+
+
+# -- devices --------------------------------------------------------------------------------
+def real_device(expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, depth: int = 0) -> str | None:
+    """``"cpu"`` for ``"cpu"``, ``torch.device("cuda:0")``, a local holding one; else None."""
+    if expr is None or depth > 3:
+        return None
+    if isinstance(expr, cst.SimpleString):
+        s = string_value(expr)
+        if s and s.split(":")[0] in REAL_DEVICE:
+            return s
+        return None
+    if isinstance(expr, cst.Call) and qualify(expr.func) == "torch.device" and expr.args:
+        return real_device(expr.args[0].value, qualify, method, depth + 1)
+    if isinstance(expr, cst.Name) and method is not None and expr.value not in method.params:
+        values = method.local_values.get(expr.value)
+        if values and all(real_device(v, qualify, method, depth + 1) for _, v in values):
+            return real_device(values[-1][1], qualify, method, depth + 1)
+    return None
+
+
+# -- where a value flows --------------------------------------------------------------------
+def statement_of(method: MethodFacts, node: cst.CSTNode) -> tuple[str | None, list[str]]:
+    """For an expression node inside ``method``: (local it is assigned to, own attrs it lands in).
+
+    Looks at the enclosing ``self.x = ...`` / ``register_buffer("x", ...)`` / ``local = ...``.
+    """
+    attrs: list[str] = []
+    for a in method.assigns:
+        if a.value is not None and _contains(a.value, node):
+            attr = self_attr(a.target)
+            if attr:
+                attrs.append(attr)
+    for call in method.calls:
+        if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
+            if call.node is not node and _contains(call.node, node) and call.node.args:
+                name = string_value(call.node.args[0].value)
+                if name:
+                    attrs.append(name)
+    if attrs:
+        return None, attrs
+    for local, values in method.local_values.items():
+        for _, value in values:
+            if _contains(value, node):
+                return local, []
+    return None, []
+
+
+def uses_of_local(method: MethodFacts, local: str) -> tuple[list[str], bool]:
+    """Own attributes a local flows into (through other locals), and whether it escapes elsewhere.
+
+    ``escapes`` is True when the local is also used in a way we cannot follow (passed to a
+    call whose result is not stored, returned, ...). Conservative: unknown → escapes.
+    """
+    attrs: list[str] = []
+    escapes = False
+    todo, seen = [local], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        found_use = False
+        for a in method.assigns:
+            if a.value is not None and _mentions(a.value, name):
+                found_use = True
+                attr = self_attr(a.target)
+                if attr:
+                    attrs.append(attr)
+        for call in method.calls:
+            if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
+                if any(_mentions(arg.value, name) for arg in call.node.args[1:2]) and call.node.args:
+                    found_use = True
+                    reg = string_value(call.node.args[0].value)
+                    if reg:
+                        attrs.append(reg)
+        for other, values in method.local_values.items():
+            if other == name:
+                continue
+            for _, value in values:
+                if _mentions(value, name):
+                    found_use = True
+                    todo.append(other)
+        if not found_use and name != local:
+            escapes = True  # an intermediate local that goes nowhere we can see
+    return sorted(set(attrs)), escapes
+
+
+def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(n is node for n in walk(tree))
+
+
+def _mentions(tree: cst.CSTNode, name: str) -> bool:
+    return any(isinstance(n, cst.Name) and n.value == name for n in walk(tree))
+
+
+# -- in-place initialisation ----------------------------------------------------------------
+INIT_KIND = {
+    "ones_": "ones",
+    "zeros_": "zeros",
+    "zero_": "zeros",
+    "constant_": "const",
+    "fill_": "const",
+    "eye_": "eye",
+    "dirac_": "dirac",
+    "orthogonal_": "random",
+    "normal_": "random",
+    "uniform_": "random",
+    "trunc_normal_": "random",
+    "trunc_normal_tf_": "random",
+    "xavier_uniform_": "random",
+    "xavier_normal_": "random",
+    "kaiming_uniform_": "random",
+    "kaiming_normal_": "random",
+    "sparse_": "random",
+    "lecun_normal_": "random",
+    "variance_scaling_": "random",
+}
+
+
+def _number(node: cst.BaseExpression | None) -> float | None:
+    if isinstance(node, (cst.Integer, cst.Float)):
+        try:
+            return float(node.value)
+        except ValueError:
+            return None
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        v = _number(node.expression)
+        return -v if v is not None else None
+    return None
+
+
+def _const_kind(value: cst.BaseExpression | None) -> str:
+    n = _number(value)
+    if n == 1.0:
+        return "ones"
+    if n == 0.0:
+        return "zeros"
+    return "const"
+
+
+def inplace_kind(call, qualify) -> str | None:
+    """How an in-place init call sets a tensor: "ones", "zeros", "const", "random"..."""
+    name = call.method if call.method in INIT_KIND and call.receiver else None
+    if name is None:
+        func = call.qualname or dotted(call.node.func) or ""
+        name = func.rsplit(".", 1)[-1]
+    kind = INIT_KIND.get(name)
+    if kind == "const":
+        args = call.node.args
+        # constant_(t, v) / t.fill_(v)
+        idx = 0 if call.method == name and call.receiver else 1
+        value = args[idx].value if len(args) > idx else None
+        return _const_kind(value)
+    return kind
+
+
+def creation_kind(expr: cst.BaseExpression | None, qualify, method: MethodFacts | None = None) -> str | None:
+    """How a creation value sets a tensor: "ones" (``torch.ones``), "zeros", "const"
+    (``v * torch.ones``, ``torch.full``), "random", or None (unknown, computed, empty)."""
+    if expr is None:
+        return None
+    if isinstance(expr, cst.Name) and method is not None:
+        inner = local_value(method, expr.value)
+        return creation_kind(inner, qualify, None) if inner is not None else None
+    if isinstance(expr, cst.Call):
+        q = qualify(expr.func)
+        if q in ("torch.ones", "torch.ones_like"):
+            return "ones"
+        if q in ("torch.zeros", "torch.zeros_like"):
+            return "zeros"
+        if q in ("torch.full", "torch.full_like"):
+            v = expr.args[1].value if len(expr.args) > 1 else keyword(expr, "fill_value")
+            return _const_kind(v)
+        if q in RANDOM_FACTORIES:
+            return "random"
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in NEUTRAL_METHODS:
+            return creation_kind(expr.func.value, qualify, method)
+        return None
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
+        left = creation_kind(expr.left, qualify, method)
+        right = creation_kind(expr.right, qualify, method)
+        for side, other in ((left, expr.right), (right, expr.left)):
+            if side == "ones" and not isinstance(other, cst.Call):
+                return "const"
+            if side == "zeros":
+                return "zeros"
+            if side == "random" and not isinstance(other, cst.Call):
+                return "random"
+    return None
+
+
+def written_attr(call, qualify) -> str | None:
+    """Own attribute an in-place call writes, leaving out registration (that is creation)."""
+    if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
+        return None
+    return writes(call, qualify)
