@@ -108,6 +108,8 @@ class Source:
 
 class SafetensorsSource(Source):
     kind = "safetensors"
+    # safetensors >= 0.4 returns tensors backed by its mmap of the file
+    owned_reads = False
 
     def __init__(self, path: str, files: list[str], weight_map: dict[str, str] | None = None):
         super().__init__(path)
@@ -341,3 +343,56 @@ def open_checkpoint(checkpoint) -> Source:
     if magic == b"PK":
         return TorchZipSource(str(p), [str(p)])
     return SafetensorsSource(str(p), [str(p)])
+
+
+TORCH_TO_ST = {v: k for k, v in ST_TO_TORCH.items() if v is not None}
+
+
+def save_safetensors(tensors: dict[str, torch.Tensor], path, metadata=None) -> None:
+    """Write ``tensors`` as a safetensors file (used by tests and the benchmark).
+
+    Uses ``safetensors.torch.save_file`` when it works (it needs numpy); otherwise writes the
+    same layout (header padded to 8 bytes, tensors in order) through an mmap, one tensor at a
+    time, so a large file needs no second copy in memory.
+    """
+    try:
+        import numpy  # noqa: F401
+        from safetensors.torch import save_file
+
+        return save_file({k: v.contiguous() for k, v in tensors.items()}, str(path),
+                         metadata=metadata)
+    except ImportError:
+        pass
+    import mmap
+    import struct
+
+    header: dict = {}
+    if metadata:
+        header["__metadata__"] = dict(metadata)
+    off = 0
+    for name, t in tensors.items():
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": TORCH_TO_ST[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    total = 8 + len(h) + off
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        f.truncate(total)
+    if off == 0:
+        return
+    with open(path, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), total)
+        try:
+            for name, t in tensors.items():
+                begin, end = header[name]["data_offsets"]
+                if end > begin:
+                    dst = torch.frombuffer(mm, dtype=torch.uint8, count=end - begin,
+                                           offset=8 + len(h) + begin)
+                    dst.copy_(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8))
+                    del dst
+            mm.flush()
+        finally:
+            mm.close()
