@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
 from metalint.diagnostics import Condition, Diagnostic, Position
 from metalint.report import ERROR_CODE
@@ -172,6 +172,47 @@ def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
     return ClassSummary(cls.fullname, cls.bases, hooks, api)
 
 
+def _positions(module: cst.Module, source: str, found, facts) -> dict:
+    """Code ranges of the reported nodes.
+
+    ``PositionProvider`` on a whole module re-generates all of its code; instead each top-level
+    class that holds a finding is rendered alone and shifted to the line its ``class`` keyword
+    has in the source. Anything else falls back to the whole module.
+    """
+    by_qual = {c.qualname: c for c in facts.classes}
+    groups: dict[int, tuple[cst.ClassDef, list]] = {}
+    top_level = {id(stmt) for stmt in module.body}
+    for cls, node in found:
+        top = by_qual.get(cls.qualname.split(".")[0], cls)
+        if id(top.node) not in top_level:
+            return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        groups.setdefault(id(top.node), (top.node, []))[1].append(node)
+    out: dict = {}
+    lines = None
+    for top, nodes in groups.values():
+        name = top.name.value
+        if lines is None:
+            lines = source.splitlines()
+        # the n-th top-level ``class Name`` in the source is the n-th such node in the module
+        nth = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name]
+        rows = [i for i, l in enumerate(lines, 1) if re.match(rf"class\s+{re.escape(name)}\b", l)]
+        if len(rows) != len(nth):
+            return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        row = rows[next(i for i, s in enumerate(nth) if s is top)]
+        alone = cst.Module(
+            body=[top], default_indent=module.default_indent, default_newline=module.default_newline
+        )
+        pos = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+        shift = row - pos[top.name].start.line
+        for node in nodes:
+            r = pos[node]
+            out[node] = CodeRange(
+                CodePosition(r.start.line + shift, r.start.column),
+                CodePosition(r.end.line + shift, r.end.column),
+            )
+    return out
+
+
 def analyze_source(
     source: str,
     display: str,
@@ -217,7 +258,7 @@ def analyze_source(
             for finding in rule.check_class(cls):
                 findings.append((rule.code, finding))
     if findings:
-        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        positions = _positions(module, source, [(f.cls, f.node) for _, f in findings], facts)
         for code, f in findings:
             rng = positions[f.node]
             result.diagnostics.append(

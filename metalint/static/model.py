@@ -18,6 +18,10 @@ from metalint.static.names import Aliases, dotted
 DEFAULT_HOOKS = ("reset_parameters", "init_weights", "_init_weights", "init_non_persistent_buffers")
 
 
+#: methods whose bodies the collector does not walk: they run after construction
+SKIPPED_METHOD_PREFIXES = ("forward", "extra_repr", "__repr__", "_forward")
+
+
 @dataclass
 class CallSite:
     node: cst.Call
@@ -141,14 +145,18 @@ class FactCollector(cst.CSTVisitor):
             self.class_stack.pop()
             self._qual_stack.pop()
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self.func_depth += 1  # leave_FunctionDef runs even when the body is skipped
         if self.method is None and self.class_stack and self._direct_child_of_class(node):
             params = [p.name.value for p in node.params.params]
             params += [p.name.value for p in node.params.kwonly_params]
             params += [p.name.value for p in node.params.posonly_params]
             self.method = MethodFacts(node.name.value, node, params)
             self.class_stack[-1].methods[node.name.value] = self.method
-        self.func_depth += 1
+            # what runs after construction is no rule's business; skipping it halves the walk
+            return not node.name.value.startswith(SKIPPED_METHOD_PREFIXES)
+        # module-level functions (model factories, checkpoint filters) hold no class facts
+        return self.method is not None
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self.func_depth -= 1
