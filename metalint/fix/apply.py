@@ -1,0 +1,166 @@
+"""Apply fixes to a file until nothing changes (ruff's loop).
+
+Each round re-analyses the current text (so edits never go stale), answers the cross-file
+conditions with the hierarchy of the whole checked tree, picks the applicable fixes that do not
+conflict (at most one per class and round: a fix rewrites its class), applies them, and checks
+that the result still parses (libcst and Python's own compiler) before taking it. Several fixes
+in one class compose over rounds; the loop is bounded.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from metalint.diagnostics import Applicability, Diagnostic
+from metalint.fix.registry import CODEMODS, REASONS, apply_edits
+from metalint.report import ERROR_CODE
+from metalint.static.engine import FileResult, analyze_source
+from metalint.static.hierarchy import Hierarchy
+
+MAX_ROUNDS = 64
+#: codemods that put code in a hook ``__init__`` calls (cross-file checks apply)
+HOOK_CODES = {"ML001", "ML002", "ML003"}
+
+
+@dataclass
+class FileFix:
+    path: Path
+    display: str
+    module: str
+    is_package: bool
+    data: bytes  # the bytes that were read
+    encoding: str
+    original: str
+    text: str = ""
+    before: list[Diagnostic] = field(default_factory=list)
+    after: list[Diagnostic] = field(default_factory=list)
+    applied: list[Diagnostic] = field(default_factory=list)
+    refused: dict[tuple[str, int, str], str] = field(default_factory=dict)  # (code,row,symbol) -> why
+    error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.text != self.original
+
+    @property
+    def classes(self) -> list[str]:
+        return sorted({d.symbol for d in self.applied if d.symbol})
+
+
+class Fixer:
+    def __init__(self, results: list[FileResult], settings, enabled: set[str], unsafe: bool):
+        from metalint.check import resolve
+
+        self._resolve = resolve
+        self.results = {r.path: r for r in results}
+        self.settings = settings
+        self.enabled = enabled
+        self.unsafe = unsafe
+
+    # -- analysis of the current text ---------------------------------------------------------
+    def analyse(self, ff: FileFix, text: str) -> tuple[list[Diagnostic], Hierarchy]:
+        result = analyze_source(text, ff.display, ff.module, is_package=ff.is_package, hooks=self.settings.hooks)
+        self.results[ff.display] = result
+        results = list(self.results.values())
+        diags = [d for d in self._resolve(results, self.settings, self.enabled) if d.filename == ff.display]
+        return diags, Hierarchy(results)
+
+    def blocked(self, d: Diagnostic, h: Hierarchy) -> str | None:
+        """Why the whole tree forbids this fix (None: it does not)."""
+        if d.code not in HOOK_CODES or d.condition is None:
+            return None
+        me = h.classes.get(d.condition.cls)
+        if me is None:
+            return None
+        for other in h.classes.values():
+            if other.fullname == me.fullname:
+                continue
+            if me.fullname in h.bases(other.fullname) and "reset_parameters" in getattr(other, "methods", other.hooks):
+                return f"subclass `{other.fullname}` defines its own `reset_parameters()`"
+        for b in me.bases:
+            if b.startswith("torch.nn."):
+                continue
+            r = h.resolve(b)
+            if r is None:
+                return f"base class `{b}` is not among the checked files"
+            if h.hook_tensors(r, "reset_parameters") is not None:
+                return f"base class `{r}` has its own `reset_parameters()`"
+        return None
+
+    def applicable(self, d: Diagnostic) -> bool:
+        return d.fix is not None and (self.unsafe or d.fix.applicability == Applicability.SAFE)
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self, ff: FileFix, exclude: set[str] = frozenset()) -> FileFix:
+        ff.text = ff.original
+        ff.applied = []
+        ff.refused = {}
+        broken: set[str] = set(exclude)
+        diags, h = self.analyse(ff, ff.text)
+        ff.before = [d for d in diags if d.code != ERROR_CODE]
+        if any(d.code == ERROR_CODE for d in diags):
+            ff.error = next(d.message for d in diags if d.code == ERROR_CODE)
+            ff.after = ff.before
+            return ff
+        for _ in range(MAX_ROUNDS):
+            picked: list[Diagnostic] = []
+            rows: list[tuple[int, int]] = []
+            for d in sorted(diags, key=lambda d: d.sort_key):
+                if not self.applicable(d) or _related(d.symbol, broken):
+                    continue
+                why = self.blocked(d, h)
+                if why:
+                    ff.refused[(d.code, d.start.row, d.symbol or "")] = why
+                    continue
+                if any(_related(d.symbol, {p.symbol}) for p in picked):
+                    continue
+                span = (min(e.start.row for e in d.fix.edits), max(e.end.row for e in d.fix.edits))
+                if any(not (span[1] < a or b < span[0]) for a, b in rows):
+                    continue
+                picked.append(d)
+                rows.append(span)
+            if not picked:
+                break
+            try:
+                new = apply_edits(ff.text, [e for d in picked for e in d.fix.edits])
+                cst.parse_module(new)
+                compile(new, ff.display, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+            except Exception:
+                # never keep a rewrite that does not parse: drop these classes, go on
+                broken |= {d.symbol or "" for d in picked}
+                for d in picked:
+                    ff.refused[(d.code, d.start.row, d.symbol or "")] = "the rewrite did not parse"
+                continue
+            ff.text = new
+            ff.applied.extend(picked)
+            diags, h = self.analyse(ff, ff.text)
+        ff.after = [d for d in diags if d.code != ERROR_CODE]
+        for d in ff.after:
+            if d.fix is None and d.code in CODEMODS:
+                why = REASONS.get((ff.display, d.code, d.start.row))
+                if why:
+                    ff.refused.setdefault((d.code, d.start.row, d.symbol or ""), why)
+        return ff
+
+    def reason(self, ff: FileFix, d: Diagnostic) -> str | None:
+        why = ff.refused.get((d.code, d.start.row, d.symbol or ""))
+        if why:
+            return why
+        if d.fix is not None and not self.applicable(d):
+            return "unsafe fix: use --unsafe-fixes"
+        if d.code not in CODEMODS:
+            return None
+        return REASONS.get((ff.display, d.code, d.start.row))
+
+
+def _related(symbol: str | None, others) -> bool:
+    s = symbol or ""
+    for o in others:
+        o = o or ""
+        if s == o or s.startswith(o + ".") or o.startswith(s + "."):
+            return True
+    return False

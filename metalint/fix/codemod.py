@@ -1,0 +1,506 @@
+"""Shared machinery of the codemods: editing one class with libcst, keeping formatting.
+
+A codemod reads the facts of one class and the node a rule reported, and either returns a
+:class:`Rewrite` (the new ``ClassDef``, its applicability, a message) or raises
+:class:`Unfixable` with the reason. Everything is computed from the syntax tree; nothing is
+imported or executed.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from metalint.diagnostics import Applicability
+from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.names import dotted
+from metalint.static.rule import RuleContext
+from metalint.static.tensors import walk
+
+BUILTIN_NAMES = frozenset(dir(builtins))
+
+
+class Unfixable(Exception):
+    """The codemod cannot rewrite this finding without guessing; ``str()`` says why."""
+
+
+@dataclass
+class Rewrite:
+    new_class: cst.ClassDef
+    applicability: Applicability
+    message: str
+
+
+def render(node: cst.CSTNode, module: cst.Module | None = None) -> str:
+    return (module or cst.Module([])).code_for_node(node)
+
+
+def expr(code: str) -> cst.BaseExpression:
+    return cst.parse_expression(code)
+
+
+def stmt(code: str) -> cst.BaseStatement:
+    return cst.parse_statement(code if code.endswith("\n") else code + "\n")
+
+
+def path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
+    """Nodes from ``root`` down to ``target`` (both included), by identity."""
+    stack: list[tuple[cst.CSTNode, int]] = [(root, 0)]
+    path: list[cst.CSTNode] = []
+    while stack:
+        node, depth = stack.pop()
+        del path[depth:]
+        path.append(node)
+        if node is target:
+            return path
+        for child in reversed(node.children):
+            stack.append((child, depth + 1))
+    return None
+
+
+def names_in(node: cst.CSTNode) -> Iterator[cst.Name]:
+    """Name nodes that read a variable (not attribute names, not keyword names)."""
+    if isinstance(node, cst.Name):
+        yield node
+        return
+    if isinstance(node, cst.Attribute):
+        yield from names_in(node.value)
+        return
+    if isinstance(node, cst.Arg):
+        yield from names_in(node.value)
+        return
+    if isinstance(node, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.NamedExpr)):
+        raise Unfixable("the value uses a lambda, comprehension or `:=`")
+    for child in node.children:
+        yield from names_in(child)
+
+
+class _Substitute(cst.CSTTransformer):
+    def __init__(self, replace: dict[int, cst.BaseExpression]):
+        self.replace = replace
+
+    def leave_Name(self, original_node, updated_node):
+        return self.replace.get(id(original_node), updated_node)
+
+
+def substitute(node: cst.CSTNode, replace: dict[int, cst.BaseExpression]) -> cst.CSTNode:
+    return node.visit(_Substitute(replace)) if replace else node
+
+
+def self_attr_expr(name: str) -> cst.Attribute:
+    return cst.Attribute(cst.Name("self"), cst.Name(name))
+
+
+# -- torch spelling ------------------------------------------------------------------------------
+def torch_spelling(ctx: RuleContext) -> tuple[str, str]:
+    """How this file spells ``torch`` and ``torch.nn`` (e.g. ``("torch", "nn")``)."""
+    torch_name = nn_name = None
+    for local, full in ctx.facts.aliases.names.items():
+        if full == "torch" and torch_name is None:
+            torch_name = local
+        if full == "torch.nn" and nn_name is None:
+            nn_name = local
+    if torch_name is None:
+        raise Unfixable("`torch` is not imported as a module in this file")
+    return torch_name, nn_name or f"{torch_name}.nn"
+
+
+# -- RNG ---------------------------------------------------------------------------------------
+#: calls that draw no random numbers (their constructors are deterministic)
+RNG_FREE_TORCH = frozenset(
+    {
+        "torch.empty", "torch.zeros", "torch.ones", "torch.full", "torch.arange", "torch.tensor",
+        "torch.as_tensor", "torch.linspace", "torch.eye", "torch.zeros_like", "torch.ones_like",
+        "torch.empty_like", "torch.full_like", "torch.nn.Parameter", "torch.nn.Identity",
+        "torch.nn.Dropout", "torch.nn.Dropout1d", "torch.nn.Dropout2d", "torch.nn.DropPath",
+        "torch.nn.GELU", "torch.nn.ReLU", "torch.nn.SiLU", "torch.nn.Tanh", "torch.nn.Sigmoid",
+        "torch.nn.Softmax", "torch.nn.LayerNorm", "torch.nn.GroupNorm", "torch.nn.RMSNorm",
+        "torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d", "torch.nn.Flatten",
+        "torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.ModuleDict", "torch.nn.init.constant_",
+        "torch.nn.init.ones_", "torch.nn.init.zeros_",
+    }
+)
+RNG_FREE_BUILTINS = frozenset(
+    {"super", "int", "float", "len", "tuple", "list", "range", "isinstance", "max", "min", "bool",
+     "str", "dict", "getattr", "hasattr", "setattr", "round", "abs", "sum", "any", "all"}
+)
+
+
+#: tensor methods that draw no random numbers
+DETERMINISTIC_METHODS = frozenset(
+    {
+        "fill_", "zero_", "mul_", "add_", "div_", "sub_", "clamp_", "copy_", "masked_fill_",
+        "index_fill_", "fill_diagonal_", "tril", "triu", "tril_", "triu_", "float", "double",
+        "half", "bfloat16", "long", "int", "bool", "to", "view", "reshape", "expand", "unsqueeze",
+        "squeeze", "flatten", "permute", "transpose", "t", "contiguous", "repeat", "sum", "mean",
+        "cos", "sin", "exp", "log", "sqrt", "cumsum", "clone", "detach", "requires_grad_", "append",
+        "extend", "register_buffer", "register_parameter", "__init__", "size", "dim", "numel",
+    }
+)
+
+
+def rng_free(node: cst.CSTNode, ctx: RuleContext) -> bool:
+    """Does this statement certainly draw no random numbers? (conservative)"""
+    for n in walk(node):
+        if not isinstance(n, cst.Call):
+            continue
+        q = ctx.qualify(n.func)
+        name = dotted(n.func)
+        if q in RNG_FREE_TORCH or name in RNG_FREE_BUILTINS:
+            continue
+        f = n.func
+        if q is None and isinstance(f, cst.Attribute) and f.attr.value in DETERMINISTIC_METHODS:
+            continue
+        return False
+    return True
+
+
+# -- the class being edited ----------------------------------------------------------------------
+@dataclass
+class ClassEdit:
+    """Edits of one class, expressed on the original nodes and applied at once by :meth:`build`."""
+
+    ctx: RuleContext
+    cls: ClassFacts
+    #: original statement -> statements that replace it (in its block)
+    replace: dict[int, tuple[cst.BaseStatement, list[cst.BaseStatement]]] = field(default_factory=dict)
+    init_append: list[cst.BaseStatement] = field(default_factory=list)
+    hook_append: dict[str, list[cst.BaseStatement]] = field(default_factory=dict)
+    new_params: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unsafe: list[str] = field(default_factory=list)
+
+    @property
+    def init(self) -> MethodFacts:
+        init = self.cls.init
+        if init is None:
+            raise Unfixable(f"`{self.cls.name}` has no `__init__`")
+        return init
+
+    @property
+    def init_body(self) -> Sequence[cst.BaseStatement]:
+        body = self.init.node.body
+        if not isinstance(body, cst.IndentedBlock):
+            raise Unfixable("`__init__` is written on one line")
+        return body.body
+
+    # -- locating statements -----------------------------------------------------------------
+    def locate(self, node: cst.CSTNode) -> tuple[int, cst.SimpleStatementLine, list[cst.CSTNode]]:
+        """(index of the top-level statement of ``__init__`` holding ``node``, the statement line
+        holding it, the path from that top-level statement down to ``node``)."""
+        for i, top in enumerate(self.init_body):
+            path = path_to(top, node)
+            if path is None:
+                continue
+            for n in path:
+                if isinstance(n, (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                    raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
+            lines = [n for n in path if isinstance(n, cst.SimpleStatementLine)]
+            if not lines:
+                raise Unfixable("the value is not set by a simple statement")
+            return i, lines[-1], path
+        raise Unfixable("the value is not set directly in `__init__`")
+
+    def top_index_of(self, stmt_node: cst.CSTNode) -> int:
+        for i, top in enumerate(self.init_body):
+            if path_to(top, stmt_node) is not None:
+                return i
+        return -1
+
+    def rng_free_after(self, index: int) -> bool:
+        return all(rng_free(s, self.ctx) for s in self.init_body[index + 1 :])
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def hook_calls(self, hook: str) -> tuple[list[int], bool]:
+        """Top-level statements of ``__init__`` that are ``self.<hook>()``; any nested call?"""
+        top: list[int] = []
+        nested = False
+        for i, s in enumerate(self.init_body):
+            if (
+                isinstance(s, cst.SimpleStatementLine)
+                and len(s.body) == 1
+                and isinstance(s.body[0], cst.Expr)
+                and isinstance(s.body[0].value, cst.Call)
+                and dotted(s.body[0].value.func) == f"self.{hook}"
+            ):
+                top.append(i)
+                continue
+            for n in walk(s):
+                if isinstance(n, cst.Call) and dotted(n.func) == f"self.{hook}":
+                    nested = True
+        return top, nested
+
+    def use_hook(self, hook: str, after_index: int, stmts: list[cst.BaseStatement], *, random: bool = False) -> None:
+        """Put ``stmts`` at the end of ``hook`` (created when missing) and make sure ``__init__``
+        calls the hook after statement ``after_index``."""
+        self.check_bases(hook)
+        exists = hook in self.cls.methods
+        if exists:
+            body = self.cls.methods[hook].node.body
+            if not isinstance(body, cst.IndentedBlock):
+                raise Unfixable(f"`{hook}` is written on one line")
+            for s in walk(self.cls.methods[hook].node):
+                if isinstance(s, cst.Return):
+                    raise Unfixable(f"`{hook}` returns early")
+            if any(len(p.name.value) and p.default is None for p in self.cls.methods[hook].node.params.params[1:]):
+                raise Unfixable(f"`{hook}` takes required arguments")
+        calls, nested = self.hook_calls(hook)
+        if nested:
+            raise Unfixable(f"`__init__` calls `{hook}()` inside a block")
+        if any(c < after_index for c in calls):
+            raise Unfixable(f"`__init__` calls `{hook}()` before the value is created")
+        if not calls and hook not in self._hook_call_added:
+            if exists:
+                self.unsafe.append(
+                    f"`__init__` now calls the existing `{hook}()`, which re-initialises its other tensors"
+                )
+            for s in self.init_body:
+                for n in walk(s):
+                    if isinstance(n, cst.Return):
+                        raise Unfixable("`__init__` returns early")
+            self.init_append.append(stmt(f"self.{hook}()"))
+            self._hook_call_added.add(hook)
+        if random and not (self.rng_free_after(after_index)):
+            self.unsafe.append(
+                "the random value is now drawn at the end of `__init__`, after other random draws, "
+                "so eager values differ under the same seed (same distribution)"
+            )
+        self.hook_append.setdefault(hook, []).extend(stmts)
+
+    _hook_call_added: set = field(default_factory=set)
+
+    def check_bases(self, hook: str) -> None:
+        from metalint.static.hierarchy import TORCH_WITHOUT_RESET
+
+        for b in self.cls.bases:
+            if b.startswith("torch.nn.") and b not in TORCH_WITHOUT_RESET and hook == "reset_parameters":
+                raise Unfixable(f"the base class `{b}` has its own `reset_parameters()`")
+
+    # -- storing values ----------------------------------------------------------------------
+    def store_names(self, value, before: cst.BaseStatement, index: int):
+        """``value`` with the local names it reads replaced by ``self.<attr>``; the statements
+        that store those attributes are inserted before ``before``."""
+        init = self.init
+        replace: dict[int, cst.BaseExpression] = {}
+        stores: list[cst.BaseStatement] = []
+        chosen: dict[str, str] = {}
+        for name in list(names_in(value)):
+            n = name.value
+            if n == "self":
+                continue
+            if n not in init.params and n not in init.local_values:
+                if n in BUILTIN_NAMES or self.ctx.qualify(name) is not None or n in self.ctx.facts.local_classes:
+                    continue
+                continue  # a module-level name: it is still there in the hook
+            if n in init.local_values:
+                from metalint.static.tensors import value_kind
+
+                for _, v in init.local_values[n]:
+                    if value_kind(v, self.ctx.qualify, init):
+                        raise Unfixable(f"the value reads the local tensor `{n}`")
+            if n not in chosen:
+                attr, new = self._attr_for(n, index)
+                chosen[n] = attr
+                if new:
+                    stores.append(stmt(f"self.{attr} = {n}"))
+            replace[id(name)] = self_attr_expr(chosen[n])
+        if stores:
+            old = self.replace.get(id(before))
+            current = old[1] if old else [before]
+            self.replace[id(before)] = (before, stores + current)
+        return substitute(value, replace)
+
+    def _attr_for(self, name: str, index: int) -> tuple[str, bool]:
+        """An attribute that holds local ``name``: an existing ``self.x = name`` before the
+        statement, else a free attribute name. (attr, needs a new store)"""
+        for i, s in enumerate(self.init_body[:index]):
+            if isinstance(s, cst.SimpleStatementLine):
+                for small in s.body:
+                    if (
+                        isinstance(small, cst.Assign)
+                        and len(small.targets) == 1
+                        and isinstance(small.value, cst.Name)
+                        and small.value.value == name
+                    ):
+                        t = dotted(small.targets[0].target)
+                        if t and t.startswith("self.") and t.count(".") == 1:
+                            return t[5:], False
+        for stored in self.replace.values():
+            for s in stored[1]:
+                code = render(s).strip()
+                if code.endswith(f" = {name}") and code.startswith("self."):
+                    return code.split(" ", 1)[0][5:], False
+        for cand in (name, f"_{name}"):
+            if not self._taken(cand):
+                return cand, True
+        raise Unfixable(f"no free attribute name to keep `{name}`")
+
+    def _taken(self, attr: str) -> bool:
+        if attr in self.cls.methods:
+            return True
+        for m in self.cls.methods.values():
+            for a in m.assigns:
+                if a.target == f"self.{attr}" or a.target.startswith(f"self.{attr}."):
+                    return True
+            for c in m.calls:
+                if c.receiver == "self" and c.method in ("register_buffer", "register_parameter", "add_module", "register_module"):
+                    if c.node.args and isinstance(c.node.args[0].value, cst.SimpleString):
+                        if c.node.args[0].value.evaluated_value == attr:
+                            return True
+        # a class-level attribute
+        for s in self.cls.node.body.body if isinstance(self.cls.node.body, cst.IndentedBlock) else ():
+            if isinstance(s, cst.SimpleStatementLine):
+                for small in s.body:
+                    if isinstance(small, (cst.Assign, cst.AnnAssign)):
+                        targets = small.targets if isinstance(small, cst.Assign) else [small]
+                        for t in targets:
+                            if dotted(t.target) == attr:
+                                return True
+        return False
+
+    # -- device / dtype ------------------------------------------------------------------------
+    def device_dtype(self) -> tuple[str, str]:
+        """Names of the constructor's device and dtype parameters (added when missing)."""
+        params = self.init.params
+        for p in ("device", "dtype"):
+            if p not in params and p not in self.new_params:
+                if p in self.init.local_values:
+                    raise Unfixable(f"`__init__` has a local `{p}` that is not a parameter")
+                self.new_params.append(p)
+        if self.new_params:
+            self.unsafe.append(
+                f"adds `{'`, `'.join(f'{p}=None' for p in self.new_params)}` to the signature of `{self.cls.name}.__init__`"
+            )
+        return "device", "dtype"
+
+    # -- build ---------------------------------------------------------------------------------
+    def build(self) -> cst.ClassDef:
+        cls_node = self.cls.node
+        init_node = self.init.node
+        new_init = init_node
+        if self.replace:
+            new_init = new_init.visit(_ReplaceStatements(self.replace))
+        if self.init_append:
+            body = new_init.body
+            new_init = new_init.with_changes(body=body.with_changes(body=[*body.body, *self.init_append]))
+        if self.new_params:
+            new_init = new_init.with_changes(params=_add_params(new_init.params, self.new_params))
+        members = list(cls_node.body.body)
+        out: list[cst.BaseStatement] = []
+        for m in members:
+            if m is init_node:
+                out.append(new_init)
+                for hook, stmts in self.hook_append.items():
+                    if hook not in self.cls.methods:
+                        out.append(_new_method(hook, stmts, init_node))
+                continue
+            if isinstance(m, cst.FunctionDef) and m.name.value in self.hook_append and self.cls.methods.get(m.name.value) and self.cls.methods[m.name.value].node is m:
+                stmts = self.hook_append[m.name.value]
+                body = m.body
+                kept = [s for s in body.body if not _is_pass(s)]
+                out.append(m.with_changes(body=body.with_changes(body=[*kept, *stmts])))
+                continue
+            out.append(m)
+        return cls_node.with_changes(body=cls_node.body.with_changes(body=out))
+
+    def rewrite(self, message: str) -> Rewrite:
+        new = self.build()
+        app = Applicability.UNSAFE if self.unsafe else Applicability.SAFE
+        if self.unsafe:
+            message += " (unsafe: " + "; ".join(dict.fromkeys(self.unsafe)) + ")"
+        return Rewrite(new, app, message)
+
+
+def _is_pass(s: cst.BaseStatement) -> bool:
+    return isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Pass) for x in s.body)
+
+
+class _ReplaceStatements(cst.CSTTransformer):
+    def __init__(self, replace):
+        self.replace = replace
+
+    def on_leave(self, original_node, updated_node):
+        hit = self.replace.get(id(original_node))
+        if hit is None or hit[0] is not original_node:
+            return updated_node
+        new = [updated_node if n is original_node else n for n in hit[1]]
+        if not new:
+            return cst.RemoveFromParent()
+        if len(new) == 1:
+            return new[0]
+        # blank lines above the original statement go above the group; its comments stay
+        at = next((i for i, n in enumerate(new) if n is updated_node), len(new) - 1)
+        if at == 0:
+            return cst.FlattenSentinel(new)
+        main = new[at]
+        lead = list(getattr(main, "leading_lines", ()))
+        k = 0
+        while k < len(lead) and lead[k].comment is None:
+            k += 1
+        new[0] = new[0].with_changes(leading_lines=lead[:k])
+        new[at] = main.with_changes(leading_lines=lead[k:])
+        return cst.FlattenSentinel(new)
+
+
+def _new_method(hook: str, stmts: list[cst.BaseStatement], init_node: cst.FunctionDef) -> cst.FunctionDef:
+    returns = " -> None" if init_node.returns is not None else ""
+    fn = stmt(f"def {hook}(self){returns}:\n    pass\n")
+    assert isinstance(fn, cst.FunctionDef)
+    return fn.with_changes(
+        body=fn.body.with_changes(body=stmts),
+        leading_lines=[cst.EmptyLine(indent=False)],
+    )
+
+
+def _add_params(params: cst.Parameters, names: list[str]) -> cst.Parameters:
+    def new_param(n: str) -> cst.Param:
+        return cst.Param(
+            cst.Name(n),
+            default=cst.Name("None"),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+
+    kwonly = isinstance(params.star_arg, (cst.Param, cst.ParamStar))
+    existing = list(params.kwonly_params if kwonly else params.params)
+    plist = existing
+    default_sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    if plist:
+        last = plist[-1]
+        trailing = last.comma
+        sep = plist[-2].comma if len(plist) >= 2 and isinstance(plist[-2].comma, cst.Comma) else default_sep
+        if not isinstance(trailing, cst.Comma) and params.star_kwarg is not None:
+            trailing = default_sep
+        plist[-1] = last.with_changes(comma=sep)
+    else:
+        trailing = default_sep if params.star_kwarg is not None else cst.MaybeSentinel.DEFAULT
+        sep = default_sep
+    added = [new_param(n).with_changes(comma=sep) for n in names]
+    added[-1] = added[-1].with_changes(comma=trailing)
+    plist = plist + added
+    if kwonly:
+        return params.with_changes(kwonly_params=plist)
+    return params.with_changes(params=plist)
+
+
+# -- assignment helpers --------------------------------------------------------------------------
+def assigned_attr(node: cst.CSTNode) -> str | None:
+    """``gamma`` for ``self.gamma = ...`` (Assign/AnnAssign with one target)."""
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        t = dotted(node.targets[0].target)
+    elif isinstance(node, cst.AnnAssign):
+        t = dotted(node.target)
+    else:
+        return None
+    if t and t.startswith("self.") and t.count(".") == 1:
+        return t[5:]
+    return None
+
+
+def small_statement(node: cst.CSTNode, path: list[cst.CSTNode]) -> cst.BaseSmallStatement | None:
+    for n in reversed(path):
+        if isinstance(n, cst.BaseSmallStatement):
+            return n
+    return node if isinstance(node, cst.BaseSmallStatement) else None

@@ -1,0 +1,204 @@
+"""``metalint fix``: rewrite non-deferrable init so modules become meta-safe.
+
+Without ``--write`` it prints a unified diff and changes nothing (exit 1 when it would change
+something, 0 when not). With ``--write`` it writes each changed file atomically (only if the
+file still has the bytes that were read) and prints ``Fixed N errors (M remaining; K
+unfixable).``; exit 1 while findings remain. Files that cannot be read or parsed are reported
+(``ML900``), never touched, and make the exit code 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from pathlib import Path
+
+import click
+
+from metalint.config import ConfigError, load_settings, validate_selectors
+from metalint.report import ERROR_CODE, render
+
+
+def _split(values):
+    from metalint.check import _split as split
+
+    return split(values)
+
+
+def _summary(fixed: int, remaining: int, unfixable: int, unsafe_hidden: int, write: bool) -> str:
+    verb = "Fixed" if write else "Would fix"
+    text = f"{verb} {fixed} error{'s' if fixed != 1 else ''} ({remaining} remaining; {unfixable} unfixable"
+    if unsafe_hidden:
+        text += f"; {unsafe_hidden} fixable with --unsafe-fixes"
+    return text + ")."
+
+
+def run_fix(paths, settings, *, write: bool, show_diff: bool, unsafe: bool, verify: bool,
+            use_cache: bool = True, workers=None, echo=click.echo) -> int:
+    from metalint.check import all_codes, run_check
+    from metalint.fix.apply import FileFix, Fixer
+    from metalint.fix.registry import CODEMODS
+    from metalint.fix.write import ChangedOnDisk, digest, write_atomic
+    from metalint.static.engine import decode
+    from metalint.static.names import module_name_for
+
+    codes, defaults = all_codes()
+    enabled = settings.enabled(codes, defaults)
+    checked = run_check(paths, settings, use_cache=use_cache, workers=workers)
+    errors = [d for d in checked.diagnostics if d.code == ERROR_CODE]
+    fixer = Fixer(checked.results, settings, enabled, unsafe)
+    candidates = sorted({d.filename for d in checked.diagnostics if d.code in CODEMODS})
+    fixes: list[FileFix] = []
+    for display in candidates:
+        path = Path(display)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            errors.append(_error(display, f"could not be fixed: {exc.strerror or exc}"))
+            continue
+        text, err = decode(data, display)
+        if err is not None:
+            errors.extend(err.diagnostics)
+            continue
+        import io
+        import tokenize
+
+        encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+        ff = FileFix(path, display, module_name_for(path.absolute()), path.name == "__init__.py", data, encoding, text)
+        fixer.run(ff)
+        if ff.error:
+            errors.append(_error(display, ff.error))
+        fixes.append(ff)
+
+    changed = [ff for ff in fixes if ff.changed]
+    if show_diff or not write:
+        for ff in changed:
+            diff = difflib.unified_diff(
+                ff.original.splitlines(keepends=True), ff.text.splitlines(keepends=True),
+                fromfile=f"a/{ff.display}", tofile=f"b/{ff.display}",
+            )
+            echo("".join(diff), nl=False)
+
+    status: dict[str, str] = {}  # display -> what happened to it
+    if write:
+        for ff in changed:
+            try:
+                write_atomic(ff.path, ff.text.encode(ff.encoding), digest(ff.data))
+            except ChangedOnDisk as exc:
+                errors.append(_error(ff.display, str(exc)))
+                ff.text = ff.original
+                ff.applied, ff.after = [], ff.before
+            except OSError as exc:
+                errors.append(_error(ff.display, f"could not be written: {exc.strerror or exc}"))
+                ff.text = ff.original
+                ff.applied, ff.after = [], ff.before
+        if verify:
+            for ff in [f for f in changed if f.changed]:
+                _verify(ff, fixer, echo)
+
+    fixed = sum(max(len(ff.before) - len(ff.after), 0) for ff in fixes)
+    remaining_diags = [d for d in checked.diagnostics if d.code != ERROR_CODE and d.filename not in {f.display for f in fixes}]
+    lines = []
+    for ff in fixes:
+        remaining_diags.extend(ff.after)
+    unfixable = unsafe_hidden = 0
+    for d in sorted(remaining_diags, key=lambda d: d.sort_key):
+        ff = next((f for f in fixes if f.display == d.filename), None)
+        why = fixer.reason(ff, d) if ff else None
+        if d.fix is not None and not fixer.applicable(d):
+            unsafe_hidden += 1
+        elif why is not None or d.fix is None:
+            unfixable += 1
+        lines.append(f"{d.filename}:{d.start.row}:{d.start.column}: {d.code} {_first(d.message)}"
+                     + (f" [not fixed: {why}]" if why else ""))
+    for line in lines:
+        echo(line)
+    if errors:
+        echo(render(errors, "text"), nl=False)
+    echo(_summary(fixed, len(remaining_diags), unfixable, unsafe_hidden, write))
+    if errors:
+        return 2
+    if not write:
+        return 1 if changed else 0
+    return 1 if remaining_diags else 0
+
+
+def _first(message: str) -> str:
+    return message.split(";")[0]
+
+
+def _error(display: str, message: str):
+    from metalint.diagnostics import Diagnostic, Position
+
+    pos = Position(1, 1)
+    return Diagnostic(ERROR_CODE, message, display, pos, pos)
+
+
+def _verify(ff, fixer, echo) -> None:
+    """Probe the rewritten classes; restore the file when one fails, then retry without it."""
+    from metalint.fix.verify import verify_classes
+    from metalint.fix.write import digest, write_atomic
+
+    excluded: set[str] = set()
+    for attempt in range(3):
+        verdicts = verify_classes(str(ff.path), ff.classes)
+        failed = [v for v in verdicts if v.status == "failed"]
+        for v in verdicts:
+            if v.status == "passed":
+                echo(f"verified {ff.display}:{v.cls}: probe passed")
+            elif v.status == "skipped":
+                echo(f"not verified {ff.display}:{v.cls}: {v.detail}")
+        if not failed:
+            return
+        written = ff.text.encode(ff.encoding)
+        write_atomic(ff.path, ff.data, digest(written))  # restore the original
+        for v in failed:
+            echo(f"restored {ff.display}: the probe failed on {v.cls} after the rewrite: {v.detail}")
+            excluded.add(v.cls)
+        fixer.run(ff, exclude=excluded)
+        for cls in excluded:
+            for d in ff.after:
+                if (d.symbol or "").split(".")[0] == cls:
+                    ff.refused.setdefault((d.code, d.start.row, d.symbol or ""), "the probe failed after the rewrite (--verify)")
+        if not ff.changed:
+            return
+        write_atomic(ff.path, ff.text.encode(ff.encoding), digest(ff.data))
+    # out of attempts: leave the original
+    write_atomic(ff.path, ff.data, digest(ff.text.encode(ff.encoding)))
+    ff.text, ff.applied, ff.after = ff.original, [], ff.before
+
+
+@click.command("fix")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--write", is_flag=True, help="Write the fixes (default: print a diff, change nothing).")
+@click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff of the changes (the default without --write).")
+@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change eager behaviour or a signature.")
+@click.option("--verify", is_flag=True, help="Probe each rewritten class; restore the file when the probe fails.")
+@click.option("--select", multiple=True, help="Codes or prefixes to fix (comma-separated; ALL).")
+@click.option("--extend-select", multiple=True, help="Codes to enable on top of the selection.")
+@click.option("--ignore", multiple=True, help="Codes or prefixes not to fix.")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the cache.")
+@click.option("--config", type=click.Path(path_type=Path), help="pyproject.toml to use.")
+@click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPUs).")
+def fix_command(paths, write, show_diff, unsafe_fixes, verify, select, extend_select, ignore, no_cache, config, jobs):
+    """Rewrite PATHS (default: .) so their modules can be built on the meta device."""
+    from metalint.check import all_codes
+
+    try:
+        paths = list(paths) or [Path(".")]
+        settings = load_settings(paths[0] if paths[0].exists() else Path.cwd(), config)
+        codes, _ = all_codes()
+        for name, values in (("--select", select), ("--extend-select", extend_select), ("--ignore", ignore)):
+            validate_selectors(_split(values), codes, name)
+        if select:
+            settings.select = _split(select)
+        settings.extend_select += _split(extend_select)
+        settings.ignore += _split(ignore)
+        if verify and not write:
+            raise click.UsageError("--verify needs --write")
+        rc = run_fix(paths, settings, write=write, show_diff=show_diff, unsafe=unsafe_fixes,
+                     verify=verify, use_cache=not no_cache, workers=jobs)
+    except ConfigError as exc:
+        click.echo(f"metalint: error: {exc}", err=True)
+        sys.exit(2)
+    sys.exit(rc)

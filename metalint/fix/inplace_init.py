@@ -1,0 +1,92 @@
+"""ML003 inplace-init-outside-hook: move in-place init from ``__init__`` into ``reset_parameters``.
+
+Every top-level statement of ``__init__`` that only initialises tensors in place
+(``nn.init.trunc_normal_(self.pos, std=.02)``, ``self.w.data.fill_(1.0)``, a
+``with torch.no_grad():`` block of them) moves, in order, to the end of ``reset_parameters()``
+(created or extended), which ``__init__`` calls last; the constructor arguments they read are
+kept on ``self``. Moving them all at once keeps their order.
+
+Safe when the moved statements draw no random numbers, or nothing left between them and the end
+of ``__init__`` does (the draws then happen in the same order); unsafe otherwise (same
+distribution, other values under the same seed).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, rng_free
+from metalint.static.names import dotted
+from metalint.static.rule import Finding, RuleContext
+from metalint.static.tensors import INPLACE_METHODS, walk
+
+CODE = "ML003"
+HOOK = "reset_parameters"
+
+
+def _init_call(call: cst.Call, ctx: RuleContext) -> bool:
+    """An in-place init of a tensor reached from ``self``."""
+    f = call.func
+    if isinstance(f, cst.Attribute) and f.attr.value in INPLACE_METHODS:
+        recv = f.value
+        # self.w.data.fill_(...), self.w.normal_().mul_(...)
+        while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and recv.func.attr.value in INPLACE_METHODS:
+            recv = recv.func.value
+        return _own(dotted(recv))
+    q = ctx.qualify(f) or dotted(f) or ""
+    if q.rsplit(".", 1)[-1].endswith("_") and call.args:
+        return _own(dotted(call.args[0].value))
+    return False
+
+
+def _own(d: str | None) -> bool:
+    """``self.w`` or ``self.w.data``: a tensor of this module, not of a child (a reset hook
+    must only touch its own tensors: the parent's value for a child belongs in init_weights)."""
+    if not d or not d.startswith("self."):
+        return False
+    parts = d.split(".")
+    return len(parts) == 2 or (len(parts) == 3 and parts[2] == "data")
+
+
+def init_only(s: cst.CSTNode, ctx: RuleContext) -> bool:
+    if isinstance(s, cst.SimpleStatementLine):
+        return all(isinstance(x, cst.Expr) and isinstance(x.value, cst.Call) and _init_call(x.value, ctx) for x in s.body)
+    if isinstance(s, cst.With):
+        items_ok = all(
+            ctx.qualify(i.item.func if isinstance(i.item, cst.Call) else i.item) in ("torch.no_grad", "torch.inference_mode")
+            for i in s.items
+        )
+        body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
+        return items_ok and bool(body) and all(init_only(b, ctx) for b in body)
+    return False
+
+
+def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
+    edit = ClassEdit(ctx, cls)
+    body = edit.init_body
+    index = edit.top_index_of(finding.node)
+    if index < 0:
+        raise Unfixable("the init is not in `__init__` itself")
+    if not init_only(body[index], ctx):
+        raise Unfixable(
+            "the statement does more than initialise this module's own tensors in place "
+            "(a child's tensor belongs in the model's `init_weights()`)"
+        )
+    moved = [i for i, s in enumerate(body) if init_only(s, ctx)]
+    first = moved[0]
+    random = not all(rng_free(body[i], ctx) for i in moved)
+    if random:
+        rest = [s for i, s in enumerate(body) if i > first and i not in moved]
+        if not all(rng_free(s, ctx) for s in rest):
+            edit.unsafe.append("random draws move after other random draws of `__init__`: eager values differ")
+    stmts = []
+    for i in moved:
+        s = body[i]
+        edit.replace[id(s)] = (s, [])
+        new = edit.store_names(s, s, i)
+        lead = [l for l in getattr(new, "leading_lines", ()) if l.comment is not None]
+        stmts.append(new.with_changes(leading_lines=lead))
+    # stores that replaced a removed statement keep its blank lines
+    edit.use_hook(HOOK, moved[-1], stmts)
+    n = len(moved)
+    return edit.rewrite(f"Move {n} in-place init statement{'s' if n != 1 else ''} into `{HOOK}()`")

@@ -1,0 +1,231 @@
+"""ML001 parameter-from-value: the LayerScale fix (dinov2 PR #476), done by a tool.
+
+``self.gamma = nn.Parameter(init_values * torch.ones(dim))`` becomes::
+
+    self.init_values = init_values
+    self.gamma = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+    ...
+    self.reset_parameters()          # last statement of __init__
+
+    def reset_parameters(self):
+        nn.init.constant_(self.gamma, self.init_values)
+
+The shape comes from the one tensor factory in the value (``torch.ones(dim)``,
+``torch.full((a, b), v)``, ``torch.tensor([1.0, 2.0])`` -> ``(2,)``); without one, nothing is
+guessed: the finding is not fixable. Values the hook needs are stored on ``self``.
+
+Safety (eager construction under the same seed gives the same tensors):
+- constants (``v * torch.ones``, ``torch.full``, ``torch.zeros``, literals) are exact;
+- ``torch.randn(s) * k`` becomes ``X.normal_().mul_(k)``: the same draws and the same rounding
+  (``nn.init.normal_(X, std=k)`` computes ``0 + k * z`` and differs in the last bit for small
+  tensors, measured); it is exact only when nothing after the statement in ``__init__`` draws
+  random numbers, otherwise the fix is unsafe;
+- adding ``device``/``dtype`` to the signature, using an existing ``dtype`` the value ignored,
+  or calling an existing ``reset_parameters()`` that ``__init__`` did not call, is unsafe.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from metalint.fix.codemod import (
+    ClassEdit,
+    Rewrite,
+    Unfixable,
+    assigned_attr,
+    expr,
+    render,
+    stmt,
+    torch_spelling,
+)
+from metalint.static.rule import Finding, RuleContext
+from metalint.static.tensors import (
+    EMPTY_FACTORIES,
+    PARAMETER_CLASSES,
+    RANDOM_FACTORIES,
+    VALUE_FACTORIES,
+    string_value,
+    walk,
+)
+
+CODE = "ML001"
+HOOK = "reset_parameters"
+SHAPED = {"torch.ones", "torch.zeros", "torch.randn", "torch.rand", "torch.empty", "torch.full"}
+FACTORIES = VALUE_FACTORIES | RANDOM_FACTORIES | EMPTY_FACTORIES
+KW_KEEP = {"dtype", "device"}
+KW_DROP = {"requires_grad", "layout", "pin_memory", "memory_format", "out"}
+
+
+def _number(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        node = node.expression
+    return isinstance(node, (cst.Float, cst.Integer))
+
+
+def _literal_shape(node: cst.BaseExpression) -> tuple[tuple[int, ...], bool] | None:
+    """Shape of a nested list/tuple of numbers, and whether it holds a float."""
+    if _number(node):
+        inner = node.expression if isinstance(node, cst.UnaryOperation) else node
+        return (), isinstance(inner, cst.Float)
+    if isinstance(node, (cst.List, cst.Tuple)):
+        subs = [_literal_shape(e.value) for e in node.elements if not isinstance(e, cst.StarredElement)]
+        if len(subs) != len(node.elements) or any(s is None for s in subs):
+            return None
+        if not subs:
+            return (0,), False
+        shapes = {s[0] for s in subs}
+        if len(shapes) != 1:
+            return None
+        return (len(subs), *shapes.pop()), any(s[1] for s in subs)
+    return None
+
+
+class Value:
+    """What the value expression is made of: one factory call and how it is combined."""
+
+    def __init__(self, data: cst.BaseExpression, ctx: RuleContext):
+        self.data = data
+        calls = [n for n in walk(data) if isinstance(n, cst.Call)]
+        factories = [c for c in calls if ctx.qualify(c.func) in FACTORIES]
+        if isinstance(data, cst.Name):
+            raise Unfixable(f"the value comes from the local variable `{data.value}`: its shape is not known statically")
+        if len(factories) != 1:
+            raise Unfixable("the shape of the value cannot be derived statically (not exactly one tensor factory)")
+        self.call = factories[0]
+        self.factory = ctx.qualify(self.call.func)
+        others = [c for c in calls if c is not self.call and not any(c is n for n in walk(self.call))]
+        if others:
+            raise Unfixable(f"the value calls `{render(others[0].func)}`: its shape is not known statically")
+        self.positional = [a for a in self.call.args if a.keyword is None]
+        self.keywords = {a.keyword.value: a for a in self.call.args if a.keyword is not None}
+        if any(a.star for a in self.call.args if a.star == "**"):
+            raise Unfixable("the factory takes `**kwargs`: its shape is not known statically")
+        unknown = set(self.keywords) - KW_KEEP - KW_DROP - {"size", "fill_value", "data"}
+        if unknown:
+            raise Unfixable(f"the factory takes `{sorted(unknown)[0]}=`: not rewritten")
+        self.fill: cst.BaseExpression | None = None
+        self.shape_args: list[cst.Arg]
+        if self.factory in SHAPED:
+            if self.factory == "torch.full":
+                size = self.positional[0].value if self.positional else getattr(self.keywords.get("size"), "value", None)
+                fill = self.positional[1].value if len(self.positional) > 1 else getattr(self.keywords.get("fill_value"), "value", None)
+                if size is None or fill is None:
+                    raise Unfixable("`torch.full` without a size and a fill value")
+                self.fill = fill
+                self.shape_args = [cst.Arg(size)]
+            else:
+                if "size" in self.keywords:
+                    self.shape_args = [cst.Arg(self.keywords["size"].value)]
+                else:
+                    self.shape_args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in self.positional]
+                if not self.shape_args:
+                    raise Unfixable("the factory has no size")
+        elif self.factory in ("torch.tensor", "torch.as_tensor"):
+            src = self.positional[0].value if self.positional else getattr(self.keywords.get("data"), "value", None)
+            shape = _literal_shape(src) if src is not None else None
+            if shape is None:
+                raise Unfixable("`torch.tensor(...)` of something other than a literal: its shape is not known statically")
+            if not shape[1] and "dtype" not in self.keywords:
+                raise Unfixable("`torch.tensor(...)` of integers makes an integer tensor: not rewritten")
+            dims = shape[0]
+            self.shape_args = [cst.Arg(expr("(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"))]
+        else:
+            raise Unfixable(f"the shape of `{self.factory}(...)` is not derived statically")
+        self.random = self.factory in RANDOM_FACTORIES
+
+    def scale(self) -> cst.BaseExpression | None:
+        """``k`` when the value is ``factory * k`` or ``k * factory``."""
+        d = self.data
+        if isinstance(d, cst.BinaryOperation) and isinstance(d.operator, cst.Multiply) and not d.lpar:
+            if d.left is self.call and not any(n is self.call for n in walk(d.right)):
+                return d.right
+            if d.right is self.call and not any(n is self.call for n in walk(d.left)):
+                return d.left
+        return None
+
+
+def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
+    edit = ClassEdit(ctx, cls)
+    node = finding.node
+    index, line, path = edit.locate(node)
+    pcall = next(
+        (n for n in walk(node) if isinstance(n, cst.Call) and ctx.qualify(n.func) in PARAMETER_CLASSES),
+        None,
+    )
+    if pcall is None:
+        raise Unfixable("no `nn.Parameter(...)` call found")
+    data_arg = next((a for a in pcall.args if a.keyword is None or a.keyword.value == "data"), None)
+    if data_arg is None:
+        raise Unfixable("`nn.Parameter` without data")
+    attr = assigned_attr(node)
+    holder = node
+    if attr is None and isinstance(node, cst.Call) and node.args:
+        attr = string_value(node.args[0].value)
+        holder = node.args[1] if len(node.args) > 1 else None
+    if attr is None or holder is None:
+        raise Unfixable("the parameter's attribute name is not known")
+    direct = getattr(holder, "value", None) is pcall
+    guard = None
+    if not direct:
+        inner = path_between(holder, pcall)
+        if inner is None or not all(isinstance(n, (cst.IfExp, cst.Arg, cst.Assign, cst.AnnAssign)) or n is pcall for n in inner):
+            raise Unfixable("the parameter is built inside a larger expression")
+        guard = f"self.{attr} is not None"
+    if any(isinstance(n, cst.If) for n in path):
+        guard = f"getattr(self, {attr!r}, None) is not None"
+
+    torch_name, nn_name = torch_spelling(ctx)
+    value = Value(data_arg.value, ctx)
+
+    # __init__: allocate with torch.empty on the requested device and dtype
+    device = render(value.keywords["device"].value) if "device" in value.keywords else None
+    dtype = render(value.keywords["dtype"].value) if "dtype" in value.keywords else None
+    if device is None or dtype is None:
+        had_dtype = "dtype" in edit.init.params
+        dev_name, dt_name = edit.device_dtype()
+        if dtype is None and had_dtype:
+            edit.unsafe.append("the parameter now follows the constructor's `dtype`, which the value ignored")
+        device = device or dev_name
+        dtype = dtype or dt_name
+    shape = ", ".join(render(a.value) if not a.star else a.star + render(a.value) for a in value.shape_args)
+    empty = expr(f"{torch_name}.empty({shape}, device={device}, dtype={dtype})")
+    new_line = line.deep_replace(data_arg.value, empty)
+    edit.replace[id(line)] = (line, [new_line])
+
+    # reset_parameters: re-create the value
+    x = f"self.{attr}"
+
+    def code_of(e: cst.BaseExpression) -> str:
+        return render(edit.store_names(e, line, index))
+
+    k = value.scale()
+    f = value.factory
+    if value.data is value.call and f == "torch.ones":
+        body = f"{nn_name}.init.ones_({x})"
+    elif value.data is value.call and f == "torch.zeros":
+        body = f"{nn_name}.init.zeros_({x})"
+    elif value.data is value.call and f == "torch.full":
+        body = f"{nn_name}.init.constant_({x}, {code_of(value.fill)})"
+    elif value.data is value.call and f == "torch.randn" and "generator" not in value.keywords:
+        body = f"{nn_name}.init.normal_({x})"
+    elif value.data is value.call and f == "torch.rand":
+        body = f"{nn_name}.init.uniform_({x})"
+    elif k is not None and f == "torch.ones":
+        body = f"{nn_name}.init.constant_({x}, {code_of(k)})"
+    elif k is not None and f in ("torch.randn", "torch.rand"):
+        draw = "normal_" if f == "torch.randn" else "uniform_"
+        body = f"with {torch_name}.no_grad():\n    {x}.{draw}().mul_({code_of(k)})"
+    else:
+        body = f"with {torch_name}.no_grad():\n    {x}.copy_({code_of(value.data)})"
+    if guard:
+        body = f"if {guard}:\n" + "".join(f"    {l}\n" for l in body.splitlines())
+    edit.use_hook(HOOK, index, [stmt(body)], random=value.random)
+    return edit.rewrite(
+        f"Create `{attr}` with `torch.empty({shape})` and set its value in `{HOOK}()`"
+    )
+
+
+def path_between(root: cst.CSTNode, target: cst.CSTNode):
+    from metalint.fix.codemod import path_to
+
+    return path_to(root, target)

@@ -1,0 +1,143 @@
+"""Rule code -> codemod, and a codemod's rewrite -> :class:`~metalint.diagnostics.Fix`.
+
+The static engine calls :func:`fix_for` for each finding (in the worker process, with the
+syntax tree at hand), so ``check`` shows which findings ``fix`` can rewrite and how safely;
+the cache stores the fix with the diagnostic. ``metalint fix`` re-analyses each file after every
+round of rewrites, so the edits it applies always come from the current text.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib
+from types import ModuleType
+
+import libcst as cst
+
+from metalint.diagnostics import Edit, Fix, Position
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from metalint.fix.codemod import Rewrite, Unfixable, path_to
+from metalint.static.rule import Finding, RuleContext
+
+#: rule code -> module holding ``plan(ctx, cls, finding) -> Rewrite``
+CODEMODS = {
+    "ML001": "metalint.fix.parameter_from_value",
+    "ML002": "metalint.fix.buffer_from_value",
+    "ML003": "metalint.fix.inplace_init",
+    "ML007": "metalint.fix.plain_tensor_attribute",
+}
+
+
+#: why a finding analysed in this process has no fix: (path, code, row) -> reason
+REASONS: dict[tuple[str, str, int], str] = {}
+
+
+def _remember(path: str, code: str, row: int, reason: str) -> None:
+    if len(REASONS) > 100_000:
+        REASONS.clear()
+    REASONS[(path, code, row)] = reason
+
+
+def codemod(code: str) -> ModuleType | None:
+    name = CODEMODS.get(code)
+    return importlib.import_module(name) if name else None
+
+
+def plan(code: str, ctx: RuleContext, finding: Finding) -> Rewrite | str | None:
+    """The rewrite for a finding, or the reason it cannot be fixed (None: no codemod)."""
+    try:
+        mod = codemod(code)
+        if mod is None:
+            return None
+        return mod.plan(ctx, finding.cls, finding)
+    except Unfixable as exc:
+        return str(exc)
+    except Exception as exc:  # a bug of a codemod must never break check
+        return f"internal error in the {code} codemod: {type(exc).__name__}: {exc}"
+
+
+def top_class(ctx: RuleContext, finding: Finding) -> cst.ClassDef | None:
+    """The top-level class statement that holds the finding's class."""
+    head = finding.cls.qualname.split(".")[0]
+    for node in ctx.module.body:
+        if isinstance(node, cst.ClassDef) and node.name.value == head:
+            if node is finding.cls.node or path_to(node, finding.cls.node) is not None:
+                return node
+    return None
+
+
+def alone(module: cst.Module, node: cst.CSTNode) -> cst.Module:
+    return cst.Module(body=[node], default_indent=module.default_indent, default_newline=module.default_newline)
+
+
+def class_rewrite(ctx: RuleContext, finding: Finding, rewrite: Rewrite) -> tuple[cst.ClassDef, cst.ClassDef] | None:
+    top = top_class(ctx, finding)
+    if top is None:
+        return None
+    new_top = rewrite.new_class if top is finding.cls.node else top.deep_replace(finding.cls.node, rewrite.new_class)
+    return top, new_top
+
+
+def line_edits(old: str, new: str, shift: int = 0) -> tuple[Edit, ...]:
+    """Minimal whole-line edits that turn ``old`` into ``new`` (rows shifted by ``shift``)."""
+    a = old.splitlines(keepends=True)
+    b = new.splitlines(keepends=True)
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        out.append(Edit(Position(i1 + 1 + shift, 1), Position(i2 + 1 + shift, 1), "".join(b[j1:j2])))
+    return tuple(out)
+
+
+def apply_edits(text: str, edits) -> str:
+    """Apply non-overlapping edits (1-based rows/columns, end exclusive)."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+
+    def offset(p: Position) -> int:
+        if p.row - 1 >= len(starts):
+            return len(text)
+        return min(starts[p.row - 1] + p.column - 1, len(text))
+
+    spans = sorted(((offset(e.start), offset(e.end), e.content) for e in edits), key=lambda s: (s[0], s[1]))
+    out, pos = [], 0
+    for s, e, content in spans:
+        if s < pos:
+            raise ValueError("overlapping edits")
+        out.append(text[pos:s])
+        out.append(content)
+        pos = e
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def fix_for(code: str, ctx: RuleContext, finding: Finding, row: int) -> Fix | None:
+    """A :class:`Fix` for the finding reported at line ``row``, or None when no codemod can
+    rewrite it. Only the top-level class is rendered (not the whole file)."""
+    result = plan(code, ctx, finding)
+    if not isinstance(result, Rewrite):
+        if isinstance(result, str):
+            _remember(ctx.path, code, row, result)
+        return None
+    try:
+        pair = class_rewrite(ctx, finding, result)
+        if pair is None:
+            return None
+        top, new_top = pair
+        old_mod = alone(ctx.module, top)
+        old = old_mod.code
+        new = alone(ctx.module, new_top).code
+        if new == old:
+            _remember(ctx.path, code, row, "the rewrite changes nothing")
+            return None
+        ast.parse(new)  # a codemod must never produce code that does not parse
+        pos = MetadataWrapper(old_mod, unsafe_skip_copy=True).resolve(PositionProvider)
+        shift = row - pos[finding.node].start.line
+    except Exception as exc:
+        _remember(ctx.path, code, row, f"the rewrite failed: {type(exc).__name__}: {exc}")
+        return None
+    return Fix(result.applicability, result.message, line_edits(old, new, shift))
