@@ -158,6 +158,30 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
     return sorted(out, key=lambda d: d.sort_key)
 
 
+def probe_findings(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+    """Probe every file that has a static finding; mark the findings and add the probe's own.
+
+    A probe finding on the same line as a static one of the same class is not repeated: the
+    static one carries the verdict.
+    """
+    from metalint.probe.command import run_probe
+    from metalint.probe.isolate import Options
+    from metalint.probe.merge import mark_verdicts
+
+    files = sorted({d.filename for d in diagnostics if d.symbol and d.code != ERROR_CODE})
+    if not files:
+        return diagnostics
+    report = run_probe(files, Options(device="auto"), progress=sys.stderr.isatty())
+    marked = mark_verdicts(diagnostics, report)
+    seen = {(d.filename, d.start.row, d.symbol) for d in marked}
+    extra = [
+        d
+        for d in report.diagnostics
+        if d.code == ERROR_CODE or (d.filename, d.start.row, d.symbol) not in seen
+    ]
+    return sorted(marked + extra, key=lambda d: d.sort_key)
+
+
 def _per_file_ignores(display: str, settings: Settings) -> list[str]:
     if not settings.per_file_ignores:
         return []
@@ -189,7 +213,14 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @click.option("--config", type=click.Path(path_type=Path), help="pyproject.toml to use.")
 @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPUs).")
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report to a file.")
-def check_command(paths, output_format, select, extend_select, ignore, exit_zero, statistics, no_cache, config, jobs, output):
+@click.option(
+    "--probe",
+    "probe",
+    is_flag=True,
+    help="Prove each finding: build its classes on meta (child processes) and mark it "
+    "confirmed or refuted; add what the probe found beyond the rules.",
+)
+def check_command(paths, output_format, select, extend_select, ignore, exit_zero, statistics, no_cache, config, jobs, output, probe):
     """Check PATHS (default: .) for modules that break when built on the meta device."""
     try:
         paths = list(paths) or [Path(".")]
@@ -207,9 +238,12 @@ def check_command(paths, output_format, select, extend_select, ignore, exit_zero
     except ConfigError as exc:
         click.echo(f"metalint: error: {exc}", err=True)
         sys.exit(2)
-    text = render(result.diagnostics, output_format, statistics=statistics, files_checked=result.files_checked)
+    diagnostics = result.diagnostics
+    if probe:
+        diagnostics = probe_findings(diagnostics)
+    text = render(diagnostics, output_format, statistics=statistics, files_checked=result.files_checked)
     if output:
         output.write_text(text, encoding="utf-8")
     else:
         click.echo(text, nl=False)
-    sys.exit(exit_code(result.diagnostics, exit_zero=exit_zero))
+    sys.exit(exit_code(diagnostics, exit_zero=exit_zero))

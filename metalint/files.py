@@ -77,14 +77,17 @@ class Discovery:
                 return f
         return None
 
-    def ignored(self, path: Path, is_dir: bool) -> bool:
+    def ignored(self, path: Path, is_dir: bool, base: Path | None = None) -> bool:
+        """Excluded or git-ignored. With ``base`` (a folder named on the command line that is
+        itself excluded), patterns apply below ``base`` only: naming a folder checks it."""
         path = path.absolute()
-        rel = _relative(path, self.root)
+        anchor = base or self.root
+        rel = _relative(path, anchor)
         suffix = "/" if is_dir else ""
         if rel is not None and rel != "." and self.exclude.match_file(rel + suffix):
             return True
         # .gitignore files from the git top (or the root) down to the file's folder
-        top = self._git_top(path.parent) or self.root
+        top = base or self._git_top(path.parent) or self.root
         for folder in [path.parent, *path.parent.parents]:
             spec = self._gitignore(folder)
             if spec is not None:
@@ -100,9 +103,10 @@ class Discovery:
         seen: set[str] = set()
         for p in paths:
             if p.is_dir() and not p.is_symlink():
-                if p.absolute() != self.root and self.ignored(p, True) and p.name != ".":
-                    continue
-                found = sorted(self._walk(p))
+                named = p.absolute()
+                # a folder named explicitly is checked even when it is excluded itself
+                base = named if named != self.root and self.ignored(named, True) else None
+                found = sorted(self._walk(p, base))
             else:
                 # explicit files are always checked (even broken links or non-.py)
                 found = [p]
@@ -112,7 +116,7 @@ class Discovery:
                     seen.add(key)
                     yield f
 
-    def _walk(self, folder: Path) -> Iterator[Path]:
+    def _walk(self, folder: Path, base: Path | None = None) -> Iterator[Path]:
         try:
             entries = list(os.scandir(folder))
         except OSError:
@@ -126,11 +130,11 @@ class Discovery:
             if is_dir:
                 if entry.name in ALWAYS_SKIP or entry.name.endswith(".egg-info"):
                     continue
-                if self.ignored(path, True):
+                if self.ignored(path, True, base):
                     continue
-                yield from self._walk(path)
+                yield from self._walk(path, base)
             elif entry.name.endswith(".py"):
-                if not self.ignored(path, False):
+                if not self.ignored(path, False, base):
                     yield path
 
 

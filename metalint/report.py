@@ -92,11 +92,13 @@ def _text(diagnostics, statistics, describe, files_checked) -> str:
         if files_checked is not None:
             summary += f" in {files_checked} file{'s' if files_checked != 1 else ''} checked"
         summary += "."
-        if fixable:
+        unsafe = fixable - safe
+        hidden = f"{unsafe} unsafe fix{'es' if unsafe != 1 else ''} with `--unsafe-fixes`"
+        if safe:
             summary += f"\n[*] {safe} fixable with `metalint fix --write`"
-            if fixable > safe:
-                summary += f" ({fixable - safe} more with `--unsafe-fixes`)"
-            summary += "."
+            summary += f" ({hidden})." if unsafe else "."
+        elif unsafe:
+            summary += f"\nNo safe fixes available ({hidden})."
         lines.append(summary)
     elif not errors:
         lines.append("All checks passed!")

@@ -211,8 +211,10 @@ def test_pyproject_config(cli, write, tmp_path):
     assert r.exit_code == 1
     assert "src/ls.py:8:9: ML001" in r.output
     assert "third_party" not in r.output and "tests/" not in r.output
-    # an explicit file is always checked, even when excluded
+    # an explicit file or folder is always checked, even when excluded
     assert "third_party/ls.py:8:9" in cli("check", "third_party/ls.py").output
+    assert "third_party/ls.py:8:9" in cli("check", "third_party").output
+    assert "third_party/ls.py:8:9" in cli("check", "third_party/", cwd=tmp_path).output
     # config found from a sub-folder
     assert cli("check", ".", cwd=tmp_path / "src").exit_code == 1
     write("pyproject.toml", "[tool.metalint]\nselect = ['ML100']\n")
@@ -340,3 +342,13 @@ def test_console_script_and_module_entry(tmp_path):
     (tmp_path / "ls.py").write_text(LAYERSCALE)
     r = subprocess.run([sys.executable, "-m", "metalint", "check", "ls.py"], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 1 and "ML001" in r.stdout
+
+
+def test_check_probe_marks_findings_confirmed(cli, write):
+    write("ls.py", LAYERSCALE)
+    r = cli("check", "--probe", "--no-cache", "ls.py")
+    assert r.exit_code == 1
+    line = next(l for l in r.output.splitlines() if l.startswith("ls.py:8:9: ML001"))
+    assert line.endswith("(confirmed by probe)")
+    data = json.loads(cli("check", "--probe", "--no-cache", "--output-format", "json", "ls.py").output)
+    assert [d["verdict"] for d in data if d["code"] == "ML001"] == ["confirmed"]
