@@ -111,3 +111,63 @@ def raw_safetensors(header: dict | bytes, data: bytes = b"", *, pad: bool = True
         h += b" " * (-len(h) % 8)
     n = len(h) if length is None else length
     return struct.pack("<Q", n) + h + data
+
+
+def tp_worker(rank: int, world_size: int, port: int, path: str, out_dir: str) -> None:
+    """One rank of the tensor-parallel test (run by torch.multiprocessing.spawn)."""
+    import json
+    import os
+
+    import torch.distributed as dist
+    from safetensors import safe_open
+
+    from metalint.loader import formats, load_checkpoint
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size)
+    try:
+        calls: list = []
+        real_handle = formats.SafetensorsSource._handle
+
+        class Spy:
+            def __init__(self, h):
+                self.h = h
+
+            def get_tensor(self, name):
+                calls.append([name, "full"])
+                return self.h.get_tensor(name)
+
+            def get_slice(self, name):
+                h = self.h
+
+                class S:
+                    def __getitem__(self, idx):
+                        calls.append([name, [[s.start, s.stop] for s in idx]])
+                        return h.get_slice(name)[idx]
+
+                return S()
+
+        formats.SafetensorsSource._handle = lambda self, f: Spy(real_handle(self, f))
+        with torch.device("meta"):
+            model = TPModel()
+        report = load_checkpoint(model, path, shard_plan=TP_PLAN)
+        with safe_open(path, framework="pt") as f:
+            full = {k: f.get_tensor(k) for k in f.keys()}
+        up = full["up.weight"].chunk(world_size, 0)[rank]
+        down = full["down.weight"].chunk(world_size, 1)[rank]
+        assert torch.equal(model.up.weight, up)
+        assert torch.equal(model.down.weight, down)
+        assert torch.equal(model.norm.weight, full["norm.weight"])
+        # the shards put together over the process group give back the full tensor
+        gathered = [torch.empty_like(model.up.weight) for _ in range(world_size)]
+        dist.all_gather(gathered, model.up.weight.detach().contiguous())
+        assert torch.equal(torch.cat(gathered, 0), full["up.weight"])
+        gathered = [torch.empty_like(model.down.weight) for _ in range(world_size)]
+        dist.all_gather(gathered, model.down.weight.detach().contiguous())
+        assert torch.equal(torch.cat(gathered, 1), full["down.weight"])
+        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
+            json.dump({"calls": calls, "bytes_read": report.bytes_read,
+                       "sharded": report.sharded,
+                       "shapes": {n: list(p.shape) for n, p in model.named_parameters()}}, fh)
+    finally:
+        dist.destroy_process_group()
