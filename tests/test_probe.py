@@ -171,8 +171,7 @@ def test_cli_factory_json_and_exit_1():
     runner = CliRunner()
     res = runner.invoke(
         probe_command,
-        [f"{MODELS / 'small.py'}:make_unsafe", f"{MODELS / 'small.py'}:make_safe",
-         "--output-format", "json", "--device", "cpu"],
+        [f"{MODELS / 'small.py'}:make_unsafe", "--output-format", "json", "--device", "cpu"],
     )
     assert res.exit_code == 1, res.output
     data = json.loads(res.output)
@@ -187,19 +186,17 @@ def test_cli_crash_and_hang_do_not_stop_the_run():
     crashers = MODELS / "crashers.py"
     res = runner.invoke(
         probe_command,
-        [str(crashers), str(MODELS / "broken_import.py"), f"{MODELS / 'small.py'}:make_safe",
-         "--timeout", "4", "--device", "cpu"],
+        [str(crashers), str(MODELS / "broken_import.py"), "--timeout", "8", "--device", "cpu"],
     )
     assert res.exit_code == 2, res.output
     out = res.output
     assert "probe crashers.py:FirstOk on cpu via reset_parameters() children first: passed" in out
     assert "error crashers.py:Segfaults: crashed (SIGSEGV)" in out
-    assert "error crashers.py:Hangs: timed out after 4 s" in out
+    assert "error crashers.py:Hangs: timed out after 8 s" in out
     assert "probe crashers.py:LastLost(dim=16)" in out and "1 of 1 tensors lost" in out
     assert f"crashers.py:{line_of(crashers, 'SEGV-LINE')}:1: ML900" in out
     assert f"crashers.py:{line_of(crashers, 'HANG-LINE')}:1: ML900" in out
     assert "ModuleNotFoundError" in out and "broken_import.py" in out
-    assert "make_safe on cpu" in out and "passed" in out
 
 
 def test_exit_0_and_text_summary(tmp_path, monkeypatch):
@@ -215,3 +212,127 @@ def test_exit_0_and_text_summary(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     assert "tests.probe_models.small:make_safe on cpu via reset_parameters() children first: passed" in res.output
     assert res.output.rstrip().endswith("All checks passed!")
+
+
+def test_transient_small_escape_is_not_reported(layers_report):
+    o = outcome(layers_report, "TransientEscape")
+    assert o.result["findings"] == []
+    assert o.result["escape_bytes"] > 0  # seen and counted, but freed before the build ended
+
+
+# ---------------------------------------------------------------- units (no torch model builds)
+
+
+def test_argument_inference():
+    from torch import nn
+
+    from metalint.probe.target import CannotConstruct, infer_arguments
+
+    class A(nn.Module):
+        def __init__(self, dim, num_heads, eps: float, qkv_bias: bool, depth: int, ratio: float = 4.0):
+            super().__init__()
+
+    assert infer_arguments(A) == {"dim": 16, "num_heads": 2, "eps": 1e-5, "qkv_bias": False, "depth": 1}
+
+    class B(nn.Module):
+        def __init__(self, block_fn):
+            super().__init__()
+
+    with pytest.raises(CannotConstruct, match="`block_fn`"):
+        infer_arguments(B)
+
+
+def test_parse_target(tmp_path):
+    from metalint.probe.target import parse_target
+
+    (tmp_path / "a.py").write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.py").write_text("")
+    assert [t.path for t in parse_target(str(tmp_path))] == [str(tmp_path / "a.py"), str(tmp_path / "sub" / "b.py")]
+    (t,) = parse_target(f"{tmp_path / 'a.py'}:Model")
+    assert t.path == str(tmp_path / "a.py") and t.attr == "Model"
+    (t,) = parse_target("pkg.mod:build_small")
+    assert (t.module, t.attr, t.path) == ("pkg.mod", "build_small", None)
+
+
+def test_statistical_compare_accepts_two_draws_and_rejects_another_std():
+    import torch
+
+    from metalint.probe.compare import compare, tensor_stats
+
+    for seed in range(5):
+        torch.manual_seed(seed)
+        a, b = torch.empty(64, 64).normal_(0, 0.02), torch.empty(64, 64).normal_(0, 0.02)
+        ea, eb = tensor_stats(a), tensor_stats(b)
+        ea.random = eb.random = True
+        assert compare(ea, eb, b) is None
+        c = torch.empty(64, 64).uniform_(-0.1, 0.1)
+        d = compare(ea, tensor_stats(c), c)
+        assert d is not None and d.code == "MP002" and "std" in d.detail
+    # one clamped extreme value in a large tensor does not decide (timm trunc_normal_ at -2)
+    x = torch.empty(512, 512).normal_(0, 0.02)
+    y = torch.empty(512, 512).normal_(0, 0.02)
+    y[0, 0] = -2.0
+    ex = tensor_stats(x)
+    ex.random = True
+    assert compare(ex, tensor_stats(y), y) is None
+
+
+def test_deterministic_compare_is_exact():
+    import torch
+
+    from metalint.probe.compare import compare, tensor_stats
+
+    a = torch.arange(10, dtype=torch.float32)
+    b = a.clone()
+    b[3] += 1e-3
+    assert compare(tensor_stats(a), tensor_stats(a.clone()), a.clone()) is None
+    d = compare(tensor_stats(a), tensor_stats(b), b)
+    assert d is not None and d.code == "MP001"
+
+
+# ---------------------------------------------------------------- merge
+
+
+def _static(code: str, symbol: str, message: str, filename: str) -> Diagnostic:
+    return Diagnostic(code, message, filename, Position(1, 1), Position(1, 2), symbol=symbol)
+
+
+def test_mark_verdicts(layers_report):
+    from metalint.probe.merge import mark_verdicts
+
+    f = str(LAYERS)
+    diags = [
+        _static("ML001", "LayerScaleDinov2", "`gamma` is created from a value in `__init__`", f),
+        _static("ML001", "LayerScaleTimm", "`gamma` is created from a value in `__init__`", f),
+        _static("ML002", "Rope", "`inv_freq` registered from a computed value", f),
+        _static("ML008", "DataDependent", "`.item()` in `__init__`", f),
+        _static("ML001", "DataDependent", "`w` is created from a value", f),
+        _static("ML009", "Escapes", "`table` explicit device", f),
+        _static("ML011", "TiedEmbeddings", "`head.weight` tied by assignment", f),
+        _static("ML004", "Safe", "owns tensors but has no public reset hook", f),
+        _static("ML001", "NotProbed", "`x` ...", f),
+        _static("ML001", "LayerScaleDinov2", "`gamma` ...", "/elsewhere/other.py"),
+    ]
+    got = [d.verdict for d in mark_verdicts(diags, layers_report)]
+    assert got == ["confirmed", "refuted", "confirmed", "confirmed", None, "confirmed",
+                   "confirmed", "refuted", None, None]
+
+
+def test_mark_verdicts_factory_submodules_and_subtree():
+    from metalint.probe.merge import mark_verdicts
+
+    classes = {
+        "/m/x.py::Block": {"file": "/m/x.py", "cls": "Block", "attrs": [], "broken": {},
+                           "codes": [], "subtree_broken": 3, "raised": False},
+        "/m/x.py::Scale": {"file": "/m/x.py", "cls": "Scale", "attrs": ["gamma"],
+                           "broken": {"gamma": ["MP001"]}, "codes": [], "subtree_broken": 3,
+                           "raised": False},
+    }
+    diags = [
+        _static("ML010", "Block", "parent-applied `_init_weights`", "/m/x.py"),
+        _static("ML004", "Block", "owns no reset hook", "/m/x.py"),
+        _static("ML001", "Scale", "`gamma` from a value", "/m/x.py"),
+    ]
+    got = [d.verdict for d in mark_verdicts(diags, {"classes": classes})]
+    assert got == ["confirmed", "refuted", "confirmed"]

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -185,6 +187,11 @@ class Escape:
     device: str
     nbytes: int
     site: Site | None
+    ref: Any = None  # weakref to the tensor: alive at the end of the build = retained
+
+    @property
+    def retained(self) -> bool:
+        return self.ref is None or self.ref() is not None
 
 
 class EscapeDetector(TorchDispatchMode):
@@ -205,8 +212,12 @@ class EscapeDetector(TorchDispatchMode):
                 for x in flat:
                     if isinstance(x, torch.Tensor) and x.device.type != "meta":
                         nbytes = x.untyped_storage().nbytes() if x.numel() else 0
+                        try:
+                            ref = weakref.ref(x)
+                        except TypeError:
+                            ref = None
                         self.escapes.append(
-                            Escape(_op_name(func), str(x.device), nbytes, user_frame())
+                            Escape(_op_name(func), str(x.device), nbytes, user_frame(), ref)
                         )
         except Exception:
             pass

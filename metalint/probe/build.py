@@ -43,6 +43,20 @@ from metalint.probe import attribute, compare
 from metalint.probe.memory import rss_anon
 
 INIT_CHOICES = ("auto", "reset_parameters", "init_weights")
+#: a device escape that the build frees again is reported only from this size on
+TRANSIENT_ESCAPE_BYTES = 1 << 20
+
+
+def release_memory() -> None:
+    """Free the eager model for real: collect, then return freed heap pages to the OS (glibc
+    raises its mmap threshold after the first large free, so later tensors live in the heap)."""
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def pick_device(device: str) -> str:
@@ -387,6 +401,20 @@ def _tie_site(model_classes: dict[str, dict[str, Any]], names: list[str]) -> att
     return None
 
 
+def _class_site(info: dict[str, Any]) -> attribute.Site | None:
+    if not info.get("file"):
+        return None
+    try:
+        lines = open(info["file"], encoding="utf-8").read().splitlines()
+    except OSError:
+        return None
+    name = info["cls"].rpartition(".")[2]
+    for i, text in enumerate(lines, 1):
+        if re.match(rf"\s*class\s+{re.escape(name)}\b", text):
+            return attribute.Site(info["file"], i, "<class>", info["cls"])
+    return None
+
+
 def _deferred(make: Callable[[], nn.Module], device: str, init: str, order: str,
               eager: Snapshot, track: bool):
     model = make_meta = None
@@ -460,7 +488,7 @@ def _compare_models(eager: Snapshot, model: nn.Module) -> tuple[list[Finding], S
         objs = {id(tensors[n]) for n in group if n in tensors}
         if len(objs) > 1:
             e = eager.entries[group[-1]]
-            site = _tie_site(eager.classes, group)
+            site = _tie_site(eager.classes, group) or _class_site(eager.classes.get("", {}))
             findings.append(Finding(
                 "MP005", site.owner if site and site.owner else e.cls, e.cls_file, e.attr, group,
                 f"tied parameters {', '.join(group)} are {len(objs)} different objects after "
@@ -487,7 +515,7 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
     eager, _ = snapshot(model, rec)
     res.tensors = len([e for e in eager.entries.values()])
     del model, rec, _
-    gc.collect()
+    release_memory()
     # 2. meta build
     esc = attribute.EscapeDetector()
     rss0 = rss_anon()
@@ -507,7 +535,6 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
         return res
     res.meta_alloc_bytes = max(rss_anon() - rss0, 0)
     res.escape_bytes = esc.nbytes
-    del model
     findings: list[Finding] = []
     by_site: dict[tuple, list[attribute.Escape]] = {}
     for e in esc.escapes:
@@ -516,12 +543,18 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
         site = es[0].site
         ops = sorted({e.op for e in es})
         nbytes = sum(e.nbytes for e in es)
+        kept = [e for e in es if e.retained]
+        if not kept and nbytes < TRANSIENT_ESCAPE_BYTES:
+            continue  # a small temporary freed before the build ended (e.g. linspace().tolist())
         owner = site.owner if site and site.owner else eager.classes.get("", {}).get("cls", label)
+        how = "kept in the model" if kept else "temporary"
         findings.append(Finding(
             "MP007", owner, None, None, [],
             f"building {owner} on meta allocated {nbytes} bytes on {es[0].device} "
-            f"({len(es)} tensor{'s' if len(es) != 1 else ''}: {', '.join('aten.' + o for o in ops)})",
+            f"({len(es)} tensor{'s' if len(es) != 1 else ''}, {how}: "
+            f"{', '.join('aten.' + o for o in ops)})",
             site))
+    del model, esc
     # 3-5. deferred build, poison, init, compare
     torch.manual_seed(seed + 1)
     model, used, _, tracker = _deferred(make, device, init, "post", eager, track=True)
@@ -586,11 +619,12 @@ def _class_summary(eager: Snapshot, findings: list[Finding], raised: str | None)
         if key and e.attr not in out[key]["attrs"]:
             out[key]["attrs"].append(e.attr)
     for f in findings:
-        if f.code in ("MP006", "MP007", "MP009"):
+        if f.code in ("MP006", "MP007", "MP009", "MP005"):
             for path, key in path_cls.items():
                 if out[key]["cls"] == f.cls and f.code not in out[key]["codes"]:
                     out[key]["codes"].append(f.code)
-            continue
+            if f.code != "MP005":
+                continue
         for n in f.names:
             e = eager.entries.get(n)
             if e is None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 SMALL = 1 << 16  # elements: keep a full CPU copy of tensors up to this size
-CHUNK = 1 << 20  # elements per chunk for statistics
+CHUNK = 1 << 18  # elements per chunk for statistics (bounded temporaries)
 INT_POISON = -0x5A5A5A5A
 
 
@@ -148,6 +148,32 @@ class Difference:
     never_reinit: bool = False
 
 
+def _inside_stats(t: torch.Tensor, lo: float, hi: float) -> tuple[int, Stats | None]:
+    """Count values outside [lo, hi]; the statistics of the values inside (chunked)."""
+    flat = t.detach().reshape(-1)
+    outside = 0
+    s = s2 = 0.0
+    n = 0
+    mn, mx = math.inf, -math.inf
+    for i in range(0, flat.numel(), CHUNK):
+        part = flat[i : i + CHUNK].to(torch.float64)
+        keep = (part >= lo) & (part <= hi)
+        outside += int(part.numel() - keep.sum())
+        part = part[keep]
+        if part.numel():
+            n += part.numel()
+            s += float(part.sum())
+            s2 += float((part * part).sum())
+            mn = min(mn, float(part.min()))
+            mx = max(mx, float(part.max()))
+    if not n:
+        return outside, None
+    mean = s / n
+    st = Stats((n,), "float64", False, t.device.type, n, mean=mean,
+               std=math.sqrt(max(s2 / n - mean * mean, 0.0)), min=mn, max=mx)
+    return outside, st
+
+
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
@@ -220,6 +246,14 @@ def compare(eager: Stats, deferred: Stats, deferred_tensor: torch.Tensor | None 
         )
     # random: statistical test
     n = max(eager.numel - eager.nonfinite, 1)
+    outliers = 0
+    span = eager.max - eager.min
+    if deferred_tensor is not None and span > 0 and n >= 1000:
+        # a handful of extreme draws (e.g. trunc_normal_ clamping at +-2) must not decide
+        lo, hi = eager.min - 0.25 * span, eager.max + 0.25 * span
+        outliers, inner = _inside_stats(deferred_tensor, lo, hi)
+        if 0 < outliers <= max(2, n // 10000) and inner is not None:
+            deferred = inner
     s1, s2 = eager.std, deferred.std
     why = []
     mean_tol = 6 * math.sqrt((s1 * s1 + s2 * s2) / n) + 1e-6 * max(abs(eager.mean), 1e-3)

@@ -49,3 +49,18 @@ class PeakSampler:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, rss_anon(self.pid))
+
+
+def fixed_mmap_threshold(nbytes: int = 1 << 20) -> bool:
+    """Make glibc serve allocations >= ``nbytes`` (1 MiB) with mmap and give them back on free.
+
+    By default glibc raises its mmap threshold after the first large free, after which freed
+    tensors stay in the heap: the eager model's memory would not be returned before the
+    deferred build, and the probe's peak would be two models. Returns whether it applied.
+    """
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").mallopt(-3, int(nbytes)))  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        return False

@@ -10,7 +10,8 @@ order) it had.
 - ``confirmed``: the class was probed and the named attribute is broken (any MP001-MP005,
   MP008); with no attribute named, any own tensor broken. ML008 (data-dependent ``__init__``)
   is confirmed by MP006; ML009 (explicit real device) by MP007 or a broken named tensor;
-  ML006/ML010 (parent/children init) by a broken tensor anywhere in the class's subtree.
+  ML006/ML010 (parent/children init) by a broken tensor anywhere in the class's subtree;
+  ML011 (tie by assignment) by MP005 (tie broken) on the class that made the tie.
 - ``refuted``: the class was probed and none of the above holds.
 - ``None``: the class was not probed, or its meta build raised (MP006) so its tensors could
   not be checked (except for ML008, which MP006 confirms).
@@ -71,6 +72,9 @@ def verdict_for(diag: Diagnostic, info: Mapping[str, Any] | None) -> str | None:
     broken = info.get("broken", {})
     if diag.code == "ML009" and "MP007" in codes:
         return "confirmed"
+    if diag.code == "ML011":  # weight tying by assignment
+        tie_broken = "MP005" in codes or any("MP005" in c for c in broken.values())
+        return "confirmed" if tie_broken else "refuted"
     if diag.code in _SUBTREE_RULES:
         return "confirmed" if info.get("subtree_broken", 0) or broken else "refuted"
     if attr is not None:

@@ -26,6 +26,9 @@ def main() -> int:
         proto.flush()
 
     job = json.loads(sys.stdin.read())
+    from metalint.probe.memory import fixed_mmap_threshold
+
+    fixed_mmap_threshold()
     from metalint.probe.build import ProbeSetupError, probe
     from metalint.probe.target import Target, resolve_items
 
@@ -35,6 +38,7 @@ def main() -> int:
     except BaseException as exc:  # import error, bad attribute
         emit(event="error", label=None, message=_one_line(exc), traceback=traceback.format_exc())
         return 0
+    _warm_up(probe)  # one-time costs must not count against the first item's timeout
     emit(event="items", items=[i.label for i in items], file=items[0].file if items else None)
     skip = set(job.get("skip", ()))
     for item in items:
@@ -56,6 +60,15 @@ def main() -> int:
             continue
         emit(event="result", label=item.label, result=res.to_json(), args=item.args, file=item.file)
     return 0
+
+
+def _warm_up(probe) -> None:
+    from torch import nn
+
+    try:
+        probe(lambda: nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2)), label="warm-up")
+    except Exception:
+        pass
 
 
 def _one_line(exc: BaseException) -> str:

@@ -121,3 +121,12 @@ class ResetsChild(nn.Module):
     def reset_parameters(self) -> None:
         with torch.no_grad():
             self.fc.weight.fill_(0.5)
+
+
+class TransientEscape(nn.Module):
+    """timm's drop-path rates: a small CPU temporary, freed before the build ends."""
+
+    def __init__(self, depth: int = 4) -> None:
+        super().__init__()
+        rates = torch.linspace(0, 0.1, depth, device="cpu").tolist()
+        self.blocks = nn.ModuleList(nn.Linear(4, 4) for _ in rates)
