@@ -104,6 +104,13 @@ def _storage_key(t: torch.Tensor) -> int | None:
     return ptr or None
 
 
+def _covers_storage(t: torch.Tensor) -> bool:
+    try:
+        return t.numel() * t.element_size() >= t.untyped_storage().nbytes()
+    except Exception:
+        return True
+
+
 def _op_name(func) -> str:
     # aten.normal_.default -> "normal_"
     return func._schema.name.split("::")[-1]
@@ -170,9 +177,16 @@ class WriteRecorder(TorchDispatchMode):
                 # out= variants: the destination is overwritten
                 pass
         site = user_frame()
-        for k in keys:
+        for t in targets:
+            k = _storage_key(t)
+            if k is None:
+                continue
             self.site[k] = site
-            self.random[k] = rand
+            if written and not rand and not _covers_storage(t):
+                # a partial overwrite (embedding padding row, a slice) keeps the rest's taint
+                self.random[k] = self.random.get(k, False)
+            else:
+                self.random[k] = rand
 
     def lookup(self, t: torch.Tensor) -> tuple[Site | None, bool | None]:
         k = _storage_key(t)

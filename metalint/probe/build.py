@@ -236,7 +236,15 @@ def run_init(model: nn.Module, init: str, order: str = "post",
 
 
 class ProbeSetupError(Exception):
-    """The probe itself cannot run (bad --init, no init_weights): reported as ML900."""
+    """The probe itself cannot run (bad --init, no init_weights, to_empty or the init entry
+    point raised): reported as ML900 for the item."""
+
+
+def _stage_error(stage: str, exc: BaseException) -> ProbeSetupError:
+    site, _ = _raise_site(exc)
+    where = f" at {site.short()}" if site else ""
+    msg = traceback.format_exception_only(type(exc), exc)[-1].strip()[:300]
+    return ProbeSetupError(f"{stage} raised {msg}{where}")
 
 
 # ----------------------------------------------------------------------------- results
@@ -507,8 +515,11 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
     # 1. eager
     torch.manual_seed(seed)
     rec = attribute.WriteRecorder()
-    with rec:
-        model = make()
+    try:
+        with rec:
+            model = make()
+    except Exception as exc:
+        raise _stage_error("eager construction", exc) from exc
     if not isinstance(model, nn.Module):
         raise ProbeSetupError(f"{label} returned {type(model).__name__}, not an nn.Module")
     fallback_file = _class_file(type(model))
@@ -557,7 +568,12 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
     del model, esc
     # 3-5. deferred build, poison, init, compare
     torch.manual_seed(seed + 1)
-    model, used, _, tracker = _deferred(make, device, init, "post", eager, track=True)
+    try:
+        model, used, _, tracker = _deferred(make, device, init, "post", eager, track=True)
+    except ProbeSetupError:
+        raise
+    except Exception as exc:
+        raise _stage_error(f"to_empty(device={device!r}) + init {init!r}", exc) from exc
     res.init_used = used
     diffs, _ = _compare_models(eager, model)
     make_info = {p: type(m) for p, m in model.named_modules()}

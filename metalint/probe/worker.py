@@ -54,8 +54,8 @@ def main() -> int:
         except ProbeSetupError as exc:
             emit(event="error", label=item.label, message=str(exc), traceback="", file=item.file)
             continue
-        except BaseException as exc:  # the eager build itself failed
-            emit(event="error", label=item.label, message="eager construction raised " + _one_line(exc),
+        except BaseException as exc:  # a bug of the probe: report, go on
+            emit(event="error", label=item.label, message="probe failed: " + _one_line(exc),
                  traceback=traceback.format_exc(), file=item.file)
             continue
         emit(event="result", label=item.label, result=res.to_json(), args=item.args, file=item.file)
