@@ -100,8 +100,7 @@ class Sampler(threading.Thread):
     def run(self):
         while not self._halt.is_set():
             v = rss_anon_kb()
-            if v > self.peak:
-                self.peak = v
+            self.peak = max(self.peak, v)
             time.sleep(self.interval)
 
     def stop(self) -> int:
@@ -199,10 +198,9 @@ def run_method(method: str, factory, ckpt_dir: str, accelerate_path: str | None)
 
 def zygote(args) -> None:
     """Import torch, warm up, then fork one fresh child per method; print JSON lines."""
+    import safetensors.torch  # noqa: F401
     import torch
     from torch import nn
-
-    import safetensors.torch  # noqa: F401
 
     with torch.device("meta"):
         nn.Embedding(2, 2), nn.Linear(2, 2), nn.LayerNorm(2)

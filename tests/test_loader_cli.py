@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import torch
-
 from loader_models import TinyLM, random_state
+
 from metalint.loader import load_checkpoint, save_safetensors, verify_against_eager
 
 TARGET = f"{Path(__file__).parent / 'loader_models.py'}:TinyLM"

@@ -7,9 +7,14 @@ import warnings
 
 import pytest
 import torch
-
 from loader_models import Plain, TinyLM, WithSubclassParam, random_state
-from metalint.loader import CheckpointError, load_checkpoint, open_checkpoint, save_safetensors
+
+from metalint.loader import (
+    CheckpointError,
+    load_checkpoint,
+    open_checkpoint,
+    save_safetensors,
+)
 
 
 def _check(model, sd):
@@ -142,3 +147,33 @@ def test_parameter_subclass_and_requires_grad_kept(tmp_path):
 def test_unknown_checkpoint_path(tmp_path):
     with pytest.raises(CheckpointError, match="no such file"):
         load_checkpoint(Plain, tmp_path / "nope.safetensors")
+
+
+def test_progress_line_without_tqdm(tmp_path, sd, capsys, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_tqdm(name, *a, **k):
+        if name == "tqdm":
+            raise ImportError("no tqdm")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_tqdm)
+    save_safetensors(sd, tmp_path / "m.safetensors")
+    load_checkpoint(TinyLM, tmp_path / "m.safetensors", progress=True)
+    err = capsys.readouterr().err
+    assert "metalint load:" in err and "(100.0%)" in err
+    load_checkpoint(TinyLM, tmp_path / "m.safetensors")  # default: not a TTY, quiet
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_target(tmp_path, sd):
+    save_safetensors(sd, tmp_path / "m.safetensors")
+    r = load_checkpoint(TinyLM, tmp_path / "m.safetensors", device="cuda", dtype="bf16")
+    m = r.model
+    assert all(t.device.type == "cuda" for t in m.parameters())
+    assert m.rope.inv_freq.device.type == "cuda"
+    assert torch.equal(m.embed.weight.cpu(), sd["embed.weight"].to(torch.bfloat16))
+    assert m.head.weight is m.embed.weight

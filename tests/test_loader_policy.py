@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from loader_models import NoHookBuffer, Plain, TinyLM, random_state
 from torch import nn
 
-from loader_models import NoHookBuffer, Plain, TinyLM, random_state
 from metalint.loader import CheckpointError, load_checkpoint, save_safetensors
 from metalint.loader.dtype_policy import DtypePolicy, segment_match
 

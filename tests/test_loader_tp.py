@@ -7,8 +7,8 @@ import socket
 
 import pytest
 import torch
-
 from loader_models import TP_PLAN, TPModel, random_state, tp_worker
+
 from metalint.loader import Shard, ShardPlan, load_checkpoint, save_safetensors
 from metalint.loader.sharding import chunk_bounds
 
@@ -20,7 +20,7 @@ def _free_port() -> int:
 
 
 def test_chunk_bounds_like_torch_chunk():
-    for n in range(0, 9):
+    for n in range(9):
         for world in (1, 2, 3, 4):
             got = [chunk_bounds(n, r, world) for r in range(world)]
             ref = torch.arange(n).chunk(world) if n else []

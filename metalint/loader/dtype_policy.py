@@ -64,7 +64,7 @@ class DtypePolicy:
     keep_in_fp32: tuple[str, ...] = ()
 
     @classmethod
-    def make(cls, dtype=None, keep_in_fp32: Iterable[str] | str = ()) -> "DtypePolicy":
+    def make(cls, dtype=None, keep_in_fp32: Iterable[str] | str = ()) -> DtypePolicy:
         if isinstance(keep_in_fp32, str):
             keep_in_fp32 = (keep_in_fp32,)
         return cls(parse_dtype(dtype), tuple(keep_in_fp32))

@@ -60,7 +60,7 @@ class ShardPlan:
     world_size: int = 1
 
     @classmethod
-    def make(cls, plan, rank: int = 0, world_size: int = 1) -> "ShardPlan":
+    def make(cls, plan, rank: int = 0, world_size: int = 1) -> ShardPlan:
         if isinstance(plan, ShardPlan):
             return cls(plan.rules, rank, world_size)
         if not 0 <= rank < world_size:

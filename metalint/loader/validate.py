@@ -16,7 +16,8 @@ Pure Python, no torch. The rules are those of safetensors' own Rust ``read_metad
   with overflow checks at u64 (``usize``) width.
 
 Stricter than safetensors in two places (both would be silent surprises otherwise): duplicate
-JSON keys and non-finite JSON constants (``NaN``) are rejected.
+JSON keys and non-finite JSON constants (``NaN``) are rejected. The sub-byte dtypes (``F4``,
+``F6_*``) pass this validation but the loader refuses them (no plain torch dtype holds them).
 
 Every failure raises :class:`~metalint.loader.errors.CheckpointError` with one line naming the
 file and, when there is one, the tensor.
