@@ -382,7 +382,24 @@ class ClassEdit:
         init_node = self.init.node
         new_init = init_node
         if self.replace:
-            new_init = new_init.visit(_ReplaceStatements(self.replace))
+            # top-level statements are spliced directly; only a statement holding a replaced
+            # statement deeper down (inside an ``if``) is visited
+            body: list[cst.BaseStatement] = []
+            tops = {id(t) for t in self.init_body}
+            nested = [v[0] for k, v in self.replace.items() if k not in tops]
+            for top in self.init_body:
+                hit = self.replace.get(id(top))
+                if hit is not None and hit[0] is top:
+                    body.extend(_expand(top, top, hit[1]))
+                elif nested and any(path_to(top, n) is not None for n in nested):
+                    new = top.visit(_ReplaceStatements(self.replace))
+                    if isinstance(new, cst.FlattenSentinel):
+                        body.extend(new.nodes)
+                    elif not isinstance(new, cst.RemovalSentinel):
+                        body.append(new)
+                else:
+                    body.append(top)
+            new_init = new_init.with_changes(body=new_init.body.with_changes(body=body))
         if self.init_append:
             body = new_init.body
             new_init = new_init.with_changes(body=body.with_changes(body=[*body.body, *self.init_append]))
@@ -418,6 +435,25 @@ def _is_pass(s: cst.BaseStatement) -> bool:
     return isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Pass) for x in s.body)
 
 
+def _expand(original_node, updated_node, replacement) -> list:
+    """The statements that replace ``original_node``: blank lines above it go above the
+    group, its comments stay with it."""
+    new = [updated_node if n is original_node else n for n in replacement]
+    if len(new) <= 1:
+        return new
+    at = next((i for i, n in enumerate(new) if n is updated_node), len(new) - 1)
+    if at == 0:
+        return new
+    main = new[at]
+    lead = list(getattr(main, "leading_lines", ()))
+    k = 0
+    while k < len(lead) and lead[k].comment is None:
+        k += 1
+    new[0] = new[0].with_changes(leading_lines=lead[:k])
+    new[at] = main.with_changes(leading_lines=lead[k:])
+    return new
+
+
 class _ReplaceStatements(cst.CSTTransformer):
     def __init__(self, replace):
         self.replace = replace
@@ -426,22 +462,11 @@ class _ReplaceStatements(cst.CSTTransformer):
         hit = self.replace.get(id(original_node))
         if hit is None or hit[0] is not original_node:
             return updated_node
-        new = [updated_node if n is original_node else n for n in hit[1]]
+        new = _expand(original_node, updated_node, hit[1])
         if not new:
             return cst.RemoveFromParent()
         if len(new) == 1:
             return new[0]
-        # blank lines above the original statement go above the group; its comments stay
-        at = next((i for i, n in enumerate(new) if n is updated_node), len(new) - 1)
-        if at == 0:
-            return cst.FlattenSentinel(new)
-        main = new[at]
-        lead = list(getattr(main, "leading_lines", ()))
-        k = 0
-        while k < len(lead) and lead[k].comment is None:
-            k += 1
-        new[0] = new[0].with_changes(leading_lines=lead[:k])
-        new[at] = main.with_changes(leading_lines=lead[k:])
         return cst.FlattenSentinel(new)
 
 

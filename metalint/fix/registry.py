@@ -115,7 +115,20 @@ def apply_edits(text: str, edits) -> str:
     return "".join(out)
 
 
-def fix_for(code: str, ctx: RuleContext, finding: Finding, row: int) -> Fix | None:
+def _first_row(source: str | None, old: str, row: int, module: cst.Module, top, finding) -> int:
+    """The file row where the class text ``old`` starts (the occurrence holding ``row``)."""
+    if source is not None:
+        at = source.find(old)
+        while at >= 0:
+            first = source.count("\n", 0, at) + 1
+            if first <= row < first + old.count("\n") + 1:
+                return first
+            at = source.find(old, at + 1)
+    pos = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    return row - pos[finding.node].start.line + 1
+
+
+def fix_for(code: str, ctx: RuleContext, finding: Finding, row: int, source: str | None = None) -> Fix | None:
     """A :class:`Fix` for the finding reported at line ``row``, or None when no codemod can
     rewrite it. Only the top-level class is rendered (not the whole file)."""
     result = plan(code, ctx, finding)
@@ -135,8 +148,7 @@ def fix_for(code: str, ctx: RuleContext, finding: Finding, row: int) -> Fix | No
             _remember(ctx.path, code, row, "the rewrite changes nothing")
             return None
         ast.parse(new)  # a codemod must never produce code that does not parse
-        pos = MetadataWrapper(old_mod, unsafe_skip_copy=True).resolve(PositionProvider)
-        shift = row - pos[finding.node].start.line
+        shift = _first_row(source, old, row, old_mod, top, finding) - 1
     except Exception as exc:
         _remember(ctx.path, code, row, f"the rewrite failed: {type(exc).__name__}: {exc}")
         return None

@@ -269,7 +269,7 @@ def analyze_source(
                     Position(rng.start.line, rng.start.column + 1),
                     Position(rng.end.line, rng.end.column + 1),
                     symbol=f.cls.qualname,
-                    fix=f.fix if f.fix is not None else _codemod_fix(code, ctx, f, rng.start.line),
+                    fix=f.fix if f.fix is not None else _codemod_fix(code, ctx, f, rng.start.line, source),
                     condition=Condition(
                         f.cls.fullname,
                         True,
@@ -282,11 +282,11 @@ def analyze_source(
     return result
 
 
-def _codemod_fix(code: str, ctx: RuleContext, finding: Finding, row: int):
+def _codemod_fix(code: str, ctx: RuleContext, finding: Finding, row: int, source: str):
     """The rewrite ``metalint fix`` would apply to this finding (None: no codemod can)."""
     from metalint.fix.registry import fix_for
 
-    return fix_for(code, ctx, finding, row)
+    return fix_for(code, ctx, finding, row, source)
 
 
 def analyze_path(
