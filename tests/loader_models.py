@@ -77,14 +77,31 @@ class WithSubclassParam(nn.Module):
         self.frozen = nn.Parameter(torch.zeros(3), requires_grad=False)
 
 
+class _Weight(nn.Module):
+    def __init__(self, out_features: int, in_features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+
+
+class _Norm(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+
 class TPModel(nn.Module):
-    """Column-parallel ``up`` (split rows), row-parallel ``down`` (split cols), replicated norm."""
+    """Column-parallel ``up`` (split rows), row-parallel ``down`` (split cols), replicated norm.
+
+    Plain parameters without init calls: building it on meta in a fresh rank process does not
+    pull in the lazy imports that ``nn.Linear``'s meta init does (seconds on a busy box).
+    """
 
     def __init__(self, d: int = 8, hidden: int = 12):
         super().__init__()
-        self.up = nn.Linear(d, hidden, bias=False)
-        self.down = nn.Linear(hidden, d, bias=False)
-        self.norm = nn.LayerNorm(d)
+        self.up = _Weight(hidden, d)
+        self.down = _Weight(d, hidden)
+        self.norm = _Norm(d)
 
 
 TP_PLAN = {"up.weight": "rows", "down.weight": "cols"}
@@ -165,6 +182,15 @@ def tp_worker(rank: int, world_size: int, port: int, path: str, out_dir: str) ->
         gathered = [torch.empty_like(model.down.weight) for _ in range(world_size)]
         dist.all_gather(gathered, model.down.weight.detach().contiguous())
         assert torch.equal(torch.cat(gathered, 1), full["down.weight"])
+        # a DCP folder inside the process group: each entry is read into a meta tensor that
+        # DCP materialises itself (PyTorch PR #113319)
+        formats.SafetensorsSource._handle = real_handle
+        with torch.device("meta"):
+            model2 = TPModel()
+        r2 = load_checkpoint(model2, os.path.join(out_dir, "dcp"), shard_plan=TP_PLAN)
+        assert r2.format == "dcp"
+        assert torch.equal(model2.up.weight, up) and torch.equal(model2.down.weight, down)
+        assert torch.equal(model2.norm.bias, full["norm.bias"])
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
             json.dump({"calls": calls, "bytes_read": report.bytes_read,
                        "sharded": report.sharded,

@@ -13,9 +13,10 @@ that returns one tensor (or one slice along ``dim``) as a CPU tensor the caller 
   ``torch.load(mmap=True, weights_only=True)``, so nothing but tensors and plain containers is
   unpickled and the data stays in the page cache until one tensor is copied out.
 - a ``torch.distributed.checkpoint`` folder (has ``.metadata``): shapes and dtypes from the
-  metadata, each tensor read with ``dcp.load`` into a one-entry state dict; inside an
-  initialised process group that entry is a meta tensor that DCP materialises (PyTorch
-  PR #113319), otherwise an empty CPU tensor of the stored dtype.
+  metadata, each tensor read with ``dcp.load(..., no_dist=True)`` into a one-entry state dict;
+  inside an initialised process group that entry is a meta tensor that DCP materialises
+  (PyTorch PR #113319), otherwise an empty CPU tensor of the stored dtype. A shard plan on a
+  DCP folder reads the whole tensor, then keeps the rank's slice.
 """
 
 from __future__ import annotations
@@ -254,14 +255,15 @@ class DCPSource(Source):
 
         e = self.entries[name]
         distributed = dist.is_available() and dist.is_initialized()
-        # Inside a process group DCP materialises a meta entry itself (PR #113319); without one
-        # it needs a real destination.
+        # Inside a process group DCP materialises a meta entry itself (PR #113319; it asks the
+        # group for its device); without one it needs a real destination. Reads are local
+        # (no_dist=True) either way: no collective per tensor, ranks need not be in lockstep.
         dev = "meta" if distributed else "cpu"
         sd = {name: torch.empty(e.shape, dtype=e.dtype, device=dev)}
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                dcp.load(sd, storage_reader=FileSystemReader(self.path), no_dist=not distributed)
+                dcp.load(sd, storage_reader=FileSystemReader(self.path), no_dist=True)
         except Exception as exc:
             raise CheckpointError(f"read failed: {type(exc).__name__}: {exc}", file=self.path,
                                   tensor=name) from exc
