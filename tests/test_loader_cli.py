@@ -115,3 +115,19 @@ def test_cli_help_lists_load():
 
     res = CliRunner().invoke(main, ["load", "--help"])
     assert res.exit_code == 0 and "--keep-in-fp32" in res.output
+
+
+def test_load_command_module_is_torch_free():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, metalint.loader.command as c\n"
+        "assert 'torch' not in sys.modules, 'torch imported by metalint.loader.command'\n"
+        "from metalint.loader.core import INIT_MODES\n"
+        "assert INIT_MODES == c.INIT_MODES\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         check=False)
+    assert res.returncode == 0, res.stderr

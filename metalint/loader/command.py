@@ -12,7 +12,8 @@ import sys
 
 import click
 
-from metalint.loader.core import INIT_MODES
+# same as metalint.loader.core.INIT_MODES; repeated so `metalint --help` needs no torch
+INIT_MODES = ("auto", "reset_parameters", "init_non_persistent_buffers", "init_weights", "none")
 
 DTYPE_CHOICES = ("bf16", "fp16", "fp32", "fp64")
 
