@@ -218,3 +218,58 @@ def test_eager_model_passed_in(tmp_path):
     assert m.a.weight.dtype == torch.bfloat16
     assert torch.equal(m.a.weight, sd["a.weight"].to(torch.bfloat16))
     assert r.loaded and not r.materialized
+
+
+def test_init_callable_and_none(tmp_path):
+    sd = random_state(Plain)
+    sd.pop("b.bias")
+    save_safetensors(sd, tmp_path / "m.safetensors")
+
+    def fill(root):
+        root.b.bias.fill_(5.0)
+        root.a.weight.fill_(-1.0)  # hidden behind a meta placeholder: no effect
+
+    r = load_checkpoint(Plain, tmp_path / "m.safetensors", allow_missing=["b.bias"], init=fill)
+    assert r.materialized == {"b.bias": "fill() on the root"}
+    assert torch.equal(r.model.b.bias, torch.full((2,), 5.0))
+    assert torch.equal(r.model.a.weight, sd["a.weight"])
+    with pytest.raises(CheckpointError, match="not re-created by any init entry point: b.bias"):
+        load_checkpoint(Plain, tmp_path / "m.safetensors", allow_missing=["b.bias"], init="none")
+
+
+def test_children_first_then_parent_hook(tmp_path):
+    class Child(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(2))
+            self.register_buffer("c", torch.zeros(2), persistent=False)
+
+        def reset_parameters(self):
+            self.w.fill_(1.0)
+            self.c.fill_(2.0)
+
+    class NoHook(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("d", torch.zeros(2), persistent=False)
+
+    class Parent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.child = Child()
+            self.bare = NoHook()
+
+        def reset_parameters(self):  # re-inits its whole subtree, as some parents do
+            self.child.c.fill_(-9.0)
+            self.bare.d.fill_(3.0)
+
+    save_safetensors({"child.w": torch.full((2,), 4.0)}, tmp_path / "m.safetensors")
+    r = load_checkpoint(Parent, tmp_path / "m.safetensors")
+    m = r.model
+    assert torch.equal(m.child.w, torch.full((2,), 4.0))  # loaded, not re-initialised
+    assert torch.equal(m.child.c, torch.full((2,), 2.0))  # by the child's own hook, kept
+    assert torch.equal(m.bare.d, torch.full((2,), 3.0))  # nearest ancestor with a hook
+    assert r.materialized == {
+        "child.c": "Child.reset_parameters() on 'child'",
+        "bare.d": "Parent.reset_parameters() on the root",
+    }

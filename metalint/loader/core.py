@@ -540,6 +540,14 @@ def load_checkpoint(
     failure in the init step (or the final checks) swaps every installed tensor back. Either
     way :class:`CheckpointError` is raised and the caller's model is unchanged.
 
+    Memory: the loader holds one source tensor (usually a view of the page cache, so no
+    anonymous memory) and the tensors read so far, i.e. the final model size. A model passed
+    in already materialised (not on meta) keeps its old tensors alive until the new ones are
+    installed, so it peaks at about twice its size; build it on meta (or pass a factory).
+
+    Not replayed: a module's ``_load_from_state_dict`` override and load_state_dict pre/post
+    hooks (key renames, fused-weight splits); checkpoints must use the model's state-dict keys.
+
     Tensor parallel: ``shard_plan`` (see :mod:`metalint.loader.sharding`) with ``rank`` and
     ``world_size`` (default: from the initialised process group) makes each rank read and hold
     only its slice of the split tensors.
