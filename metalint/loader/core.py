@@ -317,6 +317,50 @@ class _Progress:
 
 
 # --------------------------------------------------------------------------------------------
+# host -> accelerator
+
+
+class _Staging:
+    """Copies to an accelerator through one reusable pinned host buffer.
+
+    Each tensor is cast on the host straight into the pinned buffer (so the cast is the only
+    host-side work and nothing is allocated per tensor), copied to the device, and the buffer
+    is reused once the copy has finished. The buffer grows to the largest tensor (in the
+    target dtype). Where pinning is not possible it falls back to a plain ``.to(device)``.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._buf: torch.Tensor | None = None
+        self._pinned = device.type != "cpu"
+
+    def to_device(self, raw: torch.Tensor, dtype: torch.dtype, device: torch.device):
+        nbytes = raw.numel() * torch.empty((), dtype=dtype).element_size()
+        if self._pinned and nbytes:
+            try:
+                if self._buf is None or self._buf.numel() < nbytes:
+                    self._buf = None
+                    self._buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+                host = self._buf[:nbytes].view(dtype).view(raw.shape)
+                host.copy_(raw)
+                out = torch.empty(raw.shape, dtype=dtype, device=device)
+                out.copy_(host, non_blocking=True)
+                if device.type == "cuda":
+                    torch.cuda.current_stream(device).synchronize()
+                else:
+                    torch.accelerator.synchronize()  # pragma: no cover
+                return out
+            except (RuntimeError, AttributeError):
+                self._pinned = False
+                self._buf = None
+        host = raw if raw.dtype == dtype else raw.to(dtype)
+        return host.to(device)
+
+    def release(self) -> None:
+        self._buf = None
+
+
+# --------------------------------------------------------------------------------------------
 # init step
 
 
@@ -643,6 +687,7 @@ def _load(model, src, policy, device, strict, init, allow, plan, progress, repor
     for g, name in ordered:
         total += entries[name].nbytes
     bar = _Progress(total, progress)
+    stage = _Staging(device)
     values: dict[int, torch.Tensor] = {}
     try:
         for g, name in ordered:
@@ -654,9 +699,7 @@ def _load(model, src, policy, device, strict, init, allow, plan, progress, repor
                 if device.type == "cpu":
                     t = raw.to(dtype=target, copy=not src.owned_reads)
                 else:
-                    host = raw if raw.dtype == target else raw.to(target)
-                    t = host.to(device)
-                    del host
+                    t = stage.to_device(raw, target, device)
                 if not t.is_contiguous():
                     t = t.contiguous()
             except Exception as exc:
@@ -677,6 +720,7 @@ def _load(model, src, policy, device, strict, init, allow, plan, progress, repor
             bar.update(e.nbytes)
     finally:
         bar.close()
+        stage.release()
 
     # ---- install, then materialise; undo everything on failure
     tx = _Transaction()
