@@ -166,6 +166,8 @@ class Condition:
     no_hook: bool = False
     #: the hooks ``not_recreated`` is checked against; empty: every configured hook
     hooks: tuple[str, ...] = ()
+    #: the finding stands only while neither the class nor a base defines one of these methods
+    unless_method: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -176,6 +178,8 @@ class Condition:
         }
         if self.hooks:
             out["hooks"] = list(self.hooks)
+        if self.unless_method:
+            out["unless_method"] = list(self.unless_method)
         return out
 
     @classmethod
@@ -186,4 +190,5 @@ class Condition:
             tuple(data["not_recreated"]),
             data["no_hook"],
             tuple(data.get("hooks", ())),
+            tuple(data.get("unless_method", ())),
         )

@@ -42,6 +42,7 @@ class ClassSummary:
     bases: list[str]
     hooks: dict[str, tuple[list[str], bool]]  # hook name -> (re-created tensors, calls super)
     uses_module_api: bool  # registers tensors or modules: an nn.Module whatever its bases
+    methods: list[str] = field(default_factory=list)  # names of the methods it defines
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +50,7 @@ class ClassSummary:
             "bases": self.bases,
             "hooks": {k: [v[0], v[1]] for k, v in self.hooks.items()},
             "uses_module_api": self.uses_module_api,
+            "methods": self.methods,
         }
 
     @classmethod
@@ -58,6 +60,7 @@ class ClassSummary:
             d["bases"],
             {k: (v[0], v[1]) for k, v in d["hooks"].items()},
             d["uses_module_api"],
+            d.get("methods", []),
         )
 
 
@@ -169,7 +172,7 @@ def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
                 q = ctx.qualify(a.value.func) or ""
                 if q.startswith("torch.nn.") and not q.startswith("torch.nn.functional."):
                     api = True
-    return ClassSummary(cls.fullname, cls.bases, hooks, api)
+    return ClassSummary(cls.fullname, cls.bases, hooks, api, sorted(cls.methods))
 
 
 def _positions(module: cst.Module, source: str, found, facts) -> dict:
@@ -276,6 +279,7 @@ def analyze_source(
                         tuple(f.unless_recreated),
                         f.unless_hook,
                         tuple(f.recreated_by),
+                        tuple(f.unless_method),
                     ),
                 )
             )

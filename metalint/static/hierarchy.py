@@ -125,6 +125,17 @@ class Hierarchy:
                 return True
         return any(self._torch_reset_base(b, seen) for b in self.bases(fullname))
 
+    def defines(self, fullname: str, names: Iterable[str], seen: set[str]) -> bool:
+        """Does the class or one of its bases in the tree define a method named in ``names``?"""
+        cls = self.classes.get(fullname)
+        if cls is None or fullname in seen:
+            return False
+        seen.add(fullname)
+        names = tuple(names)
+        if any(n in cls.methods for n in names):
+            return True
+        return any(self.defines(b, names, seen) for b in self.bases(fullname))
+
     def holds(self, cond: Condition, hooks: Iterable[str]) -> bool:
         """Does a finding with this condition stand?"""
         hooks = tuple(hooks)
@@ -135,5 +146,7 @@ class Hierarchy:
             if "*" in done or any(a in done for a in cond.not_recreated):
                 return False
         if cond.no_hook and self.has_hook(cond.cls, [h for h in hooks if not h.startswith("_")]):
+            return False
+        if cond.unless_method and self.defines(cond.cls, cond.unless_method, set()):
             return False
         return True

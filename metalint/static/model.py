@@ -30,6 +30,8 @@ class CallSite:
     receiver: str | None  # dotted receiver of a method call, e.g. "self.gamma.data"
     in_no_grad: bool
     in_loop: bool
+    #: the enclosing ``for`` statements, outermost first (see ``MethodFacts.loops``)
+    loops: tuple[cst.CSTNode, ...] = ()
 
 
 @dataclass
@@ -55,6 +57,10 @@ class MethodFacts:
     )
     # for-loops over self.parameters()/buffers()/modules(): re-creates everything
     loops_over_own_tensors: bool = False
+    #: every ``for`` statement and comprehension ``for``: (node, target names, iterable)
+    loops: list[tuple[cst.CSTNode, tuple[str, ...], cst.BaseExpression]] = field(
+        default_factory=list
+    )
 
 
 @dataclass
@@ -108,6 +114,7 @@ class FactCollector(cst.CSTVisitor):
         self.method: MethodFacts | None = None
         self.no_grad = 0
         self.loop = 0
+        self._for_stack: list[cst.CSTNode] = []
         self._qual_stack: list[str] = []
 
     # -- imports (module level and nested: both count) -------------------------------------
@@ -188,7 +195,9 @@ class FactCollector(cst.CSTVisitor):
 
     def visit_For(self, node: cst.For) -> None:
         self.loop += 1
+        self._for_stack.append(node)
         if self.method is not None:
+            self.method.loops.append((node, _target_names(node.target), node.iter))
             it = node.iter
             if isinstance(it, cst.Call):
                 name = dotted(it.func)
@@ -202,6 +211,12 @@ class FactCollector(cst.CSTVisitor):
 
     def leave_For(self, original_node: cst.For) -> None:
         self.loop -= 1
+        if self._for_stack and self._for_stack[-1] is original_node:
+            self._for_stack.pop()
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        if self.method is not None:
+            self.method.loops.append((node, _target_names(node.target), node.iter))
 
     def visit_While(self, node: cst.While) -> None:
         self.loop += 1
@@ -282,8 +297,28 @@ class FactCollector(cst.CSTVisitor):
                 self.method.super_calls.add(method)
                 receiver = "super()"
         self.method.calls.append(
-            CallSite(node, self.qualify(func), method, receiver, self.no_grad > 0, self.loop > 0)
+            CallSite(
+                node,
+                self.qualify(func),
+                method,
+                receiver,
+                self.no_grad > 0,
+                self.loop > 0,
+                loops=tuple(self._for_stack),
+            )
         )
+
+
+def _target_names(target: cst.BaseExpression) -> tuple[str, ...]:
+    """Names bound by a ``for`` target: ``m``, ``name, m``, ``(i, (a, b))``."""
+    if isinstance(target, cst.Name):
+        return (target.value,)
+    if isinstance(target, (cst.Tuple, cst.List)):
+        out: list[str] = []
+        for el in target.elements:
+            out.extend(_target_names(el.value))
+        return tuple(out)
+    return ()
 
 
 def collect(module: cst.Module, module_name: str, is_package: bool = False) -> FileFacts:

@@ -36,6 +36,8 @@ class Finding:
     fix: Fix | None = None
     #: ``unless_recreated`` is checked against these hooks only (empty: every configured hook)
     recreated_by: tuple[str, ...] = ()
+    #: the finding stands only while neither the class nor a base defines one of these methods
+    unless_method: tuple[str, ...] = ()
 
 
 @dataclass

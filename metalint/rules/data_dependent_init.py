@@ -1,0 +1,194 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from metalint.static.model import ClassFacts
+from metalint.static.ownership import construction, meta_tensor, own_tensor_names, truthiness_tensors
+from metalint.static.rule import Finding, Rule
+
+READS = {"item": "`.item()`", "tolist": "`.tolist()`", "numpy": "`.numpy()`"}
+CASTS = ("float", "int", "bool", "complex")
+
+
+def _short(node: cst.CSTNode, limit: int = 50) -> str:
+    text = " ".join(cst.Module([]).code_for_node(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class DataDependentInit(Rule):
+    """
+    ## What it does
+    Finds code that runs during construction (`__init__`, and the methods it calls) and reads
+    the *value* of a tensor that the meta context creates: `.item()`, `.tolist()`, `.numpy()`,
+    `float(t)` / `int(t)` / `bool(t)`, or a tensor used as a condition (`if mask.any():`,
+    `assert (x > 0).all()`, `while t < n:`). Only expressions known to be tensors are
+    reported: torch factories without an explicit real device (`torch.linspace(...)`,
+    `torch.tensor(...)`), arithmetic and methods on them, locals and loop variables holding
+    them, and own buffers/parameters made from them. Shape queries (`t.shape`, `t.size(0)`,
+    `t.numel()`) work on meta and are not reported.
+
+    ## Why is this bad on meta?
+    Under `with torch.device("meta"):` every factory without an explicit device returns a
+    meta tensor: it has a shape and a dtype but no data. Reading its value raises
+    (`RuntimeError: Tensor.item() cannot be called on meta tensors`,
+    `NotImplementedError: Cannot copy out of meta tensor`), so the model cannot be built on
+    meta at all. timm's and dinov2's stochastic-depth schedule
+    `[x.item() for x in torch.linspace(0, drop_path_rate, depth)]` is the classic case
+    (dinov2 #477).
+
+    ## Example
+    ```python
+    class ViT(nn.Module):
+        def __init__(self, depth, drop_path_rate=0.1):
+            super().__init__()
+            dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)]
+            self.blocks = nn.ModuleList(Block(drop_path=dpr[i]) for i in range(depth))
+    ```
+
+    ## Use instead
+    ```python
+    class ViT(nn.Module):
+        def __init__(self, depth, drop_path_rate=0.1):
+            super().__init__()
+            # plain Python numbers (or: torch.linspace(..., device="cpu").tolist())
+            dpr = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
+            self.blocks = nn.ModuleList(Block(drop_path=dpr[i]) for i in range(depth))
+    ```
+
+    ## Fix safety
+    No automatic fix: whether the value can be computed in Python, or with
+    `device="cpu"`, depends on what the code does with it.
+    """
+
+    code = "ML008"
+    name = "data-dependent-init"
+    summary = "Construction reads a tensor's value (`.item()`, `.tolist()`, `if t:`), which crashes on meta"
+
+    VALID = [
+        # Python numbers, and an explicit CPU tensor for a schedule
+        """
+import torch
+from torch import nn
+
+class ViT(nn.Module):
+    def __init__(self, depth, drop_path_rate=0.1):
+        super().__init__()
+        dpr = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
+        cpu_dpr = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
+        self.blocks = nn.ModuleList(nn.Dropout(p) for p in dpr)
+""",
+        # shape queries work on meta; a tensor argument's value is unknown (not reported)
+        """
+import torch
+import torch.nn as nn
+
+class Embed(nn.Module):
+    def __init__(self, weight, n):
+        super().__init__()
+        table = torch.zeros(n, 4)
+        if table.shape[0] > 2 and table.numel() and table.size(1) == 4:
+            self.n = int(table.shape[0])
+        self.scale = float(weight.sum())
+        self.mask = None
+        if self.mask is None:
+            self.register_buffer("table", table)
+""",
+        # legacy constructors allocate on the CPU even under meta
+        """
+import torch
+from torch import nn
+
+class Anchors(nn.Module):
+    def __init__(self, sizes):
+        super().__init__()
+        t = torch.LongTensor(sizes)
+        self.n = int(t.max())
+""",
+    ]
+    INVALID = [
+        # timm 0.9 / dinov2 stochastic depth
+        """
+import torch
+from torch import nn
+
+class ViT(nn.Module):
+    def __init__(self, depth, drop_path_rate=0.1):
+        super().__init__()
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)]  # ERROR
+        rates = torch.linspace(0, drop_path_rate, depth).tolist()  # ERROR
+        self.blocks = nn.ModuleList(nn.Dropout(p) for p in dpr)
+""",
+        # casts and conditions on tensors, through a helper and an own buffer
+        """
+import torch
+import torch.nn as nn
+
+class RoPE(nn.Module):
+    def __init__(self, dim, base=10000.0):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.max_freq = float(inv_freq.max())  # ERROR
+        self._check()
+
+    def _check(self):
+        assert (self.inv_freq > 0).all()  # ERROR
+        if torch.isnan(self.inv_freq).any():  # ERROR
+            raise ValueError("nan")
+""",
+        # a computed mask used in a condition, and numpy
+        """
+import torch
+from torch import nn
+
+class WindowAttention(nn.Module):
+    def __init__(self, window, shift):
+        super().__init__()
+        mask = torch.zeros(window, window)
+        mask[:shift] = 1
+        if mask.sum() > 0:  # ERROR
+            self.register_buffer("attn_mask", mask)
+        self.np_mask = mask.numpy()  # ERROR
+        for r in torch.linspace(0, 1, window):
+            self.rates = int(r)  # ERROR
+""",
+    ]
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        if "__init__" not in cls.methods:
+            return
+        methods = construction(cls)
+        own = None
+        for method in methods:
+            if own is None:
+                own = own_tensor_names(cls, self.qualify)
+            for call in method.calls:
+                node = call.node
+                if call.method in READS and isinstance(node.func, cst.Attribute):
+                    if meta_tensor(node.func.value, self.qualify, method, own):
+                        yield self._finding(cls, method, node, f"`{_short(node)}`")
+                elif (
+                    isinstance(node.func, cst.Name)
+                    and node.func.value in CASTS
+                    and call.qualname is None
+                    and len(node.args) == 1
+                    and meta_tensor(node.args[0].value, self.qualify, method, own)
+                ):
+                    yield self._finding(cls, method, node, f"`{_short(node)}`")
+            for cond in method.conditions:
+                for part in truthiness_tensors(cond, self.qualify, method, own):
+                    yield self._finding(
+                        cls, method, part, f"the condition `{_short(part)}` (a tensor's truth value)"
+                    )
+
+    def _finding(self, cls, method, node, what) -> Finding:
+        where = "`__init__`" if method.name == "__init__" else f"`{method.name}()` (called from `__init__`)"
+        return Finding(
+            node,
+            f"{what} in {where} reads the value of a tensor; under `torch.device(\"meta\")` it "
+            f"has no data and this raises, so the module cannot be built on meta. Compute it "
+            f"with Python numbers, or create that tensor with `device=\"cpu\"`",
+            cls,
+        )

@@ -1,0 +1,261 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from metalint.static.model import ClassFacts
+from metalint.static.ownership import construction, owned_tensors
+from metalint.static.rule import Finding, Rule
+from metalint.static.construction import computed
+from metalint.static.tensors import value_kind
+
+
+def _names(attrs: list[str], limit: int = 4) -> str:
+    shown = ", ".join(f"`{a}`" for a in attrs[:limit])
+    return shown + (f" and {len(attrs) - limit} more" if len(attrs) > limit else "")
+
+
+class MissingResetHook(Rule):
+    """
+    ## What it does
+    Finds an `nn.Module` that creates its own parameters or buffers in `__init__`
+    (`nn.Parameter(...)`, `nn.Buffer(...)`, `register_buffer`, `register_parameter`) but has
+    no public `reset_parameters()` — neither its own nor inherited (from a base class in the
+    checked tree or a `torch.nn` layer such as `nn.Linear`) — and no other public init hook
+    (`init_weights()`, `init_non_persistent_buffers()`, or the `hooks` you configure). A
+    private `_reset_parameters()` does not count: nothing calls it after materialisation.
+    `nn.MultiheadAttention` and `nn.Transformer*` are such classes, and so are their
+    subclasses.
+
+    The finding is reported once, on the `class` line, and only when at least one of those
+    tensors is not already reported by ML001/ML002 (a parameter or buffer created from a
+    value), whose fix adds the missing `reset_parameters()` anyway: a dinov2 `LayerScale`
+    (`nn.Parameter(init_values * torch.ones(dim))`) gets one ML001 finding, a module whose
+    tensors are `torch.empty(...)`, come from arguments, or are initialised in place gets this
+    one.
+
+    ## Why is this bad on meta?
+    After `module.to_empty(device=...)` every parameter and buffer is uninitialised memory.
+    FSDP, Lightning's `init_module(empty_init=True)`, `torch.nn.utils.skip_init` and every
+    "build on meta, then reset" loop call `reset_parameters()` on each module to give its own
+    tensors their values back. A module without that method keeps garbage — even a tensor
+    created with `torch.empty` that a parent initialises in eager mode (`model.apply(init_fn)`)
+    is only restored if the caller knows to run that parent code again.
+
+    ## Example
+    ```python
+    class Attention(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim))
+            self._reset_parameters()
+
+        def _reset_parameters(self):
+            nn.init.xavier_uniform_(self.in_proj_weight)
+    ```
+
+    ## Use instead
+    ```python
+    class Attention(nn.Module):
+        def __init__(self, dim, device=None, dtype=None):
+            super().__init__()
+            self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim, device=device, dtype=dtype))
+            self.reset_parameters()
+
+        def reset_parameters(self):
+            nn.init.xavier_uniform_(self.in_proj_weight)
+    ```
+
+    ## Fix safety
+    No automatic fix: which values `reset_parameters()` must give is a modelling decision
+    (ML001/ML002/ML003 fixes add it when the value is written in `__init__`).
+    """
+
+    code = "ML004"
+    name = "missing-reset-hook"
+    summary = "Module owns parameters or buffers but has no `reset_parameters()` to re-create them"
+
+    VALID = [
+        # dinov2 LayerScale: ML001/ML002 report the lost values; their fix adds the hook
+        """
+import torch
+from torch import nn
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5):
+        super().__init__()
+        self.gamma = nn.Parameter(init_values * torch.ones(dim))
+        self.register_buffer("index", torch.arange(dim), persistent=False)
+""",
+        # timm 1.0 LayerScale: a public reset_parameters
+        """
+import torch
+from torch import nn
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5):
+        super().__init__()
+        self.init_values = init_values
+        self.gamma = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.constant_(self.gamma, self.init_values)
+""",
+        # inherits reset_parameters from a torch.nn layer (timm LayerNorm2d)
+        """
+import torch.nn as nn
+import torch.nn.functional as F
+
+class LayerNorm2d(nn.LayerNorm):
+    def __init__(self, num_channels, eps=1e-6):
+        super().__init__(num_channels, eps=eps)
+
+    def forward(self, x):
+        return F.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias, self.eps)
+""",
+        # a root init_weights counts as a hook (timm VisionTransformer)
+        """
+import torch
+import torch.nn as nn
+from timm.layers import trunc_normal_
+
+class VisionTransformer(nn.Module):
+    def __init__(self, dim=192, num_patches=196):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim) * .02)
+        self.init_weights()
+
+    def init_weights(self):
+        trunc_normal_(self.pos_embed, std=.02)
+        nn.init.normal_(self.cls_token, std=1e-6)
+""",
+        # owns no tensor itself: only children
+        """
+from torch import nn
+
+class Mlp(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+""",
+        # the hook comes from a local base class
+        """
+import torch
+import torch.nn as nn
+
+class ResettableNorm(nn.Module):
+    def reset_parameters(self):
+        nn.init.ones_(self.weight)
+
+class RMSNorm(ResettableNorm):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+""",
+    ]
+    INVALID = [
+        # no hook at all; `weight` comes from an argument (`scale` alone would be ML001's)
+        """
+import torch
+import torch.nn as nn
+
+class FrozenEmbedding(nn.Module):  # ERROR
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.scale = nn.Parameter(torch.ones(1))
+""",
+        # only a private _reset_parameters, like nn.MultiheadAttention
+        """
+import torch
+from torch import nn
+from torch.nn import init as I
+
+class Attention(nn.Module):  # ERROR
+    def __init__(self, dim):
+        super().__init__()
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim))
+        self.in_proj_bias = nn.Parameter(torch.empty(3 * dim))
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        I.xavier_uniform_(self.in_proj_weight)
+        I.zeros_(self.in_proj_bias)
+""",
+        # a subclass of nn.MultiheadAttention inherits no public hook
+        """
+import torch
+import torch.nn as nn
+
+class BiasedAttention(nn.MultiheadAttention):  # ERROR
+    def __init__(self, dim, heads):
+        super().__init__(dim, heads)
+        self.attn_bias = nn.Parameter(torch.empty(heads, 1, 1))
+        nn.init.zeros_(self.attn_bias)
+""",
+        # buffers count too, even from a helper; parent initialises the empty tensor
+        """
+import torch
+from torch import nn
+
+class PatchEmbed(nn.Module):
+    def __init__(self, dim, n):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+class RelPosBias(nn.Module):  # ERROR
+    def __init__(self, heads, size):
+        super().__init__()
+        self.table = nn.Parameter(torch.empty((2 * size - 1) ** 2, heads))
+        self._make_index(size)
+
+    def _make_index(self, size):
+        self.register_buffer("index", torch.arange(size * size), persistent=False)
+""",
+    ]
+
+    def _value_carrying(self, owned) -> bool:
+        """Created from a value: ML001 (parameters) or ML002 (buffers) reports it."""
+        value = owned.value
+        if owned.kind == "parameter":
+            return value_kind(value, self.qualify, owned.method) in ("value", "random")
+        return computed(value, self.qualify, owned.method) in ("value", "random")
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        if "__init__" not in cls.methods:
+            return
+        public = [h for h in self.ctx.hooks if not h.startswith("_")]
+        if any(h in cls.methods for h in public):
+            return
+        attrs: list[str] = []
+        covered: set[str] = set()
+        for owned in owned_tensors(construction(cls), self.qualify):
+            if owned.attr not in attrs:
+                attrs.append(owned.attr)
+            if self._value_carrying(owned):
+                covered.add(owned.attr)
+        attrs = [a for a in attrs if a not in covered]
+        if not attrs:
+            return
+        private = [h for h in ("_reset_parameters", "_init_weights") if h in cls.methods]
+        if private:
+            why = (
+                f"only the private `{private[0]}()`, which nothing calls after `to_empty()`: "
+                f"rename it `reset_parameters()` (own tensors only)"
+            )
+        else:
+            why = (
+                "no `reset_parameters()` (own or inherited): after `to_empty()` they stay "
+                "uninitialised under FSDP, `skip_init` or any per-module reset. Add a "
+                "`reset_parameters()` that gives them their values and call it from `__init__`"
+            )
+        yield Finding(
+            cls.node.name,
+            f"`{cls.name}` owns {_names(attrs)} but has {why}",
+            cls,
+            unless_hook=True,
+        )

@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from metalint.static.model import ClassFacts
+from metalint.static.ownership import construction, factory_calls, owned_tensors
+from metalint.static.rule import Finding, Rule
+from metalint.static.tensors import local_value
+
+
+def _accepts_device(fn: cst.FunctionDef) -> bool:
+    params = fn.params
+    names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
+    return "device" in names or isinstance(params.star_kwarg, cst.Param)
+
+
+class NoDeviceDtypeKwargs(Rule):
+    """
+    ## What it does
+    Finds an `nn.Module` whose `__init__` creates tensors itself — `nn.Parameter(torch.empty(...))`,
+    `register_buffer(name, torch.zeros(...))` — but takes no `device` argument (nor
+    `**kwargs` / `**factory_kwargs` to pass one through). Opt-in: enable it for libraries that
+    want to support `skip_init` and per-call device placement like `torch.nn` does.
+
+    ## Why is this bad on meta?
+    `torch.nn.utils.skip_init(Cls, *args)` builds a module without initialising it by calling
+    `Cls(*args, device="meta")` and then `to_empty()`: a constructor without `device` raises
+    `TypeError`. Every `torch.nn` layer takes `device=None, dtype=None` and passes them to its
+    factories, so callers can place and type tensors at creation instead of copying them
+    afterwards.
+
+    ## Example
+    ```python
+    class LayerScale(nn.Module):
+        def __init__(self, dim, init_values=1e-5):
+            super().__init__()
+            self.init_values = init_values
+            self.gamma = nn.Parameter(torch.empty(dim))
+            self.reset_parameters()
+    ```
+
+    ## Use instead
+    ```python
+    class LayerScale(nn.Module):
+        def __init__(self, dim, init_values=1e-5, device=None, dtype=None):
+            super().__init__()
+            self.init_values = init_values
+            self.gamma = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+            self.reset_parameters()
+    ```
+
+    ## Fix safety
+    No automatic fix: adding parameters to a public constructor changes its signature.
+    """
+
+    code = "ML012"
+    name = "no-device-dtype-kwargs"
+    summary = "Module creates tensors but its constructor takes no `device`/`dtype` (no `skip_init`)"
+    default = False
+
+    VALID = [
+        # the torch.nn convention
+        """
+import torch
+from torch import nn
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5, device=None, dtype=None):
+        super().__init__()
+        self.init_values = init_values
+        self.gamma = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+""",
+        # factory kwargs passed through
+        """
+import torch
+import torch.nn as nn
+
+class Norm(nn.Module):
+    def __init__(self, dim, **factory_kwargs):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, **factory_kwargs))
+""",
+        # creates no tensor itself: only children (their own constructors decide)
+        """
+import torch.nn as nn
+
+class Mlp(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+""",
+    ]
+    INVALID = [
+        """
+import torch
+from torch import nn
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5):  # ERROR
+        super().__init__()
+        self.gamma = nn.Parameter(init_values * torch.ones(dim))
+""",
+        # a buffer made in a helper; dtype alone is not enough for skip_init
+        """
+import torch
+import torch.nn as nn
+
+class RoPE(nn.Module):
+    def __init__(self, dim, dtype=None):  # ERROR
+        super().__init__()
+        self._build(dim)
+
+    def _build(self, dim):
+        self.register_buffer("inv_freq", torch.arange(0, dim, 2, dtype=torch.float32), persistent=False)
+""",
+    ]
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        init = cls.init
+        if init is None or _accepts_device(init.node):
+            return
+        for owned in owned_tensors(construction(cls), self.qualify):
+            value = owned.value
+            if isinstance(value, cst.Name):
+                value = local_value(owned.method, value.value)
+            calls = factory_calls(value, self.qualify)
+            if calls:
+                yield Finding(
+                    init.node.name,
+                    f"`{cls.name}.__init__` creates `{owned.attr}` with a torch factory but takes "
+                    f"no `device`: `torch.nn.utils.skip_init({cls.name}, ...)` cannot build it "
+                    f"on meta. Add `device=None, dtype=None` and pass them to the factories",
+                    cls,
+                )
+                return

@@ -1,0 +1,303 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from metalint.static.model import CallSite, ClassFacts, MethodFacts
+from metalint.static.names import dotted
+from metalint.static.ownership import MODULE_ITERATORS, RESET_METHODS, chain, construction, written_chain
+from metalint.static.rule import Finding, Rule
+
+
+def _short(node: cst.CSTNode, limit: int = 50) -> str:
+    text = " ".join(cst.Module([]).code_for_node(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def is_self_apply(call: CallSite) -> bool:
+    """``self.apply(fn)``, ``named_apply(fn, self)`` / ``named_apply(fn=..., module=self)``."""
+    if call.receiver == "self" and call.method == "apply" and call.node.args:
+        return True
+    func = call.qualname or dotted(call.node.func) or ""
+    if func.rsplit(".", 1)[-1] == "named_apply":
+        for i, arg in enumerate(call.node.args):
+            is_module_arg = (arg.keyword is None and i == 1) or (
+                arg.keyword is not None and arg.keyword.value == "module"
+            )
+            if is_module_arg and isinstance(arg.value, cst.Name) and arg.value.value == "self":
+                return True
+    return False
+
+
+def module_loops(method: MethodFacts) -> dict[cst.CSTNode, tuple[str, ...]]:
+    """``for m in self.modules():`` (and named_modules/children) statements -> loop names."""
+    out: dict[cst.CSTNode, tuple[str, ...]] = {}
+    for node, targets, it in method.loops:
+        if not isinstance(node, cst.For) or not isinstance(it, cst.Call):
+            continue
+        name = dotted(it.func)
+        if name and name.startswith("self.") and name.split(".", 1)[1] in MODULE_ITERATORS:
+            out[node] = targets
+    return out
+
+
+def loop_inits(method: MethodFacts, qualify) -> list[cst.CSTNode]:
+    """Module loops whose body initialises a tensor of the loop variable (``m.weight``)."""
+    loops = module_loops(method)
+    found: list[cst.CSTNode] = []
+    for call in method.calls:
+        if call.method in RESET_METHODS:
+            continue  # m.reset_parameters(): the module's own hook, replayed per module
+        parts = written_chain(call, qualify)
+        if not parts:
+            continue
+        for loop in call.loops:
+            if loop in loops and parts[0] in loops[loop] and len(parts) >= 2:
+                if loop not in found:
+                    found.append(loop)
+    return found
+
+
+def parent_inits(method: MethodFacts, qualify) -> list[tuple[cst.CSTNode, str]]:
+    """Every parent-applied init in ``method``: (node, how it reads)."""
+    out: list[tuple[cst.CSTNode, str]] = []
+    for call in method.calls:
+        if is_self_apply(call):
+            out.append((call.node, f"`{_short(call.node)}`"))
+    for loop in loop_inits(method, qualify):
+        assert isinstance(loop, cst.For)
+        out.append((loop, f"the loop `for ... in {_short(loop.iter)}`"))
+    return out
+
+
+class ParentAppliedInit(Rule):
+    """
+    ## What it does
+    Finds initialisation that a parent module applies to its children during construction:
+    `self.apply(self._init_weights)`, timm's `named_apply(init_fn, self)`, or a loop
+    `for m in self.modules(): nn.init.kaiming_normal_(m.weight)`. The message says which root
+    hook of the class replays it after materialisation (`init_weights()`, or a hook you
+    configure), if any.
+
+    ## Why is this bad on meta?
+    On meta the applied init writes nothing; after `to_empty()` each child gets its values
+    back only from its own `reset_parameters()` — kaiming-uniform for an `nn.Linear`, not the
+    `trunc_normal_(std=.02)` the parent applied in eager mode. FSDP and every per-module reset
+    loop therefore give a different model than eager construction (timm ViT: 88 tensors
+    differ). Only calling the parent's root hook again restores it, and only if there is one.
+
+    ## Example
+    ```python
+    class Net(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+            self.apply(self._init_weights)
+
+        def _init_weights(self, m):
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=.02)
+                nn.init.zeros_(m.bias)
+    ```
+
+    ## Use instead
+    ```python
+    class Net(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.fc = nn.Linear(dim, dim)
+            self.init_weights()
+
+        def init_weights(self):
+            # the root hook: run it again after `to_empty()` (not per module)
+            self.apply(self._init_weights)
+
+        def _init_weights(self, m):
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=.02)
+                nn.init.zeros_(m.bias)
+    ```
+    Or give each child class a `reset_parameters()` that sets the values itself.
+
+    ## Fix safety
+    No automatic fix: moving the call into `init_weights()` is safe for eager construction,
+    but whoever materialises the model must call `init_weights()` instead of per-module resets.
+    """
+
+    code = "ML010"
+    name = "parent-applied-init"
+    summary = "Init applied by a parent (`self.apply`, `named_apply`) that per-module resets do not replay"
+
+    VALID = [
+        # the children reset themselves; the loop only calls their own hook
+        """
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        for m in self.modules():
+            if m is not self and hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+""",
+        # a root hook that construction never runs: eager and meta builds agree
+        """
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def init_weights(self):
+        self.apply(self._init_weights)
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.Linear):
+            nn.init.zeros_(m.bias)
+""",
+        # a loop over modules that only reads
+        """
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.n_linear = 0
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                self.n_linear += 1
+""",
+    ]
+    INVALID = [
+        # nanoGPT / many transformers re-implementations
+        """
+import torch.nn as nn
+
+class GPT(nn.Module):
+    def __init__(self, vocab, dim):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        self.apply(self._init_weights)  # ERROR
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+""",
+        # timm: named_apply inside the root init_weights, called from __init__
+        """
+from functools import partial
+import torch
+import torch.nn as nn
+from timm.layers import trunc_normal_
+from timm.models._manipulate import named_apply
+
+def init_weights_vit(module, name=""):
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+
+class VisionTransformer(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.blocks = nn.Sequential(nn.Linear(dim, dim))
+        self.init_weights()
+
+    def init_weights(self, mode=""):
+        named_apply(partial(init_weights_vit), self)  # ERROR
+""",
+        # torchvision ResNet: a loop over self.modules() in __init__
+        """
+from torch import nn
+
+class ResNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7)
+        self.bn1 = nn.BatchNorm2d(64)
+        for m in self.modules():  # ERROR
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+""",
+        # apply in __init__, replayed by a root init_weights (the message says so)
+        """
+import torch.nn as nn
+from torch.nn import init as I
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.apply(_init)  # ERROR
+
+    def init_weights(self):
+        self.apply(_init)
+
+def _init(m):
+    if isinstance(m, nn.Linear):
+        I.zeros_(m.bias)
+""",
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._positions = None
+
+    def _line(self, node: cst.CSTNode) -> int | None:
+        if self._positions is None:
+            self._positions = MetadataWrapper(self.ctx.module, unsafe_skip_copy=True).resolve(
+                PositionProvider
+            )
+        rng = self._positions.get(node)
+        return rng.start.line if rng is not None else None
+
+    def _replays(self, cls: ClassFacts) -> list[tuple[str, MethodFacts]]:
+        """Public root hooks of the class (not ``reset_parameters``) that apply init too."""
+        out = []
+        for hook in self.ctx.hooks:
+            if hook.startswith("_") or hook == "reset_parameters" or hook not in cls.methods:
+                continue
+            if any(parent_inits(m, self.qualify) for m in cls.reachable(hook)):
+                out.append((hook, cls.methods[hook]))
+        return out
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        if "__init__" not in cls.methods:
+            return
+        replays = None
+        for method in construction(cls):
+            for node, what in parent_inits(method, self.qualify):
+                if replays is None:
+                    replays = self._replays(cls)
+                if replays:
+                    hook, m = replays[0]
+                    line = self._line(m.node.name)
+                    at = f" (line {line})" if line else ""
+                    tail = (
+                        f"it is replayed by the root hook `{hook}()`{at}: materialise with "
+                        f"`to_empty()` then `model.{hook}()`, or give each child a "
+                        f"`reset_parameters()` that sets these values"
+                    )
+                else:
+                    tail = (
+                        "no root hook of this class replays it: move it into `init_weights()` "
+                        "and call that after `to_empty()`, or give each child a "
+                        "`reset_parameters()` that sets these values"
+                    )
+                where = "`__init__`" if method.name == "__init__" else f"`{method.name}()` (called from `__init__`)"
+                yield Finding(
+                    node,
+                    f"{what} in {where} initialises the children from the parent; per-module "
+                    f"`reset_parameters()` after `to_empty()` does not replay it, so the children "
+                    f"get their default init instead; {tail}",
+                    cls,
+                )
