@@ -1,0 +1,99 @@
+"""Smoke test of ``bench/run.py``: the static comparison on a tiny generated tree.
+
+No downloads: the tree is written here and checked in place; ruff and TorchFix columns
+appear only when they are installed (``--no-torchfix`` keeps the test to a few seconds).
+The probe and loader benches have smoke tests of their own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LAYER = """import torch
+from torch import nn
+
+
+class LayerScale{i}(nn.Module):
+    def __init__(self, dim, init_values=1e-5):
+        super().__init__()
+        self.gamma = nn.Parameter(init_values * torch.ones(dim))
+
+    def forward(self, x):
+        return x * self.gamma
+"""
+
+
+def _load_run():
+    spec = importlib.util.spec_from_file_location(
+        "bench_run", ROOT / "bench" / "run.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_run"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_static_bench_on_tiny_tree(tmp_path, monkeypatch):
+    tree = tmp_path / "tiny"
+    tree.mkdir()
+    for i in range(3):
+        (tree / f"layer{i}.py").write_text(LAYER.format(i=i))
+    (tree / "util.py").write_text("def f(x):\n    return x + 1\n")
+    run = _load_run()
+    # ruff from this environment when there is one; nothing installed from the network
+    ruff = shutil.which("ruff")
+    monkeypatch.setattr(
+        run,
+        "tool_venv",
+        lambda work, name: Path(ruff) if name == "ruff" and ruff else None,
+    )
+    out = tmp_path / "RESULTS.md"
+    work = tmp_path / "work"
+    rc = run.main(
+        [
+            "--tree",
+            f"tiny={tree}",
+            "--workdir",
+            str(work),
+            "--static-only",
+            "--reps",
+            "1",
+            "--no-torchfix",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    text = out.read_text()
+    assert (
+        "| tree | .py files | lines | tool | wall s (median) | runs | files/s |" in text
+    )
+    assert "| tiny | 4 |" in text
+    rows = {
+        line.split("|")[4].strip(): line
+        for line in text.splitlines()
+        if line.startswith("| tiny | 4 |")
+    }
+    assert {"metalint cold", "metalint warm"} <= set(rows)
+    assert "Found 3 errors in 4 files checked." in rows["metalint cold"]
+    assert "Found 3 errors in 4 files checked." in rows["metalint warm"]
+    if ruff:
+        assert {"ruff (no cache)", "ruff (cache)"} <= set(rows)
+        assert "| tiny | metalint cold / ruff (no cache) |" in text
+    assert "TorchFix" not in rows
+    for key in ("- date:", "- machine:", "- python", "torch", "libcst"):
+        assert key in text
+
+
+def test_ratio_with_timed_out_denominator():
+    run = _load_run()
+    a = {"median_s": 2.0, "timed_out": False, "timeout_s": 100.0}
+    b = {"median_s": None, "timed_out": True, "timeout_s": 100.0}
+    assert run.ratio(a, b)[0] == "<0.020"
+    assert run.ratio(b, a) == ("n/a", None)
+    assert run.ratio(a, {"median_s": 4.0})[0] == "0.500"
