@@ -244,7 +244,9 @@ def _stage_error(stage: str, exc: BaseException) -> ProbeSetupError:
     site, _ = _raise_site(exc)
     where = f" at {site.short()}" if site else ""
     msg = traceback.format_exception_only(type(exc), exc)[-1].strip()[:300]
-    return ProbeSetupError(f"{stage} raised {msg}{where}")
+    err = ProbeSetupError(f"{stage} raised {msg}{where}")
+    err.stage = stage
+    return err
 
 
 # ----------------------------------------------------------------------------- results

@@ -52,6 +52,12 @@ def main() -> int:
             res = probe(item.make, device=job["device"], init=job["init"], seed=job["seed"],
                         label=item.label)
         except ProbeSetupError as exc:
+            if getattr(exc, "stage", None) == "eager construction" and item.args != "factory":
+                # arguments we guessed: not the user's failure, say why and go on
+                shown = f"({item.args})" if item.args else "()"
+                emit(event="result", label=item.label, file=item.file,
+                     skip=f"cannot construct: {item.qualname}{shown}: {exc}")
+                continue
             emit(event="error", label=item.label, message=str(exc), traceback="", file=item.file)
             continue
         except BaseException as exc:  # a bug of the probe: report, go on

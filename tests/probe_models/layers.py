@@ -130,3 +130,13 @@ class TransientEscape(nn.Module):
         super().__init__()
         rates = torch.linspace(0, 0.1, depth, device="cpu").tolist()
         self.blocks = nn.ModuleList(nn.Linear(4, 4) for _ in rates)
+
+
+class RejectsGuess(nn.Module):
+    """Eager construction fails with the inferred arguments: a skip, not an error."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        if dim % 3:
+            raise ValueError("dim must be a multiple of 3")
+        self.w = nn.Parameter(torch.ones(dim))
