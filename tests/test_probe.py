@@ -67,8 +67,17 @@ def test_rope_non_persistent_inv_freq_lost(layers_report):
 
 def test_parent_init_weights_passes_under_auto(layers_report):
     o = outcome(layers_report, "ParentInit")
-    assert o.result["init_used"] == "init_weights()"
+    assert o.result["init_used"].startswith("root init_weights() after submodules'")
     assert o.result["findings"] == []
+
+
+def test_per_module_init_weights_patching_a_child(layers_report, layers):
+    from metalint.probe.build import probe
+
+    o = outcome(layers_report, "PatchesChildNorm")
+    assert o.result["findings"] == []  # timm protocol: children first, then the patch
+    r = probe(layers.PatchesChildNorm, init="init_weights")  # root hook alone: children lost
+    assert {d.message.split(" ")[0] for d in r.findings} == {"`bias`", "`weight`"}
 
 
 def test_tied_embeddings_reported(layers_report):

@@ -200,34 +200,57 @@ class _HookWrites(TorchDispatchMode):
         return out
 
 
+def _has(m: nn.Module, name: str) -> bool:
+    return callable(getattr(m, name, None))
+
+
 def run_init(model: nn.Module, init: str, order: str = "post",
              tracker: _HookWrites | None = None) -> str:
-    """Run the init entry point on ``model``; returns a description of what ran."""
-    if init == "auto":
-        init = "init_weights" if callable(getattr(model, "init_weights", None)) else "reset_parameters"
+    """Run the init entry point on ``model``; returns a description of what ran.
+
+    - ``reset_parameters``: every module's ``reset_parameters()``, children first (``order``);
+    - ``init_weights``: the root's ``init_weights()`` only;
+    - ``auto``: every module, children first: its ``init_weights()`` when it defines one, else
+      its ``reset_parameters()``. This is timm's protocol (``named_apply(depth_first=True)``
+      with ``init_weights_vit_timm``): a per-module ``init_weights()`` patches values on top of
+      its children's own init, and a root ``init_weights()`` that re-initialises the whole tree
+      runs last, so it wins. Without any ``init_weights()`` this is ``reset_parameters``.
+    - ``module:callable``: called with the model.
+
+    Then ``init_non_persistent_buffers()`` on every module that has it (timm).
+    """
     if init == "init_weights":
-        fn = getattr(model, "init_weights", None)
-        if not callable(fn):
+        if not _has(model, "init_weights"):
             raise ProbeSetupError(f"{type(model).__qualname__} has no init_weights()")
-        fn()
+        model.init_weights()
         used = "init_weights()"
-    elif init == "reset_parameters":
+    elif init in ("reset_parameters", "auto"):
         mods = _post_order(model) if order == "post" else _pre_order(model)
+        hooks = ("init_weights", "reset_parameters") if init == "auto" else ("reset_parameters",)
+        ran: set[str] = set()
         for path, m in mods:
-            fn = getattr(m, "reset_parameters", None)
-            if callable(fn):
-                if tracker is not None:
-                    tracker.current = path
-                try:
-                    fn()
-                finally:
-                    if tracker is not None:
-                        tracker.current = None
-        used = "reset_parameters() " + ("children first" if order == "post" else "parents first")
+            for hook in hooks:
+                if _has(m, hook):
+                    ran.add(hook)
+                    if tracker is not None and hook == "reset_parameters":
+                        tracker.current = path
+                    try:
+                        getattr(m, hook)()
+                    finally:
+                        if tracker is not None:
+                            tracker.current = None
+                    break
+        where = "children first" if order == "post" else "parents first"
+        if _has(model, "init_weights") and init == "auto":
+            used = f"root init_weights() after submodules' init_weights()/reset_parameters() {where}"
+        elif "init_weights" in ran:
+            used = f"init_weights() or reset_parameters() per module, {where}"
+        else:
+            used = f"reset_parameters() {where}"
     else:
         resolve_callable(init)(model)
         used = f"{init}(model)"
-    extra = [m for m in model.modules() if callable(getattr(m, "init_non_persistent_buffers", None))]
+    extra = [m for m in model.modules() if _has(m, "init_non_persistent_buffers")]
     for m in extra:
         m.init_non_persistent_buffers()
     if extra:
@@ -582,7 +605,7 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
     del model
     gc.collect()
     # 6. hook order
-    if check_order and tracker is not None and tracker.foreign and "reset_parameters" in used:
+    if check_order and tracker is not None and tracker.foreign and init in ("auto", "reset_parameters"):
         torch.manual_seed(seed + 1)
         model2, used2, _, _ = _deferred(make, device, init, "pre", eager, track=False)
         diffs2, _ = _compare_models(eager, model2)

@@ -140,3 +140,16 @@ class RejectsGuess(nn.Module):
         if dim % 3:
             raise ValueError("dim must be a multiple of 3")
         self.w = nn.Parameter(torch.ones(dim))
+
+
+class PatchesChildNorm(nn.Module):
+    """timm Block style: a per-module init_weights() that patches a child after its own init."""
+
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        nn.init.constant_(self.norm.weight, 1e-5)
