@@ -131,7 +131,7 @@ def raw_safetensors(header: dict | bytes, data: bytes = b"", *, pad: bool = True
 
 
 def tp_worker(rank: int, world_size: int, port: int, path: str, out_dir: str) -> None:
-    """One rank of the tensor-parallel test (run by torch.multiprocessing.spawn)."""
+    """One rank of the tensor-parallel test (started by torch.multiprocessing)."""
     import json
     import os
 
@@ -140,6 +140,7 @@ def tp_worker(rank: int, world_size: int, port: int, path: str, out_dir: str) ->
 
     from metalint.loader import formats, load_checkpoint
 
+    torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size)
     try:

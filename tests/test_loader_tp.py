@@ -71,8 +71,11 @@ def test_two_gloo_ranks_read_only_their_slice(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         dcp.save(sd, checkpoint_id=str(tmp_path / "dcp"), no_dist=True)
-    torch.multiprocessing.spawn(
-        tp_worker, args=(2, _free_port(), str(path), str(tmp_path)), nprocs=2, join=True
+    # fork: the ranks inherit the imported torch instead of importing it again (seconds on a
+    # busy 2-core box); tp_worker sets one intra-op thread first
+    torch.multiprocessing.start_processes(
+        tp_worker, args=(2, _free_port(), str(path), str(tmp_path)), nprocs=2, join=True,
+        start_method="fork",
     )
     full_split = (sd["up.weight"].numel() + sd["down.weight"].numel()) * 4
     norm = sum(v.numel() * 4 for k, v in sd.items() if k.startswith("norm"))
