@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, names_in, render, stmt, substitute, torch_spelling
+from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, fill, guarded, names_in, substitute, torch_spelling
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.tensors import string_value, value_kind, walk
 
@@ -76,14 +76,15 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     torch_name, _ = torch_spelling(ctx)
     kind = value_kind(value, ctx.qualify, edit.init)
     full = inline_locals(edit, value)
-    code = render(edit.store_names(full, line, index), ctx.module)
-    if "\n" in code:
-        code = " ".join(code.split())
-    body = f"with {torch_name}.no_grad():\n    self.{attr}.copy_({code})"
+    for n in walk(full):
+        if isinstance(n, cst.IfExp) or (isinstance(n, cst.Name) and n.value == "None"):
+            raise Unfixable("the buffer may be `None`: it is not re-computed by a hook")
+    value_node = edit.store_names(full, line, index)
+    body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=value_node)
     if any(isinstance(n, cst.If) for n in path):
-        body = f"if getattr(self, {attr!r}, None) is not None:\n" + "".join(f"    {l}\n" for l in body.splitlines())
-    hook = "init_non_persistent_buffers" if "init_non_persistent_buffers" in cls.methods else "reset_parameters"
+        body = guarded(f"getattr(self, {attr!r}, None) is not None", body)
+    hook = edit.choose_hook(index, prefer=("init_non_persistent_buffers",))
     if kind == "random":
         edit.unsafe.append("the random value is drawn a second time in the hook: eager values differ")
-    edit.use_hook(hook, index, [stmt(body)])
+    edit.use_hook(hook, index, [body])
     return edit.rewrite(f"Compute buffer `{attr}` in `{hook}()` and call it from `__init__`")

@@ -94,6 +94,21 @@ def self_attr_expr(name: str) -> cst.Attribute:
     return cst.Attribute(cst.Name("self"), cst.Name(name))
 
 
+def fill(template: str, **values: cst.BaseExpression) -> cst.BaseStatement:
+    """Parse ``template`` and put each expression node in place of the name ``__<key>__``:
+    expressions keep their own text (comments, strings spanning lines) untouched."""
+    node = stmt(template)
+    for key, value in values.items():
+        target = next(n for n in walk(node) if isinstance(n, cst.Name) and n.value == f"__{key}__")
+        node = node.deep_replace(target, value)
+    return node
+
+
+def guarded(guard: str, inner: cst.BaseStatement) -> cst.BaseStatement:
+    node = stmt(f"if {guard}:\n    pass\n")
+    return node.with_changes(body=node.body.with_changes(body=[inner]))
+
+
 # -- torch spelling ------------------------------------------------------------------------------
 def torch_spelling(ctx: RuleContext) -> tuple[str, str]:
     """How this file spells ``torch`` and ``torch.nn`` (e.g. ``("torch", "nn")``)."""
@@ -140,6 +155,19 @@ DETERMINISTIC_METHODS = frozenset(
         "extend", "register_buffer", "register_parameter", "__init__", "size", "dim", "numel",
     }
 )
+
+
+def returns(node: cst.CSTNode) -> bool:
+    """Is there a ``return`` in this body (not counting nested functions and classes)?"""
+    stack = list(node.children)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.Return):
+            return True
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        stack.extend(n.children)
+    return False
 
 
 def rng_free(node: cst.CSTNode, ctx: RuleContext) -> bool:
@@ -242,9 +270,8 @@ class ClassEdit:
             body = self.cls.methods[hook].node.body
             if not isinstance(body, cst.IndentedBlock):
                 raise Unfixable(f"`{hook}` is written on one line")
-            for s in walk(self.cls.methods[hook].node):
-                if isinstance(s, cst.Return):
-                    raise Unfixable(f"`{hook}` returns early")
+            if returns(self.cls.methods[hook].node.body):
+                raise Unfixable(f"`{hook}` returns early")
             if any(len(p.name.value) and p.default is None for p in self.cls.methods[hook].node.params.params[1:]):
                 raise Unfixable(f"`{hook}` takes required arguments")
         calls, nested = self.hook_calls(hook)
@@ -257,10 +284,8 @@ class ClassEdit:
                 self.unsafe.append(
                     f"`__init__` now calls the existing `{hook}()`, which re-initialises its other tensors"
                 )
-            for s in self.init_body:
-                for n in walk(s):
-                    if isinstance(n, cst.Return):
-                        raise Unfixable("`__init__` returns early")
+            if returns(self.init.node.body):
+                raise Unfixable("`__init__` returns early")
             self.init_append.append(stmt(f"self.{hook}()"))
             self._hook_call_added.add(hook)
         if random and not (self.rng_free_after(after_index)):
@@ -271,6 +296,20 @@ class ClassEdit:
         self.hook_append.setdefault(hook, []).extend(stmts)
 
     _hook_call_added: set = field(default_factory=set)
+
+    def choose_hook(self, index: int, prefer: tuple[str, ...] = ()) -> str:
+        """``reset_parameters`` when the class has one; else an existing public hook that
+        ``__init__`` already calls after statement ``index`` (``init_weights``: extending it
+        keeps every tensor in one hook); else a new ``reset_parameters``."""
+        for hook in (*prefer, "reset_parameters"):
+            if hook in self.cls.methods:
+                return hook
+        for hook in ("init_weights", "init_non_persistent_buffers"):
+            if hook in self.cls.methods and hook in self.ctx.hooks:
+                calls, nested = self.hook_calls(hook)
+                if calls and not nested and all(c > index for c in calls):
+                    return hook
+        return "reset_parameters"
 
     def check_bases(self, hook: str) -> None:
         from metalint.static.hierarchy import TORCH_WITHOUT_RESET

@@ -34,7 +34,7 @@ def _summary(fixed: int, remaining: int, unfixable: int, unsafe_hidden: int, wri
 
 
 def run_fix(paths, settings, *, write: bool, show_diff: bool, unsafe: bool, verify: bool,
-            use_cache: bool = True, workers=None, echo=click.echo) -> int:
+            use_cache: bool = True, workers=None, echo=click.echo, show_fixes: bool = False) -> int:
     from metalint.check import all_codes, run_check
     from metalint.fix.apply import FileFix, Fixer
     from metalint.fix.registry import CODEMODS
@@ -96,6 +96,10 @@ def run_fix(paths, settings, *, write: bool, show_diff: bool, unsafe: bool, veri
             for ff in [f for f in changed if f.changed]:
                 _verify(ff, fixer, echo)
 
+    if show_fixes:
+        for ff in fixes:
+            for d in ff.applied:
+                echo(f"fix {d.filename}:{d.start.row}: {d.code} [{d.symbol}] {d.fix.message}")
     fixed = sum(max(len(ff.before) - len(ff.after), 0) for ff in fixes)
     remaining_diags = [d for d in checked.diagnostics if d.code != ERROR_CODE and d.filename not in {f.display for f in fixes}]
     lines = []
@@ -174,13 +178,14 @@ def _verify(ff, fixer, echo) -> None:
 @click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff of the changes (the default without --write).")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change eager behaviour or a signature.")
 @click.option("--verify", is_flag=True, help="Probe each rewritten class; restore the file when the probe fails.")
+@click.option("--show-fixes", is_flag=True, help="List every fix applied (or that would be applied).")
 @click.option("--select", multiple=True, help="Codes or prefixes to fix (comma-separated; ALL).")
 @click.option("--extend-select", multiple=True, help="Codes to enable on top of the selection.")
 @click.option("--ignore", multiple=True, help="Codes or prefixes not to fix.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the cache.")
 @click.option("--config", type=click.Path(path_type=Path), help="pyproject.toml to use.")
 @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPUs).")
-def fix_command(paths, write, show_diff, unsafe_fixes, verify, select, extend_select, ignore, no_cache, config, jobs):
+def fix_command(paths, write, show_diff, unsafe_fixes, verify, show_fixes, select, extend_select, ignore, no_cache, config, jobs):
     """Rewrite PATHS (default: .) so their modules can be built on the meta device."""
     from metalint.check import all_codes
 
@@ -197,7 +202,7 @@ def fix_command(paths, write, show_diff, unsafe_fixes, verify, select, extend_se
         if verify and not write:
             raise click.UsageError("--verify needs --write")
         rc = run_fix(paths, settings, write=write, show_diff=show_diff, unsafe=unsafe_fixes,
-                     verify=verify, use_cache=not no_cache, workers=jobs)
+                     verify=verify, use_cache=not no_cache, workers=jobs, show_fixes=show_fixes)
     except ConfigError as exc:
         click.echo(f"metalint: error: {exc}", err=True)
         sys.exit(2)

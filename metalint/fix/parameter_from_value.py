@@ -34,6 +34,8 @@ from metalint.fix.codemod import (
     Unfixable,
     assigned_attr,
     expr,
+    fill,
+    guarded,
     render,
     stmt,
     torch_spelling,
@@ -195,33 +197,35 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     # reset_parameters: re-create the value
     x = f"self.{attr}"
 
-    def code_of(e: cst.BaseExpression) -> str:
-        return render(edit.store_names(e, line, index))
+    def kept(e: cst.BaseExpression) -> cst.BaseExpression:
+        return edit.store_names(e, line, index)
 
     k = value.scale()
     f = value.factory
-    if value.data is value.call and f == "torch.ones":
-        body = f"{nn_name}.init.ones_({x})"
-    elif value.data is value.call and f == "torch.zeros":
-        body = f"{nn_name}.init.zeros_({x})"
-    elif value.data is value.call and f == "torch.full":
-        body = f"{nn_name}.init.constant_({x}, {code_of(value.fill)})"
-    elif value.data is value.call and f == "torch.randn" and "generator" not in value.keywords:
-        body = f"{nn_name}.init.normal_({x})"
-    elif value.data is value.call and f == "torch.rand":
-        body = f"{nn_name}.init.uniform_({x})"
+    whole = value.data is value.call
+    if whole and f == "torch.ones":
+        body = stmt(f"{nn_name}.init.ones_({x})")
+    elif whole and f == "torch.zeros":
+        body = stmt(f"{nn_name}.init.zeros_({x})")
+    elif whole and f == "torch.full":
+        body = fill(f"{nn_name}.init.constant_({x}, __v__)", v=kept(value.fill))
+    elif whole and f == "torch.randn" and "generator" not in value.keywords:
+        body = stmt(f"{nn_name}.init.normal_({x})")
+    elif whole and f == "torch.rand" and "generator" not in value.keywords:
+        body = stmt(f"{nn_name}.init.uniform_({x})")
     elif k is not None and f == "torch.ones":
-        body = f"{nn_name}.init.constant_({x}, {code_of(k)})"
-    elif k is not None and f in ("torch.randn", "torch.rand"):
+        body = fill(f"{nn_name}.init.constant_({x}, __v__)", v=kept(k))
+    elif k is not None and f in ("torch.randn", "torch.rand") and "generator" not in value.keywords:
         draw = "normal_" if f == "torch.randn" else "uniform_"
-        body = f"with {torch_name}.no_grad():\n    {x}.{draw}().mul_({code_of(k)})"
+        body = fill(f"with {torch_name}.no_grad():\n    {x}.{draw}().mul_(__v__)", v=kept(k))
     else:
-        body = f"with {torch_name}.no_grad():\n    {x}.copy_({code_of(value.data)})"
+        body = fill(f"with {torch_name}.no_grad():\n    {x}.copy_(__v__)", v=kept(value.data))
     if guard:
-        body = f"if {guard}:\n" + "".join(f"    {l}\n" for l in body.splitlines())
-    edit.use_hook(HOOK, index, [stmt(body)], random=value.random)
+        body = guarded(guard, body)
+    hook = edit.choose_hook(index)
+    edit.use_hook(hook, index, [body], random=value.random)
     return edit.rewrite(
-        f"Create `{attr}` with `torch.empty({shape})` and set its value in `{HOOK}()`"
+        f"Create `{attr}` with `torch.empty({shape})` and set its value in `{hook}()`"
     )
 
 

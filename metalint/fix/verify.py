@@ -48,6 +48,11 @@ def verify_classes(path: str, classes: list[str], *, timeout: float = 120.0) -> 
         if res.get("status") == "passed" or (info is not None and not own_broken and not info.get("raised")):
             out.append(Verdict(cls, "passed", res.get("init_used", "")))
         else:
-            what = ", ".join(sorted(own_broken)) or res.get("error") or "probe failed"
-            out.append(Verdict(cls, "failed", f"{what} lost after meta build + init"))
+            if own_broken:
+                detail = f"{', '.join(sorted(own_broken))} lost after meta build + init"
+            else:
+                msgs = [f.get("message", "") for f in res.get("findings", [])]
+                detail = res.get("error") or (msgs[0] if msgs else "") or f"probe status {res.get('status')}"
+                detail = " ".join(str(detail).split())[:300]
+            out.append(Verdict(cls, "failed", detail))
     return out
