@@ -36,6 +36,7 @@ def child(layers: int, width: int, device: str) -> dict:
     from metalint.probe.memory import PeakSampler, fixed_mmap_threshold, rss_anon
 
     fixed_mmap_threshold()  # as the probe's worker process does
+    torch.set_num_threads(int(os.environ.get("METALINT_PROBE_THREADS", "1")))  # likewise
     make = lambda: build_model(layers, width)  # noqa: E731
     # warm up (one-time costs: dispatcher, thread pools, the probe's own imports)
     probe(lambda: build_model(2, 64), device=device, label="warmup")

@@ -29,6 +29,11 @@ def main() -> int:
     from metalint.probe.memory import fixed_mmap_threshold
 
     fixed_mmap_threshold()
+    import torch
+
+    # statistics are memory-bound; on a shared CI box torch's intra-op threads oversubscribe the
+    # cores and make them 5x slower (measured), so one thread unless told otherwise
+    torch.set_num_threads(int(os.environ.get("METALINT_PROBE_THREADS", "1")))
     from metalint.probe.build import ProbeSetupError, probe
     from metalint.probe.target import Target, resolve_items
 
