@@ -351,3 +351,20 @@ def test_guessed_arguments_rejected_is_a_skip(layers_report):
     o = outcome(layers_report, "RejectsGuess")
     assert o.kind == "skip"
     assert o.message.startswith("cannot construct: RejectsGuess(dim=16): eager construction raised ValueError")
+
+
+def test_device_auto_and_cuda(layers):
+    import torch
+
+    from metalint.probe.build import ProbeSetupError, pick_device, probe
+
+    assert pick_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert pick_device("cpu") == "cpu"
+    if torch.cuda.is_available():
+        r = probe(lambda: layers.LayerScaleTimm(8), device="cuda")
+        assert r.device == "cuda" and r.findings == []
+        r = probe(lambda: layers.LayerScaleDinov2(8), device="cuda")
+        assert [d.code for d in r.findings] == ["MP001"]
+    else:
+        with pytest.raises(ProbeSetupError, match=r"to_empty\(device='cuda'\)"):
+            probe(lambda: layers.LayerScaleTimm(8), device="cuda")
