@@ -175,6 +175,11 @@ class FactCollector(cst.CSTVisitor):
         stmts = body.body if isinstance(body, cst.IndentedBlock) else ()
         return any(s is node for s in stmts)
 
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+        # outside a method only imports are facts (every other visit_ below is a no-op there):
+        # skip the rest, e.g. timm's module-level ``default_cfgs`` dicts
+        return self.method is not None or any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body)
+
     # -- context -----------------------------------------------------------------------------
     def visit_With(self, node: cst.With) -> None:
         if self._is_no_grad(node):
