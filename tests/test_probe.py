@@ -195,13 +195,13 @@ def test_cli_crash_and_hang_do_not_stop_the_run():
     crashers = MODELS / "crashers.py"
     res = runner.invoke(
         probe_command,
-        [str(crashers), str(MODELS / "broken_import.py"), "--timeout", "15", "--device", "cpu"],
+        [str(crashers), str(MODELS / "broken_import.py"), "--timeout", "10", "--device", "cpu"],
     )
     assert res.exit_code == 2, res.output
     out = res.output
     assert "probe crashers.py:FirstOk on cpu via reset_parameters() children first: passed" in out
     assert "error crashers.py:Segfaults: crashed (SIGSEGV)" in out
-    assert "error crashers.py:Hangs: timed out after 15 s" in out
+    assert "error crashers.py:Hangs: timed out after 10 s" in out
     assert "probe crashers.py:LastLost(dim=16)" in out and "1 of 1 tensors lost" in out
     assert f"crashers.py:{line_of(crashers, 'SEGV-LINE')}:1: ML900" in out
     assert f"crashers.py:{line_of(crashers, 'HANG-LINE')}:1: ML900" in out
