@@ -368,3 +368,8 @@ def test_device_auto_and_cuda(layers):
     else:
         with pytest.raises(ProbeSetupError, match=r"to_empty\(device='cuda'\)"):
             probe(lambda: layers.LayerScaleTimm(8), device="cuda")
+
+
+def test_non_finite_after_init_is_mp004(layers_report):
+    (f,) = findings(layers_report, "LogScale")
+    assert f["code"] == "MP004" and "1 non-finite of 4" in f["message"]

@@ -173,9 +173,6 @@ class WriteRecorder(TorchDispatchMode):
                     if k is not None and k not in skip and self.random.get(k, False):
                         rand = True
                         break
-            if not rand and not name.endswith("_") and written:
-                # out= variants: the destination is overwritten
-                pass
         site = user_frame()
         for t in targets:
             k = _storage_key(t)

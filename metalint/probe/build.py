@@ -450,7 +450,6 @@ def _class_site(info: dict[str, Any]) -> attribute.Site | None:
 
 def _deferred(make: Callable[[], nn.Module], device: str, init: str, order: str,
               eager: Snapshot, track: bool):
-    model = make_meta = None
     with torch.device("meta"):
         model = make()
     model.to_empty(device=device)
@@ -472,7 +471,7 @@ def _deferred(make: Callable[[], nn.Module], device: str, init: str, order: str,
             if k is not None:
                 owners.setdefault(k, name)
         tracker = _HookWrites(owners)
-    del tensors, make_meta
+    del tensors
     if tracker is not None:
         with tracker:
             used = run_init(model, init, order, tracker)
@@ -505,9 +504,7 @@ def _compare_models(eager: Snapshot, model: nn.Module) -> tuple[list[Finding], S
                                     f"missing after meta build ({e.kind} in eager)", e.site))
             continue
         t = tensors[name]
-        if e.kind == "attribute" and d.stats.device != "meta":
-            # plain attributes are not poisoned; they were computed on meta and re-created
-            pass
+        # plain tensor attributes are not poisoned: to_empty does not move them
         hit = e.kind != "attribute" and _poison_hit(t, d.stats, e.stats)
         diff = compare.compare(e.stats, d.stats, t, poison_hit=hit)
         if diff is not None:

@@ -153,3 +153,15 @@ class PatchesChildNorm(nn.Module):
 
     def init_weights(self) -> None:
         nn.init.constant_(self.norm.weight, 1e-5)
+
+
+class LogScale(nn.Module):
+    """reset_parameters() disagrees with __init__ and produces -inf: MP004."""
+
+    def __init__(self, dim: int = 4) -> None:
+        super().__init__()
+        self.register_buffer("log_scale", torch.log(torch.arange(1, dim + 1, dtype=torch.float32)))
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.log_scale.copy_(torch.log(torch.arange(0, self.log_scale.numel(), dtype=torch.float32)))
