@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import libcst as cst
+
 from metalint.static.model import ClassFacts
 from metalint.static.ownership import construction, owned_tensors
 from metalint.static.rule import Finding, Rule
@@ -12,6 +14,18 @@ from metalint.static.tensors import value_kind
 def _names(attrs: list[str], limit: int = 4) -> str:
     shown = ", ".join(f"`{a}`" for a in attrs[:limit])
     return shown + (f" and {len(attrs) - limit} more" if len(attrs) > limit else "")
+
+
+def _size_zero(value, qualify) -> bool:
+    """``torch.empty(0)``, ``torch.zeros(0, device=d)``: a tensor with no elements."""
+    if not isinstance(value, cst.Call) or not value.args:
+        return False
+    if qualify(value.func) not in ("torch.empty", "torch.zeros", "torch.ones", "torch.tensor"):
+        return False
+    first = value.args[0].value
+    if isinstance(first, cst.Integer):
+        return first.value == "0"
+    return isinstance(first, (cst.List, cst.Tuple)) and not first.elements
 
 
 class MissingResetHook(Rule):
@@ -234,6 +248,8 @@ class RelPosBias(nn.Module):  # ERROR
         attrs: list[str] = []
         covered: set[str] = set()
         for owned in owned_tensors(construction(cls), self.qualify):
+            if _size_zero(owned.value, self.qualify):
+                continue  # `torch.empty(0)`: a device anchor, nothing to initialise
             if owned.attr not in attrs:
                 attrs.append(owned.attr)
             if self._value_carrying(owned):

@@ -26,8 +26,8 @@ class NoDeviceDtypeKwargs(Rule):
 
     ## Why is this bad on meta?
     `torch.nn.utils.skip_init(Cls, *args)` builds a module without initialising it by calling
-    `Cls(*args, device="meta")` and then `to_empty()`: a constructor without `device` raises
-    `TypeError`. Every `torch.nn` layer takes `device=None, dtype=None` and passes them to its
+    `Cls(*args, device="meta")` and then `to_empty()`; for a constructor without `device` it
+    refuses (`RuntimeError: Module must support a 'device' arg to skip initialization`). Every `torch.nn` layer takes `device=None, dtype=None` and passes them to its
     factories, so callers can place and type tensors at creation instead of copying them
     afterwards.
 

@@ -3,11 +3,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from metalint.static.model import CallSite, ClassFacts, MethodFacts
 from metalint.static.names import dotted
-from metalint.static.ownership import MODULE_ITERATORS, RESET_METHODS, chain, construction, written_chain
+from metalint.static.ownership import (
+    MODULE_ITERATORS,
+    RESET_METHODS,
+    construction,
+    module_children,
+    written_chain,
+)
 from metalint.static.rule import Finding, Rule
 
 
@@ -31,21 +36,34 @@ def is_self_apply(call: CallSite) -> bool:
     return False
 
 
-def module_loops(method: MethodFacts) -> dict[cst.CSTNode, tuple[str, ...]]:
-    """``for m in self.modules():`` (and named_modules/children) statements -> loop names."""
-    out: dict[cst.CSTNode, tuple[str, ...]] = {}
+#: ``for p in self.parameters()`` visits the children's tensors too
+PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters"})
+
+
+def module_loops(method: MethodFacts, with_params: bool = False) -> dict[cst.CSTNode, tuple[tuple[str, ...], bool]]:
+    """``for m in self.modules():`` (named_modules/children; ``self.parameters()`` when
+    ``with_params``) -> (loop names, loops over tensors)."""
+    out: dict[cst.CSTNode, tuple[tuple[str, ...], bool]] = {}
     for node, targets, it in method.loops:
         if not isinstance(node, cst.For) or not isinstance(it, cst.Call):
             continue
         name = dotted(it.func)
-        if name and name.startswith("self.") and name.split(".", 1)[1] in MODULE_ITERATORS:
-            out[node] = targets
+        if not name or not name.startswith("self.") or name.count(".") != 1:
+            continue
+        attr = name.split(".", 1)[1]
+        if attr in MODULE_ITERATORS:
+            out[node] = (targets, False)
+        elif with_params and attr in PARAMETER_ITERATORS and not any(
+            a.keyword is not None and a.keyword.value == "recurse" for a in it.args
+        ):
+            out[node] = (targets, True)
     return out
 
 
-def loop_inits(method: MethodFacts, qualify) -> list[cst.CSTNode]:
-    """Module loops whose body initialises a tensor of the loop variable (``m.weight``)."""
-    loops = module_loops(method)
+def loop_inits(method: MethodFacts, qualify, with_params: bool = False) -> list[cst.CSTNode]:
+    """Module loops whose body initialises a tensor of the loop variable (``m.weight``, or
+    ``p`` itself in a loop over ``self.named_parameters()``)."""
+    loops = module_loops(method, with_params)
     found: list[cst.CSTNode] = []
     for call in method.calls:
         if call.method in RESET_METHODS:
@@ -54,19 +72,22 @@ def loop_inits(method: MethodFacts, qualify) -> list[cst.CSTNode]:
         if not parts:
             continue
         for loop in call.loops:
-            if loop in loops and parts[0] in loops[loop] and len(parts) >= 2:
+            if loop not in loops:
+                continue
+            names, over_tensors = loops[loop]
+            if parts[0] in names and (len(parts) >= 2 or over_tensors):
                 if loop not in found:
                     found.append(loop)
     return found
 
 
-def parent_inits(method: MethodFacts, qualify) -> list[tuple[cst.CSTNode, str]]:
+def parent_inits(method: MethodFacts, qualify, with_params: bool = False) -> list[tuple[cst.CSTNode, str]]:
     """Every parent-applied init in ``method``: (node, how it reads)."""
     out: list[tuple[cst.CSTNode, str]] = []
     for call in method.calls:
         if is_self_apply(call):
             out.append((call.node, f"`{_short(call.node)}`"))
-    for loop in loop_inits(method, qualify):
+    for loop in loop_inits(method, qualify, with_params):
         assert isinstance(loop, cst.For)
         out.append((loop, f"the loop `for ... in {_short(loop.iter)}`"))
     return out
@@ -77,7 +98,9 @@ class ParentAppliedInit(Rule):
     ## What it does
     Finds initialisation that a parent module applies to its children during construction:
     `self.apply(self._init_weights)`, timm's `named_apply(init_fn, self)`, or a loop
-    `for m in self.modules(): nn.init.kaiming_normal_(m.weight)`. The message says which root
+    `for m in self.modules(): nn.init.kaiming_normal_(m.weight)`, or nanoGPT's
+    `for pn, p in self.named_parameters(): ... normal_(p)` in a module with children. Calls
+    inside `reset_parameters()` are ML006's. The message says which root
     hook of the class replays it after materialisation (`init_weights()`, or a hook you
     configure), if any.
 
@@ -184,6 +207,9 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(vocab, dim)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
         self.apply(self._init_weights)  # ERROR
+        for pn, p in self.named_parameters():  # ERROR
+            if pn.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / 4)
 
     def _init_weights(self, module):
         if isinstance(module, nn.Linear):
@@ -248,25 +274,13 @@ def _init(m):
 """,
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._positions = None
-
-    def _line(self, node: cst.CSTNode) -> int | None:
-        if self._positions is None:
-            self._positions = MetadataWrapper(self.ctx.module, unsafe_skip_copy=True).resolve(
-                PositionProvider
-            )
-        rng = self._positions.get(node)
-        return rng.start.line if rng is not None else None
-
     def _replays(self, cls: ClassFacts) -> list[tuple[str, MethodFacts]]:
         """Public root hooks of the class (not ``reset_parameters``) that apply init too."""
         out = []
         for hook in self.ctx.hooks:
             if hook.startswith("_") or hook == "reset_parameters" or hook not in cls.methods:
                 continue
-            if any(parent_inits(m, self.qualify) for m in cls.reachable(hook)):
+            if any(parent_inits(m, self.qualify, True) for m in cls.reachable(hook)):
                 out.append((hook, cls.methods[hook]))
         return out
 
@@ -274,16 +288,23 @@ def _init(m):
         if "__init__" not in cls.methods:
             return
         replays = None
+        # inside the per-module hook it is ML006's finding (reset-touches-children)
+        in_reset = {m.name for m in cls.reachable("reset_parameters")}
+        has_children = None
         for method in construction(cls):
-            for node, what in parent_inits(method, self.qualify):
+            if method.name in in_reset:
+                continue
+            if has_children is None and any(
+                isinstance(n, cst.For) for n, _t, _i in method.loops
+            ):
+                has_children = bool(module_children(cls, self.qualify))
+            for node, what in parent_inits(method, self.qualify, bool(has_children)):
                 if replays is None:
                     replays = self._replays(cls)
                 if replays:
-                    hook, m = replays[0]
-                    line = self._line(m.node.name)
-                    at = f" (line {line})" if line else ""
+                    hook, _ = replays[0]
                     tail = (
-                        f"it is replayed by the root hook `{hook}()`{at}: materialise with "
+                        f"it is replayed by the root hook `{cls.name}.{hook}()`: materialise with "
                         f"`to_empty()` then `model.{hook}()`, or give each child a "
                         f"`reset_parameters()` that sets these values"
                     )

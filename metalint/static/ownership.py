@@ -295,7 +295,7 @@ def meta_tensor(
             return False
         return rec(expr.left) or any(rec(t.comparator) for t in expr.comparisons)
     if isinstance(expr, cst.Subscript):
-        return rec(expr.value)
+        return rec(expr.value) or meta_tensor_sequence(expr.value, qualify, method, own, depth + 1)
     if isinstance(expr, cst.Name) and method is not None:
         if expr.value in method.params:
             return False
@@ -304,9 +304,32 @@ def meta_tensor(
             return all(v is not expr and rec(v) for _, v in values)
         # a loop variable over a tensor: ``for r in torch.linspace(0, 1, n)``
         for _node, targets, it in method.loops:
-            if targets == (expr.value,) and it is not expr and rec(it):
+            if targets == (expr.value,) and it is not expr and (
+                rec(it) or meta_tensor_sequence(it, qualify, method, own, depth + 1)
+            ):
                 return True
         return False
+    return False
+
+
+#: calls that return a tuple of tensors: iterating or indexing it gives tensors
+SEQUENCE_METHODS = frozenset({"split", "chunk", "unbind", "tensor_split"})
+SEQUENCE_FUNCTIONS = frozenset(
+    {"torch.split", "torch.chunk", "torch.unbind", "torch.tensor_split", "torch.meshgrid"}
+)
+
+
+def meta_tensor_sequence(
+    expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, own=None, depth: int = 0
+) -> bool:
+    """``t.split(sizes)``, ``torch.meshgrid(a, b)``: a tuple of meta tensors."""
+    if not isinstance(expr, cst.Call) or depth > 6:
+        return False
+    q = qualify(expr.func)
+    if q in SEQUENCE_FUNCTIONS:
+        return any(meta_tensor(a.value, qualify, method, own, depth + 1) for a in expr.args)
+    if q is None and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in SEQUENCE_METHODS:
+        return meta_tensor(expr.func.value, qualify, method, own, depth + 1)
     return False
 
 
@@ -328,7 +351,8 @@ def written_chain(call, qualify) -> list[str] | None:
     """The tensor an in-place call writes, as a chain: ``self.fc.weight.data.normal_()`` ->
     ``["self", "fc", "weight", "data"]``; ``nn.init.zeros_(self.fc.bias)`` -> ``[..., "bias"]``."""
     node = call.node
-    if call.method in INPLACE_METHODS and isinstance(node.func, cst.Attribute):
+    # ``torch.nn.init.normal_(t)`` qualifies through the imports: a function, not a method
+    if call.method in INPLACE_METHODS and isinstance(node.func, cst.Attribute) and call.qualname is None:
         return chain(node.func.value)
     func = call.qualname or dotted(node.func) or ""
     last = func.rsplit(".", 1)[-1]
