@@ -20,6 +20,7 @@ Steps (see DESIGN.md section 3):
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import inspect
@@ -81,6 +82,7 @@ class Entry:
     site: attribute.Site | None = None
 
 
+@functools.lru_cache(maxsize=None)
 def _class_file(cls: type) -> str | None:
     try:
         return os.path.realpath(inspect.getsourcefile(cls) or "")

@@ -113,8 +113,10 @@ def summary_lines(rep: ProbeReport) -> list[str]:
         else:
             r = o.result or {}
             args = f"({o.args})" if o.args and o.args != "factory" else ""
+            meta = r.get("meta_alloc_bytes", 0)
+            note = f"; the meta build grew RssAnon by {meta / 2**20:.1f} MiB" if meta >= 1 << 20 else ""
             lines.append(f"probe {o.label}{args} on {r.get('device')} via "
-                         f"{r.get('init_used') or '-'}: {verdict_text(r)}")
+                         f"{r.get('init_used') or '-'}: {verdict_text(r)}{note}")
     return lines
 
 
