@@ -73,6 +73,9 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if attr is None:
         raise Unfixable("the buffer's name is not a string literal")
     value = node.args[1].value
+    later = edit.used_after(attr, index, writes_only=True)
+    if later:
+        raise Unfixable(later)
     torch_name, _ = torch_spelling(ctx)
     kind = value_kind(value, ctx.qualify, edit.init)
     full = inline_locals(edit, value)

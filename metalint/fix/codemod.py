@@ -157,6 +157,34 @@ DETERMINISTIC_METHODS = frozenset(
 )
 
 
+def _touches(node: cst.CSTNode, attr: str, writes_only: bool) -> str | None:
+    """"written" / "read" when ``node`` uses ``self.<attr>``."""
+    from metalint.static.tensors import INPLACE_METHODS
+
+    used = None
+    for n in walk(node):
+        if isinstance(n, cst.Call):
+            f = n.func
+            if isinstance(f, cst.Attribute) and f.attr.value in INPLACE_METHODS:
+                d = dotted(f.value)
+                if d in (f"self.{attr}", f"self.{attr}.data"):
+                    return "written"
+            name = dotted(f) or ""
+            if name.rsplit(".", 1)[-1].endswith("_") and n.args:
+                if dotted(n.args[0].value) in (f"self.{attr}", f"self.{attr}.data"):
+                    return "written"
+        elif isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+            for t in targets:
+                for x in walk(t):
+                    d = dotted(x) if isinstance(x, cst.Attribute) else None
+                    if d and (d == f"self.{attr}" or d.startswith(f"self.{attr}.")):
+                        return "written"
+        elif isinstance(n, cst.Attribute) and dotted(n) == f"self.{attr}":
+            used = "read"
+    return None if writes_only else used
+
+
 def returns(node: cst.CSTNode) -> bool:
     """Is there a ``return`` in this body (not counting nested functions and classes)?"""
     stack = list(node.children)
@@ -237,6 +265,31 @@ class ClassEdit:
             if path_to(top, stmt_node) is not None:
                 return i
         return -1
+
+    def used_after(self, attr: str, index: int, *, writes_only: bool = False) -> str | None:
+        """Does ``__init__`` (or a method it calls) touch ``self.<attr>`` after top-level
+        statement ``index``? Then moving its value to the end of ``__init__`` would change what
+        that code sees (or be overwritten by it). Returns a description, or None."""
+        methods = set()
+        for s in self.init_body[index + 1 :]:
+            hit = _touches(s, attr, writes_only)
+            if hit:
+                return f"`self.{attr}` is {hit} later in `__init__` (line order matters)"
+            for n in walk(s):
+                if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and dotted(n.func.value) == "self":
+                    methods.add(n.func.attr.value)
+                    if n.func.attr.value == "apply" and n.args:
+                        m = dotted(n.args[0].value)
+                        if m and m.startswith("self."):
+                            methods.add(m[5:])
+        for name in sorted(methods):
+            for m in self.cls.reachable(name):
+                if m.name == "__init__":
+                    continue
+                hit = _touches(m.node.body, attr, writes_only)
+                if hit:
+                    return f"`self.{attr}` is {hit} by `{m.name}()`, which `__init__` calls later"
+        return None
 
     def rng_free_after(self, index: int) -> bool:
         return all(rng_free(s, self.ctx) for s in self.init_body[index + 1 :])
@@ -531,18 +584,21 @@ def _add_params(params: cst.Parameters, names: list[str]) -> cst.Parameters:
     existing = list(params.kwonly_params if kwonly else params.params)
     plist = existing
     default_sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    tail_ws = cst.SimpleWhitespace("")
     if plist:
         last = plist[-1]
         trailing = last.comma
         sep = plist[-2].comma if len(plist) >= 2 and isinstance(plist[-2].comma, cst.Comma) else default_sep
         if not isinstance(trailing, cst.Comma) and params.star_kwarg is not None:
             trailing = default_sep
-        plist[-1] = last.with_changes(comma=sep)
+        # the space before ``)`` (``x=1\n    )``) follows the new last parameter
+        tail_ws = last.whitespace_after_param
+        plist[-1] = last.with_changes(comma=sep, whitespace_after_param=cst.SimpleWhitespace(""))
     else:
         trailing = default_sep if params.star_kwarg is not None else cst.MaybeSentinel.DEFAULT
         sep = default_sep
     added = [new_param(n).with_changes(comma=sep) for n in names]
-    added[-1] = added[-1].with_changes(comma=trailing)
+    added[-1] = added[-1].with_changes(comma=trailing, whitespace_after_param=tail_ws)
     plist = plist + added
     if kwonly:
         return params.with_changes(kwonly_params=plist)

@@ -39,6 +39,18 @@ def _init_call(call: cst.Call, ctx: RuleContext) -> bool:
     return False
 
 
+def _attr_of(call: cst.Call, ctx: RuleContext) -> str | None:
+    f = call.func
+    if isinstance(f, cst.Attribute) and f.attr.value in INPLACE_METHODS:
+        recv = f.value
+        while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute):
+            recv = recv.func.value
+        d = dotted(recv)
+    else:
+        d = dotted(call.args[0].value) if call.args else None
+    return d.split(".")[1] if d and d.startswith("self.") else None
+
+
 def _own(d: str | None) -> bool:
     """``self.w`` or ``self.w.data``: a tensor of this module, not of a child (a reset hook
     must only touch its own tensors: the parent's value for a child belongs in init_weights)."""
@@ -74,6 +86,15 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         )
     moved = [i for i, s in enumerate(body) if init_only(s, ctx)]
     first = moved[0]
+    from metalint.fix.codemod import _touches
+
+    attrs = sorted({_attr_of(c, ctx) for i in moved for c in walk(body[i]) if isinstance(c, cst.Call) and _init_call(c, ctx)} - {None})
+    for i, s in enumerate(body):
+        if i > first and i not in moved:
+            for a in attrs:
+                hit = _touches(s, a, False)
+                if hit:
+                    raise Unfixable(f"`self.{a}` is {hit} later in `__init__`, after its in-place init")
     random = not all(rng_free(body[i], ctx) for i in moved)
     if random:
         rest = [s for i, s in enumerate(body) if i > first and i not in moved]

@@ -176,6 +176,9 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if any(isinstance(n, cst.If) for n in path):
         guard = f"getattr(self, {attr!r}, None) is not None"
 
+    later = edit.used_after(attr, index)
+    if later:
+        raise Unfixable(later)
     torch_name, nn_name = torch_spelling(ctx)
     value = Value(data_arg.value, ctx)
 
