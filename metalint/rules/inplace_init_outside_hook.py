@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import libcst as cst
@@ -7,6 +8,7 @@ import libcst as cst
 from metalint.static.construction import hook_free_construction, short
 from metalint.static.model import CallSite, ClassFacts
 from metalint.static.names import dotted
+from metalint.static.tensors import string_value
 from metalint.static.rule import Finding, Rule
 from metalint.static.tensors import INPLACE_METHODS
 
@@ -36,6 +38,119 @@ def init_target(call: CallSite, qualify) -> str | None:
     return None
 
 
+#: torch.nn layers whose own ``reset_parameters()`` sets ``weight`` to ones and ``bias`` to zeros
+_NORMS = frozenset(
+    f"torch.nn.{n}"
+    for n in (
+        "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LayerNorm", "GroupNorm",
+        "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "RMSNorm", "LazyBatchNorm1d",
+        "LazyBatchNorm2d", "LazyBatchNorm3d",
+    )
+)
+
+
+def _child_class(cls: ClassFacts, methods, attr: str, qualify) -> str | None:
+    """Qualified class of ``self.<attr> = Cls(...)`` assigned during construction."""
+    for m in methods:
+        for a in m.assigns:
+            if a.target == f"self.{attr}" and isinstance(a.value, cst.Call):
+                return qualify(a.value.func)
+        for call in m.calls:
+            # self.add_module("bn", nn.BatchNorm2d(c))
+            args = call.node.args
+            if (
+                call.receiver == "self"
+                and call.method in ("add_module", "register_module")
+                and len(args) >= 2
+                and string_value(args[0].value) == attr
+                and isinstance(args[1].value, cst.Call)
+            ):
+                return qualify(args[1].value.func)
+    return None
+
+
+_NORM_NAME = re.compile(r"(^|_)(bn|norm|ln|gn|batch_norm|layer_norm|group_norm)\d*$")
+
+
+def _restored_by_child(cls, methods, name: str, call: CallSite, qualify) -> bool:
+    """``nn.init.constant_(self.bn.bias, 0)``: the norm's own reset gives the same value."""
+    from metalint.static.construction import inplace_kind
+
+    parts = name.split(".")
+    if len(parts) != 2:
+        return False
+    child = _child_class(cls, methods, parts[0], qualify)
+    # a torch norm layer, or a child named like one built from a configurable norm_layer
+    if child not in _NORMS and not (
+        (child is None or not child.startswith("torch.")) and _NORM_NAME.search(parts[0])
+    ):
+        return False
+    kind = inplace_kind(call, qualify)
+    return (parts[1], kind) in (("weight", "ones"), ("bias", "zeros"))
+
+
+def _norm_default(cls, methods, name: str, qualify) -> float | None:
+    """What a norm child's own reset gives this tensor (weight 1, bias 0), if it is one."""
+    parts = name.split(".")
+    if len(parts) != 2:
+        return None
+    child = _child_class(cls, methods, parts[0], qualify)
+    if child not in _NORMS and not (
+        (child is None or not child.startswith("torch.")) and _NORM_NAME.search(parts[0])
+    ):
+        return None
+    return {"weight": 1.0, "bias": 0.0}.get(parts[1])
+
+
+_IDENTITY = {"mul_": 1.0, "div_": 1.0, "add_": 0.0, "sub_": 0.0}
+
+
+def _number(node) -> float | None:
+    if isinstance(node, (cst.Integer, cst.Float)):
+        try:
+            return float(node.value)
+        except ValueError:
+            return None
+    return None
+
+
+def _param_default(cls: ClassFacts, name: str) -> float | None:
+    init = cls.init
+    if init is None:
+        return None
+    params = init.node.params
+    for p in (*params.params, *params.kwonly_params, *params.posonly_params):
+        if p.name.value == name and p.default is not None:
+            return _number(p.default)
+    return None
+
+
+def _no_op_by_default(cls, call: CallSite, name: str, restored, file_code: str) -> bool:
+    """``self.head.fc.weight.mul_(head_init_scale)`` with ``head_init_scale=1.0``, or
+    ``constant_(self.bn.weight, bn_weight_init)`` with ``bn_weight_init=1`` on a norm: a no-op
+    unless some caller in the file passes that keyword another value."""
+    args = call.node.args
+    if call.method in _IDENTITY and call.qualname is None:
+        identity = _IDENTITY[call.method]
+        arg = args[0].value if args else None
+    elif restored is not None:
+        identity = restored
+        arg = args[1].value if len(args) > 1 else None
+    else:
+        return False
+    if not isinstance(arg, cst.Name) or _param_default(cls, arg.value) != identity:
+        return False
+    for m in re.finditer(rf"\b{re.escape(arg.value)}\s*=\s*([^,)\n]+)", file_code):
+        value = m.group(1).strip()
+        try:
+            if float(value) != identity:
+                return False
+        except ValueError:
+            if value != arg.value:
+                return False  # forwarded from elsewhere: unknown
+    return True
+
+
 def _tensor_name(target: str) -> str:
     parts = target.split(".")[1:]
     if parts and parts[-1] == "data":
@@ -57,7 +172,12 @@ class InplaceInitOutsideHook(Rule):
 
     Writes to a child's tensor (`self.head.weight`) are reported too: the child's own
     `reset_parameters()` restores its default init, and only a hook of this class (run after
-    the children's) can replay the parent's choice.
+    the children's) can replay the parent's choice. Not when the write gives what the child's
+    reset gives anyway (`nn.init.constant_(self.bn.bias, 0)` on a `BatchNorm`/`LayerNorm`/
+    `GroupNorm`: weight ones, bias zeros), nor when it is a no-op with the constructor's
+    defaults (`self.head.weight.data.mul_(head_init_scale)` with `head_init_scale=1.0`,
+    `nn.init.constant_(self.bn.weight, bn_weight_init)` with `bn_weight_init=1`) and no call in
+    the file passes that argument another value.
 
     ## Why is this bad on meta?
     Under `with torch.device("meta"):` the init runs on tensors without data and does
@@ -153,6 +273,37 @@ class Proj(Base):
         w = torch.empty(d)
         nn.init.normal_(w)
 """,
+        # timm's ConvNorm: the BatchNorm's own reset_parameters() gives ones / zeros again
+        """
+import torch
+from torch import nn
+
+class ConvNorm(nn.Sequential):
+    def __init__(self, a, b, norm_layer=nn.BatchNorm2d):
+        super().__init__()
+        self.add_module("c", nn.Conv2d(a, b, 1, bias=False))
+        self.add_module("bn", nn.BatchNorm2d(b))
+        self.norm = norm_layer(b)
+        nn.init.constant_(self.bn.weight, 1)
+        nn.init.constant_(self.bn.bias, 0)
+        nn.init.zeros_(self.norm.bias)
+""",
+        # a no-op by default, and no caller in the file passes another value
+        """
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, dim, classes, head_init_scale=1.0, bn_weight_init=1):
+        super().__init__()
+        self.head = nn.Linear(dim, classes)
+        self.bn = nn.BatchNorm2d(dim)
+        self.head.weight.data.mul_(head_init_scale)
+        nn.init.constant_(self.bn.weight, bn_weight_init)
+
+def make():
+    return Net(8, 10, head_init_scale=1.0)
+""",
     ]
     INVALID = [
         # llm-foundry style RMSNorm, every spelling of nn.init
@@ -188,6 +339,9 @@ class ConvNeXt(nn.Module):
             self.table.copy_(torch.randn(16, dim) * 0.02)  # ERROR
         self.head.weight.data.mul_(head_init_scale)  # ERROR
         self.head.bias.data.mul_(head_init_scale)  # ERROR
+
+def convnext_atto():
+    return ConvNeXt(40, 1000, head_init_scale=0.001)
 """,
         # MultiheadAttention-style private hook: not a reset hook, so the init is lost
         """
@@ -208,14 +362,21 @@ class MHA(nn.Module):
     ]
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
-        for method in hook_free_construction(cls, self.ctx.hooks):
+        methods = hook_free_construction(cls, self.ctx.hooks)
+        for method in methods:
             for call in method.calls:
                 target = init_target(call, self.qualify)
                 if target is None:
                     continue
                 name = _tensor_name(target)
-                if not name:
+                if not name or _restored_by_child(cls, methods, name, call, self.qualify):
                     continue
+                if "." in name:
+                    if not hasattr(self, "_code"):
+                        self._code = self.ctx.module.code
+                    restored = _norm_default(cls, methods, name, self.qualify)
+                    if _no_op_by_default(cls, call, name, restored, self._code):
+                        continue
                 attr = name.split(".")[0]
                 child = "." in name
                 what = f"`{name}` (a tensor of the child `{attr}`)" if child else f"`{name}`"

@@ -2,7 +2,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from metalint.static.construction import hook_free_construction, is_tensor, registrations, short
+import libcst as cst
+
+from metalint.static.construction import (
+    hook_free_construction,
+    is_tensor,
+    registrations,
+    short,
+    tensor_functions,
+)
 from metalint.static.model import ClassFacts
 from metalint.static.rule import Finding, Rule
 from metalint.static.tensors import string_value
@@ -18,6 +26,10 @@ class PlainTensorAttribute(Rule):
     `.to()`/`.float()`/indexing of them, locals holding them); Python numbers, lists, modules
     and tensors passed in by the caller are not. An attribute that the class also registers as a
     buffer or parameter (assigning to it then writes the buffer) is not reported.
+
+    An alias of one of the class's own buffers or parameters (`self.original_inv_freq =
+    self.inv_freq`) is reported too: `to_empty()` replaces the buffer, the alias keeps the meta
+    tensor. So is the result of a function of the same file annotated `-> torch.Tensor`.
 
     A reset hook that re-creates the attribute does **not** silence this rule: the hook runs
     after `to_empty()` and builds the tensor on the default device, but `.to(device)`,
@@ -84,6 +96,11 @@ class Attention(nn.Module):
         self.weight = nn.Parameter(torch.empty(dim))
         self.eps = torch.finfo(torch.float32).eps
         self.dtype = torch.get_default_dtype()
+        self.proj_weight = self.proj.weight  # a module's parameter: not this class's tensor
+        self.sizes2 = make_sizes(dim)
+
+def make_sizes(dim) -> list:
+    return [dim]
 """,
         # assigning to a registered buffer writes the buffer
         """
@@ -135,6 +152,22 @@ class RotaryCache(nn.Module):
     def reset_parameters(self):
         self.cos_cached = torch.ones(1)
 """,
+        # transformers: an alias of a buffer, and a tensor from a helper annotated -> Tensor
+        """
+import torch
+from torch import nn
+
+def create_sinusoidal_positions(num_pos: int, dim: int) -> torch.Tensor:
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2) / dim))
+    return torch.outer(torch.arange(num_pos).float(), inv_freq)
+
+class Attention(nn.Module):
+    def __init__(self, dim, max_pos):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.ones(dim // 2), persistent=False)
+        self.original_inv_freq = self.inv_freq  # ERROR
+        self.embed_positions = create_sinusoidal_positions(max_pos, dim)  # ERROR
+""",
     ]
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
@@ -152,6 +185,24 @@ class RotaryCache(nn.Module):
                     name = string_value(call.node.args[0].value)
                     if name:
                         registered.add(name)
+        if not hasattr(self, "_tensor_fns"):
+            self._tensor_fns = tensor_functions(self.ctx.module, self.qualify)
+        fns = self._tensor_fns
+
+        def extra(node: cst.BaseExpression) -> bool:
+            # self.original_inv_freq = self.inv_freq: an alias of a registered tensor, which
+            # to_empty() replaces while the alias keeps pointing at the meta tensor
+            if (
+                isinstance(node, cst.Attribute)
+                and isinstance(node.value, cst.Name)
+                and node.value.value == "self"
+                and node.attr.value in tensors
+            ):
+                return True
+            # create_sinusoidal_positions(...) defined in this file with ``-> torch.Tensor``
+            return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in fns
+
+        tensors = {r.attr for r in registrations(list(cls.methods.values()), self.qualify)}
         reported: set[str] = set()
         for method in hook_free_construction(cls, self.ctx.hooks):
             for a in method.assigns:
@@ -160,13 +211,13 @@ class RotaryCache(nn.Module):
                 attr = a.target.split(".")[1]
                 if attr in registered or attr in reported:
                     continue
-                if not is_tensor(a.value, self.qualify, method):
+                if not is_tensor(a.value, self.qualify, method, extra=extra):
                     continue
                 reported.add(attr)
                 yield Finding(
                     a.node,
-                    f"`self.{attr} = {short(a.value, 50)}` stores a tensor as a plain attribute "
-                    f"(neither parameter nor buffer): built on meta it stays on `meta`, because "
+                    f"`{attr}` is a tensor stored as a plain attribute (`self.{attr} = "
+                    f"{short(a.value, 50)}`), neither parameter nor buffer: built on meta it stays on `meta`, because "
                     f"`to_empty()` and `.to(device)` move only parameters and buffers. Register "
                     f"it with `self.register_buffer(\"{attr}\", ..., persistent=False)` and "
                     f"compute it in `reset_parameters()`",

@@ -15,7 +15,7 @@ from metalint.static.construction import (
 )
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.rule import Finding, Rule
-from metalint.static.tensors import parameter_value, recreated, walk
+from metalint.static.tensors import parameter_value, recreated
 
 HOOK = "reset_parameters"
 _WORDS = {
@@ -39,7 +39,8 @@ def _own_name(target: str | None) -> str | None:
 
 
 def _order(method: MethodFacts) -> dict[int, int]:
-    return {id(n): i for i, n in enumerate(walk(method.node))}
+    """Source order of the calls of ``method`` (facts record them in traversal order)."""
+    return {id(c.node): i for i, c in enumerate(method.calls)}
 
 
 class ResetMissesTensor(Rule):
@@ -173,6 +174,26 @@ class Rope(nn.Module):
 
     def init_non_persistent_buffers(self):
         self.periods.copy_(torch.arange(self.periods.numel()))
+""",
+        # timm's CondConv2d: the hook hands the tensors to local initialisers
+        """
+import math
+from functools import partial
+import torch
+from torch import nn
+
+class CondConv2d(nn.Module):
+    def __init__(self, n, o, i):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n, o * i))
+        self.bias = nn.Parameter(torch.empty(n, o))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        init_weight = get_initializer(partial(nn.init.kaiming_uniform_, a=math.sqrt(5)))
+        init_weight(self.weight)
+        init_bias = get_initializer(partial(nn.init.uniform_, a=-0.1, b=0.1))
+        init_bias(self.bias)
 """,
     ]
     INVALID = [

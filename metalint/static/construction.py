@@ -296,13 +296,21 @@ def computed(expr: cst.BaseExpression | None, qualify, method: MethodFacts, dept
 
 
 # -- "is this clearly a tensor?" ------------------------------------------------------------
-def is_tensor(expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, depth: int = 0) -> bool:
-    """True only for expressions that certainly evaluate to a ``torch.Tensor``."""
+def is_tensor(
+    expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, depth: int = 0, extra=None
+) -> bool:
+    """True only for expressions that certainly evaluate to a ``torch.Tensor``.
+
+    ``extra(node)`` may vouch for leaves this module cannot know (a registered buffer, a
+    function of the same file annotated ``-> torch.Tensor``).
+    """
     if expr is None or depth > 4:
         return False
+    if extra is not None and extra(expr):
+        return True
     if isinstance(expr, cst.Call):
         q = qualify(expr.func)
-        if q is not None:
+        if q is not None and q.startswith("torch."):
             if q in ("torch.meshgrid", "torch.chunk", "torch.split", "torch.unbind"):
                 return False  # tuples of tensors
             return (
@@ -313,21 +321,21 @@ def is_tensor(expr: cst.BaseExpression | None, qualify, method: MethodFacts | No
                 or q in LEGACY_CONSTRUCTORS
             )
         if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in TENSOR_METHODS:
-            return is_tensor(expr.func.value, qualify, method, depth + 1)
+            return is_tensor(expr.func.value, qualify, method, depth + 1, extra)
         return False
     if isinstance(expr, cst.BinaryOperation):
-        return is_tensor(expr.left, qualify, method, depth + 1) or is_tensor(
-            expr.right, qualify, method, depth + 1
+        return is_tensor(expr.left, qualify, method, depth + 1, extra) or is_tensor(
+            expr.right, qualify, method, depth + 1, extra
         )
     if isinstance(expr, cst.UnaryOperation):
-        return is_tensor(expr.expression, qualify, method, depth + 1)
+        return is_tensor(expr.expression, qualify, method, depth + 1, extra)
     if isinstance(expr, cst.Subscript):
-        return is_tensor(expr.value, qualify, method, depth + 1)
+        return is_tensor(expr.value, qualify, method, depth + 1, extra)
     if isinstance(expr, cst.Name) and method is not None:
         values = method.local_values.get(expr.value)
         # every assignment of the local must be a tensor (``x = None`` on a branch: unsure)
         return bool(values) and all(
-            v is not expr and is_tensor(v, qualify, method, depth + 1) for _, v in values
+            v is not expr and is_tensor(v, qualify, method, depth + 1, extra) for _, v in values
         )
     return False
 
@@ -473,15 +481,18 @@ def _const_kind(value: cst.BaseExpression | None) -> str:
 
 def inplace_kind(call, qualify) -> str | None:
     """How an in-place init call sets a tensor: "ones", "zeros", "const", "random"..."""
-    name = call.method if call.method in INIT_KIND and call.receiver else None
-    if name is None:
+    # a tensor method (``self.w.fill_(v)``) has no importable name; ``nn.init.constant_`` has
+    is_method = call.qualname is None and call.method is not None and call.receiver is not None
+    if is_method:
+        name = call.method
+    else:
         func = call.qualname or dotted(call.node.func) or ""
         name = func.rsplit(".", 1)[-1]
     kind = INIT_KIND.get(name)
     if kind == "const":
         args = call.node.args
         # constant_(t, v) / t.fill_(v)
-        idx = 0 if call.method == name and call.receiver else 1
+        idx = 0 if is_method else 1
         value = args[idx].value if len(args) > idx else None
         return _const_kind(value)
     return kind
@@ -527,3 +538,19 @@ def written_attr(call, qualify) -> str | None:
     if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
         return None
     return writes(call, qualify)
+
+
+def tensor_functions(module: cst.Module, qualify) -> set[str]:
+    """Top-level functions of a file annotated ``-> torch.Tensor`` (they certainly make one)."""
+    out: set[str] = set()
+    for stmt in module.body:
+        if isinstance(stmt, cst.FunctionDef) and stmt.returns is not None:
+            ann = stmt.returns.annotation
+            if isinstance(ann, cst.SimpleString):
+                text = string_value(ann) or ""
+                ok = text in ("torch.Tensor", "Tensor")
+            else:
+                ok = qualify(ann) == "torch.Tensor"
+            if ok:
+                out.add(stmt.name.value)
+    return out

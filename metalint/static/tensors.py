@@ -205,6 +205,16 @@ def recreated(method: MethodFacts, qualify) -> set[str]:
         attr = writes(call, qualify)
         if attr:
             names.add(attr)
+        elif (
+            isinstance(call.node.func, cst.Name)
+            and (call.node.func.value in method.local_values or call.node.func.value in method.params)
+            and call.node.args
+        ):
+            # init_weight = get_condconv_initializer(...); init_weight(self.weight): a hook
+            # handing an own tensor to a local initialiser re-creates it
+            attr = self_attr(dotted(call.node.args[0].value))
+            if attr:
+                names.add(attr)
     if method.loops_over_own_tensors:
         names.add("*")
     return names
