@@ -373,3 +373,17 @@ def test_device_auto_and_cuda(layers):
 def test_non_finite_after_init_is_mp004(layers_report):
     (f,) = findings(layers_report, "LogScale")
     assert f["code"] == "MP004" and "1 non-finite of 4" in f["message"]
+
+
+def test_progress_only_on_a_tty_outside_ci(monkeypatch):
+    from metalint.probe import command
+
+    class Tty:
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(command.sys, "stderr", Tty())
+    monkeypatch.delenv("CI", raising=False)
+    assert command._progress_enabled()
+    monkeypatch.setenv("CI", "true")
+    assert not command._progress_enabled()
