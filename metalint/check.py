@@ -16,9 +16,8 @@ from metalint.config import ConfigError, Settings, load_settings, validate_selec
 from metalint.diagnostics import Diagnostic, Position
 from metalint.files import Cache, Discovery, display_path
 from metalint.report import ERROR_CODE, FORMATS, exit_code, render
-from metalint.static.engine import FileResult, analyze_source, decode, error_result, read_source
 from metalint.static.hierarchy import Hierarchy
-from metalint.static.names import module_name_for
+from metalint.static.results import FileResult, decode, error_result, read_source
 
 UNUSED_NOQA = "ML100"
 #: below this many files to parse, worker processes cost more than they save
@@ -34,6 +33,9 @@ class CheckResult:
 
 def _analyze(job: tuple[str, str, str, bool, tuple[str, ...]]) -> FileResult:
     source, display, module, is_package, hooks = job
+    # libcst: imported only when a file is analysed (not when every file is a cache hit)
+    from metalint.static.engine import analyze_source
+
     try:
         return analyze_source(source, display, module, is_package=is_package, hooks=hooks)
     except Exception as exc:  # a bug of ours must not stop the run
@@ -45,6 +47,11 @@ def _analyze_chunk(jobs: list) -> list[dict]:
 
 
 def analyze_files(jobs: list, workers: int) -> list[FileResult]:
+    if jobs:  # import the engine and the rules once, before the workers fork
+        from metalint.rules import all_rules
+        from metalint.static.engine import analyze_source  # noqa: F401
+
+        all_rules()
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
         return [_analyze(j) for j in jobs]
     import multiprocessing
@@ -64,10 +71,11 @@ def analyze_files(jobs: list, workers: int) -> list[FileResult]:
 
 
 def all_codes() -> tuple[list[str], set[str]]:
-    from metalint.rules import all_rules
+    # read from the rule files' text: importing the rules imports libcst
+    from metalint.rules import rule_codes
 
-    rules = all_rules()
-    return [r.code for r in rules], {r.code for r in rules if r.default}
+    codes, defaults = rule_codes()
+    return list(codes), set(defaults)
 
 
 def run_check(
@@ -102,6 +110,9 @@ def run_check(
         if err:
             results[i] = err
             continue
+        # imports libcst: only on a cache miss
+        from metalint.static.names import module_name_for
+
         module = module_name_for(path.absolute())
         jobs.append((source, display, module, path.name == "__init__.py", settings.hooks))
         job_index.append(i)

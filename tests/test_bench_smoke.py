@@ -97,3 +97,48 @@ def test_ratio_with_timed_out_denominator():
     assert run.ratio(a, b)[0] == "<0.020"
     assert run.ratio(b, a) == ("n/a", None)
     assert run.ratio(a, {"median_s": 4.0})[0] == "0.500"
+
+
+def test_rule_codes_read_from_text_match_the_imported_rules():
+    from metalint.rules import all_rules, rule_codes
+
+    codes, defaults = rule_codes()
+    rules = all_rules()
+    assert codes == tuple(r.code for r in rules)
+    assert defaults == frozenset(r.code for r in rules if r.default)
+
+
+WARM = """
+import sys
+from metalint.cli import main
+try:
+    main(["check", "--exit-zero", sys.argv[1]])
+except SystemExit:
+    pass
+print("LIBCST" if "libcst" in sys.modules else "NO-LIBCST")
+"""
+
+
+def test_warm_check_does_not_import_libcst(tmp_path):
+    import subprocess
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for i in range(2):
+        (tree / f"layer{i}.py").write_text(LAYER.format(i=i))
+    cold = subprocess.run(
+        [sys.executable, "-c", WARM, str(tree)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert cold.stdout.strip().endswith("LIBCST")  # it parsed the files
+    assert "Found 2 errors in 2 files checked." in cold.stdout
+    warm = subprocess.run(
+        [sys.executable, "-c", WARM, str(tree)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "Found 2 errors in 2 files checked." in warm.stdout
+    assert warm.stdout.strip().endswith("NO-LIBCST")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from metalint.diagnostics import Condition
-from metalint.static.engine import PUBLIC_HOOKS, ClassSummary, FileResult
+from metalint.static.results import PUBLIC_HOOKS, ClassSummary, FileResult
 
 
 #: torch.nn classes whose subclasses do NOT inherit a public ``reset_parameters``

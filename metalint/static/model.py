@@ -13,10 +13,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from metalint.static.names import Aliases, dotted
-
-#: the names a class may use to re-create its tensors after ``to_empty``
-DEFAULT_HOOKS = ("reset_parameters", "init_weights", "_init_weights", "init_non_persistent_buffers")
-
+from metalint.static.results import DEFAULT_HOOKS  # noqa: F401 (re-exported; libcst-free home)
 
 #: methods whose bodies the collector does not walk: they run after construction
 SKIPPED_METHOD_PREFIXES = ("forward", "extra_repr", "__repr__", "_forward")

@@ -1,0 +1,116 @@
+"""What ``metalint check`` keeps of a file: its :class:`FileResult`, and reading its bytes.
+
+Kept free of libcst (and of the rules) so that a run where every file is a cache hit never
+imports them: :mod:`metalint.static.engine` computes these results and re-exports the names.
+"""
+
+from __future__ import annotations
+
+import io
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metalint.diagnostics import Diagnostic, Position
+from metalint.report import ERROR_CODE
+
+#: the names a class may use to re-create its tensors after ``to_empty``
+DEFAULT_HOOKS = ("reset_parameters", "init_weights", "_init_weights", "init_non_persistent_buffers")
+#: public hooks that re-initialise a module after ``to_empty`` (rule ML004 looks for these)
+PUBLIC_HOOKS = ("reset_parameters", "init_weights", "init_non_persistent_buffers")
+
+
+@dataclass
+class ClassSummary:
+    """What other files need to know about a class."""
+
+    fullname: str
+    bases: list[str]
+    hooks: dict[str, tuple[list[str], bool]]  # hook name -> (re-created tensors, calls super)
+    uses_module_api: bool  # registers tensors or modules: an nn.Module whatever its bases
+    methods: list[str] = field(default_factory=list)  # names of the methods it defines
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fullname": self.fullname,
+            "bases": self.bases,
+            "hooks": {k: [v[0], v[1]] for k, v in self.hooks.items()},
+            "uses_module_api": self.uses_module_api,
+            "methods": self.methods,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ClassSummary":
+        return cls(
+            d["fullname"],
+            d["bases"],
+            {k: (v[0], v[1]) for k, v in d["hooks"].items()},
+            d["uses_module_api"],
+            d.get("methods", []),
+        )
+
+
+@dataclass
+class FileResult:
+    path: str  # as displayed
+    module: str = ""
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    classes: list[ClassSummary] = field(default_factory=list)
+    exports: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
+    noqa: dict[int, list[str] | None] = field(default_factory=dict)  # line -> codes (None: all)
+    parsed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "diagnostics": [d.to_cache() for d in self.diagnostics],
+            "classes": [c.to_json() for c in self.classes],
+            "exports": self.exports,
+            "noqa": {str(k): v for k, v in self.noqa.items()},
+            "parsed": self.parsed,
+        }
+
+    @classmethod
+    def from_json(cls, path: str, d: dict[str, Any]) -> "FileResult":
+        return cls(
+            path,
+            d["module"],
+            [Diagnostic.from_cache(x) for x in d["diagnostics"]],
+            [ClassSummary.from_json(x) for x in d["classes"]],
+            d["exports"],
+            {int(k): v for k, v in d["noqa"].items()},
+            d["parsed"],
+        )
+
+
+def error_result(path: str, reason: str, row: int = 1, column: int = 1) -> FileResult:
+    pos = Position(row, column)
+    return FileResult(path, diagnostics=[Diagnostic(ERROR_CODE, reason, path, pos, pos)])
+
+
+def read_source(path: Path, display: str) -> tuple[bytes | None, FileResult | None]:
+    """The file's bytes, or an error result naming why it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        if path.is_symlink():
+            return None, error_result(display, "could not be checked: broken symbolic link")
+        return None, error_result(display, "could not be checked: file not found")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if exc.errno == 40:  # ELOOP
+            reason = "symbolic link loop"
+        return None, error_result(display, f"could not be checked: {reason.lower()}")
+    return data, None
+
+
+def decode(data: bytes, display: str) -> tuple[str | None, FileResult | None]:
+    if b"\0" in data:
+        return None, error_result(display, "could not be checked: binary file (contains NUL bytes)")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding), None
+    except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "msg", None) or str(exc)
+        return None, error_result(display, f"could not be checked: not valid source text ({reason})")
