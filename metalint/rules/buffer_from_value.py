@@ -2,9 +2,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import libcst as cst
+
 from metalint.static.construction import computed, hook_free_construction, registrations, short
 from metalint.static.model import ClassFacts
 from metalint.static.rule import Finding, Rule
+from metalint.static.tensors import local_value
 
 
 class BufferFromValue(Rule):
@@ -217,9 +220,14 @@ class WindowAttention(nn.Module):
                     "it is `persistent=False`, so no checkpoint restores it either: it stays "
                     "garbage even after `load_state_dict`"
                 )
+            shown = short(reg.value)
+            if isinstance(reg.value, cst.Name):
+                inner = local_value(reg.method, reg.value.value)
+                if inner is not None:
+                    shown = f"{reg.value.value} = {short(inner, 50)}"
             yield Finding(
                 reg.node,
-                f"buffer `{reg.attr}` is computed (`{short(reg.value)}`) in `{reg.method.name}` and "
+                f"buffer `{reg.attr}` is computed (`{shown}`) in `{reg.method.name}` and "
                 f"no reset hook re-creates it: after `to_empty()` it is uninitialised memory; "
                 f"{lost}. Register it with `torch.empty(...)` and compute it in "
                 f"`reset_parameters()` (or `init_non_persistent_buffers()`)",
