@@ -71,7 +71,8 @@ def test_static_bench_on_tiny_tree(tmp_path, monkeypatch):
     assert rc == 0
     text = out.read_text()
     assert (
-        "| tree | .py files | lines | tool | wall s (median) | runs | files/s |" in text
+        "| tree | .py files | lines | tool | wall s (median) | CPU s (median) | runs | files/s |"
+        in text
     )
     assert "| tiny | 4 |" in text
     rows = {
