@@ -10,6 +10,7 @@ in one class compose over rounds; the loop is bounded.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,11 +77,14 @@ class Fixer:
         me = h.classes.get(d.condition.cls)
         if me is None:
             return None
+        hooks = re.findall(r"`(\w+)\(\)`", d.fix.message if d.fix else "") or ["reset_parameters"]
+        hook = hooks[-1]
         for other in h.classes.values():
             if other.fullname == me.fullname:
                 continue
-            if me.fullname in h.bases(other.fullname) and "reset_parameters" in getattr(other, "methods", other.hooks):
-                return f"subclass `{other.fullname}` defines its own `reset_parameters()`"
+            defined = getattr(other, "methods", None) or other.hooks
+            if me.fullname in h.bases(other.fullname) and hook in defined:
+                return f"subclass `{other.fullname}` defines its own `{hook}()`"
         for b in me.bases:
             if b.startswith("torch.nn."):
                 continue
