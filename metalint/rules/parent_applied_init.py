@@ -14,6 +14,7 @@ from metalint.static.ownership import (
     written_chain,
 )
 from metalint.static.rule import Finding, Rule
+from metalint.static.tensors import walk
 
 
 def _short(node: cst.CSTNode, limit: int = 50) -> str:
@@ -91,6 +92,36 @@ def parent_inits(method: MethodFacts, qualify, with_params: bool = False) -> lis
         assert isinstance(loop, cst.For)
         out.append((loop, f"the loop `for ... in {_short(loop.iter)}`"))
     return out
+
+
+FALSY_DEFAULTS = ("''", '""', "None", "False", "0")
+NORM_LEAVES = ("ones_", "zeros_", "zero_", "constant_", "fill_")
+
+
+def _defaults(fn: cst.FunctionDef) -> dict[str, str]:
+    out = {}
+    for p in (*fn.params.params, *fn.params.kwonly_params):
+        if p.default is not None:
+            out[p.name.value] = cst.Module([]).code_for_node(p.default).strip()
+    return out
+
+
+def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    return any(n is node for n in walk(tree))
+
+
+def _off_by_default(cls: ClassFacts, method: MethodFacts, node: cst.CSTNode) -> bool:
+    """``if weight_init: named_apply(...)`` with ``weight_init=''``: the default build skips it."""
+    init = cls.methods.get("__init__")
+    if init is None:
+        return False
+    defaults = _defaults(init.node)
+    for cond in method.conditions:
+        if isinstance(cond, cst.Name) and defaults.get(cond.value) in FALSY_DEFAULTS:
+            for n in walk(method.node):
+                if isinstance(n, cst.If) and n.test is cond and _contains(n.body, node):
+                    return True
+    return False
 
 
 class ParentAppliedInit(Rule):
@@ -181,6 +212,39 @@ class Net(nn.Module):
     def _init_weights(self, m):
         if isinstance(m, nn.Linear):
             nn.init.zeros_(m.bias)
+""",
+        # timm PiT: the applied init gives norm layers exactly their own default values
+        """
+import torch.nn as nn
+
+class PiT(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.LayerNorm):
+            nn.init.constant_(m.bias, 0)
+            nn.init.constant_(m.weight, 1.0)
+""",
+        # timm GCViT: only applied when asked for (`weight_init=''` by default)
+        """
+from functools import partial
+import torch.nn as nn
+from timm.layers import named_apply
+
+class GCViT(nn.Module):
+    def __init__(self, dim, weight_init=''):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        if weight_init:
+            named_apply(partial(self._init_weights, scheme=weight_init), self)
+
+    def _init_weights(self, module, name, scheme='vit'):
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
 """,
         # a loop over modules that only reads
         """
@@ -274,6 +338,40 @@ def _init(m):
 """,
     ]
 
+    def _default_equivalent(self, cls: ClassFacts, node: cst.CSTNode) -> bool:
+        """``self.apply(self._init_weights)`` where ``_init_weights`` only sets norm layers to
+        weight 1 / bias 0: exactly what their own ``reset_parameters()`` does (timm PiT)."""
+        if not isinstance(node, cst.Call) or not node.args:
+            return False
+        fn = dotted(node.args[0].value) or ""
+        if not fn.startswith("self.") or fn.split(".", 1)[1] not in cls.methods:
+            return False
+        m = cls.methods[fn.split(".", 1)[1]]
+        kinds = set()
+        for call in m.calls:
+            name = (call.qualname or dotted(call.node.func) or "").rsplit(".", 1)[-1]
+            if name == "isinstance" and len(call.node.args) == 2:
+                types = [
+                    (dotted(n) or "").rsplit(".", 1)[-1]
+                    for n in walk(call.node.args[1].value)
+                    if isinstance(n, (cst.Name, cst.Attribute)) and dotted(n)
+                ]
+                if not all("Norm" in t or t in ("nn", "torch") for t in types):
+                    return False
+            elif name.endswith("_"):
+                if name not in NORM_LEAVES:
+                    return False
+                args = call.node.args
+                value = args[1].value if name in ("constant_",) and len(args) > 1 else (
+                    args[0].value if name == "fill_" and args else None
+                )
+                if value is not None and cst.Module([]).code_for_node(value).strip() not in (
+                    "0", "1", "0.", "1.", "0.0", "1.0"
+                ):
+                    return False
+                kinds.add(name)
+        return bool(kinds)
+
     def _replays(self, cls: ClassFacts) -> list[tuple[str, MethodFacts]]:
         """Public root hooks of the class (not ``reset_parameters``) that apply init too."""
         out = []
@@ -299,6 +397,8 @@ def _init(m):
             ):
                 has_children = bool(module_children(cls, self.qualify))
             for node, what in parent_inits(method, self.qualify, bool(has_children)):
+                if _off_by_default(cls, method, node) or self._default_equivalent(cls, node):
+                    continue
                 if replays is None:
                     replays = self._replays(cls)
                 if replays:
