@@ -84,12 +84,12 @@ def main() -> int:
     from metalint import check, report
     from metalint.config import load_settings
     from metalint.rules import all_rules
-    from metalint.static import engine
+    from metalint.static import engine, names
 
     check.read_source = timed("read", check.read_source)
     check.Cache.digest = staticmethod(timed("hash", check.Cache.digest))
     check.decode = timed("decode", check.decode)
-    check.module_name_for = timed("module names", check.module_name_for)
+    names.module_name_for = timed("module names", names.module_name_for)
     engine.noqa_directives = timed("noqa comments", engine.noqa_directives)
     engine.ast.parse = timed("ast.parse (files without torch)", engine.ast.parse)
     engine.cst.parse_module = timed("parse (libcst)", libcst.parse_module)
@@ -112,8 +112,7 @@ def main() -> int:
         "discovery", lambda self, paths: iter(list(orig_files(self, paths)))
     )
     settings = load_settings(a.path if a.path.exists() else Path.cwd(), None)
-    analyze = timed("analyze (rest: engine glue)", check.analyze_source)
-    check.analyze_source = analyze
+    engine.analyze_source = timed("analyze (rest: engine glue)", engine.analyze_source)
 
     prof = None
     if a.cprofile:
