@@ -578,6 +578,11 @@ def main(argv: list[str] | None = None) -> int:
         "--static-only", action="store_true", help="skip probe, loader and GPU"
     )
     ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="add bench/profile_check.py's phase table for the first tree",
+    )
+    ap.add_argument(
         "--probe-python",
         default=sys.executable,
         help="python that can import timm and metalint, for the real-model probe",
@@ -626,6 +631,31 @@ def main(argv: list[str] | None = None) -> int:
         ]
         rows = run_static(trees, ruff, torchfix, reps, a.timeout, a.single_above)
         report += [static_table(rows), ""]
+        if a.profile:
+            first = next(iter(trees))
+            log(f"profile of a cold check of {first}")
+            wall, proc = timed(
+                [
+                    sys.executable,
+                    str(ROOT / "bench" / "profile_check.py"),
+                    str(trees[first]),
+                ],
+                ROOT,
+                a.timeout,
+            )
+            report += [
+                f"## Where time goes: one cold check of {first}",
+                "",
+                (
+                    f"`python bench/profile_check.py {first}` (one process, no cache, CPU seconds "
+                    "per phase; process start measured in fresh interpreters)"
+                ),
+                "",
+                proc.stdout.strip()
+                if proc is not None and proc.returncode == 0
+                else "profile failed",
+                "",
+            ]
         if not a.static_only:
             report += ["## Probe", ""]
             report += [run_probe_bench(["--tiny"] if a.quick else [], a.timeout), ""]

@@ -64,6 +64,7 @@ def test_static_bench_on_tiny_tree(tmp_path, monkeypatch):
             "--reps",
             "1",
             "--no-torchfix",
+            "--profile",
             "--out",
             str(out),
         ]
@@ -87,6 +88,8 @@ def test_static_bench_on_tiny_tree(tmp_path, monkeypatch):
         assert {"ruff (no cache)", "ruff (cache)"} <= set(rows)
         assert "| tiny | metalint cold / ruff (no cache) |" in text
     assert "TorchFix" not in rows
+    assert "## Where time goes: one cold check of tiny" in text
+    assert "| parse (libcst) | 3 |" in text
     for key in ("- date:", "- machine:", "- python", "torch", "libcst"):
         assert key in text
 
