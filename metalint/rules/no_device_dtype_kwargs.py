@@ -13,16 +13,17 @@ from metalint.static.tensors import local_value
 def _accepts_device(fn: cst.FunctionDef) -> bool:
     params = fn.params
     names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
-    return "device" in names or isinstance(params.star_kwarg, cst.Param)
+    return "device" in names
 
 
 class NoDeviceDtypeKwargs(Rule):
     """
     ## What it does
     Finds an `nn.Module` whose `__init__` creates tensors itself — `nn.Parameter(torch.empty(...))`,
-    `register_buffer(name, torch.zeros(...))` — but takes no `device` argument (nor
-    `**kwargs` / `**factory_kwargs` to pass one through). Opt-in: enable it for libraries that
-    want to support `skip_init` and per-call device placement like `torch.nn` does.
+    `register_buffer(name, torch.zeros(...))` — but has no parameter named `device`.
+    `**kwargs` / `**factory_kwargs` is not enough: `skip_init` looks for `device` in the
+    signature. Opt-in: enable it for libraries that want to support `skip_init` and per-call
+    device placement like `torch.nn` does.
 
     ## Why is this bad on meta?
     `torch.nn.utils.skip_init(Cls, *args)` builds a module without initialising it by calling
@@ -72,14 +73,15 @@ class LayerScale(nn.Module):
         self.init_values = init_values
         self.gamma = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
 """,
-        # factory kwargs passed through
+        # keyword-only device, passed on
         """
 import torch
 import torch.nn as nn
 
 class Norm(nn.Module):
-    def __init__(self, dim, **factory_kwargs):
+    def __init__(self, dim, *, device=None, dtype=None):
         super().__init__()
+        factory_kwargs = {"device": device, "dtype": dtype}
         self.weight = nn.Parameter(torch.ones(dim, **factory_kwargs))
 """,
         # creates no tensor itself: only children (their own constructors decide)
@@ -93,6 +95,16 @@ class Mlp(nn.Module):
 """,
     ]
     INVALID = [
+        # `**factory_kwargs` hides `device` from the signature that skip_init inspects
+        """
+import torch
+import torch.nn as nn
+
+class Norm(nn.Module):
+    def __init__(self, dim, **factory_kwargs):  # ERROR
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim, **factory_kwargs))
+""",
         """
 import torch
 from torch import nn
