@@ -343,6 +343,23 @@ def _init(m):
         weight 1 / bias 0: exactly what their own ``reset_parameters()`` does (timm PiT)."""
         if not isinstance(node, cst.Call) or not node.args:
             return False
+        if isinstance(node.args[0].value, cst.Name):
+            # a nested ``def _reset(m, name): m.reset_parameters()``: the per-module hook itself
+            local = node.args[0].value.value
+            for m in cls.methods.values():
+                if not any(n is node for n in walk(m.node)):
+                    continue
+                for n in walk(m.node):
+                    if isinstance(n, cst.FunctionDef) and n.name.value == local and n is not m.node:
+                        called = [
+                            c.func.attr.value if isinstance(c.func, cst.Attribute) else dotted(c.func)
+                            for c in walk(n.body)
+                            if isinstance(c, cst.Call)
+                        ]
+                        return bool(called) and all(
+                            c in ("reset_parameters", "hasattr", "callable", "getattr") for c in called
+                        )
+            return False
         fn = dotted(node.args[0].value) or ""
         if not fn.startswith("self.") or fn.split(".", 1)[1] not in cls.methods:
             return False
