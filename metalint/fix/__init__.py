@@ -7,4 +7,25 @@ a :class:`~metalint.diagnostics.Fix` (the engine calls it, so ``check`` shows fi
 writes atomically, :mod:`metalint.fix.verify` checks the result with the probe, and
 :mod:`metalint.fix.command` is the CLI. Nothing here imports torch except ``verify`` (through
 the probe, in a child process).
+
+Usage: ``metalint fix [PATHS]... [--write] [--diff] [--unsafe-fixes] [--verify] [--show-fixes]
+[--select/--ignore CODES]``. Without ``--write``: a unified diff, nothing written, exit 1 when
+something would change. With ``--write``: ``Fixed N errors (M remaining; K unfixable).``, exit 1
+while findings remain; unreadable or unparsable files are reported (ML900), left alone, exit 2.
+
+Safety model:
+- ``safe``: eager construction under the same seed gives bitwise the same tensors (tested on every
+  fixture by ``tests/test_fix.py``); ``unsafe`` (needs ``--unsafe-fixes``): a constructor signature
+  changes (``device``/``dtype`` added), random draws move after other draws, an existing hook
+  that ``__init__`` did not call is now called, or an attribute assigned elsewhere becomes a buffer.
+- Refused (reported with the reason): a shape that cannot be derived statically, a value read or
+  overwritten later in ``__init__``, a base class with its own ``reset_parameters()`` or outside
+  the checked files, a subclass overriding the hook, code in loops/``with``/``try``, locals
+  assigned twice or unpacked from calls, ``None``-or-tensor buffers, a child's tensor (belongs in
+  the root ``init_weights()``).
+- Writes: each round's result must parse (libcst and ``compile``); files are written atomically
+  (temp file in the same folder, fsync, mode kept, ``os.replace``) only if their bytes are still
+  those that were read. A second ``fix`` on the result changes nothing.
+- ``--verify`` probes each rewritten class in a child process; a failing class's file is
+  restored and fixed again without that class.
 """
