@@ -31,21 +31,25 @@ class WithHook(Resettable):
     def __init__(self, d):
         super().__init__()
         self.w = nn.Parameter(torch.empty(d))
+        nn.init.zeros_(self.w)
 
 class WithoutHook(NoHook):
     def __init__(self, d):
         super().__init__()
         self.w = nn.Parameter(torch.empty(d))
+        nn.init.zeros_(self.w)
 
 class MHA(nn.MultiheadAttention):
     def __init__(self, d):
         super().__init__(d, 1)
         self.extra = nn.Parameter(torch.empty(d))
+        nn.init.ones_(self.extra)
 
 class LinearPlus(nn.Linear):
     def __init__(self, d):
         super().__init__(d, d)
         self.extra = nn.Parameter(torch.empty(d))
+        nn.init.ones_(self.extra)
 
 class TiedLM(Tied):
     def __init__(self, v, d):

@@ -7,8 +7,14 @@ import libcst as cst
 from metalint.static.model import ClassFacts
 from metalint.static.ownership import construction, owned_tensors
 from metalint.static.rule import Finding, Rule
-from metalint.static.construction import computed
-from metalint.static.tensors import value_kind
+from metalint.static.construction import (
+    LEGACY_CONSTRUCTORS,
+    NEUTRAL_METHODS,
+    computed,
+    is_legacy_sizes,
+    written_attr,
+)
+from metalint.static.tensors import EMPTY_FACTORIES, value_kind
 
 
 def _names(attrs: list[str], limit: int = 4) -> str:
@@ -28,6 +34,34 @@ def _size_zero(value, qualify) -> bool:
     return isinstance(first, (cst.List, cst.Tuple)) and not first.elements
 
 
+def _from_argument(owned) -> bool:
+    """``nn.Parameter(weight)`` / ``register_buffer("w", weight)`` with ``weight`` an argument."""
+    v = owned.value
+    return isinstance(v, cst.Name) and v.value in owned.method.params and v.value != "self"
+
+
+def _has_value(expr, qualify, method, depth: int = 0) -> bool:
+    """The expression computes something (not ``torch.empty``, ``torch.Tensor(3, 4)``, an
+    argument): broader than ML002's test, so that nothing computed goes unreported."""
+    if expr is None or depth > 3:
+        return False
+    if isinstance(expr, cst.Name):
+        if expr.value in method.params or expr.value == "None":
+            return False
+        return any(
+            v is not expr and _has_value(v, qualify, method, depth + 1)
+            for _, v in method.local_values.get(expr.value, ())
+        )
+    if isinstance(expr, cst.Call):
+        q = qualify(expr.func)
+        if q in EMPTY_FACTORIES or (q in LEGACY_CONSTRUCTORS and is_legacy_sizes(expr)):
+            return False
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in NEUTRAL_METHODS:
+            return _has_value(expr.func.value, qualify, method, depth + 1)
+        return True
+    return isinstance(expr, (cst.BinaryOperation, cst.Subscript, cst.List, cst.Tuple, cst.Integer, cst.Float))
+
+
 class MissingResetHook(Rule):
     """
     ## What it does
@@ -40,12 +74,14 @@ class MissingResetHook(Rule):
     `nn.MultiheadAttention` and `nn.Transformer*` are such classes, and so are their
     subclasses.
 
-    The finding is reported once, on the `class` line, and only when at least one of those
-    tensors is not already reported by ML001/ML002 (a parameter or buffer created from a
-    value), whose fix adds the missing `reset_parameters()` anyway: a dinov2 `LayerScale`
-    (`nn.Parameter(init_values * torch.ones(dim))`) gets one ML001 finding, a module whose
-    tensors are `torch.empty(...)`, come from arguments, or are initialised in place gets this
-    one.
+    The finding is reported once, on the `class` line, and names the tensors whose value is
+    lost: those initialised in place during construction (`_reset_parameters()`,
+    `nn.init.*_` in `__init__`), those that come from constructor arguments, and computed
+    buffers. Tensors already reported by ML001/ML002 (created from a value) are left to them —
+    their fix adds the missing `reset_parameters()` — so a dinov2 `LayerScale` gets one ML001
+    finding. A `torch.empty(...)` tensor that nothing in the class initialises (a device
+    anchor, or a table the parent initialises: ML010) is not counted: eager construction
+    leaves it uninitialised too.
 
     ## Why is this bad on meta?
     After `module.to_empty(device=...)` every parameter and buffer is uninitialised memory.
@@ -144,6 +180,17 @@ class VisionTransformer(nn.Module):
         trunc_normal_(self.pos_embed, std=.02)
         nn.init.normal_(self.cls_token, std=1e-6)
 """,
+        # device anchors and uninitialised tensors nobody here sets: eager has garbage too
+        """
+import torch
+import torch.nn as nn
+
+class SinusoidalPositionalEmbedding(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.register_buffer("_float_tensor", torch.FloatTensor(1))
+        self.register_buffer("_anchor", torch.empty(0), persistent=False)
+""",
         # owns no tensor itself: only children
         """
 from torch import nn
@@ -225,6 +272,7 @@ class RelPosBias(nn.Module):  # ERROR
     def __init__(self, heads, size):
         super().__init__()
         self.table = nn.Parameter(torch.empty((2 * size - 1) ** 2, heads))
+        nn.init.trunc_normal_(self.table, std=.02)
         self._make_index(size)
 
     def _make_index(self, size):
@@ -245,15 +293,25 @@ class RelPosBias(nn.Module):  # ERROR
         public = [h for h in self.ctx.hooks if not h.startswith("_")]
         if any(h in cls.methods for h in public):
             return
+        methods = construction(cls)
+        initialised = {w for m in methods for c in m.calls if (w := written_attr(c, self.qualify))}
         attrs: list[str] = []
         covered: set[str] = set()
-        for owned in owned_tensors(construction(cls), self.qualify):
+        for owned in owned_tensors(methods, self.qualify):
             if _size_zero(owned.value, self.qualify):
                 continue  # `torch.empty(0)`: a device anchor, nothing to initialise
+            if self._value_carrying(owned):
+                covered.add(owned.attr)  # ML001/ML002 report it
+            elif not (
+                owned.attr in initialised
+                or _from_argument(owned)
+                or _has_value(owned.value, self.qualify, owned.method)
+            ):
+                # `torch.empty(...)` nobody here initialises: eager leaves it uninitialised too
+                # (or a parent initialises it: ML010's finding), so nothing is lost on meta
+                covered.add(owned.attr)
             if owned.attr not in attrs:
                 attrs.append(owned.attr)
-            if self._value_carrying(owned):
-                covered.add(owned.attr)
         attrs = [a for a in attrs if a not in covered]
         if not attrs:
             return
