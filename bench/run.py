@@ -453,7 +453,7 @@ def run_probe_bench(args: list[str], timeout: float) -> str:
         f"| {d.get('probe_peak_over_model')} | {mb(d.get('meta_build_rss_delta_bytes') or 0)} "
         f"| {d.get('probe_seconds')} | {d.get('verdict')} |"
     )
-    return f"`python bench/probe_bench.py {' '.join(args)}`\n\n{head}\n{row}"
+    return f"`{' '.join(['python bench/probe_bench.py', *args])}`\n\n{head}\n{row}"
 
 
 def run_loader_bench(args: list[str], work: Path, timeout: float) -> str:
@@ -468,7 +468,7 @@ def run_loader_bench(args: list[str], work: Path, timeout: float) -> str:
         return f"`loader_bench.py {' '.join(args)}` timed out after {timeout:.0f} s."
     if proc.returncode != 0 or not out.exists():
         return f"`loader_bench.py {' '.join(args)}` failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"
-    return f"`python bench/loader_bench.py {' '.join(args)}` ({wall:.0f} s)\n\n{out.read_text().strip()}"
+    return f"`{' '.join(['python bench/loader_bench.py', *args])}` ({wall:.0f} s)\n\n{out.read_text().strip()}"
 
 
 # ------------------------------------------------------------------------------ context
@@ -522,7 +522,7 @@ def context(
             f"- python {platform.python_version()}, torch {mod[0]}, libcst {mod[1]}, metalint {mod[2]} "
             f"(git {sha}{', uncommitted changes in the tree' if dirty else ''})"
         ),
-        f"- ruff {version_of([str(ruff), '--version']) if ruff else 'not installed'}, "
+        f"- ruff {version_of([str(ruff), '--version']).split()[-1] if ruff else 'not installed'}, "
         f"TorchFix {version_of([str(torchfix), '--version']) if torchfix else 'not installed'}, "
         + ", ".join(
             f"{n} {PINS.get(n, '(local ' + str(p) + ')')}" for n, p in trees.items()
@@ -634,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.profile:
             first = next(iter(trees))
             log(f"profile of a cold check of {first}")
-            wall, proc = timed(
+            _, proc = timed(
                 [
                     sys.executable,
                     str(ROOT / "bench" / "profile_check.py"),
