@@ -9,6 +9,7 @@ class an ``nn.Module``? does a base class's hook re-create the value?) is carrie
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 import re
 import tokenize
@@ -85,6 +86,32 @@ def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
     return ClassSummary(cls.fullname, cls.bases, hooks, api, sorted(cls.methods))
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _last_statement_holding(body, targets: set[int]) -> int | None:
+    """Index of the last statement of ``body`` needed to hold every node in ``targets`` (ids),
+    or None when some is not inside ``body``. A plain walk over dataclass fields: no visitor."""
+    left = set(targets)
+    for i, stmt in enumerate(body):
+        stack = [stmt]
+        while stack:
+            node = stack.pop()
+            left.discard(id(node))
+            names = _FIELDS.get(type(node))
+            if names is None:
+                names = _FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node))
+            for name in names:
+                value = getattr(node, name)
+                if isinstance(value, cst.CSTNode):
+                    stack.append(value)
+                elif isinstance(value, (list, tuple)):
+                    stack.extend(v for v in value if isinstance(v, cst.CSTNode))
+        if not left:
+            return i
+    return None
+
+
 def _positions(module: cst.Module, source: str, found, facts) -> dict:
     """Code ranges of the reported nodes.
 
@@ -112,11 +139,16 @@ def _positions(module: cst.Module, source: str, found, facts) -> dict:
         if len(rows) != len(nth):
             return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
         row = rows[next(i for i, s in enumerate(nth) if s is top)]
+        # what follows the last statement holding a finding (often everything after __init__)
+        # cannot move it: render the class only up to there
+        body = top.body.body if isinstance(top.body, cst.IndentedBlock) else None
+        last = _last_statement_holding(body, {id(n) for n in nodes}) if body else None
+        shown = top if last is None else top.with_changes(body=top.body.with_changes(body=body[: last + 1]))
         alone = cst.Module(
-            body=[top], default_indent=module.default_indent, default_newline=module.default_newline
+            body=[shown], default_indent=module.default_indent, default_newline=module.default_newline
         )
         pos = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
-        shift = row - pos[top.name].start.line
+        shift = row - pos[shown.name].start.line
         for node in nodes:
             r = pos[node]
             out[node] = CodeRange(
