@@ -227,16 +227,13 @@ def resolve_items(target: Target) -> list[Item]:
 
 
 def load_config(start: str | os.PathLike | None = None) -> dict[str, Any]:
-    """``[tool.metalint.probe]`` of the nearest pyproject.toml (an empty dict when none)."""
+    """``[tool.metalint.probe]`` of the nearest pyproject.toml with a ``[tool.metalint]`` table
+    (an empty dict when none); read by :mod:`metalint.config` like every other setting."""
+    import click
+
+    from metalint.config import ConfigError, load_settings
+
     try:
-        import tomllib  # type: ignore[import-not-found]
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    d = Path(start or os.getcwd()).resolve()
-    for cand in (d, *d.parents):
-        f = cand / "pyproject.toml"
-        if f.is_file():
-            with open(f, "rb") as fh:
-                data = tomllib.load(fh)
-            return data.get("tool", {}).get("metalint", {}).get("probe", {}) or {}
-    return {}
+        return dict(load_settings(Path(start) if start else None).probe)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
