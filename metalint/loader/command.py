@@ -59,10 +59,8 @@ def load_command(checkpoint, target, dtype, device, keep_in_fp32, allow_missing,
 
     try:
         from metalint.loader.core import load_checkpoint
-        from metalint.loader.target import resolve_target
-
         try:
-            factory = resolve_target(target)
+            factory = model_factory(target)
         except ImportError as exc:
             _fail(f"model target {target!r}: cannot import: {exc}")
         report = load_checkpoint(
@@ -84,3 +82,22 @@ def load_command(checkpoint, target, dtype, device, keep_in_fp32, allow_missing,
         click.echo(str(report))
     if report.verify is not None and not report.verify.ok:
         sys.exit(1)
+
+
+def model_factory(target: str):
+    """The zero-argument callable that builds TARGET, resolved as ``metalint probe`` does:
+    ``pkg.mod:factory``, ``path/to/file.py:factory`` or ``...:Class`` (arguments inferred)."""
+    from metalint.probe.target import parse_target, resolve_items
+
+    targets = parse_target(target)
+    if len(targets) != 1 or targets[0].attr is None:
+        raise ValueError(
+            f"model target {target!r} must look like 'module:factory' or 'path/to/file.py:factory'"
+        )
+    try:
+        (item,) = resolve_items(targets[0])
+    except AttributeError as exc:
+        raise ValueError(f"model target {target!r}: {exc}") from None
+    if item.make is None:
+        raise ValueError(f"model target {target!r}: {item.skip}")
+    return item.make
