@@ -38,3 +38,7 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="metalint")
 def main() -> None:
     """Find, prove and fix PyTorch modules that break when built on the meta device."""
+    import warnings
+
+    # torch warns on import when numpy is absent; metalint never needs numpy
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
