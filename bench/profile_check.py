@@ -136,7 +136,7 @@ def main() -> int:
 
     parsed = sum(r.parsed for r in result.results)
     print(
-        f"# cold check of {a.path}: {result.files_checked} files, {parsed} parsed by libcst, "
+        f"Cold check of {a.path}: {result.files_checked} files, {parsed} parsed by libcst, "
         f"{len(result.diagnostics)} findings; one process, no cache"
     )
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs\n")
