@@ -6,7 +6,6 @@ import libcst as cst
 
 from metalint.static.construction import (
     BUFFER_CLASSES,
-    LEGACY_CONSTRUCTORS,
     hook_free_construction,
     is_legacy_sizes,
     is_tensor,
@@ -16,7 +15,13 @@ from metalint.static.construction import (
 )
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.rule import Finding, Rule
-from metalint.static.tensors import parameter_value, self_attr, string_value, walk
+from metalint.static.tensors import (
+    LEGACY_CONSTRUCTORS,
+    parameter_value,
+    self_attr,
+    string_value,
+    walk,
+)
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:

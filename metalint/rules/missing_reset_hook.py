@@ -8,13 +8,12 @@ from metalint.static.model import ClassFacts
 from metalint.static.ownership import construction, owned_tensors
 from metalint.static.rule import Finding, Rule
 from metalint.static.construction import (
-    LEGACY_CONSTRUCTORS,
     NEUTRAL_METHODS,
     computed,
     is_legacy_sizes,
     written_attr,
 )
-from metalint.static.tensors import EMPTY_FACTORIES, value_kind
+from metalint.static.tensors import EMPTY_FACTORIES, LEGACY_CONSTRUCTORS, value_kind
 
 
 def _names(attrs: list[str], limit: int = 4) -> str:

@@ -14,7 +14,9 @@ import libcst as cst
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.tensors import (
+    BUFFER_CLASSES,
     EMPTY_FACTORIES,
+    LEGACY_CONSTRUCTORS,
     RANDOM_FACTORIES,
     VALUE_FACTORIES,
     local_value,
@@ -25,25 +27,6 @@ from metalint.static.tensors import (
     writes,
 )
 
-#: legacy constructors: ``torch.Tensor(3, 4)`` allocates CPU memory even under ``meta``
-LEGACY_CONSTRUCTORS = frozenset(
-    {
-        "torch.Tensor",
-        "torch.FloatTensor",
-        "torch.DoubleTensor",
-        "torch.HalfTensor",
-        "torch.BFloat16Tensor",
-        "torch.LongTensor",
-        "torch.IntTensor",
-        "torch.ShortTensor",
-        "torch.CharTensor",
-        "torch.ByteTensor",
-        "torch.BoolTensor",
-        "torch.cuda.FloatTensor",
-        "torch.cuda.LongTensor",
-        "torch.cuda.HalfTensor",
-    }
-)
 #: torch functions that return a tensor computed from tensors (for "is this clearly a tensor")
 TENSOR_FUNCTIONS = frozenset(
     {
@@ -142,7 +125,6 @@ NEUTRAL_METHODS = frozenset(
     {"to", "float", "double", "half", "bfloat16", "long", "int", "bool", "type", "type_as",
      "contiguous", "detach", "requires_grad_", "cpu", "cuda"}
 )
-BUFFER_CLASSES = frozenset({"torch.nn.Buffer", "torch.nn.parameter.Buffer"})
 #: real devices, as written in source
 REAL_DEVICE = ("cpu", "cuda", "mps", "xpu", "npu", "hpu")
 

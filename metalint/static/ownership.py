@@ -14,8 +14,10 @@ import libcst as cst
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.tensors import (
+    BUFFER_CLASSES,
     EMPTY_FACTORIES,
     INPLACE_METHODS,
+    LEGACY_CONSTRUCTORS,
     PARAMETER_CLASSES,
     RANDOM_FACTORIES,
     VALUE_FACTORIES,
@@ -23,24 +25,10 @@ from metalint.static.tensors import (
     string_value,
 )
 
-BUFFER_CLASSES = frozenset({"torch.nn.Buffer"})
 #: legacy typed constructors allocate CPU memory even under ``with torch.device("meta")``
-CPU_CONSTRUCTORS = frozenset(
-    {
-        "torch.Tensor",
-        "torch.FloatTensor",
-        "torch.DoubleTensor",
-        "torch.HalfTensor",
-        "torch.BFloat16Tensor",
-        "torch.LongTensor",
-        "torch.IntTensor",
-        "torch.ShortTensor",
-        "torch.CharTensor",
-        "torch.ByteTensor",
-        "torch.BoolTensor",
-        "torch.from_numpy",
-    }
-)
+CPU_CONSTRUCTORS = (LEGACY_CONSTRUCTORS - {n for n in LEGACY_CONSTRUCTORS if ".cuda." in n}) | {
+    "torch.from_numpy"
+}
 #: torch functions that never return a tensor (or return a tuple of them)
 NOT_TENSOR_FUNCTIONS = frozenset(
     {

@@ -92,6 +92,27 @@ INPLACE_METHODS = frozenset(
         "set_",
     }
 )
+#: legacy constructors: ``torch.Tensor(3, 4)`` allocates CPU memory even under ``meta``
+LEGACY_CONSTRUCTORS = frozenset(
+    {
+        "torch.Tensor",
+        "torch.FloatTensor",
+        "torch.DoubleTensor",
+        "torch.HalfTensor",
+        "torch.BFloat16Tensor",
+        "torch.LongTensor",
+        "torch.IntTensor",
+        "torch.ShortTensor",
+        "torch.CharTensor",
+        "torch.ByteTensor",
+        "torch.BoolTensor",
+        "torch.cuda.FloatTensor",
+        "torch.cuda.LongTensor",
+        "torch.cuda.HalfTensor",
+    }
+)
+#: ``nn.Buffer(t)`` (torch >= 2.5) registers a buffer when assigned to a module attribute
+BUFFER_CLASSES = frozenset({"torch.nn.Buffer"})
 PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.UninitializedParameter"})
 
 
