@@ -212,6 +212,22 @@ def _split(values: tuple[str, ...]) -> list[str]:
     return [v.strip().upper() if v.strip().upper() != "ALL" else "ALL" for s in values for v in s.split(",") if v.strip()]
 
 
+def cli_settings(paths, config, select, extend_select, ignore) -> Settings:
+    """Settings of the nearest ``[tool.metalint]`` (or ``--config``) with the command line's
+    ``--select``/``--extend-select``/``--ignore`` applied; unknown selectors are a ConfigError."""
+    settings = load_settings(paths[0] if paths[0].exists() else Path.cwd(), config)
+    codes, _ = all_codes()
+    for name, values in (("--select", select), ("--extend-select", extend_select), ("--ignore", ignore)):
+        validate_selectors(_split(values), codes, name)
+    for what, values in (("select", settings.select), ("extend-select", settings.extend_select), ("ignore", settings.ignore)):
+        validate_selectors(values, codes, f"{settings.config_file}: {what}")
+    if select:
+        settings.select = _split(select)
+    settings.extend_select += _split(extend_select)
+    settings.ignore += _split(ignore)
+    return settings
+
+
 @click.command("check")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--output-format", type=click.Choice(FORMATS), default="text", show_default=True)
@@ -235,16 +251,7 @@ def check_command(paths, output_format, select, extend_select, ignore, exit_zero
     """Check PATHS (default: .) for modules that break when built on the meta device."""
     try:
         paths = list(paths) or [Path(".")]
-        settings = load_settings(paths[0] if paths[0].exists() else Path.cwd(), config)
-        codes, _ = all_codes()
-        for name, values in (("--select", select), ("--extend-select", extend_select), ("--ignore", ignore)):
-            validate_selectors(_split(values), codes, name)
-        for what, values in (("select", settings.select), ("extend-select", settings.extend_select), ("ignore", settings.ignore)):
-            validate_selectors(values, codes, f"{settings.config_file}: {what}")
-        if select:
-            settings.select = _split(select)
-        settings.extend_select += _split(extend_select)
-        settings.ignore += _split(ignore)
+        settings = cli_settings(paths, config, select, extend_select, ignore)
         result = run_check(paths, settings, use_cache=not no_cache, workers=jobs)
     except ConfigError as exc:
         click.echo(f"metalint: error: {exc}", err=True)

@@ -265,9 +265,9 @@ def test_check_marks_safe_fixes(cli, tmp_path):
 def test_select_and_ignore(cli, tmp_path):
     shutil.copy(ROOT / "fixtures" / "fix" / "inplace_init.in.py", tmp_path / "m.py")
     before = (tmp_path / "m.py").read_bytes()
-    r = cli("fix", "--no-cache", "--write", "--ignore", "ML003", "m.py")
+    cli("fix", "--no-cache", "--write", "--ignore", "ML003", "m.py")
     assert (tmp_path / "m.py").read_bytes() == before
-    r = cli("fix", "--no-cache", "--write", "--select", "ML003", "m.py")
+    cli("fix", "--no-cache", "--write", "--select", "ML003", "m.py")
     assert (tmp_path / "m.py").read_bytes() != before
 
 

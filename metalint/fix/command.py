@@ -15,14 +15,8 @@ from pathlib import Path
 
 import click
 
-from metalint.config import ConfigError, load_settings, validate_selectors
+from metalint.config import ConfigError
 from metalint.report import ERROR_CODE, render
-
-
-def _split(values):
-    from metalint.check import _split as split
-
-    return split(values)
 
 
 def _summary(fixed: int, remaining: int, unfixable: int, unsafe_hidden: int, write: bool) -> str:
@@ -79,7 +73,6 @@ def run_fix(paths, settings, *, write: bool, show_diff: bool, unsafe: bool, veri
             )
             echo("".join(diff), nl=False)
 
-    status: dict[str, str] = {}  # display -> what happened to it
     if write:
         for ff in changed:
             try:
@@ -187,18 +180,11 @@ def _verify(ff, fixer, echo) -> None:
 @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPUs).")
 def fix_command(paths, write, show_diff, unsafe_fixes, verify, show_fixes, select, extend_select, ignore, no_cache, config, jobs):
     """Rewrite PATHS (default: .) so their modules can be built on the meta device."""
-    from metalint.check import all_codes
+    from metalint.check import cli_settings
 
     try:
         paths = list(paths) or [Path(".")]
-        settings = load_settings(paths[0] if paths[0].exists() else Path.cwd(), config)
-        codes, _ = all_codes()
-        for name, values in (("--select", select), ("--extend-select", extend_select), ("--ignore", ignore)):
-            validate_selectors(_split(values), codes, name)
-        if select:
-            settings.select = _split(select)
-        settings.extend_select += _split(extend_select)
-        settings.ignore += _split(ignore)
+        settings = cli_settings(paths, config, select, extend_select, ignore)
         if verify and not write:
             raise click.UsageError("--verify needs --write")
         rc = run_fix(paths, settings, write=write, show_diff=show_diff, unsafe=unsafe_fixes,

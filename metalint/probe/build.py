@@ -27,7 +27,6 @@ import inspect
 import linecache
 import os
 import re
-import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -37,7 +36,6 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from metalint.diagnostics import Diagnostic, Position, Severity
 from metalint.probe import attribute, compare
