@@ -150,6 +150,7 @@ class M(torch.nn.Module):
         scale = torch.zeros(d) + 1
         self.d = Parameter(scale)  # ERROR
         self.register_parameter("e", Parameter(torch.ones(d) * 2))  # ERROR
+        self.g = Parameter(0.1 * torch.ones(d)) if d > 1 else None  # ERROR
         self.f = Parameter(torch.empty(d))
 """,
         # a reset hook exists but forgets this tensor
@@ -184,6 +185,9 @@ class Block(nn.Module):
                             yield from self._check(cls, method, attr, call.node, args[1].value)
 
     def _check(self, cls, method, attr, node, value) -> Iterable[Finding]:
+        if isinstance(value, cst.IfExp):
+            # ``nn.Parameter(v * torch.ones(d)) if v > 0 else None`` (timm ConvNeXt's gamma)
+            value = value.body if parameter_value(value.body, self.qualify) else value.orelse
         data = parameter_value(value, self.qualify)
         if data is None:
             return
