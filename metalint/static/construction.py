@@ -17,6 +17,7 @@ from metalint.static.tensors import (
     BUFFER_CLASSES,
     EMPTY_FACTORIES,
     LEGACY_CONSTRUCTORS,
+    PARAMETER_CLASSES,
     RANDOM_FACTORIES,
     VALUE_FACTORIES,
     local_value,
@@ -189,18 +190,23 @@ class Registration:
     value: cst.BaseExpression | None  # the data expression
     method: MethodFacts
     persistent: bool = True
+    #: the tensor argument of a ``register_*`` call as written (None for assignments)
+    passed: cst.BaseExpression | None = None
 
 
-def registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]:
+def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]:
+    """Every own parameter and buffer the methods create, unfiltered: ``self.w =
+    nn.Parameter(...)``, ``self.b = nn.Buffer(...)``, ``self.register_buffer("b", t)``,
+    ``self.register_parameter("w", p)``. ``value`` is None where the data is unknown."""
     for method in methods:
         for a in method.assigns:
-            if a.target.count(".") != 1 or a.augmented:
+            if a.target.count(".") != 1 or a.augmented or not isinstance(a.value, cst.Call):
                 continue
             attr = a.target.split(".")[1]
-            data = parameter_value(a.value, qualify)
-            if data is not None:
-                yield Registration(attr, "parameter", a.node, data, method)
-            elif isinstance(a.value, cst.Call) and qualify(a.value.func) in BUFFER_CLASSES:
+            q = qualify(a.value.func)
+            if q in PARAMETER_CLASSES:
+                yield Registration(attr, "parameter", a.node, parameter_value(a.value, qualify), method)
+            elif q in BUFFER_CLASSES:
                 args = a.value.args
                 data = args[0].value if args and args[0].keyword is None else keyword(a.value, "data")
                 persistent = not is_false(keyword(a.value, "persistent"))
@@ -219,15 +225,20 @@ def registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]
             )
             if call.method == "register_parameter":
                 data = parameter_value(value, qualify)
-                yield Registration(attr, "parameter", call.node, data, method)
+                yield Registration(attr, "parameter", call.node, data, method, passed=value)
             else:
-                persistent = True
                 p = keyword(call.node, "persistent")
                 if p is None and len(args) >= 3 and args[2].keyword is None:
                     p = args[2].value
-                if is_false(p):
-                    persistent = False
-                yield Registration(attr, "buffer", call.node, value, method, persistent)
+                yield Registration(attr, "buffer", call.node, value, method, not is_false(p), value)
+
+
+def registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]:
+    """:func:`tensor_registrations` less ``nn.Parameter()`` assignments with no data."""
+    for r in tensor_registrations(methods, qualify):
+        if r.kind == "parameter" and not isinstance(r.node, cst.Call) and r.value is None:
+            continue
+        yield r
 
 
 def _is_none(node: cst.BaseExpression | None) -> bool:

@@ -7,10 +7,10 @@ ML010, ML011, ML012). Works on the facts of :mod:`metalint.static.model`; never 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import libcst as cst
 
+from metalint.static.construction import Registration, _is_none, keyword, tensor_registrations
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.tensors import (
@@ -21,7 +21,6 @@ from metalint.static.tensors import (
     PARAMETER_CLASSES,
     RANDOM_FACTORIES,
     VALUE_FACTORIES,
-    parameter_value,
     string_value,
 )
 
@@ -128,65 +127,20 @@ def chain(node: cst.BaseExpression | None) -> list[str] | None:
     return None
 
 
-def keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg.value
-    return None
-
-
-@dataclass
-class Owned:
-    """An own tensor created during construction."""
-
-    attr: str
-    kind: str  # "parameter" or "buffer"
-    node: cst.CSTNode
-    value: cst.BaseExpression | None  # the data expression (None: unknown)
-    method: MethodFacts
-
-
-def _is_none(node: cst.BaseExpression | None) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
+#: an own tensor created during construction
+Owned = Registration
 
 
 def owned_tensors(methods: list[MethodFacts], qualify) -> Iterator[Owned]:
-    """Parameters and buffers a class creates itself: ``self.w = nn.Parameter(...)``,
-    ``self.b = nn.Buffer(...)``, ``self.register_buffer("b", t)``, ``register_parameter``."""
-    for method in methods:
-        for a in method.assigns:
-            if a.target.count(".") != 1 or a.augmented or not isinstance(a.value, cst.Call):
+    """Parameters and buffers a class creates itself, less registrations of ``None`` and
+    ``register_parameter`` calls whose value is neither a Parameter nor a name."""
+    for r in tensor_registrations(methods, qualify):
+        if isinstance(r.node, cst.Call):
+            if r.passed is None or _is_none(r.passed):
                 continue
-            attr = a.target.split(".")[1]
-            q = qualify(a.value.func)
-            if q in PARAMETER_CLASSES:
-                yield Owned(attr, "parameter", a.node, parameter_value(a.value, qualify), method)
-            elif q in BUFFER_CLASSES:
-                args = a.value.args
-                data = args[0].value if args and args[0].keyword is None else keyword(a.value, "data")
-                yield Owned(attr, "buffer", a.node, data, method)
-        for call in method.calls:
-            if call.receiver != "self" or call.method not in ("register_buffer", "register_parameter"):
+            if r.kind == "parameter" and r.value is None and not isinstance(r.passed, cst.Name):
                 continue
-            args = call.node.args
-            if not args:
-                continue
-            attr = string_value(args[0].value)
-            if not attr:
-                continue
-            if len(args) >= 2 and args[1].keyword is None:
-                value = args[1].value
-            else:
-                value = keyword(call.node, "tensor" if call.method == "register_buffer" else "param")
-            if value is None or _is_none(value):
-                continue
-            if call.method == "register_parameter":
-                data = parameter_value(value, qualify)
-                if data is None and not isinstance(value, cst.Name):
-                    continue
-                yield Owned(attr, "parameter", call.node, data, method)
-            else:
-                yield Owned(attr, "buffer", call.node, value, method)
+        yield r
 
 
 def own_tensor_names(cls: ClassFacts, qualify) -> set[str]:
