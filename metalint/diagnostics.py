@@ -158,6 +158,7 @@ class Condition:
       (only the hooks named in ``hooks`` when it is not empty).
     - ``no_hook``: the finding stands only while neither the class nor a base has a recognised
       public init hook.
+    - ``unless_reset_init``: see below (parent-applied init resolved across files).
     """
 
     cls: str
@@ -168,6 +169,10 @@ class Condition:
     hooks: tuple[str, ...] = ()
     #: the finding stands only while neither the class nor a base defines one of these methods
     unless_method: tuple[str, ...] = ()
+    #: ``(function, ((argument, constant), ...))``: the finding stands unless the module-level
+    #: function applied to the children (or what the factory call returns) only calls each
+    #: module's own ``reset_parameters()``; no arguments: the function itself is applied
+    unless_reset_init: tuple = ()
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -180,6 +185,9 @@ class Condition:
             out["hooks"] = list(self.hooks)
         if self.unless_method:
             out["unless_method"] = list(self.unless_method)
+        if self.unless_reset_init:
+            name, args = self.unless_reset_init
+            out["unless_reset_init"] = [name, None if args is None else dict(args)]
         return out
 
     @classmethod
@@ -191,4 +199,12 @@ class Condition:
             data["no_hook"],
             tuple(data.get("hooks", ())),
             tuple(data.get("unless_method", ())),
+            _reset_init(data.get("unless_reset_init")),
         )
+
+
+def _reset_init(value: Any) -> tuple:
+    if not value:
+        return ()
+    name, args = value
+    return (name, None if args is None else tuple(sorted(args.items())))

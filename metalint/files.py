@@ -148,6 +148,9 @@ def display_path(path: Path, cwd: Path | None = None) -> str:
         return str(path)
 
 
+#: bump when what a cached FileResult holds changes (2: module-level init functions)
+CACHE_SCHEMA = 2
+
 class Cache:
     """One JSON file per settings key, mapping path -> {hash, result}."""
 
@@ -164,7 +167,7 @@ class Cache:
     @staticmethod
     def key(rule_codes: Iterable[str], hooks: Iterable[str]) -> str:
         h = hashlib.blake2b(digest_size=12)
-        h.update(__version__.encode())
+        h.update(f"{__version__}/{CACHE_SCHEMA}".encode())
         h.update(",".join(sorted(rule_codes)).encode())
         h.update(",".join(hooks).encode())
         return h.hexdigest()

@@ -55,3 +55,28 @@ def test_codes_are_unique_and_well_formed():
     assert len(codes) == len(set(codes))
     for code in codes:
         assert code[:2] == "ML" and code[2:].isdigit() and len(code) == 5
+
+
+def test_default_build_evaluator():
+    """The constants a default build sees: unknown never decides."""
+    from metalint.static.constants import UNKNOWN, dispatch, evaluate_text
+
+    env = {"weight_init": "reset", "self.mode": "jax_nlhb", "n": 3}
+    assert evaluate_text("'reset' if weight_init == 'skip' else weight_init", env) == "reset"
+    assert evaluate_text("mode or self.mode", {**env, "mode": ""}) == "jax_nlhb"
+    assert evaluate_text("self.mode.startswith('jax') and n > 2", env) is UNKNOWN  # '>' unsupported
+    assert evaluate_text("self.mode.startswith(('moco', 'jax'))", env) is True
+    assert evaluate_text("not weight_init", env) is False
+    assert evaluate_text("weight_init in ('reset', '')", env) is True
+    assert evaluate_text("unknown_name == 'reset'", env) is UNKNOWN
+    assert evaluate_text("x if unknown_name else 'a'", env) is UNKNOWN
+    assert evaluate_text("f(weight_init)", env) is UNKNOWN
+    summary = {
+        "params": ["mode", "needs_reset"],
+        "defaults": {"mode": "jax"},
+        "branches": [["mode.startswith('jax')", "init"], ["mode == 'reset'", "reset"], [None, "init"]],
+    }
+    assert dispatch(summary, {}) == "init"
+    assert dispatch(summary, {"0": "reset"}) == "reset"
+    assert dispatch(summary, {"mode": "moco"}) == "init"
+    assert dispatch({**summary, "defaults": {}}, {}) is None  # mode unknown

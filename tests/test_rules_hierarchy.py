@@ -77,3 +77,88 @@ def test_hook_and_tie_methods_are_found_in_other_files(tmp_path):
     result = run_check([pkg], settings, use_cache=False, workers=1)
     got = sorted((d.code, d.symbol) for d in result.diagnostics)
     assert got == [("ML004", "MHA"), ("ML004", "WithoutHook"), ("ML011", "UntiedLM")]
+
+
+INIT_FACTORIES = """
+from functools import partial
+import torch.nn as nn
+
+def init_weights_timm(module, name=""):
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=.02)
+
+def init_weights_reset(module, name="", needs_reset=True):
+    if needs_reset and hasattr(module, "reset_parameters"):
+        module.reset_parameters()
+
+def get_init(mode="jax", head_bias=0.0, needs_reset=True):
+    if mode.startswith("jax"):
+        return partial(init_weights_timm, needs_reset=needs_reset)
+    elif mode == "reset":
+        return partial(init_weights_reset, needs_reset=needs_reset)
+    else:
+        return partial(init_weights_timm, needs_reset=needs_reset)
+"""
+APPLIERS = """
+import math
+import torch.nn as nn
+from pkg.inits import get_init, init_weights_reset, init_weights_timm
+from timm.layers import named_apply
+
+class ResetByDefault(nn.Module):
+    def __init__(self, dim, weight_init="reset"):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        self.weight_init_mode = "reset" if weight_init == "skip" else weight_init
+        self.init_weights(needs_reset=False)
+
+    def init_weights(self, mode="", needs_reset=True):
+        mode = mode or self.weight_init_mode
+        head_bias = -math.log(10) if "nlhb" in mode else 0.
+        named_apply(get_init(mode, head_bias, needs_reset=needs_reset), self)
+
+class JaxByDefault(ResetByDefault):
+    def __init__(self, dim, weight_init="jax"):
+        super().__init__(dim, weight_init)
+
+class UnknownMode(nn.Module):
+    def __init__(self, dim, mode):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        named_apply(get_init(mode), self)
+
+class AppliesReset(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        self.apply(init_weights_reset)
+
+class AppliesTimm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        self.apply(init_weights_timm)
+
+class JaxMode(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        named_apply(get_init("jax_nlhb"), self)
+"""
+
+
+def test_parent_applied_init_judged_through_an_init_factory_in_another_file(tmp_path):
+    """ML010: what ``get_init(mode)`` (defined elsewhere) returns for the default mode decides."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "inits.py").write_text(textwrap.dedent(INIT_FACTORIES))
+    (pkg / "models.py").write_text(textwrap.dedent(APPLIERS))
+    settings = Settings(root=tmp_path, select=["ML010"])
+    result = run_check([pkg], settings, use_cache=False, workers=1)
+    got = sorted(d.symbol for d in result.diagnostics)
+    # (JaxByDefault's own __init__ applies nothing: the rule reports where the call is written)
+    assert got == ["AppliesTimm", "JaxMode", "UnknownMode"]
+    # without the factory's file the mode cannot be judged: the finding stands
+    alone = run_check([pkg / "models.py"], settings, use_cache=False, workers=1)
+    assert "ResetByDefault" in {d.symbol for d in alone.diagnostics}

@@ -4,6 +4,15 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.static import constants
+from metalint.static.defaults import (
+    applied_function,
+    calls_only_reset,
+    default_env,
+    reached_by_default,
+    unwrap_partial,
+    value_of,
+)
 from metalint.static.model import CallSite, ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.ownership import (
@@ -94,34 +103,7 @@ def parent_inits(method: MethodFacts, qualify, with_params: bool = False) -> lis
     return out
 
 
-FALSY_DEFAULTS = ("''", '""', "None", "False", "0")
 NORM_LEAVES = ("ones_", "zeros_", "zero_", "constant_", "fill_")
-
-
-def _defaults(fn: cst.FunctionDef) -> dict[str, str]:
-    out = {}
-    for p in (*fn.params.params, *fn.params.kwonly_params):
-        if p.default is not None:
-            out[p.name.value] = cst.Module([]).code_for_node(p.default).strip()
-    return out
-
-
-def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return any(n is node for n in walk(tree))
-
-
-def _off_by_default(cls: ClassFacts, method: MethodFacts, node: cst.CSTNode) -> bool:
-    """``if weight_init: named_apply(...)`` with ``weight_init=''``: the default build skips it."""
-    init = cls.methods.get("__init__")
-    if init is None:
-        return False
-    defaults = _defaults(init.node)
-    for cond in method.conditions:
-        if isinstance(cond, cst.Name) and defaults.get(cond.value) in FALSY_DEFAULTS:
-            for n in walk(method.node):
-                if isinstance(n, cst.If) and n.test is cond and _contains(n.body, node):
-                    return True
-    return False
 
 
 class ParentAppliedInit(Rule):
@@ -246,6 +228,65 @@ class GCViT(nn.Module):
         if isinstance(module, nn.Linear):
             nn.init.xavier_uniform_(module.weight)
 """,
+        # timm SwinV2Cr: the default mode takes the branch that applies nothing
+        """
+from functools import partial
+import torch.nn as nn
+from timm.layers import named_apply
+
+def init_weights_swin(module, name=""):
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=.02)
+
+class SwinV2Cr(nn.Module):
+    def __init__(self, dim, weight_init='reset'):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        self.weight_init_mode = 'reset' if weight_init == 'skip' else weight_init
+        if weight_init != 'skip':
+            self.init_weights(needs_reset=False)
+
+    def init_weights(self, needs_reset=True):
+        if self.weight_init_mode == 'reset':
+            if needs_reset:
+                for m in self.modules():
+                    m.reset_parameters()
+        else:
+            named_apply(partial(init_weights_swin, needs_reset=needs_reset), self)
+""",
+        # timm ViT-RelPos: the init factory returns "each module's own reset" for the default
+        # mode (the factory may live in another file of the checked tree)
+        """
+from functools import partial
+import torch.nn as nn
+from timm.layers import named_apply, trunc_normal_
+
+def init_weights_vit_timm(module, name=""):
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+
+def init_weights_reset_parameters(module, name="", needs_reset=True):
+    if needs_reset and hasattr(module, "reset_parameters"):
+        module.reset_parameters()
+
+def get_init_weights_vit(mode="jax", needs_reset=True):
+    if mode == "reset":
+        return partial(init_weights_reset_parameters, needs_reset=needs_reset)
+    else:
+        return partial(init_weights_vit_timm, needs_reset=needs_reset)
+
+class VisionTransformerRelPos(nn.Module):
+    def __init__(self, dim, weight_init="reset"):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        self.weight_init_mode = "reset" if weight_init == "skip" else weight_init
+        if weight_init != "skip":
+            self.init_weights(needs_reset=False)
+
+    def init_weights(self, mode="", needs_reset=True):
+        mode = mode or self.weight_init_mode
+        named_apply(get_init_weights_vit(mode, needs_reset=needs_reset), self)
+""",
         # a loop over modules that only reads
         """
 import torch.nn as nn
@@ -302,6 +343,33 @@ class VisionTransformer(nn.Module):
     def init_weights(self, mode=""):
         named_apply(partial(init_weights_vit), self)  # ERROR
 """,
+        # the same factory, but the default mode ("") applies timm's init
+        """
+from functools import partial
+import torch.nn as nn
+from timm.layers import named_apply, trunc_normal_
+
+def init_weights_vit_timm(module, name=""):
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+
+def init_weights_reset_parameters(module, name=""):
+    module.reset_parameters()
+
+def get_init_weights_vit(mode="jax"):
+    if mode == "reset":
+        return init_weights_reset_parameters
+    return partial(init_weights_vit_timm)
+
+class VisionTransformer(nn.Module):
+    def __init__(self, dim, weight_init=""):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        self.init_weights(weight_init)
+
+    def init_weights(self, mode=""):
+        named_apply(get_init_weights_vit(mode), self)  # ERROR
+""",
         # torchvision ResNet: a loop over self.modules() in __init__
         """
 from torch import nn
@@ -339,31 +407,31 @@ def _init(m):
     ]
 
     def _default_equivalent(self, cls: ClassFacts, node: cst.CSTNode) -> bool:
-        """``self.apply(self._init_weights)`` where ``_init_weights`` only sets norm layers to
-        weight 1 / bias 0: exactly what their own ``reset_parameters()`` does (timm PiT)."""
-        if not isinstance(node, cst.Call) or not node.args:
+        """The applied function gives each child only what its own ``reset_parameters()``
+        gives: a nested or same-file ``def _reset(m): m.reset_parameters()``, or a
+        ``self._init_weights`` that only sets norm layers to weight 1 / bias 0 (timm PiT)."""
+        if not isinstance(node, cst.Call):
             return False
-        if isinstance(node.args[0].value, cst.Name):
-            # a nested ``def _reset(m, name): m.reset_parameters()``: the per-module hook itself
-            local = node.args[0].value.value
+        fn = applied_function(node)
+        if fn is None:
+            return False
+        fn = unwrap_partial(fn, self.qualify)
+        if isinstance(fn, cst.Name):
+            local = fn.value
             for m in cls.methods.values():
                 if not any(n is node for n in walk(m.node)):
                     continue
                 for n in walk(m.node):
                     if isinstance(n, cst.FunctionDef) and n.name.value == local and n is not m.node:
-                        called = [
-                            c.func.attr.value if isinstance(c.func, cst.Attribute) else dotted(c.func)
-                            for c in walk(n.body)
-                            if isinstance(c, cst.Call)
-                        ]
-                        return bool(called) and all(
-                            c in ("reset_parameters", "hasattr", "callable", "getattr") for c in called
-                        )
+                        return calls_only_reset(n)
+            for stmt in self.ctx.module.body:
+                if isinstance(stmt, cst.FunctionDef) and stmt.name.value == local:
+                    return calls_only_reset(stmt)
             return False
-        fn = dotted(node.args[0].value) or ""
-        if not fn.startswith("self.") or fn.split(".", 1)[1] not in cls.methods:
+        name = dotted(fn) or ""
+        if not name.startswith("self.") or name.split(".", 1)[1] not in cls.methods:
             return False
-        m = cls.methods[fn.split(".", 1)[1]]
+        m = cls.methods[name.split(".", 1)[1]]
         kinds = set()
         for call in m.calls:
             name = (call.qualname or dotted(call.node.func) or "").rsplit(".", 1)[-1]
@@ -389,6 +457,37 @@ def _init(m):
                 kinds.add(name)
         return bool(kinds)
 
+    def _function_name(self, fn: cst.BaseExpression) -> str | None:
+        name = self.qualify(fn)
+        if name is None and isinstance(fn, cst.Name) and any(
+            isinstance(s, cst.FunctionDef) and s.name.value == fn.value for s in self.ctx.module.body
+        ):
+            name = f"{self.ctx.facts.module}.{fn.value}"
+        return name
+
+    def _imported_init(self, node: cst.CSTNode, env: dict) -> tuple:
+        """``named_apply(get_init_weights_vit(mode, ...), self)`` or ``self.apply(f)`` with a
+        module-level ``f`` (maybe in another file): (qualified name, constant arguments of the
+        factory call or None), for the cross-file step to judge."""
+        fn = applied_function(node) if isinstance(node, cst.Call) else None
+        if fn is None:
+            return ()
+        fn = unwrap_partial(fn, self.qualify)
+        if isinstance(fn, cst.Call):
+            name = self._function_name(fn.func)
+            if not name:
+                return ()
+            args = {}
+            for i, arg in enumerate(fn.args):
+                if arg.star:
+                    break
+                value = value_of(arg.value, env)
+                if constants.is_constant(value):
+                    args[arg.keyword.value if arg.keyword is not None else str(i)] = value
+            return (name, tuple(sorted(args.items())))
+        name = self._function_name(fn) if isinstance(fn, (cst.Name, cst.Attribute)) else None
+        return (name, None) if name and not name.startswith("self.") else ()
+
     def _replays(self, cls: ClassFacts) -> list[tuple[str, MethodFacts]]:
         """Public root hooks of the class (not ``reset_parameters``) that apply init too."""
         out = []
@@ -413,8 +512,10 @@ def _init(m):
                 isinstance(n, cst.For) for n, _t, _i in method.loops
             ):
                 has_children = bool(module_children(cls, self.qualify))
-            for node, what in parent_inits(method, self.qualify, bool(has_children)):
-                if _off_by_default(cls, method, node) or self._default_equivalent(cls, node):
+            inits = parent_inits(method, self.qualify, bool(has_children))
+            env = default_env(cls, method) if inits else {}
+            for node, what in inits:
+                if not reached_by_default(method, node, env) or self._default_equivalent(cls, node):
                     continue
                 if replays is None:
                     replays = self._replays(cls)
@@ -438,4 +539,5 @@ def _init(m):
                     f"`reset_parameters()` after `to_empty()` does not replay it, so the children "
                     f"get their default init instead; {tail}",
                     cls,
+                    unless_reset_init=self._imported_init(node, env),
                 )

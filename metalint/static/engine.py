@@ -19,6 +19,7 @@ import libcst as cst
 from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
 
 from metalint.diagnostics import Condition, Diagnostic, Position
+from metalint.static.defaults import init_functions
 from metalint.static.model import DEFAULT_HOOKS, ClassFacts, collect
 from metalint.static.names import exports_from_ast, module_name_for
 
@@ -196,6 +197,7 @@ def analyze_source(
     result.exports = dict(facts.aliases.names)
     result.exports.update(facts.local_classes)
     result.classes = [summarize(c, ctx) for c in facts.classes]
+    result.functions = init_functions(module, module_name, ctx.qualify)
     findings: list[tuple[str, Finding]] = []
     instances = [r(ctx) for r in (rules if rules is not None else all_rules())]
     for cls in facts.classes:
@@ -222,6 +224,7 @@ def analyze_source(
                         f.unless_hook,
                         tuple(f.recreated_by),
                         tuple(f.unless_method),
+                        f.unless_reset_init,
                     ),
                 )
             )

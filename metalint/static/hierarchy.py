@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from metalint.diagnostics import Condition
+from metalint.static.constants import dispatch
 from metalint.static.results import PUBLIC_HOOKS, ClassSummary, FileResult
 
 
@@ -35,18 +36,23 @@ TORCH_WITHOUT_RESET = frozenset(
 class Hierarchy:
     def __init__(self, results: Iterable[FileResult], public_hooks: Iterable[str] = PUBLIC_HOOKS):
         self.classes: dict[str, ClassSummary] = {}
+        self.functions: dict[str, dict] = {}
         self.exports: dict[str, dict[str, str]] = {}
         for r in results:
             for c in r.classes:
                 self.classes.setdefault(c.fullname, c)
+            for name, summary in r.functions.items():
+                self.functions.setdefault(name, summary)
             if r.module:
                 self.exports.setdefault(r.module, r.exports)
         self.public_hooks = tuple(public_hooks)
         self._module_memo: dict[str, bool] = {}
 
-    def resolve(self, name: str, depth: int = 0) -> str | None:
-        """The full name of a class defined in the tree, following re-exports."""
-        if name in self.classes:
+    def resolve(self, name: str, depth: int = 0, table: dict | None = None) -> str | None:
+        """The full name of a class (or a name in ``table``) defined in the tree, following
+        re-exports."""
+        table = self.classes if table is None else table
+        if name in table:
             return name
         if depth > 8 or "." not in name:
             return None
@@ -54,8 +60,19 @@ class Hierarchy:
         # ``pkg.layers.LayerScale`` where pkg/layers/__init__.py imports it from a submodule
         target = self.exports.get(head, {}).get(attr)
         if target and target != name:
-            return self.resolve(target, depth + 1)
+            return self.resolve(target, depth + 1, table)
         return None
+
+    def only_resets(self, name: str, args) -> bool:
+        """Does the applied init function ``name`` (or what the factory ``name(**args)``
+        returns) only call each module's own ``reset_parameters()``?"""
+        full = self.resolve(name, table=self.functions)
+        summary = self.functions.get(full) if full else None
+        if summary is None:
+            return False
+        if args is None:
+            return summary.get("kind") == "reset"
+        return "branches" in summary and dispatch(summary, dict(args)) == "reset"
 
     def bases(self, fullname: str) -> list[str]:
         cls = self.classes.get(fullname)
@@ -148,5 +165,7 @@ class Hierarchy:
         if cond.no_hook and self.has_hook(cond.cls, [h for h in hooks if not h.startswith("_")]):
             return False
         if cond.unless_method and self.defines(cond.cls, cond.unless_method, set()):
+            return False
+        if cond.unless_reset_init and self.only_resets(*cond.unless_reset_init):
             return False
         return True

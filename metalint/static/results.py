@@ -60,6 +60,8 @@ class FileResult:
     exports: dict[str, str] = field(default_factory=dict)  # local name -> qualified name
     noqa: dict[int, list[str] | None] = field(default_factory=dict)  # line -> codes (None: all)
     parsed: bool = False
+    #: module-level init functions others may apply (see metalint.static.defaults.init_functions)
+    functions: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +71,7 @@ class FileResult:
             "exports": self.exports,
             "noqa": {str(k): v for k, v in self.noqa.items()},
             "parsed": self.parsed,
+            "functions": self.functions,
         }
 
     @classmethod
@@ -81,6 +84,7 @@ class FileResult:
             d["exports"],
             {int(k): v for k, v in d["noqa"].items()},
             d["parsed"],
+            d.get("functions", {}),
         )
 
 

@@ -38,6 +38,9 @@ class Finding:
     recreated_by: tuple[str, ...] = ()
     #: the finding stands only while neither the class nor a base defines one of these methods
     unless_method: tuple[str, ...] = ()
+    #: the finding stands unless this applied init function (name, constant arguments of a
+    #: factory call or None) only calls each module's ``reset_parameters()``
+    unless_reset_init: tuple = ()
 
 
 @dataclass
