@@ -387,3 +387,38 @@ def test_progress_only_on_a_tty_outside_ci(monkeypatch):
     assert command._progress_enabled()
     monkeypatch.setenv("CI", "true")
     assert not command._progress_enabled()
+
+
+def test_reset_touching_children_is_confirmed_by_hook_order():
+    """ML006: no value differs children-first, but parents-first does (MP009): confirmed."""
+    from metalint.probe.merge import mark_verdicts
+
+    classes = {
+        "/m/x.py::MHA": {"file": "/m/x.py", "cls": "MHA", "attrs": [], "broken": {},
+                         "codes": ["MP009"], "subtree_broken": 0, "raised": False},
+        "/m/x.py::Other": {"file": "/m/x.py", "cls": "Other", "attrs": [], "broken": {},
+                           "codes": [], "subtree_broken": 0, "raised": False},
+    }
+    diags = [
+        _static("ML006", "MHA", "`k_proj.weight` of a child", "/m/x.py"),
+        _static("ML006", "Other", "`fc.weight` of a child", "/m/x.py"),
+    ]
+    got = [d.verdict for d in mark_verdicts(diags, {"classes": classes})]
+    assert got == ["confirmed", "refuted"]
+
+
+def test_child_tensor_finding_is_judged_on_the_subtree():
+    """ML003 on `bn.weight` (a child's tensor): broken in some build of the class: confirmed."""
+    from metalint.probe.merge import mark_verdicts
+
+    def info(cls, subtree):
+        return {"file": "/m/x.py", "cls": cls, "attrs": [], "broken": {}, "codes": [],
+                "subtree_broken": subtree, "raised": False}
+
+    classes = {"/m/x.py::ConvNorm": info("ConvNorm", 1), "/m/x.py::Other": info("Other", 0)}
+    diags = [
+        _static("ML003", "ConvNorm", "`bn.weight` (a tensor of the child `bn`) is initialised", "/m/x.py"),
+        _static("ML003", "Other", "`bn.weight` (a tensor of the child `bn`) is initialised", "/m/x.py"),
+    ]
+    got = [d.verdict for d in mark_verdicts(diags, {"classes": classes})]
+    assert got == ["confirmed", "refuted"]

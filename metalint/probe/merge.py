@@ -10,7 +10,9 @@ order) it had.
 - ``confirmed``: the class was probed and the named attribute is broken (any MP001-MP005,
   MP008); with no attribute named, any own tensor broken. ML008 (data-dependent ``__init__``)
   is confirmed by MP006; ML009 (explicit real device) by MP007 or a broken named tensor;
-  ML006/ML010 (parent/children init) by a broken tensor anywhere in the class's subtree;
+  ML006/ML010 (parent/children init) by a broken tensor anywhere in the class's subtree,
+  ML006 also by MP009 (the result depends on whether parents or children reset first); a
+  finding about a child's tensor (`` `bn.weight` ...``) likewise by its subtree;
   ML011 (tie by assignment) by MP005 (tie broken) on the class that made the tie.
 - ``refuted``: the class was probed and none of the above holds.
 - ``None``: the class was not probed, or its meta build raised (MP006) so its tensors could
@@ -30,6 +32,8 @@ from metalint.diagnostics import Diagnostic
 
 _ATTR = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 _SUBTREE_RULES = {"ML006", "ML010"}
+#: a message that starts with a child's tensor (`bn.weight`, ML003 on a child)
+_CHILD_TENSOR = re.compile(r"^`[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+`")
 
 
 def _norm(path: str | None) -> str:
@@ -75,7 +79,9 @@ def verdict_for(diag: Diagnostic, info: Mapping[str, Any] | None) -> str | None:
     if diag.code == "ML011":  # weight tying by assignment
         tie_broken = "MP005" in codes or any("MP005" in c for c in broken.values())
         return "confirmed" if tie_broken else "refuted"
-    if diag.code in _SUBTREE_RULES:
+    if diag.code == "ML006" and "MP009" in codes:
+        return "confirmed"  # the children's values depend on the order the hooks run in
+    if diag.code in _SUBTREE_RULES or _CHILD_TENSOR.match(diag.message):
         return "confirmed" if info.get("subtree_broken", 0) or broken else "refuted"
     if attr is not None:
         return "confirmed" if attr in broken else "refuted"
