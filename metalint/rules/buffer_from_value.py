@@ -182,6 +182,25 @@ class SelfAttention(nn.Module):
         self.register_buffer("position_ids", torch.arange(n_positions).expand((1, -1)))  # ERROR
         self.register_buffer("counter", torch.zeros(1, dtype=torch.long))  # ERROR
 """,
+        # a local re-assigned from itself, and a mask that is None in one branch (timm 0.9)
+        """
+import torch
+from torch import nn
+
+class Attention(nn.Module):
+    def __init__(self, resolution, shift_size=0):
+        super().__init__()
+        pos = torch.stack(torch.meshgrid(torch.arange(resolution), torch.arange(resolution))).flatten(1)
+        rel_pos = (pos[..., :, None] - pos[..., None, :]).abs()
+        rel_pos = (rel_pos[0] * resolution) + rel_pos[1]
+        self.register_buffer("attention_bias_idxs", rel_pos, persistent=False)  # ERROR
+        if shift_size > 0:
+            attn_mask = torch.zeros(resolution, resolution)
+            attn_mask = attn_mask.masked_fill(attn_mask != 0, float(-100.0))
+        else:
+            attn_mask = None
+        self.register_buffer("attn_mask", attn_mask, persistent=False)  # ERROR
+""",
         # a hook exists but re-creates something else; a helper registers the buffer
         """
 import torch
@@ -222,9 +241,14 @@ class WindowAttention(nn.Module):
                 )
             shown = short(reg.value)
             if isinstance(reg.value, cst.Name):
-                inner = local_value(reg.method, reg.value.value)
-                if inner is not None:
-                    shown = f"{reg.value.value} = {short(inner, 50)}"
+                # the assignment that computes it (not ``attn_mask = None`` in the other branch)
+                values = [
+                    v
+                    for _s, v in reg.method.local_values.get(reg.value.value, ())
+                    if computed(v, self.qualify, reg.method) in ("value", "random")
+                ] or [local_value(reg.method, reg.value.value)]
+                if values[-1] is not None:
+                    shown = f"{reg.value.value} = {short(values[-1], 50)}"
             yield Finding(
                 reg.node,
                 f"buffer `{reg.attr}` is computed (`{shown}`) in `{reg.method.name}` and "

@@ -277,11 +277,13 @@ def computed(expr: cst.BaseExpression | None, qualify, method: MethodFacts, dept
             else:
                 found.add("value")
         elif isinstance(node, cst.Name) and depth < 3:
-            inner = local_value(method, node.value)
-            if inner is not None and inner is not expr:
-                kind = computed(inner, qualify, method, depth + 1)
-                if kind:
-                    found.add(kind)
+            # every value the local is given (``rel_pos = rel_pos[0] * w + rel_pos[1]`` is
+            # still made from the first ``rel_pos``)
+            for _stmt, inner in method.local_values.get(node.value, ()):
+                if inner is not expr:
+                    kind = computed(inner, qualify, method, depth + 1)
+                    if kind:
+                        found.add(kind)
     for kind in ("random", "value", "empty"):
         if kind in found:
             return kind

@@ -156,11 +156,13 @@ def value_kind(
             elif isinstance(node.func, cst.Attribute) and node.func.attr.value in INPLACE_METHODS:
                 found.add("random" if node.func.attr.value.endswith(("normal_", "uniform_")) else "value")
         elif isinstance(node, cst.Name) and method is not None and depth < 3:
-            inner = local_value(method, node.value)
-            if inner is not None and inner is not expr:
-                kind = value_kind(inner, qualify, method, depth + 1)
-                if kind:
-                    found.add(kind)
+            # every value the local is given: ``rel_pos = (pos[0] - pos[1]).abs()`` then
+            # ``rel_pos = rel_pos[0] * w + rel_pos[1]`` is still made from ``pos``
+            for _stmt, inner in method.local_values.get(node.value, ()):
+                if inner is not expr:
+                    kind = value_kind(inner, qualify, method, depth + 1)
+                    if kind:
+                        found.add(kind)
     if "random" in found:
         return "random"
     if "value" in found:
