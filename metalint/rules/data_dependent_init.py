@@ -4,7 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.model import ClassFacts
+from metalint.static.model import ClassFacts, MethodFacts, function_facts
 from metalint.static.ownership import construction, meta_tensor, own_tensor_names, truthiness_tensors
 from metalint.static.rule import Finding, Rule
 
@@ -108,6 +108,25 @@ class Anchors(nn.Module):
 """,
     ]
     INVALID = [
+        # timm 0.9 ByobNet/CspNet: the schedule is computed by a module-level helper
+        """
+import torch
+import torch.nn as nn
+
+def create_stages(depths, drop_path_rate):
+    dpr = [x.tolist() for x in torch.linspace(0, drop_path_rate, sum(depths)).split(depths)]  # ERROR
+    return nn.Sequential(*[nn.Dropout(p[0]) for p in dpr])
+
+class Net(nn.Module):
+    def __init__(self, depths=(1, 2), drop_path_rate=0.1):
+        super().__init__()
+        self.stages = create_stages(depths, drop_path_rate)
+
+class OtherNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stages = create_stages((2, 2), 0.2)
+""",
         # timm 0.9 / dinov2 stochastic depth
         """
 import torch
@@ -156,35 +175,68 @@ class WindowAttention(nn.Module):
 """,
     ]
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._reported_helpers: set[int] = set()
+        self._helper_facts: dict[str, MethodFacts | None] = {}
+
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         if "__init__" not in cls.methods:
             return
-        methods = construction(cls)
         own = None
-        for method in methods:
+        for method in construction(cls):
             if own is None:
                 own = own_tensor_names(cls, self.qualify)
+            yield from self._reads(cls, method, own, None)
+            # module-level helpers of this file that construction calls (timm 0.9's
+            # ``create_byob_stages``); each line is reported once, for its first caller
             for call in method.calls:
-                node = call.node
-                if call.method in READS and isinstance(node.func, cst.Attribute):
-                    if meta_tensor(node.func.value, self.qualify, method, own):
-                        yield self._finding(cls, method, node, f"`{_short(node)}`")
-                elif (
-                    isinstance(node.func, cst.Name)
-                    and node.func.value in CASTS
-                    and call.qualname is None
-                    and len(node.args) == 1
-                    and meta_tensor(node.args[0].value, self.qualify, method, own)
-                ):
-                    yield self._finding(cls, method, node, f"`{_short(node)}`")
-            for cond in method.conditions:
-                for part in truthiness_tensors(cond, self.qualify, method, own):
-                    yield self._finding(
-                        cls, method, part, f"the condition `{_short(part)}` (a tensor's truth value)"
-                    )
+                helper = self._helper(call)
+                if helper is not None and id(helper.node) not in self._reported_helpers:
+                    self._reported_helpers.add(id(helper.node))
+                    yield from self._reads(cls, helper, set(), method)
 
-    def _finding(self, cls, method, node, what) -> Finding:
-        where = "`__init__`" if method.name == "__init__" else f"`{method.name}()` (called from `__init__`)"
+    def _helper(self, call) -> MethodFacts | None:
+        func = call.node.func
+        if not isinstance(func, cst.Name) or call.qualname is not None:
+            return None
+        name = func.value
+        if name not in self._helper_facts:
+            fn = next(
+                (s for s in self.ctx.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
+                None,
+            )
+            self._helper_facts[name] = function_facts(fn, self.ctx.facts) if fn is not None else None
+        return self._helper_facts[name]
+
+    def _reads(self, cls, method, own, caller) -> Iterable[Finding]:
+        for call in method.calls:
+            node = call.node
+            if call.method in READS and isinstance(node.func, cst.Attribute):
+                if meta_tensor(node.func.value, self.qualify, method, own):
+                    yield self._finding(cls, method, node, f"`{_short(node)}`", caller)
+            elif (
+                isinstance(node.func, cst.Name)
+                and node.func.value in CASTS
+                and call.qualname is None
+                and len(node.args) == 1
+                and meta_tensor(node.args[0].value, self.qualify, method, own)
+            ):
+                yield self._finding(cls, method, node, f"`{_short(node)}`", caller)
+        for cond in method.conditions:
+            for part in truthiness_tensors(cond, self.qualify, method, own):
+                yield self._finding(
+                    cls, method, part, f"the condition `{_short(part)}` (a tensor's truth value)", caller
+                )
+
+    def _finding(self, cls, method, node, what, caller=None) -> Finding:
+        if caller is not None:
+            via = "`__init__`" if caller.name == "__init__" else f"`{caller.name}()`"
+            where = f"`{method.name}()` (called from {cls.name}'s {via})"
+        elif method.name == "__init__":
+            where = "`__init__`"
+        else:
+            where = f"`{method.name}()` (called from `__init__`)"
         return Finding(
             node,
             f"{what} in {where} reads the value of a tensor; under `torch.device(\"meta\")` it "

@@ -149,6 +149,9 @@ def _positions(module: cst.Module, source: str, found, facts) -> dict:
             body=[shown], default_indent=module.default_indent, default_newline=module.default_newline
         )
         pos = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+        if any(node not in pos for node in nodes):
+            # a finding outside the class (a module-level helper it calls)
+            return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
         shift = row - pos[shown.name].start.line
         for node in nodes:
             r = pos[node]

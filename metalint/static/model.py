@@ -323,6 +323,16 @@ def _target_names(target: cst.BaseExpression) -> tuple[str, ...]:
     return ()
 
 
+def function_facts(fn: cst.FunctionDef, facts: FileFacts) -> MethodFacts:
+    """Facts of a module-level function (a helper ``__init__`` calls, e.g. timm's
+    ``create_byob_stages``), collected on demand: the file-wide pass skips these bodies."""
+    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params)]
+    collector = FactCollector(facts)
+    collector.method = MethodFacts(fn.name.value, fn, params)
+    fn.body.visit(collector)
+    return collector.method
+
+
 def collect(module: cst.Module, module_name: str, is_package: bool = False) -> FileFacts:
     facts = FileFacts(module_name, Aliases(module_name, is_package))
     module.visit(FactCollector(facts))
