@@ -64,7 +64,9 @@ class Fixer:
 
     # -- analysis of the current text ---------------------------------------------------------
     def analyse(self, ff: FileFix, text: str) -> tuple[list[Diagnostic], Hierarchy]:
-        result = analyze_source(text, ff.display, ff.module, is_package=ff.is_package, hooks=self.settings.hooks)
+        result = analyze_source(
+            text, ff.display, ff.module, is_package=ff.is_package, hooks=self.settings.hooks, elide_unread=False
+        )
         self.results[ff.display] = result
         results = list(self.results.values())
         diags = [d for d in self._resolve(results, self.settings, self.enabled) if d.filename == ff.display]

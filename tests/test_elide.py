@@ -1,0 +1,117 @@
+"""Leaving out what no rule reads changes no result: same findings, positions, fixes, summaries."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from metalint.diagnostics import Edit
+from metalint.fix.registry import apply_edits
+from metalint.rules import all_rules
+from metalint.static.elide import elide
+from metalint.static.engine import analyze_source
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = sorted((ROOT / "fixtures").rglob("*.py")) + sorted((ROOT / "tests" / "probe_models").glob("*.py"))
+EXAMPLES = [
+    pytest.param(textwrap.dedent(src).lstrip("\n"), id=f"{rule.code}-{kind}-{i}")
+    for rule in all_rules()
+    for kind, examples in (("valid", rule.VALID), ("invalid", rule.INVALID))
+    for i, src in enumerate(examples)
+]
+
+SAMPLE = '''\
+"""A model file."""
+import torch
+import torch.nn as nn
+
+default_cfgs = {
+    "tiny": dict(dim=192),
+    "small": dict(dim=384),
+}
+
+
+def make_stages(depths, rate):
+    dpr = torch.linspace(0, rate, sum(depths)).tolist()
+    return nn.Sequential(*[nn.Dropout(p) for p in dpr])
+
+
+def reset_all(m):
+    if hasattr(m, "reset_parameters"):
+        m.reset_parameters()
+
+
+def unused_factory(name):
+    model = Net()
+    return model
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stages = make_stages((1, 2), 0.1)
+        self.gamma = nn.Parameter(1e-5 * torch.ones(4))
+
+    def forward(self, x):
+        @torch.no_grad()
+        def inner(y):
+            return y
+
+        x = inner(x)
+        return self.stages(x) * self.gamma
+
+    def forward_head(self, x): return x
+'''
+
+
+def test_elided_lines_keep_their_rows():
+    out = elide(SAMPLE, ast.parse(SAMPLE))
+    assert len(out.splitlines()) == len(SAMPLE.splitlines())
+    ast.parse(out)
+    kept, gone = out.splitlines(), SAMPLE.splitlines()
+    # what rules read stays, row for row
+    for text in ("def make_stages(depths, rate):", "    dpr = torch.linspace(0, rate, sum(depths)).tolist()",
+                 "        m.reset_parameters()", "        self.gamma = nn.Parameter(1e-5 * torch.ones(4))",
+                 "    def forward_head(self, x): return x", "import torch.nn as nn"):
+        assert kept[gone.index(text)] == text
+    # what no rule reads goes: the cfg table, the unreferenced factory's body, forward's body
+    for text in ('    "tiny": dict(dim=192),', "    model = Net()", "        x = inner(x)", "        @torch.no_grad()"):
+        assert text not in kept
+    # every elided line is distinct (a line diff can never align a new line with one of them)
+    elided = [line for line in kept if line not in gone]
+    assert len(elided) == len(set(elided)) > 0
+
+
+def _same(source: str) -> None:
+    full = analyze_source(source, "m.py", "pkg.m", elide_unread=False).to_json()
+    short = analyze_source(source, "m.py", "pkg.m").to_json()
+    assert short == full
+    for d in short["diagnostics"]:  # and each fix still gives a file that parses
+        if d["fix"]:
+            ast.parse(apply_edits(source, [Edit.from_json(e) for e in d["fix"]["edits"]]))
+
+
+def test_sample_results_are_unchanged():
+    _same(SAMPLE)
+    codes = {d["code"] for d in analyze_source(SAMPLE, "m.py", "pkg.m").to_json()["diagnostics"]}
+    assert {"ML001", "ML008"} <= codes  # the helper's .tolist() is still seen
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.name)
+def test_fixture_results_are_unchanged(path):
+    _same(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("source", EXAMPLES)
+def test_rule_example_results_are_unchanged(source):
+    _same(source)
+
+
+def test_a_file_python_rejects_is_reported_as_before():
+    bad = "import torch\nclass A(torch.nn.Module):\n    def forward(self):\n        return (\n"
+    full = analyze_source(bad, "m.py", "m", elide_unread=False).to_json()
+    assert analyze_source(bad, "m.py", "m").to_json() == full
+    assert full["diagnostics"][0]["code"] == "ML900"
