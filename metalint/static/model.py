@@ -97,6 +97,18 @@ class FileFacts:
     local_classes: dict[str, str] = field(default_factory=dict)  # top-level name -> fullname
 
 
+_HOOKS: dict[tuple[type, str, type], object] = {}
+
+
+def _hook(visitor: type, prefix: str, node_type: type):
+    key = (visitor, prefix, node_type)
+    try:
+        return _HOOKS[key]
+    except KeyError:
+        found = _HOOKS[key] = getattr(visitor, f"{prefix}{node_type.__name__}", None)
+        return found
+
+
 def _is_self_chain(name: str | None) -> bool:
     return name is not None and (name == "self" or name.startswith("self."))
 
@@ -113,6 +125,24 @@ class FactCollector(cst.CSTVisitor):
         self.loop = 0
         self._for_stack: list[cst.CSTNode] = []
         self._qual_stack: list[str] = []
+
+    # -- dispatch: libcst's looks up ``visit_<Type>`` by name for every node and
+    # ``visit_<Type>_<field>`` for every field of every node; the collector has no field hooks,
+    # and its node hooks are found once per type
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        visit = _hook(type(self), "visit_", type(node))
+        return visit is None or visit(self, node) is not False
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        leave = _hook(type(self), "leave_", type(original_node))
+        if leave is not None:
+            leave(self, original_node)
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        pass
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        pass
 
     # -- imports (module level and nested: both count) -------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
