@@ -26,7 +26,8 @@ import libcst as cst
 
 from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, fill, guarded, names_in, substitute, torch_spelling
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.tensors import string_value, value_kind, walk
+from metalint.static.syntax import walk
+from metalint.static.tensors import string_value, value_kind
 
 CODE = "ML002"
 COMPOUND = (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation, cst.Comparison, cst.IfExp)

@@ -18,7 +18,7 @@ from metalint.diagnostics import Applicability
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
-from metalint.static.tensors import walk
+from metalint.static.syntax import children, walk
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -56,7 +56,7 @@ def path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
         path.append(node)
         if node is target:
             return path
-        for child in reversed(node.children):
+        for child in reversed(children(node)):
             stack.append((child, depth + 1))
     return None
 
@@ -74,7 +74,7 @@ def names_in(node: cst.CSTNode) -> Iterator[cst.Name]:
         return
     if isinstance(node, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.NamedExpr)):
         raise Unfixable("the value uses a lambda, comprehension or `:=`")
-    for child in node.children:
+    for child in children(node):
         yield from names_in(child)
 
 
@@ -187,14 +187,14 @@ def _touches(node: cst.CSTNode, attr: str, writes_only: bool) -> str | None:
 
 def returns(node: cst.CSTNode) -> bool:
     """Is there a ``return`` in this body (not counting nested functions and classes)?"""
-    stack = list(node.children)
+    stack = list(children(node))
     while stack:
         n = stack.pop()
         if isinstance(n, cst.Return):
             return True
         if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
-        stack.extend(n.children)
+        stack.extend(children(n))
     return False
 
 

@@ -18,7 +18,8 @@ import libcst as cst
 from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, rng_free
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.tensors import INPLACE_METHODS, walk
+from metalint.static.syntax import walk
+from metalint.static.tensors import INPLACE_METHODS
 
 CODE = "ML003"
 HOOK = "reset_parameters"

@@ -41,13 +41,13 @@ from metalint.fix.codemod import (
     torch_spelling,
 )
 from metalint.static.rule import Finding, RuleContext
+from metalint.static.syntax import walk
 from metalint.static.tensors import (
     EMPTY_FACTORIES,
     PARAMETER_CLASSES,
     RANDOM_FACTORIES,
     VALUE_FACTORIES,
     string_value,
-    walk,
 )
 
 CODE = "ML001"

@@ -16,7 +16,7 @@ import libcst as cst
 from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, render, stmt
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.tensors import walk
+from metalint.static.syntax import walk
 
 CODE = "ML007"
 

@@ -15,12 +15,12 @@ from metalint.static.construction import (
 )
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.rule import Finding, Rule
+from metalint.static.syntax import walk
 from metalint.static.tensors import (
     LEGACY_CONSTRUCTORS,
     parameter_value,
     self_attr,
     string_value,
-    walk,
 )
 
 

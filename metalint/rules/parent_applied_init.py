@@ -23,7 +23,7 @@ from metalint.static.ownership import (
     written_chain,
 )
 from metalint.static.rule import Finding, Rule
-from metalint.static.tensors import walk
+from metalint.static.syntax import walk
 
 
 def _short(node: cst.CSTNode, limit: int = 50) -> str:

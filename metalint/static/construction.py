@@ -13,6 +13,7 @@ import libcst as cst
 
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
+from metalint.static.syntax import walk
 from metalint.static.tensors import (
     BUFFER_CLASSES,
     EMPTY_FACTORIES,
@@ -24,7 +25,6 @@ from metalint.static.tensors import (
     parameter_value,
     self_attr,
     string_value,
-    walk,
     writes,
 )
 

@@ -21,7 +21,7 @@ from metalint.static import constants
 from metalint.static.constants import UNKNOWN
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
-from metalint.static.tensors import walk
+from metalint.static.syntax import children, walk
 
 #: calls an applied function may make and still be only "each module's own reset"
 RESET_ONLY_CALLS = frozenset({"reset_parameters", "hasattr", "getattr", "callable", "isinstance"})
@@ -157,7 +157,7 @@ def reached_by_default(method: MethodFacts, node: cst.CSTNode, env: dict[str, An
                 inner = visit(block)
                 return True if inner is None else inner
             return None
-        for child in stmt.children:
+        for child in children(stmt):
             r = visit(child)
             if r is not None:
                 return r

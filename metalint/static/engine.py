@@ -9,7 +9,6 @@ class an ``nn.Module``? does a base class's hook re-create the value?) is carrie
 from __future__ import annotations
 
 import ast
-import dataclasses
 import io
 import re
 import tokenize
@@ -34,6 +33,7 @@ from metalint.static.results import (  # noqa: F401
     read_source,
 )
 from metalint.static.rule import Finding, RuleContext
+from metalint.static.syntax import walk
 from metalint.static.tensors import recreated
 
 #: a file that mentions none of these cannot hold a finding; it is not parsed
@@ -88,27 +88,12 @@ def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
     return ClassSummary(cls.fullname, cls.bases, hooks, api, sorted(cls.methods))
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
 def _last_statement_holding(body, targets: set[int]) -> int | None:
     """Index of the last statement of ``body`` needed to hold every node in ``targets`` (ids),
-    or None when some is not inside ``body``. A plain walk over dataclass fields: no visitor."""
+    or None when some is not inside ``body``."""
     left = set(targets)
     for i, stmt in enumerate(body):
-        stack = [stmt]
-        while stack:
-            node = stack.pop()
-            left.discard(id(node))
-            names = _FIELDS.get(type(node))
-            if names is None:
-                names = _FIELDS[type(node)] = tuple(f.name for f in dataclasses.fields(node))
-            for name in names:
-                value = getattr(node, name)
-                if isinstance(value, cst.CSTNode):
-                    stack.append(value)
-                elif isinstance(value, (list, tuple)):
-                    stack.extend(v for v in value if isinstance(v, cst.CSTNode))
+        left.difference_update(id(n) for n in walk(stmt))
         if not left:
             return i
     return None

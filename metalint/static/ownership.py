@@ -13,6 +13,7 @@ import libcst as cst
 from metalint.static.construction import Registration, _is_none, keyword, tensor_registrations
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
+from metalint.static.syntax import children
 from metalint.static.tensors import (
     BUFFER_CLASSES,
     EMPTY_FACTORIES,
@@ -164,7 +165,7 @@ def factory_calls(expr: cst.BaseExpression | None, qualify) -> list[cst.Call]:
             q = qualify(node.func)
             if q in EMPTY_FACTORIES or q in VALUE_FACTORIES or q in RANDOM_FACTORIES:
                 out.append(node)
-        stack.extend(node.children)
+        stack.extend(children(node))
     return out
 
 

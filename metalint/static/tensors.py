@@ -8,12 +8,11 @@ tensor an in-place call initialises (``nn.init.zeros_(self.w)``, ``self.w.data.f
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import libcst as cst
 
 from metalint.static.model import CallSite, MethodFacts
 from metalint.static.names import dotted
+from metalint.static.syntax import walk
 
 EMPTY_FACTORIES = frozenset({"torch.empty", "torch.empty_like", "torch.empty_strided"})
 RANDOM_FACTORIES = frozenset(
@@ -114,15 +113,6 @@ LEGACY_CONSTRUCTORS = frozenset(
 #: ``nn.Buffer(t)`` (torch >= 2.5) registers a buffer when assigned to a module attribute
 BUFFER_CLASSES = frozenset({"torch.nn.Buffer"})
 PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.UninitializedParameter"})
-
-
-def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """Pre-order walk of a (small) expression tree."""
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        stack.extend(reversed(cur.children))
 
 
 def local_value(method: MethodFacts, name: str, before: cst.CSTNode | None = None):

@@ -1,0 +1,74 @@
+"""``syntax.children`` is libcst's ``node.children`` (same nodes, same order), without a visitor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from metalint.static.syntax import children, walk
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = sorted((ROOT / "fixtures").rglob("*.py")) + sorted((ROOT / "metalint").rglob("*.py"))
+
+# constructs the fixtures do not hold, one per line: every statement and expression kind
+ODDITIES = """\
+async def f(a, /, b=1, *c, d: int = 2, **e) -> None:
+    async with x as (y, z), w:
+        async for i in aiter():
+            await g(*a, **e)
+    global q
+    nonlocal r
+    try:
+        pass
+    except* ValueError as err:
+        raise E from err
+    else:
+        del a[1:2, ::3], b
+    finally:
+        assert x, "m"
+    match p:
+        case [1, *rest] | {"k": v, **kw} if v:
+            pass
+        case Point(x=0, y=_) as pt:
+            pass
+    lambda *, k=1: (yield k)
+    print(f"{a!r:>{w}}", b"x" b"y", "s" "t", ...)
+    a @= b if c else d
+    with (open(p) as fh, open(q)):
+        x: int
+    return [i async for i in y if i], {k: v for k, v in z}, {s for s in t}, (g for g in h)
+type Alias[T] = list[T]
+class C[T](Base, metaclass=M): ...
+@dec
+def h(x=(y := 1)): ...
+"""
+
+
+def _same_everywhere(module: cst.Module) -> int:
+    n = 0
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        expected = list(node.children)
+        got = list(children(node))
+        assert len(got) == len(expected) and all(a is b for a, b in zip(got, expected)), type(node).__name__
+        stack.extend(expected)
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_children_match_libcst_on_project_sources(path: Path) -> None:
+    assert _same_everywhere(cst.parse_module(path.read_text(encoding="utf-8"))) > 0
+
+
+def test_children_match_libcst_on_every_construct() -> None:
+    assert _same_everywhere(cst.parse_module(ODDITIES)) > 100
+
+
+def test_walk_is_preorder_in_source_order() -> None:
+    module = cst.parse_module("x = f(a, g(b)) if c else d\n")
+    names = [n.value for n in walk(module) if isinstance(n, cst.Name)]
+    assert names == ["x", "f", "a", "g", "b", "c", "d"]
