@@ -5,8 +5,8 @@
 
 Each ``NAME==VERSION[:SUBDIR,...]`` is downloaded from PyPI (``pip download --no-deps``) into
 ``--workdir`` and unzipped; ``metalint check`` runs on the package (or on the listed
-sub-folders), then ``metalint probe`` builds every class of every file with a finding (eager,
-on meta, ``to_empty``, init, compare) with ``--python`` (an interpreter that can import the
+sub-folders), then ``metalint probe`` builds every class with a finding (eager, on meta,
+``to_empty``, init, compare; one child process per file) with ``--python`` (an interpreter that can import the
 library, at that version, and metalint). Rules about per-module resets (ML006 reset touches
 children, ML010 parent-applied init) are judged with ``reset_parameters`` on every module, as
 FSDP does; every other rule with ``auto`` (each module's ``init_weights()`` or
@@ -86,7 +86,11 @@ def audit(label: str, folders: list[Path], python: str, timeout: float) -> dict:
     t0 = time.perf_counter()
     for init, codes in (("auto", None), ("reset_parameters", PER_MODULE_RULES)):
         chosen = [d for d in static if (d.code in PER_MODULE_RULES) == (codes is not None)]
-        targets = sorted({d.filename for d in chosen})
+        # each file imported once, and only its classes with a finding built
+        symbols: dict[str, set[str]] = collections.defaultdict(set)
+        for d in chosen:
+            symbols[d.filename].add(d.symbol)
+        targets = [f"{f}:{','.join(sorted(names))}" for f, names in sorted(symbols.items())]
         if not targets:
             continue
         report = run_probe(targets, Options(device="cpu", init=init, timeout=timeout, python=python),

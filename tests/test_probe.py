@@ -264,6 +264,19 @@ def test_parse_target(tmp_path):
     assert (t.module, t.attr, t.path) == ("pkg.mod", "build_small", None)
 
 
+def test_several_classes_of_one_module_in_one_target():
+    from metalint.probe.target import parse_target, resolve_items
+
+    (t,) = parse_target(f"{LAYERS}:LayerScaleDinov2,LayerScaleTimm")
+    items = resolve_items(t)
+    assert [i.label for i in items] == [f"{LAYERS}:LayerScaleDinov2", f"{LAYERS}:LayerScaleTimm"]
+    assert [i.qualname for i in items] == ["LayerScaleDinov2", "LayerScaleTimm"]
+    assert all(i.make is not None for i in items)
+    (t,) = parse_target(f"{LAYERS}:LayerScaleDinov2,NoSuchClass")
+    with pytest.raises(AttributeError, match="NoSuchClass"):
+        resolve_items(t)
+
+
 def test_statistical_compare_accepts_two_draws_and_rejects_another_std():
     import torch
 

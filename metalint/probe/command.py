@@ -135,7 +135,8 @@ def summary_lines(rep: ProbeReport) -> list[str]:
 def probe_command(targets, device, init, seed, timeout, fmt, exit_zero) -> None:
     """Build each TARGET eagerly and on meta, run its init, and compare every tensor.
 
-    TARGET: a file, a directory, a dotted module, module:Class or module:factory.
+    TARGET: a file, a directory, a dotted module, module:Class or module:factory (several
+    of one module: module:ClassA,ClassB).
     Without TARGET, the factories listed in [tool.metalint.probe] of pyproject.toml.
     """
     specs = list(targets)

@@ -216,14 +216,22 @@ def resolve_items(target: Target) -> list[Item]:
         file = getattr(mod, "__file__", None)
     if target.attr is None:
         return module_items(mod, file)
-    obj: Any = mod
-    for part in target.attr.split("."):
-        obj = getattr(obj, part)
-    if inspect.isclass(obj):
-        return [class_item(obj, target.spec, file)]
-    if callable(obj):
-        return [Item(target.spec, target.attr, obj, None, file, "factory")]
-    raise TypeError(f"{target.spec} is neither a class nor a callable")
+    names = target.attr.split(",")
+    prefix = target.spec[: -len(target.attr)]
+    items = []
+    for name in names:
+        # ``module:A,B.Inner``: several classes or factories of one module, imported once
+        label = target.spec if len(names) == 1 else prefix + name
+        obj: Any = mod
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        if inspect.isclass(obj):
+            items.append(class_item(obj, label, file))
+        elif callable(obj):
+            items.append(Item(label, name, obj, None, file, "factory"))
+        else:
+            raise TypeError(f"{label} is neither a class nor a callable")
+    return items
 
 
 def load_config(start: str | os.PathLike | None = None) -> dict[str, Any]:
