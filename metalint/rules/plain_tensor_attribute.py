@@ -29,7 +29,8 @@ class PlainTensorAttribute(Rule):
 
     An alias of one of the class's own buffers or parameters (`self.original_inv_freq =
     self.inv_freq`) is reported too: `to_empty()` replaces the buffer, the alias keeps the meta
-    tensor. So is the result of a function of the same file annotated `-> torch.Tensor`.
+    tensor. So is the result of a function of the same file annotated `-> torch.Tensor`, or
+    unannotated with a tensor in every `return`.
 
     A reset hook that re-creates the attribute does **not** silence this rule: the hook runs
     after `to_empty()` and builds the tensor on the default device, but `.to(device)`,
@@ -102,6 +103,26 @@ class Attention(nn.Module):
 def make_sizes(dim) -> list:
     return [dim]
 """,
+        # a helper that may return something else than a tensor is not certain to make one
+        """
+import torch
+from torch import nn
+
+def maybe_mask(n, causal):
+    if not causal:
+        return None
+    return torch.ones(n, n).tril()
+
+def window_sizes(n):
+    for w in (n, n // 2):
+        yield torch.tensor(w)
+
+class Attention(nn.Module):
+    def __init__(self, n, causal=False):
+        super().__init__()
+        self.mask = maybe_mask(n, causal)
+        self.windows = window_sizes(n)
+""",
         # assigning to a registered buffer writes the buffer
         """
 import torch
@@ -168,6 +189,22 @@ class Attention(nn.Module):
         self.original_inv_freq = self.inv_freq  # ERROR
         self.embed_positions = create_sinusoidal_positions(max_pos, dim)  # ERROR
 """,
+        # a helper without annotation whose every return is a tensor
+        """
+import torch
+from torch import nn
+
+def causal_mask(n, window=None):
+    mask = torch.ones(n, n, dtype=torch.bool).tril()
+    if window is None:
+        return mask
+    return mask & torch.ones(n, n, dtype=torch.bool).triu(-window)
+
+class Attention(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.mask = causal_mask(n)  # ERROR
+""",
     ]
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
@@ -186,7 +223,7 @@ class Attention(nn.Module):
                     if name:
                         registered.add(name)
         if not hasattr(self, "_tensor_fns"):
-            self._tensor_fns = tensor_functions(self.ctx.module, self.qualify)
+            self._tensor_fns = tensor_functions(self.ctx.module, self.qualify, self.ctx.facts)
         fns = self._tensor_fns
 
         def extra(node: cst.BaseExpression) -> bool:

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.model import ClassFacts, MethodFacts, function_facts
 from metalint.static.names import dotted
-from metalint.static.syntax import walk
+from metalint.static.syntax import children, walk
 from metalint.static.tensors import (
     BUFFER_CLASSES,
     EMPTY_FACTORIES,
@@ -535,17 +535,44 @@ def written_attr(call, qualify) -> str | None:
     return writes(call, qualify)
 
 
-def tensor_functions(module: cst.Module, qualify) -> set[str]:
-    """Top-level functions of a file annotated ``-> torch.Tensor`` (they certainly make one)."""
+def tensor_functions(module: cst.Module, qualify, facts) -> set[str]:
+    """Top-level functions of a file that certainly make a tensor: annotated
+    ``-> torch.Tensor``, or unannotated with every ``return`` a tensor (``is_tensor``, with the
+    function's own locals), e.g. ``def build_mask(n): return torch.ones(n, n).tril()``."""
     out: set[str] = set()
     for stmt in module.body:
-        if isinstance(stmt, cst.FunctionDef) and stmt.returns is not None:
+        if not isinstance(stmt, cst.FunctionDef):
+            continue
+        if stmt.returns is not None:
             ann = stmt.returns.annotation
             if isinstance(ann, cst.SimpleString):
                 text = string_value(ann) or ""
                 ok = text in ("torch.Tensor", "Tensor")
             else:
                 ok = qualify(ann) == "torch.Tensor"
-            if ok:
-                out.add(stmt.name.value)
+        else:
+            values = _returned_values(stmt)
+            if values:
+                local = function_facts(stmt, facts)
+                ok = all(is_tensor(v, qualify, local) for v in values)
+            else:
+                ok = False
+        if ok:
+            out.add(stmt.name.value)
     return out
+
+
+def _returned_values(fn: cst.FunctionDef) -> list[cst.BaseExpression | None] | None:
+    """What each ``return`` of ``fn`` returns (None for a bare return); None for a generator."""
+    values: list[cst.BaseExpression | None] = []
+    stack: list[cst.CSTNode] = [fn.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.Yield):
+            return None
+        if isinstance(node, cst.Return):
+            values.append(node.value)
+        stack.extend(children(node))
+    return values
