@@ -16,7 +16,9 @@ order) it had.
   ML011 (tie by assignment) by MP005 (tie broken) on the class that made the tie.
 - ``refuted``: the class was probed and none of the above holds.
 - ``None``: the class was not probed, or its meta build raised (MP006) so its tensors could
-  not be checked (except for ML008, which MP006 confirms).
+  not be checked (except for ML008, which MP006 confirms), or the build did not make the
+  tensor the finding names (a buffer that is None, a parameter behind a flag, with the
+  arguments the class was built with): not exercised.
 
 This module does not import torch.
 """
@@ -32,6 +34,8 @@ from metalint.diagnostics import Diagnostic
 
 _ATTR = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 _SUBTREE_RULES = {"ML006", "ML010"}
+#: rules whose message starts with the tensor it is about (`gamma` is created ...)
+_NAMED_TENSOR_RULES = {"ML001", "ML002", "ML003", "ML005", "ML007"}
 #: a message that starts with a child's tensor (`bn.weight`, ML003 on a child)
 _CHILD_TENSOR = re.compile(r"^`[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+`")
 
@@ -64,9 +68,17 @@ def _lookup(classes: Iterable[Mapping[str, Any]], filename: str, symbol: str) ->
 def verdict_for(diag: Diagnostic, info: Mapping[str, Any] | None) -> str | None:
     if info is None:
         return None
-    m = _ATTR.search(diag.message)
-    attr = m.group(1) if m else None
-    if attr is not None and attr not in info.get("attrs", ()) and attr not in info.get("broken", {}):
+    built = set(info.get("attrs", ())) | set(info.get("broken", {}))
+    names = _ATTR.findall(diag.message)
+    if not _CHILD_TENSOR.match(diag.message):
+        # a claim about tensors that the build with these arguments did not make (a buffer
+        # that is None by default, a parameter behind a flag) can be neither proved nor refuted
+        if diag.code == "ML004" and names[1:] and not built & set(names[1:]):
+            return None
+        if diag.code in _NAMED_TENSOR_RULES and diag.message.startswith("`") and names[0] not in built:
+            return None
+    attr = names[0] if names else None
+    if attr is not None and attr not in built:
         attr = None  # the backticks named something else (a method, a call)
     codes = set(info.get("codes", ()))
     if diag.code == "ML008":
