@@ -5,11 +5,11 @@ from collections.abc import Iterable
 import libcst as cst
 
 from metalint.static.construction import (
+    TensorFunctions,
     hook_free_construction,
     is_tensor,
     registrations,
     short,
-    tensor_functions,
 )
 from metalint.static.model import ClassFacts
 from metalint.static.rule import Finding, Rule
@@ -223,7 +223,7 @@ class Attention(nn.Module):
                     if name:
                         registered.add(name)
         if not hasattr(self, "_tensor_fns"):
-            self._tensor_fns = tensor_functions(self.ctx.module, self.qualify, self.ctx.facts)
+            self._tensor_fns = TensorFunctions(self.ctx.module, self.qualify, self.ctx.facts)
         fns = self._tensor_fns
 
         def extra(node: cst.BaseExpression) -> bool:

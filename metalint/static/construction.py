@@ -535,31 +535,36 @@ def written_attr(call, qualify) -> str | None:
     return writes(call, qualify)
 
 
-def tensor_functions(module: cst.Module, qualify, facts) -> set[str]:
+class TensorFunctions:
     """Top-level functions of a file that certainly make a tensor: annotated
     ``-> torch.Tensor``, or unannotated with every ``return`` a tensor (``is_tensor``, with the
-    function's own locals), e.g. ``def build_mask(n): return torch.ones(n, n).tril()``."""
-    out: set[str] = set()
-    for stmt in module.body:
-        if not isinstance(stmt, cst.FunctionDef):
-            continue
-        if stmt.returns is not None:
-            ann = stmt.returns.annotation
+    function's own locals), e.g. ``def build_mask(n): return torch.ones(n, n).tril()``.
+    ``name in fns`` judges a function the first time it is asked about."""
+
+    def __init__(self, module: cst.Module, qualify, facts) -> None:
+        self._defs = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+        self._qualify = qualify
+        self._facts = facts
+        self._known: dict[str, bool] = {}
+
+    def __contains__(self, name: str) -> bool:
+        known = self._known.get(name)
+        if known is None:
+            fn = self._defs.get(name)
+            known = self._known[name] = fn is not None and self._makes_tensor(fn)
+        return known
+
+    def _makes_tensor(self, fn: cst.FunctionDef) -> bool:
+        if fn.returns is not None:
+            ann = fn.returns.annotation
             if isinstance(ann, cst.SimpleString):
-                text = string_value(ann) or ""
-                ok = text in ("torch.Tensor", "Tensor")
-            else:
-                ok = qualify(ann) == "torch.Tensor"
-        else:
-            values = _returned_values(stmt)
-            if values:
-                local = function_facts(stmt, facts)
-                ok = all(is_tensor(v, qualify, local) for v in values)
-            else:
-                ok = False
-        if ok:
-            out.add(stmt.name.value)
-    return out
+                return (string_value(ann) or "") in ("torch.Tensor", "Tensor")
+            return self._qualify(ann) == "torch.Tensor"
+        values = _returned_values(fn)
+        if not values:
+            return False
+        local = function_facts(fn, self._facts)
+        return all(is_tensor(v, self._qualify, local) for v in values)
 
 
 def _returned_values(fn: cst.FunctionDef) -> list[cst.BaseExpression | None] | None:

@@ -103,44 +103,72 @@ def _positions(module: cst.Module, source: str, found, facts) -> dict:
     """Code ranges of the reported nodes.
 
     ``PositionProvider`` on a whole module re-generates all of its code; instead each top-level
-    class that holds a finding is rendered alone and shifted to the line its ``class`` keyword
-    has in the source. Anything else falls back to the whole module.
+    class that holds a finding (or module-level function: a helper a class's ``__init__``
+    calls) is rendered alone and shifted to the line its ``class``/``def`` keyword has in the
+    source. Anything else falls back to the whole module.
     """
+    def whole() -> dict:
+        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+
     by_qual = {c.qualname: c for c in facts.classes}
-    groups: dict[int, tuple[cst.ClassDef, list]] = {}
     top_level = {id(stmt) for stmt in module.body}
+    groups: dict[int, tuple[cst.ClassDef | cst.FunctionDef, list]] = {}
     for cls, node in found:
         top = by_qual.get(cls.qualname.split(".")[0], cls)
         if id(top.node) not in top_level:
-            return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+            return whole()
         groups.setdefault(id(top.node), (top.node, []))[1].append(node)
+    lines = source.splitlines()
     out: dict = {}
-    lines = None
+    strays: dict[int, tuple[cst.FunctionDef, list]] = {}
     for top, nodes in groups.values():
-        name = top.name.value
-        if lines is None:
-            lines = source.splitlines()
-        # the n-th top-level ``class Name`` in the source is the n-th such node in the module
-        nth = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name]
-        rows = [i for i, l in enumerate(lines, 1) if re.match(rf"class\s+{re.escape(name)}\b", l)]
-        if len(rows) != len(nth):
-            return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-        row = rows[next(i for i, s in enumerate(nth) if s is top)]
-        # what follows the last statement holding a finding (often everything after __init__)
-        # cannot move it: render the class only up to there
-        body = top.body.body if isinstance(top.body, cst.IndentedBlock) else None
-        last = _last_statement_holding(body, {id(n) for n in nodes}) if body else None
-        shown = top if last is None else top.with_changes(body=top.body.with_changes(body=body[: last + 1]))
-        alone = cst.Module(
-            body=[shown], default_indent=module.default_indent, default_newline=module.default_newline
-        )
-        pos = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
-        if any(node not in pos for node in nodes):
-            # a finding outside the class (a module-level helper it calls)
-            return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-        shift = row - pos[shown.name].start.line
+        pos = _render_alone(module, top, nodes, lines)
+        if pos is None:
+            return whole()
+        out.update(pos)
         for node in nodes:
-            r = pos[node]
+            if node in pos:
+                continue
+            # a finding outside the class: in a module-level helper it calls
+            holder = next(
+                (s for s in module.body if isinstance(s, cst.FunctionDef) and any(n is node for n in walk(s))),
+                None,
+            )
+            if holder is None:
+                return whole()
+            strays.setdefault(id(holder), (holder, []))[1].append(node)
+    for holder, nodes in strays.values():
+        pos = _render_alone(module, holder, nodes, lines)
+        if pos is None or any(node not in pos for node in nodes):
+            return whole()
+        out.update(pos)
+    return out
+
+
+def _render_alone(module: cst.Module, top, nodes: list, lines: list[str]) -> dict | None:
+    """Positions of those of ``nodes`` inside the top-level ``top`` (a class or a function),
+    from ``top`` rendered alone; None when its line in the source cannot be told."""
+    name = top.name.value
+    kind = type(top)
+    keyword = r"class\s+" if kind is cst.ClassDef else r"(?:async\s+)?def\s+"
+    # the n-th top-level ``class Name`` in the source is the n-th such node in the module
+    nth = [s for s in module.body if type(s) is kind and s.name.value == name]
+    rows = [i for i, line in enumerate(lines, 1) if re.match(rf"{keyword}{re.escape(name)}\b", line)]
+    if len(rows) != len(nth):
+        return None
+    row = rows[next(i for i, s in enumerate(nth) if s is top)]
+    # what follows the last statement holding a finding (often everything after __init__)
+    # cannot move it: render only up to there
+    body = top.body.body if isinstance(top.body, cst.IndentedBlock) else None
+    last = _last_statement_holding(body, {id(n) for n in nodes}) if body else None
+    shown = top if last is None else top.with_changes(body=top.body.with_changes(body=body[: last + 1]))
+    alone = cst.Module(body=[shown], default_indent=module.default_indent, default_newline=module.default_newline)
+    pos = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+    shift = row - pos[shown.name].start.line
+    out = {}
+    for node in nodes:
+        r = pos.get(node)
+        if r is not None:
             out[node] = CodeRange(
                 CodePosition(r.start.line + shift, r.start.column),
                 CodePosition(r.end.line + shift, r.end.column),
