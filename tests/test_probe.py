@@ -356,7 +356,7 @@ def test_mark_verdicts_factory_submodules_and_subtree():
         _static("ML004", "Block", "owns no reset hook", "/m/x.py"),
         _static("ML001", "Scale", "`gamma` from a value", "/m/x.py"),
         # tensors the default build did not make (None buffer, flag-gated parameter): not exercised
-        _static("ML002", "Scale", "`pos_weight` is registered from a computed value", "/m/x.py"),
+        _static("ML002", "Scale", "buffer `pos_weight` is computed (`torch.tensor(w)`)", "/m/x.py"),
         _static("ML001", "Scale", "`rel_pos_h` is created from a value", "/m/x.py"),
         _static("ML004", "Scale", "`Scale` owns `pos_weight` but has no public reset hook", "/m/x.py"),
         _static("ML004", "Scale", "`Scale` owns `gamma`, `pos_weight` but has no public reset hook", "/m/x.py"),

@@ -34,7 +34,8 @@ from metalint.diagnostics import Diagnostic
 
 _ATTR = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 _SUBTREE_RULES = {"ML006", "ML010"}
-#: rules whose message starts with the tensor it is about (`gamma` is created ...)
+#: rules whose message names first the tensor it is about (`gamma` is created ...,
+#: buffer `inv_freq` is computed ...)
 _NAMED_TENSOR_RULES = {"ML001", "ML002", "ML003", "ML005", "ML007"}
 #: a message that starts with a child's tensor (`bn.weight`, ML003 on a child)
 _CHILD_TENSOR = re.compile(r"^`[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+`")
@@ -75,7 +76,7 @@ def verdict_for(diag: Diagnostic, info: Mapping[str, Any] | None) -> str | None:
         # that is None by default, a parameter behind a flag) can be neither proved nor refuted
         if diag.code == "ML004" and names[1:] and not built & set(names[1:]):
             return None
-        if diag.code in _NAMED_TENSOR_RULES and diag.message.startswith("`") and names[0] not in built:
+        if diag.code in _NAMED_TENSOR_RULES and names and names[0] not in built:
             return None
     attr = names[0] if names else None
     if attr is not None and attr not in built:
