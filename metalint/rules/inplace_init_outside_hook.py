@@ -125,10 +125,29 @@ def _param_default(cls: ClassFacts, name: str) -> float | None:
     return None
 
 
-def _no_op_by_default(cls, call: CallSite, name: str, restored, file_code: str) -> bool:
+def _callee(code: str, at: int) -> str | None:
+    """The name called by the innermost call whose parentheses hold offset ``at``."""
+    depth = 0
+    for i in range(at - 1, -1, -1):
+        c = code[i]
+        if c in ")]}":
+            depth += 1
+        elif c in "([{":
+            if depth == 0:
+                if c != "(":
+                    return None
+                m = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", code[:i])
+                return m.group(1) if m else None
+            depth -= 1
+    return None
+
+
+def _no_op_by_default(cls, call: CallSite, name: str, restored, file_code: str, others=frozenset()) -> bool:
     """``self.head.fc.weight.mul_(head_init_scale)`` with ``head_init_scale=1.0``, or
     ``constant_(self.bn.weight, bn_weight_init)`` with ``bn_weight_init=1`` on a norm: a no-op
-    unless some caller in the file passes that keyword another value."""
+    unless some caller in the file passes that keyword another value. A keyword passed to
+    another class of the file (``others``: timm LeViT's ``LinearNorm(..., bn_weight_init=0)``
+    beside ``ConvNorm``) is that class's business."""
     args = call.node.args
     if call.method in _IDENTITY and call.qualname is None:
         identity = _IDENTITY[call.method]
@@ -141,6 +160,8 @@ def _no_op_by_default(cls, call: CallSite, name: str, restored, file_code: str) 
     if not isinstance(arg, cst.Name) or _param_default(cls, arg.value) != identity:
         return False
     for m in re.finditer(rf"\b{re.escape(arg.value)}\s*=\s*([^,)\n]+)", file_code):
+        if _callee(file_code, m.start()) in others:
+            continue
         value = m.group(1).strip()
         try:
             if float(value) != identity:
@@ -304,8 +325,54 @@ class Net(nn.Module):
 def make():
     return Net(8, 10, head_init_scale=1.0)
 """,
+        # timm LeViT: another class of the file gets bn_weight_init=0, ConvNorm never does
+        """
+import torch
+from torch import nn
+
+class ConvNorm(nn.Module):
+    def __init__(self, a, b, bn_weight_init=1):
+        super().__init__()
+        self.c = nn.Conv2d(a, b, 1, bias=False)
+        self.bn = nn.BatchNorm2d(b)
+        nn.init.constant_(self.bn.weight, bn_weight_init)
+
+class LinearNorm(nn.Module):
+    def __init__(self, a, b, bn_weight_init=1):
+        super().__init__()
+        self.c = nn.Linear(a, b, bias=False)
+        self.bn_weight_init = bn_weight_init
+
+class Stem(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = ConvNorm(3, 8)
+        self.proj = nn.Sequential(nn.Flatten(), LinearNorm(8, 8, bn_weight_init=0))
+""",
     ]
     INVALID = [
+        # a subclass built with bn_weight_init=0 forwards it to the class that sets it
+        """
+import torch
+from torch import nn
+
+class ConvNorm(nn.Module):
+    def __init__(self, a, b, bn_weight_init=1):
+        super().__init__()
+        self.c = nn.Conv2d(a, b, 1, bias=False)
+        self.bn = nn.BatchNorm2d(b)
+        nn.init.constant_(self.bn.weight, bn_weight_init)  # ERROR
+
+class ConvNormAct(ConvNorm):
+    def __init__(self, a, b, **kwargs):
+        super().__init__(a, b, **kwargs)
+        self.act = nn.ReLU()
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = ConvNormAct(8, 8, bn_weight_init=0)
+""",
         # llm-foundry style RMSNorm, every spelling of nn.init
         """
 import torch
@@ -375,7 +442,11 @@ class MHA(nn.Module):
                     if not hasattr(self, "_code"):
                         self._code = self.ctx.module.code
                     restored = _norm_default(cls, methods, name, self.qualify)
-                    if _no_op_by_default(cls, call, name, restored, self._code):
+                    others = frozenset(
+                        c.name for c in self.ctx.facts.classes
+                        if c.name != cls.name and cls.fullname not in c.bases  # a subclass forwards it
+                    )
+                    if _no_op_by_default(cls, call, name, restored, self._code, others):
                         continue
                 attr = name.split(".")[0]
                 child = "." in name
