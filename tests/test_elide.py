@@ -115,3 +115,29 @@ def test_a_file_python_rejects_is_reported_as_before():
     full = analyze_source(bad, "m.py", "m", elide_unread=False).to_json()
     assert analyze_source(bad, "m.py", "m").to_json() == full
     assert full["diagnostics"][0]["code"] == "ML900"
+
+
+def test_a_caller_in_elided_code_still_counts():
+    # ML003 judges `constant_(self.bn.weight, bn_weight_init)` a no-op only when no caller in
+    # the file passes another value; the caller here is a builder the elision leaves out
+    source = textwrap.dedent(
+        """
+        import torch
+        from torch import nn
+
+        class ConvNorm(nn.Module):
+            def __init__(self, a, b, bn_weight_init=1):
+                super().__init__()
+                self.c = nn.Conv2d(a, b, 1, bias=False)
+                self.bn = nn.BatchNorm2d(b)
+                nn.init.constant_(self.bn.weight, bn_weight_init)
+
+        def build_stem(width=8):
+            stem = ConvNorm(3, width, bn_weight_init=0)
+            return stem
+        """
+    )
+    assert "bn_weight_init=0" not in elide(source, ast.parse(source))
+    _same(source)
+    codes = [d["code"] for d in analyze_source(source, "m.py", "pkg.m").to_json()["diagnostics"]]
+    assert codes == ["ML003"]

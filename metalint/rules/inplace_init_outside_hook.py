@@ -440,7 +440,8 @@ class MHA(nn.Module):
                     continue
                 if "." in name:
                     if not hasattr(self, "_code"):
-                        self._code = self.ctx.module.code
+                        # callers' keywords are read from the whole file: elided code calls too
+                        self._code = self.ctx.source or self.ctx.module.code
                     restored = _norm_default(cls, methods, name, self.qualify)
                     others = frozenset(
                         c.name for c in self.ctx.facts.classes

@@ -206,6 +206,7 @@ def analyze_source(
             return error_result(display, f"could not be checked: {exc}")
         result.exports = exports_from_ast(tree, module_name, is_package)
         return result
+    whole = source
     if elide_unread:
         # CPython's parser finds what no rule reads; libcst then parses the rest (see elide.py).
         # A file it rejects goes to libcst whole, which reports the error as before.
@@ -222,7 +223,7 @@ def analyze_source(
         return error_result(display, "could not be checked: nesting too deep to parse")
     result.parsed = True
     facts = collect(module, module_name, is_package)
-    ctx = RuleContext(facts, module, hooks, display)
+    ctx = RuleContext(facts, module, hooks, display, whole)
     result.exports = dict(facts.aliases.names)
     result.exports.update(facts.local_classes)
     result.classes = [summarize(c, ctx) for c in facts.classes]

@@ -49,6 +49,7 @@ class RuleContext:
     module: cst.Module
     hooks: tuple[str, ...]
     path: str
+    source: str = ""  # the whole file's text (``module`` may have unread code elided)
 
     def qualify(self, node: cst.BaseExpression) -> str | None:
         return self.facts.aliases.qualify(node, self.facts.local_classes)
