@@ -14,6 +14,7 @@ import libcst as cst
 
 from metalint.static.names import Aliases, dotted
 from metalint.static.results import DEFAULT_HOOKS  # noqa: F401 (re-exported; libcst-free home)
+from metalint.static.syntax import children
 
 #: methods whose bodies the collector does not walk: they run after construction
 SKIPPED_METHOD_PREFIXES = ("forward", "extra_repr", "__repr__", "_forward")
@@ -97,24 +98,58 @@ class FileFacts:
     local_classes: dict[str, str] = field(default_factory=dict)  # top-level name -> fullname
 
 
-_HOOKS: dict[tuple[type, str, type], object] = {}
+#: tokens and whitespace: no collector hook reads them, and nothing below them is code
+_TRIVIA = frozenset(
+    t
+    for t in vars(cst).values()
+    if isinstance(t, type)
+    and issubclass(t, cst.CSTNode)
+    and issubclass(
+        t,
+        (
+            cst.BaseParenthesizableWhitespace,
+            cst.Newline,
+            cst.EmptyLine,
+            cst.TrailingWhitespace,
+            cst.Comment,
+            cst.Comma,
+            cst.Dot,
+            cst.Colon,
+            cst.Semicolon,
+            cst.AssignEqual,
+            cst.LeftParen,
+            cst.RightParen,
+            cst.LeftSquareBracket,
+            cst.RightSquareBracket,
+            cst.LeftCurlyBrace,
+            cst.RightCurlyBrace,
+            cst.BaseBinaryOp,
+            cst.BaseBooleanOp,
+            cst.BaseCompOp,
+            cst.BaseUnaryOp,
+            cst.BaseAugOp,
+        ),
+    )
+)
+_DISPATCH: dict[type, dict[type, tuple]] = {}
 
 
-def _hook(visitor: type, prefix: str, node_type: type):
-    key = (visitor, prefix, node_type)
-    try:
-        return _HOOKS[key]
-    except KeyError:
-        found = _HOOKS[key] = getattr(visitor, f"{prefix}{node_type.__name__}", None)
-        return found
+def _dispatch(visitor: type) -> dict[type, tuple]:
+    return _DISPATCH.setdefault(visitor, {})
+
+
+def _own_hooks(visitor: type, node_type: type) -> tuple:
+    """The (visit, leave) hooks ``visitor`` has for ``node_type`` (None: no hook)."""
+    return tuple(getattr(visitor, f"{prefix}{node_type.__name__}", None) for prefix in ("visit_", "leave_"))
 
 
 def _is_self_chain(name: str | None) -> bool:
     return name is not None and (name == "self" or name.startswith("self."))
 
 
-class FactCollector(cst.CSTVisitor):
-    """One pass over a module that fills :class:`FileFacts`."""
+class FactCollector:
+    """One pass over a module that fills :class:`FileFacts` (:meth:`run`); its ``visit_<Type>``
+    and ``leave_<Type>`` hooks are named as in a libcst visitor."""
 
     def __init__(self, facts: FileFacts) -> None:
         self.facts = facts
@@ -126,23 +161,27 @@ class FactCollector(cst.CSTVisitor):
         self._for_stack: list[cst.CSTNode] = []
         self._qual_stack: list[str] = []
 
-    # -- dispatch: libcst's looks up ``visit_<Type>`` by name for every node and
-    # ``visit_<Type>_<field>`` for every field of every node; the collector has no field hooks,
-    # and its node hooks are found once per type
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        visit = _hook(type(self), "visit_", type(node))
-        return visit is None or visit(self, node) is not False
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        leave = _hook(type(self), "leave_", type(original_node))
-        if leave is not None:
-            leave(self, original_node)
-
-    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
-        pass
-
-    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
-        pass
+    def run(self, root: cst.CSTNode) -> None:
+        """``root.visit(self)`` without its cost: libcst's visit rebuilds every node it passes
+        (``_visit_and_replace_children``) even for a read-only visitor, and calls a hook for
+        every whitespace and punctuation node. Same order of calls: the node's ``visit_``
+        hook, its children in libcst's visiting order unless the hook returned False, its
+        ``leave_`` hook; tokens and whitespace (no hook here, nothing below them) are passed by."""
+        table = _dispatch(type(self))
+        stack: list[tuple[cst.CSTNode, object]] = [(root, None)]
+        while stack:
+            node, leave = stack.pop()
+            if leave is not None:
+                leave(self, node)
+                continue
+            hooks = table.get(type(node))
+            if hooks is None:
+                hooks = table[type(node)] = _own_hooks(type(self), type(node))
+            visit, leave = hooks
+            if leave is not None:
+                stack.append((node, leave))
+            if visit is None or visit(self, node) is not False:
+                stack.extend((c, None) for c in reversed(children(node)) if type(c) not in _TRIVIA)
 
     # -- imports (module level and nested: both count) -------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
@@ -359,11 +398,11 @@ def function_facts(fn: cst.FunctionDef, facts: FileFacts) -> MethodFacts:
     params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params)]
     collector = FactCollector(facts)
     collector.method = MethodFacts(fn.name.value, fn, params)
-    fn.body.visit(collector)
+    collector.run(fn.body)
     return collector.method
 
 
 def collect(module: cst.Module, module_name: str, is_package: bool = False) -> FileFacts:
     facts = FileFacts(module_name, Aliases(module_name, is_package))
-    module.visit(FactCollector(facts))
+    FactCollector(facts).run(module)
     return facts
