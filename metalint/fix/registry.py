@@ -16,10 +16,10 @@ from types import ModuleType
 import libcst as cst
 
 from metalint.diagnostics import Edit, Fix, Position
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from metalint.fix.codemod import Rewrite, Unfixable, path_to
 from metalint.static.rule import Finding, RuleContext
+from metalint.static.syntax import code_ranges
 
 #: rule code -> module holding ``plan(ctx, cls, finding) -> Rewrite``
 CODEMODS = {
@@ -124,7 +124,7 @@ def _first_row(source: str | None, old: str, row: int, module: cst.Module, top, 
             if first <= row < first + old.count("\n") + 1:
                 return first
             at = source.find(old, at + 1)
-    pos = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    pos = code_ranges(module)
     return row - pos[finding.node].start.line + 1
 
 

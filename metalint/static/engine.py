@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import ast
 import io
+import itertools
 import re
 import tokenize
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import CodePosition, CodeRange, MetadataWrapper, PositionProvider
+from libcst.metadata import CodePosition, CodeRange
 
 from metalint.diagnostics import Condition, Diagnostic, Position
 from metalint.static.defaults import init_functions
@@ -33,7 +34,7 @@ from metalint.static.results import (  # noqa: F401
     read_source,
 )
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import walk
+from metalint.static.syntax import children, code_ranges, walk
 from metalint.static.tensors import recreated
 
 #: a file that mentions none of these cannot hold a finding; it is not parsed
@@ -108,7 +109,7 @@ def _positions(module: cst.Module, source: str, found, facts) -> dict:
     source. Anything else falls back to the whole module.
     """
     def whole() -> dict:
-        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return code_ranges(module)
 
     by_qual = {c.qualname: c for c in facts.classes}
     top_level = {id(stmt) for stmt in module.body}
@@ -147,7 +148,11 @@ def _positions(module: cst.Module, source: str, found, facts) -> dict:
 
 def _render_alone(module: cst.Module, top, nodes: list, lines: list[str]) -> dict | None:
     """Positions of those of ``nodes`` inside the top-level ``top`` (a class or a function),
-    from ``top`` rendered alone; None when its line in the source cannot be told."""
+    from ``top`` rendered alone; None when its line in the source cannot be told.
+
+    Of a class, only the methods that hold a finding are rendered (each up to its last
+    statement holding one) in a shell of the class header, and each is shifted to the row of
+    its own ``def``; a finding in a class-level statement renders the class up to there."""
     name = top.name.value
     kind = type(top)
     keyword = r"class\s+" if kind is cst.ClassDef else r"(?:async\s+)?def\s+"
@@ -157,23 +162,78 @@ def _render_alone(module: cst.Module, top, nodes: list, lines: list[str]) -> dic
     if len(rows) != len(nth):
         return None
     row = rows[next(i for i, s in enumerate(nth) if s is top)]
-    # what follows the last statement holding a finding (often everything after __init__)
-    # cannot move it: render only up to there
     body = top.body.body if isinstance(top.body, cst.IndentedBlock) else None
-    last = _last_statement_holding(body, {id(n) for n in nodes}) if body else None
-    shown = top if last is None else top.with_changes(body=top.body.with_changes(body=body[: last + 1]))
+    targets = {id(n) for n in nodes}
+    parts = _methods_holding(top, body, targets, module, lines, row) if kind is cst.ClassDef and body else None
+    if parts:
+        shown = top.with_changes(body=top.body.with_changes(body=[m for m, _, _ in parts]))
+        anchors = [(m.name, r, held) for m, r, held in parts]
+    else:
+        # what follows the last statement holding a finding (often everything after
+        # __init__) cannot move it: render only up to there
+        last = _last_statement_holding(body, targets) if body else None
+        shown = top if last is None else top.with_changes(body=top.body.with_changes(body=body[: last + 1]))
+        anchors = [(shown.name, row, targets)]
     alone = cst.Module(body=[shown], default_indent=module.default_indent, default_newline=module.default_newline)
-    pos = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
-    shift = row - pos[shown.name].start.line
+    pos = code_ranges(alone)
     out = {}
-    for node in nodes:
-        r = pos.get(node)
-        if r is not None:
-            out[node] = CodeRange(
-                CodePosition(r.start.line + shift, r.start.column),
-                CodePosition(r.end.line + shift, r.end.column),
-            )
+    for anchor, r, held in anchors:
+        start = pos[anchor].start
+        if lines[r - 1][start.column : start.column + len(anchor.value)] != anchor.value:
+            return None
+        shift = r - start.line
+        for node in nodes:
+            rng = pos.get(node) if id(node) in held else None
+            if rng is not None:
+                out[node] = CodeRange(
+                    CodePosition(rng.start.line + shift, rng.start.column),
+                    CodePosition(rng.end.line + shift, rng.end.column),
+                )
     return out
+
+
+def _methods_holding(top: cst.ClassDef, body, targets: set[int], module: cst.Module, lines: list[str], row: int):
+    """(method cut after its last statement holding a finding, row of its ``def`` in the
+    source, ids of the findings it holds) for each method of ``top`` holding some of
+    ``targets``; None when a class-level statement holds one or a row cannot be told.
+
+    The k-th method of a name in the class is the k-th ``def name`` line after the class's
+    ``row`` at the class body's indentation."""
+    indent = top.body.indent if top.body.indent is not None else module.default_indent
+    out = []
+    left = set(targets)  # what is not in the class (a finding in a helper it calls) stays
+    for i, stmt in enumerate(body):
+        if not left:
+            break
+        if not isinstance(stmt, cst.FunctionDef) or not isinstance(stmt.body, cst.IndentedBlock):
+            if left.intersection(id(n) for n in walk(stmt)):
+                return None
+            continue
+        # the signature and decorators, then the body up to its last statement holding one
+        held = {n for part in children(stmt) if part is not stmt.body for n in left.intersection(map(id, walk(part)))}
+        whole = bool(held)  # a finding in the signature: render it whole
+        last = None
+        for j, inner in enumerate(stmt.body.body):
+            if held == left:
+                break
+            found = left.intersection(map(id, walk(inner)))
+            if found:
+                held |= found
+                last = j
+        if not held:
+            continue
+        left -= held
+        name = stmt.name.value
+        k = sum(1 for s in body[:i] if isinstance(s, cst.FunctionDef) and s.name.value == name)
+        pattern = re.compile(rf"{re.escape(indent)}(?:async\s+)?def\s+{re.escape(name)}\b")
+        rows = (r for r in range(row + 1, len(lines) + 1) if pattern.match(lines[r - 1]))
+        r = next(itertools.islice(rows, k, None), None)
+        if r is None:
+            return None
+        if not whole:
+            stmt = stmt.with_changes(body=stmt.body.with_changes(body=stmt.body.body[: last + 1]))
+        out.append((stmt, r, held))
+    return out or None
 
 
 def analyze_source(
