@@ -188,12 +188,14 @@ def unwrap_partial(fn: cst.BaseExpression, qualify) -> cst.BaseExpression:
 
 def calls_only_reset(fn: cst.FunctionDef) -> bool:
     """A function whose only calls are ``m.reset_parameters()`` and type checks."""
-    called = [
-        c.func.attr.value if isinstance(c.func, cst.Attribute) else dotted(c.func)
-        for c in walk(fn.body)
-        if isinstance(c, cst.Call)
-    ]
-    return "reset_parameters" in called and all(c in RESET_ONLY_CALLS for c in called)
+    resets = False
+    for c in walk(fn.body):
+        if isinstance(c, cst.Call):
+            name = c.func.attr.value if isinstance(c.func, cst.Attribute) else dotted(c.func)
+            if name not in RESET_ONLY_CALLS:
+                return False  # most functions: at their first call
+            resets = resets or name == "reset_parameters"
+    return resets
 
 
 def init_functions(module: cst.Module, module_name: str, qualify) -> dict[str, dict[str, Any]]:
