@@ -57,11 +57,19 @@ def analyze_files(jobs: list, workers: int) -> list[FileResult]:
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    # biggest files first, dealt round-robin, so the workers finish together
+    # biggest files first, in chunks of about equal size that shrink towards the end, handed
+    # out as workers free up (the longest job first), so the workers finish together
     order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0]))
-    n_chunks = min(len(jobs), workers * 4)
-    chunks = [[jobs[i] for i in order[k::n_chunks]] for k in range(n_chunks)]
-    index = [[i for i in order[k::n_chunks]] for k in range(n_chunks)]
+    index: list[list[int]] = []
+    left = sum(len(j[0]) for j in jobs)
+    for i in order:
+        if not index or size >= max(left / (workers * 4), 1):
+            index.append([])
+            size = 0
+        index[-1].append(i)
+        size += len(jobs[i][0])
+        left -= len(jobs[i][0])
+    chunks = [[jobs[i] for i in idx] for idx in index]
     out: list[FileResult | None] = [None] * len(jobs)
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         for idx, results in zip(index, pool.map(_analyze_chunk, chunks)):
