@@ -7,7 +7,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from metalint.static.syntax import children, walk
+from metalint.static.syntax import children, parse_valid_module, walk
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "fixtures").rglob("*.py")) + sorted((ROOT / "metalint").rglob("*.py"))
@@ -72,3 +72,23 @@ def test_walk_is_preorder_in_source_order() -> None:
     module = cst.parse_module("x = f(a, g(b)) if c else d\n")
     names = [n.value for n in walk(module) if isinstance(n, cst.Name)]
     assert names == ["x", "f", "a", "g", "b", "c", "d"]
+
+
+@pytest.mark.parametrize("path", SOURCES[:40], ids=lambda p: p.name)
+def test_parse_valid_module_builds_the_same_tree(path):
+    source = path.read_text(encoding="utf-8")
+    fast, ref = parse_valid_module(source), cst.parse_module(source)
+    assert fast.code == source
+    assert fast.deep_equals(ref)
+
+
+def test_nodes_built_after_a_trusted_parse_are_validated():
+    parse_valid_module(ODDITIES)
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("not a name")
+    with pytest.raises(cst.CSTValidationError):  # also when the parse fails
+        try:
+            parse_valid_module("def (:\n")
+        except cst.ParserSyntaxError:
+            pass
+        cst.Name("1x")

@@ -34,7 +34,7 @@ from metalint.static.results import (  # noqa: F401
     read_source,
 )
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import children, code_ranges, walk
+from metalint.static.syntax import children, code_ranges, parse_valid_module, walk
 from metalint.static.tensors import recreated
 
 #: a file that mentions none of these cannot hold a finding; it is not parsed
@@ -267,15 +267,18 @@ def analyze_source(
         result.exports = exports_from_ast(tree, module_name, is_package)
         return result
     whole = source
+    parse = cst.parse_module
     if elide_unread:
-        # CPython's parser finds what no rule reads; libcst then parses the rest (see elide.py).
-        # A file it rejects goes to libcst whole, which reports the error as before.
+        # CPython's parser finds what no rule reads; libcst then parses the rest (see elide.py),
+        # without re-validating what CPython accepted. A file CPython rejects goes to libcst
+        # whole, which reports the error as before.
         try:
             source = elide(source, ast.parse(source, display))
+            parse = parse_valid_module
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             pass
     try:
-        module = cst.parse_module(source)
+        module = parse(source)
     except cst.ParserSyntaxError as exc:
         msg = str(exc.message).splitlines()[0] if exc.message else "invalid syntax"
         return error_result(display, f"could not be checked: syntax error: {msg}", exc.raw_line, exc.raw_column + 1)

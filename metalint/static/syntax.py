@@ -1,4 +1,4 @@
-"""Walking libcst trees without a visitor.
+"""Parsing and walking libcst trees at the speed a cold check needs.
 
 ``CSTNode.children`` runs the node's whole ``_visit_and_replace_children`` with a collecting
 visitor, which builds a throw-away copy of the node: rules that walk expressions and bodies
@@ -6,6 +6,8 @@ spent a fifth of a cold check there. :func:`children` returns the same nodes in 
 (lexical) order by reading the fields directly, in the order libcst visits them. That order is
 learned once per node type from libcst itself (the field names its visit reports to
 ``on_visit_attribute``), so it follows the installed libcst rather than a table kept here.
+:func:`code_ranges` and :func:`parse_valid_module` leave out work libcst does that a checker
+does not need (a second visit of the tree; validating nodes of code CPython has accepted).
 """
 
 from __future__ import annotations
@@ -104,3 +106,26 @@ def code_ranges(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
     except AttributeError:  # a libcst whose provider is built differently
         return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     return provider._computed
+
+
+def _trusted(self) -> None:
+    """``CSTNode.__post_init__`` for a tree of code CPython has already parsed."""
+
+
+def parse_valid_module(source: str) -> cst.Module:
+    """``cst.parse_module(source)`` for ``source`` CPython's own parser has accepted.
+
+    Every node the parser builds runs ``_validate()`` from ``CSTNode.__post_init__``: a
+    third of the parse, checking what the grammar already guarantees (libcst's own comment
+    there says it would rather not validate parsed trees). For code known to be valid the
+    check is left out while the parser runs; nodes built at any other time are validated as
+    always."""
+    base = cst.CSTNode
+    saved = base.__dict__.get("__post_init__")
+    if saved is None:  # a libcst that validates elsewhere
+        return cst.parse_module(source)
+    base.__post_init__ = _trusted
+    try:
+        return cst.parse_module(source)
+    finally:
+        base.__post_init__ = saved
