@@ -102,6 +102,93 @@ def _norm_default(cls, methods, name: str, qualify) -> float | None:
     return {"weight": 1.0, "bias": 0.0}.get(parts[1])
 
 
+_BATCH_NORMS = frozenset(
+    {
+        *(f"torch.nn.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")),
+        "torch.nn.modules.batchnorm._BatchNorm",
+        "torch.nn.modules.batchnorm._NormBase",
+    }
+)
+
+
+def _isinstance_of(test: cst.BaseExpression, param: str, qualify) -> set[str] | None:
+    """The qualified types of ``isinstance(<param>, T)`` / ``isinstance(<param>, (T1, T2))``;
+    None for any other test."""
+    if not (
+        isinstance(test, cst.Call)
+        and dotted(test.func) == "isinstance"
+        and len(test.args) == 2
+        and isinstance(test.args[0].value, cst.Name)
+        and test.args[0].value.value == param
+    ):
+        return None
+    types = test.args[1].value
+    elements = [e.value for e in types.elements] if isinstance(types, cst.Tuple) else [types]
+    return {qualify(e) or dotted(e) or "" for e in elements}
+
+
+def _reset_types(fn: cst.FunctionDef, qualify, method: bool) -> set[str]:
+    """The module types ``fn(m)`` calls ``m.reset_parameters()`` on whatever its other
+    arguments: branches of an ``if``/``elif`` chain of ``isinstance(m, ...)`` tests only
+    (EfficientViM's ``elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)): m.reset_parameters()``)."""
+    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)][1 if method else 0 :]
+    if not params or not isinstance(fn.body, cst.IndentedBlock):
+        return set()
+    m = params[0]
+    reset: set[str] = set()
+    for stmt in fn.body.body:
+        node, claimed = stmt, set()
+        while isinstance(node, cst.If):
+            types = _isinstance_of(node.test, m, qualify)
+            if types is None:
+                break  # a test on something else: where a module goes depends on it
+            if any(
+                isinstance(line, cst.SimpleStatementLine)
+                and isinstance(line.body[0], cst.Expr)
+                and isinstance(line.body[0].value, cst.Call)
+                and dotted(line.body[0].value.func) == f"{m}.reset_parameters"
+                for line in node.body.body
+            ):
+                reset |= types - claimed
+            claimed |= types
+            node = node.orelse
+    return reset
+
+
+def reset_while_built(ctx) -> set[str]:
+    """The module types some class of the file resets while it is built (``__init__`` and
+    the methods it calls) by applying to all its submodules a function that calls their
+    ``reset_parameters()`` (``self.apply(self._init_weights)``, maybe through ``partial``).
+    That overwrites any init a child's ``__init__`` gave such a module, in an eager build as
+    on meta: that init was never the value the model is built with."""
+    from metalint.static.defaults import applied_function, unwrap_partial
+
+    functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
+    out: set[str] = set()
+    for cls in ctx.facts.classes:
+        for m in cls.reachable("__init__"):
+            for call in m.calls:
+                if not (call.receiver == "self" and call.method == "apply"):
+                    continue
+                fn = applied_function(call.node)
+                fn = unwrap_partial(fn, ctx.qualify) if fn is not None else None
+                if isinstance(fn, cst.Attribute) and dotted(fn.value) == "self" and fn.attr.value in cls.methods:
+                    out |= _reset_types(cls.methods[fn.attr.value].node, ctx.qualify, method=True)
+                elif isinstance(fn, cst.Name) and fn.value in functions:
+                    out |= _reset_types(functions[fn.value], ctx.qualify, method=False)
+    return out
+
+
+def _overwritten_by_parent(child: str | None, reset: set[str]) -> bool:
+    """Whether a parent's applied reset of ``reset`` types covers a norm child of class
+    ``child`` (None or not from torch: a norm layer passed in, BatchNorm by default)."""
+    if child is None or not child.startswith("torch."):
+        return bool(reset & _BATCH_NORMS)
+    return child in reset or (child in _BATCH_NORMS and bool(reset & {
+        "torch.nn.modules.batchnorm._BatchNorm", "torch.nn.modules.batchnorm._NormBase"
+    }))
+
+
 _IDENTITY = {"mul_": 1.0, "div_": 1.0, "add_": 0.0, "sub_": 0.0}
 
 
@@ -198,7 +285,10 @@ class InplaceInitOutsideHook(Rule):
     `GroupNorm`: weight ones, bias zeros), nor when it is a no-op with the constructor's
     defaults (`self.head.weight.data.mul_(head_init_scale)` with `head_init_scale=1.0`,
     `nn.init.constant_(self.bn.weight, bn_weight_init)` with `bn_weight_init=1`) and no call in
-    the file passes that argument another value.
+    the file passes that argument another value, nor when a model class of the file, while it
+    is built, applies an init that resets every such norm layer (timm EfficientViM's
+    `elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)): m.reset_parameters()`): that
+    overwrites the child's init in an eager build too.
 
     ## Why is this bad on meta?
     Under `with torch.device("meta"):` the init runs on tensors without data and does
@@ -349,6 +439,37 @@ class Stem(nn.Module):
         self.conv = ConvNorm(3, 8)
         self.proj = nn.Sequential(nn.Flatten(), LinearNorm(8, 8, bn_weight_init=0))
 """,
+        # timm EfficientViM: the model, while built, resets every BatchNorm it holds, so the
+        # block's zero init of its BatchNorm is overwritten in an eager build too
+        """
+from functools import partial
+import torch
+from torch import nn
+
+class ConvLayer(nn.Module):
+    def __init__(self, a, b, norm=nn.BatchNorm2d, bn_weight_init=1.0):
+        super().__init__()
+        self.conv = nn.Conv2d(a, b, 1, bias=False)
+        self.norm = norm(b) if norm else None
+        if isinstance(self.norm, nn.modules.batchnorm._BatchNorm):
+            nn.init.constant_(self.norm.weight, bn_weight_init)
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = ConvLayer(8, 8, bn_weight_init=0)
+        self.head = nn.Linear(8, 10)
+        self.init_weights(needs_reset=False)
+
+    def init_weights(self, needs_reset=True):
+        self.apply(partial(self._init_weights, needs_reset=needs_reset))
+
+    def _init_weights(self, m, needs_reset=True):
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+        elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)):
+            m.reset_parameters()
+""",
     ]
     INVALID = [
         # a subclass built with bn_weight_init=0 forwards it to the class that sets it
@@ -426,7 +547,39 @@ class MHA(nn.Module):
         nn.init.xavier_uniform_(self.in_proj_weight)  # ERROR
         self.in_proj_bias.data.zero_()  # ERROR
 """,
+        # timm LeViT: the model resets its modules only when asked (`needs_reset`), and not
+        # while it is built, so the block's zero init of its BatchNorm is the built value
+        """
+from functools import partial
+import torch
+from torch import nn
+
+class ConvNorm(nn.Module):
+    def __init__(self, a, b, bn_weight_init=1):
+        super().__init__()
+        self.c = nn.Conv2d(a, b, 1, bias=False)
+        self.bn = nn.BatchNorm2d(b)
+        nn.init.constant_(self.bn.weight, bn_weight_init)  # ERROR
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = ConvNorm(8, 8, bn_weight_init=0)
+        self.init_weights(needs_reset=False)
+
+    def init_weights(self, needs_reset=True):
+        self.apply(partial(self._init_weights, needs_reset=needs_reset))
+
+    def _init_weights(self, m, needs_reset=True):
+        if needs_reset and hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+""",
     ]
+
+    def _reset_by_parents(self) -> set[str]:
+        if not hasattr(self, "_parents_reset"):
+            self._parents_reset = reset_while_built(self.ctx)
+        return self._parents_reset
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = hook_free_construction(cls, self.ctx.hooks)
@@ -448,6 +601,10 @@ class MHA(nn.Module):
                         if c.name != cls.name and cls.fullname not in c.bases  # a subclass forwards it
                     )
                     if _no_op_by_default(cls, call, name, restored, self._code, others):
+                        continue
+                    if restored is not None and _overwritten_by_parent(
+                        _child_class(cls, methods, name.split(".")[0], self.qualify), self._reset_by_parents()
+                    ):
                         continue
                 attr = name.split(".")[0]
                 child = "." in name
