@@ -100,7 +100,7 @@ def _last_statement_holding(body, targets: set[int]) -> int | None:
     return None
 
 
-def _positions(module: cst.Module, source: str, found, facts) -> dict:
+def _positions(module: cst.Module, source: str, found, facts, tree: ast.Module | None = None) -> dict:
     """Code ranges of the reported nodes.
 
     ``PositionProvider`` on a whole module re-generates all of its code; instead each top-level
@@ -123,7 +123,7 @@ def _positions(module: cst.Module, source: str, found, facts) -> dict:
     out: dict = {}
     strays: dict[int, tuple[cst.FunctionDef, list]] = {}
     for top, nodes in groups.values():
-        pos = _render_alone(module, top, nodes, lines)
+        pos = _render_alone(module, top, nodes, lines, tree)
         if pos is None:
             return whole()
         out.update(pos)
@@ -146,13 +146,14 @@ def _positions(module: cst.Module, source: str, found, facts) -> dict:
     return out
 
 
-def _render_alone(module: cst.Module, top, nodes: list, lines: list[str]) -> dict | None:
+def _render_alone(module: cst.Module, top, nodes: list, lines: list[str], tree: ast.Module | None = None) -> dict | None:
     """Positions of those of ``nodes`` inside the top-level ``top`` (a class or a function),
     from ``top`` rendered alone; None when its line in the source cannot be told.
 
-    Of a class, only the methods that hold a finding are rendered (each up to its last
-    statement holding one) in a shell of the class header, and each is shifted to the row of
-    its own ``def``; a finding in a class-level statement renders the class up to there."""
+    Of a class, only the methods that hold a finding are rendered, in a shell of the class
+    header: of each, the statements holding one (their rows are CPython's, from ``tree``) or,
+    without ``tree``, the body up to the last such statement, shifted to the row of its
+    ``def``. A finding in a class-level statement renders the class up to there."""
     name = top.name.value
     kind = type(top)
     keyword = r"class\s+" if kind is cst.ClassDef else r"(?:async\s+)?def\s+"
@@ -164,22 +165,25 @@ def _render_alone(module: cst.Module, top, nodes: list, lines: list[str]) -> dic
     row = rows[next(i for i, s in enumerate(nth) if s is top)]
     body = top.body.body if isinstance(top.body, cst.IndentedBlock) else None
     targets = {id(n) for n in nodes}
-    parts = _methods_holding(top, body, targets, module, lines, row) if kind is cst.ClassDef and body else None
+    parts = _methods_holding(top, body, targets, module, lines, row, tree) if kind is cst.ClassDef and body else None
     if parts:
-        shown = top.with_changes(body=top.body.with_changes(body=[m for m, _, _ in parts]))
-        anchors = [(m.name, r, held) for m, r, held in parts]
+        shown = top.with_changes(body=top.body.with_changes(body=[m for m, _ in parts]))
+        anchors = [a for _, method_anchors in parts for a in method_anchors]
     else:
         # what follows the last statement holding a finding (often everything after
         # __init__) cannot move it: render only up to there
         last = _last_statement_holding(body, targets) if body else None
         shown = top if last is None else top.with_changes(body=top.body.with_changes(body=body[: last + 1]))
-        anchors = [(shown.name, row, targets)]
+        anchors = [(shown.name, row, None, targets)]
     alone = cst.Module(body=[shown], default_indent=module.default_indent, default_newline=module.default_newline)
     pos = code_ranges(alone)
     out = {}
-    for anchor, r, held in anchors:
+    for anchor, r, col, held in anchors:
         start = pos[anchor].start
-        if lines[r - 1][start.column : start.column + len(anchor.value)] != anchor.value:
+        if col is None:  # a name: it stands at its column of row ``r``
+            if lines[r - 1][start.column : start.column + len(anchor.value)] != anchor.value:
+                return None
+        elif start.column != col:  # a statement: it starts where CPython says
             return None
         shift = r - start.line
         for node in nodes:
@@ -192,10 +196,10 @@ def _render_alone(module: cst.Module, top, nodes: list, lines: list[str]) -> dic
     return out
 
 
-def _methods_holding(top: cst.ClassDef, body, targets: set[int], module: cst.Module, lines: list[str], row: int):
-    """(method cut after its last statement holding a finding, row of its ``def`` in the
-    source, ids of the findings it holds) for each method of ``top`` holding some of
-    ``targets``; None when a class-level statement holds one or a row cannot be told.
+def _methods_holding(top: cst.ClassDef, body, targets: set[int], module: cst.Module, lines: list[str], row: int, tree):
+    """(method to render, its anchors) for each method of ``top`` holding some of
+    ``targets``; None when a class-level statement holds one or a row cannot be told. An
+    anchor is (node, its row, its column or None for a name, ids of the findings under it).
 
     The k-th method of a name in the class is the k-th ``def name`` line after the class's
     ``row`` at the class body's indentation."""
@@ -209,17 +213,17 @@ def _methods_holding(top: cst.ClassDef, body, targets: set[int], module: cst.Mod
             if left.intersection(id(n) for n in walk(stmt)):
                 return None
             continue
-        # the signature and decorators, then the body up to its last statement holding one
+        # the signature and decorators, then the body's statements
         held = {n for part in children(stmt) if part is not stmt.body for n in left.intersection(map(id, walk(part)))}
         whole = bool(held)  # a finding in the signature: render it whole
-        last = None
+        holding: list[tuple[int, set[int]]] = []
         for j, inner in enumerate(stmt.body.body):
             if held == left:
                 break
             found = left.intersection(map(id, walk(inner)))
             if found:
                 held |= found
-                last = j
+                holding.append((j, found))
         if not held:
             continue
         left -= held
@@ -230,10 +234,31 @@ def _methods_holding(top: cst.ClassDef, body, targets: set[int], module: cst.Mod
         r = next(itertools.islice(rows, k, None), None)
         if r is None:
             return None
-        if not whole:
-            stmt = stmt.with_changes(body=stmt.body.with_changes(body=stmt.body.body[: last + 1]))
-        out.append((stmt, r, held))
+        statements = None if whole else _statements_of(tree, row, r, len(stmt.body.body))
+        if statements is not None:
+            inner = stmt.body.body
+            stmt = stmt.with_changes(body=stmt.body.with_changes(body=[inner[j] for j, _ in holding]))
+            out.append((stmt, [(inner[j], statements[j].lineno, statements[j].col_offset, ids) for j, ids in holding]))
+        elif whole:
+            out.append((stmt, [(stmt.name, r, None, held)]))
+        else:
+            cut = stmt.body.body[: holding[-1][0] + 1]
+            out.append((stmt.with_changes(body=stmt.body.with_changes(body=cut)), [(stmt.name, r, None, held)]))
     return out or None
+
+
+def _statements_of(tree: ast.Module | None, class_row: int, def_row: int, count: int) -> list | None:
+    """CPython's statements of the body of the method whose ``def`` is on ``def_row``, in
+    the class whose ``class`` is on ``class_row``; None unless there are ``count`` of them."""
+    if tree is None:
+        return None
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.lineno == class_row), None)
+    if cls is None:
+        return None
+    fn = next((n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno == def_row), None)
+    if fn is None or len(fn.body) != count:
+        return None
+    return fn.body
 
 
 def analyze_source(
@@ -268,12 +293,14 @@ def analyze_source(
         return result
     whole = source
     parse = cst.parse_module
+    tree = None
     if elide_unread:
         # CPython's parser finds what no rule reads; libcst then parses the rest (see elide.py),
         # without re-validating what CPython accepted. A file CPython rejects goes to libcst
         # whole, which reports the error as before.
         try:
-            source = elide(source, ast.parse(source, display))
+            tree = ast.parse(source, display)
+            source = elide(source, tree)
             parse = parse_valid_module
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             pass
@@ -298,7 +325,7 @@ def analyze_source(
             for finding in rule.check_class(cls):
                 findings.append((rule.code, finding))
     if findings:
-        positions = _positions(module, source, [(f.cls, f.node) for _, f in findings], facts)
+        positions = _positions(module, source, [(f.cls, f.node) for _, f in findings], facts, tree)
         for code, f in findings:
             rng = positions[f.node]
             result.diagnostics.append(
