@@ -6,6 +6,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from metalint.static.construction import hook_free_construction, short
+from metalint.static.defaults import applied_function, is_self_apply, unwrap_partial
 from metalint.static.model import CallSite, ClassFacts
 from metalint.static.names import dotted
 from metalint.static.tensors import string_value
@@ -102,12 +103,10 @@ def _norm_default(cls, methods, name: str, qualify) -> float | None:
     return {"weight": 1.0, "bias": 0.0}.get(parts[1])
 
 
+#: ``isinstance(m, T)`` with one of these covers every BatchNorm
+_BATCH_NORM_BASES = frozenset({"torch.nn.modules.batchnorm._BatchNorm", "torch.nn.modules.batchnorm._NormBase"})
 _BATCH_NORMS = frozenset(
-    {
-        *(f"torch.nn.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")),
-        "torch.nn.modules.batchnorm._BatchNorm",
-        "torch.nn.modules.batchnorm._NormBase",
-    }
+    {*(f"torch.nn.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")), *_BATCH_NORM_BASES}
 )
 
 
@@ -161,14 +160,12 @@ def reset_while_built(ctx) -> set[str]:
     ``reset_parameters()`` (``self.apply(self._init_weights)``, maybe through ``partial``).
     That overwrites any init a child's ``__init__`` gave such a module, in an eager build as
     on meta: that init was never the value the model is built with."""
-    from metalint.static.defaults import applied_function, unwrap_partial
-
     functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
     out: set[str] = set()
     for cls in ctx.facts.classes:
         for m in cls.reachable("__init__"):
             for call in m.calls:
-                if not (call.receiver == "self" and call.method == "apply"):
+                if not is_self_apply(call):
                     continue
                 fn = applied_function(call.node)
                 fn = unwrap_partial(fn, ctx.qualify) if fn is not None else None
@@ -184,9 +181,7 @@ def _overwritten_by_parent(child: str | None, reset: set[str]) -> bool:
     ``child`` (None or not from torch: a norm layer passed in, BatchNorm by default)."""
     if child is None or not child.startswith("torch."):
         return bool(reset & _BATCH_NORMS)
-    return child in reset or (child in _BATCH_NORMS and bool(reset & {
-        "torch.nn.modules.batchnorm._BatchNorm", "torch.nn.modules.batchnorm._NormBase"
-    }))
+    return child in reset or (child in _BATCH_NORMS and bool(reset & _BATCH_NORM_BASES))
 
 
 _IDENTITY = {"mul_": 1.0, "div_": 1.0, "add_": 0.0, "sub_": 0.0}

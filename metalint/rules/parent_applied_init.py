@@ -9,6 +9,7 @@ from metalint.static.defaults import (
     applied_function,
     calls_only_reset,
     default_env,
+    is_self_apply,
     reached_by_default,
     unwrap_partial,
     value_of,
@@ -29,21 +30,6 @@ from metalint.static.syntax import walk
 def _short(node: cst.CSTNode, limit: int = 50) -> str:
     text = " ".join(cst.Module([]).code_for_node(node).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def is_self_apply(call: CallSite) -> bool:
-    """``self.apply(fn)``, ``named_apply(fn, self)`` / ``named_apply(fn=..., module=self)``."""
-    if call.receiver == "self" and call.method == "apply" and call.node.args:
-        return True
-    func = call.qualname or dotted(call.node.func) or ""
-    if func.rsplit(".", 1)[-1] == "named_apply":
-        for i, arg in enumerate(call.node.args):
-            is_module_arg = (arg.keyword is None and i == 1) or (
-                arg.keyword is not None and arg.keyword.value == "module"
-            )
-            if is_module_arg and isinstance(arg.value, cst.Name) and arg.value.value == "self":
-                return True
-    return False
 
 
 #: ``for p in self.parameters()`` visits the children's tensors too

@@ -19,7 +19,7 @@ import libcst as cst
 
 from metalint.static import constants
 from metalint.static.constants import UNKNOWN
-from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.model import CallSite, ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.syntax import children, walk
 
@@ -164,6 +164,21 @@ def reached_by_default(method: MethodFacts, node: cst.CSTNode, env: dict[str, An
         return None
 
     return visit(method.node) is not False
+
+
+def is_self_apply(call: CallSite) -> bool:
+    """``self.apply(fn)``, ``named_apply(fn, self)`` / ``named_apply(fn=..., module=self)``."""
+    if call.receiver == "self" and call.method == "apply" and call.node.args:
+        return True
+    func = call.qualname or dotted(call.node.func) or ""
+    if func.rsplit(".", 1)[-1] == "named_apply":
+        for i, arg in enumerate(call.node.args):
+            is_module_arg = (arg.keyword is None and i == 1) or (
+                arg.keyword is not None and arg.keyword.value == "module"
+            )
+            if is_module_arg and isinstance(arg.value, cst.Name) and arg.value.value == "self":
+                return True
+    return False
 
 
 def applied_function(call: cst.Call) -> cst.BaseExpression | None:

@@ -131,16 +131,8 @@ _TRIVIA = frozenset(
         ),
     )
 )
-_DISPATCH: dict[type, dict[type, tuple]] = {}
-
-
-def _dispatch(visitor: type) -> dict[type, tuple]:
-    return _DISPATCH.setdefault(visitor, {})
-
-
-def _own_hooks(visitor: type, node_type: type) -> tuple:
-    """The (visit, leave) hooks ``visitor`` has for ``node_type`` (None: no hook)."""
-    return tuple(getattr(visitor, f"{prefix}{node_type.__name__}", None) for prefix in ("visit_", "leave_"))
+#: node type -> the collector's (visit, leave) hooks for it (None: no hook)
+_HOOKS: dict[type, tuple] = {}
 
 
 def _is_self_chain(name: str | None) -> bool:
@@ -167,16 +159,19 @@ class FactCollector:
         every whitespace and punctuation node. Same order of calls: the node's ``visit_``
         hook, its children in libcst's visiting order unless the hook returned False, its
         ``leave_`` hook; tokens and whitespace (no hook here, nothing below them) are passed by."""
-        table = _dispatch(type(self))
         stack: list[tuple[cst.CSTNode, object]] = [(root, None)]
         while stack:
             node, leave = stack.pop()
             if leave is not None:
                 leave(self, node)
                 continue
-            hooks = table.get(type(node))
+            hooks = _HOOKS.get(type(node))
             if hooks is None:
-                hooks = table[type(node)] = _own_hooks(type(self), type(node))
+                name = type(node).__name__
+                hooks = _HOOKS[type(node)] = (
+                    getattr(FactCollector, f"visit_{name}", None),
+                    getattr(FactCollector, f"leave_{name}", None),
+                )
             visit, leave = hooks
             if leave is not None:
                 stack.append((node, leave))
