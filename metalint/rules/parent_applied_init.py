@@ -14,7 +14,7 @@ from metalint.static.defaults import (
     unwrap_partial,
     value_of,
 )
-from metalint.static.model import CallSite, ClassFacts, MethodFacts
+from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.ownership import (
     MODULE_ITERATORS,
