@@ -45,70 +45,89 @@ def _spec(lines: Iterable[str]) -> pathspec.PathSpec:
     return pathspec.GitIgnoreSpec.from_lines(list(lines))
 
 
-def _read_gitignore(folder: Path) -> pathspec.PathSpec | None:
+def _read_gitignore(folder: str) -> pathspec.PathSpec | None:
     try:
-        text = (folder / ".gitignore").read_text(encoding="utf-8", errors="replace")
+        with open(os.path.join(folder, ".gitignore"), encoding="utf-8", errors="replace") as f:
+            text = f.read()
     except OSError:
         return None
     return _spec(text.splitlines())
 
 
-def _relative(path: Path, base: Path) -> str | None:
-    try:
-        return path.relative_to(base).as_posix()
-    except ValueError:
+def _relative(path: str, base: str) -> str | None:
+    """``path`` below ``base`` (both absolute and normalised) as a posix string, "." for
+    ``base`` itself, None when it is not below."""
+    if path == base:
+        return "."
+    prefix = base if base.endswith(os.sep) else base + os.sep
+    if not path.startswith(prefix):
         return None
+    rel = path[len(prefix):]
+    return rel if os.sep == "/" else rel.replace(os.sep, "/")
+
+
+#: the ``.gitignore`` files that apply in a folder: (folder, its spec), nearest last
+Chain = tuple[tuple[str, pathspec.PathSpec], ...]
 
 
 class Discovery:
-    def __init__(self, root: Path, exclude: list[str]):
-        self.root = root.resolve()
-        self.exclude = _spec(exclude)
-        self._gitignores: dict[Path, pathspec.PathSpec | None] = {}
-        self._git_tops: dict[Path, Path | None] = {}
+    """Paths are handled as absolute, normalised strings: a warm run on a tree of thousands of
+    files spends most of its time here otherwise (``pathlib`` objects per path and parent)."""
 
-    def _gitignore(self, folder: Path) -> pathspec.PathSpec | None:
+    def __init__(self, root: Path, exclude: list[str]):
+        self.root = str(root.resolve())
+        self.exclude = _spec(exclude)
+        self._gitignores: dict[str, pathspec.PathSpec | None] = {}
+
+    def _gitignore(self, folder: str) -> pathspec.PathSpec | None:
         if folder not in self._gitignores:
             self._gitignores[folder] = _read_gitignore(folder)
         return self._gitignores[folder]
 
-    def _git_top(self, folder: Path) -> Path | None:
-        # asked once per file: remembered per folder (a warm run on transformers stats ~3,400
-        # folders' parents otherwise)
-        if folder not in self._git_tops:
-            self._git_tops[folder] = next((f for f in [folder, *folder.parents] if (f / ".git").exists()), None)
-        return self._git_tops[folder]
+    def _chain(self, folder: str, base: str | None) -> Chain:
+        """The ``.gitignore`` files from the git top (or ``base``, or the root) down to
+        ``folder``, as git reads them."""
+        top = base
+        if top is None:
+            top = next((f for f in _ancestors(folder) if os.path.exists(os.path.join(f, ".git"))), self.root)
+        chain = []
+        for f in _ancestors(folder):
+            spec = self._gitignore(f)
+            if spec is not None:
+                chain.append((f, spec))
+            if f == top:
+                break
+        return tuple(reversed(chain))
+
+    def _excluded(self, path: str, is_dir: bool, base: str | None) -> bool:
+        rel = _relative(path, base or self.root)
+        return rel is not None and rel != "." and self.exclude.match_file(rel + "/" if is_dir else rel)
+
+    @staticmethod
+    def _git_ignored(path: str, is_dir: bool, chain: Chain) -> bool:
+        suffix = "/" if is_dir else ""
+        for folder, spec in chain:
+            rel = _relative(path, folder)
+            if rel is not None and spec.match_file(rel + suffix):
+                return True
+        return False
 
     def ignored(self, path: Path, is_dir: bool, base: Path | None = None) -> bool:
         """Excluded or git-ignored. With ``base`` (a folder named on the command line that is
         itself excluded), patterns apply below ``base`` only: naming a folder checks it."""
-        path = path.absolute()
-        anchor = base or self.root
-        rel = _relative(path, anchor)
-        suffix = "/" if is_dir else ""
-        if rel is not None and rel != "." and self.exclude.match_file(rel + suffix):
-            return True
-        # .gitignore files from the git top (or the root) down to the file's folder
-        top = base or self._git_top(path.parent) or self.root
-        for folder in [path.parent, *path.parent.parents]:
-            spec = self._gitignore(folder)
-            if spec is not None:
-                r = _relative(path, folder)
-                if r is not None and spec.match_file(r + suffix):
-                    return True
-            if folder == top or folder == folder.parent:
-                break
-        return False
+        p = os.path.abspath(path)
+        b = None if base is None else os.path.abspath(base)
+        return self._excluded(p, is_dir, b) or self._git_ignored(p, is_dir, self._chain(os.path.dirname(p), b))
 
     def files(self, paths: Iterable[Path]) -> Iterator[Path]:
         """Files to check, each once, in a stable order."""
         seen: set[str] = set()
         for p in paths:
             if p.is_dir() and not p.is_symlink():
-                named = p.absolute()
+                named = os.path.abspath(p)
                 # a folder named explicitly is checked even when it is excluded itself
-                base = named if named != self.root and self.ignored(named, True) else None
-                found = sorted(self._walk(p, base))
+                base = named if named != self.root and self.ignored(Path(named), True) else None
+                found = [Path(f) for f in sorted(self._walk(named, base, self._chain(named, base)), key=_parts)]
             else:
                 # explicit files are always checked (even broken links or non-.py)
                 found = [p]
@@ -118,13 +137,23 @@ class Discovery:
                     seen.add(key)
                     yield f
 
-    def _walk(self, folder: Path, base: Path | None = None) -> Iterator[Path]:
+    def _walk(self, folder: str, base: str | None, chain: Chain, named: bool = True) -> Iterator[str]:
+        """``chain``: the ``.gitignore`` files that apply in ``folder``; below a ``named``
+        folder, those of the parent (this folder's own is read here, where its listing shows
+        whether it has one, and a nested repository, with its own ``.git``, starts afresh)."""
         try:
-            entries = list(os.scandir(folder))
+            with os.scandir(folder) as it:
+                entries = list(it)
         except OSError:
             return
+        if not named:
+            names = {e.name for e in entries}
+            if base is None and ".git" in names:
+                chain = ()
+            spec = self._gitignore(folder) if ".gitignore" in names else None
+            if spec is not None:
+                chain = (*chain, (folder, spec))
         for entry in entries:
-            path = Path(entry.path)
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
@@ -132,12 +161,26 @@ class Discovery:
             if is_dir:
                 if entry.name in ALWAYS_SKIP or entry.name.endswith(".egg-info"):
                     continue
-                if self.ignored(path, True, base):
-                    continue
-                yield from self._walk(path, base)
+                path = entry.path
+                if not (self._excluded(path, True, base) or self._git_ignored(path, True, chain)):
+                    yield from self._walk(path, base, chain, named=False)
             elif entry.name.endswith(".py"):
-                if not self.ignored(path, False, base):
+                path = entry.path
+                if not (self._excluded(path, False, base) or self._git_ignored(path, False, chain)):
                     yield path
+
+
+def _ancestors(folder: str) -> Iterator[str]:
+    while True:
+        yield folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return
+        folder = parent
+
+
+def _parts(path: str) -> list[str]:
+    return path.split(os.sep)
 
 
 def display_path(path: Path, cwd: Path | None = None) -> str:
