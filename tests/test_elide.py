@@ -141,3 +141,52 @@ def test_a_caller_in_elided_code_still_counts():
     _same(source)
     codes = [d["code"] for d in analyze_source(source, "m.py", "pkg.m").to_json()["diagnostics"]]
     assert codes == ["ML003"]
+
+
+def test_methods_no_rule_reads_are_left_out_with_their_signatures():
+    source = textwrap.dedent(
+        '''
+        import torch
+        from torch import nn
+
+        def load_weights(model, path):
+            state = torch.load(path)
+            model.load_state_dict(state)
+
+        class Net(nn.Module):
+            def __init__(self, dim: int = 4):
+                super().__init__()
+                self.proj = nn.Linear(dim, dim)
+                self.gamma = nn.Parameter(1e-5 * torch.ones(dim))
+
+            @torch.jit.ignore
+            def load_pretrained(self, path: str,
+                                prefix: str = ""):
+                load_weights(self, path)
+
+            def reset_classifier(self, n):
+                self.proj = nn.Linear(4, n)
+
+            def group_matcher(self, coarse=False):
+                from .helpers import matcher
+                return matcher(coarse)
+
+            def forward(
+                self, x: torch.Tensor, mask: torch.Tensor | None = None
+            ) -> torch.Tensor:
+                return self.proj(x) * self.gamma
+        '''
+    )
+    out = elide(source, ast.parse(source)).splitlines()
+    rows = source.splitlines()
+    assert len(out) == len(rows)
+    at = {text.strip(): i for i, text in enumerate(rows)}
+    # nothing calls load_pretrained, which writes nothing: gone, and so is the helper only it called
+    assert out[at["@torch.jit.ignore"]].strip() == f'def load_pretrained(): """#{at["@torch.jit.ignore"] + 1}'
+    assert out[at["def load_weights(model, path):"]].startswith("def load_weights(): ")
+    # forward keeps its name (the class summary lists it), not its signature
+    assert out[at["def forward("]].strip().startswith('def forward(): """')
+    # a method that writes to self, and one that imports, are read
+    for text in ("self.proj = nn.Linear(4, n)", "from .helpers import matcher", "self.gamma = nn.Parameter(1e-5 * torch.ones(dim))"):
+        assert out[at[text]].strip() == text
+    _same(source)

@@ -1,11 +1,13 @@
 """Leave out of the libcst parse what no rule reads, keeping every line where it was.
 
 libcst's parse is most of a cold check (it builds a Python object for every token). About half
-of a model file is code no rule reads: ``forward`` bodies (what runs after construction; the
-fact collector skips them) and module-level statements other than imports, classes and
-functions (timm's ``default_cfgs`` tables). CPython's own parser finds them in a fraction of
-the time; each is replaced by one string literal that spans exactly its lines, so every line
-and column the rules report, and every line a fix edits, is the one in the real file.
+of a model file is code no rule reads: ``forward`` methods (what runs after construction; the
+fact collector skips them), methods and functions nothing kept calls, and module-level
+statements other than imports, classes and functions (timm's ``default_cfgs`` tables).
+CPython's own parser finds them in a fraction of the time; each is replaced by one string
+literal that spans exactly its lines (a function keeps its name: ``def forward():`` heads it),
+so every line and column the rules report, and every line a fix edits, is the one in the real
+file.
 
 A string's lines carry their own line number (``#12``), so no two elided lines are equal and a
 line diff of a class before and after a rewrite (see :mod:`metalint.fix.registry`) never aligns
@@ -27,24 +29,27 @@ if hasattr(ast, "Match"):
     _COMPOUND = (*_COMPOUND, ast.Match)
 
 
-def elide(source: str, tree: ast.Module) -> str:
+def elide(source: str, tree: ast.Module, hooks: tuple[str, ...] = ()) -> str:
     """``source`` with the spans no rule reads replaced by line-preserving string literals
-    (``source`` itself when there is nothing worth leaving out)."""
+    (``source`` itself when there is nothing worth leaving out). ``hooks``: the configured
+    init hooks, whose bodies are always read."""
     lines = source.splitlines(keepends=True)
-    spans: list[tuple[int, int]] = []  # 1-based, inclusive
+    spans: list[tuple] = []  # (first, last[, head]): rows, 1-based, inclusive
     _module_level(tree.body, lines, spans)
+    classes = []
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            _class(node, lines, spans)
+            _class(node, lines, spans, classes)
+    _methods(classes, lines, spans, hooks)
     _functions(tree.body, lines, spans)
     if not spans:
         return source
-    for first, last in spans:
+    for first, last, *rest in spans:
         indent = _indent(lines[first - 1])
         for row in range(first, last + 1):
             text = lines[row - 1]
             ending = text[len(text.rstrip("\r\n")):] or "\n"
-            head = f'{indent}"""' if row == first else ""
+            head = f'{indent}{rest[0] if rest else ""}"""' if row == first else ""
             tail = '"""' if row == last else ""
             lines[row - 1] = f"{head}#{row}{tail}{ending}"
     return "".join(lines)
@@ -59,18 +64,17 @@ def _starts_line(node: ast.stmt, lines: list[str]) -> bool:
     return not lines[node.lineno - 1].encode("utf-8")[: node.col_offset].strip()
 
 
-def _body_span(fn: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> tuple[int, int] | None:
-    """The rows of a function's body, when it is on its own lines (not ``def f(x): return x``)
-    and long enough to be worth leaving out."""
-    head = fn.body[0]
-    decorators = getattr(head, "decorator_list", None)
-    if decorators:  # a nested ``@wraps(f) def wrapper``: its first row is its first decorator's
-        first = min(d.lineno for d in decorators)
-        starts = lines[first - 1].lstrip().startswith("@")
-    else:
-        first, starts = head.lineno, _starts_line(head, lines)
-    last = fn.body[-1].end_lineno
-    return (first, last) if starts and last - first >= 1 else None
+def _def_span(fn: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> tuple[int, int, str] | None:
+    """The rows of a whole function, decorators and signature included, and the head that
+    keeps its name (``def name():`` before the string). A function no rule reads still names a method
+    of its class (class summaries list them) and a function of its module; its parameters,
+    annotations and decorators (transformers' ``forward`` signatures: a third of what was left
+    of a modeling file) are no rule's business."""
+    first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
+    last = fn.end_lineno
+    if last is None or last == first or lines[first - 1].lstrip()[:1] not in ("@", "d", "a"):
+        return None
+    return first, last, f"def {fn.name}(): "
 
 
 #: an identifier; read off the text, it also finds words in strings and comments, which can
@@ -90,7 +94,7 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
         return
     functions = {n.name: n for n in defs}
     outside = bytearray(len(lines) + 2)  # rows of elided code and of the functions themselves
-    for first, last in spans:
+    for first, last, *_ in spans:
         outside[first : last + 1] = b"\x01" * (last + 1 - first)
     texts: dict[str, str] = {}
     for fn in defs:
@@ -106,8 +110,8 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
         for name in set(_WORD.findall(texts[todo.pop()])) & functions.keys() - keep:
             keep.add(name)
             todo.append(name)
-    for name, fn in functions.items():
-        if name not in keep and (span := _body_span(fn, lines)) is not None:
+    for fn in defs:
+        if fn.name not in keep and (span := _def_span(fn, lines)) is not None:
             spans.append(span)
 
 
@@ -124,12 +128,77 @@ def _module_level(body: list[ast.stmt], lines: list[str], spans: list) -> None:
             spans.append((node.lineno, node.end_lineno))
 
 
-def _class(node: ast.ClassDef, lines: list[str], spans: list) -> None:
+def _class(node: ast.ClassDef, lines: list[str], spans: list, classes: list) -> None:
+    classes.append(node)
     for item in node.body:
         if isinstance(item, ast.ClassDef):
-            _class(item, lines, spans)
+            _class(item, lines, spans, classes)
         elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith(
             SKIPPED_METHOD_PREFIXES
         ):
-            if (span := _body_span(item, lines)) is not None:
+            if (span := _def_span(item, lines)) is not None:
                 spans.append(span)
+
+
+#: methods read by name (init hooks, ``tie_weights``, ``_reset_parameters``, ``__init__`` ...)
+_READ_BY_NAME = re.compile(r"init|reset|tie|weight|param|buffer|^__new__$")
+#: what rules read in any method of a class, not only in those construction reaches: attribute
+#: writes (``self.x = ...``, ``setattr``), registrations, applied functions, nested definitions,
+#: imports (a name imported anywhere in a file is one of its names)
+_READ_ANYWHERE = re.compile(
+    r"^[ \t]*[^#=\n]*\bself\b[^=\n]*(?<![=!<>])=(?!=)"
+    r"|\b(?:setattr|register_\w+|add_module|apply|class|def|lambda|global|nonlocal)\b"
+    r"|^[ \t]*(?:import|from)[ \t]",
+    re.M,
+)
+
+
+def _methods(classes: list[ast.ClassDef], lines: list[str], spans: list, hooks: tuple[str, ...]) -> None:
+    """Bodies of methods no kept code calls and no rule reads: timm's ``get_classifier``,
+    ``load_pretrained``, ``no_weight_decay``, an optimizer's ``step``. Rules read the methods
+    construction reaches (a method is reached by name: its name is a word of the kept text),
+    the init hooks, and, in every method, writes to ``self`` and the calls that register
+    tensors or apply functions; a method whose text has none of those and that nothing
+    calls is left out, and so are the module-level helpers only it called (see
+    :func:`_functions`). A method calling another of its class's methods stays: the number
+    of call sites of a method tells what arguments it sees in a default build."""
+    outside = bytearray(len(lines) + 2)
+    for first, last, *_ in spans:
+        outside[first : last + 1] = b"\x01" * (last + 1 - first)
+    candidates: dict[str, list[tuple[ast.AST, tuple[int, int]]]] = {}
+    texts: dict[str, list[str]] = {}
+    for cls in classes:
+        own = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        calls_own = re.compile(r"\bself\s*\.\s*(?:%s)\s*\(" % "|".join(map(re.escape, sorted(own))))
+        for item in cls.body:
+            if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            name = item.name
+            if name in hooks or name.startswith(SKIPPED_METHOD_PREFIXES) or _READ_BY_NAME.search(name):
+                continue
+            span = _def_span(item, lines)
+            if span is None:
+                continue
+            head = item.body[0]
+            start = min([head.lineno, *(d.lineno for d in getattr(head, "decorator_list", ()))])
+            body = "".join(lines[start - 1 : item.end_lineno])
+            if start == item.lineno or _READ_ANYWHERE.search(body) or calls_own.search(body):
+                continue
+            first = span[0]
+            text = "".join(lines[first - 1 : item.end_lineno])
+            candidates.setdefault(name, []).append((item, span))
+            texts.setdefault(name, []).append(text)
+            outside[first : item.end_lineno + 1] = b"\x01" * (item.end_lineno + 1 - first)
+    if not candidates:
+        return
+    referenced = set(_WORD.findall("".join(line for row, line in enumerate(lines, 1) if not outside[row])))
+    keep = {name for name in candidates if name in referenced}
+    todo = list(keep)
+    while todo:  # what a kept method names is kept too
+        for text in texts[todo.pop()]:
+            for name in set(_WORD.findall(text)) & candidates.keys() - keep:
+                keep.add(name)
+                todo.append(name)
+    for name, found in candidates.items():
+        if name not in keep:
+            spans.extend(span for _, span in found)

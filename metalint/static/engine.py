@@ -300,7 +300,7 @@ def analyze_source(
         # whole, which reports the error as before.
         try:
             tree = ast.parse(source, display)
-            source = elide(source, tree)
+            source = elide(source, tree, hooks)
             parse = parse_valid_module
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             pass
