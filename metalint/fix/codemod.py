@@ -157,32 +157,68 @@ DETERMINISTIC_METHODS = frozenset(
 )
 
 
-def _touches(node: cst.CSTNode, attr: str, writes_only: bool) -> str | None:
+def _touches(node: cst.CSTNode, attr: str, writes_only: bool, memo: dict | None = None) -> str | None:
     """"written" / "read" when ``node`` uses ``self.<attr>``."""
+    written, read, _ = _uses(node, memo)
+    if attr in written:
+        return "written"
+    return None if writes_only or attr not in read else "read"
+
+
+def _uses(node: cst.CSTNode, memo: dict | None = None) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """The ``self`` attributes ``node`` writes (assigns, or changes in place) and reads, and the
+    methods it calls on ``self`` (``self.apply(self._init)`` counts ``_init``). Codemods ask
+    this of the same statements once per finding: ``memo`` (id -> answer and node, kept with
+    the class) works it out once per statement."""
+    hit = memo.get(id(node)) if memo is not None else None
+    if hit is not None and hit[3] is node:
+        return hit[:3]
     from metalint.static.tensors import INPLACE_METHODS
 
-    used = None
+    written: set[str] = set()
+    read: set[str] = set()
+    calls: set[str] = set()
+
+    def attr_of(d: str | None) -> str | None:
+        # self.x or self.x.data -> x
+        if d is None or not d.startswith("self."):
+            return None
+        rest = d[5:]
+        if "." not in rest:
+            return rest
+        head, tail = rest.split(".", 1)
+        return head if tail == "data" else None
+
     for n in walk(node):
         if isinstance(n, cst.Call):
             f = n.func
-            if isinstance(f, cst.Attribute) and f.attr.value in INPLACE_METHODS:
-                d = dotted(f.value)
-                if d in (f"self.{attr}", f"self.{attr}.data"):
-                    return "written"
+            if isinstance(f, cst.Attribute):
+                if f.attr.value in INPLACE_METHODS and (a := attr_of(dotted(f.value))):
+                    written.add(a)
+                if dotted(f.value) == "self":
+                    calls.add(f.attr.value)
+                    if f.attr.value == "apply" and n.args:
+                        m = dotted(n.args[0].value)
+                        if m and m.startswith("self."):
+                            calls.add(m[5:])
             name = dotted(f) or ""
-            if name.rsplit(".", 1)[-1].endswith("_") and n.args:
-                if dotted(n.args[0].value) in (f"self.{attr}", f"self.{attr}.data"):
-                    return "written"
+            if name.rsplit(".", 1)[-1].endswith("_") and n.args and (a := attr_of(dotted(n.args[0].value))):
+                written.add(a)
         elif isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
             targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
             for t in targets:
                 for x in walk(t):
                     d = dotted(x) if isinstance(x, cst.Attribute) else None
-                    if d and (d == f"self.{attr}" or d.startswith(f"self.{attr}.")):
-                        return "written"
-        elif isinstance(n, cst.Attribute) and dotted(n) == f"self.{attr}":
-            used = "read"
-    return None if writes_only else used
+                    if d and d.startswith("self."):
+                        written.add(d[5:].split(".", 1)[0])
+        elif isinstance(n, cst.Attribute):
+            d = dotted(n)
+            if d and d.startswith("self.") and "." not in d[5:]:
+                read.add(d[5:])
+    out = (frozenset(written), frozenset(read), frozenset(calls))
+    if memo is not None:
+        memo[id(node)] = (*out, node)  # the node is held, so its id is not reused while cached
+    return out
 
 
 def returns(node: cst.CSTNode) -> bool:
@@ -244,49 +280,81 @@ class ClassEdit:
         return body.body
 
     # -- locating statements -----------------------------------------------------------------
+    def _index(self) -> tuple[dict[int, cst.CSTNode], dict[int, int]]:
+        """Parents of the nodes of ``__init__``'s body (by id), and the index of each top-level
+        statement: built once per class, asked once per finding."""
+        init = self.init
+        index = getattr(init, "_body_index", None)
+        if index is None or index[2] is not init.node:
+            parents: dict[int, cst.CSTNode] = {}
+            tops: dict[int, int] = {}
+            for i, top in enumerate(self.init_body):
+                tops[id(top)] = i
+                stack = [top]
+                while stack:
+                    n = stack.pop()
+                    for c in children(n):
+                        parents[id(c)] = n
+                        stack.append(c)
+            index = (parents, tops, init.node)
+            init._body_index = index
+        return index[0], index[1]
+
+    def memo(self) -> dict:
+        """What :func:`_uses` worked out for this class's statements (kept with its facts)."""
+        memo = getattr(self.cls, "_uses_memo", None)
+        if memo is None:
+            memo = self.cls._uses_memo = {}
+        return memo
+
+    def _path(self, node: cst.CSTNode) -> tuple[int, list[cst.CSTNode]] | None:
+        """(index of the top-level statement of ``__init__`` holding ``node``, the path from it
+        down to ``node``), or None when ``node`` is not in ``__init__``'s body."""
+        parents, tops = self._index()
+        path = [node]
+        while id(path[-1]) not in tops:
+            parent = parents.get(id(path[-1]))
+            if parent is None:
+                return None
+            path.append(parent)
+        path.reverse()
+        return tops[id(path[0])], path
+
     def locate(self, node: cst.CSTNode) -> tuple[int, cst.SimpleStatementLine, list[cst.CSTNode]]:
         """(index of the top-level statement of ``__init__`` holding ``node``, the statement line
         holding it, the path from that top-level statement down to ``node``)."""
-        for i, top in enumerate(self.init_body):
-            path = path_to(top, node)
-            if path is None:
-                continue
-            for n in path:
-                if isinstance(n, (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-                    raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
-            lines = [n for n in path if isinstance(n, cst.SimpleStatementLine)]
-            if not lines:
-                raise Unfixable("the value is not set by a simple statement")
-            return i, lines[-1], path
-        raise Unfixable("the value is not set directly in `__init__`")
+        found = self._path(node)
+        if found is None:
+            raise Unfixable("the value is not set directly in `__init__`")
+        i, path = found
+        for n in path:
+            if isinstance(n, (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
+        lines = [n for n in path if isinstance(n, cst.SimpleStatementLine)]
+        if not lines:
+            raise Unfixable("the value is not set by a simple statement")
+        return i, lines[-1], path
 
     def top_index_of(self, stmt_node: cst.CSTNode) -> int:
-        for i, top in enumerate(self.init_body):
-            if path_to(top, stmt_node) is not None:
-                return i
-        return -1
+        found = self._path(stmt_node)
+        return -1 if found is None else found[0]
 
     def used_after(self, attr: str, index: int, *, writes_only: bool = False) -> str | None:
         """Does ``__init__`` (or a method it calls) touch ``self.<attr>`` after top-level
         statement ``index``? Then moving its value to the end of ``__init__`` would change what
         that code sees (or be overwritten by it). Returns a description, or None."""
-        methods = set()
+        memo = self.memo()
+        methods: set[str] = set()
         for s in self.init_body[index + 1 :]:
-            hit = _touches(s, attr, writes_only)
+            hit = _touches(s, attr, writes_only, memo)
             if hit:
                 return f"`self.{attr}` is {hit} later in `__init__` (line order matters)"
-            for n in walk(s):
-                if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and dotted(n.func.value) == "self":
-                    methods.add(n.func.attr.value)
-                    if n.func.attr.value == "apply" and n.args:
-                        m = dotted(n.args[0].value)
-                        if m and m.startswith("self."):
-                            methods.add(m[5:])
+            methods |= _uses(s, memo)[2]
         for name in sorted(methods):
             for m in self.cls.reachable(name):
                 if m.name == "__init__":
                     continue
-                hit = _touches(m.node.body, attr, writes_only)
+                hit = _touches(m.node.body, attr, writes_only, memo)
                 if hit:
                     return f"`self.{attr}` is {hit} by `{m.name}()`, which `__init__` calls later"
         return None

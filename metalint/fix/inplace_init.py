@@ -93,7 +93,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     for i, s in enumerate(body):
         if i > first and i not in moved:
             for a in attrs:
-                hit = _touches(s, a, False)
+                hit = _touches(s, a, False, edit.memo())
                 if hit:
                     raise Unfixable(f"`self.{a}` is {hit} later in `__init__`, after its in-place init")
     random = not all(rng_free(body[i], ctx) for i in moved)
