@@ -13,7 +13,8 @@ does not need (a second visit of the tree; validating nodes of code CPython has 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+import operator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
@@ -39,8 +40,9 @@ class _FieldOrder(cst.CSTVisitor):
         return None
 
 
-#: node type -> (fields in visiting order, the type's other fields)
-_ORDER: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+#: node type -> (getter of the fields in visiting order, getter of the other fields that may
+#: hold nodes, or None)
+_ORDER: dict[type, tuple[Callable, Callable | None]] = {}
 
 
 #: type -> whether it is a libcst node (``isinstance`` on libcst's abstract base is slow)
@@ -61,27 +63,54 @@ def _holds_node(value) -> bool:
     return type(value) in (list, tuple) and any(_is_node(v) for v in value)
 
 
+def _may_hold_node(field: dataclasses.Field) -> bool:
+    """Can this field hold a node? ``Name.value: str``, ``Arg.star: Literal[...]`` cannot."""
+    t = field.type
+    if isinstance(t, str):  # an annotation left as text: assume it can
+        return t not in ("str", "bool", "Optional[str]")
+    return t not in (str, bool) and "libcst._nodes" in str(t)
+
+
+def _getter(names: tuple[str, ...]) -> Callable:
+    """``node -> tuple of the named fields``, in C (``attrgetter``) for two or more."""
+    if not names:
+        return lambda node: ()
+    if len(names) == 1:
+        name = names[0]
+        return lambda node: (getattr(node, name),)
+    return operator.attrgetter(*names)
+
+
+def _learn(node: cst.CSTNode) -> tuple[Callable, Callable | None]:
+    recorder = _FieldOrder()
+    node._visit_and_replace_children(recorder)
+    visited = tuple(recorder.names)
+    others = tuple(f.name for f in dataclasses.fields(node) if f.name not in visited and _may_hold_node(f))
+    order = _ORDER[type(node)] = (_getter(visited), _getter(others) if others else None)
+    return order
+
+
 def children(node: cst.CSTNode) -> Sequence[cst.CSTNode]:
     """``node.children``: its immediate child nodes in lexical order, sequences flattened."""
     order = _ORDER.get(type(node))
     if order is None:
-        recorder = _FieldOrder()
-        node._visit_and_replace_children(recorder)
-        visited = tuple(recorder.names)
-        others = tuple(f.name for f in dataclasses.fields(node) if f.name not in visited)
-        order = _ORDER[type(node)] = (visited, others)
+        order = _learn(node)
     visited, others = order
-    for name in others:
-        # a field this type's visit skipped the first time (a branch in libcst): ask libcst
-        value = getattr(node, name)
-        if type(value) is not str and value is not None and _holds_node(value):
-            return node.children
+    if others is not None:
+        for value in others(node):
+            # a field this type's visit skipped the first time (a branch in libcst): ask libcst
+            if value is not None and type(value) is not str and _holds_node(value):
+                return node.children
     out: list[cst.CSTNode] = []
-    for name in visited:
-        value = getattr(node, name)
-        if _is_node(value):
+    is_node = _IS_NODE
+    for value in visited(node):
+        t = type(value)
+        known = is_node.get(t)
+        if known is None:
+            known = _is_node(value)
+        if known:
             out.append(value)
-        elif type(value) in (list, tuple):
+        elif t is list or t is tuple:
             out.extend(v for v in value if _is_node(v))
     return out
 
