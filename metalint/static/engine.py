@@ -139,7 +139,7 @@ def _positions(module: cst.Module, source: str, found, facts, tree: ast.Module |
                 return whole()
             strays.setdefault(id(holder), (holder, []))[1].append(node)
     for holder, nodes in strays.values():
-        pos = _render_alone(module, holder, nodes, lines)
+        pos = _render_alone(module, holder, nodes, lines, tree)
         if pos is None or any(node not in pos for node in nodes):
             return whole()
         out.update(pos)
@@ -159,7 +159,12 @@ def _render_alone(module: cst.Module, top, nodes: list, lines: list[str], tree: 
     keyword = r"class\s+" if kind is cst.ClassDef else r"(?:async\s+)?def\s+"
     # the n-th top-level ``class Name`` in the source is the n-th such node in the module
     nth = [s for s in module.body if type(s) is kind and s.name.value == name]
-    rows = [i for i, line in enumerate(lines, 1) if re.match(rf"{keyword}{re.escape(name)}\b", line)]
+    if tree is not None:  # CPython's row of the keyword (decorators come before it)
+        ast_kind = ast.ClassDef if kind is cst.ClassDef else (ast.FunctionDef, ast.AsyncFunctionDef)
+        rows = [n.lineno for n in tree.body if isinstance(n, ast_kind) and n.name == name]
+    else:
+        pattern = re.compile(rf"{keyword}{re.escape(name)}\b")
+        rows = [i for i, line in enumerate(lines, 1) if pattern.match(line)]
     if len(rows) != len(nth):
         return None
     row = rows[next(i for i, s in enumerate(nth) if s is top)]
