@@ -7,7 +7,8 @@ a ``.py`` link that is broken or loops is reported, not skipped.
 
 The cache maps a file's path to the hash of its bytes and its :class:`FileResult`. Results
 do not depend on which rules are selected or on other files (see ``engine``), so the key is
-the content, the metalint version, the set of registered rules and the configured hooks.
+the content, the metalint version and code (the size and time of each of its files), the set
+of registered rules and the configured hooks.
 """
 
 from __future__ import annotations
@@ -194,6 +195,20 @@ def display_path(path: Path, cwd: Path | None = None) -> str:
 #: bump when what a cached FileResult holds changes (2: module-level init functions)
 CACHE_SCHEMA = 2
 
+def code_stamp() -> str:
+    """Size and modification time of every source file of metalint itself: an editable or
+    git install changed without a new version must not read results its old code cached."""
+    h = hashlib.blake2b(digest_size=8)
+    package = os.path.dirname(os.path.abspath(__file__))
+    for folder, dirs, names in os.walk(package):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(names):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(folder, name))
+                h.update(f"{os.path.relpath(os.path.join(folder, name), package)}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()
+
+
 class Cache:
     """One JSON file per settings key, mapping path -> {hash, result}."""
 
@@ -210,7 +225,7 @@ class Cache:
     @staticmethod
     def key(rule_codes: Iterable[str], hooks: Iterable[str]) -> str:
         h = hashlib.blake2b(digest_size=12)
-        h.update(f"{__version__}/{CACHE_SCHEMA}".encode())
+        h.update(f"{__version__}/{CACHE_SCHEMA}/{code_stamp()}".encode())
         h.update(",".join(sorted(rule_codes)).encode())
         h.update(",".join(hooks).encode())
         return h.hexdigest()

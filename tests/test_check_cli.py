@@ -309,6 +309,25 @@ def test_cache_hit_gives_the_same_result(cli, write, tmp_path):
     cli("check", "--no-cache", ".")
 
 
+def test_cache_key_follows_metalint_own_code(tmp_path):
+    # an editable install changed without a new version must not read results cached by its
+    # old code: the key covers the size and time of each of metalint's files
+    import os
+
+    import metalint.rules.parameter_from_value as rule
+    from metalint.files import Cache
+
+    before = Cache.key(["ML001"], ("reset_parameters",))
+    assert Cache.key(["ML001"], ("reset_parameters",)) == before
+    st = os.stat(rule.__file__)
+    try:
+        os.utime(rule.__file__, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        assert Cache.key(["ML001"], ("reset_parameters",)) != before
+    finally:
+        os.utime(rule.__file__, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert Cache.key(["ML001"], ("reset_parameters",)) == before
+
+
 def test_parallel_equals_serial(tmp_path):
     from metalint.check import run_check
     from metalint.config import Settings
