@@ -7,7 +7,6 @@ import gc
 import os
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,7 +61,9 @@ def analyze_files(jobs: list, workers: int) -> list[FileResult]:
         all_rules()
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
         return [_analyze(j) for j in jobs]
+    # worker processes are only needed on a cache miss: not imported by a warm run
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     # biggest files first, in chunks of about equal size that shrink towards the end, handed
