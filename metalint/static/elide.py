@@ -70,11 +70,33 @@ def _def_span(fn: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> t
     a method of its class (class summaries list them) or a function of its module; its
     parameters, annotations and decorators are no rule's business (transformers' ``forward``
     signatures alone were 6% of the text of that tree left to parse)."""
-    first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
+    first = _first_row(fn)
     last = fn.end_lineno
     if last is None or last == first or lines[first - 1].lstrip()[:1] not in ("@", "d", "a"):
         return None
     return first, last, f"def {fn.name}(): "
+
+
+def _first_row(node: ast.stmt) -> int:
+    """A statement's first row: its first decorator's, if it has any."""
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+
+
+class _Rows:
+    """Rows left out of the text whose words tell what kept code names: those already elided
+    (``spans``) and those of the definitions being decided."""
+
+    def __init__(self, lines: list[str], spans: list) -> None:
+        self.lines = lines
+        self.out = bytearray(len(lines) + 2)
+        for first, last, *_ in spans:
+            self.leave_out(first, last)
+
+    def leave_out(self, first: int, last: int) -> None:
+        self.out[first : last + 1] = b"\x01" * (last + 1 - first)
+
+    def words_of_the_rest(self) -> set[str]:
+        return _words("".join(line for row, line in enumerate(self.lines, 1) if not self.out[row]))
 
 
 #: bytes -> themselves for ASCII letters, digits, ``_`` and every non-ASCII byte, else a space
@@ -101,15 +123,12 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
     if not defs:
         return
     functions = {n.name: n for n in defs}
-    outside = bytearray(len(lines) + 2)  # rows of elided code and of the functions themselves
-    for first, last, *_ in spans:
-        outside[first : last + 1] = b"\x01" * (last + 1 - first)
+    rows = _Rows(lines, spans)
     texts: dict[str, str] = {}
     for fn in defs:
-        first = min([fn.lineno, *(d.lineno for d in fn.decorator_list)])
-        outside[first : fn.end_lineno + 1] = b"\x01" * (fn.end_lineno + 1 - first)
+        rows.leave_out(_first_row(fn), fn.end_lineno)
         texts[fn.name] = "".join(lines[fn.lineno - 1 : fn.end_lineno])
-    referenced = _words("".join(line for row, line in enumerate(lines, 1) if not outside[row]))
+    referenced = rows.words_of_the_rest()
     resets = {name for name, text in texts.items() if "reset_parameters" in text}
     keep = {name for name in functions if name in referenced or name in resets}
     if resets:
@@ -181,9 +200,7 @@ def _methods(classes: list[ast.ClassDef], lines: list[str], spans: list, hooks: 
     calls is left out, and so are the module-level helpers only it called (see
     :func:`_functions`). A method calling another of its class's methods stays: the number
     of call sites of a method tells what arguments it sees in a default build."""
-    outside = bytearray(len(lines) + 2)
-    for first, last, *_ in spans:
-        outside[first : last + 1] = b"\x01" * (last + 1 - first)
+    rows = _Rows(lines, spans)
     # (name, span, text, body, methods of its class) of each method that could be left out
     candidates: list[tuple[str, tuple, str, str, set[str]]] = []
     for cls in classes:
@@ -196,18 +213,18 @@ def _methods(classes: list[ast.ClassDef], lines: list[str], spans: list, hooks: 
                 continue
             span = _def_span(item, lines)
             head = item.body[0]
-            start = min([head.lineno, *(d.lineno for d in getattr(head, "decorator_list", ()))])
+            start = _first_row(head)
             if span is None or start == item.lineno:
                 continue
             first = span[0]
             text = "".join(lines[first - 1 : item.end_lineno])
             body = "".join(lines[start - 1 : item.end_lineno])
             candidates.append((name, span, text, body, own))
-            outside[first : item.end_lineno + 1] = b"\x01" * (item.end_lineno + 1 - first)
+            rows.leave_out(first, item.end_lineno)
     if not candidates:
         return
     names = {c[0] for c in candidates}
-    referenced = _words("".join(line for row, line in enumerate(lines, 1) if not outside[row])) & names
+    referenced = rows.words_of_the_rest() & names
     keep = [False] * len(candidates)
     while True:
         changed = False
