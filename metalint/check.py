@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -36,17 +35,10 @@ def _analyze(job: tuple[str, str, str, bool, tuple[str, ...]]) -> FileResult:
     # libcst: imported only when a file is analysed (not when every file is a cache hit)
     from metalint.static.engine import analyze_source
 
-    # Python's cycle collector would scan the file's trees again and again while they are
-    # built (a tenth of a cold check); what cycles a file leaves are collected after it
-    collecting = gc.isenabled()
-    gc.disable()
     try:
         return analyze_source(source, display, module, is_package=is_package, hooks=hooks)
     except Exception as exc:  # a bug of ours must not stop the run
         return error_result(display, f"internal error while checking: {type(exc).__name__}: {exc}")
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _analyze_chunk(jobs: list) -> list[dict]:

@@ -223,7 +223,7 @@ class Attention(nn.Module):
                     if name:
                         registered.add(name)
         if not hasattr(self, "_tensor_fns"):
-            self._tensor_fns = TensorFunctions(self.ctx.module, self.qualify, self.ctx.facts)
+            self._tensor_fns = TensorFunctions(self.ctx.module, self.ctx.qualify, self.ctx.facts)
         fns = self._tensor_fns
 
         def extra(node: cst.BaseExpression) -> bool:

@@ -143,27 +143,28 @@ def default_env(cls: ClassFacts, method: MethodFacts) -> dict[str, Any]:
 
 def reached_by_default(method: MethodFacts, node: cst.CSTNode, env: dict[str, Any]) -> bool:
     """False only when an enclosing ``if`` of ``node`` certainly goes the other way."""
-    def visit(stmt: cst.CSTNode) -> bool | None:
-        # None: node not under stmt; otherwise whether it is reached
-        if stmt is node:
-            return True
-        if isinstance(stmt, cst.If):
-            test = value_of(stmt.test, env)
-            for block, wanted in ((stmt.body, True), (stmt.orelse, False)):
-                if block is None or not any(n is node for n in walk(block)):
-                    continue
-                if test is not UNKNOWN and bool(test) != wanted:
-                    return False
-                inner = visit(block)
-                return True if inner is None else inner
-            return None
-        for child in children(stmt):
-            r = visit(child)
-            if r is not None:
-                return r
-        return None
+    return _reached(method.node, node, env) is not False
 
-    return visit(method.node) is not False
+
+def _reached(stmt: cst.CSTNode, node: cst.CSTNode, env: dict[str, Any]) -> bool | None:
+    """None: ``node`` is not under ``stmt``; otherwise whether it is reached."""
+    if stmt is node:
+        return True
+    if isinstance(stmt, cst.If):
+        test = value_of(stmt.test, env)
+        for block, wanted in ((stmt.body, True), (stmt.orelse, False)):
+            if block is None or not any(n is node for n in walk(block)):
+                continue
+            if test is not UNKNOWN and bool(test) != wanted:
+                return False
+            inner = _reached(block, node, env)
+            return True if inner is None else inner
+        return None
+    for child in children(stmt):
+        r = _reached(child, node, env)
+        if r is not None:
+            return r
+    return None
 
 
 def is_self_apply(call: CallSite) -> bool:
