@@ -180,6 +180,8 @@ _READ_ANYWHERE = re.compile(
 )
 #: a line assigning to ``self`` or to something of it (``self`` before the line's first ``=``)
 _SELF_WRITE = re.compile(r"[ \t]*[^#=\n]*\bself\b[^=\n]*(?<![=!<>])=(?!=)")
+#: a call of a method on ``self`` (``self.name(``)
+_SELF_CALL = re.compile(r"\bself\s*\.\s*(\w+)\s*\(")
 
 
 def _read_anywhere(body: str) -> bool:
@@ -243,6 +245,3 @@ def _methods(classes: list[ast.ClassDef], lines: list[str], spans: list, hooks: 
 def _calls_own(body: str, own: set[str]) -> bool:
     """Does ``body`` call ``self.<one of its class's methods>(...)``?"""
     return any(m.group(1) in own for m in _SELF_CALL.finditer(body))
-
-
-_SELF_CALL = re.compile(r"\bself\s*\.\s*(\w+)\s*\(")
