@@ -208,6 +208,19 @@ def test_cli_crash_and_hang_do_not_stop_the_run():
     assert "ModuleNotFoundError" in out and "broken_import.py" in out
 
 
+def test_multi_line_import_error_is_one_line():
+    res = CliRunner().invoke(
+        probe_command, [str(MODELS / "multiline_import_error.py"), "--device", "cpu"]
+    )
+    assert res.exit_code == 2, res.output
+    (line,) = [ln for ln in res.output.splitlines() if " ML900 " in ln]
+    assert line.startswith("tests/probe_models/multiline_import_error.py:1:1: ML900 ")
+    assert line.endswith(
+        "could not be checked: ImportError: torchao not installed. "
+        "Please follow the instructions to install it."
+    )
+
+
 def test_exit_0_and_text_summary(tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text(
         '[tool.metalint.probe]\nfactories = ["tests.probe_models.small:make_safe"]\n'
