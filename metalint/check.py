@@ -178,8 +178,9 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
     return sorted(out, key=lambda d: d.sort_key)
 
 
-def probe_findings(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+def probe_findings(diagnostics: list[Diagnostic], hooks: tuple[str, ...] = ()) -> list[Diagnostic]:
     """Probe every file that has a static finding; mark the findings and add the probe's own.
+    ``hooks``: the configured hooks, which the probe runs on every module as check assumes.
 
     A probe finding on the same line as a static one of the same class is not repeated: the
     static one carries the verdict.
@@ -191,7 +192,7 @@ def probe_findings(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     files = sorted({d.filename for d in diagnostics if d.symbol and d.code != ERROR_CODE})
     if not files:
         return diagnostics
-    report = run_probe(files, Options(device="auto"), progress=sys.stderr.isatty())
+    report = run_probe(files, Options(device="auto", hooks=hooks), progress=sys.stderr.isatty())
     marked = mark_verdicts(diagnostics, report)
     seen = {(d.filename, d.start.row, d.symbol) for d in marked}
     extra = [
@@ -267,7 +268,7 @@ def check_command(paths, output_format, select, extend_select, ignore, exit_zero
         sys.exit(2)
     diagnostics = result.diagnostics
     if probe:
-        diagnostics = probe_findings(diagnostics)
+        diagnostics = probe_findings(diagnostics, settings.hooks)
     text = render(diagnostics, output_format, statistics=statistics, files_checked=result.files_checked)
     if output:
         output.write_text(text, encoding="utf-8")

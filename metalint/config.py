@@ -8,7 +8,7 @@ Keys (all optional)::
     ignore = ["ML009"]
     exclude = ["third_party", "*_pb2.py"]   # gitignore-style patterns, relative to this file
     extend-exclude = []
-    hooks = ["init_states"]         # more methods that re-initialise a module after to_empty
+    hooks = ["rope_init"]           # methods called on every module after to_empty (check and probe)
     cache-dir = ".metalint_cache"
 
     [tool.metalint.per-file-ignores]

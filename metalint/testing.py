@@ -12,7 +12,7 @@ build on meta, ``to_empty``, run the init entry point, compare every tensor - se
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -23,6 +23,7 @@ def assert_meta_init_parity(
     *,
     seed: int = 0,
     check_order: bool = True,
+    hooks: Sequence[str] = (),
 ) -> None:
     """Assert that ``factory()`` built on meta and initialised with ``init`` matches eager.
 
@@ -32,6 +33,8 @@ def assert_meta_init_parity(
     on every module, children first), ``"reset_parameters"``, ``"init_weights"``, or a
     ``"module:callable"`` called with the model.
     ``device``: where ``to_empty`` materialises the model (``"auto"`` picks cuda when available).
+    ``hooks``: more methods your code calls on every module that has them after the init,
+    as in ``[tool.metalint] hooks`` (e.g. ``("rope_init",)``).
     Raises ``AssertionError`` listing every finding (MP001-MP009) with its source line.
     """
     from metalint import report
@@ -39,7 +42,8 @@ def assert_meta_init_parity(
     from metalint.probe.command import describe
 
     label = getattr(factory, "__qualname__", None) or repr(factory)
-    res = probe(factory, device=device, init=init, seed=seed, label=label, check_order=check_order)
+    res = probe(factory, device=device, init=init, seed=seed, label=label, check_order=check_order,
+                hooks=hooks)
     if res.findings:
         text = report.render(res.findings, "text", describe=describe)
         raise AssertionError(

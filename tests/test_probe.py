@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from metalint.check import check_command
 from metalint.diagnostics import Diagnostic, Position
 from metalint.probe.command import ProbeReport, probe_command, run_probe
 from metalint.probe.isolate import Options
@@ -234,6 +235,40 @@ def test_exit_0_and_text_summary(tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     assert "tests.probe_models.small:make_safe on cpu via reset_parameters() children first: passed" in res.output
     assert res.output.rstrip().endswith("All checks passed!")
+
+
+def test_configured_hooks_run_on_every_module(tmp_path):
+    """``[tool.metalint] hooks`` makes check count what ``rope_init`` re-creates; the probe
+    calls it on every module that has it, so the two agree. Both read the pyproject.toml
+    nearest to the file they are given, or ``--config``."""
+    model = tmp_path / "configured_hook.py"
+    model.write_text((MODELS / "configured_hook.py").read_text())
+    target, check = f"{model}:make", ["--no-cache", "--select", "ML", str(model)]
+    res = CliRunner().invoke(probe_command, [target, "--device", "cpu"])
+    assert res.exit_code == 1, res.output
+    assert f"configured_hook.py:{line_of(model, 'THETA-LINE')}:9: MP001 `theta`" in res.output
+    assert CliRunner().invoke(check_command, check).exit_code == 1
+
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.metalint]\nhooks = ["rope_init", "_private"]\n')
+    passed = "via reset_parameters() children first + rope_init(): passed"
+    res = CliRunner().invoke(probe_command, [target, "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    assert passed in res.output
+    res = CliRunner().invoke(check_command, check)
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(
+        probe_command, [f"{MODELS / 'configured_hook.py'}:make", "--device", "cpu", "--config", str(config)]
+    )
+    assert res.exit_code == 0 and passed in res.output, res.output
+
+
+def test_per_module_hooks_leave_out_built_in_and_private_ones():
+    from metalint.probe.build import per_module_hooks
+
+    hooks = ("reset_parameters", "rope_init", "_init_weights", "_private", "init_non_persistent_buffers",
+             "rope_init", "init_states")
+    assert per_module_hooks(hooks) == ("rope_init", "init_states")
 
 
 def test_transient_small_escape_is_not_reported(layers_report):

@@ -7,6 +7,7 @@ from torch import nn
 from metalint.testing import assert_meta_init_parity
 
 sys.path.insert(0, str(Path(__file__).parent / "probe_models"))
+import configured_hook  # noqa: E402
 import layers  # noqa: E402
 
 sys.path.pop(0)
@@ -29,3 +30,9 @@ def test_init_choice_is_honoured():
     with pytest.raises(AssertionError, match="reset_parameters"):
         assert_meta_init_parity(layers.ParentInit, init="reset_parameters")
     assert_meta_init_parity(layers.ParentInit, init="init_weights")
+
+
+def test_configured_hooks_are_run():
+    with pytest.raises(AssertionError, match="`theta` of RotaryEmbedding"):
+        assert_meta_init_parity(configured_hook.make)
+    assert_meta_init_parity(configured_hook.make, hooks=("rope_init",))

@@ -138,7 +138,7 @@ def _verify(ff, fixer, echo) -> None:
 
     excluded: set[str] = set()
     for attempt in range(3):
-        verdicts = verify_classes(str(ff.path), ff.classes)
+        verdicts = verify_classes(str(ff.path), ff.classes, hooks=fixer.settings.hooks)
         failed = [v for v in verdicts if v.status == "failed"]
         for v in verdicts:
             if v.status == "passed":

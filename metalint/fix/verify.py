@@ -19,7 +19,8 @@ class Verdict:
     detail: str = ""
 
 
-def verify_classes(path: str, classes: list[str], *, timeout: float = 120.0) -> list[Verdict]:
+def verify_classes(path: str, classes: list[str], *, timeout: float = 120.0,
+                   hooks: tuple[str, ...] = ()) -> list[Verdict]:
     from metalint.probe.command import run_probe
     from metalint.probe.isolate import Options
 
@@ -27,7 +28,7 @@ def verify_classes(path: str, classes: list[str], *, timeout: float = 120.0) -> 
     tops = sorted({c.split(".")[0] for c in classes})
     for cls in tops:
         spec = f"{path}:{cls}"
-        rep = run_probe([spec], Options(device="cpu", timeout=timeout))
+        rep = run_probe([spec], Options(device="cpu", timeout=timeout, hooks=hooks))
         mine = [o for o in rep.outcomes if o.label.rpartition(":")[2] == cls] or rep.outcomes
         if not mine:
             out.append(Verdict(cls, "failed", "the probe reported nothing"))

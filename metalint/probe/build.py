@@ -29,7 +29,7 @@ import os
 import re
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from metalint.diagnostics import Diagnostic, Position, Severity
 from metalint.probe import attribute, compare
 from metalint.probe.memory import rss_anon
+from metalint.static.results import DEFAULT_HOOKS
 
 INIT_CHOICES = ("auto", "reset_parameters", "init_weights")
 #: a device escape that the build frees again is reported only from this size on
@@ -205,7 +206,7 @@ def _has(m: nn.Module, name: str) -> bool:
 
 
 def run_init(model: nn.Module, init: str, order: str = "post",
-             tracker: _HookWrites | None = None) -> str:
+             tracker: _HookWrites | None = None, hooks: Sequence[str] = ()) -> str:
     """Run the init entry point on ``model``; returns a description of what ran.
 
     - ``reset_parameters``: every module's ``reset_parameters()``, children first (``order``);
@@ -217,7 +218,11 @@ def run_init(model: nn.Module, init: str, order: str = "post",
       runs last, so it wins. Without any ``init_weights()`` this is ``reset_parameters``.
     - ``module:callable``: called with the model.
 
-    Then ``init_non_persistent_buffers()`` on every module that has it (timm).
+    Then ``init_non_persistent_buffers()`` on every module that has it (timm), and each of
+    ``hooks`` (the configured ``[tool.metalint] hooks``, e.g. torchtune's ``rope_init``) on every
+    module that has it. ``metalint check`` counts what these re-create as re-created, so the
+    probe runs them too; the built-in hooks and private ones (``_init_weights(m)``, applied by
+    a parent) are not called again.
     """
     if init == "init_weights":
         if not _has(model, "init_weights"):
@@ -226,10 +231,10 @@ def run_init(model: nn.Module, init: str, order: str = "post",
         used = "init_weights()"
     elif init in ("reset_parameters", "auto"):
         mods = _post_order(model) if order == "post" else _pre_order(model)
-        hooks = ("init_weights", "reset_parameters") if init == "auto" else ("reset_parameters",)
+        entry = ("init_weights", "reset_parameters") if init == "auto" else ("reset_parameters",)
         ran: set[str] = set()
         for path, m in mods:
-            for hook in hooks:
+            for hook in entry:
                 if _has(m, hook):
                     ran.add(hook)
                     if tracker is not None and hook == "reset_parameters":
@@ -250,12 +255,19 @@ def run_init(model: nn.Module, init: str, order: str = "post",
     else:
         resolve_callable(init)(model)
         used = f"{init}(model)"
-    extra = [m for m in model.modules() if _has(m, "init_non_persistent_buffers")]
-    for m in extra:
-        m.init_non_persistent_buffers()
-    if extra:
-        used += " + init_non_persistent_buffers()"
+    for hook in ("init_non_persistent_buffers", *per_module_hooks(hooks)):
+        having = [m for m in model.modules() if _has(m, hook)]
+        for m in having:
+            getattr(m, hook)()
+        if having:
+            used += f" + {hook}()"
     return used
+
+
+def per_module_hooks(hooks: Sequence[str]) -> tuple[str, ...]:
+    """The configured hooks the probe calls on every module after the init entry point: those
+    beyond the built-in ones, and public (a private hook is applied by a parent)."""
+    return tuple(h for h in dict.fromkeys(hooks) if h not in DEFAULT_HOOKS and not h.startswith("_"))
 
 
 class ProbeSetupError(Exception):
@@ -449,7 +461,7 @@ def _class_site(info: dict[str, Any]) -> attribute.Site | None:
 
 
 def _deferred(make: Callable[[], nn.Module], device: str, init: str, order: str,
-              eager: Snapshot, track: bool):
+              eager: Snapshot, track: bool, hooks: Sequence[str] = ()):
     with torch.device("meta"):
         model = make()
     model.to_empty(device=device)
@@ -474,9 +486,9 @@ def _deferred(make: Callable[[], nn.Module], device: str, init: str, order: str,
     del tensors
     if tracker is not None:
         with tracker:
-            used = run_init(model, init, order, tracker)
+            used = run_init(model, init, order, tracker, hooks)
     else:
-        used = run_init(model, init, order)
+        used = run_init(model, init, order, hooks=hooks)
     return model, used, poisons, tracker
 
 
@@ -527,9 +539,11 @@ def _compare_models(eager: Snapshot, model: nn.Module) -> tuple[list[Finding], S
 
 
 def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "auto",
-          seed: int = 0, label: str = "model", check_order: bool = True) -> ProbeResult:
-    """Probe ``make()``: see the module docstring. Never raises for the model's own failures
-    (those become findings); raises :class:`ProbeSetupError` for a bad ``init``."""
+          seed: int = 0, label: str = "model", check_order: bool = True,
+          hooks: Sequence[str] = ()) -> ProbeResult:
+    """Probe ``make()``: see the module docstring. ``hooks``: the configured ``[tool.metalint]
+    hooks`` (see :func:`run_init`). Never raises for the model's own failures (those become
+    findings); raises :class:`ProbeSetupError` for a bad ``init``."""
     t0 = time.perf_counter()
     device = pick_device(device)
     res = ProbeResult(label=label, device=device)
@@ -591,7 +605,8 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
     # 3-5. deferred build, poison, init, compare
     torch.manual_seed(seed + 1)
     try:
-        model, used, _, tracker = _deferred(make, device, init, "post", eager, track=True)
+        model, used, _, tracker = _deferred(make, device, init, "post", eager, track=True,
+                                            hooks=hooks)
     except ProbeSetupError:
         raise
     except Exception as exc:
@@ -604,7 +619,7 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
     # 6. hook order
     if check_order and tracker is not None and tracker.foreign and init in ("auto", "reset_parameters"):
         torch.manual_seed(seed + 1)
-        model2, used2, _, _ = _deferred(make, device, init, "pre", eager, track=False)
+        model2, used2, _, _ = _deferred(make, device, init, "pre", eager, track=False, hooks=hooks)
         diffs2, _ = _compare_models(eager, model2)
         del model2
         gc.collect()

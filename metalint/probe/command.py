@@ -14,7 +14,7 @@ from metalint.diagnostics import Diagnostic, Position
 from metalint.probe.codes import PROBE_CODES
 from metalint.probe.results import verdict_text
 from metalint.probe.isolate import Options, Outcome, run_target
-from metalint.probe.target import Target, load_config, parse_target
+from metalint.probe.target import Target, load_settings_for_probe, parse_target
 
 
 @dataclass
@@ -133,19 +133,25 @@ def summary_lines(rep: ProbeReport) -> list[str]:
 @click.option("--output-format", "fmt", type=click.Choice(report.FORMATS), default="text",
               show_default=True)
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings are reported.")
-def probe_command(targets, device, init, seed, timeout, fmt, exit_zero) -> None:
+@click.option("--config", type=click.Path(dir_okay=False), default=None,
+              help="pyproject.toml to use (default: the nearest one above the first TARGET "
+                   "that is a file or folder, else above the working directory).")
+def probe_command(targets, device, init, seed, timeout, fmt, exit_zero, config) -> None:
     """Build each TARGET eagerly and on meta, run its init, and compare every tensor.
 
     TARGET: a file, a directory, a dotted module, module:Class or module:factory (several
     of one module: module:ClassA,ClassB).
     Without TARGET, the factories listed in [tool.metalint.probe] of pyproject.toml.
+    The configured [tool.metalint] hooks are run on every module that has them after the init.
     """
     specs = list(targets)
+    first = parse_target(specs[0]) if specs else []
+    settings = load_settings_for_probe(first[0].path if first else None, config)
     if not specs:
-        specs = list(load_config().get("factories", []))
+        specs = list(settings.probe.get("factories", []))
         if not specs:
             raise click.UsageError("no TARGET given and no [tool.metalint.probe] factories")
-    opts = Options(device=device, init=init, seed=seed, timeout=timeout)
+    opts = Options(device=device, init=init, seed=seed, timeout=timeout, hooks=settings.hooks)
     rep = run_probe(specs, opts, progress=_progress_enabled())
     diags = rep.diagnostics
     if fmt == "text":

@@ -41,6 +41,7 @@ class Options:
     init: str = "auto"
     seed: int = 0
     timeout: float = 120.0
+    hooks: tuple[str, ...] = ()  # [tool.metalint] hooks: see metalint.probe.build.run_init
     python: str = field(default_factory=lambda: sys.executable)
 
 
@@ -94,6 +95,7 @@ def run_target(target: Target, opts: Options) -> list[Outcome]:
             "device": opts.device,
             "init": opts.init,
             "seed": opts.seed,
+            "hooks": list(opts.hooks),
         }
         with tempfile.TemporaryFile(mode="w+") as err:
             proc = subprocess.Popen(

@@ -234,14 +234,22 @@ def resolve_items(target: Target) -> list[Item]:
     return items
 
 
-def load_config(start: str | os.PathLike | None = None) -> dict[str, Any]:
-    """``[tool.metalint.probe]`` of the nearest pyproject.toml with a ``[tool.metalint]`` table
-    (an empty dict when none); read by :mod:`metalint.config` like every other setting."""
+def load_settings_for_probe(start: str | os.PathLike | None = None,
+                            config: str | os.PathLike | None = None):
+    """The settings (``hooks`` and ``[tool.metalint.probe]``) of ``config``, else of the
+    nearest pyproject.toml with a ``[tool.metalint]`` table above ``start`` (a file or folder;
+    default: the working directory), read by :mod:`metalint.config` like every other setting;
+    a bad one is a usage error."""
     import click
 
     from metalint.config import ConfigError, load_settings
 
     try:
-        return dict(load_settings(Path(start) if start else None).probe)
+        return load_settings(Path(start) if start else None, Path(config) if config else None)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def load_config(start: str | os.PathLike | None = None) -> dict[str, Any]:
+    """``[tool.metalint.probe]`` of the nearest pyproject.toml (an empty dict when none)."""
+    return dict(load_settings_for_probe(start).probe)

@@ -55,7 +55,7 @@ def main() -> int:
         emit(event="start", label=item.label)
         try:
             res = probe(item.make, device=job["device"], init=job["init"], seed=job["seed"],
-                        label=item.label)
+                        label=item.label, hooks=job.get("hooks", ()))
         except ProbeSetupError as exc:
             if getattr(exc, "stage", None) == "eager construction" and item.args != "factory":
                 # arguments we guessed: not the user's failure, say why and go on
