@@ -263,6 +263,25 @@ def test_configured_hooks_run_on_every_module(tmp_path):
     assert res.exit_code == 0 and passed in res.output, res.output
 
 
+def test_configured_hooks_run_under_the_materialisation_device():
+    """torchtune calls ``rope_init()`` under ``with torch.device(device)``: tensors the hook
+    creates land where ``to_empty`` put the model (meta stands in for a GPU here)."""
+    import torch
+    from torch import nn
+
+    from metalint.probe.build import run_init
+
+    seen = []
+
+    class Rope(nn.Module):
+        def rope_init(self):
+            seen.append(torch.empty(0).device.type)
+
+    used = run_init(nn.Sequential(Rope()), "reset_parameters", hooks=("rope_init",), device="meta")
+    assert seen == ["meta"] and used == "reset_parameters() children first + rope_init()"
+    assert torch.empty(0).device.type == "cpu"
+
+
 def test_per_module_hooks_leave_out_built_in_and_private_ones():
     from metalint.probe.build import per_module_hooks
 

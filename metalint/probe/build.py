@@ -20,6 +20,7 @@ Steps (see DESIGN.md section 3):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import importlib
@@ -206,7 +207,8 @@ def _has(m: nn.Module, name: str) -> bool:
 
 
 def run_init(model: nn.Module, init: str, order: str = "post",
-             tracker: _HookWrites | None = None, hooks: Sequence[str] = ()) -> str:
+             tracker: _HookWrites | None = None, hooks: Sequence[str] = (),
+             device: str | None = None) -> str:
     """Run the init entry point on ``model``; returns a description of what ran.
 
     - ``reset_parameters``: every module's ``reset_parameters()``, children first (``order``);
@@ -220,9 +222,9 @@ def run_init(model: nn.Module, init: str, order: str = "post",
 
     Then ``init_non_persistent_buffers()`` on every module that has it (timm), and each of
     ``hooks`` (the configured ``[tool.metalint] hooks``, e.g. torchtune's ``rope_init``) on every
-    module that has it. ``metalint check`` counts what these re-create as re-created, so the
-    probe runs them too; the built-in hooks and private ones (``_init_weights(m)``, applied by
-    a parent) are not called again.
+    module that has it, under ``torch.device(device)``. ``metalint check`` counts what these
+    re-create as re-created, so the probe runs them too; the built-in hooks and private ones
+    (``_init_weights(m)``, applied by a parent) are not called again.
     """
     if init == "init_weights":
         if not _has(model, "init_weights"):
@@ -257,8 +259,13 @@ def run_init(model: nn.Module, init: str, order: str = "post",
         used = f"{init}(model)"
     for hook in ("init_non_persistent_buffers", *per_module_hooks(hooks)):
         having = [m for m in model.modules() if _has(m, hook)]
-        for m in having:
-            getattr(m, hook)()
+        # a configured hook may re-create its tensors (``register_buffer`` anew): torchtune's
+        # recipes call ``rope_init()`` under ``with torch.device(device)``, so it runs under the
+        # device the model was materialised on
+        where = contextlib.nullcontext() if hook == "init_non_persistent_buffers" or device is None else torch.device(device)
+        with where:
+            for m in having:
+                getattr(m, hook)()
         if having:
             used += f" + {hook}()"
     return used
@@ -486,9 +493,9 @@ def _deferred(make: Callable[[], nn.Module], device: str, init: str, order: str,
     del tensors
     if tracker is not None:
         with tracker:
-            used = run_init(model, init, order, tracker, hooks)
+            used = run_init(model, init, order, tracker, hooks, device)
     else:
-        used = run_init(model, init, order, hooks=hooks)
+        used = run_init(model, init, order, hooks=hooks, device=device)
     return model, used, poisons, tracker
 
 
