@@ -182,12 +182,13 @@ def probe_findings(diagnostics: list[Diagnostic], hooks: tuple[str, ...] = ()) -
     """Probe every file that has a static finding; mark the findings and add the probe's own.
     ``hooks``: the configured hooks, which the probe runs on every module as check assumes.
 
-    A probe finding on the same line as a static one of the same class is not repeated: the
-    static one carries the verdict.
+    A probe finding on the same line as a static one of the same class, or about the same lost
+    tensor as a confirmed static one (the static finding names the registration, the probe the
+    line that computed the value), is not repeated: the static one carries the verdict.
     """
     from metalint.probe.command import run_probe
     from metalint.probe.isolate import Options
-    from metalint.probe.merge import mark_verdicts
+    from metalint.probe.merge import lost_tensor, mark_verdicts
 
     files = sorted({d.filename for d in diagnostics if d.symbol and d.code != ERROR_CODE})
     if not files:
@@ -195,10 +196,12 @@ def probe_findings(diagnostics: list[Diagnostic], hooks: tuple[str, ...] = ()) -
     report = run_probe(files, Options(device="auto", hooks=hooks), progress=sys.stderr.isatty())
     marked = mark_verdicts(diagnostics, report)
     seen = {(d.filename, d.start.row, d.symbol) for d in marked}
+    confirmed = {lost_tensor(d) for d in marked if d.verdict == "confirmed"} - {None}
     extra = [
         d
         for d in report.diagnostics
-        if d.code == ERROR_CODE or (d.filename, d.start.row, d.symbol) not in seen
+        if d.code == ERROR_CODE
+        or ((d.filename, d.start.row, d.symbol) not in seen and lost_tensor(d) not in confirmed)
     ]
     return sorted(marked + extra, key=lambda d: d.sort_key)
 

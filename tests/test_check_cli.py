@@ -371,3 +371,14 @@ def test_check_probe_marks_findings_confirmed(cli, write):
     assert line.endswith("(confirmed by probe)")
     data = json.loads(cli("check", "--probe", "--no-cache", "--output-format", "json", "ls.py").output)
     assert [d["verdict"] for d in data if d["code"] == "ML001"] == ["confirmed"]
+
+
+def test_check_probe_does_not_repeat_a_confirmed_lost_tensor(cli, write):
+    """check reports ``theta`` where it is registered, the probe where it was computed (the
+    line before): one finding, the static one, confirmed."""
+    model = Path(__file__).parent / "probe_models" / "configured_hook.py"
+    path = write("rope.py", model.read_text())
+    data = json.loads(cli("check", "--probe", "--no-cache", "--output-format", "json", "rope.py").output)
+    about_theta = [(d["code"], d["location"]["row"], d.get("verdict")) for d in data if "`theta`" in d["message"]]
+    registered = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "register_buffer" in line)
+    assert about_theta == [("ML002", registered, "confirmed")]

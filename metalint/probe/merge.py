@@ -101,6 +101,22 @@ def verdict_for(diag: Diagnostic, info: Mapping[str, Any] | None) -> str | None:
     return "confirmed" if broken or codes & {"MP007", "MP009"} else "refuted"
 
 
+#: probe codes that say one tensor's value was lost (its name first in the message)
+_LOST_TENSOR_CODES = {"MP001", "MP002", "MP003", "MP004"}
+
+
+def lost_tensor(diag: Diagnostic) -> tuple[str, str, str] | None:
+    """``(file, class, tensor)`` when ``diag`` says that one tensor of its own class is lost:
+    a static finding of a rule that names its tensor first, or the probe's MP001-MP004. A
+    static finding the probe confirmed and the probe's own finding then say the same thing."""
+    if diag.symbol is None or (diag.code not in _NAMED_TENSOR_RULES and diag.code not in _LOST_TENSOR_CODES):
+        return None
+    m = _ATTR.search(diag.message)
+    if m is None or _CHILD_TENSOR.match(diag.message):
+        return None
+    return _norm(diag.filename), diag.symbol, m.group(1)
+
+
 def mark_verdicts(static_diags: Iterable[Diagnostic], probe_report: Any) -> list[Diagnostic]:
     """Return ``static_diags`` with ``verdict`` set from ``probe_report`` (a
     :class:`~metalint.probe.command.ProbeReport` or its ``classes`` mapping)."""
