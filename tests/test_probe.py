@@ -300,6 +300,7 @@ def test_transient_small_escape_is_not_reported(layers_report):
 
 
 def test_argument_inference():
+    import torch
     from torch import nn
 
     from metalint.probe.target import CannotConstruct, infer_arguments
@@ -309,6 +310,12 @@ def test_argument_inference():
             super().__init__()
 
     assert infer_arguments(A) == {"dim": 16, "num_heads": 2, "eps": 1e-5, "qkv_bias": False, "depth": 1}
+
+    class KVCache(nn.Module):  # torchtune's: the cache's dtype is required
+        def __init__(self, max_seq_len: int, dtype: torch.dtype, cache_dtype=None):
+            super().__init__()
+
+    assert infer_arguments(KVCache) == {"max_seq_len": 16, "dtype": torch.float32}
 
     class B(nn.Module):
         def __init__(self, block_fn):

@@ -136,8 +136,17 @@ def _int_for(name: str) -> int | None:
     return None
 
 
+#: annotations read as text when they cannot be evaluated (``from __future__ import annotations``
+#: with a name imported only under ``TYPE_CHECKING`` elsewhere in the signature)
+_PLAIN_ANNOTATIONS = {"int": int, "float": float, "bool": bool, "Optional[int]": int,
+                      "int|None": int, "Optional[float]": float, "float|None": float}
+_DTYPE_TEXT = frozenset({"torch.dtype", "dtype"})
+
+
 def infer_arguments(cls: type) -> dict[str, Any]:
     """Small keyword arguments for the required parameters of ``cls.__init__``."""
+    import torch
+
     try:
         sig = inspect.signature(cls.__init__)
     except (TypeError, ValueError) as exc:
@@ -154,12 +163,21 @@ def infer_arguments(cls: type) -> dict[str, Any]:
         if p.kind is p.POSITIONAL_ONLY:
             raise CannotConstruct(f"positional-only parameter `{p.name}`")
         ann = hints.get(p.name, p.annotation)
+        if isinstance(ann, str):  # get_type_hints failed on some annotation: this one alone
+            try:
+                ann = eval(ann, getattr(cls.__init__, "__globals__", {}))  # as get_type_hints does
+            except Exception:
+                ann = _PLAIN_ANNOTATIONS.get(ann.replace(" ", ""), ann)
         origin = typing.get_origin(ann)
         if origin is typing.Union or type(ann).__name__ == "UnionType":
             args = [a for a in typing.get_args(ann) if a is not type(None)]
             ann = args[0] if len(args) == 1 else ann
         if ann is bool:
             kwargs[p.name] = False
+            continue
+        named_dtype = ann is p.empty and p.name.lower() == "dtype"
+        if ann is torch.dtype or (isinstance(ann, str) and ann in _DTYPE_TEXT) or named_dtype:
+            kwargs[p.name] = torch.float32  # torchtune's KVCache(..., dtype)
             continue
         if ann is float:
             kwargs[p.name] = 1e-5 if p.name.lower() in _FLOAT_SMALL or "eps" in p.name.lower() else 0.1
