@@ -262,8 +262,8 @@ def run_init(model: nn.Module, init: str, order: str = "post",
         # a configured hook may re-create its tensors (``register_buffer`` anew): torchtune's
         # recipes call ``rope_init()`` under ``with torch.device(device)``, so it runs under the
         # device the model was materialised on
-        where = contextlib.nullcontext() if hook == "init_non_persistent_buffers" or device is None else torch.device(device)
-        with where:
+        on_device = hook != "init_non_persistent_buffers" and device is not None
+        with torch.device(device) if on_device else contextlib.nullcontext():
             for m in having:
                 getattr(m, hook)()
         if having:
