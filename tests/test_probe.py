@@ -226,9 +226,9 @@ def test_exit_0_and_text_summary(tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text(
         '[tool.metalint.probe]\nfactories = ["tests.probe_models.small:make_safe"]\n'
     )
-    from metalint.probe.target import load_config
+    from metalint.probe.target import load_settings_for_probe
 
-    assert load_config(tmp_path) == {"factories": ["tests.probe_models.small:make_safe"]}
+    assert load_settings_for_probe(tmp_path).probe == {"factories": ["tests.probe_models.small:make_safe"]}
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(MODELS.parent.parent))
     res = CliRunner().invoke(probe_command, ["--device", "cpu"])

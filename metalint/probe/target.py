@@ -136,10 +136,7 @@ def _int_for(name: str) -> int | None:
     return None
 
 
-#: annotations read as text when they cannot be evaluated (``from __future__ import annotations``
-#: with a name imported only under ``TYPE_CHECKING`` elsewhere in the signature)
-_PLAIN_ANNOTATIONS = {"int": int, "float": float, "bool": bool, "Optional[int]": int,
-                      "int|None": int, "Optional[float]": float, "float|None": float}
+#: a dtype annotation left as text (its module imports torch under another name, or not at all)
 _DTYPE_TEXT = frozenset({"torch.dtype", "dtype"})
 
 
@@ -167,7 +164,7 @@ def infer_arguments(cls: type) -> dict[str, Any]:
             try:
                 ann = eval(ann, getattr(cls.__init__, "__globals__", {}))  # as get_type_hints does
             except Exception:
-                ann = _PLAIN_ANNOTATIONS.get(ann.replace(" ", ""), ann)
+                pass
         origin = typing.get_origin(ann)
         if origin is typing.Union or type(ann).__name__ == "UnionType":
             args = [a for a in typing.get_args(ann) if a is not type(None)]
@@ -266,8 +263,3 @@ def load_settings_for_probe(start: str | os.PathLike | None = None,
         return load_settings(Path(start) if start else None, Path(config) if config else None)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-
-
-def load_config(start: str | os.PathLike | None = None) -> dict[str, Any]:
-    """``[tool.metalint.probe]`` of the nearest pyproject.toml (an empty dict when none)."""
-    return dict(load_settings_for_probe(start).probe)
