@@ -61,8 +61,7 @@ def error_diagnostic(o: Outcome) -> Diagnostic:
         pass
     return Diagnostic(
         code=report.ERROR_CODE,
-        # one line, whatever the user's exception said (its traceback is not the report's)
-        message=f"probe target `{o.label}` could not be checked: {' '.join(o.message.split())}",
+        message=f"probe target `{o.label}` could not be checked: {o.message}",
         filename=filename,
         start=Position(row, 1),
         end=Position(row, 1),

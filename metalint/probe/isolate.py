@@ -34,6 +34,10 @@ class Outcome:
     site: tuple[str, int] | None = None  # where a crash happened, when known
     args: str = ""
 
+    def __post_init__(self) -> None:
+        # one line, whatever the user's code raised (torchtune's ImportError spans several)
+        self.message = " ".join(self.message.split())
+
 
 @dataclass
 class Options:

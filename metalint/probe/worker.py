@@ -83,9 +83,7 @@ def _warm_up(probe) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    """``Type: message`` on one line: a library's multi-line message (an ``ImportError`` with
-    install instructions) has its line breaks and indentation folded to single spaces."""
-    text = " ".join(traceback.format_exception_only(type(exc), exc)[-1].split())
+    text = traceback.format_exception_only(type(exc), exc)[-1].strip()
     return text[:500]
 
 
