@@ -11,8 +11,11 @@ What it does, in a fresh temp dir (``--workdir`` to reuse one, ``--keep`` to kee
 2. Installs ruff and TorchFix (pinned), each in its own venv inside the temp dir, so their
    pins (TorchFix pins an old libcst) never touch metalint's environment.
 3. Static check, for each tree, ``--reps`` alternating repetitions (median reported):
-   ``metalint check`` cold (cache dir deleted, ``--no-cache``) and warm (after a priming run),
-   ``ruff check`` (default rules, ``--isolated``) with and without its cache, and ``torchfix``.
+   ``metalint check`` cold (cache dir deleted: it parses everything and writes the cache) and
+   warm (every file a cache hit), ``ruff check`` (default rules, ``--isolated``) with and
+   without its cache, ``torchfix``, and the floor under any Python-hosted checker:
+   ``bench/parse_floor.py`` (CPython's ``ast.parse`` of every file; ``--walk``: and one visit
+   of every node).
    Wall seconds by ``time.perf_counter`` around each subprocess; files/s = ``*.py`` files in
    the tree / wall seconds. A command that runs past ``--timeout`` is killed and reported as
    ``>T``.
@@ -59,6 +62,9 @@ PROBE_MODELS = (
 )
 #: targets from the issue: metalint cold/TorchFix, cold/ruff, warm/ruff
 TARGETS = {"cold_vs_torchfix": 0.05, "cold_vs_ruff": 10.0, "warm_vs_ruff": 1.0}
+#: rows of bench/parse_floor.py: what CPython alone costs on the same tree
+FLOOR = "floor: ast.parse"
+FLOOR_WALK = "floor: ast.parse + ast.walk"
 
 
 def log(msg: str) -> None:
@@ -203,6 +209,9 @@ def static_tools(tree: Path, ruff: Path | None, torchfix: Path | None) -> list[T
         ]
     if torchfix is not None:
         tools.append(Tool("TorchFix", [str(torchfix), "."]))
+    # not a linter: CPython's own parser on every file, the floor under any Python-hosted check
+    floor = [sys.executable, str(ROOT / "bench" / "parse_floor.py"), "."]
+    tools += [Tool(FLOOR, floor), Tool(FLOOR_WALK, [*floor, "--walk"])]
     return tools
 
 
@@ -264,7 +273,7 @@ def summary_line(proc: subprocess.CompletedProcess) -> str:
     lines = (proc.stdout + "\n" + proc.stderr).splitlines()
     for line in reversed(lines):
         if (
-            line.startswith(("Found ", "Finished checking", "All checks passed", "No "))
+            line.startswith(("Found ", "Finished checking", "All checks passed", "No ", "Parsed "))
             and "fix" not in line
         ):
             return line.strip()
@@ -334,6 +343,9 @@ def static_table(rows: list[dict]) -> str:
                 "ruff (no cache)",
                 None,
             ),
+            (f"{FLOOR} / ruff (no cache)", FLOOR, "ruff (no cache)", None),
+            (f"{FLOOR_WALK} / ruff (no cache)", FLOOR_WALK, "ruff (no cache)", None),
+            (f"metalint cold / {FLOOR}", "metalint cold", FLOOR, None),
         ):
             if b not in by:
                 continue
@@ -625,7 +637,10 @@ def main(argv: list[str] | None = None) -> int:
                 "does; warm: the run right after, every file a cache hit). ruff: `ruff check --isolated "
                 "--exit-zero --output-format concise .` (its default rules; no cache: `--no-cache`; "
                 "cache: after a priming run). TorchFix: `torchfix .` (its default rules). Every tool "
-                "uses all CPUs by default."
+                "uses all CPUs by default. The two floor rows are no linter: `bench/parse_floor.py` "
+                "runs CPython's own parser (`ast.parse`) on every file, and with `--walk` visits every "
+                "node once, in forked workers as metalint's: the least any checker written in Python "
+                "pays on the tree, before a rule runs."
             ),
             "",
         ]

@@ -88,10 +88,30 @@ def test_static_bench_on_tiny_tree(tmp_path, monkeypatch):
         assert {"ruff (no cache)", "ruff (cache)"} <= set(rows)
         assert "| tiny | metalint cold / ruff (no cache) |" in text
     assert "TorchFix" not in rows
+    # the floor: CPython's parser alone on the same files
+    assert "Parsed 4 of 4 files." in rows["floor: ast.parse"]
+    assert "Parsed 4 of 4 files, " in rows["floor: ast.parse + ast.walk"]
+    assert "| tiny | metalint cold / floor: ast.parse |" in text
     assert "## Where time goes: one cold check of tiny" in text
     assert "| parse (libcst) | 3 |" in text
     for key in ("- date:", "- machine:", "- python", "torch", "libcst"):
         assert key in text
+
+
+def test_parse_floor_counts_what_it_parsed(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("parse_floor", ROOT / "bench" / "parse_floor.py")
+    floor = importlib.util.module_from_spec(spec)
+    sys.modules["parse_floor"] = floor  # its workers' function is pickled by name
+    spec.loader.exec_module(floor)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "b.py").write_text("def f(:\n")  # not Python: not parsed
+    (tmp_path / "pkg" / "notes.txt").write_text("x = 1\n")
+    assert floor.main([str(tmp_path), "--walk", "--jobs", "2"]) == 0
+    # Module, Assign, Name, Store, Constant
+    assert capsys.readouterr().out.strip() == "Parsed 1 of 2 files, 5 nodes visited."
+    assert floor.main([str(tmp_path), "--jobs", "1"]) == 0
+    assert capsys.readouterr().out.strip() == "Parsed 1 of 2 files."
 
 
 def test_ratio_with_timed_out_denominator():
