@@ -22,7 +22,9 @@ What it does, in a fresh temp dir (``--workdir`` to reuse one, ``--keep`` to kee
 4. Probe: ``bench/probe_bench.py`` (synthetic model) and, when ``--probe-python`` can import
    timm, seconds and peak anonymous RSS of ``probe()`` on a few real timm models over their
    eager build.
-5. Loader: the table of ``bench/loader_bench.py``.
+5. Loader: the table of ``bench/loader_bench.py`` (three runs of each method), accelerate
+   included: installed pinned with ``pip install --target`` into the temp dir, beside (not
+   into) metalint's environment.
 6. GPU: the probe's CUDA figures when ``torch.cuda.is_available()``.
 
 Prints the markdown report and writes it to ``--out`` (with date, machine and versions).
@@ -53,6 +55,7 @@ PINS = {
     "transformers": "5.23.0",
     "ruff": "0.17.6",
     "torchfix": "0.7.0",
+    "accelerate": "1.15.0",
 }
 PROBE_MODELS = (
     "vit_tiny_patch16_224",
@@ -468,6 +471,34 @@ def run_probe_bench(args: list[str], timeout: float) -> str:
     return f"`{' '.join(['python bench/probe_bench.py', *args])}`\n\n{head}\n{row}"
 
 
+def accelerate_dir(work: Path) -> Path | None:
+    """A folder from which ``accelerate`` (pinned) and what it imports are importable beside
+    this environment's torch and safetensors, so that the loader bench can compare with it
+    without touching metalint's venv; None when it cannot be installed."""
+    dest = work / "accelerate"
+    if not (dest / "accelerate").exists():
+        log(f"accelerate=={PINS['accelerate']} into {dest}")
+        try:
+            pip(
+                sys.executable,
+                "install",
+                "-q",
+                "--target",
+                str(dest),
+                "--no-deps",
+                f"accelerate=={PINS['accelerate']}",
+                "huggingface_hub",
+                "numpy",
+                "packaging",
+                "psutil",
+                "pyyaml",
+            )
+        except SystemExit as exc:
+            log(str(exc))
+            return None
+    return dest
+
+
 def run_loader_bench(args: list[str], work: Path, timeout: float) -> str:
     script = ROOT / "bench" / "loader_bench.py"
     if not script.exists():
@@ -587,6 +618,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-ruff", action="store_true")
     ap.add_argument("--no-torchfix", action="store_true")
     ap.add_argument(
+        "--no-accelerate",
+        action="store_true",
+        help="leave accelerate out of the loader comparison (nothing installed for it)",
+    )
+    ap.add_argument(
         "--static-only", action="store_true", help="skip probe, loader and GPU"
     )
     ap.add_argument(
@@ -687,10 +723,16 @@ def main(argv: list[str] | None = None) -> int:
                 "",
             ]
             report += [probe_models_table(prows) if prows else note, ""]
+            # three fresh runs of each method, interleaved (peak = max, wall = min): one
+            # sub-second run on a shared box is noise
+            loader_args = ["--tiny"] if a.quick else ["--repeat", "3"]
+            acc = None if a.no_accelerate else accelerate_dir(work)
+            if acc is not None:
+                loader_args += ["--accelerate-path", str(acc)]
             report += [
                 "## Loader",
                 "",
-                run_loader_bench(["--tiny"] if a.quick else [], work, a.timeout),
+                run_loader_bench(loader_args, work, a.timeout),
                 "",
             ]
             report += ["## GPU", ""]

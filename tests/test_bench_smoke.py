@@ -98,6 +98,36 @@ def test_static_bench_on_tiny_tree(tmp_path, monkeypatch):
         assert key in text
 
 
+def test_quick_bench_runs_every_section(tmp_path, monkeypatch):
+    """``--quick`` past the static part: probe, real models, loader (accelerate's folder is
+    asked for, not downloaded here) and GPU sections, on a local tree."""
+    tree = tmp_path / "tiny"
+    tree.mkdir()
+    (tree / "layer.py").write_text(LAYER.format(i=0))
+    run = _load_run()
+    monkeypatch.setattr(run, "tool_venv", lambda work, name: None)
+    asked = []
+    monkeypatch.setattr(run, "accelerate_dir", lambda work: asked.append(work))
+    out = tmp_path / "RESULTS.md"
+    rc = run.main(
+        ["--quick", "--tree", f"tiny={tree}", "--workdir", str(tmp_path / "work"),
+         "--probe-python", sys.executable, "--out", str(out)]
+    )
+    assert rc == 0
+    assert asked == [tmp_path / "work"]
+    text = out.read_text()
+    for section in ("## Static check", "## Probe", "## Loader", "## GPU"):
+        assert section in text
+    loader = text.split("## Loader", 1)[1].split("## GPU", 1)[0]
+    assert "`python bench/loader_bench.py --tiny`" in loader
+    assert "| metalint |" in loader and "| accelerate |" in loader
+    # without timm the real-model probe says so instead of giving its row
+    if importlib.util.find_spec("timm") is None:
+        assert "real models skipped" in text
+    else:
+        assert "| vit_tiny_patch16_224 | cpu |" in text
+
+
 def test_parse_floor_counts_what_it_parsed(tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("parse_floor", ROOT / "bench" / "parse_floor.py")
     floor = importlib.util.module_from_spec(spec)
