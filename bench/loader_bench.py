@@ -22,7 +22,8 @@ Methods (each loads the same fp32 checkpoint into the same model in bf16):
   device_map={"": "cpu"}, dtype=torch.bfloat16)`` (with ``device_map=None`` accelerate 1.x
   hands a meta model to ``set_model_state_dict``, which needs a process group), if
   ``accelerate`` imports (``--accelerate-path``: a folder made with ``pip install --target DIR
-  --no-deps accelerate psutil numpy huggingface_hub``, so the project's venv is not touched);
+  --no-deps``, so the project's venv is not touched; ``bench/run.py``'s ``accelerate_dir``
+  makes it, pinned, with what accelerate imports);
   skipped with a note otherwise.
 
 Measurement: memory is *anonymous* RSS (``RssAnon`` in ``/proc/<pid>/status``), sampled by a

@@ -28,14 +28,18 @@ class LayerScale{i}(nn.Module):
 """
 
 
-def _load_run():
-    spec = importlib.util.spec_from_file_location(
-        "bench_run", ROOT / "bench" / "run.py"
-    )
+def _load_bench(script: str, name: str):
+    """A script of ``bench/`` as a module, registered under ``name`` (what a worker process
+    is handed of it is pickled by that name)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / script)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_run"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _load_run():
+    return _load_bench("run.py", "bench_run")
 
 
 def test_static_bench_on_tiny_tree(tmp_path, monkeypatch):
@@ -129,10 +133,7 @@ def test_quick_bench_runs_every_section(tmp_path, monkeypatch):
 
 
 def test_parse_floor_counts_what_it_parsed(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("parse_floor", ROOT / "bench" / "parse_floor.py")
-    floor = importlib.util.module_from_spec(spec)
-    sys.modules["parse_floor"] = floor  # its workers' function is pickled by name
-    spec.loader.exec_module(floor)
+    floor = _load_bench("parse_floor.py", "bench_parse_floor")
     (tmp_path / "a.py").write_text("x = 1\n")
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "b.py").write_text("def f(:\n")  # not Python: not parsed
