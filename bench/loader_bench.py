@@ -54,12 +54,18 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-METHODS = ("metalint", "eager torch.load", "eager safetensors.load_file", "meta + mmap + assign",
-           "accelerate")
+METHODS = (
+    "metalint",
+    "eager torch.load",
+    "eager safetensors.load_file",
+    "meta + mmap + assign",
+    "accelerate",
+)
 BASE = "meta + mmap + assign"
 
 
 # ----------------------------------------------------------------------------- the model
+
 
 def make_factory(tiny: bool):
     import torch
@@ -83,6 +89,7 @@ def make_factory(tiny: bool):
 
 
 # ----------------------------------------------------------------------------- memory
+
 
 def rss_anon_kb() -> int:
     with open("/proc/self/status") as f:
@@ -113,6 +120,7 @@ class Sampler(threading.Thread):
 
 
 # ----------------------------------------------------------------------------- methods
+
 
 def run_method(method: str, factory, ckpt_dir: str, accelerate_path: str | None):
     import torch
@@ -227,9 +235,12 @@ def zygote(args) -> None:
                 res, note = run_method(method, factory, args.ckpt, args.accelerate_path)
                 payload = {"method": method, "result": res, "note": note}
             except Exception as exc:
-                payload = {"method": method, "result": None,
-                           "note": f"failed: {type(exc).__name__}: {exc}",
-                           "trace": traceback.format_exc()}
+                payload = {
+                    "method": method,
+                    "result": None,
+                    "note": f"failed: {type(exc).__name__}: {exc}",
+                    "trace": traceback.format_exc(),
+                }
             os.write(w, json.dumps(payload).encode())
             os.close(w)
             os._exit(0)
@@ -243,8 +254,12 @@ def zygote(args) -> None:
         os.close(r)
         os.waitpid(pid, 0)
         data = b"".join(chunks)
-        print(data.decode() if data else json.dumps(
-            {"method": method, "result": None, "note": "child died"}), flush=True)
+        print(
+            data.decode()
+            if data
+            else json.dumps({"method": method, "result": None, "note": "child died"}),
+            flush=True,
+        )
 
 
 def make_checkpoint(args) -> None:
@@ -262,6 +277,7 @@ def make_checkpoint(args) -> None:
 
 
 # ----------------------------------------------------------------------------- driver
+
 
 def table(results: list[dict], size_note: str) -> str:
     base = next((x["result"] for x in results if x["method"] == BASE and x["result"]), None)
@@ -303,14 +319,24 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tiny", action="store_true", help="tiny model (smoke test)")
     p.add_argument("--out", help="also write the markdown table here")
-    p.add_argument("--methods", default=",".join(METHODS),
-                   help="comma-separated subset of: " + ", ".join(METHODS))
-    p.add_argument("--accelerate-path", default=os.environ.get("METALINT_BENCH_ACCELERATE"),
-                   help="folder to put on sys.path for the accelerate method")
+    p.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help="comma-separated subset of: " + ", ".join(METHODS),
+    )
+    p.add_argument(
+        "--accelerate-path",
+        default=os.environ.get("METALINT_BENCH_ACCELERATE"),
+        help="folder to put on sys.path for the accelerate method",
+    )
     p.add_argument("--workdir", help="where to write the checkpoint (default: a temp dir)")
-    p.add_argument("--repeat", type=int, default=1,
-                   help="run each method N times (fresh process each, interleaved); report the "
-                        "max peak and the min wall time (for noisy, shared machines)")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each method N times (fresh process each, interleaved); report the "
+        "max peak and the min wall time (for noisy, shared machines)",
+    )
     p.add_argument("--_role", choices=("zygote",), help=argparse.SUPPRESS)
     p.add_argument("--ckpt", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -327,8 +353,14 @@ def main(argv=None) -> int:
         if args.tiny:
             common.append("--tiny")
         env = dict(os.environ, PYTHONWARNINGS="ignore")
-        cmd = common + ["--_role", "zygote", "--methods", ",".join(args.methods),
-                        "--repeat", str(args.repeat)]
+        cmd = common + [
+            "--_role",
+            "zygote",
+            "--methods",
+            ",".join(args.methods),
+            "--repeat",
+            str(args.repeat),
+        ]
         if args.accelerate_path:
             cmd += ["--accelerate-path", args.accelerate_path]
         out = subprocess.run(cmd, check=True, env=env, stdout=subprocess.PIPE, text=True).stdout
@@ -350,12 +382,18 @@ def main(argv=None) -> int:
         results.append({"method": method, "result": best, "note": None})
     from importlib.metadata import version
 
-    note = (f"fp32 safetensors checkpoint of {size / 2**20:.1f} MB -> bf16 model "
-            f"({'tiny' if args.tiny else 'full'} bench, torch {version('torch')}, "
-            f"safetensors {version('safetensors')}"
-            + (f"; {args.repeat} runs of each method, each in its own fresh process, "
-               "methods interleaved: peak = max, wall = min" if args.repeat > 1 else "")
-            + ")")
+    note = (
+        f"fp32 safetensors checkpoint of {size / 2**20:.1f} MB -> bf16 model "
+        f"({'tiny' if args.tiny else 'full'} bench, torch {version('torch')}, "
+        f"safetensors {version('safetensors')}"
+        + (
+            f"; {args.repeat} runs of each method, each in its own fresh process, "
+            "methods interleaved: peak = max, wall = min"
+            if args.repeat > 1
+            else ""
+        )
+        + ")"
+    )
     text = table(results, note)
     print(text, end="")
     if args.out:

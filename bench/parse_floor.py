@@ -39,12 +39,7 @@ def _parse(job: tuple[list[str], bool]) -> tuple[int, int]:
 
 
 def python_files(tree: str) -> list[str]:
-    return [
-        os.path.join(d, n)
-        for d, _, names in os.walk(tree)
-        for n in names
-        if n.endswith(".py")
-    ]
+    return [os.path.join(d, n) for d, _, names in os.walk(tree) for n in names if n.endswith(".py")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -85,8 +85,17 @@ def main() -> int:
     if a.child:
         print(json.dumps(child(a.layers, a.width, a.device)))
         return 0
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--layers", str(a.layers),
-           "--width", str(a.width), "--device", a.device]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        "--layers",
+        str(a.layers),
+        "--width",
+        str(a.width),
+        "--device",
+        a.device,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         sys.stderr.write(out.stderr)

@@ -63,12 +63,8 @@ def fresh(code: str) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("path", type=Path)
-    ap.add_argument(
-        "--jobs", type=int, default=0, help="also time the real run with N workers"
-    )
-    ap.add_argument(
-        "--cprofile", type=Path, help="also write a cProfile (CPU time) here"
-    )
+    ap.add_argument("--jobs", type=int, default=0, help="also time the real run with N workers")
+    ap.add_argument("--cprofile", type=Path, help="also write a cProfile (CPU time) here")
     a = ap.parse_args()
 
     startup = {
@@ -125,9 +121,7 @@ def main() -> int:
     result = timed("run_check (rest)", check.run_check)(
         [a.path], settings, use_cache=False, workers=1
     )
-    render(
-        result.diagnostics, "text", statistics=False, files_checked=result.files_checked
-    )
+    render(result.diagnostics, "text", statistics=False, files_checked=result.files_checked)
     cpu_total, wall_total = time.process_time() - c0, time.perf_counter() - w0
     if prof is not None:
         prof.disable()

@@ -47,7 +47,18 @@ def fetch(spec: str, workdir: Path) -> tuple[str, list[Path]]:
         tmp = workdir / f".dl-{os.getpid()}"
         tmp.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(tmp), req],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-q",
+                "-d",
+                str(tmp),
+                req,
+            ],
             check=True,
         )
         wheel = next(tmp.glob("*.whl"))
@@ -81,7 +92,10 @@ def audit(label: str, folders: list[Path], python: str, timeout: float) -> dict:
     ]
     t_check = time.perf_counter() - t0
     files = sorted({d.filename for d in static})
-    print(f"{label}: {len(static)} findings in {len(files)} files ({t_check:.1f} s); probing", file=sys.stderr)
+    print(
+        f"{label}: {len(static)} findings in {len(files)} files ({t_check:.1f} s); probing",
+        file=sys.stderr,
+    )
     marked = []
     t0 = time.perf_counter()
     for init, codes in (("auto", None), ("reset_parameters", PER_MODULE_RULES)):
@@ -93,11 +107,20 @@ def audit(label: str, folders: list[Path], python: str, timeout: float) -> dict:
         targets = [f"{f}:{','.join(sorted(names))}" for f, names in sorted(symbols.items())]
         if not targets:
             continue
-        report = run_probe(targets, Options(device="cpu", init=init, timeout=timeout, python=python),
-                           progress=sys.stderr.isatty())
+        report = run_probe(
+            targets,
+            Options(device="cpu", init=init, timeout=timeout, python=python),
+            progress=sys.stderr.isatty(),
+        )
         marked += mark_verdicts(chosen, report)
     t_probe = time.perf_counter() - t0
-    return {"label": label, "findings": marked, "check_s": t_check, "probe_s": t_probe, "files": len(files)}
+    return {
+        "label": label,
+        "findings": marked,
+        "check_s": t_check,
+        "probe_s": t_probe,
+        "files": len(files),
+    }
 
 
 def table(results: list[dict]) -> list[str]:
@@ -132,7 +155,9 @@ def _row(label: str, rule: str, c: collections.Counter) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("libraries", nargs="*", help="NAME==VERSION[:SUBDIR,...] from PyPI")
-    ap.add_argument("--python", default=sys.executable, help="interpreter that imports the libraries")
+    ap.add_argument(
+        "--python", default=sys.executable, help="interpreter that imports the libraries"
+    )
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/metalint-audit"))
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per probed class")
     ap.add_argument("--out", type=Path, help="write the markdown here too")
@@ -140,13 +165,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     results = []
     if args.tiny:
-        tiny = [ROOT / "fixtures" / "check" / f for f in ("timm_style_blocks.py", "fairseq_style_attention.py")]
+        tiny = [
+            ROOT / "fixtures" / "check" / f
+            for f in ("timm_style_blocks.py", "fairseq_style_attention.py")
+        ]
         results.append(audit("fixtures/check", tiny, args.python, args.timeout))
     for spec in args.libraries:
         args.workdir.mkdir(parents=True, exist_ok=True)
         label, folders = fetch(spec, args.workdir)
         results.append(audit(label, folders, args.python, args.timeout))
-    out = ["## Rule audit", "", f"`{' '.join(['python bench/rule_audit.py', *(argv or sys.argv[1:])])}`", ""]
+    out = [
+        "## Rule audit",
+        "",
+        f"`{' '.join(['python bench/rule_audit.py', *(argv or sys.argv[1:])])}`",
+        "",
+    ]
     for res in results:
         out.append(
             f"- {res['label']}: {len(res['findings'])} findings in {res['files']} files; "
@@ -154,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     out += ["", *table(results), "", "Refuted findings:", ""]
     refuted = [(r["label"], d) for r in results for d in r["findings"] if d.verdict == "refuted"]
-    out += [f"- {label} `{d.filename}:{d.start.row}` {d.code} {d.symbol}" for label, d in refuted] or ["- none"]
+    out += [
+        f"- {label} `{d.filename}:{d.start.row}` {d.code} {d.symbol}" for label, d in refuted
+    ] or ["- none"]
     text = "\n".join(out) + "\n"
     print(text)
     if args.out:

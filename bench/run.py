@@ -84,9 +84,7 @@ def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 def pip(python: str, *args: str) -> None:
     r = sh([python, "-m", "pip", "--disable-pip-version-check", *args])
     if r.returncode != 0:
-        raise SystemExit(
-            f"pip {' '.join(args)} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}"
-        )
+        raise SystemExit(f"pip {' '.join(args)} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
 
 
 def fetch_tree(work: Path, name: str) -> Path:
@@ -248,9 +246,7 @@ def run_static(
                 t.times.append(wall)
                 t.cpu.append(proc.cpu_s)
                 t.last = proc
-                log(
-                    f"{name} rep {rep + 1}: {t.name}: {wall:.2f} s (exit {proc.returncode})"
-                )
+                log(f"{name} rep {rep + 1}: {t.name}: {wall:.2f} s (exit {proc.returncode})")
         for t in tools:
             tail = summary_line(t.last) if t.last is not None else ""
             rows.append(
@@ -353,11 +349,7 @@ def static_table(rows: list[dict]) -> str:
             if b not in by:
                 continue
             text, value = ratio(by.get(a), by.get(b))
-            met = (
-                ""
-                if value is None or target is None
-                else ("yes" if value <= target else "no")
-            )
+            met = "" if value is None or target is None else ("yes" if value <= target else "no")
             out.append(
                 f"| {tree} | {label} | {text} | {'≤ ' + str(target) if target else ''} | {met} |"
             )
@@ -405,9 +397,7 @@ def run_probe_models(
     rows = []
     for name in models:
         log(f"probe {name} ({device})")
-        wall, proc = timed(
-            [python, "-c", PROBE_CHILD, name, str(ROOT), device], ROOT, timeout
-        )
+        wall, proc = timed([python, "-c", PROBE_CHILD, name, str(ROOT), device], ROOT, timeout)
         if wall is None:
             rows.append({"model": name, "error": f"timed out after {timeout:.0f} s"})
         elif proc.returncode != 0:
@@ -454,9 +444,7 @@ def run_probe_bench(args: list[str], timeout: float) -> str:
     try:
         d = json.loads(proc.stdout[proc.stdout.index("{") :])
     except ValueError:
-        return (
-            f"`probe_bench.py {' '.join(args)}` printed no JSON: {proc.stdout[-300:]}"
-        )
+        return f"`probe_bench.py {' '.join(args)}` printed no JSON: {proc.stdout[-300:]}"
     mb = lambda b: f"{b / 2**20:.1f}"
     head = (
         "| model | device | model MB | eager build peak MB | probe peak MB | probe peak ÷ model "
@@ -504,9 +492,7 @@ def run_loader_bench(args: list[str], work: Path, timeout: float) -> str:
     if not script.exists():
         return "bench/loader_bench.py not found."
     out = work / "loader.md"
-    wall, proc = timed(
-        [sys.executable, str(script), *args, "--out", str(out)], ROOT, timeout
-    )
+    wall, proc = timed([sys.executable, str(script), *args, "--out", str(out)], ROOT, timeout)
     if wall is None:
         return f"`loader_bench.py {' '.join(args)}` timed out after {timeout:.0f} s."
     if proc.returncode != 0 or not out.exists():
@@ -522,16 +508,10 @@ def version_of(cmd: list[str]) -> str:
         r = sh(cmd)
     except OSError:
         return "n/a"
-    return (
-        (r.stdout.strip() or r.stderr.strip()).splitlines()[-1]
-        if r.returncode == 0
-        else "n/a"
-    )
+    return (r.stdout.strip() or r.stderr.strip()).splitlines()[-1] if r.returncode == 0 else "n/a"
 
 
-def context(
-    ruff: Path | None, torchfix: Path | None, trees: dict[str, Path]
-) -> list[str]:
+def context(ruff: Path | None, torchfix: Path | None, trees: dict[str, Path]) -> list[str]:
     cpu = "?"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -567,9 +547,7 @@ def context(
         ),
         f"- ruff {version_of([str(ruff), '--version']).split()[-1] if ruff else 'not installed'}, "
         f"TorchFix {version_of([str(torchfix), '--version']) if torchfix else 'not installed'}, "
-        + ", ".join(
-            f"{n} {PINS.get(n, '(local ' + str(p) + ')')}" for n, p in trees.items()
-        ),
+        + ", ".join(f"{n} {PINS.get(n, '(local ' + str(p) + ')')}" for n, p in trees.items()),
     ]
 
 
@@ -590,9 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="repetitions per tool (default 3; --quick 1)",
     )
-    ap.add_argument(
-        "--timeout", type=float, default=900, help="seconds before a run is killed"
-    )
+    ap.add_argument("--timeout", type=float, default=900, help="seconds before a run is killed")
     ap.add_argument(
         "--single-above",
         type=float,
@@ -611,9 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=PATH",
         help="check a local folder instead of downloading (repeatable)",
     )
-    ap.add_argument(
-        "--workdir", type=Path, help="reuse this folder for downloads and venvs"
-    )
+    ap.add_argument("--workdir", type=Path, help="reuse this folder for downloads and venvs")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
     ap.add_argument("--no-ruff", action="store_true")
     ap.add_argument("--no-torchfix", action="store_true")
@@ -622,9 +596,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="leave accelerate out of the loader comparison (nothing installed for it)",
     )
-    ap.add_argument(
-        "--static-only", action="store_true", help="skip probe, loader and GPU"
-    )
+    ap.add_argument("--static-only", action="store_true", help="skip probe, loader and GPU")
     ap.add_argument(
         "--profile",
         action="store_true",
@@ -648,9 +620,7 @@ def main(argv: list[str] | None = None) -> int:
             name, _, path = spec.partition("=")
             trees[name] = Path(path).resolve()
         if not a.tree:
-            for name in (a.trees or ("timm" if a.quick else "timm,transformers")).split(
-                ","
-            ):
+            for name in (a.trees or ("timm" if a.quick else "timm,transformers")).split(","):
                 trees[name] = fetch_tree(work, name)
         ruff = None if a.no_ruff else tool_venv(work, "ruff")
         torchfix = None if a.no_torchfix else tool_venv(work, "torchfix")
@@ -710,9 +680,7 @@ def main(argv: list[str] | None = None) -> int:
         if not a.static_only:
             report += ["## Probe", ""]
             report += [run_probe_bench(["--tiny"] if a.quick else [], a.timeout), ""]
-            models = [m for m in a.probe_models.split(",") if m][
-                : 1 if a.quick else None
-            ]
+            models = [m for m in a.probe_models.split(",") if m][: 1 if a.quick else None]
             prows, note = run_probe_models(a.probe_python, models, "cpu", a.timeout)
             report += [
                 (
@@ -758,9 +726,7 @@ def main(argv: list[str] | None = None) -> int:
                     "bench/loader_bench.py has no device option: its figures above are CPU.",
                 ]
             else:
-                report += [
-                    "GPU: not available in this run (`torch.cuda.is_available()` is False)."
-                ]
+                report += ["GPU: not available in this run (`torch.cuda.is_available()` is False)."]
             report.append("")
         report += [
             (

@@ -62,6 +62,7 @@ def analyze_files(jobs: list, workers: int) -> list[FileResult]:
     # out as workers free up (the longest job first), so the workers finish together
     order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0]))
     index: list[list[int]] = []
+    size = 0
     left = sum(len(j[0]) for j in jobs)
     for i in order:
         if not index or size >= max(left / (workers * 4), 1):
@@ -100,7 +101,10 @@ def run_check(
     files = list(discovery.files(paths))
     cache = None
     if use_cache:
-        cache = Cache(settings.cache_dir or settings.root / ".metalint_cache", Cache.key(codes, settings.hooks))
+        cache = Cache(
+            settings.cache_dir or settings.root / ".metalint_cache",
+            Cache.key(codes, settings.hooks),
+        )
     results: list[FileResult | None] = [None] * len(files)
     jobs, job_index, digests = [], [], {}
     for i, path in enumerate(files):
@@ -153,7 +157,11 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
         used: dict[int, set[str]] = {}
         for d in kept:
             codes = r.noqa.get(d.start.row, ())
-            if d.code != ERROR_CODE and d.start.row in r.noqa and (codes is None or d.code in codes):
+            if (
+                d.code != ERROR_CODE
+                and d.start.row in r.noqa
+                and (codes is None or d.code in codes)
+            ):
                 used.setdefault(d.start.row, set()).add(d.code)
                 continue
             out.append(d)
@@ -162,7 +170,9 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
                 if not codes:
                     continue
                 stale = [
-                    c for c in codes if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
+                    c
+                    for c in codes
+                    if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
                 ]
                 if stale:
                     pos = Position(row, 1)
@@ -222,7 +232,12 @@ def _per_file_ignores(display: str, settings: Settings) -> list[str]:
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
-    return [v.strip().upper() if v.strip().upper() != "ALL" else "ALL" for s in values for v in s.split(",") if v.strip()]
+    return [
+        v.strip().upper() if v.strip().upper() != "ALL" else "ALL"
+        for s in values
+        for v in s.split(",")
+        if v.strip()
+    ]
 
 
 def cli_settings(paths, config, select, extend_select, ignore) -> Settings:
@@ -230,9 +245,17 @@ def cli_settings(paths, config, select, extend_select, ignore) -> Settings:
     ``--select``/``--extend-select``/``--ignore`` applied; unknown selectors are a ConfigError."""
     settings = load_settings(paths[0] if paths[0].exists() else Path.cwd(), config)
     codes, _ = all_codes()
-    for name, values in (("--select", select), ("--extend-select", extend_select), ("--ignore", ignore)):
+    for name, values in (
+        ("--select", select),
+        ("--extend-select", extend_select),
+        ("--ignore", ignore),
+    ):
         validate_selectors(_split(values), codes, name)
-    for what, values in (("select", settings.select), ("extend-select", settings.extend_select), ("ignore", settings.ignore)):
+    for what, values in (
+        ("select", settings.select),
+        ("extend-select", settings.extend_select),
+        ("ignore", settings.ignore),
+    ):
         validate_selectors(values, codes, f"{settings.config_file}: {what}")
     if select:
         settings.select = _split(select)
@@ -260,7 +283,20 @@ def cli_settings(paths, config, select, extend_select, ignore) -> Settings:
     help="Prove each finding: build its classes on meta (child processes) and mark it "
     "confirmed or refuted; add what the probe found beyond the rules.",
 )
-def check_command(paths, output_format, select, extend_select, ignore, exit_zero, statistics, no_cache, config, jobs, output, probe):
+def check_command(
+    paths,
+    output_format,
+    select,
+    extend_select,
+    ignore,
+    exit_zero,
+    statistics,
+    no_cache,
+    config,
+    jobs,
+    output,
+    probe,
+):
     """Check PATHS (default: .) for modules that break when built on the meta device."""
     try:
         paths = list(paths) or [Path(".")]
@@ -272,7 +308,9 @@ def check_command(paths, output_format, select, extend_select, ignore, exit_zero
     diagnostics = result.diagnostics
     if probe:
         diagnostics = probe_findings(diagnostics, settings.hooks)
-    text = render(diagnostics, output_format, statistics=statistics, files_checked=result.files_checked)
+    text = render(
+        diagnostics, output_format, statistics=statistics, files_checked=result.files_checked
+    )
     if output:
         output.write_text(text, encoding="utf-8")
     else:

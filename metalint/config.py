@@ -88,7 +88,9 @@ def _matches(code: str, selectors: list[str], defaults: set[str]) -> bool:
 
 def find_config(start: Path) -> Path | None:
     start = start.resolve()
-    for folder in [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]:
+    for folder in (
+        [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]
+    ):
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
             try:

@@ -36,7 +36,13 @@ def pages() -> dict[str, str]:
     except ImportError:
         PROBE_CODES = {}
     if PROBE_CODES:
-        index += ["", "## Probe findings (`metalint probe`)", "", "| Code | Name | Summary |", "| --- | --- | --- |"]
+        index += [
+            "",
+            "## Probe findings (`metalint probe`)",
+            "",
+            "| Code | Name | Summary |",
+            "| --- | --- | --- |",
+        ]
         for code, (name, summary, *_rest) in sorted(PROBE_CODES.items()):
             index.append(f"| {code} | {name} | {summary} |")
     out["README.md"] = "\n".join(index) + "\n"

@@ -63,7 +63,7 @@ def _relative(path: str, base: str) -> str | None:
     prefix = base if base.endswith(os.sep) else base + os.sep
     if not path.startswith(prefix):
         return None
-    rel = path[len(prefix):]
+    rel = path[len(prefix) :]
     return rel if os.sep == "/" else rel.replace(os.sep, "/")
 
 
@@ -90,7 +90,10 @@ class Discovery:
         ``folder``, as git reads them."""
         top = base
         if top is None:
-            top = next((f for f in _ancestors(folder) if os.path.exists(os.path.join(f, ".git"))), self.root)
+            top = next(
+                (f for f in _ancestors(folder) if os.path.exists(os.path.join(f, ".git"))),
+                self.root,
+            )
         chain = []
         for f in _ancestors(folder):
             spec = self._gitignore(f)
@@ -102,7 +105,9 @@ class Discovery:
 
     def _excluded(self, path: str, is_dir: bool, base: str | None) -> bool:
         rel = _relative(path, base or self.root)
-        return rel is not None and rel != "." and self.exclude.match_file(rel + "/" if is_dir else rel)
+        return (
+            rel is not None and rel != "." and self.exclude.match_file(rel + "/" if is_dir else rel)
+        )
 
     @staticmethod
     def _git_ignored(path: str, is_dir: bool, chain: Chain) -> bool:
@@ -118,7 +123,9 @@ class Discovery:
         itself excluded), patterns apply below ``base`` only: naming a folder checks it."""
         p = os.path.abspath(path)
         b = None if base is None else os.path.abspath(base)
-        return self._excluded(p, is_dir, b) or self._git_ignored(p, is_dir, self._chain(os.path.dirname(p), b))
+        return self._excluded(p, is_dir, b) or self._git_ignored(
+            p, is_dir, self._chain(os.path.dirname(p), b)
+        )
 
     def files(self, paths: Iterable[Path]) -> Iterator[Path]:
         """Files to check, each once, in a stable order."""
@@ -128,7 +135,10 @@ class Discovery:
                 named = os.path.abspath(p)
                 # a folder named explicitly is checked even when it is excluded itself
                 base = named if named != self.root and self.ignored(Path(named), True) else None
-                found = [Path(f) for f in sorted(self._walk(named, base, self._chain(named, base)), key=_parts)]
+                found = [
+                    Path(f)
+                    for f in sorted(self._walk(named, base, self._chain(named, base)), key=_parts)
+                ]
             else:
                 # explicit files are always checked (even broken links or non-.py)
                 found = [p]
@@ -138,7 +148,9 @@ class Discovery:
                     seen.add(key)
                     yield f
 
-    def _walk(self, folder: str, base: str | None, chain: Chain, named: bool = True) -> Iterator[str]:
+    def _walk(
+        self, folder: str, base: str | None, chain: Chain, named: bool = True
+    ) -> Iterator[str]:
         """``chain``: the ``.gitignore`` files that apply in ``folder``; below a ``named``
         folder, those of the parent (this folder's own is read here, where its listing shows
         whether it has one, and a nested repository, with its own ``.git``, starts afresh)."""
@@ -195,6 +207,7 @@ def display_path(path: Path, cwd: Path | None = None) -> str:
 #: bump when what a cached FileResult holds changes (2: module-level init functions)
 CACHE_SCHEMA = 2
 
+
 def code_stamp() -> str:
     """Size and modification time of every source file of metalint itself: an editable or
     git install changed without a new version must not read results its old code cached."""
@@ -205,7 +218,9 @@ def code_stamp() -> str:
         for name in sorted(names):
             if name.endswith(".py"):
                 st = os.stat(os.path.join(folder, name))
-                h.update(f"{os.path.relpath(os.path.join(folder, name), package)}:{st.st_size}:{st.st_mtime_ns};".encode())
+                h.update(
+                    f"{os.path.relpath(os.path.join(folder, name), package)}:{st.st_size}:{st.st_mtime_ns};".encode()
+                )
     return h.hexdigest()
 
 

@@ -42,8 +42,15 @@ def assert_meta_init_parity(
     from metalint.probe.command import describe
 
     label = getattr(factory, "__qualname__", None) or repr(factory)
-    res = probe(factory, device=device, init=init, seed=seed, label=label, check_order=check_order,
-                hooks=hooks)
+    res = probe(
+        factory,
+        device=device,
+        init=init,
+        seed=seed,
+        label=label,
+        check_order=check_order,
+        hooks=hooks,
+    )
     if res.findings:
         text = report.render(res.findings, "text", describe=describe)
         raise AssertionError(

@@ -48,13 +48,21 @@ def sarif_schema() -> dict:
     import tempfile
 
     env = os.environ.get("METALINT_SARIF_SCHEMA")
-    cache = Path(env) if env else Path.home() / ".cache" / "metalint-tests" / "sarif-2.1.0-rtm.5.json"
+    cache = (
+        Path(env) if env else Path.home() / ".cache" / "metalint-tests" / "sarif-2.1.0-rtm.5.json"
+    )
     if not cache.exists():
         npm = shutil.which("npm")
         if npm is None:
             pytest.skip("npm is not installed: cannot fetch the SARIF 2.1.0 schema")
         with tempfile.TemporaryDirectory() as tmp:
-            r = subprocess.run([npm, "pack", SARIF_NPM_PACKAGE], cwd=tmp, capture_output=True, text=True, timeout=180)
+            r = subprocess.run(
+                [npm, "pack", SARIF_NPM_PACKAGE],
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
             if r.returncode != 0:
                 pytest.skip(f"npm pack {SARIF_NPM_PACKAGE} failed: {r.stderr.strip()[-200:]}")
             tgz = next(Path(tmp).glob("*.tgz"))

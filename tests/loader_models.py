@@ -120,8 +120,9 @@ def random_state(model_cls, seed: int = 0, **kw) -> dict[str, torch.Tensor]:
     return sd
 
 
-def raw_safetensors(header: dict | bytes, data: bytes = b"", *, pad: bool = True,
-                    length: int | None = None) -> bytes:
+def raw_safetensors(
+    header: dict | bytes, data: bytes = b"", *, pad: bool = True, length: int | None = None
+) -> bytes:
     """Bytes of a (possibly malformed) safetensors file with a hand-made header."""
     h = header if isinstance(header, bytes) else json.dumps(header).encode()
     if pad:
@@ -141,8 +142,9 @@ def tp_worker(rank: int, world_size: int, port: int, path: str, out_dir: str) ->
     from metalint.loader import formats, load_checkpoint
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
+    )
     try:
         calls: list = []
         real_handle = formats.SafetensorsSource._handle
@@ -193,8 +195,14 @@ def tp_worker(rank: int, world_size: int, port: int, path: str, out_dir: str) ->
         assert torch.equal(model2.up.weight, up) and torch.equal(model2.down.weight, down)
         assert torch.equal(model2.norm.bias, full["norm.bias"])
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as fh:
-            json.dump({"calls": calls, "bytes_read": report.bytes_read,
-                       "sharded": report.sharded,
-                       "shapes": {n: list(p.shape) for n, p in model.named_parameters()}}, fh)
+            json.dump(
+                {
+                    "calls": calls,
+                    "bytes_read": report.bytes_read,
+                    "sharded": report.sharded,
+                    "shapes": {n: list(p.shape) for n, p in model.named_parameters()},
+                },
+                fh,
+            )
     finally:
         dist.destroy_process_group()

@@ -114,8 +114,17 @@ def test_quick_bench_runs_every_section(tmp_path, monkeypatch):
     monkeypatch.setattr(run, "accelerate_dir", lambda work: asked.append(work))
     out = tmp_path / "RESULTS.md"
     rc = run.main(
-        ["--quick", "--tree", f"tiny={tree}", "--workdir", str(tmp_path / "work"),
-         "--probe-python", sys.executable, "--out", str(out)]
+        [
+            "--quick",
+            "--tree",
+            f"tiny={tree}",
+            "--workdir",
+            str(tmp_path / "work"),
+            "--probe-python",
+            sys.executable,
+            "--out",
+            str(out),
+        ]
     )
     assert rc == 0
     assert asked == [tmp_path / "work"]

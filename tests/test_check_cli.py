@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 LAYERSCALE = """
 import torch
 from torch import nn
@@ -136,7 +135,9 @@ def test_bad_inputs_are_each_reported_once_and_the_rest_is_checked(cli, write, t
 
 def test_missing_explicit_path_is_exit_2(cli):
     r = cli("check", "nope.py")
-    assert r.exit_code == 2 and "nope.py:1:1: ML900 could not be checked: file not found" in r.output
+    assert (
+        r.exit_code == 2 and "nope.py:1:1: ML900 could not be checked: file not found" in r.output
+    )
 
 
 def test_unreadable_file(cli, write, monkeypatch):
@@ -179,7 +180,10 @@ def test_unknown_selector_is_a_usage_error(cli, write):
 
 
 def test_unused_noqa_is_reported_when_enabled(cli, write):
-    write("ok.py", LAYERSCALE_TIMM.replace("self.inplace = inplace", "self.inplace = inplace  # noqa: ML001"))
+    write(
+        "ok.py",
+        LAYERSCALE_TIMM.replace("self.inplace = inplace", "self.inplace = inplace  # noqa: ML001"),
+    )
     assert cli("check", "ok.py").exit_code == 0
     r = cli("check", "--extend-select", "ML100", "ok.py")
     assert r.exit_code == 1
@@ -359,7 +363,12 @@ def test_static_path_does_not_import_torch(tmp_path):
 
 def test_console_script_and_module_entry(tmp_path):
     (tmp_path / "ls.py").write_text(LAYERSCALE)
-    r = subprocess.run([sys.executable, "-m", "metalint", "check", "ls.py"], cwd=tmp_path, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "metalint", "check", "ls.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 1 and "ML001" in r.stdout
 
 
@@ -369,7 +378,9 @@ def test_check_probe_marks_findings_confirmed(cli, write):
     assert r.exit_code == 1
     line = next(l for l in r.output.splitlines() if l.startswith("ls.py:8:9: ML001"))
     assert line.endswith("(confirmed by probe)")
-    data = json.loads(cli("check", "--probe", "--no-cache", "--output-format", "json", "ls.py").output)
+    data = json.loads(
+        cli("check", "--probe", "--no-cache", "--output-format", "json", "ls.py").output
+    )
     assert [d["verdict"] for d in data if d["code"] == "ML001"] == ["confirmed"]
 
 
@@ -378,7 +389,15 @@ def test_check_probe_does_not_repeat_a_confirmed_lost_tensor(cli, write):
     line before): one finding, the static one, confirmed."""
     model = Path(__file__).parent / "probe_models" / "configured_hook.py"
     path = write("rope.py", model.read_text())
-    data = json.loads(cli("check", "--probe", "--no-cache", "--output-format", "json", "rope.py").output)
-    about_theta = [(d["code"], d["location"]["row"], d.get("verdict")) for d in data if "`theta`" in d["message"]]
-    registered = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "register_buffer" in line)
+    data = json.loads(
+        cli("check", "--probe", "--no-cache", "--output-format", "json", "rope.py").output
+    )
+    about_theta = [
+        (d["code"], d["location"]["row"], d.get("verdict"))
+        for d in data
+        if "`theta`" in d["message"]
+    ]
+    registered = next(
+        i for i, line in enumerate(path.read_text().splitlines(), 1) if "register_buffer" in line
+    )
     assert about_theta == [("ML002", registered, "confirmed")]

@@ -16,7 +16,10 @@ def tree(root: Path, files: dict[str, str]) -> None:
 
 def found(root: Path, *paths: str, exclude: list[str] | None = None) -> list[str]:
     d = Discovery(root, exclude or [])
-    return [str(p.resolve().relative_to(root.resolve())) for p in d.files([root / p for p in paths] or [root])]
+    return [
+        str(p.resolve().relative_to(root.resolve()))
+        for p in d.files([root / p for p in paths] or [root])
+    ]
 
 
 def test_gitignore_at_every_level_and_folder_patterns(tmp_path):

@@ -15,7 +15,9 @@ from metalint.static.elide import elide
 from metalint.static.engine import analyze_source
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = sorted((ROOT / "fixtures").rglob("*.py")) + sorted((ROOT / "tests" / "probe_models").glob("*.py"))
+SOURCES = sorted((ROOT / "fixtures").rglob("*.py")) + sorted(
+    (ROOT / "tests" / "probe_models").glob("*.py")
+)
 EXAMPLES = [
     pytest.param(textwrap.dedent(src).lstrip("\n"), id=f"{rule.code}-{kind}-{i}")
     for rule in all_rules()
@@ -73,12 +75,22 @@ def test_elided_lines_keep_their_rows():
     ast.parse(out)
     kept, gone = out.splitlines(), SAMPLE.splitlines()
     # what rules read stays, row for row
-    for text in ("def make_stages(depths, rate):", "    dpr = torch.linspace(0, rate, sum(depths)).tolist()",
-                 "        m.reset_parameters()", "        self.gamma = nn.Parameter(1e-5 * torch.ones(4))",
-                 "    def forward_head(self, x): return x", "import torch.nn as nn"):
+    for text in (
+        "def make_stages(depths, rate):",
+        "    dpr = torch.linspace(0, rate, sum(depths)).tolist()",
+        "        m.reset_parameters()",
+        "        self.gamma = nn.Parameter(1e-5 * torch.ones(4))",
+        "    def forward_head(self, x): return x",
+        "import torch.nn as nn",
+    ):
         assert kept[gone.index(text)] == text
     # what no rule reads goes: the cfg table, the unreferenced factory's body, forward's body
-    for text in ('    "tiny": dict(dim=192),', "    model = Net()", "        x = inner(x)", "        @torch.no_grad()"):
+    for text in (
+        '    "tiny": dict(dim=192),',
+        "    model = Net()",
+        "        x = inner(x)",
+        "        @torch.no_grad()",
+    ):
         assert text not in kept
     # every elided line is distinct (a line diff can never align a new line with one of them)
     elided = [line for line in kept if line not in gone]
@@ -145,7 +157,7 @@ def test_a_caller_in_elided_code_still_counts():
 
 def test_methods_no_rule_reads_are_left_out_with_their_signatures():
     source = textwrap.dedent(
-        '''
+        """
         import torch
         from torch import nn
 
@@ -175,18 +187,25 @@ def test_methods_no_rule_reads_are_left_out_with_their_signatures():
                 self, x: torch.Tensor, mask: torch.Tensor | None = None
             ) -> torch.Tensor:
                 return self.proj(x) * self.gamma
-        '''
+        """
     )
     out = elide(source, ast.parse(source)).splitlines()
     rows = source.splitlines()
     assert len(out) == len(rows)
     at = {text.strip(): i for i, text in enumerate(rows)}
     # nothing calls load_pretrained, which writes nothing: gone, and so is the helper only it called
-    assert out[at["@torch.jit.ignore"]].strip() == f'def load_pretrained(): """#{at["@torch.jit.ignore"] + 1}'
+    assert (
+        out[at["@torch.jit.ignore"]].strip()
+        == f'def load_pretrained(): """#{at["@torch.jit.ignore"] + 1}'
+    )
     assert out[at["def load_weights(model, path):"]].startswith("def load_weights(): ")
     # forward keeps its name (the class summary lists it), not its signature
     assert out[at["def forward("]].strip().startswith('def forward(): """')
     # a method that writes to self, and one that imports, are read
-    for text in ("self.proj = nn.Linear(4, n)", "from .helpers import matcher", "self.gamma = nn.Parameter(1e-5 * torch.ones(dim))"):
+    for text in (
+        "self.proj = nn.Linear(4, n)",
+        "from .helpers import matcher",
+        "self.gamma = nn.Parameter(1e-5 * torch.ones(dim))",
+    ):
         assert out[at[text]].strip() == text
     _same(source)

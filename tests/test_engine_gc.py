@@ -47,7 +47,9 @@ def test_no_syntax_tree_is_left_in_a_reference_cycle(saved_garbage):
         findings += len(analyze_source(source, f"m{i}.py", f"m{i}").diagnostics)
         gc.collect()
         stuck = [o for o in saved_garbage if isinstance(o, cst.CSTNode)]
-        assert not stuck, f"source #{i}: {len(stuck)} libcst nodes freed only by the cycle collector"
+        assert not stuck, (
+            f"source #{i}: {len(stuck)} libcst nodes freed only by the cycle collector"
+        )
         saved_garbage.clear()
     assert findings > 50  # the sources exercise every rule, with their fixes
 

@@ -29,8 +29,15 @@ PAIRS = sorted((ROOT / "fixtures" / "fix").glob("*.in.py"))
 def _fix(folder: Path, *, write=True, unsafe=True, verify=False, paths=None):
     out: list[str] = []
     rc = run_fix(
-        paths or [folder], Settings(root=folder, select=["ALL"]), write=write, show_diff=False,
-        unsafe=unsafe, verify=verify, use_cache=False, workers=1, echo=lambda s="", nl=True: out.append(s),
+        paths or [folder],
+        Settings(root=folder, select=["ALL"]),
+        write=write,
+        show_diff=False,
+        unsafe=unsafe,
+        verify=verify,
+        use_cache=False,
+        workers=1,
+        echo=lambda s="", nl=True: out.append(s),
     )
     return rc, "\n".join(out)
 
@@ -38,7 +45,9 @@ def _fix(folder: Path, *, write=True, unsafe=True, verify=False, paths=None):
 def _check_codes(folder: Path) -> list:
     from metalint.check import run_check
 
-    return run_check([folder], Settings(root=folder, select=["ALL"]), use_cache=False, workers=1).diagnostics
+    return run_check(
+        [folder], Settings(root=folder, select=["ALL"]), use_cache=False, workers=1
+    ).diagnostics
 
 
 @pytest.mark.parametrize("path", PAIRS, ids=lambda p: p.name[: -len(".in.py")])
@@ -81,7 +90,11 @@ def _module_classes(mod):
     import torch
 
     for name, obj in vars(mod).items():
-        if isinstance(obj, type) and issubclass(obj, torch.nn.Module) and obj.__module__ == mod.__name__:
+        if (
+            isinstance(obj, type)
+            and issubclass(obj, torch.nn.Module)
+            and obj.__module__ == mod.__name__
+        ):
             yield name, obj
 
 
@@ -108,7 +121,11 @@ def _assert_same_eager(before: Path, after: Path, *, exact: bool = True) -> int:
             import inspect
 
             params = list(inspect.signature(cls_a.__init__).parameters.values())[1:]
-            kwargs = {p.name: 4 for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+            kwargs = {
+                p.name: 4
+                for p in params
+                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            }
         torch.manual_seed(0)
         m_a = cls_a(**kwargs)
         torch.manual_seed(0)
@@ -211,7 +228,9 @@ def test_verify_restores_the_original_when_the_probe_fails(tmp_path, monkeypatch
     before = target.read_bytes()
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(
-        verify, "verify_classes", lambda path, classes, **kw: [verify.Verdict(c, "failed", "gamma lost") for c in classes]
+        verify,
+        "verify_classes",
+        lambda path, classes, **kw: [verify.Verdict(c, "failed", "gamma lost") for c in classes],
     )
     rc, out = _fix(tmp_path, verify=True)
     assert "restored layer_scale.py: the probe failed on LayerScale" in out
@@ -323,7 +342,9 @@ def test_a_rewrite_that_does_not_parse_is_never_kept(tmp_path, monkeypatch):
     shutil.copy(ROOT / "fixtures" / "fix" / "plain_attribute.in.py", target)
     before = target.read_bytes()
     real = registry.apply_edits
-    monkeypatch.setattr("metalint.fix.apply.apply_edits", lambda text, edits: real(text, edits) + "\ndef broken(:\n")
+    monkeypatch.setattr(
+        "metalint.fix.apply.apply_edits", lambda text, edits: real(text, edits) + "\ndef broken(:\n"
+    )
     monkeypatch.chdir(tmp_path)
     rc, out = _fix(tmp_path)
     assert target.read_bytes() == before
@@ -376,7 +397,17 @@ def test_killing_mid_write_never_truncates(tmp_path):
     old = _big_file(60)
     target.write_text(old)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "metalint", "fix", "--no-cache", "--select", "ML007", "--write", "big.py"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "metalint",
+        "fix",
+        "--no-cache",
+        "--select",
+        "ML007",
+        "--write",
+        "big.py",
+    ]
     # the new content, for comparison
     ref = tmp_path / "ref"
     ref.mkdir()
@@ -385,8 +416,13 @@ def test_killing_mid_write_never_truncates(tmp_path):
     new = (ref / "big.py").read_text()
     assert new != old
     # 1. killed while the temporary file is written and not yet renamed: the old file stays
-    p = subprocess.Popen(cmd, cwd=tmp_path, env=dict(env, METALINT_FIX_TEST_PAUSE="60"),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=dict(env, METALINT_FIX_TEST_PAUSE="60"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 240
     tmp: list = []
     while time.monotonic() < deadline:
@@ -405,7 +441,9 @@ def test_killing_mid_write_never_truncates(tmp_path):
     seen = set()
     for _ in range(4):
         target.write_text(old)
-        p = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         time.sleep(rng.uniform(0.5, 4.0))
         p.send_signal(signal.SIGKILL)
         p.wait()

@@ -22,19 +22,41 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = [("timm", "0.9.16", "timm"), ("timm", "1.0.9", "timm"), ("dinov2", "0.0.1.dev2", "dinov2")]
 
-pytestmark = pytest.mark.skipif(not os.environ.get("METALINT_REAL_LIBS"), reason="set METALINT_REAL_LIBS=1")
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("METALINT_REAL_LIBS"), reason="set METALINT_REAL_LIBS=1"
+)
 
 
 def _metalint(*args, cwd):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "metalint", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=1800)
+    return subprocess.run(
+        [sys.executable, "-m", "metalint", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
 
 
 @pytest.mark.parametrize("name,version,package", SPECS, ids=lambda x: str(x))
 def test_fix_real_library(name, version, package, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--pre",
-                        f"{name}=={version}", "-d", str(tmp_path / "wheel")], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--pre",
+            f"{name}=={version}",
+            "-d",
+            str(tmp_path / "wheel"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot download {name}=={version}: {r.stderr[-200:]}")
     wheel = next((tmp_path / "wheel").glob("*.whl"))
@@ -42,7 +64,9 @@ def test_fix_real_library(name, version, package, tmp_path):
     for d in (src, orig):
         with zipfile.ZipFile(wheel) as z:
             z.extractall(d)
-    r = _metalint("fix", "--no-cache", "--unsafe-fixes", "--write", "--show-fixes", package, cwd=src)
+    r = _metalint(
+        "fix", "--no-cache", "--unsafe-fixes", "--write", "--show-fixes", package, cwd=src
+    )
     assert r.returncode in (0, 1), r.stdout[-2000:] + r.stderr[-2000:]
     fixed = [l for l in r.stdout.splitlines() if l.startswith("fix ")]
     print(f"{name} {version}: {len(fixed)} fixes; {r.stdout.splitlines()[-1]}")
@@ -50,13 +74,22 @@ def test_fix_real_library(name, version, package, tmp_path):
     assert compileall.compile_dir(str(src / package), quiet=1, force=True)
     second = _metalint("fix", "--no-cache", "--unsafe-fixes", package, cwd=src)
     assert second.returncode == 0 and "--- a/" not in second.stdout, second.stdout[-2000:]
-    changed = [p for p in (src / package).rglob("*.py")
-               if p.read_bytes() != (orig / p.relative_to(src)).read_bytes()]
+    changed = [
+        p
+        for p in (src / package).rglob("*.py")
+        if p.read_bytes() != (orig / p.relative_to(src)).read_bytes()
+    ]
     assert changed
     python = os.environ.get("METALINT_REAL_LIBS_IMPORT")
     if python:
         mods = [".".join(p.relative_to(src).with_suffix("").parts) for p in changed]
         code = "import importlib,sys\nfor m in sys.argv[1:]: importlib.import_module(m)\n"
-        r = subprocess.run([python, "-c", code, *mods], cwd=src, env=dict(os.environ, PYTHONPATH=str(src)),
-                           capture_output=True, text=True, timeout=900)
+        r = subprocess.run(
+            [python, "-c", code, *mods],
+            cwd=src,
+            env=dict(os.environ, PYTHONPATH=str(src)),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert r.returncode == 0, r.stderr[-2000:]

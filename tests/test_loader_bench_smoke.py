@@ -12,9 +12,18 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "loader_bench.py"
 def test_loader_bench_tiny(tmp_path):
     out = tmp_path / "bench.md"
     res = subprocess.run(
-        [sys.executable, str(BENCH), "--tiny", "--out", str(out),
-         "--methods", "metalint,eager torch.load,meta + mmap + assign,accelerate"],
-        capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            str(BENCH),
+            "--tiny",
+            "--out",
+            str(out),
+            "--methods",
+            "metalint,eager torch.load,meta + mmap + assign,accelerate",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert res.returncode == 0, res.stdout + res.stderr
     text = out.read_text()

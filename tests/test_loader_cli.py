@@ -129,6 +129,7 @@ def test_load_command_module_is_torch_free():
         "assert 'torch' not in sys.modules, 'torch imported by metalint.loader.command'\n"
     )
     root = Path(__file__).resolve().parent.parent
-    res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
-                         check=False)
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=False
+    )
     assert res.returncode == 0, res.stderr

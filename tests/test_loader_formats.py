@@ -135,8 +135,9 @@ def test_parameter_subclass_and_requires_grad_kept(tmp_path):
     with torch.device("meta"):
         m = WithSubclassParam()
     w_obj = m.w
-    save_safetensors({"w": torch.full((3, 3), 2.0), "frozen": torch.ones(3)},
-                     tmp_path / "m.safetensors")
+    save_safetensors(
+        {"w": torch.full((3, 3), 2.0), "frozen": torch.ones(3)}, tmp_path / "m.safetensors"
+    )
     load_checkpoint(m, tmp_path / "m.safetensors", dtype="bf16")
     assert m.w is w_obj and type(m.w).__name__ == "MyParam" and m.w.tag == "keep-me"
     assert m.w.requires_grad and not m.frozen.requires_grad

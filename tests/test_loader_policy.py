@@ -88,8 +88,11 @@ def test_strict_lists_every_problem(tmp_path):
         load_checkpoint(m, tmp_path / "m.safetensors")
     msg = str(ei.value)
     assert "\n" not in msg and "m.safetensors" in msg
-    for part in ("2 missing: a.bias, b.bias", "2 unexpected: extra.w, junk",
-                 "a.weight (checkpoint [5, 4] vs model [6, 4])"):
+    for part in (
+        "2 missing: a.bias, b.bias",
+        "2 unexpected: extra.w, junk",
+        "a.weight (checkpoint [5, 4] vs model [6, 4])",
+    ):
         assert part in msg
     assert all(p.device.type == "meta" for p in m.parameters())  # untouched
 
@@ -130,8 +133,10 @@ def test_loaded_tensors_never_overwritten_by_root_init(tmp_path):
             nn.init.zeros_(self.lin.bias)
             self.scale.fill_(7.0)
 
-    save_safetensors({"lin.weight": torch.full((3, 3), 2.0), "lin.bias": torch.full((3,), 3.0)},
-                     tmp_path / "m.safetensors")
+    save_safetensors(
+        {"lin.weight": torch.full((3, 3), 2.0), "lin.bias": torch.full((3,), 3.0)},
+        tmp_path / "m.safetensors",
+    )
     r = load_checkpoint(Root, tmp_path / "m.safetensors", allow_missing=["scale"])
     assert r.materialized == {"scale": "Root.init_weights() on the root"}
     assert torch.equal(r.model.scale, torch.full((3,), 7.0))

@@ -74,7 +74,10 @@ def test_two_gloo_ranks_read_only_their_slice(tmp_path):
     # fork: the ranks inherit the imported torch instead of importing it again (seconds on a
     # busy 2-core box); tp_worker sets one intra-op thread first
     torch.multiprocessing.start_processes(
-        tp_worker, args=(2, _free_port(), str(path), str(tmp_path)), nprocs=2, join=True,
+        tp_worker,
+        args=(2, _free_port(), str(path), str(tmp_path)),
+        nprocs=2,
+        join=True,
         start_method="fork",
     )
     full_split = (sd["up.weight"].numel() + sd["down.weight"].numel()) * 4

@@ -51,7 +51,8 @@ CASES = {
     "header_past_eof": (struct.pack("<Q", 1000) + b"{}", "runs past the end of the file", None),
     "header_over_100mb": (
         struct.pack("<Q", MAX_HEADER_SIZE + 1) + b"{}" + b" " * 6,
-        "over the 100000000-byte limit", None,
+        "over the 100000000-byte limit",
+        None,
     ),
     "header_len_u64_max": (struct.pack("<Q", U64) + b"{}      ", "over the", None),
     "bad_utf8": (raw_safetensors(b'{"a\xff": 1}'), "not valid UTF-8", None),
@@ -62,63 +63,83 @@ CASES = {
     "duplicate_key": (
         raw_safetensors(
             b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
-            b'"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', b"\0" * 4
+            b'"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+            b"\0" * 4,
         ),
-        "duplicate JSON key 'a'", None,
+        "duplicate JSON key 'a'",
+        None,
     ),
     "metadata_not_str": (
-        raw_safetensors({"__metadata__": {"x": 1}}), "__metadata__ must map strings", None
+        raw_safetensors({"__metadata__": {"x": 1}}),
+        "__metadata__ must map strings",
+        None,
     ),
     "info_not_object": (raw_safetensors({"a": [1, 2]}), "tensor info is not an object", "a"),
     "missing_field": (
-        raw_safetensors({"a": {"dtype": "F32", "shape": [1]}}), "missing 'data_offsets'", "a"
+        raw_safetensors({"a": {"dtype": "F32", "shape": [1]}}),
+        "missing 'data_offsets'",
+        "a",
     ),
     "unknown_dtype": (
         raw_safetensors(_with(b={"dtype": "F33", "shape": [3], "data_offsets": [16, 28]}), DATA),
-        "unknown dtype 'F33'", "b",
+        "unknown dtype 'F33'",
+        "b",
     ),
     "negative_dim": (
         raw_safetensors(_with(b={"dtype": "F32", "shape": [-3], "data_offsets": [16, 28]}), DATA),
-        "invalid shape", "b",
+        "invalid shape",
+        "b",
     ),
     "bool_dim": (
-        raw_safetensors(_with(b={"dtype": "F32", "shape": [True], "data_offsets": [16, 20]}),
-                        DATA[:20]),
-        "invalid shape", "b",
+        raw_safetensors(
+            _with(b={"dtype": "F32", "shape": [True], "data_offsets": [16, 20]}), DATA[:20]
+        ),
+        "invalid shape",
+        "b",
     ),
     "float_dim": (
         raw_safetensors(_with(b={"dtype": "F32", "shape": [3.0], "data_offsets": [16, 28]}), DATA),
-        "invalid shape", "b",
+        "invalid shape",
+        "b",
     ),
     "offsets_wrong_arity": (
         raw_safetensors(_with(b={"dtype": "F32", "shape": [3], "data_offsets": [16]}), DATA),
-        "invalid data_offsets", "b",
+        "invalid data_offsets",
+        "b",
     ),
     "shape_vs_span": (
         raw_safetensors(_with(b={"dtype": "F32", "shape": [2], "data_offsets": [16, 28]}), DATA),
-        "is 8 bytes but data_offsets span 12", "b",
+        "is 8 bytes but data_offsets span 12",
+        "b",
     ),
     "dtype_vs_span": (
         raw_safetensors(_with(b={"dtype": "F64", "shape": [3], "data_offsets": [16, 28]}), DATA),
-        "is 24 bytes but data_offsets span 12", "b",
+        "is 24 bytes but data_offsets span 12",
+        "b",
     ),
     "overlap": (
-        raw_safetensors(_with(b={"dtype": "F32", "shape": [3], "data_offsets": [12, 24]}),
-                        DATA[:24]),
-        "overlaps the previous tensor", "b",
+        raw_safetensors(
+            _with(b={"dtype": "F32", "shape": [3], "data_offsets": [12, 24]}), DATA[:24]
+        ),
+        "overlaps the previous tensor",
+        "b",
     ),
     "hole": (
-        raw_safetensors(_with(b={"dtype": "F32", "shape": [3], "data_offsets": [20, 32]}),
-                        DATA + b"\0" * 4),
-        "leaves a hole", "b",
+        raw_safetensors(
+            _with(b={"dtype": "F32", "shape": [3], "data_offsets": [20, 32]}), DATA + b"\0" * 4
+        ),
+        "leaves a hole",
+        "b",
     ),
     "end_before_begin": (
         raw_safetensors(_with(b={"dtype": "F32", "shape": [0], "data_offsets": [16, 8]}), DATA),
-        "ends before it begins", "b",
+        "ends before it begins",
+        "b",
     ),
     "not_from_zero": (
         raw_safetensors({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8),
-        "leaves a hole", "a",
+        "leaves a hole",
+        "a",
     ),
     "truncated_data": (raw_safetensors(_valid_header(), DATA[:20]), "data truncated", None),
     "trailing_bytes": (raw_safetensors(_valid_header(), DATA + b"\0" * 8), "trailing bytes", None),
@@ -126,19 +147,23 @@ CASES = {
         raw_safetensors(
             {"a": {"dtype": "F32", "shape": [2**32, 2**32, 2], "data_offsets": [0, 0]}}
         ),
-        "overflows 64-bit element count", "a",
+        "overflows 64-bit element count",
+        "a",
     ),
     "bytes_overflow": (
         raw_safetensors({"a": {"dtype": "F64", "shape": [2**62], "data_offsets": [0, 0]}}),
-        "overflows 64-bit byte count", "a",
+        "overflows 64-bit byte count",
+        "a",
     ),
     "offset_over_u64": (
         raw_safetensors({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 2**64]}}),
-        "invalid data_offsets", "a",
+        "invalid data_offsets",
+        "a",
     ),
     "subbyte_misaligned": (
         raw_safetensors({"a": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}}, b"\0\0"),
-        "not a whole number of bytes", "a",
+        "not a whole number of bytes",
+        "a",
     ),
 }
 
@@ -193,8 +218,9 @@ def test_malformed_shard_fails_before_anything_is_read(tmp_path, monkeypatch):
     (tmp_path / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}})
     )
-    monkeypatch.setattr(formats.SafetensorsSource, "read",
-                        lambda *a: pytest.fail("read before validation finished"))
+    monkeypatch.setattr(
+        formats.SafetensorsSource, "read", lambda *a: pytest.fail("read before validation finished")
+    )
     with pytest.raises(CheckpointError, match=r"s2\.safetensors: data truncated"):
         load_checkpoint(Two, tmp_path)
 
@@ -217,14 +243,14 @@ def _mutate(data: bytes, flips, cut, header_len):
 
 header_json = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 2**65) | st.text(max_size=6),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
-                                                                 max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 tensor_info = st.fixed_dictionaries(
     {
-        "dtype": st.sampled_from(["F32", "F16", "BF16", "I64", "U8", "BOOL", "F4", "F8_E4M3",
-                                  "X"]),
+        "dtype": st.sampled_from(["F32", "F16", "BF16", "I64", "U8", "BOOL", "F4", "F8_E4M3", "X"]),
         "shape": st.lists(st.integers(0, 5), max_size=3),
         "data_offsets": st.lists(st.integers(0, 40), min_size=2, max_size=2),
     }
@@ -261,8 +287,11 @@ def _check_one(data: bytes):
             assert strict_only, f"we reject a file safetensors accepts: {msg}"
 
 
-FUZZ = settings(max_examples=200, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @FUZZ

@@ -13,7 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(
-    shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a git checkout"
+    shutil.which("git") is None or not (ROOT / ".git").exists(),
+    reason="needs git and a git checkout",
 )
 
 
@@ -32,7 +33,11 @@ def _try_repo(repo: Path, env) -> subprocess.CompletedProcess:
     pre_commit = [sys.executable, "-m", "pre_commit"]
     return subprocess.run(
         [*pre_commit, "try-repo", str(ROOT), "metalint-system", "--all-files"],
-        cwd=repo, env=env, capture_output=True, text=True, timeout=300,
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

@@ -63,7 +63,9 @@ def test_layerscale_timm_style_passes(layers_report):
 def test_rope_non_persistent_inv_freq_lost(layers_report):
     (f,) = findings(layers_report, "Rope")
     assert f["code"] == "MP001" and "`inv_freq`" in f["message"]
-    assert f["location"]["row"] == line_of(LAYERS, "INV-FREQ-LINE") - 1  # computed on the line above
+    assert (
+        f["location"]["row"] == line_of(LAYERS, "INV-FREQ-LINE") - 1
+    )  # computed on the line above
 
 
 def test_parent_init_weights_passes_under_auto(layers_report):
@@ -228,12 +230,17 @@ def test_exit_0_and_text_summary(tmp_path, monkeypatch):
     )
     from metalint.probe.target import load_settings_for_probe
 
-    assert load_settings_for_probe(tmp_path).probe == {"factories": ["tests.probe_models.small:make_safe"]}
+    assert load_settings_for_probe(tmp_path).probe == {
+        "factories": ["tests.probe_models.small:make_safe"]
+    }
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(MODELS.parent.parent))
     res = CliRunner().invoke(probe_command, ["--device", "cpu"])
     assert res.exit_code == 0, res.output
-    assert "tests.probe_models.small:make_safe on cpu via reset_parameters() children first: passed" in res.output
+    assert (
+        "tests.probe_models.small:make_safe on cpu via reset_parameters() children first: passed"
+        in res.output
+    )
     assert res.output.rstrip().endswith("All checks passed!")
 
 
@@ -258,7 +265,8 @@ def test_configured_hooks_run_on_every_module(tmp_path):
     res = CliRunner().invoke(check_command, check)
     assert res.exit_code == 0, res.output
     res = CliRunner().invoke(
-        probe_command, [f"{MODELS / 'configured_hook.py'}:make", "--device", "cpu", "--config", str(config)]
+        probe_command,
+        [f"{MODELS / 'configured_hook.py'}:make", "--device", "cpu", "--config", str(config)],
     )
     assert res.exit_code == 0 and passed in res.output, res.output
 
@@ -285,8 +293,15 @@ def test_configured_hooks_run_under_the_materialisation_device():
 def test_per_module_hooks_leave_out_built_in_and_private_ones():
     from metalint.probe.build import per_module_hooks
 
-    hooks = ("reset_parameters", "rope_init", "_init_weights", "_private", "init_non_persistent_buffers",
-             "rope_init", "init_states")
+    hooks = (
+        "reset_parameters",
+        "rope_init",
+        "_init_weights",
+        "_private",
+        "init_non_persistent_buffers",
+        "rope_init",
+        "init_states",
+    )
     assert per_module_hooks(hooks) == ("rope_init", "init_states")
 
 
@@ -306,10 +321,18 @@ def test_argument_inference():
     from metalint.probe.target import CannotConstruct, infer_arguments
 
     class A(nn.Module):
-        def __init__(self, dim, num_heads, eps: float, qkv_bias: bool, depth: int, ratio: float = 4.0):
+        def __init__(
+            self, dim, num_heads, eps: float, qkv_bias: bool, depth: int, ratio: float = 4.0
+        ):
             super().__init__()
 
-    assert infer_arguments(A) == {"dim": 16, "num_heads": 2, "eps": 1e-5, "qkv_bias": False, "depth": 1}
+    assert infer_arguments(A) == {
+        "dim": 16,
+        "num_heads": 2,
+        "eps": 1e-5,
+        "qkv_bias": False,
+        "depth": 1,
+    }
 
     class KVCache(nn.Module):  # torchtune's: the cache's dtype is required
         def __init__(self, max_seq_len: int, dtype: torch.dtype, cache_dtype=None):
@@ -331,7 +354,10 @@ def test_parse_target(tmp_path):
     (tmp_path / "a.py").write_text("")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.py").write_text("")
-    assert [t.path for t in parse_target(str(tmp_path))] == [str(tmp_path / "a.py"), str(tmp_path / "sub" / "b.py")]
+    assert [t.path for t in parse_target(str(tmp_path))] == [
+        str(tmp_path / "a.py"),
+        str(tmp_path / "sub" / "b.py"),
+    ]
     (t,) = parse_target(f"{tmp_path / 'a.py'}:Model")
     assert t.path == str(tmp_path / "a.py") and t.attr == "Model"
     (t,) = parse_target("pkg.mod:build_small")
@@ -411,19 +437,42 @@ def test_mark_verdicts(layers_report):
         _static("ML001", "LayerScaleDinov2", "`gamma` ...", "/elsewhere/other.py"),
     ]
     got = [d.verdict for d in mark_verdicts(diags, layers_report)]
-    assert got == ["confirmed", "refuted", "confirmed", "confirmed", None, "confirmed",
-                   "confirmed", "refuted", None, None]
+    assert got == [
+        "confirmed",
+        "refuted",
+        "confirmed",
+        "confirmed",
+        None,
+        "confirmed",
+        "confirmed",
+        "refuted",
+        None,
+        None,
+    ]
 
 
 def test_mark_verdicts_factory_submodules_and_subtree():
     from metalint.probe.merge import mark_verdicts
 
     classes = {
-        "/m/x.py::Block": {"file": "/m/x.py", "cls": "Block", "attrs": [], "broken": {},
-                           "codes": [], "subtree_broken": 3, "raised": False},
-        "/m/x.py::Scale": {"file": "/m/x.py", "cls": "Scale", "attrs": ["gamma"],
-                           "broken": {"gamma": ["MP001"]}, "codes": [], "subtree_broken": 3,
-                           "raised": False},
+        "/m/x.py::Block": {
+            "file": "/m/x.py",
+            "cls": "Block",
+            "attrs": [],
+            "broken": {},
+            "codes": [],
+            "subtree_broken": 3,
+            "raised": False,
+        },
+        "/m/x.py::Scale": {
+            "file": "/m/x.py",
+            "cls": "Scale",
+            "attrs": ["gamma"],
+            "broken": {"gamma": ["MP001"]},
+            "codes": [],
+            "subtree_broken": 3,
+            "raised": False,
+        },
     }
     diags = [
         _static("ML010", "Block", "parent-applied `_init_weights`", "/m/x.py"),
@@ -432,8 +481,15 @@ def test_mark_verdicts_factory_submodules_and_subtree():
         # tensors the default build did not make (None buffer, flag-gated parameter): not exercised
         _static("ML002", "Scale", "buffer `pos_weight` is computed (`torch.tensor(w)`)", "/m/x.py"),
         _static("ML001", "Scale", "`rel_pos_h` is created from a value", "/m/x.py"),
-        _static("ML004", "Scale", "`Scale` owns `pos_weight` but has no public reset hook", "/m/x.py"),
-        _static("ML004", "Scale", "`Scale` owns `gamma`, `pos_weight` but has no public reset hook", "/m/x.py"),
+        _static(
+            "ML004", "Scale", "`Scale` owns `pos_weight` but has no public reset hook", "/m/x.py"
+        ),
+        _static(
+            "ML004",
+            "Scale",
+            "`Scale` owns `gamma`, `pos_weight` but has no public reset hook",
+            "/m/x.py",
+        ),
     ]
     got = [d.verdict for d in mark_verdicts(diags, {"classes": classes})]
     assert got == ["confirmed", "refuted", "confirmed", None, None, None, "confirmed"]
@@ -442,7 +498,9 @@ def test_mark_verdicts_factory_submodules_and_subtree():
 def test_guessed_arguments_rejected_is_a_skip(layers_report):
     o = outcome(layers_report, "RejectsGuess")
     assert o.kind == "skip"
-    assert o.message.startswith("cannot construct: RejectsGuess(dim=16): eager construction raised ValueError")
+    assert o.message.startswith(
+        "cannot construct: RejectsGuess(dim=16): eager construction raised ValueError"
+    )
 
 
 def test_device_auto_and_cuda(layers):
@@ -486,10 +544,24 @@ def test_reset_touching_children_is_confirmed_by_hook_order():
     from metalint.probe.merge import mark_verdicts
 
     classes = {
-        "/m/x.py::MHA": {"file": "/m/x.py", "cls": "MHA", "attrs": [], "broken": {},
-                         "codes": ["MP009"], "subtree_broken": 0, "raised": False},
-        "/m/x.py::Other": {"file": "/m/x.py", "cls": "Other", "attrs": [], "broken": {},
-                           "codes": [], "subtree_broken": 0, "raised": False},
+        "/m/x.py::MHA": {
+            "file": "/m/x.py",
+            "cls": "MHA",
+            "attrs": [],
+            "broken": {},
+            "codes": ["MP009"],
+            "subtree_broken": 0,
+            "raised": False,
+        },
+        "/m/x.py::Other": {
+            "file": "/m/x.py",
+            "cls": "Other",
+            "attrs": [],
+            "broken": {},
+            "codes": [],
+            "subtree_broken": 0,
+            "raised": False,
+        },
     }
     diags = [
         _static("ML006", "MHA", "`k_proj.weight` of a child", "/m/x.py"),
@@ -504,13 +576,27 @@ def test_child_tensor_finding_is_judged_on_the_subtree():
     from metalint.probe.merge import mark_verdicts
 
     def info(cls, subtree):
-        return {"file": "/m/x.py", "cls": cls, "attrs": [], "broken": {}, "codes": [],
-                "subtree_broken": subtree, "raised": False}
+        return {
+            "file": "/m/x.py",
+            "cls": cls,
+            "attrs": [],
+            "broken": {},
+            "codes": [],
+            "subtree_broken": subtree,
+            "raised": False,
+        }
 
     classes = {"/m/x.py::ConvNorm": info("ConvNorm", 1), "/m/x.py::Other": info("Other", 0)}
     diags = [
-        _static("ML003", "ConvNorm", "`bn.weight` (a tensor of the child `bn`) is initialised", "/m/x.py"),
-        _static("ML003", "Other", "`bn.weight` (a tensor of the child `bn`) is initialised", "/m/x.py"),
+        _static(
+            "ML003",
+            "ConvNorm",
+            "`bn.weight` (a tensor of the child `bn`) is initialised",
+            "/m/x.py",
+        ),
+        _static(
+            "ML003", "Other", "`bn.weight` (a tensor of the child `bn`) is initialised", "/m/x.py"
+        ),
     ]
     got = [d.verdict for d in mark_verdicts(diags, {"classes": classes})]
     assert got == ["confirmed", "refuted"]

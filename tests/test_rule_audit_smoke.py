@@ -13,7 +13,10 @@ def test_rule_audit_tiny(tmp_path):
     out = tmp_path / "audit.md"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "rule_audit.py"), "--tiny", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = out.read_text()

@@ -21,7 +21,13 @@ def test_every_rule_has_a_page_and_an_index_row():
     for rule in all_rules():
         page = generated[f"{rule.code}.md"]
         assert page.startswith(f"# {rule.name} ({rule.code})")
-        for section in ("## What it does", "## Why is this bad on meta?", "## Example", "## Use instead", "## Fix safety"):
+        for section in (
+            "## What it does",
+            "## Why is this bad on meta?",
+            "## Example",
+            "## Use instead",
+            "## Fix safety",
+        ):
             assert section in page
         assert f"[{rule.code}]({rule.code}.md)" in generated["README.md"]
 

@@ -74,7 +74,11 @@ def test_default_build_evaluator():
     summary = {
         "params": ["mode", "needs_reset"],
         "defaults": {"mode": "jax"},
-        "branches": [["mode.startswith('jax')", "init"], ["mode == 'reset'", "reset"], [None, "init"]],
+        "branches": [
+            ["mode.startswith('jax')", "init"],
+            ["mode == 'reset'", "reset"],
+            [None, "init"],
+        ],
     }
     assert dispatch(summary, {}) == "init"
     assert dispatch(summary, {"0": "reset"}) == "reset"

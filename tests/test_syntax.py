@@ -53,7 +53,9 @@ def _same_everywhere(module: cst.Module) -> int:
         node = stack.pop()
         expected = list(node.children)
         got = list(children(node))
-        assert len(got) == len(expected) and all(a is b for a, b in zip(got, expected)), type(node).__name__
+        assert len(got) == len(expected) and all(a is b for a, b in zip(got, expected)), type(
+            node
+        ).__name__
         stack.extend(expected)
         n += 1
     return n

@@ -40,7 +40,9 @@ class FileFix:
     before: list[Diagnostic] = field(default_factory=list)
     after: list[Diagnostic] = field(default_factory=list)
     applied: list[Diagnostic] = field(default_factory=list)
-    refused: dict[tuple[str, int, str], str] = field(default_factory=dict)  # (code,row,symbol) -> why
+    refused: dict[tuple[str, int, str], str] = field(
+        default_factory=dict
+    )  # (code,row,symbol) -> why
     error: str | None = None
 
     @property
@@ -65,11 +67,20 @@ class Fixer:
     # -- analysis of the current text ---------------------------------------------------------
     def analyse(self, ff: FileFix, text: str) -> tuple[list[Diagnostic], Hierarchy]:
         result = analyze_source(
-            text, ff.display, ff.module, is_package=ff.is_package, hooks=self.settings.hooks, elide_unread=False
+            text,
+            ff.display,
+            ff.module,
+            is_package=ff.is_package,
+            hooks=self.settings.hooks,
+            elide_unread=False,
         )
         self.results[ff.display] = result
         results = list(self.results.values())
-        diags = [d for d in self._resolve(results, self.settings, self.enabled) if d.filename == ff.display]
+        diags = [
+            d
+            for d in self._resolve(results, self.settings, self.enabled)
+            if d.filename == ff.display
+        ]
         return diags, Hierarchy(results)
 
     def blocked(self, d: Diagnostic, h: Hierarchy) -> str | None:

@@ -24,13 +24,28 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, fill, guarded, names_in, substitute, torch_spelling
+from metalint.fix.codemod import (
+    ClassEdit,
+    Rewrite,
+    Unfixable,
+    fill,
+    guarded,
+    names_in,
+    substitute,
+    torch_spelling,
+)
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk
 from metalint.static.tensors import string_value, value_kind
 
 CODE = "ML002"
-COMPOUND = (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation, cst.Comparison, cst.IfExp)
+COMPOUND = (
+    cst.BinaryOperation,
+    cst.UnaryOperation,
+    cst.BooleanOperation,
+    cst.Comparison,
+    cst.IfExp,
+)
 
 
 def _paren(e: cst.BaseExpression) -> cst.BaseExpression:
@@ -51,12 +66,16 @@ def inline_locals(edit: ClassEdit, e: cst.BaseExpression, depth: int = 0) -> cst
         if not values or n == "self":
             continue
         node, v = values[-1]
-        tensor = value_kind(v, edit.ctx.qualify, init) is not None or any(isinstance(x, cst.Call) for x in walk(v))
+        tensor = value_kind(v, edit.ctx.qualify, init) is not None or any(
+            isinstance(x, cst.Call) for x in walk(v)
+        )
         if not tensor:
             continue  # a number: stored on self by store_names
         if len(values) != 1:
             raise Unfixable(f"the local `{n}` is assigned more than once")
-        if isinstance(node, cst.Assign) and any(isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets):
+        if isinstance(node, cst.Assign) and any(
+            isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets
+        ):
             raise Unfixable(f"the local `{n}` is unpacked from a call")
         edit.locate(node)  # a local computed inside a loop or `with` cannot be inlined
         inlined = inline_locals(edit, v, depth + 1)
@@ -89,6 +108,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         body = guarded(f"getattr(self, {attr!r}, None) is not None", body)
     hook = edit.choose_hook(index, prefer=("init_non_persistent_buffers",))
     if kind == "random":
-        edit.unsafe.append("the random value is drawn a second time in the hook: eager values differ")
+        edit.unsafe.append(
+            "the random value is drawn a second time in the hook: eager values differ"
+        )
     edit.use_hook(hook, index, [body])
     return edit.rewrite(f"Compute buffer `{attr}` in `{hook}()` and call it from `__init__`")

@@ -72,7 +72,9 @@ def names_in(node: cst.CSTNode) -> Iterator[cst.Name]:
     if isinstance(node, cst.Arg):
         yield from names_in(node.value)
         return
-    if isinstance(node, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.NamedExpr)):
+    if isinstance(
+        node, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.NamedExpr)
+    ):
         raise Unfixable("the value uses a lambda, comprehension or `:=`")
     for child in children(node):
         yield from names_in(child)
@@ -127,45 +129,146 @@ def torch_spelling(ctx: RuleContext) -> tuple[str, str]:
 #: calls that draw no random numbers (their constructors are deterministic)
 RNG_FREE_TORCH = frozenset(
     {
-        "torch.empty", "torch.zeros", "torch.ones", "torch.full", "torch.arange", "torch.tensor",
-        "torch.as_tensor", "torch.linspace", "torch.eye", "torch.zeros_like", "torch.ones_like",
-        "torch.empty_like", "torch.full_like", "torch.nn.Parameter", "torch.nn.Identity",
-        "torch.nn.Dropout", "torch.nn.Dropout1d", "torch.nn.Dropout2d", "torch.nn.DropPath",
-        "torch.nn.GELU", "torch.nn.ReLU", "torch.nn.SiLU", "torch.nn.Tanh", "torch.nn.Sigmoid",
-        "torch.nn.Softmax", "torch.nn.LayerNorm", "torch.nn.GroupNorm", "torch.nn.RMSNorm",
-        "torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d", "torch.nn.Flatten",
-        "torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.ModuleDict", "torch.nn.init.constant_",
-        "torch.nn.init.ones_", "torch.nn.init.zeros_",
+        "torch.empty",
+        "torch.zeros",
+        "torch.ones",
+        "torch.full",
+        "torch.arange",
+        "torch.tensor",
+        "torch.as_tensor",
+        "torch.linspace",
+        "torch.eye",
+        "torch.zeros_like",
+        "torch.ones_like",
+        "torch.empty_like",
+        "torch.full_like",
+        "torch.nn.Parameter",
+        "torch.nn.Identity",
+        "torch.nn.Dropout",
+        "torch.nn.Dropout1d",
+        "torch.nn.Dropout2d",
+        "torch.nn.DropPath",
+        "torch.nn.GELU",
+        "torch.nn.ReLU",
+        "torch.nn.SiLU",
+        "torch.nn.Tanh",
+        "torch.nn.Sigmoid",
+        "torch.nn.Softmax",
+        "torch.nn.LayerNorm",
+        "torch.nn.GroupNorm",
+        "torch.nn.RMSNorm",
+        "torch.nn.BatchNorm1d",
+        "torch.nn.BatchNorm2d",
+        "torch.nn.BatchNorm3d",
+        "torch.nn.Flatten",
+        "torch.nn.ModuleList",
+        "torch.nn.Sequential",
+        "torch.nn.ModuleDict",
+        "torch.nn.init.constant_",
+        "torch.nn.init.ones_",
+        "torch.nn.init.zeros_",
     }
 )
 RNG_FREE_BUILTINS = frozenset(
-    {"super", "int", "float", "len", "tuple", "list", "range", "isinstance", "max", "min", "bool",
-     "str", "dict", "getattr", "hasattr", "setattr", "round", "abs", "sum", "any", "all"}
+    {
+        "super",
+        "int",
+        "float",
+        "len",
+        "tuple",
+        "list",
+        "range",
+        "isinstance",
+        "max",
+        "min",
+        "bool",
+        "str",
+        "dict",
+        "getattr",
+        "hasattr",
+        "setattr",
+        "round",
+        "abs",
+        "sum",
+        "any",
+        "all",
+    }
 )
 
 
 #: tensor methods that draw no random numbers
 DETERMINISTIC_METHODS = frozenset(
     {
-        "fill_", "zero_", "mul_", "add_", "div_", "sub_", "clamp_", "copy_", "masked_fill_",
-        "index_fill_", "fill_diagonal_", "tril", "triu", "tril_", "triu_", "float", "double",
-        "half", "bfloat16", "long", "int", "bool", "to", "view", "reshape", "expand", "unsqueeze",
-        "squeeze", "flatten", "permute", "transpose", "t", "contiguous", "repeat", "sum", "mean",
-        "cos", "sin", "exp", "log", "sqrt", "cumsum", "clone", "detach", "requires_grad_", "append",
-        "extend", "register_buffer", "register_parameter", "__init__", "size", "dim", "numel",
+        "fill_",
+        "zero_",
+        "mul_",
+        "add_",
+        "div_",
+        "sub_",
+        "clamp_",
+        "copy_",
+        "masked_fill_",
+        "index_fill_",
+        "fill_diagonal_",
+        "tril",
+        "triu",
+        "tril_",
+        "triu_",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "long",
+        "int",
+        "bool",
+        "to",
+        "view",
+        "reshape",
+        "expand",
+        "unsqueeze",
+        "squeeze",
+        "flatten",
+        "permute",
+        "transpose",
+        "t",
+        "contiguous",
+        "repeat",
+        "sum",
+        "mean",
+        "cos",
+        "sin",
+        "exp",
+        "log",
+        "sqrt",
+        "cumsum",
+        "clone",
+        "detach",
+        "requires_grad_",
+        "append",
+        "extend",
+        "register_buffer",
+        "register_parameter",
+        "__init__",
+        "size",
+        "dim",
+        "numel",
     }
 )
 
 
-def _touches(node: cst.CSTNode, attr: str, writes_only: bool, memo: dict | None = None) -> str | None:
-    """"written" / "read" when ``node`` uses ``self.<attr>``."""
+def _touches(
+    node: cst.CSTNode, attr: str, writes_only: bool, memo: dict | None = None
+) -> str | None:
+    """ "written" / "read" when ``node`` uses ``self.<attr>``."""
     written, read, _ = _uses(node, memo)
     if attr in written:
         return "written"
     return None if writes_only or attr not in read else "read"
 
 
-def _uses(node: cst.CSTNode, memo: dict | None = None) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+def _uses(
+    node: cst.CSTNode, memo: dict | None = None
+) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """The ``self`` attributes ``node`` writes (assigns, or changes in place) and reads, and the
     methods it calls on ``self`` (``self.apply(self._init)`` counts ``_init``). Codemods ask
     this of the same statements once per finding: ``memo`` (id -> answer and node, kept with
@@ -202,7 +305,11 @@ def _uses(node: cst.CSTNode, memo: dict | None = None) -> tuple[frozenset[str], 
                         if m and m.startswith("self."):
                             calls.add(m[5:])
             name = dotted(f) or ""
-            if name.rsplit(".", 1)[-1].endswith("_") and n.args and (a := attr_of(dotted(n.args[0].value))):
+            if (
+                name.rsplit(".", 1)[-1].endswith("_")
+                and n.args
+                and (a := attr_of(dotted(n.args[0].value)))
+            ):
                 written.add(a)
         elif isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
             targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
@@ -258,7 +365,9 @@ class ClassEdit:
     ctx: RuleContext
     cls: ClassFacts
     #: original statement -> statements that replace it (in its block)
-    replace: dict[int, tuple[cst.BaseStatement, list[cst.BaseStatement]]] = field(default_factory=dict)
+    replace: dict[int, tuple[cst.BaseStatement, list[cst.BaseStatement]]] = field(
+        default_factory=dict
+    )
     init_append: list[cst.BaseStatement] = field(default_factory=list)
     hook_append: dict[str, list[cst.BaseStatement]] = field(default_factory=dict)
     new_params: list[str] = field(default_factory=list)
@@ -328,7 +437,10 @@ class ClassEdit:
             raise Unfixable("the value is not set directly in `__init__`")
         i, path = found
         for n in path:
-            if isinstance(n, (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            if isinstance(
+                n,
+                (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.Lambda),
+            ):
                 raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
         lines = [n for n in path if isinstance(n, cst.SimpleStatementLine)]
         if not lines:
@@ -382,7 +494,9 @@ class ClassEdit:
                     nested = True
         return top, nested
 
-    def use_hook(self, hook: str, after_index: int, stmts: list[cst.BaseStatement], *, random: bool = False) -> None:
+    def use_hook(
+        self, hook: str, after_index: int, stmts: list[cst.BaseStatement], *, random: bool = False
+    ) -> None:
         """Put ``stmts`` at the end of ``hook`` (created when missing) and make sure ``__init__``
         calls the hook after statement ``after_index``."""
         self.check_bases(hook)
@@ -393,7 +507,10 @@ class ClassEdit:
                 raise Unfixable(f"`{hook}` is written on one line")
             if returns(self.cls.methods[hook].node.body):
                 raise Unfixable(f"`{hook}` returns early")
-            if any(len(p.name.value) and p.default is None for p in self.cls.methods[hook].node.params.params[1:]):
+            if any(
+                len(p.name.value) and p.default is None
+                for p in self.cls.methods[hook].node.params.params[1:]
+            ):
                 raise Unfixable(f"`{hook}` takes required arguments")
         calls, nested = self.hook_calls(hook)
         if nested:
@@ -436,7 +553,11 @@ class ClassEdit:
         from metalint.static.hierarchy import TORCH_WITHOUT_RESET
 
         for b in self.cls.bases:
-            if b.startswith("torch.nn.") and b not in TORCH_WITHOUT_RESET and hook == "reset_parameters":
+            if (
+                b.startswith("torch.nn.")
+                and b not in TORCH_WITHOUT_RESET
+                and hook == "reset_parameters"
+            ):
                 raise Unfixable(f"the base class `{b}` has its own `reset_parameters()`")
 
     # -- storing values ----------------------------------------------------------------------
@@ -452,7 +573,11 @@ class ClassEdit:
             if n == "self":
                 continue
             if n not in init.params and n not in init.local_values:
-                if n in BUILTIN_NAMES or self.ctx.qualify(name) is not None or n in self.ctx.facts.local_classes:
+                if (
+                    n in BUILTIN_NAMES
+                    or self.ctx.qualify(name) is not None
+                    or n in self.ctx.facts.local_classes
+                ):
                     continue
                 continue  # a module-level name: it is still there in the hook
             if n in init.local_values:
@@ -506,12 +631,19 @@ class ClassEdit:
                 if a.target == f"self.{attr}" or a.target.startswith(f"self.{attr}."):
                     return True
             for c in m.calls:
-                if c.receiver == "self" and c.method in ("register_buffer", "register_parameter", "add_module", "register_module"):
+                if c.receiver == "self" and c.method in (
+                    "register_buffer",
+                    "register_parameter",
+                    "add_module",
+                    "register_module",
+                ):
                     if c.node.args and isinstance(c.node.args[0].value, cst.SimpleString):
                         if c.node.args[0].value.evaluated_value == attr:
                             return True
         # a class-level attribute
-        for s in self.cls.node.body.body if isinstance(self.cls.node.body, cst.IndentedBlock) else ():
+        for s in (
+            self.cls.node.body.body if isinstance(self.cls.node.body, cst.IndentedBlock) else ()
+        ):
             if isinstance(s, cst.SimpleStatementLine):
                 for small in s.body:
                     if isinstance(small, (cst.Assign, cst.AnnAssign)):
@@ -562,7 +694,9 @@ class ClassEdit:
             new_init = new_init.with_changes(body=new_init.body.with_changes(body=body))
         if self.init_append:
             body = new_init.body
-            new_init = new_init.with_changes(body=body.with_changes(body=[*body.body, *self.init_append]))
+            new_init = new_init.with_changes(
+                body=body.with_changes(body=[*body.body, *self.init_append])
+            )
         if self.new_params:
             new_init = new_init.with_changes(params=_add_params(new_init.params, self.new_params))
         members = list(cls_node.body.body)
@@ -574,7 +708,12 @@ class ClassEdit:
                     if hook not in self.cls.methods:
                         out.append(_new_method(hook, stmts, init_node))
                 continue
-            if isinstance(m, cst.FunctionDef) and m.name.value in self.hook_append and self.cls.methods.get(m.name.value) and self.cls.methods[m.name.value].node is m:
+            if (
+                isinstance(m, cst.FunctionDef)
+                and m.name.value in self.hook_append
+                and self.cls.methods.get(m.name.value)
+                and self.cls.methods[m.name.value].node is m
+            ):
                 stmts = self.hook_append[m.name.value]
                 body = m.body
                 kept = [s for s in body.body if not _is_pass(s)]
@@ -630,7 +769,9 @@ class _ReplaceStatements(cst.CSTTransformer):
         return cst.FlattenSentinel(new)
 
 
-def _new_method(hook: str, stmts: list[cst.BaseStatement], init_node: cst.FunctionDef) -> cst.FunctionDef:
+def _new_method(
+    hook: str, stmts: list[cst.BaseStatement], init_node: cst.FunctionDef
+) -> cst.FunctionDef:
     returns = " -> None" if init_node.returns is not None else ""
     fn = stmt(f"def {hook}(self){returns}:\n    pass\n")
     assert isinstance(fn, cst.FunctionDef)
@@ -656,7 +797,11 @@ def _add_params(params: cst.Parameters, names: list[str]) -> cst.Parameters:
     if plist:
         last = plist[-1]
         trailing = last.comma
-        sep = plist[-2].comma if len(plist) >= 2 and isinstance(plist[-2].comma, cst.Comma) else default_sep
+        sep = (
+            plist[-2].comma
+            if len(plist) >= 2 and isinstance(plist[-2].comma, cst.Comma)
+            else default_sep
+        )
         if not isinstance(trailing, cst.Comma) and params.star_kwarg is not None:
             trailing = default_sep
         # the space before ``)`` (``x=1\n    )``) follows the new last parameter

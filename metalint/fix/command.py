@@ -27,8 +27,19 @@ def _summary(fixed: int, remaining: int, unfixable: int, unsafe_hidden: int, wri
     return text + ")."
 
 
-def run_fix(paths, settings, *, write: bool, show_diff: bool, unsafe: bool, verify: bool,
-            use_cache: bool = True, workers=None, echo=click.echo, show_fixes: bool = False) -> int:
+def run_fix(
+    paths,
+    settings,
+    *,
+    write: bool,
+    show_diff: bool,
+    unsafe: bool,
+    verify: bool,
+    use_cache: bool = True,
+    workers=None,
+    echo=click.echo,
+    show_fixes: bool = False,
+) -> int:
     from metalint.check import all_codes, run_check
     from metalint.fix.apply import FileFix, Fixer
     from metalint.fix.registry import CODEMODS
@@ -58,7 +69,15 @@ def run_fix(paths, settings, *, write: bool, show_diff: bool, unsafe: bool, veri
         import tokenize
 
         encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
-        ff = FileFix(path, display, module_name_for(path.absolute()), path.name == "__init__.py", data, encoding, text)
+        ff = FileFix(
+            path,
+            display,
+            module_name_for(path.absolute()),
+            path.name == "__init__.py",
+            data,
+            encoding,
+            text,
+        )
         fixer.run(ff)
         if ff.error:
             errors.append(_error(display, ff.error))
@@ -68,8 +87,10 @@ def run_fix(paths, settings, *, write: bool, show_diff: bool, unsafe: bool, veri
     if show_diff or not write:
         for ff in changed:
             diff = difflib.unified_diff(
-                ff.original.splitlines(keepends=True), ff.text.splitlines(keepends=True),
-                fromfile=f"a/{ff.display}", tofile=f"b/{ff.display}",
+                ff.original.splitlines(keepends=True),
+                ff.text.splitlines(keepends=True),
+                fromfile=f"a/{ff.display}",
+                tofile=f"b/{ff.display}",
             )
             echo("".join(diff), nl=False)
 
@@ -94,7 +115,11 @@ def run_fix(paths, settings, *, write: bool, show_diff: bool, unsafe: bool, veri
             for d in ff.applied:
                 echo(f"fix {d.filename}:{d.start.row}: {d.code} [{d.symbol}] {d.fix.message}")
     fixed = sum(max(len(ff.before) - len(ff.after), 0) for ff in fixes)
-    remaining_diags = [d for d in checked.diagnostics if d.code != ERROR_CODE and d.filename not in {f.display for f in fixes}]
+    remaining_diags = [
+        d
+        for d in checked.diagnostics
+        if d.code != ERROR_CODE and d.filename not in {f.display for f in fixes}
+    ]
     lines = []
     for ff in fixes:
         remaining_diags.extend(ff.after)
@@ -106,8 +131,10 @@ def run_fix(paths, settings, *, write: bool, show_diff: bool, unsafe: bool, veri
             unsafe_hidden += 1
         elif why is not None or d.fix is None:
             unfixable += 1
-        lines.append(f"{d.filename}:{d.start.row}:{d.start.column}: {d.code} {_first(d.message)}"
-                     + (f" [not fixed: {why}]" if why else ""))
+        lines.append(
+            f"{d.filename}:{d.start.row}:{d.start.column}: {d.code} {_first(d.message)}"
+            + (f" [not fixed: {why}]" if why else "")
+        )
     for line in lines:
         echo(line)
     if errors:
@@ -150,13 +177,18 @@ def _verify(ff, fixer, echo) -> None:
         written = ff.text.encode(ff.encoding)
         write_atomic(ff.path, ff.data, digest(written))  # restore the original
         for v in failed:
-            echo(f"restored {ff.display}: the probe failed on {v.cls} after the rewrite: {v.detail}")
+            echo(
+                f"restored {ff.display}: the probe failed on {v.cls} after the rewrite: {v.detail}"
+            )
             excluded.add(v.cls)
         fixer.run(ff, exclude=excluded)
         for cls in excluded:
             for d in ff.after:
                 if (d.symbol or "").split(".")[0] == cls:
-                    ff.refused.setdefault((d.code, d.start.row, d.symbol or ""), "the probe failed after the rewrite (--verify)")
+                    ff.refused.setdefault(
+                        (d.code, d.start.row, d.symbol or ""),
+                        "the probe failed after the rewrite (--verify)",
+                    )
         if not ff.changed:
             return
         write_atomic(ff.path, ff.text.encode(ff.encoding), digest(ff.data))
@@ -167,18 +199,48 @@ def _verify(ff, fixer, echo) -> None:
 
 @click.command("fix")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--write", is_flag=True, help="Write the fixes (default: print a diff, change nothing).")
-@click.option("--diff", "show_diff", is_flag=True, help="Print a unified diff of the changes (the default without --write).")
-@click.option("--unsafe-fixes", is_flag=True, help="Also apply fixes that may change eager behaviour or a signature.")
-@click.option("--verify", is_flag=True, help="Probe each rewritten class; restore the file when the probe fails.")
-@click.option("--show-fixes", is_flag=True, help="List every fix applied (or that would be applied).")
+@click.option(
+    "--write", is_flag=True, help="Write the fixes (default: print a diff, change nothing)."
+)
+@click.option(
+    "--diff",
+    "show_diff",
+    is_flag=True,
+    help="Print a unified diff of the changes (the default without --write).",
+)
+@click.option(
+    "--unsafe-fixes",
+    is_flag=True,
+    help="Also apply fixes that may change eager behaviour or a signature.",
+)
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Probe each rewritten class; restore the file when the probe fails.",
+)
+@click.option(
+    "--show-fixes", is_flag=True, help="List every fix applied (or that would be applied)."
+)
 @click.option("--select", multiple=True, help="Codes or prefixes to fix (comma-separated; ALL).")
 @click.option("--extend-select", multiple=True, help="Codes to enable on top of the selection.")
 @click.option("--ignore", multiple=True, help="Codes or prefixes not to fix.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the cache.")
 @click.option("--config", type=click.Path(path_type=Path), help="pyproject.toml to use.")
 @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPUs).")
-def fix_command(paths, write, show_diff, unsafe_fixes, verify, show_fixes, select, extend_select, ignore, no_cache, config, jobs):
+def fix_command(
+    paths,
+    write,
+    show_diff,
+    unsafe_fixes,
+    verify,
+    show_fixes,
+    select,
+    extend_select,
+    ignore,
+    no_cache,
+    config,
+    jobs,
+):
     """Rewrite PATHS (default: .) so their modules can be built on the meta device."""
     from metalint.check import cli_settings
 
@@ -187,8 +249,17 @@ def fix_command(paths, write, show_diff, unsafe_fixes, verify, show_fixes, selec
         settings = cli_settings(paths, config, select, extend_select, ignore)
         if verify and not write:
             raise click.UsageError("--verify needs --write")
-        rc = run_fix(paths, settings, write=write, show_diff=show_diff, unsafe=unsafe_fixes,
-                     verify=verify, use_cache=not no_cache, workers=jobs, show_fixes=show_fixes)
+        rc = run_fix(
+            paths,
+            settings,
+            write=write,
+            show_diff=show_diff,
+            unsafe=unsafe_fixes,
+            verify=verify,
+            use_cache=not no_cache,
+            workers=jobs,
+            show_fixes=show_fixes,
+        )
     except ConfigError as exc:
         click.echo(f"metalint: error: {exc}", err=True)
         sys.exit(2)

@@ -31,7 +31,11 @@ def _init_call(call: cst.Call, ctx: RuleContext) -> bool:
     if isinstance(f, cst.Attribute) and f.attr.value in INPLACE_METHODS:
         recv = f.value
         # self.w.data.fill_(...), self.w.normal_().mul_(...)
-        while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and recv.func.attr.value in INPLACE_METHODS:
+        while (
+            isinstance(recv, cst.Call)
+            and isinstance(recv.func, cst.Attribute)
+            and recv.func.attr.value in INPLACE_METHODS
+        ):
             recv = recv.func.value
         return _own(dotted(recv))
     q = ctx.qualify(f) or dotted(f) or ""
@@ -63,10 +67,14 @@ def _own(d: str | None) -> bool:
 
 def init_only(s: cst.CSTNode, ctx: RuleContext) -> bool:
     if isinstance(s, cst.SimpleStatementLine):
-        return all(isinstance(x, cst.Expr) and isinstance(x.value, cst.Call) and _init_call(x.value, ctx) for x in s.body)
+        return all(
+            isinstance(x, cst.Expr) and isinstance(x.value, cst.Call) and _init_call(x.value, ctx)
+            for x in s.body
+        )
     if isinstance(s, cst.With):
         items_ok = all(
-            ctx.qualify(i.item.func if isinstance(i.item, cst.Call) else i.item) in ("torch.no_grad", "torch.inference_mode")
+            ctx.qualify(i.item.func if isinstance(i.item, cst.Call) else i.item)
+            in ("torch.no_grad", "torch.inference_mode")
             for i in s.items
         )
         body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
@@ -89,18 +97,30 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     first = moved[0]
     from metalint.fix.codemod import _touches
 
-    attrs = sorted({_attr_of(c, ctx) for i in moved for c in walk(body[i]) if isinstance(c, cst.Call) and _init_call(c, ctx)} - {None})
+    attrs = sorted(
+        {
+            _attr_of(c, ctx)
+            for i in moved
+            for c in walk(body[i])
+            if isinstance(c, cst.Call) and _init_call(c, ctx)
+        }
+        - {None}
+    )
     for i, s in enumerate(body):
         if i > first and i not in moved:
             for a in attrs:
                 hit = _touches(s, a, False, edit.memo())
                 if hit:
-                    raise Unfixable(f"`self.{a}` is {hit} later in `__init__`, after its in-place init")
+                    raise Unfixable(
+                        f"`self.{a}` is {hit} later in `__init__`, after its in-place init"
+                    )
     random = not all(rng_free(body[i], ctx) for i in moved)
     if random:
         rest = [s for i, s in enumerate(body) if i > first and i not in moved]
         if not all(rng_free(s, ctx) for s in rest):
-            edit.unsafe.append("random draws move after other random draws of `__init__`: eager values differ")
+            edit.unsafe.append(
+                "random draws move after other random draws of `__init__`: eager values differ"
+            )
     stmts = []
     for i in moved:
         s = body[i]

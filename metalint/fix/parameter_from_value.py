@@ -70,7 +70,9 @@ def _literal_shape(node: cst.BaseExpression) -> tuple[tuple[int, ...], bool] | N
         inner = node.expression if isinstance(node, cst.UnaryOperation) else node
         return (), isinstance(inner, cst.Float)
     if isinstance(node, (cst.List, cst.Tuple)):
-        subs = [_literal_shape(e.value) for e in node.elements if not isinstance(e, cst.StarredElement)]
+        subs = [
+            _literal_shape(e.value) for e in node.elements if not isinstance(e, cst.StarredElement)
+        ]
         if len(subs) != len(node.elements) or any(s is None for s in subs):
             return None
         if not subs:
@@ -90,14 +92,22 @@ class Value:
         calls = [n for n in walk(data) if isinstance(n, cst.Call)]
         factories = [c for c in calls if ctx.qualify(c.func) in FACTORIES]
         if isinstance(data, cst.Name):
-            raise Unfixable(f"the value comes from the local variable `{data.value}`: its shape is not known statically")
+            raise Unfixable(
+                f"the value comes from the local variable `{data.value}`: its shape is not known statically"
+            )
         if len(factories) != 1:
-            raise Unfixable("the shape of the value cannot be derived statically (not exactly one tensor factory)")
+            raise Unfixable(
+                "the shape of the value cannot be derived statically (not exactly one tensor factory)"
+            )
         self.call = factories[0]
         self.factory = ctx.qualify(self.call.func)
-        others = [c for c in calls if c is not self.call and not any(c is n for n in walk(self.call))]
+        others = [
+            c for c in calls if c is not self.call and not any(c is n for n in walk(self.call))
+        ]
         if others:
-            raise Unfixable(f"the value calls `{render(others[0].func)}`: its shape is not known statically")
+            raise Unfixable(
+                f"the value calls `{render(others[0].func)}`: its shape is not known statically"
+            )
         self.positional = [a for a in self.call.args if a.keyword is None]
         self.keywords = {a.keyword.value: a for a in self.call.args if a.keyword is not None}
         if any(a.star for a in self.call.args if a.star == "**"):
@@ -109,8 +119,16 @@ class Value:
         self.shape_args: list[cst.Arg]
         if self.factory in SHAPED:
             if self.factory == "torch.full":
-                size = self.positional[0].value if self.positional else getattr(self.keywords.get("size"), "value", None)
-                fill = self.positional[1].value if len(self.positional) > 1 else getattr(self.keywords.get("fill_value"), "value", None)
+                size = (
+                    self.positional[0].value
+                    if self.positional
+                    else getattr(self.keywords.get("size"), "value", None)
+                )
+                fill = (
+                    self.positional[1].value
+                    if len(self.positional) > 1
+                    else getattr(self.keywords.get("fill_value"), "value", None)
+                )
                 if size is None or fill is None:
                     raise Unfixable("`torch.full` without a size and a fill value")
                 self.fill = fill
@@ -119,18 +137,32 @@ class Value:
                 if "size" in self.keywords:
                     self.shape_args = [cst.Arg(self.keywords["size"].value)]
                 else:
-                    self.shape_args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in self.positional]
+                    self.shape_args = [
+                        a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in self.positional
+                    ]
                 if not self.shape_args:
                     raise Unfixable("the factory has no size")
         elif self.factory in ("torch.tensor", "torch.as_tensor"):
-            src = self.positional[0].value if self.positional else getattr(self.keywords.get("data"), "value", None)
+            src = (
+                self.positional[0].value
+                if self.positional
+                else getattr(self.keywords.get("data"), "value", None)
+            )
             shape = _literal_shape(src) if src is not None else None
             if shape is None:
-                raise Unfixable("`torch.tensor(...)` of something other than a literal: its shape is not known statically")
+                raise Unfixable(
+                    "`torch.tensor(...)` of something other than a literal: its shape is not known statically"
+                )
             if not shape[1] and "dtype" not in self.keywords:
-                raise Unfixable("`torch.tensor(...)` of integers makes an integer tensor: not rewritten")
+                raise Unfixable(
+                    "`torch.tensor(...)` of integers makes an integer tensor: not rewritten"
+                )
             dims = shape[0]
-            self.shape_args = [cst.Arg(expr("(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"))]
+            self.shape_args = [
+                cst.Arg(
+                    expr("(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")")
+                )
+            ]
         else:
             raise Unfixable(f"the shape of `{self.factory}(...)` is not derived statically")
         self.random = self.factory in RANDOM_FACTORIES
@@ -138,7 +170,11 @@ class Value:
     def scale(self) -> cst.BaseExpression | None:
         """``k`` when the value is ``factory * k`` or ``k * factory``."""
         d = self.data
-        if isinstance(d, cst.BinaryOperation) and isinstance(d.operator, cst.Multiply) and not d.lpar:
+        if (
+            isinstance(d, cst.BinaryOperation)
+            and isinstance(d.operator, cst.Multiply)
+            and not d.lpar
+        ):
             if d.left is self.call and not any(n is self.call for n in walk(d.right)):
                 return d.right
             if d.right is self.call and not any(n is self.call for n in walk(d.left)):
@@ -151,7 +187,11 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     node = finding.node
     index, line, path = edit.locate(node)
     pcall = next(
-        (n for n in walk(node) if isinstance(n, cst.Call) and ctx.qualify(n.func) in PARAMETER_CLASSES),
+        (
+            n
+            for n in walk(node)
+            if isinstance(n, cst.Call) and ctx.qualify(n.func) in PARAMETER_CLASSES
+        ),
         None,
     )
     if pcall is None:
@@ -170,7 +210,10 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     guard = None
     if not direct:
         inner = path_between(holder, pcall)
-        if inner is None or not all(isinstance(n, (cst.IfExp, cst.Arg, cst.Assign, cst.AnnAssign)) or n is pcall for n in inner):
+        if inner is None or not all(
+            isinstance(n, (cst.IfExp, cst.Arg, cst.Assign, cst.AnnAssign)) or n is pcall
+            for n in inner
+        ):
             raise Unfixable("the parameter is built inside a larger expression")
         guard = f"self.{attr} is not None"
     if any(isinstance(n, cst.If) for n in path):
@@ -189,10 +232,14 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         had_dtype = "dtype" in edit.init.params
         dev_name, dt_name = edit.device_dtype()
         if dtype is None and had_dtype:
-            edit.unsafe.append("the parameter now follows the constructor's `dtype`, which the value ignored")
+            edit.unsafe.append(
+                "the parameter now follows the constructor's `dtype`, which the value ignored"
+            )
         device = device or dev_name
         dtype = dtype or dt_name
-    shape = ", ".join(render(a.value) if not a.star else a.star + render(a.value) for a in value.shape_args)
+    shape = ", ".join(
+        render(a.value) if not a.star else a.star + render(a.value) for a in value.shape_args
+    )
     empty = expr(f"{torch_name}.empty({shape}, device={device}, dtype={dtype})")
     new_line = line.deep_replace(data_arg.value, empty)
     edit.replace[id(line)] = (line, [new_line])

@@ -40,18 +40,32 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         raise Unfixable("the assignment shares its line with other statements")
     # register_buffer needs Module.__init__ to have run
     supers = [
-        i for i, s in enumerate(edit.init_body)
-        if any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "__init__" for n in walk(s))
+        i
+        for i, s in enumerate(edit.init_body)
+        if any(
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value == "__init__"
+            for n in walk(s)
+        )
     ]
     if not supers or supers[0] > index:
         raise Unfixable("the tensor is assigned before `super().__init__()`")
     value = render(node.value, ctx.module)
-    new_line = line.with_changes(body=[stmt(f'self.register_buffer("{attr}", {value}, persistent=False)').body[0]])
+    new_line = line.with_changes(
+        body=[stmt(f'self.register_buffer("{attr}", {value}, persistent=False)').body[0]]
+    )
     edit.replace[id(line)] = (line, [new_line])
     others = [
-        a for m in cls.methods.values() for a in m.assigns
+        a
+        for m in cls.methods.values()
+        for a in m.assigns
         if (a.target == target or a.target.startswith(target + ".")) and a.node is not node
     ]
     if others:
-        edit.unsafe.append(f"`self.{attr}` is assigned elsewhere in the class; a buffer only takes tensors")
-    return edit.rewrite(f'Register `{attr}` with `self.register_buffer("{attr}", ..., persistent=False)`')
+        edit.unsafe.append(
+            f"`self.{attr}` is assigned elsewhere in the class; a buffer only takes tensors"
+        )
+    return edit.rewrite(
+        f'Register `{attr}` with `self.register_buffer("{attr}", ..., persistent=False)`'
+    )

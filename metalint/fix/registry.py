@@ -16,7 +16,6 @@ from types import ModuleType
 import libcst as cst
 
 from metalint.diagnostics import Edit, Fix, Position
-
 from metalint.fix.codemod import Rewrite, Unfixable, path_to
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import code_ranges
@@ -69,14 +68,22 @@ def top_class(ctx: RuleContext, finding: Finding) -> cst.ClassDef | None:
 
 
 def alone(module: cst.Module, node: cst.CSTNode) -> cst.Module:
-    return cst.Module(body=[node], default_indent=module.default_indent, default_newline=module.default_newline)
+    return cst.Module(
+        body=[node], default_indent=module.default_indent, default_newline=module.default_newline
+    )
 
 
-def class_rewrite(ctx: RuleContext, finding: Finding, rewrite: Rewrite) -> tuple[cst.ClassDef, cst.ClassDef] | None:
+def class_rewrite(
+    ctx: RuleContext, finding: Finding, rewrite: Rewrite
+) -> tuple[cst.ClassDef, cst.ClassDef] | None:
     top = top_class(ctx, finding)
     if top is None:
         return None
-    new_top = rewrite.new_class if top is finding.cls.node else top.deep_replace(finding.cls.node, rewrite.new_class)
+    new_top = (
+        rewrite.new_class
+        if top is finding.cls.node
+        else top.deep_replace(finding.cls.node, rewrite.new_class)
+    )
     return top, new_top
 
 
@@ -88,7 +95,9 @@ def line_edits(old: str, new: str, shift: int = 0) -> tuple[Edit, ...]:
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
-        out.append(Edit(Position(i1 + 1 + shift, 1), Position(i2 + 1 + shift, 1), "".join(b[j1:j2])))
+        out.append(
+            Edit(Position(i1 + 1 + shift, 1), Position(i2 + 1 + shift, 1), "".join(b[j1:j2]))
+        )
     return tuple(out)
 
 
@@ -103,7 +112,9 @@ def apply_edits(text: str, edits) -> str:
             return len(text)
         return min(starts[p.row - 1] + p.column - 1, len(text))
 
-    spans = sorted(((offset(e.start), offset(e.end), e.content) for e in edits), key=lambda s: (s[0], s[1]))
+    spans = sorted(
+        ((offset(e.start), offset(e.end), e.content) for e in edits), key=lambda s: (s[0], s[1])
+    )
     out, pos = [], 0
     for s, e, content in spans:
         if s < pos:
@@ -128,7 +139,9 @@ def _first_row(source: str | None, old: str, row: int, module: cst.Module, top, 
     return row - pos[finding.node].start.line + 1
 
 
-def fix_for(code: str, ctx: RuleContext, finding: Finding, row: int, source: str | None = None) -> Fix | None:
+def fix_for(
+    code: str, ctx: RuleContext, finding: Finding, row: int, source: str | None = None
+) -> Fix | None:
     """A :class:`Fix` for the finding reported at line ``row``, or None when no codemod can
     rewrite it. Only the top-level class is rendered (not the whole file)."""
     result = plan(code, ctx, finding)

@@ -19,8 +19,9 @@ class Verdict:
     detail: str = ""
 
 
-def verify_classes(path: str, classes: list[str], *, timeout: float = 120.0,
-                   hooks: tuple[str, ...] = ()) -> list[Verdict]:
+def verify_classes(
+    path: str, classes: list[str], *, timeout: float = 120.0, hooks: tuple[str, ...] = ()
+) -> list[Verdict]:
     from metalint.probe.command import run_probe
     from metalint.probe.isolate import Options
 
@@ -46,14 +47,20 @@ def verify_classes(path: str, classes: list[str], *, timeout: float = 120.0,
         if info is None:  # match on the class name alone (symbolic links, relative paths)
             info = next((v for k, v in rep.classes.items() if k.endswith(f"::{cls}")), None)
         own_broken = (info or {}).get("broken") or {}
-        if res.get("status") == "passed" or (info is not None and not own_broken and not info.get("raised")):
+        if res.get("status") == "passed" or (
+            info is not None and not own_broken and not info.get("raised")
+        ):
             out.append(Verdict(cls, "passed", res.get("init_used", "")))
         else:
             if own_broken:
                 detail = f"{', '.join(sorted(own_broken))} lost after meta build + init"
             else:
                 msgs = [f.get("message", "") for f in res.get("findings", [])]
-                detail = res.get("error") or (msgs[0] if msgs else "") or f"probe status {res.get('status')}"
+                detail = (
+                    res.get("error")
+                    or (msgs[0] if msgs else "")
+                    or f"probe status {res.get('status')}"
+                )
                 detail = " ".join(str(detail).split())[:300]
             out.append(Verdict(cls, "failed", detail))
     return out

@@ -29,11 +29,16 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from metalint.loader.core import LoadReport, VerifyResult, load_checkpoint
-    from metalint.loader.errors import CheckpointError
-    from metalint.loader.formats import open_checkpoint, save_safetensors
-    from metalint.loader.sharding import Replicate, Shard, ShardPlan
-    from metalint.loader.verify import verify_against_eager
+    from metalint.loader.core import LoadReport as LoadReport
+    from metalint.loader.core import VerifyResult as VerifyResult
+    from metalint.loader.core import load_checkpoint as load_checkpoint
+    from metalint.loader.errors import CheckpointError as CheckpointError
+    from metalint.loader.formats import open_checkpoint as open_checkpoint
+    from metalint.loader.formats import save_safetensors as save_safetensors
+    from metalint.loader.sharding import Replicate as Replicate
+    from metalint.loader.sharding import Shard as Shard
+    from metalint.loader.sharding import ShardPlan as ShardPlan
+    from metalint.loader.verify import verify_against_eager as verify_against_eager
 
 
 def __getattr__(name: str):

@@ -25,30 +25,74 @@ def _fail(message: str) -> None:
 
 @click.command("load")
 @click.argument("checkpoint", type=click.Path())
-@click.option("--model", "target", required=True, metavar="TARGET",
-              help="Model factory, 'package.module:factory' or 'path/to/file.py:factory'; "
-                   "called with no arguments under torch.device('meta').")
-@click.option("--dtype", type=click.Choice(DTYPE_CHOICES), default=None,
-              help="Cast floating tensors to this dtype (default: keep the module's dtypes).")
+@click.option(
+    "--model",
+    "target",
+    required=True,
+    metavar="TARGET",
+    help="Model factory, 'package.module:factory' or 'path/to/file.py:factory'; "
+    "called with no arguments under torch.device('meta').",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(DTYPE_CHOICES),
+    default=None,
+    help="Cast floating tensors to this dtype (default: keep the module's dtypes).",
+)
 @click.option("--device", default="cpu", show_default=True, help="Target device.")
-@click.option("--keep-in-fp32", multiple=True, metavar="SEGMENTS",
-              help="Keep floating tensors under this module path segment (e.g. 'norm') in fp32. "
-                   "Repeatable.")
-@click.option("--allow-missing", multiple=True, metavar="GLOB",
-              help="Checkpoint may lack tensors whose name matches this glob; they are "
-                   "materialised by the init entry point. Repeatable.")
-@click.option("--strict/--no-strict", default=True, show_default=True,
-              help="Fail on missing, unexpected or shape-mismatched keys.")
-@click.option("--init", "init", type=click.Choice(INIT_MODES), default="auto", show_default=True,
-              help="Init entry point for tensors the checkpoint lacks.")
-@click.option("--verify", is_flag=True,
-              help="Also load the checkpoint eagerly (load_state_dict) and compare every tensor.")
-@click.option("--progress/--no-progress", default=None,
-              help="Progress bar (default: on a TTY for checkpoints over 256 MiB).")
-@click.option("--output-format", type=click.Choice(("text", "json")), default="text",
-              show_default=True)
-def load_command(checkpoint, target, dtype, device, keep_in_fp32, allow_missing, strict, init,
-                 verify, progress, output_format):
+@click.option(
+    "--keep-in-fp32",
+    multiple=True,
+    metavar="SEGMENTS",
+    help="Keep floating tensors under this module path segment (e.g. 'norm') in fp32. Repeatable.",
+)
+@click.option(
+    "--allow-missing",
+    multiple=True,
+    metavar="GLOB",
+    help="Checkpoint may lack tensors whose name matches this glob; they are "
+    "materialised by the init entry point. Repeatable.",
+)
+@click.option(
+    "--strict/--no-strict",
+    default=True,
+    show_default=True,
+    help="Fail on missing, unexpected or shape-mismatched keys.",
+)
+@click.option(
+    "--init",
+    "init",
+    type=click.Choice(INIT_MODES),
+    default="auto",
+    show_default=True,
+    help="Init entry point for tensors the checkpoint lacks.",
+)
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Also load the checkpoint eagerly (load_state_dict) and compare every tensor.",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bar (default: on a TTY for checkpoints over 256 MiB).",
+)
+@click.option(
+    "--output-format", type=click.Choice(("text", "json")), default="text", show_default=True
+)
+def load_command(
+    checkpoint,
+    target,
+    dtype,
+    device,
+    keep_in_fp32,
+    allow_missing,
+    strict,
+    init,
+    verify,
+    progress,
+    output_format,
+):
     """Load CHECKPOINT into the model TARGET built on meta, one tensor at a time.
 
     CHECKPOINT: a .safetensors file, a sharded safetensors folder or its
@@ -59,19 +103,33 @@ def load_command(checkpoint, target, dtype, device, keep_in_fp32, allow_missing,
 
     try:
         from metalint.loader.core import load_checkpoint
+
         try:
             factory = model_factory(target)
         except ImportError as exc:
             _fail(f"model target {target!r}: cannot import: {exc}")
         report = load_checkpoint(
-            factory, checkpoint, dtype=dtype, device=device, keep_in_fp32=keep_in_fp32,
-            strict=strict, init=init, allow_missing=allow_missing, progress=progress,
+            factory,
+            checkpoint,
+            dtype=dtype,
+            device=device,
+            keep_in_fp32=keep_in_fp32,
+            strict=strict,
+            init=init,
+            allow_missing=allow_missing,
+            progress=progress,
         )
         if verify:
             from metalint.loader.verify import verify_against_eager
 
-            verify_against_eager(factory, checkpoint, report.model, dtype=dtype,
-                                 keep_in_fp32=keep_in_fp32, report=report)
+            verify_against_eager(
+                factory,
+                checkpoint,
+                report.model,
+                dtype=dtype,
+                keep_in_fp32=keep_in_fp32,
+                report=report,
+            )
     except (CheckpointError, ValueError, TypeError) as exc:
         _fail(str(exc).replace("\n", " "))
     except RuntimeError as exc:  # e.g. a device that is not there

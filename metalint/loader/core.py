@@ -77,7 +77,8 @@ class LoadReport:
             parts.append(f"{len(self.unexpected)} unexpected: {', '.join(self.unexpected)}")
         if self.shape_mismatches:
             mm = ", ".join(
-                f"{n} (checkpoint {list(c)} vs model {list(m)})" for n, c, m in self.shape_mismatches
+                f"{n} (checkpoint {list(c)} vs model {list(m)})"
+                for n, c, m in self.shape_mismatches
             )
             parts.append(f"{len(self.shape_mismatches)} shape mismatch: {mm}")
         if self.unmaterialized:
@@ -284,8 +285,14 @@ class _Progress:
         try:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, unit="B", unit_scale=True, desc="metalint load",
-                             file=sys.stderr, leave=False)
+            self._bar = tqdm(
+                total=total,
+                unit="B",
+                unit_scale=True,
+                desc="metalint load",
+                file=sys.stderr,
+                leave=False,
+            )
         except ImportError:
             self._bar = None
 
@@ -618,8 +625,12 @@ def load_checkpoint(
         plan = ShardPlan.make(shard_plan, rank, world_size)
     allow = tuple(allow_missing)
 
-    report = LoadReport(checkpoint=str(checkpoint), device=str(device), model=model,
-                        dtype=str(policy.dtype).removeprefix("torch.") if policy.dtype else None)
+    report = LoadReport(
+        checkpoint=str(checkpoint),
+        device=str(device),
+        model=model,
+        dtype=str(policy.dtype).removeprefix("torch.") if policy.dtype else None,
+    )
     src: Source = open_checkpoint(checkpoint)
     try:
         report.format = src.kind
@@ -676,8 +687,12 @@ def _load(model, src, policy, device, strict, init, allow, plan, progress, repor
         else:
             runners[id(g)] = r
     if strict:
-        pre = LoadReport(missing=report.missing, unexpected=report.unexpected,
-                         shape_mismatches=report.shape_mismatches, unmaterialized=unrecoverable)
+        pre = LoadReport(
+            missing=report.missing,
+            unexpected=report.unexpected,
+            shape_mismatches=report.shape_mismatches,
+            unmaterialized=unrecoverable,
+        )
         if pre.problems():
             raise CheckpointError(pre.problems(), file=src.path)
 
@@ -703,12 +718,15 @@ def _load(model, src, policy, device, strict, init, allow, plan, progress, repor
                 if not t.is_contiguous():
                     t = t.contiguous()
             except Exception as exc:
-                raise CheckpointError(f"read failed: {type(exc).__name__}: {exc}",
-                                      file=e.file, tensor=name) from exc
+                raise CheckpointError(
+                    f"read failed: {type(exc).__name__}: {exc}", file=e.file, tensor=name
+                ) from exc
             nbytes = raw.numel() * raw.element_size()
             report.bytes_read += nbytes
             if raw.dtype != target:
-                key = f"{str(raw.dtype).removeprefix('torch.')}->{str(target).removeprefix('torch.')}"
+                key = (
+                    f"{str(raw.dtype).removeprefix('torch.')}->{str(target).removeprefix('torch.')}"
+                )
                 c = report.casts.setdefault(key, [0, 0])
                 c[0] += 1
                 c[1] += nbytes
@@ -732,8 +750,9 @@ def _load(model, src, policy, device, strict, init, allow, plan, progress, repor
             if g.tensor.dtype != target or g.tensor.device != device:
                 tx.install(g, g.tensor.detach().to(device=device, dtype=target))
         recoverable = [g for g in to_init if id(g) in runners]
-        failed = _materialize(tx, groups, recoverable, modules, runners, init, device, policy,
-                              report)
+        failed = _materialize(
+            tx, groups, recoverable, modules, runners, init, device, policy, report
+        )
         for g in failed:
             unrecoverable.extend(g.names)
             tx.install(g, torch.empty_like(g.tensor, device="meta"))

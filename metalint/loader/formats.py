@@ -122,7 +122,8 @@ class SafetensorsSource(Source):
                 for name in h.tensors:
                     if name in owner:
                         raise CheckpointError(
-                            f"tensor is stored twice, in {owner[name]} and {f}", file=path,
+                            f"tensor is stored twice, in {owner[name]} and {f}",
+                            file=path,
                             tensor=name,
                         )
                     owner[name] = f
@@ -132,12 +133,14 @@ class SafetensorsSource(Source):
             if te is None:
                 raise CheckpointError(
                     f"the index maps it to {os.path.basename(f)}, which does not hold it",
-                    file=path, tensor=name,
+                    file=path,
+                    tensor=name,
                 )
             dtype = ST_TO_TORCH.get(te.dtype)
             if dtype is None:
-                raise CheckpointError(f"dtype {te.dtype} has no torch equivalent", file=f,
-                                      tensor=name)
+                raise CheckpointError(
+                    f"dtype {te.dtype} has no torch equivalent", file=f, tensor=name
+                )
             self.entries[name] = Entry(name, te.shape, dtype, f, te.begin, te.end)
 
     def _handle(self, f: str):
@@ -159,8 +162,9 @@ class SafetensorsSource(Source):
         except CheckpointError:
             raise
         except Exception as exc:  # OSError, SafetensorError, ...
-            raise CheckpointError(f"read failed: {type(exc).__name__}: {exc}", file=e.file,
-                                  tensor=name) from exc
+            raise CheckpointError(
+                f"read failed: {type(exc).__name__}: {exc}", file=e.file, tensor=name
+            ) from exc
 
     def close(self):
         for h in self._handles.values():
@@ -178,8 +182,9 @@ def _torch_load(f: str) -> dict[str, torch.Tensor]:
         obj = torch.load(f, map_location="cpu", mmap=True, weights_only=True)
     except Exception as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"torch.load(mmap=True, weights_only=True) failed: {msg}",
-                              file=f) from exc
+        raise CheckpointError(
+            f"torch.load(mmap=True, weights_only=True) failed: {msg}", file=f
+        ) from exc
     if not isinstance(obj, dict):
         raise CheckpointError(f"holds a {type(obj).__name__}, not a state dict", file=f)
     for k, v in obj.items():
@@ -204,7 +209,8 @@ class TorchZipSource(Source):
                     if name in weight_map:
                         raise CheckpointError(
                             f"tensor is stored twice, in {weight_map[name]} and {f}",
-                            file=path, tensor=name,
+                            file=path,
+                            tensor=name,
                         )
                     weight_map[name] = f
         for name, f in weight_map.items():
@@ -212,7 +218,8 @@ class TorchZipSource(Source):
             if t is None:
                 raise CheckpointError(
                     f"the index maps it to {os.path.basename(f)}, which does not hold it",
-                    file=path, tensor=name,
+                    file=path,
+                    tensor=name,
                 )
             self.entries[name] = Entry(name, tuple(t.shape), t.dtype, f)
 
@@ -239,8 +246,9 @@ class DCPSource(Source):
         try:
             md = FileSystemReader(path).read_metadata()
         except Exception as exc:
-            raise CheckpointError(f"cannot read DCP metadata: {type(exc).__name__}: {exc}",
-                                  file=path) from exc
+            raise CheckpointError(
+                f"cannot read DCP metadata: {type(exc).__name__}: {exc}", file=path
+            ) from exc
         self.non_tensors: list[str] = []
         for name, meta in md.state_dict_metadata.items():
             if isinstance(meta, TensorStorageMetadata):
@@ -265,8 +273,9 @@ class DCPSource(Source):
                 warnings.simplefilter("ignore")
                 dcp.load(sd, storage_reader=FileSystemReader(self.path), no_dist=True)
         except Exception as exc:
-            raise CheckpointError(f"read failed: {type(exc).__name__}: {exc}", file=self.path,
-                                  tensor=name) from exc
+            raise CheckpointError(
+                f"read failed: {type(exc).__name__}: {exc}", file=self.path, tensor=name
+            ) from exc
         t = sd.pop(name).cpu()
         if dim is not None:
             t = t[_slice_index(len(e.shape), dim, start, stop)].clone()
@@ -282,18 +291,23 @@ def _read_index(index: Path) -> dict[str, str]:
     if not isinstance(wm, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in wm.items()
     ):
-        raise CheckpointError("index has no weight_map of tensor name -> file name",
-                              file=str(index))
+        raise CheckpointError(
+            "index has no weight_map of tensor name -> file name", file=str(index)
+        )
     root = index.parent.resolve()
     out = {}
     for name, fname in wm.items():
         f = (index.parent / fname).resolve()
         if root not in f.parents:
-            raise CheckpointError(f"weight_map file {fname!r} is outside the checkpoint folder",
-                                  file=str(index), tensor=name)
+            raise CheckpointError(
+                f"weight_map file {fname!r} is outside the checkpoint folder",
+                file=str(index),
+                tensor=name,
+            )
         if not f.is_file():
-            raise CheckpointError(f"weight_map file {fname!r} does not exist", file=str(index),
-                                  tensor=name)
+            raise CheckpointError(
+                f"weight_map file {fname!r} does not exist", file=str(index), tensor=name
+            )
         out[name] = str(f)
     return out
 
@@ -361,8 +375,9 @@ def save_safetensors(tensors: dict[str, torch.Tensor], path, metadata=None) -> N
         import numpy  # noqa: F401
         from safetensors.torch import save_file
 
-        return save_file({k: v.contiguous() for k, v in tensors.items()}, str(path),
-                         metadata=metadata)
+        return save_file(
+            {k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=metadata
+        )
     except ImportError:
         pass
     import mmap
@@ -374,8 +389,11 @@ def save_safetensors(tensors: dict[str, torch.Tensor], path, metadata=None) -> N
     off = 0
     for name, t in tensors.items():
         n = t.numel() * t.element_size()
-        header[name] = {"dtype": TORCH_TO_ST[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [off, off + n]}
+        header[name] = {
+            "dtype": TORCH_TO_ST[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [off, off + n],
+        }
         off += n
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
@@ -391,8 +409,9 @@ def save_safetensors(tensors: dict[str, torch.Tensor], path, metadata=None) -> N
             for name, t in tensors.items():
                 begin, end = header[name]["data_offsets"]
                 if end > begin:
-                    dst = torch.frombuffer(mm, dtype=torch.uint8, count=end - begin,
-                                           offset=8 + len(h) + begin)
+                    dst = torch.frombuffer(
+                        mm, dtype=torch.uint8, count=end - begin, offset=8 + len(h) + begin
+                    )
                     dst.copy_(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8))
                     del dst
             mm.flush()

@@ -181,8 +181,9 @@ def parse_header_bytes(path, head: bytes, file_size: int) -> SafetensorsHeader:
             kind = "overlaps the previous tensor" if e.begin < start else "leaves a hole"
             if e.end < e.begin:
                 kind = "ends before it begins"
-            _fail(path, f"data_offsets [{e.begin}, {e.end}] {kind} (expected begin {start})",
-                  e.name)
+            _fail(
+                path, f"data_offsets [{e.begin}, {e.end}] {kind} (expected begin {start})", e.name
+            )
         start = e.end
         numel = 1
         for d in e.shape:
@@ -193,8 +194,7 @@ def parse_header_bytes(path, head: bytes, file_size: int) -> SafetensorsHeader:
         if nbits > U64_MAX:
             _fail(path, f"shape {list(e.shape)} x {e.dtype} overflows 64-bit byte count", e.name)
         if nbits % 8:
-            _fail(path, f"shape {list(e.shape)} x {e.dtype} is not a whole number of bytes",
-                  e.name)
+            _fail(path, f"shape {list(e.shape)} x {e.dtype} is not a whole number of bytes", e.name)
         if e.end - e.begin != nbits // 8:
             _fail(
                 path,
@@ -205,11 +205,11 @@ def parse_header_bytes(path, head: bytes, file_size: int) -> SafetensorsHeader:
     buffer = file_size - stop
     if start != buffer:
         what = "truncated" if start > buffer else "has trailing bytes no tensor covers"
-        _fail(path, f"data {what}: tensors cover {start} bytes, file holds {buffer} after the "
-                    "header")
+        _fail(
+            path, f"data {what}: tensors cover {start} bytes, file holds {buffer} after the header"
+        )
     tensors = {
-        e.name: TensorEntry(e.name, e.dtype, e.shape, stop + e.begin, stop + e.end)
-        for e in entries
+        e.name: TensorEntry(e.name, e.dtype, e.shape, stop + e.begin, stop + e.end) for e in entries
     }
     return SafetensorsHeader(str(path), n, stop, file_size, tensors, metadata)
 

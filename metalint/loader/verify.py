@@ -12,8 +12,9 @@ from metalint.loader.dtype_policy import DtypePolicy
 from metalint.loader.formats import open_checkpoint
 
 
-def eager_load(factory: Callable[[], nn.Module], checkpoint, *, dtype=None,
-               keep_in_fp32: Iterable[str] = ()) -> nn.Module:
+def eager_load(
+    factory: Callable[[], nn.Module], checkpoint, *, dtype=None, keep_in_fp32: Iterable[str] = ()
+) -> nn.Module:
     """The reference: build eagerly on CPU, read the whole state dict, ``load_state_dict``
     (``strict=False``), then apply the same dtype policy with plain ``.to``."""
     policy = DtypePolicy.make(dtype, keep_in_fp32)
@@ -48,7 +49,9 @@ def compare(model: nn.Module, ref: nn.Module, report: LoadReport | None = None) 
     for name in sorted(set(ours) | set(theirs)):
         a, b = ours.get(name), theirs.get(name)
         if a is None or b is None:
-            res.mismatches.append(f"{name}: only in the {'eager' if a is None else 'streamed'} model")
+            res.mismatches.append(
+                f"{name}: only in the {'eager' if a is None else 'streamed'} model"
+            )
             continue
         res.compared += 1
         if a.dtype != b.dtype or a.shape != b.shape:
@@ -68,6 +71,7 @@ def compare(model: nn.Module, ref: nn.Module, report: LoadReport | None = None) 
         else:
             diff = (a.detach().cpu().double() - b.detach().double()).abs().max().item()
             res.mismatches.append(f"{name}: values differ (max abs diff {diff:g})")
+
     # ties must be the same in both
     def ties(m):
         by_id: dict[int, list[str]] = {}
@@ -82,9 +86,15 @@ def compare(model: nn.Module, ref: nn.Module, report: LoadReport | None = None) 
     return res
 
 
-def verify_against_eager(factory, checkpoint, model: nn.Module, *, dtype=None,
-                         keep_in_fp32: Iterable[str] = (),
-                         report: LoadReport | None = None) -> VerifyResult:
+def verify_against_eager(
+    factory,
+    checkpoint,
+    model: nn.Module,
+    *,
+    dtype=None,
+    keep_in_fp32: Iterable[str] = (),
+    report: LoadReport | None = None,
+) -> VerifyResult:
     ref = eager_load(factory, checkpoint, dtype=dtype, keep_in_fp32=keep_in_fp32)
     res = compare(model, ref, report)
     if report is not None:

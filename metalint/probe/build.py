@@ -115,8 +115,13 @@ class Snapshot:
     classes: dict[str, dict[str, Any]]  # module path -> {cls, file, module}
 
 
-def snapshot(model: nn.Module, recorder: attribute.WriteRecorder | None, *,
-             stats: bool = True, keep_copy: bool = True) -> tuple[Snapshot, dict[str, torch.Tensor]]:
+def snapshot(
+    model: nn.Module,
+    recorder: attribute.WriteRecorder | None,
+    *,
+    stats: bool = True,
+    keep_copy: bool = True,
+) -> tuple[Snapshot, dict[str, torch.Tensor]]:
     entries: dict[str, Entry] = {}
     by_id: dict[int, list[str]] = {}
     tensors: dict[str, torch.Tensor] = {}
@@ -124,7 +129,11 @@ def snapshot(model: nn.Module, recorder: attribute.WriteRecorder | None, *,
     classes: dict[str, dict[str, Any]] = {}
     for path, mod in model.named_modules(remove_duplicate=False):
         cls = type(mod)
-        classes[path] = {"cls": cls.__qualname__, "file": _class_file(cls), "module": cls.__module__}
+        classes[path] = {
+            "cls": cls.__qualname__,
+            "file": _class_file(cls),
+            "module": cls.__module__,
+        }
     for kind, path, attr, mod, t in _walk_tensors(model):
         name = _name(path, attr)
         cls = type(mod)
@@ -206,9 +215,14 @@ def _has(m: nn.Module, name: str) -> bool:
     return callable(getattr(m, name, None))
 
 
-def run_init(model: nn.Module, init: str, order: str = "post",
-             tracker: _HookWrites | None = None, hooks: Sequence[str] = (),
-             device: str | None = None) -> str:
+def run_init(
+    model: nn.Module,
+    init: str,
+    order: str = "post",
+    tracker: _HookWrites | None = None,
+    hooks: Sequence[str] = (),
+    device: str | None = None,
+) -> str:
     """Run the init entry point on ``model``; returns a description of what ran.
 
     - ``reset_parameters``: every module's ``reset_parameters()``, children first (``order``);
@@ -249,7 +263,9 @@ def run_init(model: nn.Module, init: str, order: str = "post",
                     break
         where = "children first" if order == "post" else "parents first"
         if _has(model, "init_weights") and init == "auto":
-            used = f"root init_weights() after submodules' init_weights()/reset_parameters() {where}"
+            used = (
+                f"root init_weights() after submodules' init_weights()/reset_parameters() {where}"
+            )
         elif "init_weights" in ran:
             used = f"init_weights() or reset_parameters() per module, {where}"
         else:
@@ -274,7 +290,9 @@ def run_init(model: nn.Module, init: str, order: str = "post",
 def per_module_hooks(hooks: Sequence[str]) -> tuple[str, ...]:
     """The configured hooks the probe calls on every module after the init entry point: those
     beyond the built-in ones, and public (a private hook is applied by a parent)."""
-    return tuple(h for h in dict.fromkeys(hooks) if h not in DEFAULT_HOOKS and not h.startswith("_"))
+    return tuple(
+        h for h in dict.fromkeys(hooks) if h not in DEFAULT_HOOKS and not h.startswith("_")
+    )
 
 
 class ProbeSetupError(Exception):
@@ -385,11 +403,19 @@ _WHAT = {
 }
 
 
-def _findings_to_diags(findings: list[Finding], init_used: str, fallback_file: str | None) -> list[Diagnostic]:
+def _findings_to_diags(
+    findings: list[Finding], init_used: str, fallback_file: str | None
+) -> list[Diagnostic]:
     # one diagnostic per (code, class, attr, site, detail kind); further paths are counted
     groups: dict[tuple, list[Finding]] = {}
     for f in findings:
-        key = (f.code, f.cls, f.attr, f.site.file if f.site else None, f.site.line if f.site else None)
+        key = (
+            f.code,
+            f.cls,
+            f.attr,
+            f.site.file if f.site else None,
+            f.site.line if f.site else None,
+        )
         groups.setdefault(key, []).append(f)
     out = []
     for fs in groups.values():
@@ -399,8 +425,10 @@ def _findings_to_diags(findings: list[Finding], init_used: str, fallback_file: s
         more = f" and {len(names) - 1} more" if len(names) > 1 else ""
         at = f"; set at {f.site.short()}" if f.site and f.code in _WHAT else ""
         if f.code in _WHAT:
-            msg = (f"`{f.attr}` of {f.cls} ({where}{more}) {_WHAT[f.code]} after meta build + "
-                   f"{init_used}: {f.detail}{at}")
+            msg = (
+                f"`{f.attr}` of {f.cls} ({where}{more}) {_WHAT[f.code]} after meta build + "
+                f"{init_used}: {f.detail}{at}"
+            )
         else:
             msg = f.detail
         out.append(_diag(f, msg, fallback_file))
@@ -422,7 +450,11 @@ def _raise_site(exc: BaseException) -> tuple[attribute.Site | None, str | None]:
     while tb is not None:
         fr = tb.tb_frame
         fn = fr.f_code.co_filename
-        if not fn.startswith(torch_dir) and not fn.startswith(attribute._PROBE_DIR) and not fn.startswith("<"):
+        if (
+            not fn.startswith(torch_dir)
+            and not fn.startswith(attribute._PROBE_DIR)
+            and not fn.startswith("<")
+        ):
             site = attribute.Site(fn, tb.tb_lineno, fr.f_code.co_name)
             obj = fr.f_locals.get("self")
             if isinstance(obj, nn.Module):
@@ -467,8 +499,15 @@ def _class_site(info: dict[str, Any]) -> attribute.Site | None:
     return None
 
 
-def _deferred(make: Callable[[], nn.Module], device: str, init: str, order: str,
-              eager: Snapshot, track: bool, hooks: Sequence[str] = ()):
+def _deferred(
+    make: Callable[[], nn.Module],
+    device: str,
+    init: str,
+    order: str,
+    eager: Snapshot,
+    track: bool,
+    hooks: Sequence[str] = (),
+):
     with torch.device("meta"):
         model = make()
     model.to_empty(device=device)
@@ -481,7 +520,9 @@ def _deferred(make: Callable[[], nn.Module], device: str, init: str, order: str,
             continue
         seen.add(id(t))
         compare.poison_(t, e.stats if e else None)
-        poisons[name] = compare.tensor_stats(t, keep_copy=False) if t.numel() <= compare.SMALL else None
+        poisons[name] = (
+            compare.tensor_stats(t, keep_copy=False) if t.numel() <= compare.SMALL else None
+        )
     tracker = None
     if track:
         owners = {}
@@ -508,9 +549,11 @@ def _poison_hit(t: torch.Tensor, st: compare.Stats, eager: compare.Stats | None)
         if eager is not None and eager.copy is not None and tuple(t.shape) == eager.shape:
             return bool(torch.equal(t.detach().cpu(), ~eager.copy.to(torch.bool)))
         return False
-    return st.min == st.max and st.min in (compare.INT_POISON, torch.iinfo(t.dtype).min,
-                                           torch.iinfo(t.dtype).max) and not (
-        eager is not None and eager.min == eager.max == st.min)
+    return (
+        st.min == st.max
+        and st.min in (compare.INT_POISON, torch.iinfo(t.dtype).min, torch.iinfo(t.dtype).max)
+        and not (eager is not None and eager.min == eager.max == st.min)
+    )
 
 
 def _compare_models(eager: Snapshot, model: nn.Module) -> tuple[list[Finding], Snapshot]:
@@ -519,35 +562,70 @@ def _compare_models(eager: Snapshot, model: nn.Module) -> tuple[list[Finding], S
     for name, e in eager.entries.items():
         d = deferred.entries.get(name)
         if d is None:
-            findings.append(Finding("MP008", e.cls, e.cls_file, e.attr, [name],
-                                    f"missing after meta build ({e.kind} in eager)", e.site))
+            findings.append(
+                Finding(
+                    "MP008",
+                    e.cls,
+                    e.cls_file,
+                    e.attr,
+                    [name],
+                    f"missing after meta build ({e.kind} in eager)",
+                    e.site,
+                )
+            )
             continue
         t = tensors[name]
         # plain tensor attributes are not poisoned: to_empty does not move them
         hit = e.kind != "attribute" and _poison_hit(t, d.stats, e.stats)
         diff = compare.compare(e.stats, d.stats, t, poison_hit=hit)
         if diff is not None:
-            findings.append(Finding(diff.code, e.cls, e.cls_file, e.attr, [name], diff.detail, e.site))
+            findings.append(
+                Finding(diff.code, e.cls, e.cls_file, e.attr, [name], diff.detail, e.site)
+            )
     for name, d in deferred.entries.items():
         if name not in eager.entries:
-            findings.append(Finding("MP008", d.cls, d.cls_file, d.attr, [name],
-                                    f"extra {d.kind} after meta build (absent in eager)", None))
+            findings.append(
+                Finding(
+                    "MP008",
+                    d.cls,
+                    d.cls_file,
+                    d.attr,
+                    [name],
+                    f"extra {d.kind} after meta build (absent in eager)",
+                    None,
+                )
+            )
     # ties
     for group in eager.ties:
         objs = {id(tensors[n]) for n in group if n in tensors}
         if len(objs) > 1:
             e = eager.entries[group[-1]]
             site = _tie_site(eager.classes, group) or _class_site(eager.classes.get("", {}))
-            findings.append(Finding(
-                "MP005", site.owner if site and site.owner else e.cls, e.cls_file, e.attr, group,
-                f"tied parameters {', '.join(group)} are {len(objs)} different objects after "
-                f"meta build + init (the same object in eager)", site))
+            findings.append(
+                Finding(
+                    "MP005",
+                    site.owner if site and site.owner else e.cls,
+                    e.cls_file,
+                    e.attr,
+                    group,
+                    f"tied parameters {', '.join(group)} are {len(objs)} different objects after "
+                    f"meta build + init (the same object in eager)",
+                    site,
+                )
+            )
     return findings, deferred
 
 
-def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "auto",
-          seed: int = 0, label: str = "model", check_order: bool = True,
-          hooks: Sequence[str] = ()) -> ProbeResult:
+def probe(
+    make: Callable[[], nn.Module],
+    *,
+    device: str = "cpu",
+    init: str = "auto",
+    seed: int = 0,
+    label: str = "model",
+    check_order: bool = True,
+    hooks: Sequence[str] = (),
+) -> ProbeResult:
     """Probe ``make()``: see the module docstring. ``hooks``: the configured ``[tool.metalint]
     hooks`` (see :func:`run_init`). Never raises for the model's own failures (those become
     findings); raises :class:`ProbeSetupError` for a bad ``init``."""
@@ -580,8 +658,15 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
         site, owner = _raise_site(exc)
         cls = owner or eager.classes.get("", {}).get("cls", label)
         msg = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
-        f = Finding("MP006", cls, fallback_file, None, [],
-                    f"constructing {cls} on the meta device raised {msg[:300]}", site)
+        f = Finding(
+            "MP006",
+            cls,
+            fallback_file,
+            None,
+            [],
+            f"constructing {cls} on the meta device raised {msg[:300]}",
+            site,
+        )
         res.findings = _findings_to_diags([f], "", fallback_file)
         res.status = "failed"
         res.classes = _class_summary(eager, [f], cls)
@@ -602,18 +687,26 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
             continue  # a small temporary freed before the build ended (e.g. linspace().tolist())
         owner = site.owner if site and site.owner else eager.classes.get("", {}).get("cls", label)
         how = "kept in the model" if kept else "temporary"
-        findings.append(Finding(
-            "MP007", owner, None, None, [],
-            f"building {owner} on meta allocated {nbytes} bytes on {es[0].device} "
-            f"({len(es)} tensor{'s' if len(es) != 1 else ''}, {how}: "
-            f"{', '.join('aten.' + o for o in ops)})",
-            site))
+        findings.append(
+            Finding(
+                "MP007",
+                owner,
+                None,
+                None,
+                [],
+                f"building {owner} on meta allocated {nbytes} bytes on {es[0].device} "
+                f"({len(es)} tensor{'s' if len(es) != 1 else ''}, {how}: "
+                f"{', '.join('aten.' + o for o in ops)})",
+                site,
+            )
+        )
     del model, esc
     # 3-5. deferred build, poison, init, compare
     torch.manual_seed(seed + 1)
     try:
-        model, used, _, tracker = _deferred(make, device, init, "post", eager, track=True,
-                                            hooks=hooks)
+        model, used, _, tracker = _deferred(
+            make, device, init, "post", eager, track=True, hooks=hooks
+        )
     except ProbeSetupError:
         raise
     except Exception as exc:
@@ -624,7 +717,12 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
     del model
     gc.collect()
     # 6. hook order
-    if check_order and tracker is not None and tracker.foreign and init in ("auto", "reset_parameters"):
+    if (
+        check_order
+        and tracker is not None
+        and tracker.foreign
+        and init in ("auto", "reset_parameters")
+    ):
         torch.manual_seed(seed + 1)
         model2, used2, _, _ = _deferred(make, device, init, "pre", eager, track=False, hooks=hooks)
         diffs2, _ = _compare_models(eager, model2)
@@ -645,17 +743,28 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
             if hook_fn is not None:
                 try:
                     _, line = inspect.getsourcelines(hook_fn)
-                    site = attribute.Site(inspect.getsourcefile(hook_fn), line, "reset_parameters", owner_cls)
+                    site = attribute.Site(
+                        inspect.getsourcefile(hook_fn), line, "reset_parameters", owner_cls
+                    )
                 except (OSError, TypeError):
                     site = None
-            findings.append(Finding(
-                "MP009", owner_cls, eager.classes.get(hook, {}).get("file"), None, [written],
-                f"the verdict depends on hook order: {owner_cls}.reset_parameters() "
-                f"({hook or 'root'}) writes {written} of a child; children-first fails "
-                f"{only_post or 'nothing more'}, parents-first fails {only_pre or 'nothing more'}",
-                site))
+            findings.append(
+                Finding(
+                    "MP009",
+                    owner_cls,
+                    eager.classes.get(hook, {}).get("file"),
+                    None,
+                    [written],
+                    f"the verdict depends on hook order: {owner_cls}.reset_parameters() "
+                    f"({hook or 'root'}) writes {written} of a child; children-first fails "
+                    f"{only_post or 'nothing more'}, parents-first fails {only_pre or 'nothing more'}",
+                    site,
+                )
+            )
     findings.extend(diffs)
-    res.lost = len({n for f in diffs if f.code in ("MP001", "MP002", "MP003", "MP004") for n in f.names})
+    res.lost = len(
+        {n for f in diffs if f.code in ("MP001", "MP002", "MP003", "MP004") for n in f.names}
+    )
     res.findings = _findings_to_diags(findings, used, fallback_file)
     res.status = "failed" if res.findings else "passed"
     res.classes = _class_summary(eager, findings, None)
@@ -663,7 +772,9 @@ def probe(make: Callable[[], nn.Module], *, device: str = "cpu", init: str = "au
     return res
 
 
-def _class_summary(eager: Snapshot, findings: list[Finding], raised: str | None) -> dict[str, dict[str, Any]]:
+def _class_summary(
+    eager: Snapshot, findings: list[Finding], raised: str | None
+) -> dict[str, dict[str, Any]]:
     """Per probed class (``file::qualname``): own tensor attrs, broken attrs, class-level codes,
     broken tensors in its subtree. Used by :func:`metalint.probe.merge.mark_verdicts`."""
     out: dict[str, dict[str, Any]] = {}
@@ -671,9 +782,19 @@ def _class_summary(eager: Snapshot, findings: list[Finding], raised: str | None)
     for path, info in eager.classes.items():
         key = f"{info['file']}::{info['cls']}"
         path_cls[path] = key
-        out.setdefault(key, {"file": info["file"], "cls": info["cls"], "module": info["module"],
-                             "attrs": [], "broken": {}, "codes": [], "subtree_broken": 0,
-                             "raised": False})
+        out.setdefault(
+            key,
+            {
+                "file": info["file"],
+                "cls": info["cls"],
+                "module": info["module"],
+                "attrs": [],
+                "broken": {},
+                "codes": [],
+                "subtree_broken": 0,
+                "raised": False,
+            },
+        )
     for e in eager.entries.values():
         key = path_cls.get(e.owner)
         if key and e.attr not in out[key]["attrs"]:

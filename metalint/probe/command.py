@@ -12,8 +12,8 @@ import click
 from metalint import report
 from metalint.diagnostics import Diagnostic, Position
 from metalint.probe.codes import PROBE_CODES
-from metalint.probe.results import verdict_text
 from metalint.probe.isolate import Options, Outcome, run_target
+from metalint.probe.results import verdict_text
 from metalint.probe.target import Target, load_settings_for_probe, parse_target
 
 
@@ -41,8 +41,17 @@ class ProbeReport:
             if o.kind != "result" or not o.result:
                 continue
             for key, info in o.result.get("classes", {}).items():
-                m = merged.setdefault(key, {**info, "attrs": [], "broken": {}, "codes": [],
-                                            "subtree_broken": 0, "raised": False})
+                m = merged.setdefault(
+                    key,
+                    {
+                        **info,
+                        "attrs": [],
+                        "broken": {},
+                        "codes": [],
+                        "subtree_broken": 0,
+                        "raised": False,
+                    },
+                )
                 m["attrs"] = sorted(set(m["attrs"]) | set(info["attrs"]))
                 for a, codes in info["broken"].items():
                     m["broken"][a] = sorted(set(m["broken"].get(a, [])) | set(codes))
@@ -53,7 +62,7 @@ class ProbeReport:
 
 
 def error_diagnostic(o: Outcome) -> Diagnostic:
-    filename, row = (o.site if o.site else (o.file or o.label, 1))
+    filename, row = o.site if o.site else (o.file or o.label, 1)
     try:
         rel = os.path.relpath(filename)
         filename = filename if rel.startswith("..") else rel
@@ -114,27 +123,53 @@ def summary_lines(rep: ProbeReport) -> list[str]:
             r = o.result or {}
             args = f"({o.args})" if o.args and o.args != "factory" else ""
             meta = r.get("meta_alloc_bytes", 0)
-            note = f"; the meta build grew RssAnon by {meta / 2**20:.1f} MiB" if meta >= 1 << 20 else ""
-            lines.append(f"probe {o.label}{args} on {r.get('device')} via "
-                         f"{r.get('init_used') or '-'}: {verdict_text(r)}{note}")
+            note = (
+                f"; the meta build grew RssAnon by {meta / 2**20:.1f} MiB"
+                if meta >= 1 << 20
+                else ""
+            )
+            lines.append(
+                f"probe {o.label}{args} on {r.get('device')} via "
+                f"{r.get('init_used') or '-'}: {verdict_text(r)}{note}"
+            )
     return lines
 
 
 @click.command("probe")
 @click.argument("targets", nargs=-1)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
-              show_default=True, help="Device for to_empty and init (auto: cuda when available).")
-@click.option("--init", "init", default="auto", show_default=True,
-              help="auto | reset_parameters | init_weights | <module:callable> called with the model.")
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default="auto",
+    show_default=True,
+    help="Device for to_empty and init (auto: cuda when available).",
+)
+@click.option(
+    "--init",
+    "init",
+    default="auto",
+    show_default=True,
+    help="auto | reset_parameters | init_weights | <module:callable> called with the model.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--timeout", type=float, default=120.0, show_default=True,
-              help="Seconds per probed class/factory (and for importing a target).")
-@click.option("--output-format", "fmt", type=click.Choice(report.FORMATS), default="text",
-              show_default=True)
+@click.option(
+    "--timeout",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Seconds per probed class/factory (and for importing a target).",
+)
+@click.option(
+    "--output-format", "fmt", type=click.Choice(report.FORMATS), default="text", show_default=True
+)
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings are reported.")
-@click.option("--config", type=click.Path(dir_okay=False), default=None,
-              help="pyproject.toml to use (default: the nearest one above the first TARGET "
-                   "that is a file or folder, else above the working directory).")
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="pyproject.toml to use (default: the nearest one above the first TARGET "
+    "that is a file or folder, else above the working directory).",
+)
 def probe_command(targets, device, init, seed, timeout, fmt, exit_zero, config) -> None:
     """Build each TARGET eagerly and on meta, run its init, and compare every tensor.
 

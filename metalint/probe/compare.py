@@ -169,8 +169,17 @@ def _inside_stats(t: torch.Tensor, lo: float, hi: float) -> tuple[int, Stats | N
     if not n:
         return outside, None
     mean = s / n
-    st = Stats((n,), "float64", False, t.device.type, n, mean=mean,
-               std=math.sqrt(max(s2 / n - mean * mean, 0.0)), min=mn, max=mx)
+    st = Stats(
+        (n,),
+        "float64",
+        False,
+        t.device.type,
+        n,
+        mean=mean,
+        std=math.sqrt(max(s2 / n - mean * mean, 0.0)),
+        min=mn,
+        max=mx,
+    )
     return outside, st
 
 
@@ -188,8 +197,12 @@ def describe_stats(st: Stats) -> str:
     return f"mean {_fmt(st.mean)} std {_fmt(st.std)} range [{_fmt(st.min)}, {_fmt(st.max)}]"
 
 
-def compare(eager: Stats, deferred: Stats, deferred_tensor: torch.Tensor | None = None,
-            poison_hit: bool = False) -> Difference | None:
+def compare(
+    eager: Stats,
+    deferred: Stats,
+    deferred_tensor: torch.Tensor | None = None,
+    poison_hit: bool = False,
+) -> Difference | None:
     """``None`` when ``deferred`` matches ``eager``; else what differs."""
     if deferred.device == "meta":
         return Difference("MP003", "still on meta after init")
@@ -207,13 +220,16 @@ def compare(eager: Stats, deferred: Stats, deferred_tensor: torch.Tensor | None 
     code = "MP001" if eager.deterministic else "MP002"
     if poison_hit:
         return Difference(
-            code, f"never re-initialised: eager {describe_stats(eager)}, deferred still holds "
-            f"the poison ({describe_stats(deferred)})", never_reinit=True
+            code,
+            f"never re-initialised: eager {describe_stats(eager)}, deferred still holds "
+            f"the poison ({describe_stats(deferred)})",
+            never_reinit=True,
         )
     if eager.nonfinite == 0 and deferred.nonfinite:
         return Difference(
-            "MP004", f"eager finite ({describe_stats(eager)}), deferred has "
-            f"{deferred.nonfinite} non-finite of {deferred.numel}"
+            "MP004",
+            f"eager finite ({describe_stats(eager)}), deferred has "
+            f"{deferred.nonfinite} non-finite of {deferred.numel}",
         )
     if eager.deterministic:
         if eager.digest == deferred.digest:
@@ -224,10 +240,13 @@ def compare(eager: Stats, deferred: Stats, deferred_tensor: torch.Tensor | None 
             if a.dtype == b.dtype and _is_float(a):
                 if torch.allclose(b, a, rtol=1e-5, atol=1e-7, equal_nan=True):
                     return None
-                err = float((b.to(torch.float64) - a.to(torch.float64)).abs().nan_to_num(math.inf).max())
+                err = float(
+                    (b.to(torch.float64) - a.to(torch.float64)).abs().nan_to_num(math.inf).max()
+                )
                 return Difference(
-                    "MP001", f"eager {describe_stats(eager)}, deferred {describe_stats(deferred)} "
-                    f"(max |diff| {_fmt(err)})"
+                    "MP001",
+                    f"eager {describe_stats(eager)}, deferred {describe_stats(deferred)} "
+                    f"(max |diff| {_fmt(err)})",
                 )
             if torch.equal(a, b):
                 return None
@@ -235,11 +254,18 @@ def compare(eager: Stats, deferred: Stats, deferred_tensor: torch.Tensor | None 
                 "MP001", f"eager {describe_stats(eager)}, deferred {describe_stats(deferred)}"
             )
         # large deterministic tensor on another device: tight statistics
-        if all(
-            math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-6)
-            for x, y in ((eager.mean, deferred.mean), (eager.std, deferred.std),
-                         (eager.min, deferred.min), (eager.max, deferred.max))
-        ) and eager.device != deferred.device:
+        if (
+            all(
+                math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-6)
+                for x, y in (
+                    (eager.mean, deferred.mean),
+                    (eager.std, deferred.std),
+                    (eager.min, deferred.min),
+                    (eager.max, deferred.max),
+                )
+            )
+            and eager.device != deferred.device
+        ):
             return None
         return Difference(
             "MP001", f"eager {describe_stats(eager)}, deferred {describe_stats(deferred)}"
@@ -267,7 +293,8 @@ def compare(eager: Stats, deferred: Stats, deferred_tensor: torch.Tensor | None 
         why.append("range")
     if why:
         return Difference(
-            "MP002", f"{'/'.join(why)} differ: eager {describe_stats(eager)}, deferred "
-            f"{describe_stats(deferred)}"
+            "MP002",
+            f"{'/'.join(why)} differ: eager {describe_stats(eager)}, deferred "
+            f"{describe_stats(deferred)}",
         )
     return None

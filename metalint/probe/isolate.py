@@ -64,8 +64,13 @@ def _crash_site(stderr: str) -> tuple[str, int] | None:
     dump = re.split(r"Fatal Python error|most recent call first", stderr)[-1]
     for m in re.finditer(r'File "([^"]+)", line (\d+)', dump):
         fn = m.group(1)
-        if (torch_marker in fn or os.sep + "metalint" + os.sep + "probe" + os.sep in fn
-                or fn.startswith("<") or fn.startswith(stdlib) or "site-packages" + os.sep + "torch" in fn):
+        if (
+            torch_marker in fn
+            or os.sep + "metalint" + os.sep + "probe" + os.sep in fn
+            or fn.startswith("<")
+            or fn.startswith(stdlib)
+            or "site-packages" + os.sep + "torch" in fn
+        ):
             continue
         return fn, int(m.group(2))
     return None
@@ -93,8 +98,12 @@ def run_target(target: Target, opts: Options) -> list[Outcome]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     while True:
         job = {
-            "target": {"spec": target.spec, "path": target.path, "module": target.module,
-                       "attr": target.attr},
+            "target": {
+                "spec": target.spec,
+                "path": target.path,
+                "module": target.module,
+                "attr": target.attr,
+            },
             "skip": done,
             "device": opts.device,
             "init": opts.init,
@@ -104,7 +113,11 @@ def run_target(target: Target, opts: Options) -> list[Outcome]:
         with tempfile.TemporaryFile(mode="w+") as err:
             proc = subprocess.Popen(
                 [opts.python, "-m", "metalint.probe.worker"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=env,
             )
             assert proc.stdin and proc.stdout
             proc.stdin.write(json.dumps(job))
@@ -147,7 +160,11 @@ def run_target(target: Target, opts: Options) -> list[Outcome]:
                     if ev.get("skip"):
                         outcomes.append(Outcome(ev["label"], "skip", file, message=ev["skip"]))
                     else:
-                        outcomes.append(Outcome(ev["label"], "result", file, ev["result"], args=ev.get("args", "")))
+                        outcomes.append(
+                            Outcome(
+                                ev["label"], "result", file, ev["result"], args=ev.get("args", "")
+                            )
+                        )
                 elif kind == "error":
                     label = ev.get("label")
                     if label is None:
@@ -183,6 +200,9 @@ def run_target(target: Target, opts: Options) -> list[Outcome]:
 def _last_error_line(stderr: str) -> str:
     lines = [l.strip() for l in stderr.strip().splitlines() if l.strip()]
     for l in reversed(lines):
-        if l.startswith(("Fatal Python error", "MemoryError", "Killed")) or "Error" in l.split(":")[0]:
+        if (
+            l.startswith(("Fatal Python error", "MemoryError", "Killed"))
+            or "Error" in l.split(":")[0]
+        ):
             return l[:300]
     return ""

@@ -51,7 +51,9 @@ def _classes_of(probe_report: Any) -> Mapping[str, Mapping[str, Any]]:
     return probe_report.classes
 
 
-def _lookup(classes: Iterable[Mapping[str, Any]], filename: str, symbol: str) -> Mapping[str, Any] | None:
+def _lookup(
+    classes: Iterable[Mapping[str, Any]], filename: str, symbol: str
+) -> Mapping[str, Any] | None:
     want = _norm(filename)
     fallback = None
     for info in classes:
@@ -60,8 +62,14 @@ def _lookup(classes: Iterable[Mapping[str, Any]], filename: str, symbol: str) ->
         have = _norm(info.get("file"))
         if have == want:
             return info
-        if have and want and (have.endswith(os.sep + os.path.basename(want))
-                              and want.endswith(os.sep + os.path.basename(have))):
+        if (
+            have
+            and want
+            and (
+                have.endswith(os.sep + os.path.basename(want))
+                and want.endswith(os.sep + os.path.basename(have))
+            )
+        ):
             fallback = fallback or info
     return fallback
 
@@ -109,7 +117,9 @@ def lost_tensor(diag: Diagnostic) -> tuple[str, str, str] | None:
     """``(file, class, tensor)`` when ``diag`` says that one tensor of its own class is lost:
     a static finding of a rule that names its tensor first, or the probe's MP001-MP004. A
     static finding the probe confirmed and the probe's own finding then say the same thing."""
-    if diag.symbol is None or (diag.code not in _NAMED_TENSOR_RULES and diag.code not in _LOST_TENSOR_CODES):
+    if diag.symbol is None or (
+        diag.code not in _NAMED_TENSOR_RULES and diag.code not in _LOST_TENSOR_CODES
+    ):
         return None
     m = _ATTR.search(diag.message)
     if m is None or _CHILD_TENSOR.match(diag.message):

@@ -21,5 +21,7 @@ def verdict_text(result: dict[str, Any]) -> str:
     other = [f for f in findings if f["code"] not in LOST_CODES]
     if other or not parts:
         codes = sorted({f["code"] for f in findings})
-        parts.append(f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({', '.join(codes)})")
+        parts.append(
+            f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({', '.join(codes)})"
+        )
     return "failed: " + ", ".join(parts)

@@ -98,21 +98,85 @@ class CannotConstruct(Exception):
 
 
 _DIM_NAMES = {
-    "dim", "d_model", "hidden_size", "hidden_dim", "embed_dim", "embedding_dim", "in_features",
-    "out_features", "in_channels", "out_channels", "channels", "num_channels", "features",
-    "num_features", "in_dim", "out_dim", "width", "d_ff", "ffn_dim", "intermediate_size",
-    "mlp_dim", "inner_dim", "dim_out", "dim_in", "hidden_features", "out_chans", "in_chans",
-    "normalized_shape", "size", "head_dim", "dim_head", "n_embd", "d_hidden", "input_size",
-    "output_size", "model_dim", "emb_dim", "c", "ch", "planes", "inplanes",
+    "dim",
+    "d_model",
+    "hidden_size",
+    "hidden_dim",
+    "embed_dim",
+    "embedding_dim",
+    "in_features",
+    "out_features",
+    "in_channels",
+    "out_channels",
+    "channels",
+    "num_channels",
+    "features",
+    "num_features",
+    "in_dim",
+    "out_dim",
+    "width",
+    "d_ff",
+    "ffn_dim",
+    "intermediate_size",
+    "mlp_dim",
+    "inner_dim",
+    "dim_out",
+    "dim_in",
+    "hidden_features",
+    "out_chans",
+    "in_chans",
+    "normalized_shape",
+    "size",
+    "head_dim",
+    "dim_head",
+    "n_embd",
+    "d_hidden",
+    "input_size",
+    "output_size",
+    "model_dim",
+    "emb_dim",
+    "c",
+    "ch",
+    "planes",
+    "inplanes",
 }
-_HEAD_NAMES = {"num_heads", "heads", "n_heads", "n_head", "num_attention_heads", "nhead",
-               "num_key_value_heads", "n_kv_heads", "num_kv_heads", "groups", "num_groups"}
-_COUNT_NAMES = {"num_layers", "depth", "n_layers", "n_layer", "num_hidden_layers", "layers",
-                "num_blocks", "n_blocks"}
+_HEAD_NAMES = {
+    "num_heads",
+    "heads",
+    "n_heads",
+    "n_head",
+    "num_attention_heads",
+    "nhead",
+    "num_key_value_heads",
+    "n_kv_heads",
+    "num_kv_heads",
+    "groups",
+    "num_groups",
+}
+_COUNT_NAMES = {
+    "num_layers",
+    "depth",
+    "n_layers",
+    "n_layer",
+    "num_hidden_layers",
+    "layers",
+    "num_blocks",
+    "n_blocks",
+}
 _VOCAB_NAMES = {"vocab_size", "num_embeddings", "num_classes", "n_vocab", "num_tokens", "n_classes"}
-_SEQ_NAMES = {"max_seq_len", "max_position_embeddings", "seq_len", "max_len", "block_size",
-              "context_length", "max_seq_length", "n_positions", "num_positions", "img_size",
-              "image_size"}
+_SEQ_NAMES = {
+    "max_seq_len",
+    "max_position_embeddings",
+    "seq_len",
+    "max_len",
+    "block_size",
+    "context_length",
+    "max_seq_length",
+    "n_positions",
+    "num_positions",
+    "img_size",
+    "image_size",
+}
 _KERNEL_NAMES = {"kernel_size", "patch_size", "stride", "window_size"}
 _FLOAT_SMALL = {"eps", "layer_norm_eps", "norm_eps", "rms_norm_eps", "epsilon"}
 
@@ -177,13 +241,17 @@ def infer_arguments(cls: type) -> dict[str, Any]:
             kwargs[p.name] = torch.float32  # torchtune's KVCache(..., dtype)
             continue
         if ann is float:
-            kwargs[p.name] = 1e-5 if p.name.lower() in _FLOAT_SMALL or "eps" in p.name.lower() else 0.1
+            kwargs[p.name] = (
+                1e-5 if p.name.lower() in _FLOAT_SMALL or "eps" in p.name.lower() else 0.1
+            )
             continue
         guess = _int_for(p.name)
         if ann is int or (ann is p.empty and guess is not None):
             kwargs[p.name] = guess if guess is not None else 4
             continue
-        if ann is p.empty and ("eps" in p.name.lower() or p.name.lower() in ("dropout", "p", "drop")):
+        if ann is p.empty and (
+            "eps" in p.name.lower() or p.name.lower() in ("dropout", "p", "drop")
+        ):
             kwargs[p.name] = 1e-5 if "eps" in p.name.lower() else 0.0
             continue
         shown = "" if ann is p.empty else f": {getattr(ann, '__name__', ann)}"
@@ -249,8 +317,9 @@ def resolve_items(target: Target) -> list[Item]:
     return items
 
 
-def load_settings_for_probe(start: str | os.PathLike | None = None,
-                            config: str | os.PathLike | None = None):
+def load_settings_for_probe(
+    start: str | os.PathLike | None = None, config: str | os.PathLike | None = None
+):
     """The settings (``hooks`` and ``[tool.metalint.probe]``) of ``config``, else of the
     nearest pyproject.toml with a ``[tool.metalint]`` table above ``start`` (a file or folder;
     default: the working directory), read by :mod:`metalint.config` like every other setting;

@@ -54,20 +54,35 @@ def main() -> int:
             continue
         emit(event="start", label=item.label)
         try:
-            res = probe(item.make, device=job["device"], init=job["init"], seed=job["seed"],
-                        label=item.label, hooks=job.get("hooks", ()))
+            res = probe(
+                item.make,
+                device=job["device"],
+                init=job["init"],
+                seed=job["seed"],
+                label=item.label,
+                hooks=job.get("hooks", ()),
+            )
         except ProbeSetupError as exc:
             if getattr(exc, "stage", None) == "eager construction" and item.args != "factory":
                 # arguments we guessed: not the user's failure, say why and go on
                 shown = f"({item.args})" if item.args else "()"
-                emit(event="result", label=item.label, file=item.file,
-                     skip=f"cannot construct: {item.qualname}{shown}: {exc}")
+                emit(
+                    event="result",
+                    label=item.label,
+                    file=item.file,
+                    skip=f"cannot construct: {item.qualname}{shown}: {exc}",
+                )
                 continue
             emit(event="error", label=item.label, message=str(exc), traceback="", file=item.file)
             continue
         except BaseException as exc:  # a bug of the probe: report, go on
-            emit(event="error", label=item.label, message="probe failed: " + _one_line(exc),
-                 traceback=traceback.format_exc(), file=item.file)
+            emit(
+                event="error",
+                label=item.label,
+                message="probe failed: " + _one_line(exc),
+                traceback=traceback.format_exc(),
+                file=item.file,
+            )
             continue
         emit(event="result", label=item.label, result=res.to_json(), args=item.args, file=item.file)
     return 0

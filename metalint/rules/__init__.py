@@ -68,7 +68,9 @@ def rule_codes() -> tuple[tuple[str, ...], frozenset[str]]:
             code = attrs.get("code")
             if isinstance(code, ast.Constant) and isinstance(code.value, str):
                 default = attrs.get("default")
-                codes[code.value] = not (isinstance(default, ast.Constant) and default.value is False)
+                codes[code.value] = not (
+                    isinstance(default, ast.Constant) and default.value is False
+                )
     return tuple(sorted(codes)), frozenset(c for c, on in codes.items() if on)
 
 

@@ -5,7 +5,12 @@ from collections.abc import Iterable
 import libcst as cst
 
 from metalint.static.model import ClassFacts, MethodFacts, function_facts
-from metalint.static.ownership import construction, meta_tensor, own_tensor_names, truthiness_tensors
+from metalint.static.ownership import (
+    construction,
+    meta_tensor,
+    own_tensor_names,
+    truthiness_tensors,
+)
 from metalint.static.rule import Finding, Rule
 
 READS = {"item": "`.item()`", "tolist": "`.tolist()`", "numpy": "`.numpy()`"}
@@ -203,10 +208,16 @@ class WindowAttention(nn.Module):
         name = func.value
         if name not in self._helper_facts:
             fn = next(
-                (s for s in self.ctx.module.body if isinstance(s, cst.FunctionDef) and s.name.value == name),
+                (
+                    s
+                    for s in self.ctx.module.body
+                    if isinstance(s, cst.FunctionDef) and s.name.value == name
+                ),
                 None,
             )
-            self._helper_facts[name] = function_facts(fn, self.ctx.facts) if fn is not None else None
+            self._helper_facts[name] = (
+                function_facts(fn, self.ctx.facts) if fn is not None else None
+            )
         return self._helper_facts[name]
 
     def _reads(self, cls, method, own, caller) -> Iterable[Finding]:
@@ -226,7 +237,11 @@ class WindowAttention(nn.Module):
         for cond in method.conditions:
             for part in truthiness_tensors(cond, self.qualify, method, own):
                 yield self._finding(
-                    cls, method, part, f"the condition `{_short(part)}` (a tensor's truth value)", caller
+                    cls,
+                    method,
+                    part,
+                    f"the condition `{_short(part)}` (a tensor's truth value)",
+                    caller,
                 )
 
     def _finding(self, cls, method, node, what, caller=None) -> Finding:
@@ -239,8 +254,8 @@ class WindowAttention(nn.Module):
             where = f"`{method.name}()` (called from `__init__`)"
         return Finding(
             node,
-            f"{what} in {where} reads the value of a tensor; under `torch.device(\"meta\")` it "
+            f'{what} in {where} reads the value of a tensor; under `torch.device("meta")` it '
             f"has no data and this raises, so the module cannot be built on meta. Compute it "
-            f"with Python numbers, or create that tensor with `device=\"cpu\"`",
+            f'with Python numbers, or create that tensor with `device="cpu"`',
             cls,
         )

@@ -190,7 +190,7 @@ class Table(nn.Module):
         q = call.qualname or ""
         if q in LEGACY_CONSTRUCTORS:
             how = (
-                f"`{short(node, 40)}` allocates CPU memory even under `torch.device(\"meta\")` "
+                f'`{short(node, 40)}` allocates CPU memory even under `torch.device("meta")` '
                 f"(a legacy constructor)"
             )
             instead = (
@@ -234,7 +234,8 @@ class Table(nn.Module):
         # already on a real device (reported as an escape) or from a legacy constructor
         for n in walk(receiver):
             if isinstance(n, cst.Call) and (
-                keyword(n, "device") is not None or (self.qualify(n.func) or "") in LEGACY_CONSTRUCTORS
+                keyword(n, "device") is not None
+                or (self.qualify(n.func) or "") in LEGACY_CONSTRUCTORS
             ):
                 return None
         if isinstance(receiver, cst.Name):
@@ -245,8 +246,8 @@ class Table(nn.Module):
         return Finding(
             call.node,
             f"`{short(call.node, 50)}` copies a tensor created in `{method.name}` to a real "
-            f"device: built on meta it has no data and this raises \"Cannot copy out of meta "
-            f"tensor\" (eagerly it allocates on that device). Create the tensor with "
+            f'device: built on meta it has no data and this raises "Cannot copy out of meta '
+            f'tensor" (eagerly it allocates on that device). Create the tensor with '
             f"`device=device` from the constructor, or compute it in `reset_parameters()`",
             cls,
         )
@@ -258,7 +259,11 @@ class Table(nn.Module):
             return True
         if isinstance(value, cst.Call):
             q = self.qualify(value.func) or ""
-            if q in BUFFER_CLASSES or (q.startswith("torch.nn.") and not q.startswith("torch.nn.functional.") and not q.startswith("torch.nn.init.")):
+            if q in BUFFER_CLASSES or (
+                q.startswith("torch.nn.")
+                and not q.startswith("torch.nn.functional.")
+                and not q.startswith("torch.nn.init.")
+            ):
                 return True
         return is_tensor(value, self.qualify, method)
 
@@ -275,7 +280,10 @@ class Table(nn.Module):
                     if attr:
                         attrs.append(attr)
             for call in method.calls:
-                if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
+                if call.receiver == "self" and call.method in (
+                    "register_buffer",
+                    "register_parameter",
+                ):
                     args = call.node.args
                     if len(args) >= 2 and pred(args[1].value):
                         name = string_value(args[0].value)

@@ -9,9 +9,8 @@ from metalint.static.construction import hook_free_construction, short
 from metalint.static.defaults import applied_function, is_self_apply, unwrap_partial
 from metalint.static.model import CallSite, ClassFacts
 from metalint.static.names import dotted
-from metalint.static.tensors import string_value
 from metalint.static.rule import Finding, Rule
-from metalint.static.tensors import INPLACE_METHODS
+from metalint.static.tensors import INPLACE_METHODS, string_value
 
 #: in-place methods that set a tensor's values when called on an own tensor in ``__init__``
 _SETTERS = INPLACE_METHODS - {"set_"}
@@ -30,7 +29,19 @@ def init_target(call: CallSite, qualify) -> str | None:
         return None
     if not (
         func.startswith("torch.nn.init.")
-        or any(w in last for w in ("init", "normal", "uniform", "constant", "zeros", "ones", "orthogonal", "fill"))
+        or any(
+            w in last
+            for w in (
+                "init",
+                "normal",
+                "uniform",
+                "constant",
+                "zeros",
+                "ones",
+                "orthogonal",
+                "fill",
+            )
+        )
     ):
         return None
     target = dotted(node.args[0].value)
@@ -43,9 +54,19 @@ def init_target(call: CallSite, qualify) -> str | None:
 _NORMS = frozenset(
     f"torch.nn.{n}"
     for n in (
-        "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "LayerNorm", "GroupNorm",
-        "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "RMSNorm", "LazyBatchNorm1d",
-        "LazyBatchNorm2d", "LazyBatchNorm3d",
+        "BatchNorm1d",
+        "BatchNorm2d",
+        "BatchNorm3d",
+        "SyncBatchNorm",
+        "LayerNorm",
+        "GroupNorm",
+        "InstanceNorm1d",
+        "InstanceNorm2d",
+        "InstanceNorm3d",
+        "RMSNorm",
+        "LazyBatchNorm1d",
+        "LazyBatchNorm2d",
+        "LazyBatchNorm3d",
     )
 )
 
@@ -104,9 +125,14 @@ def _norm_default(cls, methods, name: str, qualify) -> float | None:
 
 
 #: ``isinstance(m, T)`` with one of these covers every BatchNorm
-_BATCH_NORM_BASES = frozenset({"torch.nn.modules.batchnorm._BatchNorm", "torch.nn.modules.batchnorm._NormBase"})
+_BATCH_NORM_BASES = frozenset(
+    {"torch.nn.modules.batchnorm._BatchNorm", "torch.nn.modules.batchnorm._NormBase"}
+)
 _BATCH_NORMS = frozenset(
-    {*(f"torch.nn.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")), *_BATCH_NORM_BASES}
+    {
+        *(f"torch.nn.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")),
+        *_BATCH_NORM_BASES,
+    }
 )
 
 
@@ -130,7 +156,9 @@ def _reset_types(fn: cst.FunctionDef, qualify, method: bool) -> set[str]:
     """The module types ``fn(m)`` calls ``m.reset_parameters()`` on whatever its other
     arguments: branches of an ``if``/``elif`` chain of ``isinstance(m, ...)`` tests only
     (EfficientViM's ``elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)): m.reset_parameters()``)."""
-    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)][1 if method else 0 :]
+    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)][
+        1 if method else 0 :
+    ]
     if not params or not isinstance(fn.body, cst.IndentedBlock):
         return set()
     m = params[0]
@@ -169,7 +197,11 @@ def reset_while_built(ctx) -> set[str]:
                     continue
                 fn = applied_function(call.node)
                 fn = unwrap_partial(fn, ctx.qualify) if fn is not None else None
-                if isinstance(fn, cst.Attribute) and dotted(fn.value) == "self" and fn.attr.value in cls.methods:
+                if (
+                    isinstance(fn, cst.Attribute)
+                    and dotted(fn.value) == "self"
+                    and fn.attr.value in cls.methods
+                ):
                     out |= _reset_types(cls.methods[fn.attr.value].node, ctx.qualify, method=True)
                 elif isinstance(fn, cst.Name) and fn.value in functions:
                     out |= _reset_types(functions[fn.value], ctx.qualify, method=False)
@@ -224,7 +256,9 @@ def _callee(code: str, at: int) -> str | None:
     return None
 
 
-def _no_op_by_default(cls, call: CallSite, name: str, restored, file_code: str, others=frozenset()) -> bool:
+def _no_op_by_default(
+    cls, call: CallSite, name: str, restored, file_code: str, others=frozenset()
+) -> bool:
     """``self.head.fc.weight.mul_(head_init_scale)`` with ``head_init_scale=1.0``, or
     ``constant_(self.bn.weight, bn_weight_init)`` with ``bn_weight_init=1`` on a norm: a no-op
     unless some caller in the file passes that keyword another value. A keyword passed to
@@ -592,13 +626,16 @@ class Model(nn.Module):
                         self._code = self.ctx.source or self.ctx.module.code
                     restored = _norm_default(cls, methods, name, self.qualify)
                     others = frozenset(
-                        c.name for c in self.ctx.facts.classes
-                        if c.name != cls.name and cls.fullname not in c.bases  # a subclass forwards it
+                        c.name
+                        for c in self.ctx.facts.classes
+                        if c.name != cls.name
+                        and cls.fullname not in c.bases  # a subclass forwards it
                     )
                     if _no_op_by_default(cls, call, name, restored, self._code, others):
                         continue
                     if restored is not None and _overwritten_by_parent(
-                        _child_class(cls, methods, name.split(".")[0], self.qualify), self._reset_by_parents()
+                        _child_class(cls, methods, name.split(".")[0], self.qualify),
+                        self._reset_by_parents(),
                     ):
                         continue
                 attr = name.split(".")[0]
@@ -619,4 +656,3 @@ class Model(nn.Module):
                     cls,
                     unless_recreated=(attr,),
                 )
-

@@ -4,15 +4,15 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.model import ClassFacts
-from metalint.static.ownership import construction, owned_tensors
-from metalint.static.rule import Finding, Rule
 from metalint.static.construction import (
     NEUTRAL_METHODS,
     computed,
     is_legacy_sizes,
     written_attr,
 )
+from metalint.static.model import ClassFacts
+from metalint.static.ownership import construction, owned_tensors
+from metalint.static.rule import Finding, Rule
 from metalint.static.tensors import EMPTY_FACTORIES, LEGACY_CONSTRUCTORS, value_kind
 
 
@@ -58,7 +58,9 @@ def _has_value(expr, qualify, method, depth: int = 0) -> bool:
         if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in NEUTRAL_METHODS:
             return _has_value(expr.func.value, qualify, method, depth + 1)
         return True
-    return isinstance(expr, (cst.BinaryOperation, cst.Subscript, cst.List, cst.Tuple, cst.Integer, cst.Float))
+    return isinstance(
+        expr, (cst.BinaryOperation, cst.Subscript, cst.List, cst.Tuple, cst.Integer, cst.Float)
+    )
 
 
 class MissingResetHook(Rule):

@@ -58,7 +58,9 @@ class NoDeviceDtypeKwargs(Rule):
 
     code = "ML012"
     name = "no-device-dtype-kwargs"
-    summary = "Module creates tensors but its constructor takes no `device`/`dtype` (no `skip_init`)"
+    summary = (
+        "Module creates tensors but its constructor takes no `device`/`dtype` (no `skip_init`)"
+    )
     default = False
 
     VALID = [

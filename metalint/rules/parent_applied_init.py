@@ -36,7 +36,9 @@ def _short(node: cst.CSTNode, limit: int = 50) -> str:
 PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters"})
 
 
-def module_loops(method: MethodFacts, with_params: bool = False) -> dict[cst.CSTNode, tuple[tuple[str, ...], bool]]:
+def module_loops(
+    method: MethodFacts, with_params: bool = False
+) -> dict[cst.CSTNode, tuple[tuple[str, ...], bool]]:
     """``for m in self.modules():`` (named_modules/children; ``self.parameters()`` when
     ``with_params``) -> (loop names, loops over tensors)."""
     out: dict[cst.CSTNode, tuple[tuple[str, ...], bool]] = {}
@@ -49,8 +51,10 @@ def module_loops(method: MethodFacts, with_params: bool = False) -> dict[cst.CST
         attr = name.split(".", 1)[1]
         if attr in MODULE_ITERATORS:
             out[node] = (targets, False)
-        elif with_params and attr in PARAMETER_ITERATORS and not any(
-            a.keyword is not None and a.keyword.value == "recurse" for a in it.args
+        elif (
+            with_params
+            and attr in PARAMETER_ITERATORS
+            and not any(a.keyword is not None and a.keyword.value == "recurse" for a in it.args)
         ):
             out[node] = (targets, True)
     return out
@@ -77,7 +81,9 @@ def loop_inits(method: MethodFacts, qualify, with_params: bool = False) -> list[
     return found
 
 
-def parent_inits(method: MethodFacts, qualify, with_params: bool = False) -> list[tuple[cst.CSTNode, str]]:
+def parent_inits(
+    method: MethodFacts, qualify, with_params: bool = False
+) -> list[tuple[cst.CSTNode, str]]:
     """Every parent-applied init in ``method``: (node, how it reads)."""
     out: list[tuple[cst.CSTNode, str]] = []
     for call in method.calls:
@@ -433,11 +439,18 @@ def _init(m):
                 if name not in NORM_LEAVES:
                     return False
                 args = call.node.args
-                value = args[1].value if name in ("constant_",) and len(args) > 1 else (
-                    args[0].value if name == "fill_" and args else None
+                value = (
+                    args[1].value
+                    if name in ("constant_",) and len(args) > 1
+                    else (args[0].value if name == "fill_" and args else None)
                 )
                 if value is not None and cst.Module([]).code_for_node(value).strip() not in (
-                    "0", "1", "0.", "1.", "0.0", "1.0"
+                    "0",
+                    "1",
+                    "0.",
+                    "1.",
+                    "0.0",
+                    "1.0",
                 ):
                     return False
                 kinds.add(name)
@@ -445,8 +458,13 @@ def _init(m):
 
     def _function_name(self, fn: cst.BaseExpression) -> str | None:
         name = self.qualify(fn)
-        if name is None and isinstance(fn, cst.Name) and any(
-            isinstance(s, cst.FunctionDef) and s.name.value == fn.value for s in self.ctx.module.body
+        if (
+            name is None
+            and isinstance(fn, cst.Name)
+            and any(
+                isinstance(s, cst.FunctionDef) and s.name.value == fn.value
+                for s in self.ctx.module.body
+            )
         ):
             name = f"{self.ctx.facts.module}.{fn.value}"
         return name
@@ -494,9 +512,7 @@ def _init(m):
         for method in construction(cls):
             if method.name in in_reset:
                 continue
-            if has_children is None and any(
-                isinstance(n, cst.For) for n, _t, _i in method.loops
-            ):
+            if has_children is None and any(isinstance(n, cst.For) for n, _t, _i in method.loops):
                 has_children = bool(module_children(cls, self.qualify))
             inits = parent_inits(method, self.qualify, bool(has_children))
             env = default_env(cls, method) if inits else {}
@@ -518,7 +534,11 @@ def _init(m):
                         "and call that after `to_empty()`, or give each child a "
                         "`reset_parameters()` that sets these values"
                     )
-                where = "`__init__`" if method.name == "__init__" else f"`{method.name}()` (called from `__init__`)"
+                where = (
+                    "`__init__`"
+                    if method.name == "__init__"
+                    else f"`{method.name}()` (called from `__init__`)"
+                )
                 yield Finding(
                     node,
                     f"{what} in {where} initialises the children from the parent; per-module "

@@ -213,12 +213,17 @@ class Attention(nn.Module):
             registered.add(reg.attr)
         for m in cls.methods.values():
             for call in m.calls:
-                if call.receiver == "self" and call.method in (
-                    "register_buffer",
-                    "register_parameter",
-                    "register_module",
-                    "add_module",
-                ) and call.node.args:
+                if (
+                    call.receiver == "self"
+                    and call.method
+                    in (
+                        "register_buffer",
+                        "register_parameter",
+                        "register_module",
+                        "add_module",
+                    )
+                    and call.node.args
+                ):
                     name = string_value(call.node.args[0].value)
                     if name:
                         registered.add(name)
@@ -237,7 +242,11 @@ class Attention(nn.Module):
             ):
                 return True
             # create_sinusoidal_positions(...) defined in this file with ``-> torch.Tensor``
-            return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in fns
+            return (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Name)
+                and node.func.value in fns
+            )
 
         tensors = {r.attr for r in registrations(list(cls.methods.values()), self.qualify)}
         reported: set[str] = set()
@@ -256,7 +265,7 @@ class Attention(nn.Module):
                     f"`{attr}` is a tensor stored as a plain attribute (`self.{attr} = "
                     f"{short(a.value, 50)}`), neither parameter nor buffer: built on meta it stays on `meta`, because "
                     f"`to_empty()` and `.to(device)` move only parameters and buffers. Register "
-                    f"it with `self.register_buffer(\"{attr}\", ..., persistent=False)` and "
+                    f'it with `self.register_buffer("{attr}", ..., persistent=False)` and '
                     f"compute it in `reset_parameters()`",
                     cls,
                 )

@@ -282,7 +282,9 @@ class Head(nn.Module):
             (
                 order.get(id(c.node), 1 << 30)
                 for c in init.calls
-                if c.receiver == "self" and c.method and any(m.name == HOOK for m in cls.reachable(c.method))
+                if c.receiver == "self"
+                and c.method
+                and any(m.name == HOOK for m in cls.reachable(c.method))
             ),
             default=None,
         )
@@ -301,18 +303,29 @@ class Head(nn.Module):
             if reg.kind == "buffer" and (reg.value is None or _is_none(reg.value)):
                 continue
             if reg.attr in in_reset:
-                yield from self._mismatch(cls, reg, writes.get(reg.attr, []), hook_methods, reset_call, order)
+                yield from self._mismatch(
+                    cls, reg, writes.get(reg.attr, []), hook_methods, reset_call, order
+                )
                 continue
             yield from self._missed(cls, reg, writes.get(reg.attr, []), other)
 
     # -- missed by reset_parameters ---------------------------------------------------------
     def _missed(self, cls, reg: Registration, writes, other) -> Iterable[Finding]:
         covering = sorted(h for h, names in other.items() if reg.attr in names or "*" in names)
-        if reg.kind == "buffer" and not reg.persistent and "init_non_persistent_buffers" in covering:
+        if (
+            reg.kind == "buffer"
+            and not reg.persistent
+            and "init_non_persistent_buffers" in covering
+        ):
             return
         source = computed(reg.value, self.qualify, reg.method)
         has_value = source in ("value", "random") or bool(writes)
-        if reg.kind == "parameter" and reg.value is not None and not has_value and source != "empty":
+        if (
+            reg.kind == "parameter"
+            and reg.value is not None
+            and not has_value
+            and source != "empty"
+        ):
             return  # from an argument or something unknown: nothing we can say
         if reg.kind == "buffer" and source is None and not writes:
             return
@@ -333,7 +346,9 @@ class Head(nn.Module):
         yield Finding(reg.node, msg, cls, unless_recreated=(reg.attr,), recreated_by=(HOOK,))
 
     # -- re-created differently -------------------------------------------------------------
-    def _mismatch(self, cls, reg: Registration, writes, hook_methods, reset_call, order) -> Iterable[Finding]:
+    def _mismatch(
+        self, cls, reg: Registration, writes, hook_methods, reset_call, order
+    ) -> Iterable[Finding]:
         # what construction leaves in the tensor (eager), and the node that sets it
         eager_kind = None
         eager_node: cst.CSTNode | None = None

@@ -244,7 +244,9 @@ class Block(nn.Module):
                     out[node] = (_text(parts), "container")
         return out
 
-    def _sites(self, method: MethodFacts, own: set[str], loops) -> Iterable[tuple[cst.CSTNode, str]]:
+    def _sites(
+        self, method: MethodFacts, own: set[str], loops
+    ) -> Iterable[tuple[cst.CSTNode, str]]:
         for call in method.calls:
             node = call.node
             # self.apply(fn)
@@ -263,7 +265,11 @@ class Block(nn.Module):
                 continue
             # the variable of a loop over children: ``for m in self.modules(): init(m.weight)``
             target = parts
-            if target is None and call.method in RESET_METHODS and isinstance(node.func, cst.Attribute):
+            if (
+                target is None
+                and call.method in RESET_METHODS
+                and isinstance(node.func, cst.Attribute)
+            ):
                 target = chain(node.func.value)
             if not target:
                 continue
@@ -274,13 +280,15 @@ class Block(nn.Module):
                 if target[0] in names:
                     it, kind = loops[loop]
                     if kind == "modules" or target[0] != "self":
-                        yield loop, (
-                            f"the loop over `{it}` re-initialises child modules"
-                        )
+                        yield loop, (f"the loop over `{it}` re-initialises child modules")
                     break
 
     def _finding(self, cls, method, node, why) -> Finding:
-        where = "`reset_parameters()`" if method.name == HOOK else f"`{method.name}()` (called from `reset_parameters()`)"
+        where = (
+            "`reset_parameters()`"
+            if method.name == HOOK
+            else f"`{method.name}()` (called from `reset_parameters()`)"
+        )
         return Finding(
             node,
             f"{where} must re-initialise only this module's own tensors: {why}. Per-module "

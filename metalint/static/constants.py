@@ -70,7 +70,11 @@ def evaluate(node: ast.expr | None, env: dict[str, Any]) -> Any:
             if value is UNKNOWN:
                 return UNKNOWN
             last = i == len(node.values) - 1
-            if last or (isinstance(node.op, ast.And) and not value) or (isinstance(node.op, ast.Or) and value):
+            if (
+                last
+                or (isinstance(node.op, ast.And) and not value)
+                or (isinstance(node.op, ast.Or) and value)
+            ):
                 return value
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
         left, right = evaluate(node.left, env), evaluate(node.comparators[0], env)

@@ -123,8 +123,23 @@ TENSOR_METHODS = frozenset(
 )
 #: methods that keep a tensor's value but move it: value-neutral for "is it computed?"
 NEUTRAL_METHODS = frozenset(
-    {"to", "float", "double", "half", "bfloat16", "long", "int", "bool", "type", "type_as",
-     "contiguous", "detach", "requires_grad_", "cpu", "cuda"}
+    {
+        "to",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "long",
+        "int",
+        "bool",
+        "type",
+        "type_as",
+        "contiguous",
+        "detach",
+        "requires_grad_",
+        "cpu",
+        "cuda",
+    }
 )
 #: real devices, as written in source
 REAL_DEVICE = ("cpu", "cuda", "mps", "xpu", "npu", "hpu")
@@ -205,14 +220,21 @@ def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Regist
             attr = a.target.split(".")[1]
             q = qualify(a.value.func)
             if q in PARAMETER_CLASSES:
-                yield Registration(attr, "parameter", a.node, parameter_value(a.value, qualify), method)
+                yield Registration(
+                    attr, "parameter", a.node, parameter_value(a.value, qualify), method
+                )
             elif q in BUFFER_CLASSES:
                 args = a.value.args
-                data = args[0].value if args and args[0].keyword is None else keyword(a.value, "data")
+                data = (
+                    args[0].value if args and args[0].keyword is None else keyword(a.value, "data")
+                )
                 persistent = not is_false(keyword(a.value, "persistent"))
                 yield Registration(attr, "buffer", a.node, data, method, persistent)
         for call in method.calls:
-            if call.receiver != "self" or call.method not in ("register_buffer", "register_parameter"):
+            if call.receiver != "self" or call.method not in (
+                "register_buffer",
+                "register_parameter",
+            ):
                 continue
             args = call.node.args
             if not args:
@@ -220,8 +242,10 @@ def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Regist
             attr = string_value(args[0].value)
             if not attr:
                 continue
-            value = args[1].value if len(args) >= 2 and args[1].keyword is None else keyword(
-                call.node, "tensor" if call.method == "register_buffer" else "param"
+            value = (
+                args[1].value
+                if len(args) >= 2 and args[1].keyword is None
+                else keyword(call.node, "tensor" if call.method == "register_buffer" else "param")
             )
             if call.method == "register_parameter":
                 data = parameter_value(value, qualify)
@@ -245,7 +269,9 @@ def _is_none(node: cst.BaseExpression | None) -> bool:
     return isinstance(node, cst.Name) and node.value == "None"
 
 
-def computed(expr: cst.BaseExpression | None, qualify, method: MethodFacts, depth: int = 0) -> str | None:
+def computed(
+    expr: cst.BaseExpression | None, qualify, method: MethodFacts, depth: int = 0
+) -> str | None:
     """What a buffer's value is: "random", "value" (computed), "empty" or None (unknown).
 
     Broader than :func:`value_kind`: a call to any function that is not an uninitialised
@@ -268,11 +294,31 @@ def computed(expr: cst.BaseExpression | None, qualify, method: MethodFacts, dept
                 found.add("value")
             elif isinstance(node.func, cst.Attribute) and node.func.attr.value in NEUTRAL_METHODS:
                 continue
-            elif isinstance(node.func, cst.Attribute) and node.func.attr.value in ("normal_", "uniform_"):
+            elif isinstance(node.func, cst.Attribute) and node.func.attr.value in (
+                "normal_",
+                "uniform_",
+            ):
                 found.add("random")
-            elif q in ("torch.device", "torch.Size", "torch.get_default_dtype", "torch.finfo", "torch.iinfo"):
+            elif q in (
+                "torch.device",
+                "torch.Size",
+                "torch.get_default_dtype",
+                "torch.finfo",
+                "torch.iinfo",
+            ):
                 continue
-            elif isinstance(node.func, cst.Name) and node.func.value in ("int", "float", "len", "max", "min", "range", "list", "tuple", "getattr", "isinstance"):
+            elif isinstance(node.func, cst.Name) and node.func.value in (
+                "int",
+                "float",
+                "len",
+                "max",
+                "min",
+                "range",
+                "list",
+                "tuple",
+                "getattr",
+                "isinstance",
+            ):
                 continue
             else:
                 found.add("value")
@@ -336,7 +382,9 @@ def is_tensor(
 
 
 # -- devices --------------------------------------------------------------------------------
-def real_device(expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, depth: int = 0) -> str | None:
+def real_device(
+    expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, depth: int = 0
+) -> str | None:
     """``"cpu"`` for ``"cpu"``, ``torch.device("cuda:0")``, a local holding one; else None."""
     if expr is None or depth > 3:
         return None
@@ -404,7 +452,10 @@ def uses_of_local(method: MethodFacts, local: str) -> tuple[list[str], bool]:
                     attrs.append(attr)
         for call in method.calls:
             if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
-                if any(_mentions(arg.value, name) for arg in call.node.args[1:2]) and call.node.args:
+                if (
+                    any(_mentions(arg.value, name) for arg in call.node.args[1:2])
+                    and call.node.args
+                ):
                     found_use = True
                     reg = string_value(call.node.args[0].value)
                     if reg:
@@ -493,7 +544,9 @@ def inplace_kind(call, qualify) -> str | None:
     return kind
 
 
-def creation_kind(expr: cst.BaseExpression | None, qualify, method: MethodFacts | None = None) -> str | None:
+def creation_kind(
+    expr: cst.BaseExpression | None, qualify, method: MethodFacts | None = None
+) -> str | None:
     """How a creation value sets a tensor: "ones" (``torch.ones``), "zeros", "const"
     (``v * torch.ones``, ``torch.full``), "random", or None (unknown, computed, empty)."""
     if expr is None:

@@ -131,7 +131,11 @@ def default_env(cls: ClassFacts, method: MethodFacts) -> dict[str, Any]:
         for i, arg in enumerate(sites[0].args):
             if arg.star:
                 return flags
-            key = arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
+            key = (
+                arg.keyword.value
+                if arg.keyword is not None
+                else (names[i] if i < len(names) else None)
+            )
             if key is not None:
                 bound[key] = value_of(arg.value, call_env)
     else:
@@ -185,7 +189,9 @@ def is_self_apply(call: CallSite) -> bool:
 def applied_function(call: cst.Call) -> cst.BaseExpression | None:
     """The function argument of ``self.apply(fn)`` / ``named_apply(fn, self)``."""
     for i, arg in enumerate(call.args):
-        if (arg.keyword is None and i == 0) or (arg.keyword is not None and arg.keyword.value == "fn"):
+        if (arg.keyword is None and i == 0) or (
+            arg.keyword is not None and arg.keyword.value == "fn"
+        ):
             return arg.value
     return None
 
@@ -245,7 +251,9 @@ def _dispatch_branches(fn, top, kinds, qualify) -> list[list[Any]] | None:
         for s in (fn.body.body if isinstance(fn.body, cst.IndentedBlock) else [])
         if not (
             isinstance(s, cst.SimpleStatementLine)
-            and all(isinstance(x, cst.Expr) and isinstance(x.value, cst.SimpleString) for x in s.body)
+            and all(
+                isinstance(x, cst.Expr) and isinstance(x.value, cst.SimpleString) for x in s.body
+            )
         )
     ]
 

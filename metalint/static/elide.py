@@ -21,7 +21,13 @@ import re
 
 from metalint.static.model import SKIPPED_METHOD_PREFIXES
 
-_KEEP_AT_MODULE_LEVEL = (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+_KEEP_AT_MODULE_LEVEL = (
+    ast.Import,
+    ast.ImportFrom,
+    ast.ClassDef,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+)
 _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.With, ast.AsyncWith)
 if hasattr(ast, "TryStar"):
     _COMPOUND = (*_COMPOUND, ast.TryStar)
@@ -48,7 +54,7 @@ def elide(source: str, tree: ast.Module, hooks: tuple[str, ...] = ()) -> str:
         indent = _indent(lines[first - 1])
         for row in range(first, last + 1):
             text = lines[row - 1]
-            ending = text[len(text.rstrip("\r\n")):] or "\n"
+            ending = text[len(text.rstrip("\r\n")) :] or "\n"
             head = f'{indent}{rest[0] if rest else ""}"""' if row == first else ""
             tail = '"""' if row == last else ""
             lines[row - 1] = f"{head}#{row}{tail}{ending}"
@@ -64,7 +70,9 @@ def _starts_line(node: ast.stmt, lines: list[str]) -> bool:
     return not lines[node.lineno - 1].encode("utf-8")[: node.col_offset].strip()
 
 
-def _def_span(fn: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> tuple[int, int, str] | None:
+def _def_span(
+    fn: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]
+) -> tuple[int, int, str] | None:
     """The rows of a whole function, decorators and signature included, and the head that
     keeps its name (``def name():`` before the string). A function no rule reads still names
     a method of its class (class summaries list them) or a function of its module; its
@@ -100,7 +108,9 @@ class _Rows:
 
 
 #: bytes -> themselves for ASCII letters, digits, ``_`` and every non-ASCII byte, else a space
-_WORD_BYTES = bytes(c if chr(c).isalnum() and c < 128 or c == 95 or c >= 128 else 32 for c in range(256))
+_WORD_BYTES = bytes(
+    c if chr(c).isalnum() and c < 128 or c == 95 or c >= 128 else 32 for c in range(256)
+)
 
 
 def _words(text: str) -> set[str]:
@@ -193,7 +203,9 @@ def _read_anywhere(body: str) -> bool:
     )
 
 
-def _methods(classes: list[ast.ClassDef], lines: list[str], spans: list, hooks: tuple[str, ...]) -> None:
+def _methods(
+    classes: list[ast.ClassDef], lines: list[str], spans: list, hooks: tuple[str, ...]
+) -> None:
     """Methods no kept code calls and no rule reads: timm's ``get_classifier``,
     ``load_pretrained``, ``no_weight_decay``, an optimizer's ``step``. Rules read the methods
     construction reaches (a method is reached by name: its name is a word of the kept text),
@@ -211,7 +223,11 @@ def _methods(classes: list[ast.ClassDef], lines: list[str], spans: list, hooks: 
             if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             name = item.name
-            if name in hooks or name.startswith(SKIPPED_METHOD_PREFIXES) or _READ_BY_NAME.search(name):
+            if (
+                name in hooks
+                or name.startswith(SKIPPED_METHOD_PREFIXES)
+                or _READ_BY_NAME.search(name)
+            ):
                 continue
             span = _def_span(item, lines)
             head = item.body[0]

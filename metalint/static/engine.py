@@ -101,7 +101,9 @@ def _last_statement_holding(body, targets: set[int]) -> int | None:
     return None
 
 
-def _positions(module: cst.Module, source: str, found, facts, tree: ast.Module | None = None) -> dict:
+def _positions(
+    module: cst.Module, source: str, found, facts, tree: ast.Module | None = None
+) -> dict:
     """Code ranges of the reported nodes.
 
     ``PositionProvider`` on a whole module re-generates all of its code; instead each top-level
@@ -109,6 +111,7 @@ def _positions(module: cst.Module, source: str, found, facts, tree: ast.Module |
     calls) is rendered alone and shifted to the line its ``class``/``def`` keyword has in the
     source. Anything else falls back to the whole module.
     """
+
     def whole() -> dict:
         return code_ranges(module)
 
@@ -133,7 +136,11 @@ def _positions(module: cst.Module, source: str, found, facts, tree: ast.Module |
                 continue
             # a finding outside the class: in a module-level helper it calls
             holder = next(
-                (s for s in module.body if isinstance(s, cst.FunctionDef) and any(n is node for n in walk(s))),
+                (
+                    s
+                    for s in module.body
+                    if isinstance(s, cst.FunctionDef) and any(n is node for n in walk(s))
+                ),
                 None,
             )
             if holder is None:
@@ -147,7 +154,9 @@ def _positions(module: cst.Module, source: str, found, facts, tree: ast.Module |
     return out
 
 
-def _render_alone(module: cst.Module, top, nodes: list, lines: list[str], tree: ast.Module | None = None) -> dict | None:
+def _render_alone(
+    module: cst.Module, top, nodes: list, lines: list[str], tree: ast.Module | None = None
+) -> dict | None:
     """Positions of those of ``nodes`` inside the top-level ``top`` (a class or a function),
     from ``top`` rendered alone; None when its line in the source cannot be told.
 
@@ -171,7 +180,11 @@ def _render_alone(module: cst.Module, top, nodes: list, lines: list[str], tree: 
     row = rows[next(i for i, s in enumerate(nth) if s is top)]
     body = top.body.body if isinstance(top.body, cst.IndentedBlock) else None
     targets = {id(n) for n in nodes}
-    parts = _methods_holding(top, body, targets, module, lines, row, tree) if kind is cst.ClassDef and body else None
+    parts = (
+        _methods_holding(top, body, targets, module, lines, row, tree)
+        if kind is cst.ClassDef and body
+        else None
+    )
     if parts:
         shown = top.with_changes(body=top.body.with_changes(body=[m for m, _ in parts]))
         anchors = [a for _, method_anchors in parts for a in method_anchors]
@@ -179,9 +192,15 @@ def _render_alone(module: cst.Module, top, nodes: list, lines: list[str], tree: 
         # what follows the last statement holding a finding (often everything after
         # __init__) cannot move it: render only up to there
         last = _last_statement_holding(body, targets) if body else None
-        shown = top if last is None else top.with_changes(body=top.body.with_changes(body=body[: last + 1]))
+        shown = (
+            top
+            if last is None
+            else top.with_changes(body=top.body.with_changes(body=body[: last + 1]))
+        )
         anchors = [(shown.name, row, None, targets)]
-    alone = cst.Module(body=[shown], default_indent=module.default_indent, default_newline=module.default_newline)
+    alone = cst.Module(
+        body=[shown], default_indent=module.default_indent, default_newline=module.default_newline
+    )
     pos = code_ranges(alone)
     out = {}
     for anchor, r, col, held in anchors:
@@ -202,7 +221,9 @@ def _render_alone(module: cst.Module, top, nodes: list, lines: list[str], tree: 
     return out
 
 
-def _methods_holding(top: cst.ClassDef, body, targets: set[int], module: cst.Module, lines: list[str], row: int, tree):
+def _methods_holding(
+    top: cst.ClassDef, body, targets: set[int], module: cst.Module, lines: list[str], row: int, tree
+):
     """(method to render, its anchors) for each method of ``top`` holding some of
     ``targets``; None when a class-level statement holds one or a row cannot be told. An
     anchor is (node, its row, its column or None for a name, ids of the findings under it).
@@ -220,7 +241,12 @@ def _methods_holding(top: cst.ClassDef, body, targets: set[int], module: cst.Mod
                 return None
             continue
         # the signature and decorators, then the body's statements
-        held = {n for part in children(stmt) if part is not stmt.body for n in left.intersection(map(id, walk(part)))}
+        held = {
+            n
+            for part in children(stmt)
+            if part is not stmt.body
+            for n in left.intersection(map(id, walk(part)))
+        }
         whole = bool(held)  # a finding in the signature: render it whole
         holding: list[tuple[int, set[int]]] = []
         for j, inner in enumerate(stmt.body.body):
@@ -243,25 +269,51 @@ def _methods_holding(top: cst.ClassDef, body, targets: set[int], module: cst.Mod
         statements = None if whole else _statements_of(tree, row, r, len(stmt.body.body))
         if statements is not None:
             inner = stmt.body.body
-            stmt = stmt.with_changes(body=stmt.body.with_changes(body=[inner[j] for j, _ in holding]))
-            out.append((stmt, [(inner[j], statements[j].lineno, statements[j].col_offset, ids) for j, ids in holding]))
+            stmt = stmt.with_changes(
+                body=stmt.body.with_changes(body=[inner[j] for j, _ in holding])
+            )
+            out.append(
+                (
+                    stmt,
+                    [
+                        (inner[j], statements[j].lineno, statements[j].col_offset, ids)
+                        for j, ids in holding
+                    ],
+                )
+            )
         elif whole:
             out.append((stmt, [(stmt.name, r, None, held)]))
         else:
             cut = stmt.body.body[: holding[-1][0] + 1]
-            out.append((stmt.with_changes(body=stmt.body.with_changes(body=cut)), [(stmt.name, r, None, held)]))
+            out.append(
+                (
+                    stmt.with_changes(body=stmt.body.with_changes(body=cut)),
+                    [(stmt.name, r, None, held)],
+                )
+            )
     return out or None
 
 
-def _statements_of(tree: ast.Module | None, class_row: int, def_row: int, count: int) -> list | None:
+def _statements_of(
+    tree: ast.Module | None, class_row: int, def_row: int, count: int
+) -> list | None:
     """CPython's statements of the body of the method whose ``def`` is on ``def_row``, in
     the class whose ``class`` is on ``class_row``; None unless there are ``count`` of them."""
     if tree is None:
         return None
-    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.lineno == class_row), None)
+    cls = next(
+        (n for n in tree.body if isinstance(n, ast.ClassDef) and n.lineno == class_row), None
+    )
     if cls is None:
         return None
-    fn = next((n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno == def_row), None)
+    fn = next(
+        (
+            n
+            for n in cls.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno == def_row
+        ),
+        None,
+    )
     if fn is None or len(fn.body) != count:
         return None
     return fn.body
@@ -306,7 +358,10 @@ def _analyze(source, display, module_name, is_package, hooks, rules, elide_unrea
             tree = ast.parse(source, display)
         except SyntaxError as exc:
             return error_result(
-                display, f"could not be checked: syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1
+                display,
+                f"could not be checked: syntax error: {exc.msg}",
+                exc.lineno or 1,
+                exc.offset or 1,
             )
         except (ValueError, RecursionError, MemoryError) as exc:
             return error_result(display, f"could not be checked: {exc}")
@@ -329,7 +384,9 @@ def _analyze(source, display, module_name, is_package, hooks, rules, elide_unrea
         module = parse(source)
     except cst.ParserSyntaxError as exc:
         msg = str(exc.message).splitlines()[0] if exc.message else "invalid syntax"
-        return error_result(display, f"could not be checked: syntax error: {msg}", exc.raw_line, exc.raw_column + 1)
+        return error_result(
+            display, f"could not be checked: syntax error: {msg}", exc.raw_line, exc.raw_column + 1
+        )
     except RecursionError:
         return error_result(display, "could not be checked: nesting too deep to parse")
     result.parsed = True
@@ -357,7 +414,9 @@ def _analyze(source, display, module_name, is_package, hooks, rules, elide_unrea
                     Position(rng.start.line, rng.start.column + 1),
                     Position(rng.end.line, rng.end.column + 1),
                     symbol=f.cls.qualname,
-                    fix=f.fix if f.fix is not None else _codemod_fix(code, ctx, f, rng.start.line, source),
+                    fix=f.fix
+                    if f.fix is not None
+                    else _codemod_fix(code, ctx, f, rng.start.line, source),
                     condition=Condition(
                         f.cls.fullname,
                         True,
@@ -379,9 +438,7 @@ def _codemod_fix(code: str, ctx: RuleContext, finding: Finding, row: int, source
     return fix_for(code, ctx, finding, row, source)
 
 
-def analyze_path(
-    path: Path, display: str, hooks: tuple[str, ...] = DEFAULT_HOOKS
-) -> FileResult:
+def analyze_path(path: Path, display: str, hooks: tuple[str, ...] = DEFAULT_HOOKS) -> FileResult:
     data, err = read_source(path, display)
     if err:
         return err

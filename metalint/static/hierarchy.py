@@ -13,7 +13,6 @@ from metalint.diagnostics import Condition
 from metalint.static.constants import dispatch
 from metalint.static.results import PUBLIC_HOOKS, ClassSummary, FileResult
 
-
 #: torch.nn classes whose subclasses do NOT inherit a public ``reset_parameters``
 TORCH_WITHOUT_RESET = frozenset(
     {
@@ -92,9 +91,11 @@ class Hierarchy:
         cls = self.classes.get(fullname)
         result = False
         if cls is not None:
-            result = cls.uses_module_api or any(
-                b.startswith("torch.nn.") for b in cls.bases
-            ) or any(self.is_module(b) for b in self.bases(fullname))
+            result = (
+                cls.uses_module_api
+                or any(b.startswith("torch.nn.") for b in cls.bases)
+                or any(self.is_module(b) for b in self.bases(fullname))
+            )
         self._module_memo[fullname] = result
         return result
 

@@ -239,7 +239,9 @@ class FactCollector:
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
         # outside a method only imports are facts (every other visit_ below is a no-op there):
         # skip the rest, e.g. timm's module-level ``default_cfgs`` dicts
-        return self.method is not None or any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body)
+        return self.method is not None or any(
+            isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body
+        )
 
     # -- context -----------------------------------------------------------------------------
     def visit_With(self, node: cst.With) -> None:
@@ -390,7 +392,10 @@ def _target_names(target: cst.BaseExpression) -> tuple[str, ...]:
 def function_facts(fn: cst.FunctionDef, facts: FileFacts) -> MethodFacts:
     """Facts of a module-level function (a helper ``__init__`` calls, e.g. timm's
     ``create_byob_stages``), collected on demand: the file-wide pass skips these bodies."""
-    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params)]
+    params = [
+        p.name.value
+        for p in (*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params)
+    ]
     collector = FactCollector(facts)
     collector.method = MethodFacts(fn.name.value, fn, params)
     collector.run(fn.body)

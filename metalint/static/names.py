@@ -106,7 +106,9 @@ class Aliases:
                 local = alias.asname.name.value
             self.names[local] = f"{mod}.{name}" if mod else name
 
-    def qualify(self, node: cst.BaseExpression, local_classes: dict[str, str] | None = None) -> str | None:
+    def qualify(
+        self, node: cst.BaseExpression, local_classes: dict[str, str] | None = None
+    ) -> str | None:
         """Qualified, canonical name of a Name/Attribute chain, or None when not importable."""
         name = dotted(node)
         if name is None:

@@ -94,7 +94,9 @@ TENSOR_ATTRIBUTES = frozenset({"data", "T", "mT", "H", "mH", "real", "imag", "gr
 PARAMETER_CONTAINERS = frozenset({"torch.nn.ParameterList", "torch.nn.ParameterDict"})
 REAL_DEVICES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu")
 #: method names that re-initialise a module (a child's reset called from a parent's)
-RESET_METHODS = frozenset({"reset_parameters", "_reset_parameters", "init_weights", "_init_weights"})
+RESET_METHODS = frozenset(
+    {"reset_parameters", "_reset_parameters", "init_weights", "_init_weights"}
+)
 MODULE_ITERATORS = frozenset({"modules", "named_modules", "children", "named_children"})
 
 
@@ -148,7 +150,11 @@ def own_tensor_names(cls: ClassFacts, qualify) -> set[str]:
     names = {o.attr for o in owned_tensors(list(cls.methods.values()), qualify)}
     for m in cls.methods.values():
         for a in m.assigns:
-            if a.target.count(".") == 1 and a.value is not None and meta_tensor(a.value, qualify, m):
+            if (
+                a.target.count(".") == 1
+                and a.value is not None
+                and meta_tensor(a.value, qualify, m)
+            ):
                 names.add(a.target.split(".")[1])
     return names
 
@@ -205,7 +211,9 @@ def meta_tensor(
                 return False
             if q in EMPTY_FACTORIES or q in VALUE_FACTORIES or q in RANDOM_FACTORIES:
                 return True
-            if q.startswith(("torch.nn.", "torch.cuda.", "torch.distributed.", "torch.jit.", "torch.utils.")) and not q.startswith("torch.nn.functional."):
+            if q.startswith(
+                ("torch.nn.", "torch.cuda.", "torch.distributed.", "torch.jit.", "torch.utils.")
+            ) and not q.startswith("torch.nn.functional."):
                 return False
             # any other torch function of a meta tensor: torch.exp(t), torch.cumsum(t, 0)
             return any(rec(a.value) for a in expr.args)
@@ -213,9 +221,10 @@ def meta_tensor(
             name = expr.func.attr.value
             if name in NOT_TENSOR_METHODS:
                 return False
-            if name == "to" and (real_device(keyword(expr, "device"), qualify) or any(
-                a.keyword is None and real_device(a.value, qualify) for a in expr.args
-            )):
+            if name == "to" and (
+                real_device(keyword(expr, "device"), qualify)
+                or any(a.keyword is None and real_device(a.value, qualify) for a in expr.args)
+            ):
                 return False  # t.to("cpu") of a meta tensor also fails, but elsewhere
             if name == "type" and not expr.args:
                 return False
@@ -247,8 +256,10 @@ def meta_tensor(
             return all(v is not expr and rec(v) for _, v in values)
         # a loop variable over a tensor: ``for r in torch.linspace(0, 1, n)``
         for _node, targets, it in method.loops:
-            if targets == (expr.value,) and it is not expr and (
-                rec(it) or meta_tensor_sequence(it, qualify, method, own, depth + 1)
+            if (
+                targets == (expr.value,)
+                and it is not expr
+                and (rec(it) or meta_tensor_sequence(it, qualify, method, own, depth + 1))
             ):
                 return True
         return False
@@ -271,7 +282,11 @@ def meta_tensor_sequence(
     q = qualify(expr.func)
     if q in SEQUENCE_FUNCTIONS:
         return any(meta_tensor(a.value, qualify, method, own, depth + 1) for a in expr.args)
-    if q is None and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in SEQUENCE_METHODS:
+    if (
+        q is None
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value in SEQUENCE_METHODS
+    ):
         return meta_tensor(expr.func.value, qualify, method, own, depth + 1)
     return False
 
@@ -295,11 +310,20 @@ def written_chain(call, qualify) -> list[str] | None:
     ``["self", "fc", "weight", "data"]``; ``nn.init.zeros_(self.fc.bias)`` -> ``[..., "bias"]``."""
     node = call.node
     # ``torch.nn.init.normal_(t)`` qualifies through the imports: a function, not a method
-    if call.method in INPLACE_METHODS and isinstance(node.func, cst.Attribute) and call.qualname is None:
+    if (
+        call.method in INPLACE_METHODS
+        and isinstance(node.func, cst.Attribute)
+        and call.qualname is None
+    ):
         return chain(node.func.value)
     func = call.qualname or dotted(node.func) or ""
     last = func.rsplit(".", 1)[-1]
-    if last.endswith("_") and not last.startswith("_") and node.args and call.method not in RESET_METHODS:
+    if (
+        last.endswith("_")
+        and not last.startswith("_")
+        and node.args
+        and call.method not in RESET_METHODS
+    ):
         if call.receiver and call.receiver.startswith("self") and call.qualname is None:
             # self.something_(x): a method of our own, not an init function
             return None

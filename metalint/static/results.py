@@ -117,4 +117,6 @@ def decode(data: bytes, display: str) -> tuple[str | None, FileResult | None]:
         return data.decode(encoding), None
     except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "reason", None) or getattr(exc, "msg", None) or str(exc)
-        return None, error_result(display, f"could not be checked: not valid source text ({reason})")
+        return None, error_result(
+            display, f"could not be checked: not valid source text ({reason})"
+        )

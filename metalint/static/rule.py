@@ -93,7 +93,11 @@ class Rule:
             "sometimes": "Fix is sometimes available (`metalint fix`).",
             "always": "Fix is always available (`metalint fix`).",
         }[cls.fix_availability]
-        enabled = "" if cls.default else "\n\nThis rule is opt-in: enable it with `--select` or `extend-select`."
+        enabled = (
+            ""
+            if cls.default
+            else "\n\nThis rule is opt-in: enable it with `--select` or `extend-select`."
+        )
         out = [f"# {cls.name} ({cls.code})", "", f"{cls.summary}", "", f"{fix}{enabled}", ""]
         for title, body in cls.sections().items():
             out += [f"## {title}", "", body, ""]

@@ -85,7 +85,9 @@ def _learn(node: cst.CSTNode) -> tuple[Callable, Callable | None]:
     recorder = _FieldOrder()
     node._visit_and_replace_children(recorder)
     visited = tuple(recorder.names)
-    others = tuple(f.name for f in dataclasses.fields(node) if f.name not in visited and _may_hold_node(f))
+    others = tuple(
+        f.name for f in dataclasses.fields(node) if f.name not in visited and _may_hold_node(f)
+    )
     order = _ORDER[type(node)] = (_getter(visited), _getter(others) if others else None)
     return order
 

@@ -130,7 +130,7 @@ def local_value(method: MethodFacts, name: str, before: cst.CSTNode | None = Non
 def value_kind(
     expr: cst.BaseExpression | None, qualify, method: MethodFacts | None = None, depth: int = 0
 ) -> str | None:
-    """"random", "value", "empty" or None (nothing known is created)."""
+    """ "random", "value", "empty" or None (nothing known is created)."""
     if expr is None or depth > 3:
         return None
     found: set[str] = set()
@@ -144,7 +144,9 @@ def value_kind(
             elif q in VALUE_FACTORIES:
                 found.add("value")
             elif isinstance(node.func, cst.Attribute) and node.func.attr.value in INPLACE_METHODS:
-                found.add("random" if node.func.attr.value.endswith(("normal_", "uniform_")) else "value")
+                found.add(
+                    "random" if node.func.attr.value.endswith(("normal_", "uniform_")) else "value"
+                )
         elif isinstance(node, cst.Name) and method is not None and depth < 3:
             # every value the local is given: ``rel_pos = (pos[0] - pos[1]).abs()`` then
             # ``rel_pos = rel_pos[0] * w + rel_pos[1]`` is still made from ``pos``
@@ -220,7 +222,9 @@ def recreated(method: MethodFacts, qualify) -> set[str]:
             names.add(attr)
         elif (
             isinstance(call.node.func, cst.Name)
-            and (call.node.func.value in method.local_values or call.node.func.value in method.params)
+            and (
+                call.node.func.value in method.local_values or call.node.func.value in method.params
+            )
             and call.node.args
         ):
             # init_weight = get_condconv_initializer(...); init_weight(self.weight): a hook
