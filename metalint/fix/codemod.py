@@ -266,7 +266,7 @@ def _touches(
     return None if writes_only or attr not in read else "read"
 
 
-def _uses(
+def _uses(  # noqa: C901 (issue 20: split it)
     node: cst.CSTNode, memo: dict | None = None
 ) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """The ``self`` attributes ``node`` writes (assigns, or changes in place) and reads, and the

@@ -27,7 +27,7 @@ def _summary(fixed: int, remaining: int, unfixable: int, unsafe_hidden: int, wri
     return text + ")."
 
 
-def run_fix(
+def run_fix(  # noqa: C901 (issue 20: split it)
     paths,
     settings,
     *,

@@ -112,7 +112,7 @@ def _is_u64(x) -> bool:
     return type(x) is int and 0 <= x <= U64_MAX
 
 
-def parse_header_bytes(path, head: bytes, file_size: int) -> SafetensorsHeader:
+def parse_header_bytes(path, head: bytes, file_size: int) -> SafetensorsHeader:  # noqa: C901 (issue 20: split it)
     """Validate ``head`` (the first ``8 + N`` bytes, or fewer if the file is short)."""
     if file_size < 8 or len(head) < 8:
         _fail(path, f"file too small for a safetensors header ({file_size} bytes, need >= 8)")

@@ -772,7 +772,7 @@ def probe(
     return res
 
 
-def _class_summary(
+def _class_summary(  # noqa: C901 (issue 20: split it)
     eager: Snapshot, findings: list[Finding], raised: str | None
 ) -> dict[str, dict[str, Any]]:
     """Per probed class (``file::qualname``): own tensor attrs, broken attrs, class-level codes,

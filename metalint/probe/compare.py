@@ -197,7 +197,7 @@ def describe_stats(st: Stats) -> str:
     return f"mean {_fmt(st.mean)} std {_fmt(st.std)} range [{_fmt(st.min)}, {_fmt(st.max)}]"
 
 
-def compare(
+def compare(  # noqa: C901 (issue 20: split it)
     eager: Stats,
     deferred: Stats,
     deferred_tensor: torch.Tensor | None = None,

@@ -85,7 +85,7 @@ def _signal_name(rc: int) -> str:
     return f"exit status {rc}"
 
 
-def run_target(target: Target, opts: Options) -> list[Outcome]:
+def run_target(target: Target, opts: Options) -> list[Outcome]:  # noqa: C901 (issue 20: split it)
     outcomes: list[Outcome] = []
     done: list[str] = []
     items: list[str] | None = None

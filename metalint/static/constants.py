@@ -48,7 +48,7 @@ def _name(node: ast.expr) -> str | None:
     return None
 
 
-def evaluate(node: ast.expr | None, env: dict[str, Any]) -> Any:
+def evaluate(node: ast.expr | None, env: dict[str, Any]) -> Any:  # noqa: C901 (issue 20: split it)
     """The value of ``node`` given ``env`` (names and ``self.x`` -> constants), or UNKNOWN."""
     if node is None:
         return UNKNOWN

@@ -269,7 +269,7 @@ def _is_none(node: cst.BaseExpression | None) -> bool:
     return isinstance(node, cst.Name) and node.value == "None"
 
 
-def computed(
+def computed(  # noqa: C901 (issue 20: split it)
     expr: cst.BaseExpression | None, qualify, method: MethodFacts, depth: int = 0
 ) -> str | None:
     """What a buffer's value is: "random", "value" (computed), "empty" or None (unknown).

@@ -188,7 +188,7 @@ def real_device(expr: cst.BaseExpression | None, qualify) -> bool:
     return False
 
 
-def meta_tensor(
+def meta_tensor(  # noqa: C901 (issue 20: split it)
     expr: cst.BaseExpression | None,
     qualify,
     method: MethodFacts | None,
