@@ -3,7 +3,7 @@
 ``self.gamma = nn.Parameter(init_values * torch.ones(dim))`` becomes::
 
     self.init_values = init_values
-    self.gamma = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+    self.gamma = nn.Parameter(torch.empty(dim))
     ...
     self.reset_parameters()          # last statement of __init__
 
@@ -20,8 +20,10 @@ Safety (eager construction under the same seed gives the same tensors):
   (``nn.init.normal_(X, std=k)`` computes ``0 + k * z`` and differs in the last bit for small
   tensors, measured); it is exact only when nothing after the statement in ``__init__`` draws
   random numbers, otherwise the fix is unsafe;
-- adding ``device``/``dtype`` to the signature, using an existing ``dtype`` the value ignored,
-  or calling an existing ``reset_parameters()`` that ``__init__`` did not call, is unsafe.
+- ``torch.empty`` gets the factory's own ``dtype=``/``device=``/``**kwargs`` and nothing else:
+  no signature changes (under ``with torch.device("meta")`` a factory without a device lands on
+  meta; adding ``device``/``dtype`` arguments is ML012's fix);
+- calling an existing ``reset_parameters()`` that ``__init__`` did not call is unsafe.
 """
 
 from __future__ import annotations
@@ -108,10 +110,14 @@ class Value:
             raise Unfixable(
                 f"the value calls `{render(others[0].func)}`: its shape is not known statically"
             )
-        self.positional = [a for a in self.call.args if a.keyword is None]
+        self.positional = [a for a in self.call.args if a.keyword is None and a.star != "**"]
         self.keywords = {a.keyword.value: a for a in self.call.args if a.keyword is not None}
-        if any(a.star for a in self.call.args if a.star == "**"):
-            raise Unfixable("the factory takes `**kwargs`: its shape is not known statically")
+        #: what ``torch.empty`` is given besides the shape: the factory's dtype/device/``**kw``
+        self.passed = [
+            a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            for a in self.call.args
+            if a.star == "**" or (a.keyword is not None and a.keyword.value in KW_KEEP)
+        ]
         unknown = set(self.keywords) - KW_KEEP - KW_DROP - {"size", "fill_value", "data"}
         if unknown:
             raise Unfixable(f"the factory takes `{sorted(unknown)[0]}=`: not rewritten")
@@ -225,22 +231,17 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:  # noqa: C901 (iss
     torch_name, nn_name = torch_spelling(ctx)
     value = Value(data_arg.value, ctx)
 
-    # __init__: allocate with torch.empty on the requested device and dtype
-    device = render(value.keywords["device"].value) if "device" in value.keywords else None
-    dtype = render(value.keywords["dtype"].value) if "dtype" in value.keywords else None
-    if device is None or dtype is None:
-        had_dtype = "dtype" in edit.init.params
-        dev_name, dt_name = edit.device_dtype()
-        if dtype is None and had_dtype:
-            edit.unsafe.append(
-                "the parameter now follows the constructor's `dtype`, which the value ignored"
-            )
-        device = device or dev_name
-        dtype = dtype or dt_name
+    # __init__: allocate with torch.empty, passing on the factory's own dtype/device/**kwargs
+    # (no device is added: under ``with torch.device("meta")`` a factory without one lands on
+    # meta; adding ``device``/``dtype`` to the signature is ML012's fix)
     shape = ", ".join(
         render(a.value) if not a.star else a.star + render(a.value) for a in value.shape_args
     )
-    empty = expr(f"{torch_name}.empty({shape}, device={device}, dtype={dtype})")
+    passed = [
+        f"{a.keyword.value}={render(a.value)}" if a.keyword else "**" + render(a.value)
+        for a in value.passed
+    ]
+    empty = expr(f"{torch_name}.empty({', '.join([shape, *passed])})")
     new_line = line.deep_replace(data_arg.value, empty)
     edit.replace[id(line)] = (line, [new_line])
 
