@@ -370,7 +370,6 @@ class ClassEdit:
     )
     init_append: list[cst.BaseStatement] = field(default_factory=list)
     hook_append: dict[str, list[cst.BaseStatement]] = field(default_factory=dict)
-    new_params: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unsafe: list[str] = field(default_factory=list)
 
@@ -653,21 +652,6 @@ class ClassEdit:
                                 return True
         return False
 
-    # -- device / dtype ------------------------------------------------------------------------
-    def device_dtype(self) -> tuple[str, str]:
-        """Names of the constructor's device and dtype parameters (added when missing)."""
-        params = self.init.params
-        for p in ("device", "dtype"):
-            if p not in params and p not in self.new_params:
-                if p in self.init.local_values:
-                    raise Unfixable(f"`__init__` has a local `{p}` that is not a parameter")
-                self.new_params.append(p)
-        if self.new_params:
-            self.unsafe.append(
-                f"adds `{'`, `'.join(f'{p}=None' for p in self.new_params)}` to the signature of `{self.cls.name}.__init__`"
-            )
-        return "device", "dtype"
-
     # -- build ---------------------------------------------------------------------------------
     def build(self) -> cst.ClassDef:
         cls_node = self.cls.node
@@ -697,8 +681,6 @@ class ClassEdit:
             new_init = new_init.with_changes(
                 body=body.with_changes(body=[*body.body, *self.init_append])
             )
-        if self.new_params:
-            new_init = new_init.with_changes(params=_add_params(new_init.params, self.new_params))
         members = list(cls_node.body.body)
         out: list[cst.BaseStatement] = []
         for m in members:
@@ -779,43 +761,6 @@ def _new_method(
         body=fn.body.with_changes(body=stmts),
         leading_lines=[cst.EmptyLine(indent=False)],
     )
-
-
-def _add_params(params: cst.Parameters, names: list[str]) -> cst.Parameters:
-    def new_param(n: str) -> cst.Param:
-        return cst.Param(
-            cst.Name(n),
-            default=cst.Name("None"),
-            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-        )
-
-    kwonly = isinstance(params.star_arg, (cst.Param, cst.ParamStar))
-    existing = list(params.kwonly_params if kwonly else params.params)
-    plist = existing
-    default_sep = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    tail_ws = cst.SimpleWhitespace("")
-    if plist:
-        last = plist[-1]
-        trailing = last.comma
-        sep = (
-            plist[-2].comma
-            if len(plist) >= 2 and isinstance(plist[-2].comma, cst.Comma)
-            else default_sep
-        )
-        if not isinstance(trailing, cst.Comma) and params.star_kwarg is not None:
-            trailing = default_sep
-        # the space before ``)`` (``x=1\n    )``) follows the new last parameter
-        tail_ws = last.whitespace_after_param
-        plist[-1] = last.with_changes(comma=sep, whitespace_after_param=cst.SimpleWhitespace(""))
-    else:
-        trailing = default_sep if params.star_kwarg is not None else cst.MaybeSentinel.DEFAULT
-        sep = default_sep
-    added = [new_param(n).with_changes(comma=sep) for n in names]
-    added[-1] = added[-1].with_changes(comma=trailing, whitespace_after_param=tail_ws)
-    plist = plist + added
-    if kwonly:
-        return params.with_changes(kwonly_params=plist)
-    return params.with_changes(params=plist)
 
 
 # -- assignment helpers --------------------------------------------------------------------------
