@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metalint.static.results import DEFAULT_HOOKS
+from metalint.vocabulary import DEFAULT_HOOKS
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -35,8 +35,8 @@ from metalint.fix.codemod import (
     torch_spelling,
 )
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import walk
-from metalint.static.tensors import string_value, value_kind
+from metalint.static.syntax import string_value, walk
+from metalint.static.tensors import value_kind
 
 CODE = "ML002"
 COMPOUND = (

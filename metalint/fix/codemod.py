@@ -19,6 +19,7 @@ from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import children, walk
+from metalint.vocabulary import DETERMINISTIC_METHODS, RNG_FREE_BUILTINS, RNG_FREE_TORCH
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -126,134 +127,6 @@ def torch_spelling(ctx: RuleContext) -> tuple[str, str]:
 
 
 # -- RNG ---------------------------------------------------------------------------------------
-#: calls that draw no random numbers (their constructors are deterministic)
-RNG_FREE_TORCH = frozenset(
-    {
-        "torch.empty",
-        "torch.zeros",
-        "torch.ones",
-        "torch.full",
-        "torch.arange",
-        "torch.tensor",
-        "torch.as_tensor",
-        "torch.linspace",
-        "torch.eye",
-        "torch.zeros_like",
-        "torch.ones_like",
-        "torch.empty_like",
-        "torch.full_like",
-        "torch.nn.Parameter",
-        "torch.nn.Identity",
-        "torch.nn.Dropout",
-        "torch.nn.Dropout1d",
-        "torch.nn.Dropout2d",
-        "torch.nn.DropPath",
-        "torch.nn.GELU",
-        "torch.nn.ReLU",
-        "torch.nn.SiLU",
-        "torch.nn.Tanh",
-        "torch.nn.Sigmoid",
-        "torch.nn.Softmax",
-        "torch.nn.LayerNorm",
-        "torch.nn.GroupNorm",
-        "torch.nn.RMSNorm",
-        "torch.nn.BatchNorm1d",
-        "torch.nn.BatchNorm2d",
-        "torch.nn.BatchNorm3d",
-        "torch.nn.Flatten",
-        "torch.nn.ModuleList",
-        "torch.nn.Sequential",
-        "torch.nn.ModuleDict",
-        "torch.nn.init.constant_",
-        "torch.nn.init.ones_",
-        "torch.nn.init.zeros_",
-    }
-)
-RNG_FREE_BUILTINS = frozenset(
-    {
-        "super",
-        "int",
-        "float",
-        "len",
-        "tuple",
-        "list",
-        "range",
-        "isinstance",
-        "max",
-        "min",
-        "bool",
-        "str",
-        "dict",
-        "getattr",
-        "hasattr",
-        "setattr",
-        "round",
-        "abs",
-        "sum",
-        "any",
-        "all",
-    }
-)
-
-
-#: tensor methods that draw no random numbers
-DETERMINISTIC_METHODS = frozenset(
-    {
-        "fill_",
-        "zero_",
-        "mul_",
-        "add_",
-        "div_",
-        "sub_",
-        "clamp_",
-        "copy_",
-        "masked_fill_",
-        "index_fill_",
-        "fill_diagonal_",
-        "tril",
-        "triu",
-        "tril_",
-        "triu_",
-        "float",
-        "double",
-        "half",
-        "bfloat16",
-        "long",
-        "int",
-        "bool",
-        "to",
-        "view",
-        "reshape",
-        "expand",
-        "unsqueeze",
-        "squeeze",
-        "flatten",
-        "permute",
-        "transpose",
-        "t",
-        "contiguous",
-        "repeat",
-        "sum",
-        "mean",
-        "cos",
-        "sin",
-        "exp",
-        "log",
-        "sqrt",
-        "cumsum",
-        "clone",
-        "detach",
-        "requires_grad_",
-        "append",
-        "extend",
-        "register_buffer",
-        "register_parameter",
-        "__init__",
-        "size",
-        "dim",
-        "numel",
-    }
-)
 
 
 def _touches(
@@ -276,7 +149,7 @@ def _uses(  # noqa: C901 (issue 20: split it)
     hit = memo.get(id(node)) if memo is not None else None
     if hit is not None and hit[3] is node:
         return hit[:3]
-    from metalint.static.tensors import INPLACE_METHODS
+    from metalint.vocabulary import INPLACE_METHODS
 
     written: set[str] = set()
     read: set[str] = set()
@@ -549,7 +422,7 @@ class ClassEdit:
         return "reset_parameters"
 
     def check_bases(self, hook: str) -> None:
-        from metalint.static.hierarchy import TORCH_WITHOUT_RESET
+        from metalint.vocabulary import TORCH_WITHOUT_RESET
 
         for b in self.cls.bases:
             if (

@@ -16,44 +16,38 @@ from __future__ import annotations
 import libcst as cst
 
 from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, rng_free
-from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk
-from metalint.static.tensors import INPLACE_METHODS
+from metalint.static.tensors import Write, inplace_write
+from metalint.vocabulary import INPLACE_METHODS
 
 CODE = "ML003"
 HOOK = "reset_parameters"
 
 
+def _write(call: cst.Call, ctx: RuleContext) -> Write | None:
+    """What a statement's call writes: ``self.w.normal_().mul_(2)`` writes what ``normal_`` does."""
+    while True:
+        w = inplace_write(call, ctx.qualify)
+        f = call.func
+        if w is not None or not (
+            isinstance(f, cst.Attribute)
+            and f.attr.value in INPLACE_METHODS
+            and isinstance(f.value, cst.Call)
+        ):
+            return w
+        call = f.value
+
+
 def _init_call(call: cst.Call, ctx: RuleContext) -> bool:
     """An in-place init of a tensor reached from ``self``."""
-    f = call.func
-    if isinstance(f, cst.Attribute) and f.attr.value in INPLACE_METHODS:
-        recv = f.value
-        # self.w.data.fill_(...), self.w.normal_().mul_(...)
-        while (
-            isinstance(recv, cst.Call)
-            and isinstance(recv.func, cst.Attribute)
-            and recv.func.attr.value in INPLACE_METHODS
-        ):
-            recv = recv.func.value
-        return _own(dotted(recv))
-    q = ctx.qualify(f) or dotted(f) or ""
-    if q.rsplit(".", 1)[-1].endswith("_") and call.args:
-        return _own(dotted(call.args[0].value))
-    return False
+    w = _write(call, ctx)
+    return w is not None and _own(w.target)
 
 
 def _attr_of(call: cst.Call, ctx: RuleContext) -> str | None:
-    f = call.func
-    if isinstance(f, cst.Attribute) and f.attr.value in INPLACE_METHODS:
-        recv = f.value
-        while isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute):
-            recv = recv.func.value
-        d = dotted(recv)
-    else:
-        d = dotted(call.args[0].value) if call.args else None
-    return d.split(".")[1] if d and d.startswith("self.") else None
+    w = _write(call, ctx)
+    return w.own if w is not None else None
 
 
 def _own(d: str | None) -> bool:

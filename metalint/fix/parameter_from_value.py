@@ -43,21 +43,20 @@ from metalint.fix.codemod import (
     torch_spelling,
 )
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import walk
-from metalint.static.tensors import (
+from metalint.static.syntax import string_value, walk
+from metalint.vocabulary import (
     EMPTY_FACTORIES,
+    FACTORY_KEYWORDS_DROPPED,
+    FACTORY_KEYWORDS_KEPT,
     PARAMETER_CLASSES,
     RANDOM_FACTORIES,
+    SHAPED_FACTORIES,
     VALUE_FACTORIES,
-    string_value,
 )
 
 CODE = "ML001"
 HOOK = "reset_parameters"
-SHAPED = {"torch.ones", "torch.zeros", "torch.randn", "torch.rand", "torch.empty", "torch.full"}
 FACTORIES = VALUE_FACTORIES | RANDOM_FACTORIES | EMPTY_FACTORIES
-KW_KEEP = {"dtype", "device"}
-KW_DROP = {"requires_grad", "layout", "pin_memory", "memory_format", "out"}
 
 
 def _number(node: cst.BaseExpression) -> bool:
@@ -116,14 +115,20 @@ class Value:
         self.passed = [
             a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
             for a in self.call.args
-            if a.star == "**" or (a.keyword is not None and a.keyword.value in KW_KEEP)
+            if a.star == "**"
+            or (a.keyword is not None and a.keyword.value in FACTORY_KEYWORDS_KEPT)
         ]
-        unknown = set(self.keywords) - KW_KEEP - KW_DROP - {"size", "fill_value", "data"}
+        unknown = (
+            set(self.keywords)
+            - FACTORY_KEYWORDS_KEPT
+            - FACTORY_KEYWORDS_DROPPED
+            - {"size", "fill_value", "data"}
+        )
         if unknown:
             raise Unfixable(f"the factory takes `{sorted(unknown)[0]}=`: not rewritten")
         self.fill: cst.BaseExpression | None = None
         self.shape_args: list[cst.Arg]
-        if self.factory in SHAPED:
+        if self.factory in SHAPED_FACTORIES:
             if self.factory == "torch.full":
                 size = (
                     self.positional[0].value

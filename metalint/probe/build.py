@@ -41,7 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from metalint.diagnostics import Diagnostic, Position, Severity
 from metalint.probe import attribute, compare
 from metalint.probe.memory import rss_anon
-from metalint.static.results import DEFAULT_HOOKS
+from metalint.vocabulary import DEFAULT_HOOKS
 
 INIT_CHOICES = ("auto", "reset_parameters", "init_weights")
 #: a device escape that the build frees again is reported only from this size on

@@ -4,9 +4,10 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.construction import computed, hook_free_construction, registrations, short
-from metalint.static.model import ClassFacts
+from metalint.static.construction import computed, registrations
+from metalint.static.model import ClassFacts, construction
 from metalint.static.rule import Finding, Rule
+from metalint.static.syntax import short
 from metalint.static.tensors import local_value
 
 
@@ -222,7 +223,7 @@ class WindowAttention(nn.Module):
     ]
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
-        methods = hook_free_construction(cls, self.ctx.hooks)
+        methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
         for reg in registrations(methods, self.qualify):
             if reg.kind != "buffer":
                 continue

@@ -4,22 +4,11 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.model import ClassFacts, MethodFacts, function_facts
-from metalint.static.ownership import (
-    construction,
-    meta_tensor,
-    own_tensor_names,
-    truthiness_tensors,
-)
+from metalint.static.model import ClassFacts, MethodFacts, construction, function_facts
+from metalint.static.ownership import meta_tensor, own_tensor_names, truthiness_tensors
 from metalint.static.rule import Finding, Rule
-
-READS = {"item": "`.item()`", "tolist": "`.tolist()`", "numpy": "`.numpy()`"}
-CASTS = ("float", "int", "bool", "complex")
-
-
-def _short(node: cst.CSTNode, limit: int = 50) -> str:
-    text = " ".join(cst.Module([]).code_for_node(node).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+from metalint.static.syntax import short
+from metalint.vocabulary import HOST_READS, SCALAR_CASTS
 
 
 class DataDependentInit(Rule):
@@ -223,24 +212,24 @@ class WindowAttention(nn.Module):
     def _reads(self, cls, method, own, caller) -> Iterable[Finding]:
         for call in method.calls:
             node = call.node
-            if call.method in READS and isinstance(node.func, cst.Attribute):
+            if call.method in HOST_READS and isinstance(node.func, cst.Attribute):
                 if meta_tensor(node.func.value, self.qualify, method, own):
-                    yield self._finding(cls, method, node, f"`{_short(node)}`", caller)
+                    yield self._finding(cls, method, node, f"`{short(node, 50)}`", caller)
             elif (
                 isinstance(node.func, cst.Name)
-                and node.func.value in CASTS
+                and node.func.value in SCALAR_CASTS
                 and call.qualname is None
                 and len(node.args) == 1
                 and meta_tensor(node.args[0].value, self.qualify, method, own)
             ):
-                yield self._finding(cls, method, node, f"`{_short(node)}`", caller)
+                yield self._finding(cls, method, node, f"`{short(node, 50)}`", caller)
         for cond in method.conditions:
             for part in truthiness_tensors(cond, self.qualify, method, own):
                 yield self._finding(
                     cls,
                     method,
                     part,
-                    f"the condition `{_short(part)}` (a tensor's truth value)",
+                    f"the condition `{short(part, 50)}` (a tensor's truth value)",
                     caller,
                 )
 

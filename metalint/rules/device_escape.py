@@ -4,24 +4,12 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.construction import (
-    BUFFER_CLASSES,
-    hook_free_construction,
-    is_legacy_sizes,
-    is_tensor,
-    keyword,
-    real_device,
-    short,
-)
-from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.construction import BUFFER_CLASSES, is_legacy_sizes, is_tensor, real_device
+from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Rule
-from metalint.static.syntax import walk
-from metalint.static.tensors import (
-    LEGACY_CONSTRUCTORS,
-    parameter_value,
-    self_attr,
-    string_value,
-)
+from metalint.static.syntax import keyword, self_attr, short, string_value, walk
+from metalint.static.tensors import parameter_value
+from metalint.vocabulary import LEGACY_CONSTRUCTORS
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
@@ -173,7 +161,7 @@ class Table(nn.Module):
     ]
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
-        for method in hook_free_construction(cls, self.ctx.hooks):
+        for method in construction(cls, enter_hooks=False, hooks=self.ctx.hooks):
             reported: list[cst.CSTNode] = []
             for call in method.calls:
                 node = call.node

@@ -5,70 +5,22 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.construction import hook_free_construction, short
 from metalint.static.defaults import applied_function, is_self_apply, unwrap_partial
-from metalint.static.model import CallSite, ClassFacts
+from metalint.static.model import CallSite, ClassFacts, construction
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, Rule
-from metalint.static.tensors import INPLACE_METHODS, string_value
+from metalint.static.syntax import number, short, string_value
+from metalint.static.tensors import initialised_target, inplace_kind
+from metalint.vocabulary import (
+    BATCH_NORM_BASES,
+    BATCH_NORMS,
+    IDENTITY_OPERANDS,
+    INPLACE_METHODS,
+    NORM_LAYERS,
+)
 
 #: in-place methods that set a tensor's values when called on an own tensor in ``__init__``
 _SETTERS = INPLACE_METHODS - {"set_"}
-
-
-def init_target(call: CallSite, qualify) -> str | None:
-    """The ``self....`` tensor an in-place init call writes: ``self.w``, ``self.head.weight``."""
-    if call.method in _SETTERS and call.receiver and call.receiver.startswith("self."):
-        return call.receiver
-    node = call.node
-    if not node.args:
-        return None
-    func = call.qualname or dotted(node.func) or ""
-    last = func.rsplit(".", 1)[-1]
-    if not last.endswith("_") or last.startswith("_") or last.endswith("__"):
-        return None
-    if not (
-        func.startswith("torch.nn.init.")
-        or any(
-            w in last
-            for w in (
-                "init",
-                "normal",
-                "uniform",
-                "constant",
-                "zeros",
-                "ones",
-                "orthogonal",
-                "fill",
-            )
-        )
-    ):
-        return None
-    target = dotted(node.args[0].value)
-    if target and target.startswith("self.") and target != "self":
-        return target
-    return None
-
-
-#: torch.nn layers whose own ``reset_parameters()`` sets ``weight`` to ones and ``bias`` to zeros
-_NORMS = frozenset(
-    f"torch.nn.{n}"
-    for n in (
-        "BatchNorm1d",
-        "BatchNorm2d",
-        "BatchNorm3d",
-        "SyncBatchNorm",
-        "LayerNorm",
-        "GroupNorm",
-        "InstanceNorm1d",
-        "InstanceNorm2d",
-        "InstanceNorm3d",
-        "RMSNorm",
-        "LazyBatchNorm1d",
-        "LazyBatchNorm2d",
-        "LazyBatchNorm3d",
-    )
-)
 
 
 def _child_class(cls: ClassFacts, methods, attr: str, qualify) -> str | None:
@@ -96,14 +48,12 @@ _NORM_NAME = re.compile(r"(^|_)(bn|norm|ln|gn|batch_norm|layer_norm|group_norm)\
 
 def _restored_by_child(cls, methods, name: str, call: CallSite, qualify) -> bool:
     """``nn.init.constant_(self.bn.bias, 0)``: the norm's own reset gives the same value."""
-    from metalint.static.construction import inplace_kind
-
     parts = name.split(".")
     if len(parts) != 2:
         return False
     child = _child_class(cls, methods, parts[0], qualify)
     # a torch norm layer, or a child named like one built from a configurable norm_layer
-    if child not in _NORMS and not (
+    if child not in NORM_LAYERS and not (
         (child is None or not child.startswith("torch.")) and _NORM_NAME.search(parts[0])
     ):
         return False
@@ -117,23 +67,11 @@ def _norm_default(cls, methods, name: str, qualify) -> float | None:
     if len(parts) != 2:
         return None
     child = _child_class(cls, methods, parts[0], qualify)
-    if child not in _NORMS and not (
+    if child not in NORM_LAYERS and not (
         (child is None or not child.startswith("torch.")) and _NORM_NAME.search(parts[0])
     ):
         return None
     return {"weight": 1.0, "bias": 0.0}.get(parts[1])
-
-
-#: ``isinstance(m, T)`` with one of these covers every BatchNorm
-_BATCH_NORM_BASES = frozenset(
-    {"torch.nn.modules.batchnorm._BatchNorm", "torch.nn.modules.batchnorm._NormBase"}
-)
-_BATCH_NORMS = frozenset(
-    {
-        *(f"torch.nn.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")),
-        *_BATCH_NORM_BASES,
-    }
-)
 
 
 def _isinstance_of(test: cst.BaseExpression, param: str, qualify) -> set[str] | None:
@@ -212,20 +150,8 @@ def _overwritten_by_parent(child: str | None, reset: set[str]) -> bool:
     """Whether a parent's applied reset of ``reset`` types covers a norm child of class
     ``child`` (None or not from torch: a norm layer passed in, BatchNorm by default)."""
     if child is None or not child.startswith("torch."):
-        return bool(reset & _BATCH_NORMS)
-    return child in reset or (child in _BATCH_NORMS and bool(reset & _BATCH_NORM_BASES))
-
-
-_IDENTITY = {"mul_": 1.0, "div_": 1.0, "add_": 0.0, "sub_": 0.0}
-
-
-def _number(node) -> float | None:
-    if isinstance(node, (cst.Integer, cst.Float)):
-        try:
-            return float(node.value)
-        except ValueError:
-            return None
-    return None
+        return bool(reset & BATCH_NORMS)
+    return child in reset or (child in BATCH_NORMS and bool(reset & BATCH_NORM_BASES))
 
 
 def _param_default(cls: ClassFacts, name: str) -> float | None:
@@ -235,7 +161,7 @@ def _param_default(cls: ClassFacts, name: str) -> float | None:
     params = init.node.params
     for p in (*params.params, *params.kwonly_params, *params.posonly_params):
         if p.name.value == name and p.default is not None:
-            return _number(p.default)
+            return number(p.default)
     return None
 
 
@@ -265,8 +191,8 @@ def _no_op_by_default(
     another class of the file (``others``: timm LeViT's ``LinearNorm(..., bn_weight_init=0)``
     beside ``ConvNorm``) is that class's business."""
     args = call.node.args
-    if call.method in _IDENTITY and call.qualname is None:
-        identity = _IDENTITY[call.method]
+    if call.method in IDENTITY_OPERANDS and call.qualname is None:
+        identity = IDENTITY_OPERANDS[call.method]
         arg = args[0].value if args else None
     elif restored is not None:
         identity = restored
@@ -611,10 +537,10 @@ class Model(nn.Module):
         return self._parents_reset
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
-        methods = hook_free_construction(cls, self.ctx.hooks)
+        methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
         for method in methods:
             for call in method.calls:
-                target = init_target(call, self.qualify)
+                target = initialised_target(call.node, self.qualify)
                 if target is None:
                     continue
                 name = _tensor_name(target)

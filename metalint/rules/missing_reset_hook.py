@@ -4,16 +4,12 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.construction import (
-    NEUTRAL_METHODS,
-    computed,
-    is_legacy_sizes,
-    written_attr,
-)
-from metalint.static.model import ClassFacts
-from metalint.static.ownership import construction, owned_tensors
+from metalint.static.construction import computed, is_legacy_sizes
+from metalint.static.model import ClassFacts, construction
+from metalint.static.ownership import owned_tensors
 from metalint.static.rule import Finding, Rule
-from metalint.static.tensors import EMPTY_FACTORIES, LEGACY_CONSTRUCTORS, value_kind
+from metalint.static.tensors import inplace_write, value_kind
+from metalint.vocabulary import EMPTY_FACTORIES, LEGACY_CONSTRUCTORS, NEUTRAL_METHODS
 
 
 def _names(attrs: list[str], limit: int = 4) -> str:
@@ -295,7 +291,12 @@ class RelPosBias(nn.Module):  # ERROR
         if any(h in cls.methods for h in public):
             return
         methods = construction(cls)
-        initialised = {w for m in methods for c in m.calls if (w := written_attr(c, self.qualify))}
+        initialised = {
+            w.own
+            for m in methods
+            for c in m.calls
+            if (w := inplace_write(c.node, self.qualify)) and w.own
+        }
         attrs: list[str] = []
         covered: set[str] = set()
         for owned in owned_tensors(methods, self.qualify):

@@ -4,8 +4,8 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.model import ClassFacts
-from metalint.static.ownership import construction, factory_calls, owned_tensors
+from metalint.static.model import ClassFacts, construction
+from metalint.static.ownership import factory_calls, owned_tensors
 from metalint.static.rule import Finding, Rule
 from metalint.static.tensors import local_value
 

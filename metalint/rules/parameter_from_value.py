@@ -4,19 +4,10 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.model import ClassFacts, construction
 from metalint.static.rule import Finding, Rule
-from metalint.static.tensors import parameter_value, string_value, value_kind
-
-
-def construction_methods(rule: Rule, cls: ClassFacts) -> list[MethodFacts]:
-    """``__init__`` and the helpers it calls, minus the reset hooks themselves."""
-    return [m for m in cls.reachable("__init__") if m.name not in rule.ctx.hooks]
-
-
-def short(node: cst.CSTNode, limit: int = 60) -> str:
-    text = " ".join(cst.Module([]).code_for_node(node).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+from metalint.static.syntax import short, string_value
+from metalint.static.tensors import parameter_value, value_kind
 
 
 class ParameterFromValue(Rule):
@@ -170,7 +161,7 @@ class Block(nn.Module):
     ]
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
-        for method in construction_methods(self, cls):
+        for method in construction(cls, enter_hooks=False, hooks=self.ctx.hooks):
             for assign in method.assigns:
                 if assign.target.count(".") != 1:
                     continue

@@ -14,26 +14,18 @@ from metalint.static.defaults import (
     unwrap_partial,
     value_of,
 )
-from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
-from metalint.static.ownership import (
-    MODULE_ITERATORS,
-    RESET_METHODS,
-    construction,
-    module_children,
-    written_chain,
-)
+from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Rule
-from metalint.static.syntax import walk
-
-
-def _short(node: cst.CSTNode, limit: int = 50) -> str:
-    text = " ".join(cst.Module([]).code_for_node(node).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-#: ``for p in self.parameters()`` visits the children's tensors too
-PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters"})
+from metalint.static.syntax import short, walk
+from metalint.static.tensors import inplace_write
+from metalint.vocabulary import (
+    MODULE_ITERATORS,
+    NORM_INIT_FUNCTIONS,
+    PARAMETER_ITERATORS,
+    RESET_METHODS,
+)
 
 
 def module_loops(
@@ -68,7 +60,8 @@ def loop_inits(method: MethodFacts, qualify, with_params: bool = False) -> list[
     for call in method.calls:
         if call.method in RESET_METHODS:
             continue  # m.reset_parameters(): the module's own hook, replayed per module
-        parts = written_chain(call, qualify)
+        w = inplace_write(call.node, qualify)
+        parts = list(w.chain) if w else None
         if not parts:
             continue
         for loop in call.loops:
@@ -88,14 +81,11 @@ def parent_inits(
     out: list[tuple[cst.CSTNode, str]] = []
     for call in method.calls:
         if is_self_apply(call):
-            out.append((call.node, f"`{_short(call.node)}`"))
+            out.append((call.node, f"`{short(call.node, 50)}`"))
     for loop in loop_inits(method, qualify, with_params):
         assert isinstance(loop, cst.For)
-        out.append((loop, f"the loop `for ... in {_short(loop.iter)}`"))
+        out.append((loop, f"the loop `for ... in {short(loop.iter, 50)}`"))
     return out
-
-
-NORM_LEAVES = ("ones_", "zeros_", "zero_", "constant_", "fill_")
 
 
 class ParentAppliedInit(Rule):
@@ -436,7 +426,7 @@ def _init(m):
                 if not all("Norm" in t or t in ("nn", "torch") for t in types):
                     return False
             elif name.endswith("_"):
-                if name not in NORM_LEAVES:
+                if name not in NORM_INIT_FUNCTIONS:
                     return False
                 args = call.node.args
                 value = (

@@ -4,16 +4,10 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.construction import (
-    TensorFunctions,
-    hook_free_construction,
-    is_tensor,
-    registrations,
-    short,
-)
-from metalint.static.model import ClassFacts
+from metalint.static.construction import TensorFunctions, is_tensor, registrations
+from metalint.static.model import ClassFacts, construction
 from metalint.static.rule import Finding, Rule
-from metalint.static.tensors import string_value
+from metalint.static.syntax import short, string_value
 
 
 class PlainTensorAttribute(Rule):
@@ -250,7 +244,7 @@ class Attention(nn.Module):
 
         tensors = {r.attr for r in registrations(list(cls.methods.values()), self.qualify)}
         reported: set[str] = set()
-        for method in hook_free_construction(cls, self.ctx.hooks):
+        for method in construction(cls, enter_hooks=False, hooks=self.ctx.hooks):
             for a in method.assigns:
                 if a.target.count(".") != 1 or a.augmented:
                     continue

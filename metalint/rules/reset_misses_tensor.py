@@ -4,18 +4,16 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.rules.inplace_init_outside_hook import init_target
 from metalint.static.construction import (
     Registration,
     computed,
     creation_kind,
-    hook_free_construction,
-    inplace_kind,
     registrations,
 )
-from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Rule
-from metalint.static.tensors import parameter_value, recreated
+from metalint.static.syntax import is_none
+from metalint.static.tensors import initialised_target, inplace_kind, parameter_value, recreated
 
 HOOK = "reset_parameters"
 _WORDS = {
@@ -257,8 +255,8 @@ class Head(nn.Module):
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         if HOOK not in cls.methods:
             return
-        construction = hook_free_construction(cls, self.ctx.hooks)
-        if not construction:
+        built = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
+        if not built:
             return
         hook_methods = cls.reachable(HOOK)
         in_reset: set[str] = set()
@@ -290,17 +288,17 @@ class Head(nn.Module):
         )
         # in-place writes of own tensors during construction: attr -> [(method, call, kind)]
         writes: dict[str, list[tuple[MethodFacts, object, str | None]]] = {}
-        for m in construction:
+        for m in built:
             for call in m.calls:
-                attr = _own_name(init_target(call, self.qualify))
+                attr = _own_name(initialised_target(call.node, self.qualify))
                 if attr:
                     writes.setdefault(attr, []).append((m, call, inplace_kind(call, self.qualify)))
         seen: set[str] = set()
-        for reg in registrations(construction, self.qualify):
+        for reg in registrations(built, self.qualify):
             if reg.attr in seen:
                 continue
             seen.add(reg.attr)
-            if reg.kind == "buffer" and (reg.value is None or _is_none(reg.value)):
+            if reg.kind == "buffer" and (reg.value is None or is_none(reg.value)):
                 continue
             if reg.attr in in_reset:
                 yield from self._mismatch(
@@ -370,7 +368,7 @@ class Head(nn.Module):
         hook_kinds: set[str | None] = set()
         for m in hook_methods:
             for call in m.calls:
-                if _own_name(init_target(call, self.qualify)) == reg.attr:
+                if _own_name(initialised_target(call.node, self.qualify)) == reg.attr:
                     hook_kinds.add(inplace_kind(call, self.qualify))
             for a in m.assigns:
                 if _own_name(a.target) == reg.attr:
@@ -389,7 +387,3 @@ class Head(nn.Module):
             f"`__init__` means (and let `__init__` call it)",
             cls,
         )
-
-
-def _is_none(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"

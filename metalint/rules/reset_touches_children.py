@@ -6,19 +6,13 @@ import libcst as cst
 
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
-from metalint.static.ownership import (
-    MODULE_ITERATORS,
-    RESET_METHODS,
-    chain,
-    child_chain,
-    module_children,
-    own_tensor_names,
-    written_chain,
-)
+from metalint.static.ownership import child_chain, module_children, own_tensor_names
 from metalint.static.rule import Finding, Rule
+from metalint.static.syntax import chain
+from metalint.static.tensors import inplace_write
+from metalint.vocabulary import MODULE_ITERATORS, RECURSIVE_TENSOR_ITERATORS, RESET_METHODS
 
 HOOK = "reset_parameters"
-RECURSIVE_TENSOR_ITERATORS = ("parameters", "named_parameters", "buffers", "named_buffers")
 
 
 def _text(parts: list[str]) -> str:
@@ -259,7 +253,8 @@ class Block(nn.Module):
                 if parts and parts[0] == "self" and len(parts) >= 2 and parts[1] not in own:
                     yield node, f"`{_text(parts)}.{call.method}()` re-initialises a child module"
                     continue
-            parts = written_chain(call, self.qualify)
+            w = inplace_write(call.node, self.qualify)
+            parts = list(w.chain) if w else None
             if child_chain(parts, own):
                 yield node, f"it writes `{_text(parts)}`, a tensor of a child module"
                 continue

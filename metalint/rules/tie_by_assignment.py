@@ -2,16 +2,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from metalint.static.model import ClassFacts
-from metalint.static.ownership import chain, construction, owned_tensors
+from metalint.static.model import ClassFacts, construction
+from metalint.static.ownership import owned_tensors
 from metalint.static.rule import Finding, Rule
-
-#: methods that re-do a tie after materialisation; ``tie_weights`` is what transformers'
-#: ``from_pretrained`` and accelerate's ``load_checkpoint_and_dispatch`` call
-TIE_HOOKS = ("tie_weights",)
-#: bases outside the checked tree known to provide ``tie_weights``
-TIE_BASES = ("transformers.PreTrainedModel", "transformers.modeling_utils.PreTrainedModel")
-TENSOR_LEAVES = ("weight", "bias")
+from metalint.static.syntax import chain
+from metalint.vocabulary import TENSOR_LEAVES, TIE_BASES, TIE_HOOKS
 
 
 def _text(parts: list[str]) -> str:

@@ -11,180 +11,21 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from metalint.static.model import ClassFacts, MethodFacts, function_facts
-from metalint.static.names import dotted
-from metalint.static.syntax import children, walk
-from metalint.static.tensors import (
+from metalint.static.model import MethodFacts, function_facts
+from metalint.static.syntax import children, is_false, is_none, keyword, string_value, walk
+from metalint.static.tensors import const_kind, local_value, parameter_value
+from metalint.vocabulary import (
     BUFFER_CLASSES,
     EMPTY_FACTORIES,
     LEGACY_CONSTRUCTORS,
+    NEUTRAL_METHODS,
     PARAMETER_CLASSES,
     RANDOM_FACTORIES,
+    REAL_DEVICES,
+    TENSOR_FUNCTIONS,
+    TENSOR_METHODS,
     VALUE_FACTORIES,
-    local_value,
-    parameter_value,
-    self_attr,
-    string_value,
-    writes,
 )
-
-#: torch functions that return a tensor computed from tensors (for "is this clearly a tensor")
-TENSOR_FUNCTIONS = frozenset(
-    {
-        "torch.exp",
-        "torch.log",
-        "torch.sin",
-        "torch.cos",
-        "torch.sqrt",
-        "torch.rsqrt",
-        "torch.pow",
-        "torch.cumsum",
-        "torch.cumprod",
-        "torch.einsum",
-        "torch.matmul",
-        "torch.mm",
-        "torch.bmm",
-        "torch.where",
-        "torch.flatten",
-        "torch.reshape",
-        "torch.view_as_real",
-        "torch.view_as_complex",
-        "torch.clamp",
-        "torch.abs",
-        "torch.sigmoid",
-        "torch.tanh",
-        "torch.softmax",
-        "torch.ones_like",
-        "torch.zeros_like",
-        "torch.repeat_interleave",
-        "torch.roll",
-        "torch.flip",
-        "torch.diag",
-        "torch.triu_indices",
-        "torch.tril_indices",
-        "torch.bucketize",
-        "torch.nn.functional.pad",
-        "torch.nn.functional.normalize",
-        "torch.nn.functional.one_hot",
-    }
-)
-#: methods that keep "this is a tensor" (``t.float()``, ``t.to(dtype)``, ``t[None]``...)
-TENSOR_METHODS = frozenset(
-    {
-        "to",
-        "float",
-        "double",
-        "half",
-        "bfloat16",
-        "long",
-        "int",
-        "bool",
-        "type",
-        "type_as",
-        "contiguous",
-        "detach",
-        "clone",
-        "view",
-        "reshape",
-        "unsqueeze",
-        "squeeze",
-        "expand",
-        "repeat",
-        "flatten",
-        "permute",
-        "transpose",
-        "t",
-        "sum",
-        "mean",
-        "exp",
-        "log",
-        "sin",
-        "cos",
-        "pow",
-        "sqrt",
-        "cumsum",
-        "masked_fill",
-        "fill_",
-        "zero_",
-        "normal_",
-        "uniform_",
-        "triu",
-        "tril",
-        "cpu",
-        "cuda",
-        "requires_grad_",
-        "neg",
-        "abs",
-        "outer",
-        "matmul",
-        "reciprocal",
-        "stack",
-    }
-)
-#: methods that keep a tensor's value but move it: value-neutral for "is it computed?"
-NEUTRAL_METHODS = frozenset(
-    {
-        "to",
-        "float",
-        "double",
-        "half",
-        "bfloat16",
-        "long",
-        "int",
-        "bool",
-        "type",
-        "type_as",
-        "contiguous",
-        "detach",
-        "requires_grad_",
-        "cpu",
-        "cuda",
-    }
-)
-#: real devices, as written in source
-REAL_DEVICE = ("cpu", "cuda", "mps", "xpu", "npu", "hpu")
-
-
-def hook_free_construction(cls: ClassFacts, hooks: tuple[str, ...]) -> list[MethodFacts]:
-    """``__init__`` and the helpers it calls (``self.m()``), not entering any reset hook.
-
-    A helper reached only through a hook (``__init__`` → ``reset_parameters`` → ``_init_pos``)
-    belongs to the hook, not to construction.
-    """
-    out: list[MethodFacts] = []
-    seen: set[str] = set()
-    todo = ["__init__"]
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in cls.methods:
-            continue
-        seen.add(name)
-        if name in hooks:
-            continue
-        m = cls.methods[name]
-        out.append(m)
-        todo.extend(sorted(m.self_calls))
-    return out
-
-
-def calls_hook(cls: ClassFacts, methods: list[MethodFacts], hook: str) -> bool:
-    return any(hook in m.self_calls for m in methods)
-
-
-def short(node: cst.CSTNode, limit: int = 60) -> str:
-    text = " ".join(cst.Module([]).code_for_node(node).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg.value
-    return None
-
-
-def is_false(node: cst.BaseExpression | None) -> bool:
-    return isinstance(node, cst.Name) and node.value == "False"
 
 
 def is_legacy_sizes(call: cst.Call) -> bool:
@@ -265,10 +106,6 @@ def registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]
         yield r
 
 
-def _is_none(node: cst.BaseExpression | None) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
-
-
 def computed(  # noqa: C901 (issue 20: split it)
     expr: cst.BaseExpression | None, qualify, method: MethodFacts, depth: int = 0
 ) -> str | None:
@@ -278,7 +115,7 @@ def computed(  # noqa: C901 (issue 20: split it)
     factory (``gen_relative_position_index(...)``, ``self._compute_inv_freq()``,
     ``rope_init_fn(config, device)``) computes a value.
     """
-    if expr is None or depth > 3 or _is_none(expr):
+    if expr is None or depth > 3 or is_none(expr):
         return None
     found: set[str] = set()
     for node in walk(expr):
@@ -390,7 +227,7 @@ def real_device(
         return None
     if isinstance(expr, cst.SimpleString):
         s = string_value(expr)
-        if s and s.split(":")[0] in REAL_DEVICE:
+        if s and s.split(":")[0] in REAL_DEVICES:
             return s
         return None
     if isinstance(expr, cst.Call) and qualify(expr.func) == "torch.device" and expr.args:
@@ -402,146 +239,7 @@ def real_device(
     return None
 
 
-# -- where a value flows --------------------------------------------------------------------
-def statement_of(method: MethodFacts, node: cst.CSTNode) -> tuple[str | None, list[str]]:
-    """For an expression node inside ``method``: (local it is assigned to, own attrs it lands in).
-
-    Looks at the enclosing ``self.x = ...`` / ``register_buffer("x", ...)`` / ``local = ...``.
-    """
-    attrs: list[str] = []
-    for a in method.assigns:
-        if a.value is not None and _contains(a.value, node):
-            attr = self_attr(a.target)
-            if attr:
-                attrs.append(attr)
-    for call in method.calls:
-        if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
-            if call.node is not node and _contains(call.node, node) and call.node.args:
-                name = string_value(call.node.args[0].value)
-                if name:
-                    attrs.append(name)
-    if attrs:
-        return None, attrs
-    for local, values in method.local_values.items():
-        for _, value in values:
-            if _contains(value, node):
-                return local, []
-    return None, []
-
-
-def uses_of_local(method: MethodFacts, local: str) -> tuple[list[str], bool]:
-    """Own attributes a local flows into (through other locals), and whether it escapes elsewhere.
-
-    ``escapes`` is True when the local is also used in a way we cannot follow (passed to a
-    call whose result is not stored, returned, ...). Conservative: unknown → escapes.
-    """
-    attrs: list[str] = []
-    escapes = False
-    todo, seen = [local], set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        found_use = False
-        for a in method.assigns:
-            if a.value is not None and _mentions(a.value, name):
-                found_use = True
-                attr = self_attr(a.target)
-                if attr:
-                    attrs.append(attr)
-        for call in method.calls:
-            if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
-                if (
-                    any(_mentions(arg.value, name) for arg in call.node.args[1:2])
-                    and call.node.args
-                ):
-                    found_use = True
-                    reg = string_value(call.node.args[0].value)
-                    if reg:
-                        attrs.append(reg)
-        for other, values in method.local_values.items():
-            if other == name:
-                continue
-            for _, value in values:
-                if _mentions(value, name):
-                    found_use = True
-                    todo.append(other)
-        if not found_use and name != local:
-            escapes = True  # an intermediate local that goes nowhere we can see
-    return sorted(set(attrs)), escapes
-
-
-def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return any(n is node for n in walk(tree))
-
-
-def _mentions(tree: cst.CSTNode, name: str) -> bool:
-    return any(isinstance(n, cst.Name) and n.value == name for n in walk(tree))
-
-
 # -- in-place initialisation ----------------------------------------------------------------
-INIT_KIND = {
-    "ones_": "ones",
-    "zeros_": "zeros",
-    "zero_": "zeros",
-    "constant_": "const",
-    "fill_": "const",
-    "eye_": "eye",
-    "dirac_": "dirac",
-    "orthogonal_": "random",
-    "normal_": "random",
-    "uniform_": "random",
-    "trunc_normal_": "random",
-    "trunc_normal_tf_": "random",
-    "xavier_uniform_": "random",
-    "xavier_normal_": "random",
-    "kaiming_uniform_": "random",
-    "kaiming_normal_": "random",
-    "sparse_": "random",
-    "lecun_normal_": "random",
-    "variance_scaling_": "random",
-}
-
-
-def _number(node: cst.BaseExpression | None) -> float | None:
-    if isinstance(node, (cst.Integer, cst.Float)):
-        try:
-            return float(node.value)
-        except ValueError:
-            return None
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        v = _number(node.expression)
-        return -v if v is not None else None
-    return None
-
-
-def _const_kind(value: cst.BaseExpression | None) -> str:
-    n = _number(value)
-    if n == 1.0:
-        return "ones"
-    if n == 0.0:
-        return "zeros"
-    return "const"
-
-
-def inplace_kind(call, qualify) -> str | None:
-    """How an in-place init call sets a tensor: "ones", "zeros", "const", "random"..."""
-    # a tensor method (``self.w.fill_(v)``) has no importable name; ``nn.init.constant_`` has
-    is_method = call.qualname is None and call.method is not None and call.receiver is not None
-    if is_method:
-        name = call.method
-    else:
-        func = call.qualname or dotted(call.node.func) or ""
-        name = func.rsplit(".", 1)[-1]
-    kind = INIT_KIND.get(name)
-    if kind == "const":
-        args = call.node.args
-        # constant_(t, v) / t.fill_(v)
-        idx = 0 if is_method else 1
-        value = args[idx].value if len(args) > idx else None
-        return _const_kind(value)
-    return kind
 
 
 def creation_kind(
@@ -562,7 +260,7 @@ def creation_kind(
             return "zeros"
         if q in ("torch.full", "torch.full_like"):
             v = expr.args[1].value if len(expr.args) > 1 else keyword(expr, "fill_value")
-            return _const_kind(v)
+            return const_kind(v)
         if q in RANDOM_FACTORIES:
             return "random"
         if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in NEUTRAL_METHODS:
@@ -579,13 +277,6 @@ def creation_kind(
             if side == "random" and not isinstance(other, cst.Call):
                 return "random"
     return None
-
-
-def written_attr(call, qualify) -> str | None:
-    """Own attribute an in-place call writes, leaving out registration (that is creation)."""
-    if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
-        return None
-    return writes(call, qualify)
 
 
 class TensorFunctions:

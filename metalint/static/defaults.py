@@ -22,9 +22,7 @@ from metalint.static.constants import UNKNOWN
 from metalint.static.model import CallSite, ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.syntax import children, walk
-
-#: calls an applied function may make and still be only "each module's own reset"
-RESET_ONLY_CALLS = frozenset({"reset_parameters", "hasattr", "getattr", "callable", "isinstance"})
+from metalint.vocabulary import RESET_ONLY_CALLS
 
 
 def code(node: cst.CSTNode) -> str:

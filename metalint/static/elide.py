@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import re
 
-from metalint.static.model import SKIPPED_METHOD_PREFIXES
+from metalint.vocabulary import SKIPPED_METHOD_PREFIXES
 
 _KEEP_AT_MODULE_LEVEL = (
     ast.Import,

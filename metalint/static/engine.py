@@ -22,26 +22,19 @@ from libcst.metadata import CodePosition, CodeRange
 from metalint.diagnostics import Condition, Diagnostic, Position
 from metalint.static.defaults import init_functions
 from metalint.static.elide import elide
-from metalint.static.model import DEFAULT_HOOKS, ClassFacts, collect
+from metalint.static.model import ClassFacts, collect
 from metalint.static.names import exports_from_ast, module_name_for
 
 # re-exported: the results live in a module that does not import libcst (cache hits need no parser)
-from metalint.static.results import (  # noqa: F401
-    PUBLIC_HOOKS,
-    ClassSummary,
-    FileResult,
-    decode,
-    error_result,
-    read_source,
-)
+from metalint.static.results import ClassSummary, FileResult, decode, error_result, read_source
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import children, code_ranges, parse_valid_module, walk
 from metalint.static.tensors import recreated
+from metalint.vocabulary import DEFAULT_HOOKS, MODULE_API
 
 #: a file that mentions none of these cannot hold a finding; it is not parsed
 PREFILTER = re.compile(rb"torch|nn\.|Parameter|register_buffer|Module|Tensor")
 NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.I)
-MODULE_API = ("register_buffer", "register_parameter", "register_module", "add_module", "apply")
 
 
 def noqa_directives(source: str) -> dict[int, list[str] | None]:

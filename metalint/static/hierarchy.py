@@ -11,25 +11,8 @@ from collections.abc import Iterable
 
 from metalint.diagnostics import Condition
 from metalint.static.constants import dispatch
-from metalint.static.results import PUBLIC_HOOKS, ClassSummary, FileResult
-
-#: torch.nn classes whose subclasses do NOT inherit a public ``reset_parameters``
-TORCH_WITHOUT_RESET = frozenset(
-    {
-        "torch.nn.Module",
-        "torch.nn.ModuleList",
-        "torch.nn.ModuleDict",
-        "torch.nn.Sequential",
-        "torch.nn.ParameterList",
-        "torch.nn.ParameterDict",
-        "torch.nn.MultiheadAttention",  # only the private _reset_parameters
-        "torch.nn.Transformer",
-        "torch.nn.TransformerEncoderLayer",
-        "torch.nn.TransformerDecoderLayer",
-        "torch.nn.TransformerEncoder",
-        "torch.nn.TransformerDecoder",
-    }
-)
+from metalint.static.results import ClassSummary, FileResult
+from metalint.vocabulary import PUBLIC_HOOKS, TORCH_WITHOUT_RESET
 
 
 class Hierarchy:

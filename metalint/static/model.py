@@ -8,16 +8,14 @@ expressions they care about.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from metalint.static.names import Aliases, dotted
-from metalint.static.results import DEFAULT_HOOKS  # noqa: F401 (re-exported; libcst-free home)
 from metalint.static.syntax import children
-
-#: methods whose bodies the collector does not walk: they run after construction
-SKIPPED_METHOD_PREFIXES = ("forward", "extra_repr", "__repr__", "_forward")
+from metalint.vocabulary import SKIPPED_METHOD_PREFIXES
 
 
 @dataclass
@@ -88,6 +86,36 @@ class ClassFacts:
             seen.append(m)
             todo.extend(sorted(m.self_calls))
         return seen
+
+
+def construction(
+    cls: ClassFacts, enter_hooks: bool = True, hooks: Collection[str] = ()
+) -> list[MethodFacts]:
+    """What runs while the class is built: ``__init__`` and the methods of the class it calls
+    (``self.m()``), transitively. The one answer every rule and codemod uses.
+
+    With ``enter_hooks`` (the default) a reset hook ``__init__`` calls is part of it: it runs
+    under the meta context too. Without, the methods named in ``hooks`` are neither included
+    nor followed: for ``__init__`` -> ``reset_parameters`` -> ``_init_pos`` the answer is
+    ``__init__`` alone, since what a hook does (and the helpers only it reaches) is the hook's
+    job, done again after ``to_empty()``.
+    """
+    if enter_hooks:
+        return cls.reachable("__init__")
+    out: list[MethodFacts] = []
+    seen: set[str] = set()
+    todo = ["__init__"]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in cls.methods:
+            continue
+        seen.add(name)
+        if name in hooks:
+            continue
+        m = cls.methods[name]
+        out.append(m)
+        todo.extend(sorted(m.self_calls))
+    return out
 
 
 @dataclass

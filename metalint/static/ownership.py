@@ -10,124 +10,28 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from metalint.static.construction import Registration, _is_none, keyword, tensor_registrations
-from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.construction import Registration, real_device, tensor_registrations
+from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
-from metalint.static.syntax import children
-from metalint.static.tensors import (
+from metalint.static.syntax import children, is_none, keyword
+from metalint.vocabulary import (
     BUFFER_CLASSES,
+    CPU_CONSTRUCTORS,
     EMPTY_FACTORIES,
-    INPLACE_METHODS,
-    LEGACY_CONSTRUCTORS,
+    NOT_TENSOR_FUNCTIONS,
+    NOT_TENSOR_METHODS,
     PARAMETER_CLASSES,
+    PARAMETER_CONTAINERS,
     RANDOM_FACTORIES,
+    SEQUENCE_FUNCTIONS,
+    SEQUENCE_METHODS,
+    TENSOR_ATTRIBUTES,
     VALUE_FACTORIES,
-    string_value,
 )
-
-#: legacy typed constructors allocate CPU memory even under ``with torch.device("meta")``
-CPU_CONSTRUCTORS = (LEGACY_CONSTRUCTORS - {n for n in LEGACY_CONSTRUCTORS if ".cuda." in n}) | {
-    "torch.from_numpy"
-}
-#: torch functions that never return a tensor (or return a tuple of them)
-NOT_TENSOR_FUNCTIONS = frozenset(
-    {
-        "torch.is_tensor",
-        "torch.numel",
-        "torch.is_floating_point",
-        "torch.is_complex",
-        "torch.device",
-        "torch.Size",
-        "torch.finfo",
-        "torch.iinfo",
-        "torch.get_default_dtype",
-        "torch.get_default_device",
-        "torch.meshgrid",
-        "torch.split",
-        "torch.chunk",
-        "torch.unbind",
-        "torch.tensor_split",
-        "torch.broadcast_shapes",
-        "torch.broadcast_tensors",
-        "torch.no_grad",
-        "torch.manual_seed",
-        "torch.initial_seed",
-        "torch.set_grad_enabled",
-        "torch.is_grad_enabled",
-        "torch.promote_types",
-        "torch.result_type",
-        "torch.can_cast",
-    }
-)
-#: tensor methods whose result is not a tensor (or is a tuple): shape queries work on meta
-NOT_TENSOR_METHODS = frozenset(
-    {
-        "size",
-        "dim",
-        "numel",
-        "nelement",
-        "ndimension",
-        "element_size",
-        "stride",
-        "storage_offset",
-        "data_ptr",
-        "get_device",
-        "is_contiguous",
-        "is_floating_point",
-        "is_complex",
-        "is_signed",
-        "item",
-        "tolist",
-        "numpy",
-        "split",
-        "chunk",
-        "unbind",
-        "__len__",
-        "register_hook",
-        "untyped_storage",
-        "storage",
-    }
-)
-#: tensor attributes that are tensors too (``x.data``, ``x.T``)
-TENSOR_ATTRIBUTES = frozenset({"data", "T", "mT", "H", "mH", "real", "imag", "grad"})
-#: containers of parameters: a parent that initialises their tensors is their only hook
-PARAMETER_CONTAINERS = frozenset({"torch.nn.ParameterList", "torch.nn.ParameterDict"})
-REAL_DEVICES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu")
-#: method names that re-initialise a module (a child's reset called from a parent's)
-RESET_METHODS = frozenset(
-    {"reset_parameters", "_reset_parameters", "init_weights", "_init_weights"}
-)
-MODULE_ITERATORS = frozenset({"modules", "named_modules", "children", "named_children"})
-
-
-def construction(cls: ClassFacts) -> list[MethodFacts]:
-    """``__init__`` and every method of the class it calls (``self.m()``), transitively.
-
-    Hooks called from ``__init__`` are included: they run under the meta context too.
-    """
-    return cls.reachable("__init__")
 
 
 def hook_methods(cls: ClassFacts, hook: str) -> list[MethodFacts]:
     return cls.reachable(hook) if hook in cls.methods else []
-
-
-def chain(node: cst.BaseExpression | None) -> list[str] | None:
-    """``self.layers[0].weight`` -> ``["self", "layers", "[]", "weight"]``; None if not a chain."""
-    parts: list[str] = []
-    while node is not None:
-        if isinstance(node, cst.Attribute):
-            parts.append(node.attr.value)
-            node = node.value
-        elif isinstance(node, cst.Subscript):
-            parts.append("[]")
-            node = node.value
-        elif isinstance(node, cst.Name):
-            parts.append(node.value)
-            return list(reversed(parts))
-        else:
-            return None
-    return None
 
 
 #: an own tensor created during construction
@@ -139,7 +43,7 @@ def owned_tensors(methods: list[MethodFacts], qualify) -> Iterator[Owned]:
     ``register_parameter`` calls whose value is neither a Parameter nor a name."""
     for r in tensor_registrations(methods, qualify):
         if isinstance(r.node, cst.Call):
-            if r.passed is None or _is_none(r.passed):
+            if r.passed is None or is_none(r.passed):
                 continue
             if r.kind == "parameter" and r.value is None and not isinstance(r.passed, cst.Name):
                 continue
@@ -175,19 +79,6 @@ def factory_calls(expr: cst.BaseExpression | None, qualify) -> list[cst.Call]:
     return out
 
 
-# -- "does this expression hold a tensor on meta?" -----------------------------------------
-def real_device(expr: cst.BaseExpression | None, qualify) -> bool:
-    """``"cpu"``, ``torch.device("cuda")``: an explicit real device, written as a literal."""
-    if expr is None:
-        return False
-    if isinstance(expr, cst.SimpleString):
-        s = string_value(expr)
-        return bool(s) and s.split(":")[0] in REAL_DEVICES
-    if isinstance(expr, cst.Call) and qualify(expr.func) == "torch.device" and expr.args:
-        return real_device(expr.args[0].value, qualify)
-    return False
-
-
 def meta_tensor(  # noqa: C901 (issue 20: split it)
     expr: cst.BaseExpression | None,
     qualify,
@@ -207,7 +98,7 @@ def meta_tensor(  # noqa: C901 (issue 20: split it)
         if q is not None and q.startswith("torch."):
             if q in CPU_CONSTRUCTORS or q in NOT_TENSOR_FUNCTIONS:
                 return False
-            if real_device(keyword(expr, "device"), qualify):
+            if real_device(keyword(expr, "device"), qualify, None):
                 return False
             if q in EMPTY_FACTORIES or q in VALUE_FACTORIES or q in RANDOM_FACTORIES:
                 return True
@@ -222,8 +113,8 @@ def meta_tensor(  # noqa: C901 (issue 20: split it)
             if name in NOT_TENSOR_METHODS:
                 return False
             if name == "to" and (
-                real_device(keyword(expr, "device"), qualify)
-                or any(a.keyword is None and real_device(a.value, qualify) for a in expr.args)
+                real_device(keyword(expr, "device"), qualify, None)
+                or any(a.keyword is None and real_device(a.value, qualify, None) for a in expr.args)
             ):
                 return False  # t.to("cpu") of a meta tensor also fails, but elsewhere
             if name == "type" and not expr.args:
@@ -266,13 +157,6 @@ def meta_tensor(  # noqa: C901 (issue 20: split it)
     return False
 
 
-#: calls that return a tuple of tensors: iterating or indexing it gives tensors
-SEQUENCE_METHODS = frozenset({"split", "chunk", "unbind", "tensor_split"})
-SEQUENCE_FUNCTIONS = frozenset(
-    {"torch.split", "torch.chunk", "torch.unbind", "torch.tensor_split", "torch.meshgrid"}
-)
-
-
 def meta_tensor_sequence(
     expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, own=None, depth: int = 0
 ) -> bool:
@@ -302,33 +186,6 @@ def truthiness_tensors(
         yield from truthiness_tensors(expr.expression, qualify, method, own)
     elif meta_tensor(expr, qualify, method, own):
         yield expr
-
-
-# -- in-place writes and children ---------------------------------------------------------
-def written_chain(call, qualify) -> list[str] | None:
-    """The tensor an in-place call writes, as a chain: ``self.fc.weight.data.normal_()`` ->
-    ``["self", "fc", "weight", "data"]``; ``nn.init.zeros_(self.fc.bias)`` -> ``[..., "bias"]``."""
-    node = call.node
-    # ``torch.nn.init.normal_(t)`` qualifies through the imports: a function, not a method
-    if (
-        call.method in INPLACE_METHODS
-        and isinstance(node.func, cst.Attribute)
-        and call.qualname is None
-    ):
-        return chain(node.func.value)
-    func = call.qualname or dotted(node.func) or ""
-    last = func.rsplit(".", 1)[-1]
-    if (
-        last.endswith("_")
-        and not last.startswith("_")
-        and node.args
-        and call.method not in RESET_METHODS
-    ):
-        if call.receiver and call.receiver.startswith("self") and call.qualname is None:
-            # self.something_(x): a method of our own, not an init function
-            return None
-        return chain(node.args[0].value)
-    return None
 
 
 def child_chain(parts: list[str] | None, own: set[str]) -> bool:

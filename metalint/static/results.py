@@ -15,11 +15,6 @@ from typing import Any
 from metalint.diagnostics import Diagnostic, Position
 from metalint.report import ERROR_CODE
 
-#: the names a class may use to re-create its tensors after ``to_empty``
-DEFAULT_HOOKS = ("reset_parameters", "init_weights", "_init_weights", "init_non_persistent_buffers")
-#: public hooks that re-initialise a module after ``to_empty`` (rule ML004 looks for these)
-PUBLIC_HOOKS = ("reset_parameters", "init_weights", "init_non_persistent_buffers")
-
 
 @dataclass
 class ClassSummary:

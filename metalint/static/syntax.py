@@ -160,3 +160,72 @@ def parse_valid_module(source: str) -> cst.Module:
         return cst.parse_module(source)
     finally:
         base.__post_init__ = saved
+
+
+# -- small questions about expressions, shared by the rules and the codemods ----------------
+def short(node: cst.CSTNode, limit: int = 60) -> str:
+    """The source of ``node`` on one line, cut to ``limit`` characters (for messages)."""
+    text = " ".join(cst.Module([]).code_for_node(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    """The value of keyword argument ``name`` of ``call``, if given."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+    return None
+
+
+def is_false(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.Name) and node.value == "False"
+
+
+def is_none(node: cst.BaseExpression | None) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+def string_value(node: cst.BaseExpression) -> str | None:
+    """The value of a plain string literal, else None."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def number(node: cst.BaseExpression | None) -> float | None:
+    """The value of a numeric literal (``2``, ``1e-6``, ``-0.5``), else None."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        try:
+            return float(node.value)
+        except ValueError:
+            return None
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        v = number(node.expression)
+        return -v if v is not None else None
+    return None
+
+
+def chain(node: cst.BaseExpression | None) -> list[str] | None:
+    """``self.layers[0].weight`` -> ``["self", "layers", "[]", "weight"]``; None if not a chain."""
+    parts: list[str] = []
+    while node is not None:
+        if isinstance(node, cst.Attribute):
+            parts.append(node.attr.value)
+            node = node.value
+        elif isinstance(node, cst.Subscript):
+            parts.append("[]")
+            node = node.value
+        elif isinstance(node, cst.Name):
+            parts.append(node.value)
+            return list(reversed(parts))
+        else:
+            return None
+    return None
+
+
+def self_attr(name: str | None) -> str | None:
+    """``gamma`` for ``self.gamma``, ``self.gamma.data``; None for anything not on self."""
+    if name is None or not name.startswith("self."):
+        return None
+    return name.split(".")[1]

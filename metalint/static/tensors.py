@@ -8,111 +8,23 @@ tensor an in-place call initialises (``nn.init.zeros_(self.w)``, ``self.w.data.f
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from metalint.static.model import CallSite, MethodFacts
 from metalint.static.names import dotted
-from metalint.static.syntax import walk
-
-EMPTY_FACTORIES = frozenset({"torch.empty", "torch.empty_like", "torch.empty_strided"})
-RANDOM_FACTORIES = frozenset(
-    {
-        "torch.rand",
-        "torch.randn",
-        "torch.randint",
-        "torch.randperm",
-        "torch.normal",
-        "torch.rand_like",
-        "torch.randn_like",
-        "torch.randint_like",
-        "torch.bernoulli",
-        "torch.multinomial",
-    }
+from metalint.static.syntax import chain, keyword, number, self_attr, string_value, walk
+from metalint.vocabulary import (
+    EMPTY_FACTORIES,
+    INIT_KIND,
+    INPLACE_METHODS,
+    PARAMETER_CLASSES,
+    RANDOM_FACTORIES,
+    REGISTER_METHODS,
+    RESET_METHODS,
+    VALUE_FACTORIES,
 )
-VALUE_FACTORIES = frozenset(
-    {
-        "torch.zeros",
-        "torch.ones",
-        "torch.full",
-        "torch.zeros_like",
-        "torch.ones_like",
-        "torch.full_like",
-        "torch.tensor",
-        "torch.as_tensor",
-        "torch.from_numpy",
-        "torch.arange",
-        "torch.range",
-        "torch.linspace",
-        "torch.logspace",
-        "torch.eye",
-        "torch.tril",
-        "torch.triu",
-        "torch.Tensor",
-        "torch.FloatTensor",
-        "torch.LongTensor",
-        "torch.IntTensor",
-        "torch.BoolTensor",
-        "torch.HalfTensor",
-        "torch.DoubleTensor",
-        "torch.ByteTensor",
-        "torch.polar",
-        "torch.complex",
-        "torch.meshgrid",
-        "torch.outer",
-        "torch.stack",
-        "torch.cat",
-    }
-)
-#: in-place tensor methods that set values
-INPLACE_METHODS = frozenset(
-    {
-        "normal_",
-        "uniform_",
-        "fill_",
-        "zero_",
-        "copy_",
-        "constant_",
-        "trunc_normal_",
-        "bernoulli_",
-        "exponential_",
-        "random_",
-        "geometric_",
-        "cauchy_",
-        "log_normal_",
-        "fill_diagonal_",
-        "clamp_",
-        "mul_",
-        "add_",
-        "div_",
-        "sub_",
-        "masked_fill_",
-        "index_fill_",
-        "scatter_",
-        "set_",
-    }
-)
-#: legacy constructors: ``torch.Tensor(3, 4)`` allocates CPU memory even under ``meta``
-LEGACY_CONSTRUCTORS = frozenset(
-    {
-        "torch.Tensor",
-        "torch.FloatTensor",
-        "torch.DoubleTensor",
-        "torch.HalfTensor",
-        "torch.BFloat16Tensor",
-        "torch.LongTensor",
-        "torch.IntTensor",
-        "torch.ShortTensor",
-        "torch.CharTensor",
-        "torch.ByteTensor",
-        "torch.BoolTensor",
-        "torch.cuda.FloatTensor",
-        "torch.cuda.LongTensor",
-        "torch.cuda.HalfTensor",
-    }
-)
-#: ``nn.Buffer(t)`` (torch >= 2.5) registers a buffer when assigned to a module attribute
-BUFFER_CLASSES = frozenset({"torch.nn.Buffer"})
-PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.UninitializedParameter"})
 
 
 def local_value(method: MethodFacts, name: str, before: cst.CSTNode | None = None):
@@ -173,37 +85,115 @@ def parameter_value(expr: cst.BaseExpression | None, qualify) -> cst.BaseExpress
     return None
 
 
-def self_attr(name: str | None) -> str | None:
-    """``gamma`` for ``self.gamma``, ``self.gamma.data``; None for anything not on self."""
-    if name is None or not name.startswith("self."):
+@dataclass(frozen=True)
+class Write:
+    """An in-place write of a tensor: ``nn.init.zeros_(self.fc.bias)``, ``self.w.data.fill_(v)``.
+
+    ``chain`` is the written expression (``("self", "fc", "bias")``; ``"[]"`` for a subscript),
+    ``kind`` how its values are set (``"ones"``, ``"zeros"``, ``"const"``, ``"random"``,
+    ``"eye"``, ``"dirac"``; ``"storage"`` for ``t.set_(...)``, which swaps the storage; None
+    when the new values come from the old ones or another tensor, as ``mul_``/``copy_`` do),
+    ``value`` the value argument (``v`` of ``t.fill_(v)`` / ``constant_(t, v)``), ``name`` the
+    in-place function or method.
+    """
+
+    chain: tuple[str, ...]
+    kind: str | None
+    value: cst.BaseExpression | None
+    name: str
+    method: bool  # ``t.fill_(v)`` rather than ``constant_(t, v)``
+
+    @property
+    def target(self) -> str | None:
+        """``self.fc.bias``; None when the chain indexes (``self.w[0]``)."""
+        return None if "[]" in self.chain else ".".join(self.chain)
+
+    @property
+    def own(self) -> str | None:
+        """The attribute of ``self`` the write lands in (``fc`` for ``self.fc.bias``)."""
+        if len(self.chain) > 1 and self.chain[0] == "self" and self.chain[1] != "[]":
+            return self.chain[1]
         return None
-    return name.split(".")[1]
 
 
-def string_value(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.SimpleString):
-        value = node.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
+def _init_kind(name: str, value: cst.BaseExpression | None) -> str | None:
+    if name == "set_":
+        return "storage"
+    kind = INIT_KIND.get(name)
+    return const_kind(value) if kind == "const" else kind
+
+
+def const_kind(value: cst.BaseExpression | None) -> str:
+    """ "ones", "zeros" or "const": what setting every element to ``value`` gives."""
+    n = number(value)
+    return "ones" if n == 1.0 else "zeros" if n == 0.0 else "const"
+
+
+def inplace_write(call: cst.Call, qualify) -> Write | None:
+    """Which tensor ``call`` writes in place, if it is an in-place write; the one answer every
+    rule and codemod uses.
+
+    - a tensor method of :data:`INPLACE_METHODS` on an expression: ``self.w.data.normal_()``,
+      ``self.w.set_(t)`` (kind ``"storage"``); a chained ``t.normal_().mul_(2)`` answers for
+      ``normal_`` only (``mul_`` writes the result of a call, which the inner call reports);
+    - a function whose name ends in one underscore, PyTorch's mark of "mutates its first
+      argument": ``nn.init.zeros_(self.w)``, timm's ``trunc_normal_(self.pos)``, a
+      ``my_helper_(self.w)`` of the project;
+    - not a method of the module itself, ``self.scale_(self.w)``: what it writes is in its
+      body, which the caller follows as its own method; nor a reset hook or a dunder.
+    """
+    func = call.func
+    qualname = qualify(func)
+    receiver = chain(func.value) if isinstance(func, cst.Attribute) else None
+    if (
+        receiver is not None
+        and qualname is None
+        and func.attr.value in INPLACE_METHODS
+        and receiver[-1] != "init"  # ``init.constant_(t, v)`` of an unresolved ``nn.init``
+    ):
+        parts = receiver
+        name = func.attr.value
+        value = call.args[0].value if call.args else None
+        return Write(tuple(parts), _init_kind(name, value), value, name, True)
+    name = (qualname or dotted(func) or "").rsplit(".", 1)[-1]
+    if (
+        not name.endswith("_")
+        or name.endswith("__")
+        or name in RESET_METHODS
+        or not call.args
+        or (qualname is None and receiver is not None and receiver[0] == "self")
+    ):
+        return None
+    parts = chain(call.args[0].value)
+    if parts is None:
+        return None
+    value = call.args[1].value if len(call.args) > 1 else keyword(call, "val")
+    return Write(tuple(parts), _init_kind(name, value), value, name, False)
+
+
+def initialised_target(call: cst.Call, qualify) -> str | None:
+    """``self.w`` / ``self.head.weight``: the tensor reached from ``self`` whose values an
+    in-place init call sets (``t.set_(...)`` swaps the storage: not an init of values)."""
+    w = inplace_write(call, qualify)
+    if w is None or w.kind == "storage" or w.target is None or w.own is None:
+        return None
+    return w.target
+
+
+def inplace_kind(call, qualify) -> str | None:
+    """How an in-place init call sets a tensor: "ones", "zeros", "const", "random"..."""
+    w = inplace_write(call.node, qualify)
+    return w.kind if w is not None and w.kind != "storage" else None
 
 
 def writes(call: CallSite, qualify) -> str | None:
-    """Name of the own tensor (``self.<name>``) that this call writes in place, if any."""
+    """The own tensor (``self.<name>``) that this call writes in place or registers, if any."""
     node = call.node
-    # self.w.normal_(...), self.w.data.fill_(...)
-    if call.method in INPLACE_METHODS and call.receiver:
-        attr = self_attr(call.receiver)
-        if attr:
-            return attr
     # self.register_buffer("name", ...), self.register_parameter("name", ...)
-    if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
-        if node.args:
-            return string_value(node.args[0].value)
-    # nn.init.constant_(self.w, ...), trunc_normal_(self.pos_embed, std=.02)
-    func = call.qualname or dotted(node.func) or ""
-    if func.rsplit(".", 1)[-1].endswith("_") and node.args:
-        return self_attr(dotted(node.args[0].value))
-    return None
+    if call.receiver == "self" and call.method in REGISTER_METHODS:
+        return string_value(node.args[0].value) if node.args else None
+    w = inplace_write(node, qualify)
+    return w.own if w else None
 
 
 def recreated(method: MethodFacts, qualify) -> set[str]:

@@ -1,0 +1,532 @@
+"""The torch vocabulary metalint knows, as data: factories, in-place init functions and
+methods, norm layers, devices, reset hooks. Every rule, codemod and probe reads its names
+here; nothing here imports torch or libcst."""
+
+from __future__ import annotations
+
+EMPTY_FACTORIES = frozenset({"torch.empty", "torch.empty_like", "torch.empty_strided"})
+RANDOM_FACTORIES = frozenset(
+    {
+        "torch.rand",
+        "torch.randn",
+        "torch.randint",
+        "torch.randperm",
+        "torch.normal",
+        "torch.rand_like",
+        "torch.randn_like",
+        "torch.randint_like",
+        "torch.bernoulli",
+        "torch.multinomial",
+    }
+)
+VALUE_FACTORIES = frozenset(
+    {
+        "torch.zeros",
+        "torch.ones",
+        "torch.full",
+        "torch.zeros_like",
+        "torch.ones_like",
+        "torch.full_like",
+        "torch.tensor",
+        "torch.as_tensor",
+        "torch.from_numpy",
+        "torch.arange",
+        "torch.range",
+        "torch.linspace",
+        "torch.logspace",
+        "torch.eye",
+        "torch.tril",
+        "torch.triu",
+        "torch.Tensor",
+        "torch.FloatTensor",
+        "torch.LongTensor",
+        "torch.IntTensor",
+        "torch.BoolTensor",
+        "torch.HalfTensor",
+        "torch.DoubleTensor",
+        "torch.ByteTensor",
+        "torch.polar",
+        "torch.complex",
+        "torch.meshgrid",
+        "torch.outer",
+        "torch.stack",
+        "torch.cat",
+    }
+)
+#: in-place tensor methods that set values
+INPLACE_METHODS = frozenset(
+    {
+        "normal_",
+        "uniform_",
+        "fill_",
+        "zero_",
+        "copy_",
+        "constant_",
+        "trunc_normal_",
+        "bernoulli_",
+        "exponential_",
+        "random_",
+        "geometric_",
+        "cauchy_",
+        "log_normal_",
+        "fill_diagonal_",
+        "clamp_",
+        "mul_",
+        "add_",
+        "div_",
+        "sub_",
+        "masked_fill_",
+        "index_fill_",
+        "scatter_",
+        "set_",
+    }
+)
+#: legacy constructors: ``torch.Tensor(3, 4)`` allocates CPU memory even under ``meta``
+LEGACY_CONSTRUCTORS = frozenset(
+    {
+        "torch.Tensor",
+        "torch.FloatTensor",
+        "torch.DoubleTensor",
+        "torch.HalfTensor",
+        "torch.BFloat16Tensor",
+        "torch.LongTensor",
+        "torch.IntTensor",
+        "torch.ShortTensor",
+        "torch.CharTensor",
+        "torch.ByteTensor",
+        "torch.BoolTensor",
+        "torch.cuda.FloatTensor",
+        "torch.cuda.LongTensor",
+        "torch.cuda.HalfTensor",
+    }
+)
+#: ``nn.Buffer(t)`` (torch >= 2.5) registers a buffer when assigned to a module attribute
+BUFFER_CLASSES = frozenset({"torch.nn.Buffer"})
+PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.UninitializedParameter"})
+#: torch functions that return a tensor computed from tensors (for "is this clearly a tensor")
+TENSOR_FUNCTIONS = frozenset(
+    {
+        "torch.exp",
+        "torch.log",
+        "torch.sin",
+        "torch.cos",
+        "torch.sqrt",
+        "torch.rsqrt",
+        "torch.pow",
+        "torch.cumsum",
+        "torch.cumprod",
+        "torch.einsum",
+        "torch.matmul",
+        "torch.mm",
+        "torch.bmm",
+        "torch.where",
+        "torch.flatten",
+        "torch.reshape",
+        "torch.view_as_real",
+        "torch.view_as_complex",
+        "torch.clamp",
+        "torch.abs",
+        "torch.sigmoid",
+        "torch.tanh",
+        "torch.softmax",
+        "torch.ones_like",
+        "torch.zeros_like",
+        "torch.repeat_interleave",
+        "torch.roll",
+        "torch.flip",
+        "torch.diag",
+        "torch.triu_indices",
+        "torch.tril_indices",
+        "torch.bucketize",
+        "torch.nn.functional.pad",
+        "torch.nn.functional.normalize",
+        "torch.nn.functional.one_hot",
+    }
+)
+#: methods that keep "this is a tensor" (``t.float()``, ``t.to(dtype)``, ``t[None]``...)
+TENSOR_METHODS = frozenset(
+    {
+        "to",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "long",
+        "int",
+        "bool",
+        "type",
+        "type_as",
+        "contiguous",
+        "detach",
+        "clone",
+        "view",
+        "reshape",
+        "unsqueeze",
+        "squeeze",
+        "expand",
+        "repeat",
+        "flatten",
+        "permute",
+        "transpose",
+        "t",
+        "sum",
+        "mean",
+        "exp",
+        "log",
+        "sin",
+        "cos",
+        "pow",
+        "sqrt",
+        "cumsum",
+        "masked_fill",
+        "fill_",
+        "zero_",
+        "normal_",
+        "uniform_",
+        "triu",
+        "tril",
+        "cpu",
+        "cuda",
+        "requires_grad_",
+        "neg",
+        "abs",
+        "outer",
+        "matmul",
+        "reciprocal",
+        "stack",
+    }
+)
+#: methods that keep a tensor's value but move it: value-neutral for "is it computed?"
+NEUTRAL_METHODS = frozenset(
+    {
+        "to",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "long",
+        "int",
+        "bool",
+        "type",
+        "type_as",
+        "contiguous",
+        "detach",
+        "requires_grad_",
+        "cpu",
+        "cuda",
+    }
+)
+#: real devices, as written in source
+REAL_DEVICES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu")
+INIT_KIND = {
+    "ones_": "ones",
+    "zeros_": "zeros",
+    "zero_": "zeros",
+    "constant_": "const",
+    "fill_": "const",
+    "eye_": "eye",
+    "dirac_": "dirac",
+    "orthogonal_": "random",
+    "normal_": "random",
+    "uniform_": "random",
+    "trunc_normal_": "random",
+    "trunc_normal_tf_": "random",
+    "xavier_uniform_": "random",
+    "xavier_normal_": "random",
+    "kaiming_uniform_": "random",
+    "kaiming_normal_": "random",
+    "sparse_": "random",
+    "lecun_normal_": "random",
+    "variance_scaling_": "random",
+}
+#: legacy typed constructors allocate CPU memory even under ``with torch.device("meta")``
+CPU_CONSTRUCTORS = (LEGACY_CONSTRUCTORS - {n for n in LEGACY_CONSTRUCTORS if ".cuda." in n}) | {
+    "torch.from_numpy"
+}
+#: torch functions that never return a tensor (or return a tuple of them)
+NOT_TENSOR_FUNCTIONS = frozenset(
+    {
+        "torch.is_tensor",
+        "torch.numel",
+        "torch.is_floating_point",
+        "torch.is_complex",
+        "torch.device",
+        "torch.Size",
+        "torch.finfo",
+        "torch.iinfo",
+        "torch.get_default_dtype",
+        "torch.get_default_device",
+        "torch.meshgrid",
+        "torch.split",
+        "torch.chunk",
+        "torch.unbind",
+        "torch.tensor_split",
+        "torch.broadcast_shapes",
+        "torch.broadcast_tensors",
+        "torch.no_grad",
+        "torch.manual_seed",
+        "torch.initial_seed",
+        "torch.set_grad_enabled",
+        "torch.is_grad_enabled",
+        "torch.promote_types",
+        "torch.result_type",
+        "torch.can_cast",
+    }
+)
+#: tensor methods whose result is not a tensor (or is a tuple): shape queries work on meta
+NOT_TENSOR_METHODS = frozenset(
+    {
+        "size",
+        "dim",
+        "numel",
+        "nelement",
+        "ndimension",
+        "element_size",
+        "stride",
+        "storage_offset",
+        "data_ptr",
+        "get_device",
+        "is_contiguous",
+        "is_floating_point",
+        "is_complex",
+        "is_signed",
+        "item",
+        "tolist",
+        "numpy",
+        "split",
+        "chunk",
+        "unbind",
+        "__len__",
+        "register_hook",
+        "untyped_storage",
+        "storage",
+    }
+)
+#: tensor attributes that are tensors too (``x.data``, ``x.T``)
+TENSOR_ATTRIBUTES = frozenset({"data", "T", "mT", "H", "mH", "real", "imag", "grad"})
+#: containers of parameters: a parent that initialises their tensors is their only hook
+PARAMETER_CONTAINERS = frozenset({"torch.nn.ParameterList", "torch.nn.ParameterDict"})
+#: method names that re-initialise a module (a child's reset called from a parent's)
+RESET_METHODS = frozenset(
+    {"reset_parameters", "_reset_parameters", "init_weights", "_init_weights"}
+)
+MODULE_ITERATORS = frozenset({"modules", "named_modules", "children", "named_children"})
+#: calls that return a tuple of tensors: iterating or indexing it gives tensors
+SEQUENCE_METHODS = frozenset({"split", "chunk", "unbind", "tensor_split"})
+SEQUENCE_FUNCTIONS = frozenset(
+    {"torch.split", "torch.chunk", "torch.unbind", "torch.tensor_split", "torch.meshgrid"}
+)
+#: torch.nn classes whose subclasses do NOT inherit a public ``reset_parameters``
+TORCH_WITHOUT_RESET = frozenset(
+    {
+        "torch.nn.Module",
+        "torch.nn.ModuleList",
+        "torch.nn.ModuleDict",
+        "torch.nn.Sequential",
+        "torch.nn.ParameterList",
+        "torch.nn.ParameterDict",
+        "torch.nn.MultiheadAttention",  # only the private _reset_parameters
+        "torch.nn.Transformer",
+        "torch.nn.TransformerEncoderLayer",
+        "torch.nn.TransformerDecoderLayer",
+        "torch.nn.TransformerEncoder",
+        "torch.nn.TransformerDecoder",
+    }
+)
+#: the names a class may use to re-create its tensors after ``to_empty``
+DEFAULT_HOOKS = ("reset_parameters", "init_weights", "_init_weights", "init_non_persistent_buffers")
+#: public hooks that re-initialise a module after ``to_empty`` (rule ML004 looks for these)
+PUBLIC_HOOKS = ("reset_parameters", "init_weights", "init_non_persistent_buffers")
+#: methods whose bodies the collector does not walk: they run after construction
+SKIPPED_METHOD_PREFIXES = ("forward", "extra_repr", "__repr__", "_forward")
+#: calls an applied function may make and still be only "each module's own reset"
+RESET_ONLY_CALLS = frozenset({"reset_parameters", "hasattr", "getattr", "callable", "isinstance"})
+MODULE_API = ("register_buffer", "register_parameter", "register_module", "add_module", "apply")
+#: torch.nn layers whose own ``reset_parameters()`` sets ``weight`` to ones and ``bias`` to zeros
+NORM_LAYERS = frozenset(
+    f"torch.nn.{n}"
+    for n in (
+        "BatchNorm1d",
+        "BatchNorm2d",
+        "BatchNorm3d",
+        "SyncBatchNorm",
+        "LayerNorm",
+        "GroupNorm",
+        "InstanceNorm1d",
+        "InstanceNorm2d",
+        "InstanceNorm3d",
+        "RMSNorm",
+        "LazyBatchNorm1d",
+        "LazyBatchNorm2d",
+        "LazyBatchNorm3d",
+    )
+)
+#: ``isinstance(m, T)`` with one of these covers every BatchNorm
+BATCH_NORM_BASES = frozenset(
+    {"torch.nn.modules.batchnorm._BatchNorm", "torch.nn.modules.batchnorm._NormBase"}
+)
+BATCH_NORMS = frozenset(
+    {
+        *(f"torch.nn.{n}" for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")),
+        *BATCH_NORM_BASES,
+    }
+)
+IDENTITY_OPERANDS = {"mul_": 1.0, "div_": 1.0, "add_": 0.0, "sub_": 0.0}
+#: ``for p in self.parameters()`` visits the children's tensors too
+PARAMETER_ITERATORS = frozenset({"parameters", "named_parameters"})
+NORM_INIT_FUNCTIONS = ("ones_", "zeros_", "zero_", "constant_", "fill_")
+RECURSIVE_TENSOR_ITERATORS = ("parameters", "named_parameters", "buffers", "named_buffers")
+#: methods that re-do a tie after materialisation; ``tie_weights`` is what transformers'
+#: ``from_pretrained`` and accelerate's ``load_checkpoint_and_dispatch`` call
+TIE_HOOKS = ("tie_weights",)
+#: bases outside the checked tree known to provide ``tie_weights``
+TIE_BASES = ("transformers.PreTrainedModel", "transformers.modeling_utils.PreTrainedModel")
+TENSOR_LEAVES = ("weight", "bias")
+HOST_READS = {"item": "`.item()`", "tolist": "`.tolist()`", "numpy": "`.numpy()`"}
+SCALAR_CASTS = ("float", "int", "bool", "complex")
+SHAPED_FACTORIES = {
+    "torch.ones",
+    "torch.zeros",
+    "torch.randn",
+    "torch.rand",
+    "torch.empty",
+    "torch.full",
+}
+FACTORY_KEYWORDS_KEPT = {"dtype", "device"}
+FACTORY_KEYWORDS_DROPPED = {"requires_grad", "layout", "pin_memory", "memory_format", "out"}
+#: calls that draw no random numbers (their constructors are deterministic)
+RNG_FREE_TORCH = frozenset(
+    {
+        "torch.empty",
+        "torch.zeros",
+        "torch.ones",
+        "torch.full",
+        "torch.arange",
+        "torch.tensor",
+        "torch.as_tensor",
+        "torch.linspace",
+        "torch.eye",
+        "torch.zeros_like",
+        "torch.ones_like",
+        "torch.empty_like",
+        "torch.full_like",
+        "torch.nn.Parameter",
+        "torch.nn.Identity",
+        "torch.nn.Dropout",
+        "torch.nn.Dropout1d",
+        "torch.nn.Dropout2d",
+        "torch.nn.DropPath",
+        "torch.nn.GELU",
+        "torch.nn.ReLU",
+        "torch.nn.SiLU",
+        "torch.nn.Tanh",
+        "torch.nn.Sigmoid",
+        "torch.nn.Softmax",
+        "torch.nn.LayerNorm",
+        "torch.nn.GroupNorm",
+        "torch.nn.RMSNorm",
+        "torch.nn.BatchNorm1d",
+        "torch.nn.BatchNorm2d",
+        "torch.nn.BatchNorm3d",
+        "torch.nn.Flatten",
+        "torch.nn.ModuleList",
+        "torch.nn.Sequential",
+        "torch.nn.ModuleDict",
+        "torch.nn.init.constant_",
+        "torch.nn.init.ones_",
+        "torch.nn.init.zeros_",
+    }
+)
+RNG_FREE_BUILTINS = frozenset(
+    {
+        "super",
+        "int",
+        "float",
+        "len",
+        "tuple",
+        "list",
+        "range",
+        "isinstance",
+        "max",
+        "min",
+        "bool",
+        "str",
+        "dict",
+        "getattr",
+        "hasattr",
+        "setattr",
+        "round",
+        "abs",
+        "sum",
+        "any",
+        "all",
+    }
+)
+#: tensor methods that draw no random numbers
+DETERMINISTIC_METHODS = frozenset(
+    {
+        "fill_",
+        "zero_",
+        "mul_",
+        "add_",
+        "div_",
+        "sub_",
+        "clamp_",
+        "copy_",
+        "masked_fill_",
+        "index_fill_",
+        "fill_diagonal_",
+        "tril",
+        "triu",
+        "tril_",
+        "triu_",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "long",
+        "int",
+        "bool",
+        "to",
+        "view",
+        "reshape",
+        "expand",
+        "unsqueeze",
+        "squeeze",
+        "flatten",
+        "permute",
+        "transpose",
+        "t",
+        "contiguous",
+        "repeat",
+        "sum",
+        "mean",
+        "cos",
+        "sin",
+        "exp",
+        "log",
+        "sqrt",
+        "cumsum",
+        "clone",
+        "detach",
+        "requires_grad_",
+        "append",
+        "extend",
+        "register_buffer",
+        "register_parameter",
+        "__init__",
+        "size",
+        "dim",
+        "numel",
+    }
+)
+#: the module methods that register a tensor by name
+REGISTER_METHODS = ("register_buffer", "register_parameter")
+#: torch calls whose result is not a tensor value: ``computed()`` passes over them
+NOT_VALUE_FUNCTIONS = frozenset(
+    {"torch.device", "torch.Size", "torch.get_default_dtype", "torch.finfo", "torch.iinfo"}
+)
+#: builtins that make no tensor value: ``computed()`` passes over them
+NOT_VALUE_BUILTINS = frozenset(
+    {"int", "float", "len", "max", "min", "range", "list", "tuple", "getattr", "isinstance"}
+)

@@ -1,0 +1,81 @@
+"""The shared primitives every rule and codemod asks: which tensor a call writes in place
+(``inplace_write``) and what runs while a class is built (``construction``)."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from metalint.static.model import collect, construction
+from metalint.static.tensors import initialised_target, inplace_write
+
+HEADER = "import torch\nfrom torch import nn\nfrom torch.nn import init\n"
+
+
+def _write(expr: str):
+    source = HEADER + f"class M(nn.Module):\n    def __init__(self):\n        {expr}\n"
+    facts = collect(cst.parse_module(source), "m")
+    call = facts.classes[0].methods["__init__"].calls[0]  # the outermost call
+    qualify = lambda node: facts.aliases.qualify(node)  # noqa: E731
+    return inplace_write(call.node, qualify), initialised_target(call.node, qualify)
+
+
+@pytest.mark.parametrize(
+    "expr, chain, kind, name, target",
+    [
+        ("nn.init.zeros_(self.fc.bias)", ("self", "fc", "bias"), "zeros", "zeros_", "self.fc.bias"),
+        ("init.constant_(self.w, 1.0)", ("self", "w"), "ones", "constant_", "self.w"),
+        ("self.w.data.fill_(0.5)", ("self", "w", "data"), "const", "fill_", "self.w.data"),
+        ("self.w.normal_(std=0.02)", ("self", "w"), "random", "normal_", "self.w"),
+        ("torch.nn.init.normal_(self.w[0])", ("self", "w", "[]"), "random", "normal_", None),
+        # a project's own function ending in one underscore mutates its first argument
+        ("my_helper_(self.w)", ("self", "w"), None, "my_helper_", "self.w"),
+        # set_ swaps the storage: a write of the tensor, not an initialisation of its values
+        ("self.w.set_(torch.ones(3))", ("self", "w"), "storage", "set_", None),
+    ],
+)
+def test_inplace_write(expr, chain, kind, name, target):
+    w, init = _write(expr)
+    assert w is not None
+    assert (w.chain, w.kind, w.name) == (chain, kind, name)
+    assert init == target
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "self.scale_(self.w)",  # a method of the module: its own body says what it writes
+        "self.reset_parameters()",
+        "self.w.add(1)",  # out of place
+        "x.__iadd__(self.w)",
+        "torch.zeros(3).fill_(1)",  # no tensor reached by name
+    ],
+)
+def test_not_an_inplace_write(expr):
+    assert _write(expr) == (None, None)
+
+
+def test_chained_inplace_reports_the_inner_call_once():
+    source = HEADER + (
+        "class M(nn.Module):\n    def __init__(self):\n        self.w.normal_().mul_(2)\n"
+    )
+    facts = collect(cst.parse_module(source), "m")
+    calls = facts.classes[0].methods["__init__"].calls
+    writes = [inplace_write(c.node, facts.aliases.qualify) for c in calls]
+    assert [w.name for w in writes if w] == ["normal_"]
+
+
+def test_construction_with_and_without_hooks():
+    source = HEADER + (
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n        self._build()\n        self.reset_parameters()\n"
+        "    def _build(self):\n        pass\n"
+        "    def reset_parameters(self):\n        self._init_pos()\n"
+        "    def _init_pos(self):\n        pass\n"
+        "    def forward(self, x):\n        return x\n"
+    )
+    cls = collect(cst.parse_module(source), "m").classes[0]
+    names = lambda ms: sorted(m.name for m in ms)  # noqa: E731
+    assert names(construction(cls)) == ["__init__", "_build", "_init_pos", "reset_parameters"]
+    hook_free = construction(cls, enter_hooks=False, hooks=("reset_parameters",))
+    assert names(hook_free) == ["__init__", "_build"]
