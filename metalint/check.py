@@ -11,16 +11,22 @@ from pathlib import Path
 
 import click
 
-from metalint.config import ConfigError, Settings, load_settings, validate_selectors
+from metalint.config import (
+    DEFAULT_FILE_TIME_BUDGET,
+    ConfigError,
+    Settings,
+    load_settings,
+    time_budget,
+    validate_selectors,
+)
 from metalint.diagnostics import Diagnostic, Position
 from metalint.files import Cache, Discovery, display_path
-from metalint.report import ERROR_CODE, FORMATS, exit_code, render
+from metalint.jobs import analyze_isolated, analyze_one, can_isolate
+from metalint.report import FORMATS, exit_code, is_error, render
 from metalint.static.hierarchy import Hierarchy
-from metalint.static.results import FileResult, decode, error_result, read_source
+from metalint.static.results import FileResult, decode, read_source
 
 UNUSED_NOQA = "ML100"
-#: below this many files to parse, worker processes cost more than they save
-PARALLEL_THRESHOLD = 12
 
 
 @dataclass
@@ -30,54 +36,21 @@ class CheckResult:
     results: list[FileResult]
 
 
-def _analyze(job: tuple[str, str, str, bool, tuple[str, ...]]) -> FileResult:
-    source, display, module, is_package, hooks = job
-    # libcst: imported only when a file is analysed (not when every file is a cache hit)
-    from metalint.static.engine import analyze_source
+def analyze_files(
+    jobs: list, workers: int, budget: float = DEFAULT_FILE_TIME_BUDGET
+) -> list[FileResult]:
+    """Results of ``jobs`` in order; each file is analysed in a worker process under
+    ``budget`` CPU seconds (see :mod:`metalint.jobs`): one bad file costs that file only."""
+    if not jobs:
+        return []
+    # import the engine and the rules once, before the workers fork
+    from metalint.rules import all_rules
+    from metalint.static.engine import analyze_source  # noqa: F401
 
-    try:
-        return analyze_source(source, display, module, is_package=is_package, hooks=hooks)
-    except Exception as exc:  # a bug of ours must not stop the run
-        return error_result(display, f"internal error while checking: {type(exc).__name__}: {exc}")
-
-
-def _analyze_chunk(jobs: list) -> list[dict]:
-    return [_analyze(job).to_json() for job in jobs]
-
-
-def analyze_files(jobs: list, workers: int) -> list[FileResult]:
-    if jobs:  # import the engine and the rules once, before the workers fork
-        from metalint.rules import all_rules
-        from metalint.static.engine import analyze_source  # noqa: F401
-
-        all_rules()
-    if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
-        return [_analyze(j) for j in jobs]
-    # worker processes are only needed on a cache miss: not imported by a warm run
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    # biggest files first, in chunks of about equal size that shrink towards the end, handed
-    # out as workers free up (the longest job first), so the workers finish together
-    order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0]))
-    index: list[list[int]] = []
-    size = 0
-    left = sum(len(j[0]) for j in jobs)
-    for i in order:
-        if not index or size >= max(left / (workers * 4), 1):
-            index.append([])
-            size = 0
-        index[-1].append(i)
-        size += len(jobs[i][0])
-        left -= len(jobs[i][0])
-    chunks = [[jobs[i] for i in idx] for idx in index]
-    out: list[FileResult | None] = [None] * len(jobs)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        for idx, results in zip(index, pool.map(_analyze_chunk, chunks)):
-            for i, data in zip(idx, results):
-                out[i] = FileResult.from_json(jobs[i][1], data)
-    return [r for r in out if r is not None]
+    all_rules()
+    if not can_isolate():
+        return [analyze_one(j) for j in jobs]
+    return analyze_isolated(jobs, workers, budget)
 
 
 def all_codes() -> tuple[list[str], set[str]]:
@@ -104,6 +77,7 @@ def run_check(
         cache = Cache(
             settings.cache_dir or settings.root / ".metalint_cache",
             Cache.key(codes, settings.hooks),
+            warn=lambda message: click.echo(f"metalint: warning: {message}", err=True),
         )
     results: list[FileResult | None] = [None] * len(files)
     jobs, job_index, digests = [], [], {}
@@ -117,8 +91,11 @@ def run_check(
         digest = Cache.digest(data)
         cached = cache.get(key, digest) if cache else None
         if cached is not None:
-            results[i] = FileResult.from_json(display, cached)
-            continue
+            try:
+                results[i] = FileResult.from_json(display, cached)
+                continue
+            except (KeyError, TypeError, ValueError, AttributeError):
+                cache.drop(key)  # not what this version writes: a miss
         source, err = decode(data, display)
         if err:
             results[i] = err
@@ -130,9 +107,10 @@ def run_check(
         jobs.append((source, display, module, path.name == "__init__.py", settings.hooks))
         job_index.append(i)
         digests[i] = key, digest
-    for i, result in zip(job_index, analyze_files(jobs, workers or os.cpu_count() or 1)):
+    analysed = analyze_files(jobs, workers or os.cpu_count() or 1, settings.file_time_budget)
+    for i, result in zip(job_index, analysed):
         results[i] = result
-        if cache is not None and not any(d.code == ERROR_CODE for d in result.diagnostics):
+        if cache is not None and not any(is_error(d.code) for d in result.diagnostics):
             cache.put(*digests[i], result.to_json())
     if cache is not None:
         cache.save()
@@ -148,7 +126,7 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
         ignored_here = _per_file_ignores(r.path, settings)
         kept: list[Diagnostic] = []
         for d in r.diagnostics:
-            if d.code != ERROR_CODE:
+            if not is_error(d.code):
                 if d.code not in enabled or any(d.code.startswith(p) for p in ignored_here):
                     continue
                 if d.condition is not None and not hierarchy.holds(d.condition, settings.hooks):
@@ -158,7 +136,7 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
         for d in kept:
             codes = r.noqa.get(d.start.row, ())
             if (
-                d.code != ERROR_CODE
+                not is_error(d.code)
                 and d.start.row in r.noqa
                 and (codes is None or d.code in codes)
             ):
@@ -200,7 +178,7 @@ def probe_findings(diagnostics: list[Diagnostic], hooks: tuple[str, ...] = ()) -
     from metalint.probe.isolate import Options
     from metalint.probe.merge import lost_tensor, mark_verdicts
 
-    files = sorted({d.filename for d in diagnostics if d.symbol and d.code != ERROR_CODE})
+    files = sorted({d.filename for d in diagnostics if d.symbol and not is_error(d.code)})
     if not files:
         return diagnostics
     report = run_probe(files, Options(device="auto", hooks=hooks), progress=sys.stderr.isatty())
@@ -210,7 +188,7 @@ def probe_findings(diagnostics: list[Diagnostic], hooks: tuple[str, ...] = ()) -
     extra = [
         d
         for d in report.diagnostics
-        if d.code == ERROR_CODE
+        if is_error(d.code)
         or ((d.filename, d.start.row, d.symbol) not in seen and lost_tensor(d) not in confirmed)
     ]
     return sorted(marked + extra, key=lambda d: d.sort_key)
@@ -275,6 +253,13 @@ def cli_settings(paths, config, select, extend_select, ignore) -> Settings:
 @click.option("--no-cache", is_flag=True, help="Do not read or write the cache.")
 @click.option("--config", type=click.Path(path_type=Path), help="pyproject.toml to use.")
 @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPUs).")
+@click.option(
+    "--file-time-budget",
+    type=float,
+    default=None,
+    help="CPU seconds one file's analysis may take before it is reported as ML901 "
+    f"(default: [tool.metalint] file-time-budget, else {DEFAULT_FILE_TIME_BUDGET:g}).",
+)
 @click.option("--output", "-o", type=click.Path(path_type=Path), help="Write the report to a file.")
 @click.option(
     "--probe",
@@ -294,6 +279,7 @@ def check_command(
     no_cache,
     config,
     jobs,
+    file_time_budget,
     output,
     probe,
 ):
@@ -301,6 +287,8 @@ def check_command(
     try:
         paths = list(paths) or [Path(".")]
         settings = cli_settings(paths, config, select, extend_select, ignore)
+        if file_time_budget is not None:
+            settings.file_time_budget = time_budget(file_time_budget, "--file-time-budget")
         result = run_check(paths, settings, use_cache=not no_cache, workers=jobs)
     except ConfigError as exc:
         click.echo(f"metalint: error: {exc}", err=True)

@@ -10,6 +10,7 @@ Keys (all optional)::
     extend-exclude = []
     hooks = ["rope_init"]           # methods called on every module after to_empty (check and probe)
     cache-dir = ".metalint_cache"
+    file-time-budget = 10           # CPU seconds one file's analysis may take (then ML901)
 
     [tool.metalint.per-file-ignores]
     "tests/*" = ["ML008"]
@@ -33,6 +34,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+#: CPU seconds: the largest model files of timm and transformers take well under one
+DEFAULT_FILE_TIME_BUDGET = 10.0
+
+
 class ConfigError(Exception):
     """A configuration or usage problem: reported in one line, exit code 2."""
 
@@ -46,6 +51,7 @@ KNOWN_KEYS = {
     "per-file-ignores",
     "hooks",
     "cache-dir",
+    "file-time-budget",
     "probe",
 }
 
@@ -62,6 +68,8 @@ class Settings:
     hooks: tuple[str, ...] = DEFAULT_HOOKS
     cache_dir: Path | None = None
     probe: dict[str, Any] = field(default_factory=dict)
+    #: CPU seconds one file's analysis may take; past it the file is ML901, the run goes on
+    file_time_budget: float = DEFAULT_FILE_TIME_BUDGET
 
     def enabled(self, codes: list[str], defaults: set[str]) -> set[str]:
         """Which of ``codes`` are enabled: select (or the defaults), + extend-select, - ignore."""
@@ -149,11 +157,20 @@ def load_settings(start: Path | None = None, config: Path | None = None) -> Sett
     s.hooks = tuple(dict.fromkeys([*DEFAULT_HOOKS, *hooks]))
     if "cache-dir" in table:
         s.cache_dir = (path.parent / str(table["cache-dir"])).resolve()
+    if "file-time-budget" in table:
+        s.file_time_budget = time_budget(table["file-time-budget"], f"{path}: file-time-budget")
     probe = table.get("probe", {})
     if not isinstance(probe, dict):
         raise ConfigError(f"{path}: [tool.metalint.probe] must be a table")
     s.probe = probe
     return s
+
+
+def time_budget(value: Any, what: str) -> float:
+    """A positive number of seconds, or a ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e6:
+        raise ConfigError(f"{what} must be a positive number of seconds, not {value!r}")
+    return float(value)
 
 
 def validate_selectors(selectors: list[str], known: list[str], what: str) -> None:

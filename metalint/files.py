@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -224,18 +225,56 @@ def code_stamp() -> str:
     return h.hexdigest()
 
 
-class Cache:
-    """One JSON file per settings key, mapping path -> {hash, result}."""
+#: first line of a cache file; the second is the entries' JSON, whose digest the first holds
+CACHE_MAGIC = b"metalint-cache"
+#: a temporary cache file older than this (seconds) was left by a killed run: removed
+STALE_TMP_AGE = 600.0
 
-    def __init__(self, folder: Path, key: str):
+
+class Cache:
+    """One file per settings key, mapping path -> {hash, result}.
+
+    The cache is untrusted input: the file is ``metalint-cache <key> <digest>`` on its first
+    line and the entries' JSON on the second, and anything that is not exactly that (another
+    version's key, a digest that does not match, JSON of another shape, an entry that does
+    not read back as a result) is a miss. A cache that cannot be read or written is skipped,
+    with at most one warning; the results are those of ``--no-cache``."""
+
+    def __init__(self, folder: Path, key: str, warn=None):
         self.folder = folder
+        self.key_ = key
         self.file = folder / f"{key}.json"
         self.entries: dict[str, dict] = {}
         self.dirty = False
+        self._warn = warn
+        self.warned = False
         try:
-            self.entries = json.loads(self.file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            self.entries = {}
+            data = self.file.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self.warn(f"cache not read ({self.file}: {exc.strerror or exc})")
+            return
+        self.entries = self._parse(data)
+
+    def _parse(self, data: bytes) -> dict[str, dict]:
+        head, _, body = data.partition(b"\n")
+        if head != b" ".join((CACHE_MAGIC, self.key_.encode(), self.digest(body).encode())):
+            return {}
+        try:
+            entries = json.loads(body)
+        except ValueError:
+            return {}
+        if not isinstance(entries, dict):
+            return {}
+        return entries
+
+    def warn(self, message: str) -> None:
+        if self.warned:
+            return
+        self.warned = True
+        if self._warn is not None:
+            self._warn(message)
 
     @staticmethod
     def key(rule_codes: Iterable[str], hooks: Iterable[str]) -> str:
@@ -250,8 +289,14 @@ class Cache:
         return hashlib.blake2b(data, digest_size=16).hexdigest()
 
     def get(self, path: str, digest: str) -> dict | None:
+        """The cached result of ``path`` if its bytes hash to ``digest`` (and the entry has the
+        shape this version writes), else None."""
         entry = self.entries.get(path)
-        if entry and entry.get("hash") == digest:
+        if (
+            type(entry) is dict
+            and entry.get("hash") == digest
+            and type(entry.get("result")) is dict
+        ):
             return entry["result"]
         return None
 
@@ -259,17 +304,45 @@ class Cache:
         self.entries[path] = {"hash": digest, "result": result}
         self.dirty = True
 
+    def drop(self, path: str) -> None:
+        """Forget an entry that did not read back."""
+        if self.entries.pop(path, None) is not None:
+            self.dirty = True
+
     def save(self) -> None:
         if not self.dirty:
             return
+        tmp = None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             gitignore = self.folder / ".gitignore"
             if not gitignore.exists():
                 gitignore.write_text("# created by metalint\n*\n")
+            self._remove_stale_temporaries()
+            body = json.dumps(self.entries, separators=(",", ":")).encode()
+            head = b" ".join((CACHE_MAGIC, self.key_.encode(), self.digest(body).encode()))
             fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".json")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.entries, f, separators=(",", ":"))
+            with os.fdopen(fd, "wb") as f:
+                f.write(head + b"\n" + body)
             os.replace(tmp, self.file)
-        except OSError:
-            pass  # a read-only tree is checked without a cache
+            tmp = None
+        except (OSError, ValueError) as exc:  # a read-only tree is checked without a cache
+            self.warn(f"cache not written ({self.folder}: {getattr(exc, 'strerror', None) or exc})")
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+
+    def _remove_stale_temporaries(self) -> None:
+        """Temporary files a killed run left behind (a running one's are younger)."""
+        now = time.time()
+        with os.scandir(self.folder) as it:
+            for entry in it:
+                if entry.name.startswith(".tmp-") and entry.name.endswith(".json"):
+                    try:
+                        if now - entry.stat().st_mtime > STALE_TMP_AGE:
+                            os.unlink(entry.path)
+                    except OSError:
+                        pass

@@ -19,6 +19,18 @@ FORMATS = ("text", "json", "github", "sarif")
 
 #: code of a diagnostic that says a file (or probe target) could not be checked at all
 ERROR_CODE = "ML900"
+#: a file whose analysis ran past its time budget or nested past the recursion guard
+TOO_COMPLEX_CODE = "ML901"
+#: a file on which the analysing worker process died (the parser crashed)
+CRASH_CODE = "ML902"
+#: every code that says input could not be checked: exit code 2
+ERROR_CODES = frozenset({ERROR_CODE, TOO_COMPLEX_CODE, CRASH_CODE})
+
+
+def is_error(code: str) -> bool:
+    """Whether ``code`` says some input could not be checked (ML9xx: exit code 2)."""
+    return code in ERROR_CODES
+
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 DOCS_URL = "https://github.com/metalint/metalint/blob/main/rules/{code}.md"
@@ -76,7 +88,7 @@ def _text(diagnostics, statistics, describe, files_checked) -> str:
             f"{d.filename}:{d.start.row}:{d.start.column}: {d.code} {d.message}"
             f"{_fixable_mark(d)}{verdict}"
         )
-    findings = [d for d in diagnostics if d.code != ERROR_CODE]
+    findings = [d for d in diagnostics if not is_error(d.code)]
     errors = len(diagnostics) - len(findings)
     if statistics and diagnostics:
         lines.append("")
@@ -195,7 +207,7 @@ def _sarif(diagnostics, describe) -> dict:
 def exit_code(diagnostics: Iterable[Diagnostic], *, exit_zero: bool = False) -> int:
     """0: nothing found; 1: findings; 2: some input could not be checked (wins over 1)."""
     codes = {d.code for d in diagnostics}
-    if ERROR_CODE in codes:
+    if codes & ERROR_CODES:
         return 2
     if codes and not exit_zero:
         return 1

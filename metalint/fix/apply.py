@@ -18,7 +18,7 @@ import libcst as cst
 
 from metalint.diagnostics import Applicability, Diagnostic
 from metalint.fix.registry import CODEMODS, REASONS, apply_edits
-from metalint.report import ERROR_CODE
+from metalint.report import is_error
 from metalint.static.engine import FileResult, analyze_source
 from metalint.static.hierarchy import Hierarchy
 
@@ -118,9 +118,9 @@ class Fixer:
         ff.refused = {}
         broken: set[str] = set(exclude)
         diags, h = self.analyse(ff, ff.text)
-        ff.before = [d for d in diags if d.code != ERROR_CODE]
-        if any(d.code == ERROR_CODE for d in diags):
-            ff.error = next(d.message for d in diags if d.code == ERROR_CODE)
+        ff.before = [d for d in diags if not is_error(d.code)]
+        if any(is_error(d.code) for d in diags):
+            ff.error = next(d.message for d in diags if is_error(d.code))
             ff.after = ff.before
             return ff
         for _ in range(MAX_ROUNDS):
@@ -155,7 +155,7 @@ class Fixer:
             ff.text = new
             ff.applied.extend(picked)
             diags, h = self.analyse(ff, ff.text)
-        ff.after = [d for d in diags if d.code != ERROR_CODE]
+        ff.after = [d for d in diags if not is_error(d.code)]
         for d in ff.after:
             if d.fix is None and d.code in CODEMODS:
                 why = REASONS.get((ff.display, d.code, d.start.row))

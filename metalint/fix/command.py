@@ -16,7 +16,8 @@ from pathlib import Path
 import click
 
 from metalint.config import ConfigError
-from metalint.report import ERROR_CODE, render
+from metalint.lines import split_lines
+from metalint.report import ERROR_CODE, is_error, render
 
 
 def _summary(fixed: int, remaining: int, unfixable: int, unsafe_hidden: int, write: bool) -> str:
@@ -43,14 +44,14 @@ def run_fix(  # noqa: C901 (issue 20: split it)
     from metalint.check import all_codes, run_check
     from metalint.fix.apply import FileFix, Fixer
     from metalint.fix.registry import CODEMODS
-    from metalint.fix.write import ChangedOnDisk, digest, write_atomic
+    from metalint.fix.write import ChangedOnDisk, NotPython, digest, write_atomic
     from metalint.static.engine import decode
     from metalint.static.names import module_name_for
 
     codes, defaults = all_codes()
     enabled = settings.enabled(codes, defaults)
     checked = run_check(paths, settings, use_cache=use_cache, workers=workers)
-    errors = [d for d in checked.diagnostics if d.code == ERROR_CODE]
+    errors = [d for d in checked.diagnostics if is_error(d.code)]
     fixer = Fixer(checked.results, settings, enabled, unsafe)
     candidates = sorted({d.filename for d in checked.diagnostics if d.code in CODEMODS})
     fixes: list[FileFix] = []
@@ -87,8 +88,8 @@ def run_fix(  # noqa: C901 (issue 20: split it)
     if show_diff or not write:
         for ff in changed:
             diff = difflib.unified_diff(
-                ff.original.splitlines(keepends=True),
-                ff.text.splitlines(keepends=True),
+                split_lines(ff.original, keepends=True),
+                split_lines(ff.text, keepends=True),
                 fromfile=f"a/{ff.display}",
                 tofile=f"b/{ff.display}",
             )
@@ -98,12 +99,13 @@ def run_fix(  # noqa: C901 (issue 20: split it)
         for ff in changed:
             try:
                 write_atomic(ff.path, ff.text.encode(ff.encoding), digest(ff.data))
-            except ChangedOnDisk as exc:
+            except (ChangedOnDisk, NotPython) as exc:
                 errors.append(_error(ff.display, str(exc)))
                 ff.text = ff.original
                 ff.applied, ff.after = [], ff.before
-            except OSError as exc:
-                errors.append(_error(ff.display, f"could not be written: {exc.strerror or exc}"))
+            except (OSError, UnicodeError) as exc:
+                why = getattr(exc, "strerror", None) or exc
+                errors.append(_error(ff.display, f"could not be written: {why}"))
                 ff.text = ff.original
                 ff.applied, ff.after = [], ff.before
         if verify:
@@ -118,7 +120,7 @@ def run_fix(  # noqa: C901 (issue 20: split it)
     remaining_diags = [
         d
         for d in checked.diagnostics
-        if d.code != ERROR_CODE and d.filename not in {f.display for f in fixes}
+        if not is_error(d.code) and d.filename not in {f.display for f in fixes}
     ]
     lines = []
     for ff in fixes:

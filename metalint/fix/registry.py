@@ -17,6 +17,7 @@ import libcst as cst
 
 from metalint.diagnostics import Edit, Fix, Position
 from metalint.fix.codemod import Rewrite, Unfixable, path_to
+from metalint.lines import count_breaks, split_lines
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import code_ranges
 
@@ -89,8 +90,8 @@ def class_rewrite(
 
 def line_edits(old: str, new: str, shift: int = 0) -> tuple[Edit, ...]:
     """Minimal whole-line edits that turn ``old`` into ``new`` (rows shifted by ``shift``)."""
-    a = old.splitlines(keepends=True)
-    b = new.splitlines(keepends=True)
+    a = split_lines(old, keepends=True)
+    b = split_lines(new, keepends=True)
     out = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag == "equal":
@@ -104,7 +105,7 @@ def line_edits(old: str, new: str, shift: int = 0) -> tuple[Edit, ...]:
 def apply_edits(text: str, edits) -> str:
     """Apply non-overlapping edits (1-based rows/columns, end exclusive)."""
     starts = [0]
-    for line in text.splitlines(keepends=True):
+    for line in split_lines(text, keepends=True):
         starts.append(starts[-1] + len(line))
 
     def offset(p: Position) -> int:
@@ -131,8 +132,8 @@ def _first_row(source: str | None, old: str, row: int, module: cst.Module, top, 
     if source is not None:
         at = source.find(old)
         while at >= 0:
-            first = source.count("\n", 0, at) + 1
-            if first <= row < first + old.count("\n") + 1:
+            first = count_breaks(source, 0, at) + 1
+            if first <= row < first + count_breaks(old) + 1:
                 return first
             at = source.find(old, at + 1)
     pos = code_ranges(module)

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from metalint.loader.errors import CheckpointError
+from metalint.loader.records import check_zip_records
 from metalint.loader.validate import TensorEntry, read_header
 
 ST_TO_TORCH: dict[str, torch.dtype] = {
@@ -178,6 +179,8 @@ class SafetensorsSource(Source):
 
 
 def _torch_load(f: str) -> dict[str, torch.Tensor]:
+    # a memory-mapped load trusts each record's offset and size: check them first
+    check_zip_records(f)
     try:
         obj = torch.load(f, map_location="cpu", mmap=True, weights_only=True)
     except Exception as exc:
@@ -283,10 +286,14 @@ class DCPSource(Source):
 
 
 def _read_index(index: Path) -> dict[str, str]:
+    """The index's ``weight_map``: tensor name -> the absolute path of the file holding it.
+    Every file name is checked (a non-empty string, no NUL, not absolute, inside the index's
+    folder, an existing file) before any is opened."""
     try:
         data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointError(f"cannot read index: {exc}", file=str(index)) from exc
+    except (OSError, UnicodeError, ValueError, RecursionError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"cannot read index: {msg}", file=str(index)) from None
     wm = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(wm, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in wm.items()
@@ -295,21 +302,34 @@ def _read_index(index: Path) -> dict[str, str]:
             "index has no weight_map of tensor name -> file name", file=str(index)
         )
     root = index.parent.resolve()
-    out = {}
-    for name, fname in wm.items():
+    checked: dict[str, str] = {}
+    return {name: _index_file(index, root, name, fname, checked) for name, fname in wm.items()}
+
+
+def _index_file(index: Path, root: Path, name: str, fname: str, checked: dict[str, str]) -> str:
+    """The path of the file ``fname`` an index names for tensor ``name``, or a
+    CheckpointError naming both."""
+    if fname in checked:
+        return checked[fname]
+
+    def fail(why: str):
+        return CheckpointError(f"weight_map file {fname!r} {why}", file=str(index), tensor=name)
+
+    if not fname or "\0" in fname:
+        raise fail("is not a file name")
+    if os.path.isabs(fname) or fname.startswith(("/", "\\")):
+        raise fail("is an absolute path (an index names files in its own folder)")
+    try:
         f = (index.parent / fname).resolve()
-        if root not in f.parents:
-            raise CheckpointError(
-                f"weight_map file {fname!r} is outside the checkpoint folder",
-                file=str(index),
-                tensor=name,
-            )
-        if not f.is_file():
-            raise CheckpointError(
-                f"weight_map file {fname!r} does not exist", file=str(index), tensor=name
-            )
-        out[name] = str(f)
-    return out
+        exists = f.is_file()
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise fail(f"cannot be opened: {exc}") from None
+    if root not in f.parents:
+        raise fail("is outside the checkpoint folder")
+    if not exists:
+        raise fail("does not exist")
+    checked[fname] = str(f)
+    return str(f)
 
 
 def _from_index(index: Path) -> Source:

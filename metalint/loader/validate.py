@@ -112,17 +112,29 @@ def _is_u64(x) -> bool:
     return type(x) is int and 0 <= x <= U64_MAX
 
 
-def parse_header_bytes(path, head: bytes, file_size: int) -> SafetensorsHeader:  # noqa: C901 (issue 20: split it)
+def parse_header_bytes(path, head: bytes, file_size: int) -> SafetensorsHeader:
     """Validate ``head`` (the first ``8 + N`` bytes, or fewer if the file is short)."""
+    n, obj = _header_object(path, head, file_size)
+    stop = 8 + n
+    metadata = _metadata(path, obj.pop("__metadata__", None))
+    entries = [_entry(path, name, info) for name, info in obj.items()]
+    _check_layout(path, entries, file_size - stop)
+    tensors = {
+        e.name: TensorEntry(e.name, e.dtype, e.shape, stop + e.begin, stop + e.end) for e in entries
+    }
+    return SafetensorsHeader(str(path), n, stop, file_size, tensors, metadata)
+
+
+def _header_object(path, head: bytes, file_size: int) -> tuple[int, dict]:
+    """The header's length ``N`` and its JSON object."""
     if file_size < 8 or len(head) < 8:
         _fail(path, f"file too small for a safetensors header ({file_size} bytes, need >= 8)")
     (n,) = struct.unpack("<Q", head[:8])
     if n > MAX_HEADER_SIZE:
         _fail(path, f"header length {n} is over the {MAX_HEADER_SIZE}-byte limit")
-    stop = 8 + n
-    if stop > file_size:
+    if 8 + n > file_size:
         _fail(path, f"header length {n} runs past the end of the file ({file_size} bytes)")
-    raw = head[8:stop]
+    raw = head[8 : 8 + n]
     if len(raw) != n:
         _fail(path, f"header truncated: read {len(raw)} of {n} bytes")
     try:
@@ -140,40 +152,58 @@ def parse_header_bytes(path, head: bytes, file_size: int) -> SafetensorsHeader: 
     except CheckpointError:
         raise
     except (ValueError, RecursionError) as e:
-        _fail(path, f"header is not valid JSON: {str(e).splitlines()[0]}")
+        _fail(path, f"header is not valid JSON: {(str(e) or type(e).__name__).splitlines()[0]}")
     if not isinstance(obj, dict):
         _fail(path, "header is not a JSON object")
+    return n, obj
 
-    metadata = obj.pop("__metadata__", None)
-    if metadata is not None:
-        if not isinstance(metadata, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
-        ):
-            _fail(path, "invalid header: __metadata__ must map strings to strings")
 
-    entries: list[TensorEntry] = []
-    for name, info in obj.items():
-        if not isinstance(info, dict):
-            _fail(path, "invalid header: tensor info is not an object", name)
-        for key in ("dtype", "shape", "data_offsets"):
-            if key not in info:
-                _fail(path, f"invalid header: missing {key!r}", name)
-        dtype = info["dtype"]
-        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-            _fail(path, f"unknown dtype {dtype!r}", name)
-        shape = info["shape"]
-        if not isinstance(shape, list) or not all(_is_u64(d) for d in shape):
-            _fail(path, f"invalid shape {shape!r} (need a list of non-negative integers)", name)
-        offsets = info["data_offsets"]
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(_is_u64(o) for o in offsets)
-        ):
-            _fail(path, f"invalid data_offsets {offsets!r} (need [begin, end])", name)
-        entries.append(TensorEntry(name, dtype, tuple(shape), offsets[0], offsets[1]))
+def _metadata(path, metadata) -> dict[str, str] | None:
+    if metadata is not None and (
+        not isinstance(metadata, dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+    ):
+        _fail(path, "invalid header: __metadata__ must map strings to strings")
+    return metadata
 
-    # Metadata::new sorts by offsets; validate walks them in that order.
+
+def _entry(path, name: str, info) -> TensorEntry:
+    """One tensor's header entry (offsets relative to the data after the header)."""
+    if not isinstance(info, dict):
+        _fail(path, "invalid header: tensor info is not an object", name)
+    for key in ("dtype", "shape", "data_offsets"):
+        if key not in info:
+            _fail(path, f"invalid header: missing {key!r}", name)
+    dtype = info["dtype"]
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+        _fail(path, f"unknown dtype {dtype!r}", name)
+    shape = info["shape"]
+    if not isinstance(shape, list) or not all(_is_u64(d) for d in shape):
+        _fail(path, f"invalid shape {shape!r} (need a list of non-negative integers)", name)
+    offsets = info["data_offsets"]
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_u64(o) for o in offsets):
+        _fail(path, f"invalid data_offsets {offsets!r} (need [begin, end])", name)
+    return TensorEntry(name, dtype, tuple(shape), offsets[0], offsets[1])
+
+
+def _nbytes(path, e: TensorEntry) -> int:
+    """``prod(shape) * bits(dtype) / 8``, with safetensors' 64-bit overflow checks."""
+    numel = 1
+    for d in e.shape:
+        numel *= d
+        if numel > U64_MAX:
+            _fail(path, f"shape {list(e.shape)} overflows 64-bit element count", e.name)
+    nbits = numel * DTYPE_BITS[e.dtype]
+    if nbits > U64_MAX:
+        _fail(path, f"shape {list(e.shape)} x {e.dtype} overflows 64-bit byte count", e.name)
+    if nbits % 8:
+        _fail(path, f"shape {list(e.shape)} x {e.dtype} is not a whole number of bytes", e.name)
+    return nbits // 8
+
+
+def _check_layout(path, entries: list[TensorEntry], buffer: int) -> None:
+    """Sorted by offsets (as ``Metadata::new`` does), the tensors tile the ``buffer`` bytes
+    after the header from 0, without holes or overlap, each of exactly its size."""
     entries.sort(key=lambda e: (e.begin, e.end))
     start = 0
     for e in entries:
@@ -185,33 +215,19 @@ def parse_header_bytes(path, head: bytes, file_size: int) -> SafetensorsHeader: 
                 path, f"data_offsets [{e.begin}, {e.end}] {kind} (expected begin {start})", e.name
             )
         start = e.end
-        numel = 1
-        for d in e.shape:
-            numel *= d
-            if numel > U64_MAX:
-                _fail(path, f"shape {list(e.shape)} overflows 64-bit element count", e.name)
-        nbits = numel * DTYPE_BITS[e.dtype]
-        if nbits > U64_MAX:
-            _fail(path, f"shape {list(e.shape)} x {e.dtype} overflows 64-bit byte count", e.name)
-        if nbits % 8:
-            _fail(path, f"shape {list(e.shape)} x {e.dtype} is not a whole number of bytes", e.name)
-        if e.end - e.begin != nbits // 8:
+        nbytes = _nbytes(path, e)
+        if e.end - e.begin != nbytes:
             _fail(
                 path,
-                f"shape {list(e.shape)} x {e.dtype} is {nbits // 8} bytes but data_offsets "
+                f"shape {list(e.shape)} x {e.dtype} is {nbytes} bytes but data_offsets "
                 f"span {e.end - e.begin}",
                 e.name,
             )
-    buffer = file_size - stop
     if start != buffer:
         what = "truncated" if start > buffer else "has trailing bytes no tensor covers"
         _fail(
             path, f"data {what}: tensors cover {start} bytes, file holds {buffer} after the header"
         )
-    tensors = {
-        e.name: TensorEntry(e.name, e.dtype, e.shape, stop + e.begin, stop + e.end) for e in entries
-    }
-    return SafetensorsHeader(str(path), n, stop, file_size, tensors, metadata)
 
 
 def read_header(path) -> SafetensorsHeader:

@@ -84,6 +84,8 @@ def rule_by_code(code: str) -> type[Rule] | None:
 #: codes that are not rules of their own
 SPECIAL_CODES = {
     "ML900": ("unreadable-input", "A file or probe target could not be checked at all"),
+    "ML901": ("too-complex", "A file's analysis ran past its time budget or nesting guard"),
+    "ML902": ("parser-crashed", "The process analysing a file died on it"),
 }
 
 

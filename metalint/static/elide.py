@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import re
 
+from metalint.lines import split_lines
 from metalint.vocabulary import SKIPPED_METHOD_PREFIXES
 
 _KEEP_AT_MODULE_LEVEL = (
@@ -39,7 +40,7 @@ def elide(source: str, tree: ast.Module, hooks: tuple[str, ...] = ()) -> str:
     """``source`` with the spans no rule reads replaced by line-preserving string literals
     (``source`` itself when there is nothing worth leaving out). ``hooks``: the configured
     init hooks, whose bodies are always read."""
-    lines = source.splitlines(keepends=True)
+    lines = split_lines(source, keepends=True)
     spans: list[tuple] = []  # (first, last[, head]): rows, 1-based, inclusive
     _module_level(tree.body, lines, spans)
     classes = []

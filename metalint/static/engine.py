@@ -20,6 +20,7 @@ import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
 from metalint.diagnostics import Condition, Diagnostic, Position
+from metalint.lines import split_lines
 from metalint.static.defaults import init_functions
 from metalint.static.elide import elide
 from metalint.static.model import ClassFacts, collect
@@ -42,7 +43,7 @@ def noqa_directives(source: str) -> dict[int, list[str] | None]:
     if "noqa" not in source.lower():
         return out
     try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+        tokens = list(tokenize.generate_tokens(io.StringIO(source, newline="").readline))
     except (tokenize.TokenError, SyntaxError, IndentationError):
         return out
     for tok in tokens:
@@ -116,7 +117,7 @@ def _positions(
         if id(top.node) not in top_level:
             return whole()
         groups.setdefault(id(top.node), (top.node, []))[1].append(node)
-    lines = source.splitlines()
+    lines = split_lines(source)
     out: dict = {}
     strays: dict[int, tuple[cst.FunctionDef, list]] = {}
     for top, nodes in groups.values():
@@ -312,6 +313,24 @@ def _statements_of(
     return fn.body
 
 
+def cpython_tree(source: str, display: str) -> tuple[ast.Module | None, FileResult | None]:
+    """CPython's tree of ``source``, or the ML900 result naming why CPython cannot build one
+    (its own message and line)."""
+    try:
+        return ast.parse(source, display), None
+    except SyntaxError as exc:
+        return None, error_result(
+            display,
+            f"could not be checked: syntax error: {exc.msg}",
+            exc.lineno or 1,
+            exc.offset or 1,
+        )
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return None, error_result(
+            display, f"could not be checked: {str(exc) or type(exc).__name__}"
+        )
+
+
 def analyze_source(
     source: str,
     display: str,
@@ -345,43 +364,28 @@ def _analyze(source, display, module_name, is_package, hooks, rules, elide_unrea
     from metalint.rules import all_rules
 
     result = FileResult(display, module_name, noqa=noqa_directives(source))
+    # CPython first: what it rejects is ML900 with its own message, and nothing else touches
+    # it (libcst's native parser overflows its stack on some of what CPython refuses)
+    tree, err = cpython_tree(source, display)
+    if err is not None:
+        return err
     if not PREFILTER.search(source.encode("utf-8", "surrogatepass")):
-        # nothing to find here; still report a file Python cannot parse (fast C parser)
-        try:
-            tree = ast.parse(source, display)
-        except SyntaxError as exc:
-            return error_result(
-                display,
-                f"could not be checked: syntax error: {exc.msg}",
-                exc.lineno or 1,
-                exc.offset or 1,
-            )
-        except (ValueError, RecursionError, MemoryError) as exc:
-            return error_result(display, f"could not be checked: {exc}")
         result.exports = exports_from_ast(tree, module_name, is_package)
         return result
     whole = source
-    parse = cst.parse_module
-    tree = None
     if elide_unread:
-        # CPython's parser finds what no rule reads; libcst then parses the rest (see elide.py),
-        # without re-validating what CPython accepted. A file CPython rejects goes to libcst
-        # whole, which reports the error as before.
-        try:
-            tree = ast.parse(source, display)
-            source = elide(source, tree, hooks)
-            parse = parse_valid_module
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            pass
+        # CPython's parser finds what no rule reads; libcst then parses the rest (see elide.py)
+        source = elide(source, tree, hooks)
+    else:
+        tree = None
     try:
-        module = parse(source)
+        # no re-validation by libcst of what CPython accepted
+        module = parse_valid_module(source)
     except cst.ParserSyntaxError as exc:
         msg = str(exc.message).splitlines()[0] if exc.message else "invalid syntax"
         return error_result(
             display, f"could not be checked: syntax error: {msg}", exc.raw_line, exc.raw_column + 1
         )
-    except RecursionError:
-        return error_result(display, "could not be checked: nesting too deep to parse")
     result.parsed = True
     facts = collect(module, module_name, is_package)
     ctx = RuleContext(facts, module, hooks, display, whole)

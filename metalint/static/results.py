@@ -6,6 +6,7 @@ imports them: :mod:`metalint.static.engine` computes these results and re-export
 
 from __future__ import annotations
 
+import ast
 import io
 import tokenize
 from dataclasses import dataclass, field
@@ -83,9 +84,11 @@ class FileResult:
         )
 
 
-def error_result(path: str, reason: str, row: int = 1, column: int = 1) -> FileResult:
+def error_result(
+    path: str, reason: str, row: int = 1, column: int = 1, code: str = ERROR_CODE
+) -> FileResult:
     pos = Position(row, column)
-    return FileResult(path, diagnostics=[Diagnostic(ERROR_CODE, reason, path, pos, pos)])
+    return FileResult(path, diagnostics=[Diagnostic(code, reason, path, pos, pos)])
 
 
 def read_source(path: Path, display: str) -> tuple[bytes | None, FileResult | None]:
@@ -105,13 +108,22 @@ def read_source(path: Path, display: str) -> tuple[bytes | None, FileResult | No
 
 
 def decode(data: bytes, display: str) -> tuple[str | None, FileResult | None]:
+    """The file's text, decoded as CPython decodes it, or ML900 with CPython's own message."""
     if b"\0" in data:
         return None, error_result(display, "could not be checked: binary file (contains NUL bytes)")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         return data.decode(encoding), None
-    except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
+    except (SyntaxError, LookupError, UnicodeError, ValueError) as exc:
+        # any codec may fail in its own way (``undefined``, ``punycode``): CPython's message
         reason = getattr(exc, "reason", None) or getattr(exc, "msg", None) or str(exc)
+        row = 1
+        try:
+            compile(data, display, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        except SyntaxError as cpython:
+            reason, row = cpython.msg or reason, max(cpython.lineno or 1, 1)
+        except Exception:  # noqa: BLE001 (keep our own reason)
+            pass
         return None, error_result(
-            display, f"could not be checked: not valid source text ({reason})"
+            display, f"could not be checked: not valid source text ({reason})", row
         )
