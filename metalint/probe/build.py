@@ -39,6 +39,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from metalint.diagnostics import Diagnostic, Position, Severity
+from metalint.lines import split_lines
 from metalint.probe import attribute, compare
 from metalint.probe.memory import rss_anon
 from metalint.vocabulary import DEFAULT_HOOKS
@@ -476,7 +477,7 @@ def _tie_site(model_classes: dict[str, dict[str, Any]], names: list[str]) -> att
             rest = r"\.".join(map(re.escape, parts[i:]))
             pat = re.compile(rf"self\.{rest}\s*=[^=]")
             try:
-                lines = open(info["file"], encoding="utf-8").read().splitlines()
+                lines = split_lines(open(info["file"], encoding="utf-8", newline="").read())
             except OSError:
                 continue
             for lineno, text in enumerate(lines, 1):
@@ -489,7 +490,7 @@ def _class_site(info: dict[str, Any]) -> attribute.Site | None:
     if not info.get("file"):
         return None
     try:
-        lines = open(info["file"], encoding="utf-8").read().splitlines()
+        lines = split_lines(open(info["file"], encoding="utf-8", newline="").read())
     except OSError:
         return None
     name = info["cls"].rpartition(".")[2]
