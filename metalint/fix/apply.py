@@ -24,7 +24,7 @@ from metalint.static.hierarchy import Hierarchy
 
 MAX_ROUNDS = 64
 #: codemods that put code in a hook ``__init__`` calls (cross-file checks apply)
-HOOK_CODES = {"ML001", "ML002", "ML003"}
+HOOK_CODES = {"ML001", "ML002", "ML003", "ML010"}
 
 
 @dataclass

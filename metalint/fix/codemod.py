@@ -433,16 +433,20 @@ class ClassEdit:
                 raise Unfixable(f"the base class `{b}` has its own `reset_parameters()`")
 
     # -- storing values ----------------------------------------------------------------------
-    def store_names(self, value, before: cst.BaseStatement, index: int):
+    def store_names(
+        self, value, before: cst.BaseStatement, index: int, bound=frozenset(), private=False
+    ):
         """``value`` with the local names it reads replaced by ``self.<attr>``; the statements
-        that store those attributes are inserted before ``before``."""
+        that store those attributes are inserted before ``before``. Names in ``bound`` are
+        bound by the moved code itself (a loop variable) and stay as they are; ``private``
+        stores them as ``self._<name>`` (code applied to every module may test ``hasattr``)."""
         init = self.init
         replace: dict[int, cst.BaseExpression] = {}
         stores: list[cst.BaseStatement] = []
         chosen: dict[str, str] = {}
         for name in list(names_in(value)):
             n = name.value
-            if n == "self":
+            if n == "self" or n in bound:
                 continue
             if n not in init.params and n not in init.local_values:
                 if (
@@ -459,7 +463,7 @@ class ClassEdit:
                     if value_kind(v, self.ctx.qualify, init):
                         raise Unfixable(f"the value reads the local tensor `{n}`")
             if n not in chosen:
-                attr, new = self._attr_for(n, index)
+                attr, new = self._attr_for(n, index, private)
                 chosen[n] = attr
                 if new:
                     stores.append(stmt(f"self.{attr} = {n}"))
@@ -470,7 +474,7 @@ class ClassEdit:
             self.replace[id(before)] = (before, stores + current)
         return substitute(value, replace)
 
-    def _attr_for(self, name: str, index: int) -> tuple[str, bool]:
+    def _attr_for(self, name: str, index: int, private: bool = False) -> tuple[str, bool]:
         """An attribute that holds local ``name``: an existing ``self.x = name`` before the
         statement, else a free attribute name. (attr, needs a new store)"""
         for i, s in enumerate(self.init_body[:index]):
@@ -490,7 +494,7 @@ class ClassEdit:
                 code = render(s).strip()
                 if code.endswith(f" = {name}") and code.startswith("self."):
                     return code.split(" ", 1)[0][5:], False
-        for cand in (name, f"_{name}"):
+        for cand in (f"_{name}",) if private else (name, f"_{name}"):
             if not self._taken(cand):
                 return cand, True
         raise Unfixable(f"no free attribute name to keep `{name}`")

@@ -27,6 +27,7 @@ CODEMODS = {
     "ML002": "metalint.fix.buffer_from_value",
     "ML003": "metalint.fix.inplace_init",
     "ML007": "metalint.fix.plain_tensor_attribute",
+    "ML010": "metalint.fix.parent_init",
 }
 
 

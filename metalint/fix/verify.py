@@ -27,12 +27,18 @@ def verify_classes(
 
     out: list[Verdict] = []
     tops = sorted({c.split(".")[0] for c in classes})
+    if not tops:
+        return out
+    # one probe run for the file (one child process imports it once)
+    rep = run_probe(
+        [f"{path}:{','.join(tops)}"], Options(device="cpu", timeout=timeout, hooks=hooks)
+    )
     for cls in tops:
-        spec = f"{path}:{cls}"
-        rep = run_probe([spec], Options(device="cpu", timeout=timeout, hooks=hooks))
-        mine = [o for o in rep.outcomes if o.label.rpartition(":")[2] == cls] or rep.outcomes
+        mine = [o for o in rep.outcomes if o.label.rpartition(":")[2] == cls]
         if not mine:
-            out.append(Verdict(cls, "failed", "the probe reported nothing"))
+            errors = [o for o in rep.outcomes if o.kind == "error"]
+            detail = errors[0].message if errors else "the probe reported nothing"
+            out.append(Verdict(cls, "failed", detail))
             continue
         o = mine[0]
         if o.kind == "skip":

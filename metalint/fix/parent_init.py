@@ -1,0 +1,127 @@
+"""ML010 parent-applied-init: move the parent's init of its children into the root hook.
+
+``self.apply(self._init_weights)`` (timm's ``named_apply(partial(_init_weights, ...), self)``,
+torchvision's ``for m in self.modules(): ...``) in ``__init__`` becomes a root
+``init_weights()``, the protocol timm 1.0 and transformers already follow::
+
+    self.head = nn.Linear(dim, n)
+    self.init_weights()                  # where the statement was
+
+    def init_weights(self) -> None:
+        self.apply(self._init_weights)
+
+After ``to_empty()`` the model's ``init_weights()`` runs after its children's own hooks
+(children first), so the parent's law wins, as it does eagerly. The statement stays where it
+ran (the call takes its place), so eager construction draws the same random numbers in the same
+order: the fix is safe. Constructor arguments the statement reads are kept on ``self`` under a private name
+(``self._zero_init_last``: the applied function may test ``hasattr(module, "zero_init_last")``).
+
+A private method of ``__init__``'s (``self._init_params()``) that applies the init is called
+from a new ``init_weights()`` in the same way. Not fixable: a class that already has an
+``init_weights()`` (the call is then either in it already, which timm's protocol replays, or
+beside a root hook it should be merged into by hand), and a statement inside a loop, ``with``
+or ``try``.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, returns, stmt
+from metalint.static.rule import Finding, RuleContext
+from metalint.static.syntax import walk
+
+CODE = "ML010"
+HOOK = "init_weights"
+BLOCKS = (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+def bound_names(node: cst.CSTNode) -> set[str]:
+    """Names the statement binds itself (loop targets, assignments, ``with ... as``)."""
+    out: set[str] = set()
+    for n in walk(node):
+        targets: list[cst.CSTNode] = []
+        if isinstance(n, (cst.For, cst.CompFor)):
+            targets.append(n.target)
+        elif isinstance(n, cst.Assign):
+            targets.extend(t.target for t in n.targets)
+        elif isinstance(n, (cst.AnnAssign, cst.AugAssign)):
+            targets.append(n.target)
+        elif isinstance(n, cst.WithItem) and n.asname is not None:
+            targets.append(n.asname.name)
+        for t in targets:
+            for x in walk(t):
+                if isinstance(x, cst.Name):
+                    out.add(x.value)
+    return out
+
+
+def _statement(node: cst.CSTNode, path: list[cst.CSTNode]) -> cst.BaseStatement:
+    """The statement the finding is: the ``for`` loop, or the line holding the call alone."""
+    if isinstance(node, cst.For):
+        return node
+    for n in reversed(path):
+        if isinstance(n, cst.SimpleStatementLine):
+            if len(n.body) == 1 and isinstance(n.body[0], cst.Expr) and n.body[0].value is node:
+                return n
+            break
+    raise Unfixable("the call is part of a larger statement")
+
+
+def _new_hook(edit: ClassEdit) -> None:
+    if HOOK in edit.cls.methods:
+        raise Unfixable(
+            f"`{edit.cls.name}` already has an `{HOOK}()`: merge this init into it by hand"
+        )
+    if edit._taken(HOOK):
+        raise Unfixable(f"`{HOOK}` is already an attribute of `{edit.cls.name}`")
+
+
+def _in_init(edit: ClassEdit, node: cst.CSTNode, index: int, path) -> Rewrite:
+    moved = _statement(node, path)
+    for n in path:
+        if n is moved:
+            break
+        if isinstance(n, BLOCKS):
+            raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
+    _new_hook(edit)
+    edit.replace[id(moved)] = (moved, [])
+    body = edit.store_names(moved, moved, index, bound=bound_names(moved), private=True)
+    stores = edit.replace[id(moved)][1]
+    # blank lines above go above the group, comments stay with the call (``_expand``)
+    call = stmt(f"self.{HOOK}()").with_changes(leading_lines=moved.leading_lines)
+    edit.replace[id(moved)] = (moved, [*stores, call])
+    edit.hook_append[HOOK] = [body.with_changes(leading_lines=())]
+    return edit.rewrite(f"Move the children's init into a root `{HOOK}()` called from `__init__`")
+
+
+def _through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:
+    owner = next(
+        (m for m in edit.cls.methods.values() if any(n is node for n in walk(m.node))), None
+    )
+    if owner is None:
+        raise Unfixable("the init is not in a method of this class")
+    if HOOK in edit.cls.methods and owner in edit.cls.reachable(HOOK):
+        raise Unfixable(
+            f"it is in the root hook `{HOOK}()`: materialise with `to_empty()` then `{HOOK}()`"
+        )
+    calls, nested = edit.hook_calls(owner.name)
+    if nested or len(calls) != 1:
+        raise Unfixable(f"`__init__` does not call `{owner.name}()` once, as a statement")
+    if any(p.default is None for p in owner.node.params.params[1:]) or returns(owner.node.body):
+        raise Unfixable(f"`{owner.name}()` takes arguments or returns a value")
+    _new_hook(edit)
+    line = edit.init_body[calls[0]]
+    call = stmt(f"self.{HOOK}()").with_changes(leading_lines=line.leading_lines)
+    edit.replace[id(line)] = (line, [call])
+    edit.hook_append[HOOK] = [stmt(f"self.{owner.name}()")]
+    return edit.rewrite(f"Call `{owner.name}()` from a root `{HOOK}()` called from `__init__`")
+
+
+def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
+    edit = ClassEdit(ctx, cls)
+    found = edit._path(finding.node)
+    if found is None:
+        return _through_method(edit, finding.node)
+    index, path = found
+    return _in_init(edit, finding.node, index, path)
