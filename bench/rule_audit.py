@@ -1,36 +1,51 @@
-"""Audit the static rules on real libraries: every finding proved or refuted by the probe.
+"""Model-level audit of the static rules: every finding judged under the protocol of the models
+that contain its class.
 
-    python bench/rule_audit.py --python /path/to/venv/bin/python --out audit.md \
-        timm==1.0.31 open_clip_torch==3.3.0 transformers==5.23.0:models/llama,models/bert
+    python bench/rule_audit.py --out audit.md \\
+        --python transformers=/work/audit/venv-hf/bin/python --every transformers=4 \\
+        transformers timm open_clip diffusers torch_geometric monai peft
 
-Each ``NAME==VERSION[:SUBDIR,...]`` is downloaded from PyPI (``pip download --no-deps``) into
-``--workdir`` and unzipped; ``metalint check`` runs on the package (or on the listed
-sub-folders), then ``metalint probe`` builds every class with a finding (eager, on meta,
-``to_empty``, init, compare; one child process per file) with ``--python`` (an interpreter that can import the
-library, at that version, and metalint). Rules about per-module resets (ML006 reset touches
-children, ML010 parent-applied init) are judged with ``reset_parameters`` on every module, as
-FSDP does; every other rule with ``auto`` (each module's ``init_weights()`` or
-``reset_parameters()``, children first). A finding is ``confirmed`` when the probe sees the
-value it names lost, ``refuted`` when the class was built and the value survived, ``unproven``
-when the class could not be built with default or guessed arguments (or not on meta).
+A class is materialised inside model *roots*, under the root's protocol, not alone. For each
+library the audit lists its roots (``bench/audit_models.py``: transformers families at tiny size
+with every model class of the family, ``timm.create_model`` models, open_clip/diffusers/monai/
+torch-geometric/peft models from tiny configs) and probes each root under ``--init auto`` (each
+module's ``init_weights()`` or ``reset_parameters()``, children first, the root's last: for a
+transformers ``PreTrainedModel`` that is the root's ``init_weights()``, which applies
+``_init_weights`` to every module; for timm the root's ``init_weights()``; else
+``reset_parameters()`` per module). The probe maps each lost tensor to the class that owns it
+(module path -> class -> file and qualified name). ``metalint check`` runs on the installed
+package; a finding on a class some built root contains is ``confirmed`` when the probe saw the
+tensor it names lost under at least one root, ``refuted`` when every root built it and the tensor
+survived, ``unproven`` when no root made that tensor or its meta build raised. A finding on a
+class that no built root contains is judged by probing its class alone (``reset_parameters``
+per module for ML006/ML010, ``auto`` otherwise), as a user without a root would materialise
+it; ``--no-alone LIB`` leaves those out (counted as "outside roots").
 
-Prints (and writes with ``--out``) a markdown table per library and rule, then every refuted
-finding, so that a rule that produced one can be fixed. ``--tiny`` audits two fixtures instead
-of a download (the smoke test).
+Per library and rule: findings, confirmed, refuted, unproven; per library: the library-defined
+classes the probe shows losing a tensor that ``check`` does not flag at all ("missed"). Then
+every refuted finding (by rule, library, class) so that it is fixed or written up as a known
+limit. ``--tiny`` audits fixtures/audit/tinylib (the smoke test).
+
+Each library is probed in the interpreter given with ``--python LIB=PATH`` (one that imports the
+library; metalint is put on its path), with ``--pythonpath LIB=DIR`` prepended to its
+``PYTHONPATH``. ``--timeout`` bounds every root (and every class probed alone).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
+import re
 import subprocess
 import sys
 import time
-import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 #: rules whose claim is about per-module ``reset_parameters()`` (FSDP's materialisation)
@@ -38,162 +53,342 @@ PER_MODULE_RULES = {"ML006", "ML010"}
 VERDICTS = ("confirmed", "refuted", "unproven")
 
 
-def fetch(spec: str, workdir: Path) -> tuple[str, list[Path]]:
-    """``name==version[:sub,...]`` -> (label, folders to check)."""
-    req, _, subs = spec.partition(":")
-    name, _, version = req.partition("==")
-    dest = workdir / req.replace("==", "-")
-    if not dest.exists():
-        tmp = workdir / f".dl-{os.getpid()}"
-        tmp.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "-q",
-                "-d",
-                str(tmp),
-                req,
-            ],
-            check=True,
-        )
-        wheel = next(tmp.glob("*.whl"))
-        part = workdir / f".unzip-{os.getpid()}"
-        with zipfile.ZipFile(wheel) as z:
-            z.extractall(part)
-        wheel.unlink()
-        part.rename(dest)
-    package = name.replace("-", "_").lower()
-    if package == "open_clip_torch":
-        package = "open_clip"
-    top = dest / package
-    folders = [top / s for s in subs.split(",")] if subs else [top]
-    return req, folders
+@dataclass
+class LibraryAudit:
+    label: str
+    package: str
+    roots: int = 0
+    built: int = 0
+    groups: int = 0
+    groups_of: int | None = None
+    groups_built: int = 0
+    not_built: collections.Counter = field(default_factory=collections.Counter)
+    findings: list = field(default_factory=list)  # (Diagnostic with verdict, how judged)
+    outside: int = 0  # findings on classes no built root contains, not probed alone
+    missed: list[str] = field(default_factory=list)  # "file::Class: attrs"
+    check_s: float = 0.0
+    probe_s: float = 0.0
 
 
-def audit(label: str, folders: list[Path], python: str, timeout: float) -> dict:
+def _kv(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        k, _, v = p.partition("=")
+        out[k] = v
+    return out
+
+
+def _with_env(pythonpath: str | None):
+    """Context: ``PYTHONPATH`` for the probe's child processes (the library's extra folder)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def cm():
+        old = os.environ.get("PYTHONPATH")
+        if pythonpath:
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, old) if p)
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = old
+
+    return cm()
+
+
+def list_roots(library: str, python: str, every: int, limit: int | None) -> dict:
+    cmd = [python, str(BENCH / "audit_models.py"), "list", library, "--every", str(every)]
+    if limit:
+        cmd += ["--limit", str(limit)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _factory_name(root: str) -> str:
+    return "r_" + re.sub(r"\W", "_", root)
+
+
+def write_factories(library: str, roots: list[str], workdir: Path) -> Path:
+    """A module with one factory per root (``r_<root>() -> build(library, root)``)."""
+    lines = [
+        "import sys",
+        f"sys.path.insert(0, {str(BENCH)!r})",
+        "from audit_models import build",
+        "",
+    ]
+    for r in roots:
+        lines.append(f"def {_factory_name(r)}():\n    return build({library!r}, {r!r})\n")
+    path = workdir / f"roots_{library}.py"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _static(package: Path) -> tuple[list, float]:
     from metalint.check import run_check
     from metalint.config import Settings
+    from metalint.report import ERROR_CODE
+
+    settings = Settings(root=package.parent, select=["ML"])
+    t0 = time.perf_counter()
+    diags = [
+        d
+        for d in run_check([package], settings, use_cache=False).diagnostics
+        if d.code != ERROR_CODE and d.code.startswith("ML") and d.code != "ML100" and d.symbol
+    ]
+    return diags, time.perf_counter() - t0
+
+
+def _norm(path: str | None) -> str:
+    return os.path.normcase(os.path.realpath(path)) if path else ""
+
+
+def audit(
+    library: str,
+    python: str,
+    *,
+    every: int = 1,
+    limit: int | None = None,
+    timeout: float = 120.0,
+    alone: bool = True,
+    workdir: Path,
+    pythonpath: str | None = None,
+) -> LibraryAudit:
+    from metalint.probe.command import run_probe
+    from metalint.probe.isolate import Options
+    from metalint.probe.merge import _lookup, verdict_for
+
+    with _with_env(pythonpath):
+        listing = list_roots(library, python, every, limit)
+    package = Path(listing["package"])
+    res = LibraryAudit(library, str(package), groups=listing["groups"], groups_of=listing.get("of"))
+    roots = [r for r, _ in listing["roots"]]
+    group_of = {r: g for r, g in listing["roots"]}
+    res.roots = len(roots)
+    static, res.check_s = _static(package)
+    print(
+        f"{library}: {len(static)} findings ({res.check_s:.0f} s); probing {len(roots)} roots "
+        f"of {res.groups} groups",
+        file=sys.stderr,
+    )
+    factories = write_factories(library, roots, workdir)
+    by_name = {_factory_name(r): r for r in roots}
+    t0 = time.perf_counter()
+    with _with_env(pythonpath):
+        rep = run_probe(
+            [f"{factories}:{','.join(by_name)}"],
+            Options(device="cpu", init="auto", timeout=timeout, python=python),
+            progress=sys.stderr.isatty(),
+        )
+    built_groups = set()
+    for o in rep.outcomes:
+        root = by_name.get(o.label.rpartition(":")[2])
+        if o.kind == "result":
+            res.built += 1
+            built_groups.add(group_of.get(root))
+        else:
+            res.not_built[_why(o.message)] += 1
+    res.groups_built = len(built_groups)
+    classes = list(rep.classes.values())
+    contained = {(_norm(c["file"]), c["cls"]) for c in classes}
+    inside, outside = [], []
+    for d in static:
+        (inside if (_norm(d.filename), d.symbol) in contained else outside).append(d)
+    for d in inside:
+        res.findings.append(
+            (d.with_(verdict=verdict_for(d, _lookup(classes, d.filename, d.symbol))), "root")
+        )
+    if alone and outside:
+        res.findings += _probe_alone(outside, python, timeout, pythonpath)
+    else:
+        res.outside = len(outside)
+    res.probe_s = time.perf_counter() - t0
+    # classes of the library the probe shows losing a tensor that check does not flag at all
+    flagged = {(_norm(d.filename), d.symbol) for d in static}
+    pkg = _norm(str(package)) + os.sep
+    for c in classes:
+        f = _norm(c["file"])
+        if c["broken"] and f.startswith(pkg) and (f, c["cls"]) not in flagged:
+            rel = os.path.relpath(c["file"], package.parent)
+            res.missed.append(f"{rel}::{c['cls']}: {', '.join(sorted(c['broken']))}")
+    res.missed.sort()
+    return res
+
+
+def _why(message: str) -> str:
+    """A short reason a root did not build (the exception type, or timeout)."""
+    m = re.search(r"(timed out|\b[A-Z][A-Za-z]*(?:Error|Exception)\b)", message)
+    return m.group(1) if m else (message[:40] or "unknown")
+
+
+def _probe_alone(diags: list, python: str, timeout: float, pythonpath: str | None) -> list:
+    """Findings on classes no root contains: each class probed on its own."""
     from metalint.probe.command import run_probe
     from metalint.probe.isolate import Options
     from metalint.probe.merge import mark_verdicts
-    from metalint.report import ERROR_CODE
 
-    settings = Settings(root=folders[0].parent, select=["ML"])
-    t0 = time.perf_counter()
-    static = [
-        d
-        for d in run_check(folders, settings, use_cache=False).diagnostics
-        if d.code != ERROR_CODE and d.code.startswith("ML") and d.code != "ML100" and d.symbol
-    ]
-    t_check = time.perf_counter() - t0
-    files = sorted({d.filename for d in static})
-    print(
-        f"{label}: {len(static)} findings in {len(files)} files ({t_check:.1f} s); probing",
-        file=sys.stderr,
-    )
-    marked = []
-    t0 = time.perf_counter()
-    for init, codes in (("auto", None), ("reset_parameters", PER_MODULE_RULES)):
-        chosen = [d for d in static if (d.code in PER_MODULE_RULES) == (codes is not None)]
-        # each file imported once, and only its classes with a finding built
+    out = []
+    for init, per_module in (("auto", False), ("reset_parameters", True)):
+        chosen = [d for d in diags if (d.code in PER_MODULE_RULES) == per_module]
         symbols: dict[str, set[str]] = collections.defaultdict(set)
         for d in chosen:
             symbols[d.filename].add(d.symbol)
         targets = [f"{f}:{','.join(sorted(names))}" for f, names in sorted(symbols.items())]
         if not targets:
             continue
-        report = run_probe(
-            targets,
-            Options(device="cpu", init=init, timeout=timeout, python=python),
-            progress=sys.stderr.isatty(),
-        )
-        marked += mark_verdicts(chosen, report)
-    t_probe = time.perf_counter() - t0
-    return {
-        "label": label,
-        "findings": marked,
-        "check_s": t_check,
-        "probe_s": t_probe,
-        "files": len(files),
-    }
+        with _with_env(pythonpath):
+            report = run_probe(
+                targets,
+                Options(device="cpu", init=init, timeout=timeout, python=python),
+                progress=sys.stderr.isatty(),
+            )
+        out += [(d, "alone") for d in mark_verdicts(chosen, report)]
+    return out
 
 
-def table(results: list[dict]) -> list[str]:
+def _counts(findings) -> dict[str, collections.Counter]:
+    per_rule: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for d, how in findings:
+        c = per_rule[d.code]
+        c[d.verdict or "unproven"] += 1
+        c[f"{how}"] += 1
+    return per_rule
+
+
+def table(results: list[LibraryAudit]) -> list[str]:
     from metalint.rules import all_rules
 
     names = {r.code: r.name for r in all_rules()}
     lines = [
-        "| library | rule | findings | confirmed | refuted | unproven | precision (confirmed ÷ proved) |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| library | rule | findings | in roots | alone | confirmed | refuted | unproven "
+        "| refuted ÷ proved |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     totals: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for res in results:
-        per_rule: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-        for d in res["findings"]:
-            per_rule[d.code][d.verdict or "unproven"] += 1
+        per_rule = _counts(res.findings)
         for code in sorted(per_rule):
-            c = per_rule[code]
-            totals[code].update(c)
-            lines.append(_row(res["label"], f"{code} {names.get(code, '')}", c))
+            totals[code].update(per_rule[code])
+            lines.append(_row(res.label, f"{code} {names.get(code, '')}", per_rule[code]))
+        all_c = sum(per_rule.values(), collections.Counter())
+        lines.append(_row(res.label, "**all rules**", all_c))
     for code in sorted(totals):
-        lines.append(_row("**all**", f"{code} {names.get(code, '')}", totals[code]))
+        lines.append(_row("**panel**", f"{code} {names.get(code, '')}", totals[code]))
+    lines.append(_row("**panel**", "**all rules**", sum(totals.values(), collections.Counter())))
     return lines
 
 
 def _row(label: str, rule: str, c: collections.Counter) -> str:
     proved = c["confirmed"] + c["refuted"]
-    precision = f"{c['confirmed'] / proved:.2f}" if proved else "n/a"
-    n = sum(c.values())
-    return f"| {label} | {rule} | {n} | {c['confirmed']} | {c['refuted']} | {c['unproven']} | {precision} |"
+    ratio = f"{c['refuted'] / proved:.0%}" if proved else "n/a"
+    n = c["confirmed"] + c["refuted"] + c["unproven"]
+    return (
+        f"| {label} | {rule} | {n} | {c['root']} | {c['alone']} | {c['confirmed']} | "
+        f"{c['refuted']} | {c['unproven']} | {ratio} |"
+    )
+
+
+def render(results: list[LibraryAudit], command: str) -> str:
+    out = ["## Model-level audit", "", f"`{command}`", ""]
+    for r in results:
+        groups = f"{r.groups_built}/{r.groups} groups"
+        if r.groups_of:
+            groups += f" (sampled from {r.groups_of})"
+        nb = ", ".join(f"{k} {v}" for k, v in r.not_built.most_common(6)) or "-"
+        out.append(
+            f"- {r.label}: {r.built}/{r.roots} roots built, {groups}; not built: {nb}; "
+            f"{len(r.findings)} findings judged"
+            + (
+                f", {r.outside} on classes outside the built roots (not judged)"
+                if r.outside
+                else ""
+            )
+            + f"; {len(r.missed)} classes lose a tensor check does not flag; "
+            f"check {r.check_s:.0f} s, probe {r.probe_s:.0f} s"
+        )
+    out += ["", *table(results), "", "Refuted findings (rule, library, class, tensor/site):", ""]
+    refuted = [
+        (r.label, d, how) for r in results for d, how in r.findings if d.verdict == "refuted"
+    ]
+    refuted.sort(key=lambda x: (x[1].code, x[0], x[1].filename, x[1].start.row))
+    out += [
+        f"- {d.code} {label} `{_rel(d.filename)}:{d.start.row}` {d.symbol} "
+        f"({how}): {d.message[:90]}"
+        for label, d, how in refuted
+    ] or ["- none"]
+    out += ["", "Classes the probe shows losing a tensor that check does not flag:", ""]
+    out += [f"- {r.label} {m}" for r in results for m in r.missed] or ["- none"]
+    return "\n".join(out) + "\n"
+
+
+def _rel(path: str) -> str:
+    m = re.search(r"site-packages/(.*)$", path)
+    return m.group(1) if m else os.path.relpath(path, ROOT) if path.startswith(str(ROOT)) else path
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("libraries", nargs="*", help="NAME==VERSION[:SUBDIR,...] from PyPI")
-    ap.add_argument(
-        "--python", default=sys.executable, help="interpreter that imports the libraries"
-    )
+    ap.add_argument("libraries", nargs="*", help="libraries of bench/audit_models.py")
+    ap.add_argument("--python", action="append", default=[], help="LIB=interpreter")
+    ap.add_argument("--pythonpath", action="append", default=[], help="LIB=extra folder")
+    ap.add_argument("--every", action="append", default=[], help="LIB=N: every Nth root group")
+    ap.add_argument("--limit", action="append", default=[], help="LIB=N: at most N roots")
+    ap.add_argument("--no-alone", action="append", default=[], help="LIB: no class-alone probes")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/metalint-audit"))
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per probed class")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per root or class")
     ap.add_argument("--out", type=Path, help="write the markdown here too")
-    ap.add_argument("--tiny", action="store_true", help="audit fixtures/check (smoke test)")
+    ap.add_argument("--json", type=Path, help="write per-finding verdicts as JSON here")
+    ap.add_argument("--tiny", action="store_true", help="audit fixtures/audit/tinylib")
     args = ap.parse_args(argv)
+    pythons, paths = _kv(args.python), _kv(args.pythonpath)
+    every, limit = _kv(args.every), _kv(args.limit)
+    libraries = list(args.libraries) + (["tiny"] if args.tiny else [])
+    args.workdir.mkdir(parents=True, exist_ok=True)
     results = []
-    if args.tiny:
-        tiny = [
-            ROOT / "fixtures" / "check" / f
-            for f in ("timm_style_blocks.py", "fairseq_style_attention.py")
-        ]
-        results.append(audit("fixtures/check", tiny, args.python, args.timeout))
-    for spec in args.libraries:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-        label, folders = fetch(spec, args.workdir)
-        results.append(audit(label, folders, args.python, args.timeout))
-    out = [
-        "## Rule audit",
-        "",
-        f"`{' '.join(['python bench/rule_audit.py', *(argv or sys.argv[1:])])}`",
-        "",
-    ]
-    for res in results:
-        out.append(
-            f"- {res['label']}: {len(res['findings'])} findings in {res['files']} files; "
-            f"check {res['check_s']:.1f} s, probe {res['probe_s']:.0f} s"
-        )
-    out += ["", *table(results), "", "Refuted findings:", ""]
-    refuted = [(r["label"], d) for r in results for d in r["findings"] if d.verdict == "refuted"]
-    out += [
-        f"- {label} `{d.filename}:{d.start.row}` {d.code} {d.symbol}" for label, d in refuted
-    ] or ["- none"]
-    text = "\n".join(out) + "\n"
+    for lib in libraries:
+        try:
+            results.append(
+                audit(
+                    lib,
+                    pythons.get(lib, sys.executable),
+                    every=int(every.get(lib, 1)),
+                    limit=int(limit[lib]) if lib in limit else None,
+                    timeout=args.timeout,
+                    alone=lib not in args.no_alone,
+                    workdir=args.workdir,
+                    pythonpath=paths.get(lib),
+                )
+            )
+        except subprocess.CalledProcessError as exc:
+            print(f"{lib}: cannot list its roots: {exc.stderr[-500:]}", file=sys.stderr)
+    command = " ".join(
+        ["python bench/rule_audit.py", *(argv if argv is not None else sys.argv[1:])]
+    )
+    text = render(results, command)
     print(text)
     if args.out:
         args.out.write_text(text)
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                [
+                    {
+                        "library": r.label,
+                        "code": d.code,
+                        "file": _rel(d.filename),
+                        "line": d.start.row,
+                        "class": d.symbol,
+                        "verdict": d.verdict or "unproven",
+                        "judged": how,
+                        "message": d.message,
+                    }
+                    for r in results
+                    for d, how in r.findings
+                ],
+                indent=1,
+            )
+        )
     return 0
 
 

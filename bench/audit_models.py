@@ -1,0 +1,604 @@
+"""Model roots for the model-level rule audit (``bench/rule_audit.py``).
+
+A class is materialised inside the models that contain it, under those models' protocol; the
+audit therefore builds *roots* (whole models, at tiny size) and lets the probe map each lost
+tensor back to the class that owns it. This module runs in the library's interpreter (the one
+given to ``rule_audit.py --python``), never in metalint's: it imports the library only when a
+root is listed or built.
+
+    python bench/audit_models.py list LIBRARY [--every N] [--limit N]   # one JSON line per root
+    build(LIBRARY, ROOT_ID)                                          # called by the probe
+
+Libraries: ``transformers`` (every family of the auto mappings at tiny size: the family's
+default config with every size field shrunk, sub-configs too, and every model class of the
+family), ``timm`` (small ``timm.create_model`` models), ``open_clip`` (CLIP, CoCa, ResNet
+towers at tiny width), ``diffusers`` (UNets, VAEs, transformers from tiny configs),
+``torch_geometric`` (``torch_geometric.nn.models`` at tiny width), ``monai`` (medical
+imaging networks), ``peft`` (LoRA/IA3/... adapters on a tiny transformers model), and
+``tiny`` (fixtures/audit/tinylib, the smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# ----------------------------------------------------------------------------- transformers
+
+#: size fields of a transformers config and the tiny value the audit gives them
+_TINY_INT = {
+    "hidden_size": 32,
+    "d_model": 32,
+    "n_embd": 32,
+    "embed_dim": 32,
+    "dim": 32,
+    "word_embed_proj_dim": 32,
+    "projection_dim": 32,
+    "text_embed_dim": 32,
+    "vision_embed_dim": 32,
+    "intermediate_size": 37,
+    "ffn_dim": 37,
+    "encoder_ffn_dim": 37,
+    "decoder_ffn_dim": 37,
+    "d_ff": 37,
+    "n_inner": 37,
+    "moe_intermediate_size": 16,
+    "shared_expert_intermediate_size": 16,
+    "num_hidden_layers": 2,
+    "num_layers": 2,
+    "n_layer": 2,
+    "n_layers": 2,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "num_decoder_layers": 2,
+    "num_encoder_layers": 2,
+    "num_attention_heads": 4,
+    "n_head": 4,
+    "n_heads": 4,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "num_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "vocab_size": 99,
+    "max_position_embeddings": 64,
+    "n_positions": 64,
+    "image_size": 32,
+    "num_experts": 4,
+    "num_local_experts": 4,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "kv_lora_rank": 16,
+    "q_lora_rank": 16,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 8,
+}
+
+
+def shrink_config(cfg, depth: int = 0) -> None:
+    """Shrink every size field of a transformers config (and its sub-configs) in place."""
+    from transformers import PretrainedConfig
+
+    for key, value in list(vars(cfg).items()):
+        if isinstance(value, PretrainedConfig) and depth < 3:
+            shrink_config(value, depth + 1)
+        elif isinstance(value, dict) and key.endswith("_config") and depth < 3:
+            continue
+        elif key in _TINY_INT and isinstance(value, int) and not isinstance(value, bool):
+            if value > _TINY_INT[key]:
+                setattr(cfg, key, _TINY_INT[key])
+        elif key == "patch_size" and isinstance(value, int) and value > 4:
+            setattr(cfg, key, 4)
+        elif key in ("hidden_sizes", "embed_dims", "dims") and isinstance(value, list):
+            setattr(cfg, key, [8 * (i + 1) for i in range(len(value))])
+        elif key in ("depths", "num_layers_per_stage") and isinstance(value, list):
+            setattr(cfg, key, [1] * len(value))
+        elif key == "layer_types" and isinstance(value, list) and value:
+            n = getattr(cfg, "num_hidden_layers", None)
+            if isinstance(n, int) and len(value) > n:
+                setattr(cfg, key, value[:n])
+    vocab = getattr(cfg, "vocab_size", None)
+    if isinstance(vocab, int):
+        for key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            v = getattr(cfg, key, None)
+            if isinstance(v, int) and v >= vocab:
+                setattr(cfg, key, vocab - 1)
+    heads, kv = getattr(cfg, "num_attention_heads", None), getattr(cfg, "num_key_value_heads", None)
+    if isinstance(heads, int) and isinstance(kv, int) and kv > heads:
+        cfg.num_key_value_heads = heads
+
+
+def transformers_families() -> dict[str, list[str]]:
+    """model_type -> every model class name of the auto mappings (task heads included)."""
+    from transformers.models.auto import modeling_auto as ma
+
+    fam: dict[str, set[str]] = {}
+    for name in dir(ma):
+        if name.startswith("MODEL") and name.endswith("MAPPING_NAMES"):
+            for model_type, classes in getattr(ma, name).items():
+                classes = classes if isinstance(classes, (tuple, list)) else [classes]
+                fam.setdefault(model_type, set()).update(classes)
+    return {k: sorted(v) for k, v in sorted(fam.items())}
+
+
+def _transformers_build(root: str):
+    import transformers
+    from transformers import AutoConfig
+
+    model_type, _, cls_name = root.partition("/")
+    cfg = AutoConfig.for_model(model_type)
+    shrink_config(cfg)
+    cls = getattr(transformers, cls_name)
+    return cls(cfg)
+
+
+# ----------------------------------------------------------------------------- timm
+
+#: small timm models, one or two per architecture family (what a user fine-tunes)
+TIMM_MODELS = [
+    "resnet18",
+    "resnet26d",
+    "seresnext26d_32x4d",
+    "regnetx_002",
+    "efficientnet_b0",
+    "mobilenetv3_small_050",
+    "mobilenetv4_conv_small",
+    "ghostnetv2_100",
+    "convnext_atto",
+    "convnextv2_atto",
+    "vit_tiny_patch16_224",
+    "vit_small_patch16_224",
+    "deit_tiny_patch16_224",
+    "deit3_small_patch16_224",
+    "beit_base_patch16_224",
+    "eva02_tiny_patch14_224",
+    "swin_tiny_patch4_window7_224",
+    "swinv2_cr_tiny_224",
+    "cait_xxs24_224",
+    "coat_tiny",
+    "crossvit_tiny_240",
+    "levit_128s",
+    "mobilevit_xxs",
+    "mobilevitv2_050",
+    "efficientformer_l1",
+    "efficientformerv2_s0",
+    "poolformer_s12",
+    "pvt_v2_b0",
+    "twins_svt_small",
+    "xcit_nano_12_p16_224",
+    "tiny_vit_5m_224",
+    "fastvit_t8",
+    "edgenext_xx_small",
+    "maxvit_pico_rw_256",
+    "coatnet_nano_rw_224",
+    "nfnet_l0",
+    "dla34",
+    "hrnet_w18_small",
+    "repvit_m1",
+    "hiera_tiny_224",
+    "davit_tiny",
+    "mambaout_femto",
+    "gcvit_xxtiny",
+    "sequencer2d_s",
+    "mixer_s32_224",
+    "resmlp_12_224",
+    "volo_d1_224",
+    "inception_next_atto",
+    "vitamin_small_224",
+    "starnet_s050",
+]
+
+
+def _timm_build(root: str):
+    import timm
+
+    return timm.create_model(root, pretrained=False, num_classes=10)
+
+
+# ----------------------------------------------------------------------------- open_clip
+
+_OPEN_CLIP = {
+    "clip_vit": dict(
+        embed_dim=16,
+        vision_cfg=dict(layers=2, width=32, head_width=16, patch_size=8, image_size=32),
+        text_cfg=dict(context_length=8, vocab_size=64, width=32, heads=2, layers=2),
+    ),
+    "clip_resnet": dict(
+        embed_dim=16,
+        vision_cfg=dict(layers=[1, 1, 1, 1], width=8, head_width=8, image_size=32),
+        text_cfg=dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1),
+    ),
+    "clip_vit_attnpool": dict(
+        embed_dim=16,
+        vision_cfg=dict(
+            layers=2,
+            width=32,
+            head_width=16,
+            patch_size=8,
+            image_size=32,
+            attentional_pool=True,
+            attn_pooler_queries=4,
+        ),
+        text_cfg=dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1),
+    ),
+    "clip_siglip_style": dict(
+        embed_dim=16,
+        init_logit_bias=-10,
+        vision_cfg=dict(
+            layers=2, width=32, head_width=16, patch_size=8, image_size=32, no_ln_pre=True
+        ),
+        text_cfg=dict(
+            context_length=8,
+            vocab_size=64,
+            width=32,
+            heads=2,
+            layers=1,
+            no_causal_mask=True,
+            pool_type="last",
+        ),
+    ),
+    "coca": dict(
+        embed_dim=16,
+        vision_cfg=dict(
+            layers=2,
+            width=32,
+            head_width=16,
+            patch_size=8,
+            image_size=32,
+            attentional_pool=True,
+            attn_pooler_heads=2,
+        ),
+        text_cfg=dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1, embed_cls=True),
+        multimodal_cfg=dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1),
+    ),
+}
+
+
+def _open_clip_build(root: str):
+    import open_clip
+
+    kwargs = dict(_OPEN_CLIP[root])
+    if root == "coca":
+        return open_clip.CoCa(**kwargs)
+    return open_clip.CLIP(**kwargs)
+
+
+# ----------------------------------------------------------------------------- diffusers
+
+_DIFFUSERS = {
+    "UNet2DModel": dict(
+        sample_size=16,
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        norm_num_groups=4,
+        attention_head_dim=4,
+        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+        up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+    ),
+    "UNet2DConditionModel": dict(
+        sample_size=16,
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        norm_num_groups=4,
+        cross_attention_dim=16,
+        attention_head_dim=4,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+    ),
+    "AutoencoderKL": dict(
+        block_out_channels=(8, 16),
+        norm_num_groups=4,
+        latent_channels=4,
+        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
+    ),
+    "VQModel": dict(
+        block_out_channels=(8, 16),
+        norm_num_groups=4,
+        latent_channels=4,
+        num_vq_embeddings=16,
+        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
+    ),
+    "DiTTransformer2DModel": dict(
+        num_attention_heads=2,
+        attention_head_dim=8,
+        in_channels=4,
+        num_layers=1,
+        sample_size=8,
+        patch_size=2,
+        num_embeds_ada_norm=10,
+    ),
+    "SD3Transformer2DModel": dict(
+        sample_size=8,
+        patch_size=2,
+        in_channels=4,
+        num_layers=1,
+        attention_head_dim=8,
+        num_attention_heads=2,
+        joint_attention_dim=16,
+        caption_projection_dim=16,
+        pooled_projection_dim=16,
+        out_channels=4,
+        pos_embed_max_size=16,
+    ),
+    "FluxTransformer2DModel": dict(
+        patch_size=1,
+        in_channels=4,
+        num_layers=1,
+        num_single_layers=1,
+        attention_head_dim=8,
+        num_attention_heads=2,
+        joint_attention_dim=16,
+        pooled_projection_dim=16,
+        axes_dims_rope=(2, 2, 4),
+    ),
+    "UNet1DModel": dict(
+        block_out_channels=(8, 16),
+        in_channels=2,
+        out_channels=2,
+        down_block_types=("DownBlock1D", "AttnDownBlock1D"),
+        up_block_types=("AttnUpBlock1D", "UpBlock1D"),
+        mid_block_type="UNetMidBlock1D",
+        extra_in_channels=16,
+    ),
+    "PixArtTransformer2DModel": dict(
+        num_attention_heads=2,
+        attention_head_dim=8,
+        in_channels=4,
+        out_channels=8,
+        num_layers=1,
+        sample_size=8,
+        patch_size=2,
+        cross_attention_dim=16,
+        caption_channels=16,
+    ),
+    "ControlNetModel": dict(
+        block_out_channels=(8, 16),
+        layers_per_block=1,
+        norm_num_groups=4,
+        cross_attention_dim=16,
+        attention_head_dim=4,
+        conditioning_embedding_out_channels=(4, 8),
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+    ),
+}
+
+
+def _diffusers_build(root: str):
+    import diffusers
+
+    return getattr(diffusers, root)(**_DIFFUSERS[root])
+
+
+# ----------------------------------------------------------------------------- torch_geometric
+
+_PYG = {
+    "GCN": lambda m: m.GCN(8, 16, 2, out_channels=4),
+    "GAT": lambda m: m.GAT(8, 16, 2, out_channels=4, heads=2),
+    "GAT_v2": lambda m: m.GAT(8, 16, 2, out_channels=4, v2=True),
+    "GraphSAGE": lambda m: m.GraphSAGE(8, 16, 2, out_channels=4),
+    "GIN": lambda m: m.GIN(8, 16, 2, out_channels=4),
+    "EdgeCNN": lambda m: m.EdgeCNN(8, 16, 2, out_channels=4),
+    "PNA": lambda m: m.PNA(
+        8,
+        16,
+        2,
+        out_channels=4,
+        aggregators=["mean", "max"],
+        scalers=["identity"],
+        deg=__import__("torch").tensor([1, 2, 3]),
+    ),
+    "MLP": lambda m: m.MLP([8, 16, 4]),
+    "GraphUNet": lambda m: m.GraphUNet(8, 16, 4, depth=2),
+    "AttentiveFP": lambda m: m.AttentiveFP(8, 16, 4, edge_dim=3, num_layers=2, num_timesteps=2),
+    "SchNet": lambda m: m.SchNet(hidden_channels=16, num_filters=16, num_interactions=2),
+    "GAE": lambda m: m.GAE(m.GCN(8, 16, 2)),
+    "VGAE": lambda m: m.VGAE(m.GCN(8, 16, 2)),
+    "DeepGraphInfomax": lambda m: m.DeepGraphInfomax(
+        16, encoder=m.GCN(8, 16, 1), summary=lambda z, *a, **k: z.mean(0), corruption=lambda x: x
+    ),
+    "LightGCN": lambda m: m.LightGCN(10, 8, 2),
+    "RECT_L": lambda m: m.RECT_L(8, 16),
+    "LINKX": lambda m: m.LINKX(10, 8, 16, 4, num_layers=1),
+    "MetaPath2Vec": lambda m: m.MetaPath2Vec(
+        {
+            ("a", "to", "b"): __import__("torch").tensor([[0], [0]]),
+            ("b", "to", "a"): __import__("torch").tensor([[0], [0]]),
+        },
+        embedding_dim=8,
+        metapath=[("a", "to", "b"), ("b", "to", "a")],
+        walk_length=2,
+        context_size=2,
+    ),
+    "GPSConv_model": lambda m: __import__("torch_geometric.nn", fromlist=["GPSConv"]).GPSConv(
+        16, __import__("torch_geometric.nn", fromlist=["GINConv"]).GINConv(m.MLP([16, 16])), heads=2
+    ),
+}
+
+
+def _pyg_build(root: str):
+    import torch_geometric.nn.models as m
+
+    return _PYG[root](m)
+
+
+# ----------------------------------------------------------------------------- monai
+
+_MONAI = {
+    "UNet": lambda n: n.UNet(2, 1, 2, channels=(4, 8, 16), strides=(2, 2), num_res_units=1),
+    "BasicUNet": lambda n: n.BasicUNet(2, 1, 2, features=(4, 4, 8, 8, 16, 4)),
+    "AttentionUnet": lambda n: n.AttentionUnet(2, 1, 2, channels=(4, 8, 16), strides=(2, 2)),
+    "SegResNet": lambda n: n.SegResNet(
+        2, init_filters=4, in_channels=1, out_channels=2, norm=("group", {"num_groups": 2})
+    ),
+    "UNETR": lambda n: n.UNETR(
+        1,
+        2,
+        img_size=(16, 16),
+        feature_size=4,
+        hidden_size=32,
+        mlp_dim=64,
+        num_heads=2,
+        spatial_dims=2,
+    ),
+    "SwinUNETR": lambda n: n.SwinUNETR(
+        in_channels=1,
+        out_channels=2,
+        feature_size=12,
+        depths=(1, 1, 1, 1),
+        num_heads=(1, 1, 1, 1),
+        spatial_dims=2,
+    ),
+    "ViT": lambda n: n.ViT(
+        1,
+        img_size=(16, 16),
+        patch_size=(4, 4),
+        hidden_size=32,
+        mlp_dim=64,
+        num_layers=2,
+        num_heads=2,
+        spatial_dims=2,
+        classification=True,
+    ),
+    "DenseNet121": lambda n: n.DenseNet121(spatial_dims=2, in_channels=1, out_channels=2),
+    "ResNet": lambda n: n.resnet10(spatial_dims=2, n_input_channels=1, num_classes=2),
+    "EfficientNetBN": lambda n: n.EfficientNetBN(
+        "efficientnet-b0", pretrained=False, spatial_dims=2, in_channels=1, num_classes=2
+    ),
+    "AutoEncoder": lambda n: n.AutoEncoder(2, 1, 1, channels=(4, 8), strides=(2, 2)),
+    "VarAutoEncoder": lambda n: n.VarAutoEncoder(
+        2, (1, 16, 16), 1, 4, channels=(4, 8), strides=(2, 2)
+    ),
+    "DynUNet": lambda n: n.DynUNet(
+        2, 1, 2, kernel_size=[3, 3, 3], strides=[1, 2, 2], upsample_kernel_size=[2, 2]
+    ),
+    "SegResNetVAE": lambda n: n.SegResNetVAE(
+        input_image_size=(16, 16),
+        spatial_dims=2,
+        init_filters=4,
+        in_channels=1,
+        out_channels=2,
+        norm=("group", {"num_groups": 2}),
+    ),
+    "HighResNet": lambda n: n.HighResNet(spatial_dims=2, in_channels=1, out_channels=2),
+    "Generator": lambda n: n.Generator((16,), (8, 8), (4, 1), (2, 1)),
+}
+
+
+def _monai_build(root: str):
+    import monai.networks.nets as n
+
+    return _MONAI[root](n)
+
+
+# ----------------------------------------------------------------------------- peft
+
+_PEFT = {
+    "lora": lambda p: p.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]),
+    "lora_dora": lambda p: p.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], use_dora=True),
+    "lora_embedding": lambda p: p.LoraConfig(r=4, target_modules=["embed_tokens", "down_proj"]),
+    "ia3": lambda p: p.IA3Config(
+        target_modules=["k_proj", "down_proj"], feedforward_modules=["down_proj"]
+    ),
+    "loha": lambda p: p.LoHaConfig(r=4, target_modules=["q_proj"]),
+    "lokr": lambda p: p.LoKrConfig(r=4, target_modules=["q_proj"]),
+    "adalora": lambda p: p.AdaLoraConfig(r=4, target_modules=["q_proj"], total_step=10),
+    "boft": lambda p: p.BOFTConfig(boft_block_size=4, target_modules=["q_proj"]),
+    "oft": lambda p: p.OFTConfig(r=0, oft_block_size=4, target_modules=["q_proj"]),
+    "vera": lambda p: p.VeraConfig(r=4, target_modules=["q_proj", "v_proj"]),
+    "prefix": lambda p: p.PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4),
+    "prompt": lambda p: p.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4),
+    "fourierft": lambda p: p.FourierFTConfig(n_frequency=8, target_modules=["q_proj"]),
+    "ln_tuning": lambda p: p.LNTuningConfig(target_modules=["input_layernorm"]),
+    "hra": lambda p: p.HRAConfig(r=4, target_modules=["q_proj"]),
+}
+
+
+def _peft_build(root: str):
+    import peft
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    cfg = AutoConfig.for_model("llama")
+    shrink_config(cfg)
+    return peft.get_peft_model(LlamaForCausalLM(cfg), _PEFT[root](peft))
+
+
+# ----------------------------------------------------------------------------- tiny (smoke)
+
+
+def _tiny_build(root: str):
+    sys.path.insert(0, str(ROOT / "fixtures" / "audit"))
+    import tinylib
+
+    return getattr(tinylib, root)()
+
+
+TINY_ROOTS = ["TinyTransformerModel", "TinyVisionModel"]
+
+# ----------------------------------------------------------------------------- registry
+
+#: library -> (import name of the package to check, builder)
+BUILDERS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "transformers": ("transformers", _transformers_build),
+    "timm": ("timm", _timm_build),
+    "open_clip": ("open_clip", _open_clip_build),
+    "diffusers": ("diffusers", _diffusers_build),
+    "torch_geometric": ("torch_geometric", _pyg_build),
+    "monai": ("monai", _monai_build),
+    "peft": ("peft", _peft_build),
+    "tiny": ("tinylib", _tiny_build),
+}
+
+
+def list_roots(library: str, every: int = 1, limit: int | None = None) -> dict:
+    """``{"package": folder to check, "roots": [[root id, group], ...], "groups": n}``."""
+    if library == "transformers":
+        import transformers
+
+        fams = transformers_families()
+        chosen = [t for i, t in enumerate(fams) if i % every == 0]
+        roots = [[f"{t}/{c}", t] for t in chosen for c in fams[t]]
+        folder = Path(transformers.__file__).parent
+        return {"package": str(folder), "roots": roots, "groups": len(chosen), "of": len(fams)}
+    names = {
+        "timm": TIMM_MODELS,
+        "open_clip": list(_OPEN_CLIP),
+        "diffusers": list(_DIFFUSERS),
+        "torch_geometric": list(_PYG),
+        "monai": list(_MONAI),
+        "peft": list(_PEFT),
+        "tiny": TINY_ROOTS,
+    }[library]
+    names = names[::every][:limit]
+    if library == "tiny":
+        folder = ROOT / "fixtures" / "audit" / "tinylib"
+    else:
+        pkg = __import__(BUILDERS[library][0])
+        folder = Path(pkg.__file__).parent
+    return {"package": str(folder), "roots": [[n, n] for n in names], "groups": len(names)}
+
+
+def build(library: str, root: str):
+    return BUILDERS[library][1](root)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("verb", choices=["list"])
+    ap.add_argument("library", choices=sorted(BUILDERS))
+    ap.add_argument("--every", type=int, default=1)
+    ap.add_argument("--limit", type=int)
+    args = ap.parse_args(argv)
+    print(json.dumps(list_roots(args.library, args.every, args.limit)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
