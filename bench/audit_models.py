@@ -81,6 +81,10 @@ _TINY_INT = {
 }
 
 
+#: a root bigger than this at "tiny" size is not probed (a size field the shrinking missed)
+MAX_PARAMS = 20_000_000
+
+
 def shrink_config(cfg, depth: int = 0) -> None:
     """Shrink every size field of a transformers config (and its sub-configs) in place."""
     from transformers import PretrainedConfig
@@ -103,6 +107,11 @@ def shrink_config(cfg, depth: int = 0) -> None:
             n = getattr(cfg, "num_hidden_layers", None)
             if isinstance(n, int) and len(value) > n:
                 setattr(cfg, key, value[:n])
+    for alias, real in getattr(cfg, "attribute_map", {}).items():
+        value = vars(cfg).get(real)
+        if alias in _TINY_INT and isinstance(value, int) and not isinstance(value, bool):
+            if value > _TINY_INT[alias]:
+                setattr(cfg, real, _TINY_INT[alias])
     vocab = getattr(cfg, "vocab_size", None)
     if isinstance(vocab, int):
         for key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
@@ -135,7 +144,11 @@ def _transformers_build(root: str):
     cfg = AutoConfig.for_model(model_type)
     shrink_config(cfg)
     cls = getattr(transformers, cls_name)
-    return cls(cfg)
+    model = cls(cfg)
+    n = sum(p.numel() for p in model.parameters())
+    if n > MAX_PARAMS:  # a size field the shrinking does not know: too slow to probe
+        raise ValueError(f"{n} parameters at tiny size (more than {MAX_PARAMS})")
+    return model
 
 
 # ----------------------------------------------------------------------------- timm
