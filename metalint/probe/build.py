@@ -155,6 +155,25 @@ def snapshot(
     return Snapshot(entries, ties, classes), tensors
 
 
+def _mark_seed_dependent(make: Callable[[], nn.Module], seed: int, eager: Snapshot) -> None:
+    """Build eager again under another seed: a tensor whose bytes differ is random, whatever
+    the write recorder saw (a draw through numpy or Python's ``random``, a 1-element tensor)."""
+    torch.manual_seed(seed + 7919)
+    try:
+        model = make()
+    except Exception:
+        return  # the first build succeeded: the recorder's verdict stands
+    for kind, path, attr, _mod, t in _walk_tensors(model):
+        e = eager.entries.get(_name(path, attr))
+        st = e.stats if e is not None else None
+        if st is None or st.random or st.numel == 0 or tuple(t.shape) != st.shape:
+            continue
+        if t.device.type != "meta" and compare._hash(t) != st.digest:
+            st.random = True
+    del model
+    release_memory()
+
+
 # ----------------------------------------------------------------------------- init
 
 
@@ -649,6 +668,7 @@ def probe(
     res.tensors = len([e for e in eager.entries.values()])
     del model, rec, _
     release_memory()
+    _mark_seed_dependent(make, seed, eager)
     # 2. meta build
     esc = attribute.EscapeDetector()
     rss0 = rss_anon()
