@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Literal, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -58,3 +59,47 @@ def test_randomness_outside_torch_is_seen_from_two_seeds():
 def test_constant_scalar_still_lost():
     res = probe(ConstantScalarLost, device="cpu")
     assert [(f.code, f.message.split("`")[1]) for f in res.findings] == [("MP001", "scale")]
+
+
+def test_argument_guesses_for_typed_and_forwarded_parameters():
+    from metalint.probe.target import CannotConstruct, infer_arguments
+
+    class Typed(nn.Module):
+        def __init__(
+            self,
+            img_size: Union[int, Tuple[int, int]],
+            window: Tuple[int, int],
+            mode: Literal["bilinear", "nearest"],
+            act: Optional[nn.Module],
+            pool: tuple[int, ...],
+        ):
+            super().__init__()
+
+    assert infer_arguments(Typed) == {
+        "img_size": 16,
+        "window": (4, 4),
+        "mode": "bilinear",
+        "act": None,
+        "pool": (4, 4),
+    }
+
+    class Forwarded(nn.Module):  # c1/c2 mean nothing by name; Conv2d says what they are
+        def __init__(self, c1, c2, k, padding_mode):
+            super().__init__()
+            self.conv = nn.Conv2d(c1, c2, kernel_size=k, padding_mode=padding_mode)
+
+    kwargs = infer_arguments(Forwarded)
+    assert kwargs == {"c1": 16, "c2": 16, "k": 3, "padding_mode": "zeros"}
+    Forwarded(**kwargs)  # the guesses build
+
+    class Opaque(nn.Module):
+        def __init__(self, thing):
+            super().__init__()
+            self.thing = thing
+
+    try:
+        infer_arguments(Opaque)
+    except CannotConstruct as exc:
+        assert "`thing`" in str(exc)
+    else:
+        raise AssertionError("an argument used nowhere got a guess")

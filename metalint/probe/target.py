@@ -9,6 +9,7 @@ its defaults or with small arguments inferred from its signature (:func:`infer_a
 
 from __future__ import annotations
 
+import collections.abc
 import importlib
 import importlib.util
 import inspect
@@ -204,10 +205,124 @@ def _int_for(name: str) -> int | None:
 _DTYPE_TEXT = frozenset({"torch.dtype", "dtype"})
 
 
-def infer_arguments(cls: type) -> dict[str, Any]:
-    """Small keyword arguments for the required parameters of ``cls.__init__``."""
+#: no guess for a parameter
+_NO = object()
+
+
+def _guess(name: str, ann: Any, empty: Any) -> Any:
+    """A small value for a parameter named ``name`` annotated ``ann`` (``empty``: none), or
+    ``_NO``. ``Optional[X]``/``Union``: the first member with a guess (``None`` when only
+    ``None`` fits); ``Literal``: its first value; ``tuple[int, int]``/``tuple[int, ...]``/
+    ``list[int]``: guesses of the members."""
     import torch
 
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is typing.Literal and args:
+        return args[0]
+    if origin is typing.Union or type(ann).__name__ == "UnionType":
+        members = [a for a in args if a is not type(None)]
+        for a in members:
+            g = _guess(name, a, empty)
+            if g is not _NO:
+                return g
+        return None if len(members) < len(args) else _NO
+    if origin is tuple and args:
+        if len(args) == 2 and args[1] is Ellipsis:
+            g = _guess(name, args[0], empty)
+            return _NO if g is _NO else (g, g)
+        gs = [_guess(name, a, empty) for a in args]
+        return _NO if _NO in gs else tuple(gs)
+    if origin in (list, collections.abc.Sequence) and args:
+        g = _guess(name, args[0], empty)
+        return _NO if g is _NO else [g, g]
+    if ann is bool:
+        return False
+    named_dtype = ann is empty and name.lower() == "dtype"
+    if ann is torch.dtype or (isinstance(ann, str) and ann in _DTYPE_TEXT) or named_dtype:
+        return torch.float32  # torchtune's KVCache(..., dtype)
+    if ann is float:
+        return 1e-5 if name.lower() in _FLOAT_SMALL or "eps" in name.lower() else 0.1
+    guess = _int_for(name)
+    if ann is int or (ann is empty and guess is not None):
+        return guess if guess is not None else 4
+    if ann is empty and ("eps" in name.lower() or name.lower() in ("dropout", "p", "drop")):
+        return 1e-5 if "eps" in name.lower() else 0.0
+    return _NO
+
+
+def _forwarded_guess(cls: type, name: str, depth: int = 0) -> Any:
+    """A guess for ``name`` from where ``cls.__init__`` forwards it: ``nn.Conv2d(c1, ...)``
+    or ``Block(dim=width)`` take it as one of *their* parameters, whose default (or guess)
+    is a value of the right kind. ``_NO`` when it is not forwarded to anything resolvable."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
+    except (OSError, TypeError, SyntaxError):
+        return _NO
+    scope = getattr(cls.__init__, "__globals__", {})
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        slot: int | str | None = None
+        for i, a in enumerate(node.args):
+            if isinstance(a, ast.Name) and a.id == name:
+                slot = i
+        for kw in node.keywords:
+            if isinstance(kw.value, ast.Name) and kw.value.id == name and kw.arg:
+                slot = kw.arg
+        if slot is None:
+            continue
+        func = node.func
+        while isinstance(func, ast.Attribute):
+            func = func.value
+        if not isinstance(func, ast.Name) or func.id == "self":
+            continue  # only a plain name or dotted path is evaluated: nothing is called
+        callee: Any = None
+        try:
+            callee = eval(compile(ast.Expression(node.func), "<callee>", "eval"), dict(scope))
+        except Exception:
+            continue
+        g = _callee_guess(callee, slot, depth)
+        if g is not _NO:
+            return g
+    return _NO
+
+
+def _callee_guess(callee: Any, slot: int | str, depth: int) -> Any:
+    target = callee.__init__ if inspect.isclass(callee) else callee
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return _NO
+    if inspect.isclass(callee) and params and params[0].name == "self":
+        params = params[1:]
+    if isinstance(slot, int):
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if slot >= len(positional):
+            return _NO
+        p = positional[slot]
+    else:
+        p = next((q for q in params if q.name == slot), None)
+        if p is None:
+            return _NO
+    if p.default is not p.empty and p.default is not None:
+        return p.default
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:
+        hints = {}
+    g = _guess(p.name, hints.get(p.name, p.annotation), p.empty)
+    if g is _NO and inspect.isclass(callee) and depth < 2:
+        g = _forwarded_guess(callee, p.name, depth + 1)
+    return g
+
+
+def infer_arguments(cls: type) -> dict[str, Any]:
+    """Small keyword arguments for the required parameters of ``cls.__init__``: from each
+    parameter's annotation and name (:func:`_guess`), else from the parameter of another
+    class or function it is forwarded to (:func:`_forwarded_guess`)."""
     try:
         sig = inspect.signature(cls.__init__)
     except (TypeError, ValueError) as exc:
@@ -229,33 +344,13 @@ def infer_arguments(cls: type) -> dict[str, Any]:
                 ann = eval(ann, getattr(cls.__init__, "__globals__", {}))  # as get_type_hints does
             except Exception:
                 pass
-        origin = typing.get_origin(ann)
-        if origin is typing.Union or type(ann).__name__ == "UnionType":
-            args = [a for a in typing.get_args(ann) if a is not type(None)]
-            ann = args[0] if len(args) == 1 else ann
-        if ann is bool:
-            kwargs[p.name] = False
-            continue
-        named_dtype = ann is p.empty and p.name.lower() == "dtype"
-        if ann is torch.dtype or (isinstance(ann, str) and ann in _DTYPE_TEXT) or named_dtype:
-            kwargs[p.name] = torch.float32  # torchtune's KVCache(..., dtype)
-            continue
-        if ann is float:
-            kwargs[p.name] = (
-                1e-5 if p.name.lower() in _FLOAT_SMALL or "eps" in p.name.lower() else 0.1
-            )
-            continue
-        guess = _int_for(p.name)
-        if ann is int or (ann is p.empty and guess is not None):
-            kwargs[p.name] = guess if guess is not None else 4
-            continue
-        if ann is p.empty and (
-            "eps" in p.name.lower() or p.name.lower() in ("dropout", "p", "drop")
-        ):
-            kwargs[p.name] = 1e-5 if "eps" in p.name.lower() else 0.0
-            continue
-        shown = "" if ann is p.empty else f": {getattr(ann, '__name__', ann)}"
-        raise CannotConstruct(f"required parameter `{p.name}{shown}` cannot be inferred")
+        value = _guess(p.name, ann, p.empty)
+        if value is _NO:
+            value = _forwarded_guess(cls, p.name)
+        if value is _NO:
+            shown = "" if ann is p.empty else f": {getattr(ann, '__name__', ann)}"
+            raise CannotConstruct(f"required parameter `{p.name}{shown}` cannot be inferred")
+        kwargs[p.name] = value
     return kwargs
 
 
