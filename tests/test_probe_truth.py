@@ -103,3 +103,46 @@ def test_argument_guesses_for_typed_and_forwarded_parameters():
         assert "`thing`" in str(exc)
     else:
         raise AssertionError("an argument used nowhere got a guess")
+
+
+def test_nothing_built_is_not_a_green(tmp_path):
+    from click.testing import CliRunner
+
+    from metalint.probe.command import probe_command
+
+    model = tmp_path / "opaque.py"
+    model.write_text(
+        "from torch import nn\n\n\n"
+        "class Opaque(nn.Module):\n"
+        "    def __init__(self, thing):\n"
+        "        super().__init__()\n"
+        "        self.thing = thing\n"
+    )
+    for fmt in ("text", "json"):
+        res = CliRunner().invoke(
+            probe_command, [str(model), "--device", "cpu", "--output-format", fmt]
+        )
+        assert res.exit_code == 2, res.output
+        assert "All checks passed!" not in res.output
+        assert "probed 0 of 1 items; 1 skipped (cannot construct)" in res.stderr
+        assert "Nothing was probed" in res.stderr
+    # one built, one skipped: the verdict stands, and the skip is said
+    model.write_text(model.read_text() + "\n\nclass Fine(nn.Module):\n    pass\n")
+    res = CliRunner().invoke(probe_command, [str(model), "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    assert "probed 1 of 2 items; 1 skipped (cannot construct)" in res.stderr
+
+
+def test_progress_counts_classes_on_stderr(tmp_path, capsys):
+    from metalint.probe.command import run_probe
+    from metalint.probe.isolate import Options
+
+    model = tmp_path / "two.py"
+    model.write_text(
+        "from torch import nn\n\n\nclass A(nn.Module):\n    pass\n\n\nclass B(A):\n    pass\n"
+    )
+    rep = run_probe([str(model)], Options(device="cpu"), progress=True)
+    err = capsys.readouterr().err
+    assert [o.kind for o in rep.outcomes] == ["result", "result"]
+    assert "probe: 0 classes done; file 1/1, class 1/2: two.py:A" in err
+    assert "probe: 1 classes done; file 1/1, class 2/2: two.py:B" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -99,17 +100,46 @@ def _progress_enabled() -> bool:
 
 
 def run_probe(specs: list[str], opts: Options, *, progress: bool = False) -> ProbeReport:
+    """Probe every target; ``progress``: a line on stderr (a terminal) with the classes built
+    so far and those left in the current file, rewritten as each starts."""
     targets: list[Target] = [t for s in specs for t in parse_target(s)]
     rep = ProbeReport()
     for i, t in enumerate(targets, 1):
         if progress:
-            sys.stderr.write(f"\r\x1b[Kprobe [{i}/{len(targets)}] {t.display}")
-            sys.stderr.flush()
+            before = len(rep.outcomes)
+
+            def show(label: str, done: int, total: int, i: int = i, before: int = before) -> None:
+                where = f"class {done + 1}/{total}: " if total else ""
+                sys.stderr.write(
+                    f"\r\x1b[Kprobe: {before + done} classes done; file {i}/{len(targets)}, "
+                    f"{where}{label}"[:200]
+                )
+                sys.stderr.flush()
+
+            opts = dataclasses.replace(opts, on_start=show)
+            show(t.display, 0, 0)
         rep.outcomes.extend(run_target(t, opts))
     if progress:
         sys.stderr.write("\r\x1b[K")
         sys.stderr.flush()
     return rep
+
+
+def coverage(rep: ProbeReport) -> tuple[int, str | None]:
+    """(items built, a line saying what was not probed and why, or None when everything was)."""
+    built = sum(o.kind == "result" for o in rep.outcomes)
+    skipped = [o for o in rep.outcomes if o.kind == "skip"]
+    errors = sum(o.kind == "error" for o in rep.outcomes)
+    if not skipped and not errors:
+        return built, None
+    why: dict[str, int] = {}
+    for o in skipped:
+        reason = o.message.split(":")[0] or "skipped"
+        why[reason] = why.get(reason, 0) + 1
+    parts = [f"{n} skipped ({r})" for r, n in sorted(why.items())]
+    if errors:
+        parts.append(f"{errors} could not be checked")
+    return built, f"probed {built} of {len(rep.outcomes)} items; {', '.join(parts)}"
 
 
 def summary_lines(rep: ProbeReport) -> list[str]:
@@ -188,8 +218,17 @@ def probe_command(targets, device, init, seed, timeout, fmt, exit_zero, config) 
     opts = Options(device=device, init=init, seed=seed, timeout=timeout, hooks=settings.hooks)
     rep = run_probe(specs, opts, progress=_progress_enabled())
     diags = rep.diagnostics
+    built, not_probed = coverage(rep)
     if fmt == "text":
         for line in summary_lines(rep):
             click.echo(line)
+    if not_probed:
+        click.echo(not_probed, err=True)
+    if built == 0:
+        # "All checks passed!" over nothing built would be a false green
+        if fmt != "text" or diags:
+            click.echo(report.render(diags, fmt, describe=describe), nl=False)
+        click.echo("Nothing was probed: no item could be built.", err=True)
+        sys.exit(2)
     click.echo(report.render(diags, fmt, describe=describe), nl=False)
     sys.exit(report.exit_code(diags, exit_zero=exit_zero))

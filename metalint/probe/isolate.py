@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from metalint.probe.target import Target
 
@@ -47,6 +47,9 @@ class Options:
     timeout: float = 120.0
     hooks: tuple[str, ...] = ()  # [tool.metalint] hooks: see metalint.probe.build.run_init
     python: str = field(default_factory=lambda: sys.executable)
+    #: called as each item starts: (label, items done in this target, items in it); a terminal
+    #: progress line (never part of the report)
+    on_start: Callable[[str, int, int], None] | None = field(default=None, compare=False)
 
 
 def _reader(stream, q: queue.Queue) -> None:
@@ -153,6 +156,8 @@ def run_target(target: Target, opts: Options) -> list[Outcome]:  # noqa: C901 (i
                     deadline = time.monotonic() + opts.timeout
                 elif kind == "start":
                     current = ev["label"]
+                    if opts.on_start is not None:
+                        opts.on_start(current, len(done), len(items or ()))
                     deadline = time.monotonic() + opts.timeout
                 elif kind == "result":
                     current = None
