@@ -90,28 +90,35 @@ def shrink_config(cfg, depth: int = 0) -> None:
     from transformers import PretrainedConfig
 
     for key, value in list(vars(cfg).items()):
-        if isinstance(value, PretrainedConfig) and depth < 3:
-            shrink_config(value, depth + 1)
-        elif isinstance(value, dict) and key.endswith("_config") and depth < 3:
-            continue
-        elif key in _TINY_INT and isinstance(value, int) and not isinstance(value, bool):
-            if value > _TINY_INT[key]:
-                setattr(cfg, key, _TINY_INT[key])
-        elif key == "patch_size" and isinstance(value, int) and value > 4:
-            setattr(cfg, key, 4)
-        elif key in ("hidden_sizes", "embed_dims", "dims") and isinstance(value, list):
-            setattr(cfg, key, [8 * (i + 1) for i in range(len(value))])
-        elif key in ("depths", "num_layers_per_stage") and isinstance(value, list):
-            setattr(cfg, key, [1] * len(value))
-        elif key == "layer_types" and isinstance(value, list) and value:
-            n = getattr(cfg, "num_hidden_layers", None)
-            if isinstance(n, int) and len(value) > n:
-                setattr(cfg, key, value[:n])
+        if isinstance(value, PretrainedConfig):
+            if depth < 3:
+                shrink_config(value, depth + 1)
+        else:
+            _shrink_field(cfg, key, value)
     for alias, real in getattr(cfg, "attribute_map", {}).items():
-        value = vars(cfg).get(real)
-        if alias in _TINY_INT and isinstance(value, int) and not isinstance(value, bool):
-            if value > _TINY_INT[alias]:
-                setattr(cfg, real, _TINY_INT[alias])
+        _shrink_field(cfg, real, vars(cfg).get(real), alias)
+    _fit_ids(cfg)
+
+
+def _shrink_field(cfg, key: str, value, alias: str | None = None) -> None:
+    tiny = _TINY_INT.get(alias or key)
+    if tiny is not None and isinstance(value, int) and not isinstance(value, bool):
+        if value > tiny:
+            setattr(cfg, key, tiny)
+    elif key == "patch_size" and isinstance(value, int) and value > 4:
+        setattr(cfg, key, 4)
+    elif key in ("hidden_sizes", "embed_dims", "dims") and isinstance(value, list):
+        setattr(cfg, key, [8 * (i + 1) for i in range(len(value))])
+    elif key in ("depths", "num_layers_per_stage") and isinstance(value, list):
+        setattr(cfg, key, [1] * len(value))
+    elif key == "layer_types" and isinstance(value, list) and value:
+        n = getattr(cfg, "num_hidden_layers", None)
+        if isinstance(n, int) and len(value) > n:
+            setattr(cfg, key, value[:n])
+
+
+def _fit_ids(cfg) -> None:
+    """Token ids inside the shrunk vocabulary; no more key/value heads than heads."""
     vocab = getattr(cfg, "vocab_size", None)
     if isinstance(vocab, int):
         for key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):

@@ -200,7 +200,7 @@ def audit(
             (d.with_(verdict=verdict_for(d, _lookup(classes, d.filename, d.symbol))), "root")
         )
     if alone and outside:
-        res.findings += _probe_alone(outside, python, timeout, pythonpath)
+        res.findings += _probe_alone(outside, python, timeout, pythonpath, workdir, library)
     else:
         res.outside = len(outside)
     res.probe_s = time.perf_counter() - t0
@@ -222,8 +222,12 @@ def _why(message: str) -> str:
     return m.group(1) if m else (message[:40] or "unknown")
 
 
-def _probe_alone(diags: list, python: str, timeout: float, pythonpath: str | None) -> list:
-    """Findings on classes no root contains: each class probed on its own."""
+def _probe_alone(
+    diags: list, python: str, timeout: float, pythonpath: str | None, workdir: Path, library: str
+) -> list:
+    """Findings on classes no root contains: each class probed on its own, with the arguments
+    ``metalint probe`` guesses. All classes are factories of one generated module, so one
+    child process imports the library once (a child per file would import it per file)."""
     from metalint.probe.command import run_probe
     from metalint.probe.isolate import Options
     from metalint.probe.merge import mark_verdicts
@@ -231,15 +235,25 @@ def _probe_alone(diags: list, python: str, timeout: float, pythonpath: str | Non
     out = []
     for init, per_module in (("auto", False), ("reset_parameters", True)):
         chosen = [d for d in diags if (d.code in PER_MODULE_RULES) == per_module]
-        symbols: dict[str, set[str]] = collections.defaultdict(set)
-        for d in chosen:
-            symbols[d.filename].add(d.symbol)
-        targets = [f"{f}:{','.join(sorted(names))}" for f, names in sorted(symbols.items())]
-        if not targets:
+        classes = sorted({(d.filename, d.symbol) for d in chosen})
+        if not classes:
             continue
+        lines = ["from metalint.probe.target import import_file, infer_arguments", ""]
+        names = []
+        for i, (file, symbol) in enumerate(classes):
+            names.append(f"a{i}_" + re.sub(r"\W", "_", symbol))
+            lines.append(
+                f"def {names[-1]}():\n"
+                f"    cls = import_file({file!r})\n"
+                f"    for part in {symbol.split('.')!r}:\n"
+                f"        cls = getattr(cls, part)\n"
+                f"    return cls(**infer_arguments(cls))\n"
+            )
+        module = workdir / f"alone_{library}_{init}.py"
+        module.write_text("\n".join(lines))
         with _with_env(pythonpath):
             report = run_probe(
-                targets,
+                [f"{module}:{','.join(names)}"],
                 Options(device="cpu", init=init, timeout=timeout, python=python),
                 progress=sys.stderr.isatty(),
             )
