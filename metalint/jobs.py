@@ -8,18 +8,20 @@ or nesting past the recursion guard) or ML902 (``parser crashed``: any other dea
 native stack overflow); a fresh worker takes its place and every other file is analysed as if
 the bad one were absent. A wall-clock bound (several times the budget) backs the CPU one up.
 
-Workers are forked (Linux): the parent imports the engine and the rules once, before the
-fork. Elsewhere files are analysed in this process, without the budget.
+Workers are forked (Linux, plain ``os.fork`` and pipes): the parent imports the engine and
+the rules once, before the fork. Elsewhere files are analysed in this process, without the
+budget or the isolation.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import select
 import signal
+import struct
 import sys
 import time
-from collections.abc import Callable
-from multiprocessing.connection import Connection, wait
 
 from metalint.report import CRASH_CODE, TOO_COMPLEX_CODE
 from metalint.static.results import FileResult, error_result
@@ -59,22 +61,45 @@ def can_isolate() -> bool:
     return sys.platform == "linux"
 
 
-def _worker_main(conn: Connection, budget: float) -> None:
+def _send(fd: int, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(struct.pack("<Q", len(data)) + data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _recv(fd: int):
+    """The next message on ``fd``; EOFError when the writer is gone (or died mid-message)."""
+    head = _read_exactly(fd, 8)
+    (n,) = struct.unpack("<Q", head)
+    return pickle.loads(_read_exactly(fd, n))
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    parts, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _worker_main(jobs_fd: int, results_fd: int, budget: float) -> None:
+    import faulthandler
     import resource
 
-    # a crash leaves no core file in the user's tree
-    try:
+    faulthandler.disable()  # a crash is one ML902 line, not a dump on the user's terminal
+    try:  # a crash leaves no core file in the user's tree
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     except (ValueError, OSError):
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C
-    import faulthandler
-
-    faulthandler.disable()  # a crash is one ML902 line, not a dump on the user's terminal
     hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
     while True:
         try:
-            item = conn.recv()
+            item = _recv(jobs_fd)
         except (EOFError, OSError):
             break
         if item is None:
@@ -88,40 +113,69 @@ def _worker_main(conn: Connection, budget: float) -> None:
             resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
         except (ValueError, OSError):
             pass
-        result = analyze_one(job)
-        conn.send((index, result.to_json()))
-    conn.close()
-    os._exit(0)
+        _send(results_fd, (index, analyze_one(job).to_json()))
 
 
 class _Worker:
-    def __init__(self, ctx, budget: float) -> None:
-        parent, child = ctx.Pipe()
-        self.conn = parent
-        self.process = ctx.Process(target=_worker_main, args=(child, budget), daemon=True)
-        self.process.start()
-        child.close()
+    """A forked child with a pipe each way (plain ``os.fork``: ``multiprocessing`` costs more
+    to import and start than a small check takes)."""
+
+    #: the parent's ends of every live worker's pipes: a new child closes them
+    parent_fds: set[int] = set()
+
+    def __init__(self, budget: float) -> None:
+        jobs_r, jobs_w = os.pipe()
+        results_r, results_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 0
+            try:
+                for fd in (jobs_w, results_r, *_Worker.parent_fds):
+                    os.close(fd)
+                _worker_main(jobs_r, results_w, budget)
+            except BaseException:  # noqa: BLE001
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(jobs_r)
+        os.close(results_w)
+        self.pid = pid
+        self.jobs = jobs_w
+        self.results = results_r
+        _Worker.parent_fds |= {jobs_w, results_r}
         self.index: int | None = None
         self.started = 0.0
+        self.status: int | None = None
 
-    def give(self, index: int, job: Job) -> None:
+    def give(self, index: int, job: Job) -> bool:
+        """Hand ``job`` over; False when the worker is gone."""
         self.index = index
         self.started = time.monotonic()
-        self.conn.send((index, job))
-
-    def stop(self, kill: bool = False) -> None:
         try:
+            _send(self.jobs, (index, job))
+            return True
+        except OSError:
+            return False
+
+    def reap(self, kill: bool = False) -> int | None:
+        """Stop the worker; its exit status (negative: the signal that ended it)."""
+        if self.status is None:
             if kill:
-                self.process.kill()
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                except OSError:
+                    pass
             else:
-                self.conn.send(None)
-        except (OSError, ValueError):
-            pass
-        self.process.join(5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        self.conn.close()
+                try:
+                    _send(self.jobs, None)
+                except OSError:
+                    pass
+            _, status = os.waitpid(self.pid, 0)
+            self.status = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            for fd in (self.jobs, self.results):
+                _Worker.parent_fds.discard(fd)
+                os.close(fd)
+        return self.status
 
 
 def _death(display: str, exitcode: int | None, budget: float) -> FileResult:
@@ -139,63 +193,55 @@ def _death(display: str, exitcode: int | None, budget: float) -> FileResult:
 def analyze_isolated(jobs: list[Job], workers: int, budget: float) -> list[FileResult]:
     """Results of ``jobs``, in order, each analysed in a worker process under ``budget``
     CPU seconds."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("fork")
     out: list[FileResult | None] = [None] * len(jobs)
     # biggest first, handed out as workers free up, so the workers finish together
-    todo = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0]))
-    todo.reverse()  # popped from the end
-    pool = [_Worker(ctx, budget) for _ in range(max(1, min(workers, len(jobs))))]
+    todo = sorted(range(len(jobs)), key=lambda i: len(jobs[i][0]))  # popped from the end
     wall = budget * WALL_FACTOR + WALL_MARGIN
+    pool: list[_Worker] = []
 
     def feed(w: _Worker) -> None:
-        if todo:
+        while todo:
             i = todo.pop()
-            w.give(i, jobs[i])
-        else:
-            w.index = None
+            if w.give(i, jobs[i]):
+                return
+            out[i] = _death(jobs[i][1], w.reap(kill=True), budget)
+            w = _replace(w)
+        w.index = None
 
-    def replace(w: _Worker, result: Callable[[str], FileResult]) -> _Worker:
-        i = w.index
-        assert i is not None
-        w.stop(kill=True)
-        out[i] = result(jobs[i][1])
-        fresh = _Worker(ctx, budget)
+    def _replace(w: _Worker) -> _Worker:
+        fresh = _Worker(budget)
         pool[pool.index(w)] = fresh
-        feed(fresh)
         return fresh
 
     try:
-        for w in pool:
+        for _ in range(max(1, min(workers, len(jobs)))):
+            pool.append(_Worker(budget))
+        for w in list(pool):
             feed(w)
-        while any(w.index is not None for w in pool):
-            busy = {w.conn: w for w in pool if w.index is not None}
-            sentinels = {w.process.sentinel: w for w in busy.values()}
-            ready = wait([*busy, *sentinels], timeout=1.0)
-            for obj in ready:
-                w = busy.get(obj) or sentinels.get(obj)  # type: ignore[arg-type]
-                if w is None or w.index is None or w not in pool:
+        while True:
+            busy = {w.results: w for w in pool if w.index is not None}
+            if not busy:
+                break
+            ready, _, _ = select.select(list(busy), [], [], 1.0)
+            for fd in ready:
+                w = busy[fd]
+                try:
+                    index, data = _recv(fd)
+                except (EOFError, OSError):  # the worker died on its file
+                    i = w.index
+                    out[i] = _death(jobs[i][1], w.reap(kill=True), budget)
+                    feed(_replace(w))
                     continue
-                if obj is w.conn or w.conn.poll():
-                    try:
-                        index, data = w.conn.recv()
-                    except (EOFError, OSError):
-                        pass
-                    else:
-                        out[index] = FileResult.from_json(jobs[index][1], data)
-                        feed(w)
-                        continue
-                w.process.join(1)
-                code = w.process.exitcode
-                replace(w, lambda display, code=code: _death(display, code, budget))
+                out[index] = FileResult.from_json(jobs[index][1], data)
+                feed(w)
             now = time.monotonic()
             for w in list(pool):
                 if w.index is not None and now - w.started > wall:
-                    replace(
-                        w, lambda display: too_complex(display, f"over {wall:g} s of wall time")
-                    )
+                    i = w.index
+                    w.reap(kill=True)
+                    out[i] = too_complex(jobs[i][1], f"over {wall:g} s of wall time")
+                    feed(_replace(w))
     finally:
         for w in pool:
-            w.stop(kill=w.index is not None)
+            w.reap(kill=w.index is not None)
     return [r for r in out if r is not None]

@@ -363,12 +363,12 @@ def analyze_source(
 def _analyze(source, display, module_name, is_package, hooks, rules, elide_unread) -> FileResult:
     from metalint.rules import all_rules
 
-    result = FileResult(display, module_name, noqa=noqa_directives(source))
     # CPython first: what it rejects is ML900 with its own message, and nothing else touches
     # it (libcst's native parser overflows its stack on some of what CPython refuses)
     tree, err = cpython_tree(source, display)
     if err is not None:
         return err
+    result = FileResult(display, module_name, noqa=noqa_directives(source))
     if not PREFILTER.search(source.encode("utf-8", "surrogatepass")):
         result.exports = exports_from_ast(tree, module_name, is_package)
         return result

@@ -1,0 +1,525 @@
+"""Fuzz metalint with hostile input: check, fix and the loader (issue 25).
+
+    python bench/fuzz.py [--examples N] [--parts check,fix,loader] [--seed S]
+
+Three parts, each driven by hypothesis (and hypothesmith for generated Python source):
+
+- **check**: N sources (hypothesmith's grammar-generated files, and model classes mutated
+  with hostile text: unbalanced and deep brackets, odd line separators, NUL, coding cookies,
+  long expressions, bytes in other encodings) written to one folder and checked in one
+  ``metalint check -j 2`` run. Counted: a run that dies (traceback or signal), files past the
+  budget (ML901), worker crashes (ML902), and files whose ML900 disagrees with CPython (a
+  file CPython compiles is never ML900; one it rejects always is).
+- **fix**: N model files with a fixable finding, hostile text around the class (odd line
+  separators in strings and comments, any newline style). ``fix --unsafe-fixes --write``
+  must leave a file that compiles, change only lines of the fixed class, keep the rest
+  byte for byte, and change nothing on a second run (idempotent).
+- **loader**: N mutated checkpoints (safetensors headers: edited JSON values, truncation,
+  random bytes; torch zips: compressed, cut, grown or swapped records, flipped bytes).
+  ``open_checkpoint`` + reading every tensor must either raise ``CheckpointError`` (one line
+  naming the file) or return exactly what the reference reader returns
+  (``safetensors.safe_open``; ``torch.load(weights_only=True)`` without mmap); accepting a file
+  the reference refuses counts as malformed accepted.
+
+Prints one table of outcomes per part; every input that ever broke metalint is kept as a
+regression test in ``tests/test_hostile_input.py``. ``tests/test_fuzz.py`` runs the same
+properties with a few examples each (the CI profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# -- sources -----------------------------------------------------------------------------------
+
+SEEDS = [
+    """import torch
+from torch import nn
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+        self.gamma = nn.Parameter(init_values * torch.ones(dim))
+""",
+    """import torch
+import torch.nn as nn
+
+class Rope(nn.Module):
+    def __init__(self, dim: int, base: float = 10000.0):
+        super().__init__()
+        inv = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv, persistent=False)
+        self.scale = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        return x * self.inv_freq[: x.shape[-1]]
+""",
+    """import torch
+from torch import nn
+
+class Embed(nn.Module):
+    def __init__(self, n, d):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(1, n, d) * 0.02)
+        self.cls = nn.Parameter(torch.zeros(1, 1, d))
+        self.proj = nn.Linear(d, d)
+""",
+]
+
+#: text that broke (or could break) a parser, a row count or a decoder
+HOSTILE = [
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "\\",
+    "\r",
+    "\n",
+    "\r\n",
+    "\u2028",
+    "\u2029",
+    "\x0b",
+    "\x0c",
+    "\x1c",
+    "\x1d",
+    "\x1e",
+    "\x85",
+    "\x00",
+    "\t",
+    "\ufeff",
+    '"""',
+    "'",
+    "#",
+    ":",
+    "    ",
+    "\U0001f600",
+    "é",
+    "# noqa",
+    "# coding: undefined\n",
+    "# coding: punycode\n",
+    "# coding: latin-1\n",
+    "# -*- coding: utf-16 -*-\n",
+    "lambda: ",
+    "yield ",
+    "async ",
+    "x = " + "(" * 200 + "1" + ")" * 200 + "\n",
+    "x = " + "(" * 2000 + "1" + ")" * 2000 + "\n",
+    "x = " + "+".join(["1"] * 3000) + "\n",
+    "x = a" + "[0]" * 3000 + "\n",
+    "x = " + "[" * 120 + "]" * 120 + "\n",
+    "f(" + "x," * 5000 + ")\n",
+]
+
+
+@st.composite
+def mutated_source(draw) -> bytes:
+    text = draw(st.sampled_from(SEEDS))
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(text)))
+        piece = draw(st.sampled_from(HOSTILE) | st.text(max_size=6))
+        text = text[:at] + piece * draw(st.integers(1, 3)) + text[at:]
+    if draw(st.booleans()):
+        text = text.replace("\n", draw(st.sampled_from(["\r\n", "\r", "\n"])))
+    encoding = draw(st.sampled_from(["utf-8", "utf-8", "utf-8", "latin-1", "utf-16", "cp1252"]))
+    data = text.encode(encoding, errors="replace")
+    if draw(st.integers(0, 9)) == 0:  # a half-written file
+        data = data[: draw(st.integers(0, len(data)))]
+    return data
+
+
+def generated_source():
+    import hypothesmith
+
+    return st.one_of(
+        hypothesmith.from_grammar().map(lambda s: ("import torch\n" + s).encode("utf-8")),
+        hypothesmith.from_node().map(lambda s: ("import torch\n" + s).encode("utf-8")),
+    )
+
+
+def check_sources():
+    """Three mutated model files for one generated by hypothesmith (the slower to draw)."""
+    try:
+        generated = generated_source()
+    except ImportError:  # hypothesmith is optional: the mutated files alone
+        return mutated_source()
+    return st.one_of(mutated_source(), mutated_source(), mutated_source(), generated)
+
+
+def cpython_accepts(data: bytes) -> bool:
+    try:
+        compile(data, "f.py", "exec", 1024, dont_inherit=True)  # ast.PyCF_ONLY_AST
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def run_check_folder(sources: list[bytes], budget: float = 5.0, jobs: int = 2) -> Counter:
+    """Check every source in one run; count what happened."""
+    out: Counter = Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, data in enumerate(sources):
+            Path(tmp, f"f{i:05d}.py").write_bytes(data)
+        t0 = time.monotonic()
+        r = subprocess.run(
+            [sys.executable, "-m", "metalint", "check", "--no-cache", "--output-format", "json"]
+            + ["-j", str(jobs), "--file-time-budget", str(budget), "."],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=60 + len(sources) * (budget + 1),
+        )
+        out["seconds"] = round(time.monotonic() - t0)
+    out["inputs"] = len(sources)
+    if r.returncode not in (0, 1, 2) or "Traceback" in r.stderr:
+        out["run died"] += 1
+        sys.stderr.write(r.stderr[-2000:])
+        return out
+    items = json.loads(r.stdout)
+    by_file: dict[str, set[str]] = {}
+    for d in items:
+        by_file.setdefault(d["filename"], set()).add(d["code"])
+    for i, data in enumerate(sources):
+        codes = by_file.get(f"f{i:05d}.py", set())
+        accepted = cpython_accepts(data)
+        if "ML902" in codes:
+            out["crash (ML902)"] += 1
+        elif "ML901" in codes:
+            out["past budget (ML901)"] += 1
+        elif accepted and "ML900" in codes:
+            out["ML900 on a file CPython compiles"] += 1
+        elif not accepted and "ML900" not in codes:
+            out["no ML900 on a file CPython rejects"] += 1
+        else:
+            out["ML900 (CPython rejects)" if not accepted else "checked"] += 1
+    return out
+
+
+# -- fix ---------------------------------------------------------------------------------------
+
+FIX_SEED = """import torch
+from torch import nn
+{before}
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5, inplace=False):
+        super().__init__()
+        self.inplace = inplace  {comment}
+        self.gamma = nn.Parameter(init_values * torch.ones(dim))
+{after}"""
+
+ODD = ["\u2028", "\u2029", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "é", "\t", "x"]
+
+
+@st.composite
+def fix_source(draw) -> tuple[str, str]:
+    """A file with a fixable LayerScale, hostile text in strings and comments around it."""
+
+    def junk() -> str:
+        chars = draw(st.lists(st.sampled_from(ODD), max_size=4))
+        kind = draw(st.sampled_from(["str", "comment", "doc", "blank", "stmt"]))
+        body = "".join(chars)
+        return {
+            "str": f'S{len(chars)} = "{body}"\n',
+            "comment": f"# {body}\n",
+            "doc": f'"""{body}\n{body}"""\n',
+            "blank": "\n" * len(chars),
+            "stmt": f"y = {len(chars)}; z = [\n  1,\n]\n",
+        }[kind]
+
+    before = "".join(junk() for _ in range(draw(st.integers(0, 4))))
+    after = "".join(junk() for _ in range(draw(st.integers(0, 3))))
+    comment = f"# {''.join(draw(st.lists(st.sampled_from(ODD), max_size=3)))}"
+    text = FIX_SEED.format(before=before, after=after, comment=comment)
+    newline = draw(st.sampled_from(["\n", "\r\n", "\r"]))
+    return text.replace("\n", newline), newline
+
+
+def fix_once(folder: Path) -> int:
+    from click.testing import CliRunner
+
+    from metalint.cli import main
+
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        r = CliRunner().invoke(
+            main, ["fix", "--no-cache", "--unsafe-fixes", "--write", "m.py"], catch_exceptions=True
+        )
+    finally:
+        os.chdir(cwd)
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code
+
+
+def fix_outcome(text: str) -> str:
+    """'ok', or what went wrong."""
+    from metalint.lines import split_lines
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "m.py")
+        path.write_bytes(text.encode("utf-8"))
+        try:
+            fix_once(Path(tmp))
+        except Exception as exc:  # noqa: BLE001
+            return f"crash: {type(exc).__name__}: {exc}"
+        new = path.read_bytes().decode("utf-8")
+        if not cpython_accepts(new.encode("utf-8")):
+            return "wrong edit: does not compile"
+        old_lines, new_lines = split_lines(text, True), split_lines(new, True)
+        first = next(i for i, line in enumerate(old_lines) if line.startswith("class LayerScale"))
+        last = next(i for i, line in enumerate(old_lines) if "self.gamma" in line)
+        for tag, i1, i2, _j1, _j2 in difflib.SequenceMatcher(
+            None, old_lines, new_lines, autojunk=False
+        ).get_opcodes():
+            if tag != "equal" and not (first <= i1 and i2 <= last + 1):
+                return "wrong edit: a line outside the class changed"
+        if new == text:
+            return "not fixed"
+        if "self.inplace = inplace" not in new:
+            return "wrong edit: a kept line was lost"
+        try:
+            fix_once(Path(tmp))
+        except Exception as exc:  # noqa: BLE001
+            return f"crash on the second run: {type(exc).__name__}"
+        if path.read_bytes().decode("utf-8") != new:
+            return "not idempotent"
+        namespace: dict = {}
+        try:
+            exec(compile(new, "m.py", "exec"), namespace)
+            m = namespace["LayerScale"](3)
+            if m.inplace is not False or tuple(m.gamma.shape) != (3,):
+                return "wrong edit: the module changed"
+        except Exception as exc:  # noqa: BLE001
+            return f"wrong edit: {type(exc).__name__}: {exc}"
+    return "ok"
+
+
+# -- loader ------------------------------------------------------------------------------------
+
+
+def _state():
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return {
+        "a": torch.zeros(4, dtype=torch.int64),
+        "b": torch.randn(2, 3, generator=g),
+        "c": torch.arange(6, dtype=torch.int16),
+        "d": torch.ones(3, dtype=torch.bfloat16),
+    }
+
+
+@st.composite
+def mutated_safetensors(draw) -> bytes:
+    from metalint.loader.formats import save_safetensors
+
+    with tempfile.TemporaryDirectory() as tmp:
+        save_safetensors(_state(), Path(tmp, "m.safetensors"))
+        data = Path(tmp, "m.safetensors").read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    body = data[8 + n :]
+    kind = draw(st.sampled_from(["value", "value", "drop", "bytes", "truncate", "length"]))
+    if kind in ("value", "drop"):
+        name = draw(st.sampled_from(sorted(header)))
+        if kind == "drop":
+            del header[name]
+        else:
+            key = draw(st.sampled_from(["dtype", "shape", "data_offsets"]))
+            header[name][key] = draw(
+                st.sampled_from(["F32", "I64", "F4", "BOOL", "X", None, -1, 2**64, [], [0]])
+                | st.lists(st.integers(-2, 2**65), max_size=3)
+            )
+        raw = json.dumps(header).encode()
+        return struct.pack("<Q", len(raw)) + raw + body
+    if kind == "bytes":
+        at = draw(st.integers(0, len(data) - 1))
+        return data[:at] + bytes([draw(st.integers(0, 255))]) + data[at + 1 :]
+    if kind == "truncate":
+        return data[: draw(st.integers(0, len(data) - 1))]
+    return struct.pack("<Q", draw(st.integers(0, 2**64 - 1))) + data[8:]
+
+
+@st.composite
+def mutated_torch_zip(draw) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(_state(), buf)
+    data = buf.getvalue()
+    kind = draw(st.sampled_from(["record", "record", "record", "bytes"]))
+    if kind == "bytes":
+        out = bytearray(data)
+        for _ in range(draw(st.integers(1, 4))):
+            out[draw(st.integers(0, len(out) - 1))] = draw(st.integers(0, 255))
+        return bytes(out)
+    with zipfile.ZipFile(io.BytesIO(data)) as zi:
+        infos = zi.infolist()
+        contents = {i.filename: zi.read(i) for i in infos}
+    target = draw(st.sampled_from([i.filename for i in infos]))
+    how = draw(st.sampled_from(["deflate", "cut", "grow", "swap", "drop", "empty"]))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zo:
+        for i in infos:
+            content, method = contents[i.filename], zipfile.ZIP_STORED
+            if i.filename == target:
+                if how == "deflate":
+                    method = zipfile.ZIP_DEFLATED
+                elif how == "cut":
+                    content = content[: draw(st.integers(0, max(len(content) - 1, 0)))]
+                elif how == "grow":
+                    content = content + b"\x01" * draw(st.integers(1, 16))
+                elif how == "swap":
+                    other = draw(st.sampled_from([j.filename for j in infos]))
+                    content = contents[other]
+                elif how == "drop":
+                    continue
+                else:
+                    content = b""
+            zo.writestr(i.filename, content, compress_type=method)
+    return out.getvalue()
+
+
+def _reference(path: Path, kind: str):
+    import torch
+
+    if kind == "safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            return {k: f.get_tensor(k).clone() for k in f.keys()}
+    obj = torch.load(path, weights_only=True)
+    if not isinstance(obj, dict):
+        raise ValueError("not a dict")
+    return obj
+
+
+def loader_outcome(data: bytes, kind: str) -> str:
+    import torch
+
+    from metalint.loader import CheckpointError, open_checkpoint
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "m.safetensors" if kind == "safetensors" else "m.pt")
+        path.write_bytes(data)
+        try:
+            with open_checkpoint(path) as src:
+                got = {k: src.read(k).clone() for k in src.entries}
+        except CheckpointError as exc:
+            msg = str(exc)
+            if "\n" in msg or str(path) not in msg:
+                return "error not one line naming the file"
+            return "refused"
+        except Exception as exc:  # noqa: BLE001
+            return f"crash: {type(exc).__name__}: {str(exc)[:80]}"
+        try:
+            want = _reference(path, kind)
+        except Exception:  # noqa: BLE001
+            return "malformed accepted (the reference reader refuses it)"
+        if set(got) != set(want):
+            return "garbage load: other tensors than the reference"
+        for k, t in got.items():
+            w = want[k]
+            if t.dtype != w.dtype or t.shape != w.shape:
+                return "garbage load: dtype/shape differ from the reference"
+            if not torch.equal(t.view(-1).view(torch.uint8), w.reshape(-1).view(torch.uint8)):
+                return "garbage load: values differ from the reference"
+    return "loaded (= reference)"
+
+
+# -- driver ------------------------------------------------------------------------------------
+
+
+def collect(strategy, n: int, seed: int) -> list:
+    """``n`` examples of ``strategy`` drawn by hypothesis (deterministic for ``seed``)."""
+    out: list = []
+
+    @settings(
+        max_examples=n,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(strategy)
+    def draw(x):
+        out.append(x)
+
+    from hypothesis import seed as hseed
+
+    hseed(seed)(draw)()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=1000, help="inputs per part")
+    ap.add_argument("--parts", default="check,fix,loader")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget", type=float, default=5.0, help="check's --file-time-budget")
+    a = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    parts = a.parts.split(",")
+    print(f"# fuzz: {a.examples} inputs per part, seed {a.seed}\n")
+    failed = False
+    if "check" in parts:
+        t0 = time.monotonic()
+        sources = collect(check_sources(), a.examples, a.seed)
+        counts = run_check_folder(sources, budget=a.budget)
+        failed |= _table("check", counts, {"checked", "ML900 (CPython rejects)"}, t0)
+    if "fix" in parts:
+        t0 = time.monotonic()
+        counts = Counter(fix_outcome(text) for text, _ in collect(fix_source(), a.examples, a.seed))
+        failed |= _table("fix", counts, {"ok"}, t0)
+    if "loader" in parts:
+        t0 = time.monotonic()
+        counts: Counter = Counter()
+        half = a.examples // 2
+        for data in collect(mutated_safetensors(), half, a.seed):
+            counts["safetensors: " + loader_outcome(data, "safetensors")] += 1
+        for data in collect(mutated_torch_zip(), a.examples - half, a.seed):
+            counts["torch zip: " + loader_outcome(data, "torch")] += 1
+        ok = {
+            f"{k}: {v}"
+            for k in ("safetensors", "torch zip")
+            for v in ("refused", "loaded (= reference)")
+        }
+        failed |= _table("loader", counts, ok, t0)
+    return 1 if failed else 0
+
+
+def _table(part: str, counts: Counter, fine: set[str], t0: float) -> bool:
+    info = {k: counts.pop(k) for k in ("inputs", "seconds") if k in counts}
+    total = sum(counts.values())
+    bad = sum(n for k, n in counts.items() if k not in fine)
+    print(f"## {part}: {total} inputs, {bad} failures, {time.monotonic() - t0:.0f} s")
+    if info:
+        print(f"(one check run over all of them: {info.get('seconds', '?')} s)")
+    print("\n| outcome | inputs |\n|---|---:|")
+    for k, n in counts.most_common():
+        print(f"| {k}{'' if k in fine else ' **(failure)**'} | {n} |")
+    print()
+    return bad > 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""The fuzz suite's CI profile: bench/fuzz.py's properties with a few inputs each.
+
+The long profile (thousands of inputs per part) is ``python bench/fuzz.py``; every input that
+ever broke metalint is a regression test in ``tests/test_hostile_input.py``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _fuzz():
+    spec = importlib.util.spec_from_file_location("metalint_bench_fuzz", ROOT / "bench" / "fuzz.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fuzz = _fuzz()
+CI = settings(
+    max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+)
+
+
+def test_check_never_dies_and_ml900_is_cpythons_verdict():
+    sources = fuzz.collect(fuzz.check_sources(), 16, seed=1)
+    counts = fuzz.run_check_folder(sources, budget=5.0, jobs=2)
+    assert counts["inputs"] == 16
+    fine = {"checked", "ML900 (CPython rejects)", "inputs", "seconds"}
+    assert {k: n for k, n in counts.items() if k not in fine} == {}
+
+
+@CI
+@given(fuzz.fix_source())
+def test_fix_edits_only_the_class_compiles_and_is_idempotent(case):
+    text, _newline = case
+    assert fuzz.fix_outcome(text) == "ok"
+
+
+@CI
+@given(fuzz.mutated_safetensors())
+def test_loader_refuses_or_matches_safetensors(data):
+    pytest.importorskip("safetensors")
+    assert fuzz.loader_outcome(data, "safetensors") in {"refused", "loaded (= reference)"}
+
+
+@settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(fuzz.mutated_torch_zip())
+def test_loader_refuses_or_matches_torch_load(data):
+    assert fuzz.loader_outcome(data, "torch") in {"refused", "loaded (= reference)"}
