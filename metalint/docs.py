@@ -45,6 +45,17 @@ def pages() -> dict[str, str]:
         ]
         for code, (name, summary, *_rest) in sorted(PROBE_CODES.items()):
             index.append(f"| {code} | {name} | {summary} |")
+    from metalint.rules import SPECIAL_CODES
+
+    index += [
+        "",
+        "## Input that could not be checked (exit code 2)",
+        "",
+        "| Code | Name | Summary |",
+        "| --- | --- | --- |",
+    ]
+    for code, (name, summary) in sorted(SPECIAL_CODES.items()):
+        index.append(f"| {code} | {name} | {summary} |")
     out["README.md"] = "\n".join(index) + "\n"
     return out
 
@@ -79,6 +90,12 @@ def rule_command(code, show_all):
             click.echo(f"{rule.code}  {rule.name}: {rule.summary}{flag}")
         return
     rule = rule_by_code(code.upper())
+    from metalint.rules import SPECIAL_CODES
+
+    if rule is None and code.upper() in SPECIAL_CODES:
+        name, summary = SPECIAL_CODES[code.upper()]
+        click.echo(f"# {code.upper()} {name}\n\n{summary}.")
+        return
     if rule is None:
         click.echo(f"metalint: error: unknown rule code {code!r}", err=True)
         sys.exit(2)

@@ -370,6 +370,21 @@ def test_torch_zip_records_are_checked_before_load(tiny_ckpt, tmp_path, mode):
     assert ("DEFLATE-compressed" in msg) if mode == "deflate" else ("holds 16 bytes" in msg)
 
 
+def test_torch_zip_record_with_a_broken_local_header_is_refused(tiny_ckpt, tmp_path):
+    # found by bench/fuzz.py: torch.load without mmap refuses it, the mmap load read on
+    from metalint.loader import CheckpointError, open_checkpoint
+
+    src, _ = tiny_ckpt
+    data = bytearray(src.read_bytes())
+    with zipfile.ZipFile(src) as zf:
+        offset = next(i for i in zf.infolist() if i.filename.endswith("data/0")).header_offset
+    data[offset] ^= 0xFF
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"tensor 'a': record .*data/0: Bad magic number"):
+        open_checkpoint(bad)
+
+
 def test_torch_zip_clean_loads(tiny_ckpt):
     import torch
 

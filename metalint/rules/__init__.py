@@ -83,9 +83,22 @@ def rule_by_code(code: str) -> type[Rule] | None:
 
 #: codes that are not rules of their own
 SPECIAL_CODES = {
-    "ML900": ("unreadable-input", "A file or probe target could not be checked at all"),
-    "ML901": ("too-complex", "A file's analysis ran past its time budget or nesting guard"),
-    "ML902": ("parser-crashed", "The process analysing a file died on it"),
+    "ML900": (
+        "unreadable-input",
+        "A file or probe target could not be checked at all (for a file CPython cannot "
+        "decode or parse: CPython's own message and line)",
+    ),
+    "ML901": (
+        "too-complex",
+        "File too complex to analyse: its analysis ran past the CPU-time budget "
+        "(`--file-time-budget`, `file-time-budget` in `[tool.metalint]`, default 5 s) or "
+        "nested past the recursion guard; the other files are checked as if it were absent",
+    ),
+    "ML902": (
+        "parser-crashed",
+        "The worker process analysing a file died on it (e.g. a native parser's stack "
+        "overflow); the other files are checked as if it were absent",
+    ),
 }
 
 
