@@ -139,7 +139,48 @@ def _touches(
     return None if writes_only or attr not in read else "read"
 
 
-def _uses(  # noqa: C901 (issue 20: split it)
+def _self_attr(d: str | None) -> str | None:
+    """``x`` for ``self.x`` or ``self.x.data`` (the tensor itself), else None."""
+    if d is None or not d.startswith("self."):
+        return None
+    rest = d[5:]
+    if "." not in rest:
+        return rest
+    head, tail = rest.split(".", 1)
+    return head if tail == "data" else None
+
+
+def _call_uses(n: cst.Call, written: set[str], calls: set[str]) -> None:
+    """What one call writes in place (``self.x.fill_()``, ``init.zeros_(self.x)``) and which
+    methods of ``self`` it calls (``self.apply(self._init)`` counts ``_init``)."""
+    from metalint.static.tensors import INPLACE_METHODS
+
+    f = n.func
+    if isinstance(f, cst.Attribute):
+        if f.attr.value in INPLACE_METHODS and (a := _self_attr(dotted(f.value))):
+            written.add(a)
+        if dotted(f.value) == "self":
+            calls.add(f.attr.value)
+            if f.attr.value == "apply" and n.args:
+                m = dotted(n.args[0].value)
+                if m and m.startswith("self."):
+                    calls.add(m[5:])
+    name = dotted(f) or ""
+    if name.rsplit(".", 1)[-1].endswith("_") and n.args:
+        if a := _self_attr(dotted(n.args[0].value)):
+            written.add(a)
+
+
+def _assign_uses(n: cst.Assign | cst.AugAssign | cst.AnnAssign, written: set[str]) -> None:
+    targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+    for t in targets:
+        for x in walk(t):
+            d = dotted(x) if isinstance(x, cst.Attribute) else None
+            if d and d.startswith("self."):
+                written.add(d[5:].split(".", 1)[0])
+
+
+def _uses(
     node: cst.CSTNode, memo: dict | None = None
 ) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """The ``self`` attributes ``node`` writes (assigns, or changes in place) and reads, and the
@@ -149,48 +190,14 @@ def _uses(  # noqa: C901 (issue 20: split it)
     hit = memo.get(id(node)) if memo is not None else None
     if hit is not None and hit[3] is node:
         return hit[:3]
-    from metalint.vocabulary import INPLACE_METHODS
-
     written: set[str] = set()
     read: set[str] = set()
     calls: set[str] = set()
-
-    def attr_of(d: str | None) -> str | None:
-        # self.x or self.x.data -> x
-        if d is None or not d.startswith("self."):
-            return None
-        rest = d[5:]
-        if "." not in rest:
-            return rest
-        head, tail = rest.split(".", 1)
-        return head if tail == "data" else None
-
     for n in walk(node):
         if isinstance(n, cst.Call):
-            f = n.func
-            if isinstance(f, cst.Attribute):
-                if f.attr.value in INPLACE_METHODS and (a := attr_of(dotted(f.value))):
-                    written.add(a)
-                if dotted(f.value) == "self":
-                    calls.add(f.attr.value)
-                    if f.attr.value == "apply" and n.args:
-                        m = dotted(n.args[0].value)
-                        if m and m.startswith("self."):
-                            calls.add(m[5:])
-            name = dotted(f) or ""
-            if (
-                name.rsplit(".", 1)[-1].endswith("_")
-                and n.args
-                and (a := attr_of(dotted(n.args[0].value)))
-            ):
-                written.add(a)
+            _call_uses(n, written, calls)
         elif isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-            targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
-            for t in targets:
-                for x in walk(t):
-                    d = dotted(x) if isinstance(x, cst.Attribute) else None
-                    if d and d.startswith("self."):
-                        written.add(d[5:].split(".", 1)[0])
+            _assign_uses(n, written)
         elif isinstance(n, cst.Attribute):
             d = dotted(n)
             if d and d.startswith("self.") and "." not in d[5:]:

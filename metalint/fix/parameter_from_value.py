@@ -193,10 +193,9 @@ class Value:
         return None
 
 
-def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:  # noqa: C901 (issue 20: split it)
-    edit = ClassEdit(ctx, cls)
-    node = finding.node
-    index, line, path = edit.locate(node)
+def _parameter(ctx: RuleContext, node: cst.CSTNode, path) -> tuple[str, cst.Arg, str | None]:
+    """(attribute, the ``data`` argument of its ``nn.Parameter(...)``, the guard the hook
+    needs when the parameter may be ``None`` or is made in an ``if``)."""
     pcall = next(
         (
             n
@@ -217,9 +216,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:  # noqa: C901 (iss
         holder = node.args[1] if len(node.args) > 1 else None
     if attr is None or holder is None:
         raise Unfixable("the parameter's attribute name is not known")
-    direct = getattr(holder, "value", None) is pcall
     guard = None
-    if not direct:
+    if getattr(holder, "value", None) is not pcall:
         inner = path_between(holder, pcall)
         if inner is None or not all(
             isinstance(n, (cst.IfExp, cst.Arg, cst.Assign, cst.AnnAssign)) or n is pcall
@@ -229,16 +227,45 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:  # noqa: C901 (iss
         guard = f"self.{attr} is not None"
     if any(isinstance(n, cst.If) for n in path):
         guard = f"getattr(self, {attr!r}, None) is not None"
+    return attr, data_arg, guard
 
+
+def _hook_body(value: Value, x: str, names: tuple[str, str], kept) -> cst.BaseStatement:
+    """The statement that gives ``x`` (``self.<attr>``) its value again, in the hook."""
+    torch_name, nn_name = names
+    k = value.scale()
+    f = value.factory
+    whole = value.data is value.call
+    drawn = "generator" not in value.keywords
+    if whole and f == "torch.ones":
+        return stmt(f"{nn_name}.init.ones_({x})")
+    if whole and f == "torch.zeros":
+        return stmt(f"{nn_name}.init.zeros_({x})")
+    if whole and f == "torch.full":
+        return fill(f"{nn_name}.init.constant_({x}, __v__)", v=kept(value.fill))
+    if whole and f in ("torch.randn", "torch.rand") and drawn:
+        return stmt(f"{nn_name}.init.{'normal_' if f == 'torch.randn' else 'uniform_'}({x})")
+    if k is not None and f == "torch.ones":
+        return fill(f"{nn_name}.init.constant_({x}, __v__)", v=kept(k))
+    if k is not None and f in ("torch.randn", "torch.rand") and drawn:
+        draw = "normal_" if f == "torch.randn" else "uniform_"
+        return fill(f"with {torch_name}.no_grad():\n    {x}.{draw}().mul_(__v__)", v=kept(k))
+    return fill(f"with {torch_name}.no_grad():\n    {x}.copy_(__v__)", v=kept(value.data))
+
+
+def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
+    edit = ClassEdit(ctx, cls)
+    index, line, path = edit.locate(finding.node)
+    attr, data_arg, guard = _parameter(ctx, finding.node, path)
     later = edit.used_after(attr, index)
     if later:
         raise Unfixable(later)
-    torch_name, nn_name = torch_spelling(ctx)
+    names = torch_spelling(ctx)
     value = Value(data_arg.value, ctx)
 
     # __init__: allocate with torch.empty, passing on the factory's own dtype/device/**kwargs
     # (no device is added: under ``with torch.device("meta")`` a factory without one lands on
-    # meta; adding ``device``/``dtype`` to the signature is ML012's fix)
+    # meta; adding ``device``/``dtype`` arguments is ML012's fix)
     shape = ", ".join(
         render(a.value) if not a.star else a.star + render(a.value) for a in value.shape_args
     )
@@ -246,36 +273,11 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:  # noqa: C901 (iss
         f"{a.keyword.value}={render(a.value)}" if a.keyword else "**" + render(a.value)
         for a in value.passed
     ]
-    empty = expr(f"{torch_name}.empty({', '.join([shape, *passed])})")
-    new_line = line.deep_replace(data_arg.value, empty)
-    edit.replace[id(line)] = (line, [new_line])
+    empty = expr(f"{names[0]}.empty({', '.join([shape, *passed])})")
+    edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, empty)])
 
-    # reset_parameters: re-create the value
-    x = f"self.{attr}"
-
-    def kept(e: cst.BaseExpression) -> cst.BaseExpression:
-        return edit.store_names(e, line, index)
-
-    k = value.scale()
-    f = value.factory
-    whole = value.data is value.call
-    if whole and f == "torch.ones":
-        body = stmt(f"{nn_name}.init.ones_({x})")
-    elif whole and f == "torch.zeros":
-        body = stmt(f"{nn_name}.init.zeros_({x})")
-    elif whole and f == "torch.full":
-        body = fill(f"{nn_name}.init.constant_({x}, __v__)", v=kept(value.fill))
-    elif whole and f == "torch.randn" and "generator" not in value.keywords:
-        body = stmt(f"{nn_name}.init.normal_({x})")
-    elif whole and f == "torch.rand" and "generator" not in value.keywords:
-        body = stmt(f"{nn_name}.init.uniform_({x})")
-    elif k is not None and f == "torch.ones":
-        body = fill(f"{nn_name}.init.constant_({x}, __v__)", v=kept(k))
-    elif k is not None and f in ("torch.randn", "torch.rand") and "generator" not in value.keywords:
-        draw = "normal_" if f == "torch.randn" else "uniform_"
-        body = fill(f"with {torch_name}.no_grad():\n    {x}.{draw}().mul_(__v__)", v=kept(k))
-    else:
-        body = fill(f"with {torch_name}.no_grad():\n    {x}.copy_(__v__)", v=kept(value.data))
+    # the hook: re-create the value
+    body = _hook_body(value, f"self.{attr}", names, lambda e: edit.store_names(e, line, index))
     if guard:
         body = guarded(guard, body)
     hook = edit.choose_hook(index)

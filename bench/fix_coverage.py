@@ -1,0 +1,276 @@
+"""How much of what ``check`` reports ``fix`` repairs, on real libraries (issue 22).
+
+    python bench/fix_coverage.py --lib timm=/path/to/site-packages/timm:/venv/bin/python \\
+        [--lib NAME=PACKAGE_DIR[:PYTHON]]... [--probe-timeout 120] [--markdown]
+
+For each library (a package folder, copied to a temporary folder: nothing is changed in
+place) and each rule with a codemod (ML001, ML002, ML003, ML007, ML010):
+
+- findings: what ``check --select <codes>`` reports;
+- offered: findings whose diagnostic carries a fix (``--unsafe-fixes`` would apply it);
+- safe: findings whose fix is safe (plain ``fix --write`` applies it);
+- applied (unsafe run / safe run): fixes ``fix --write [--unsafe-fixes] --show-fixes`` applied;
+  fixes compose over rounds, so a fix offered after another one ran counts here too.
+
+Per library, after ``fix --write --unsafe-fixes``: files changed; files that imported before and
+no longer import (``PYTHON`` imports every changed module from the copy, before and after);
+rewritten classes passing the probe (``metalint.fix.verify``, run with ``PYTHON``: a class the
+probe cannot construct is "not constructed", not counted as passing); files a second
+``fix --write --unsafe-fixes`` changes. Without ``:PYTHON`` the import and probe columns are
+left empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CODES = ("ML001", "ML002", "ML003", "ML007", "ML010")
+FIX_LINE = re.compile(r"^fix (?P<file>[^:]+):(?P<row>\d+): (?P<code>ML\d+) \[(?P<sym>[^\]]*)\]")
+
+
+def metalint(args, cwd, timeout=3600):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "metalint", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def digests(tree: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(tree.parent)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(tree.rglob("*.py"))
+    }
+
+
+def applied(output: str) -> list[tuple[str, str, str]]:
+    """(file, code, top-level class) of each fix ``--show-fixes`` listed."""
+    out = []
+    for line in output.splitlines():
+        m = FIX_LINE.match(line)
+        if m:
+            out.append((m["file"], m["code"], m["sym"].split(".")[0]))
+    return out
+
+
+def module_of(rel: str) -> str:
+    parts = rel[: -len(".py")].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+IMPORT_SCRIPT = """
+import importlib, json, sys
+bad = {}
+for m in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(m)
+    except BaseException as e:  # noqa: BLE001 - any failure counts
+        bad[m] = f"{type(e).__name__}: {e}"[:200]
+print(json.dumps(bad))
+"""
+
+
+def import_failures(python: str, root: Path, modules: list[str]) -> dict[str, str]:
+    if not modules:
+        return {}
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{ROOT}")
+    r = subprocess.run(
+        [python, "-c", IMPORT_SCRIPT, json.dumps(modules)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {m: f"import run failed: {r.stderr[-200:]}" for m in modules}
+
+
+PROBE_SCRIPT = """
+import json, sys
+from metalint.fix.verify import verify_classes
+path, classes, timeout = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
+print(json.dumps([[v.cls, v.status, v.detail] for v in verify_classes(path, classes, timeout=timeout)]))
+"""
+
+
+def probe(python: str, root: Path, rel: str, classes: list[str], timeout: float) -> list:
+    env = dict(os.environ, PYTHONPATH=f"{root}{os.pathsep}{ROOT}")
+    try:
+        r = subprocess.run(
+            [python, "-c", PROBE_SCRIPT, rel, json.dumps(classes), str(timeout)],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout * (len(classes) + 2),
+        )
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except Exception as exc:  # a hung or crashed probe run: every class failed
+        return [[c, "failed", f"probe run failed: {exc}"[:200]] for c in classes]
+
+
+def measure(name: str, src: Path, python: str | None, probe_timeout: float) -> dict:
+    work = Path(tempfile.mkdtemp(prefix=f"fixcov-{name}-"))
+    try:
+        return _measure(name, src, python, probe_timeout, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure(name, src, python, probe_timeout, work) -> dict:
+    pkg = src.name
+    select = ["--select", ",".join(CODES)]
+    a, b = work / "unsafe", work / "safe"
+    for d in (a, b):
+        d.mkdir()
+        shutil.copytree(src, d / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    t0 = time.monotonic()
+    r = metalint(["check", "--no-cache", *select, "--output-format", "json", pkg], a)
+    found = [d for d in json.loads(r.stdout) if d["code"] in CODES]
+    per = {c: Counter() for c in CODES}
+    for d in found:
+        per[d["code"]]["findings"] += 1
+        if d.get("fix"):
+            per[d["code"]]["offered"] += 1
+            if d["fix"]["applicability"] == "safe":
+                per[d["code"]]["safe"] += 1
+    before = digests(a / pkg)
+    r = metalint(
+        ["fix", "--no-cache", *select, "--unsafe-fixes", "--write", "--show-fixes", pkg], a
+    )
+    fixes = applied(r.stdout)
+    for _f, code, _c in fixes:
+        per[code]["applied_unsafe"] += 1
+    after = digests(a / pkg)
+    changed = sorted(k for k in after if after[k] != before.get(k))
+    r2 = metalint(["fix", "--no-cache", *select, "--unsafe-fixes", "--write", pkg], a)
+    second = sorted(k for k, v in digests(a / pkg).items() if v != after[k])
+    r3 = metalint(["fix", "--no-cache", *select, "--write", "--show-fixes", pkg], b)
+    for _f, code, _c in applied(r3.stdout):
+        per[code]["applied_safe"] += 1
+    fix_s = time.monotonic() - t0
+    out = {
+        "library": name,
+        "per_code": {c: dict(v) for c, v in per.items()},
+        "files_changed": len(changed),
+        "second_run_changed": second,
+        "fix_wall_s": round(fix_s, 1),
+        "exit": [r.returncode, r2.returncode, r3.returncode],
+    }
+    if python is None:
+        return out
+    modules = [module_of(f) for f in changed]
+    orig = work / "orig"
+    orig.mkdir()
+    shutil.copytree(src, orig / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    bad_before = import_failures(python, orig, modules)
+    bad_after = import_failures(python, a, modules)
+    out["stop_importing"] = {m: e for m, e in bad_after.items() if m not in bad_before}
+    by_file: dict[str, set[str]] = {}
+    for f, _code, cls in fixes:
+        by_file.setdefault(f, set()).add(cls)
+    verdicts = Counter()
+    failures = []
+    for f, classes in sorted(by_file.items()):
+        if module_of(f) in bad_after:
+            # the original did not import either (an optional dependency): nothing to probe
+            status = "skipped" if module_of(f) in bad_before else "failed"
+            verdicts[status] += len(classes)
+            failures.append(f"{f}: does not import: {bad_after[module_of(f)]}"[:300])
+            continue
+        for cls, status, detail in probe(python, a, module_of(f), sorted(classes), probe_timeout):
+            verdicts[status] += 1
+            if status == "failed":
+                failures.append(f"{f}:{cls}: {detail}"[:300])
+    out["import_failed_before"] = bad_before
+    out["probe"] = dict(verdicts)
+    out["probe_failures"] = failures
+    return out
+
+
+def pct(n: int, d: int) -> str:
+    return f"{100 * n / d:.0f}%" if d else "-"
+
+
+def markdown(results: list[dict]) -> str:
+    lines = [
+        "| library | rule | findings | offered (unsafe-fixes) | safe offered | "
+        "applied: --unsafe-fixes run | applied: safe run |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for res in results:
+        tot = Counter()
+        for code, c in res["per_code"].items():
+            tot.update(c)
+            if not c.get("findings"):
+                continue
+            f = c["findings"]
+            lines.append(
+                f"| {res['library']} | {code} | {f} | {c.get('offered', 0)} ({pct(c.get('offered', 0), f)}) | "
+                f"{c.get('safe', 0)} ({pct(c.get('safe', 0), f)}) | {c.get('applied_unsafe', 0)} | "
+                f"{c.get('applied_safe', 0)} |"
+            )
+        f = tot["findings"]
+        lines.append(
+            f"| {res['library']} | **all** | {f} | {tot['offered']} ({pct(tot['offered'], f)}) | "
+            f"{tot['safe']} ({pct(tot['safe'], f)}) | {tot['applied_unsafe']} | {tot['applied_safe']} |"
+        )
+    lines += [
+        "",
+        "| library | files changed | stop importing | rewritten classes: probe passed / failed / not constructed | pass rate (of probed) | files a 2nd run changes |",
+        "|---|---:|---:|---|---:|---:|",
+    ]
+    for res in results:
+        p = res.get("probe")
+        probed = f"{p.get('passed', 0)} / {p.get('failed', 0)} / {p.get('skipped', 0)}" if p else ""
+        rate = pct(p.get("passed", 0), p.get("passed", 0) + p.get("failed", 0)) if p else ""
+        stop = len(res["stop_importing"]) if "stop_importing" in res else ""
+        lines.append(
+            f"| {res['library']} | {res['files_changed']} | {stop} | {probed} | {rate} | "
+            f"{len(res['second_run_changed'])} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lib", action="append", required=True, help="NAME=PACKAGE_DIR[:PYTHON]")
+    ap.add_argument("--probe-timeout", type=float, default=120.0)
+    ap.add_argument("--json", type=Path, help="write the raw results here")
+    args = ap.parse_args(argv)
+    results = []
+    for spec in args.lib:
+        name, _, rest = spec.partition("=")
+        src, _, python = rest.partition(":")
+        res = measure(name, Path(src).resolve(), python or None, args.probe_timeout)
+        print(json.dumps(res), file=sys.stderr, flush=True)
+        results.append(res)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
