@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, rng_free
+from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, rng_free, stmt
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk
 from metalint.static.tensors import Write, inplace_write
@@ -39,10 +39,12 @@ def _write(call: cst.Call, ctx: RuleContext) -> Write | None:
         call = f.value
 
 
-def _init_call(call: cst.Call, ctx: RuleContext) -> bool:
-    """An in-place init of a tensor reached from ``self``."""
+def _init_call(call: cst.Call, ctx: RuleContext, own=None) -> bool:
+    """An in-place init of a tensor of this module (``own``), or of a child module
+    (``self.head.weight``)."""
+    own = own or _own
     w = _write(call, ctx)
-    return w is not None and _own(w.target)
+    return w is not None and own(w.target)
 
 
 def _attr_of(call: cst.Call, ctx: RuleContext) -> str | None:
@@ -59,11 +61,33 @@ def _own(d: str | None) -> bool:
     return len(parts) == 2 or (len(parts) == 3 and parts[2] == "data")
 
 
-def init_only(s: cst.CSTNode, ctx: RuleContext) -> bool:
+def _child(d: str | None) -> bool:
+    """``self.head.weight`` (``.data``): a tensor of a child module."""
+    return bool(d) and d.startswith("self.") and not _own(d) and d.count(".") >= 2
+
+
+def _any(d: str | None) -> bool:
+    return _own(d) or _child(d)
+
+
+def init_only(s: cst.CSTNode, ctx: RuleContext, own=None) -> bool:
+    """Does the statement only initialise tensors in place (``own``: which tensors count)?
+    An ``if`` counts when every branch does."""
+    own = own or _own
     if isinstance(s, cst.SimpleStatementLine):
         return all(
-            isinstance(x, cst.Expr) and isinstance(x.value, cst.Call) and _init_call(x.value, ctx)
+            isinstance(x, cst.Expr)
+            and isinstance(x.value, cst.Call)
+            and _init_call(x.value, ctx, own)
             for x in s.body
+        )
+    if isinstance(s, (cst.If, cst.Else)) and own is _any:
+        body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
+        rest = getattr(s, "orelse", None)
+        return (
+            bool(body)
+            and all(init_only(b, ctx, own) for b in body)
+            and (rest is None or init_only(rest, ctx, own))
         )
     if isinstance(s, cst.With):
         items_ok = all(
@@ -72,7 +96,7 @@ def init_only(s: cst.CSTNode, ctx: RuleContext) -> bool:
             for i in s.items
         )
         body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
-        return items_ok and bool(body) and all(init_only(b, ctx) for b in body)
+        return items_ok and bool(body) and all(init_only(b, ctx, own) for b in body)
     return False
 
 
@@ -83,6 +107,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if index < 0:
         raise Unfixable("the init is not in `__init__` itself")
     if not init_only(body[index], ctx):
+        if init_only(body[index], ctx, _any):
+            return _children(ctx, edit, index)
         raise Unfixable(
             "the statement does more than initialise this module's own tensors in place "
             "(a child's tensor belongs in the model's `init_weights()`)"
@@ -126,3 +152,55 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit.use_hook(HOOK, moved[-1], stmts)
     n = len(moved)
     return edit.rewrite(f"Move {n} in-place init statement{'s' if n != 1 else ''} into `{HOOK}()`")
+
+
+ROOT_HOOK = "init_weights"
+
+
+def _children(ctx: RuleContext, edit: ClassEdit, index: int) -> Rewrite:
+    """In-place init of children's tensors (``trunc_normal_(self.linear.weight, std=std)``):
+    the parent's value for a child belongs in its root ``init_weights()``, which runs after the
+    children's own hooks. Every init-only statement moves there in order, and the call takes
+    the place of the last one, so eager construction draws the same numbers in the same order."""
+    from metalint.fix.codemod import _touches
+
+    body = edit.init_body
+    if ROOT_HOOK in edit.cls.methods or edit._taken(ROOT_HOOK):
+        raise Unfixable(
+            f"`{edit.cls.name}` already has an `{ROOT_HOOK}()`: merge this init into it by hand"
+        )
+    moved = [i for i, s in enumerate(body) if init_only(s, ctx, _any)]
+    first, last = moved[0], moved[-1]
+    attrs = {
+        a
+        for i in moved
+        for c in walk(body[i])
+        if isinstance(c, cst.Call) and _init_call(c, ctx, _any)
+        for a in [_attr_of(c, ctx)]
+        if a
+    }
+    between = [body[i] for i in range(first + 1, last) if i not in moved]
+    for s in between:
+        for a in sorted(attrs):
+            if _touches(s, a, False, edit.memo()):
+                raise Unfixable(f"`self.{a}` is used between its in-place inits in `__init__`")
+    if not all(rng_free(s, ctx) for s in between):
+        edit.unsafe.append(
+            "random draws move after other random draws of `__init__`: eager values differ"
+        )
+    stmts = []
+    for i in moved:
+        s = body[i]
+        edit.replace[id(s)] = (s, [])
+        new = edit.store_names(s, s, i, private=True)
+        lead = [line for line in getattr(new, "leading_lines", ()) if line.comment is not None]
+        stmts.append(new.with_changes(leading_lines=lead))
+    s = body[last]
+    call = stmt(f"self.{ROOT_HOOK}()").with_changes(leading_lines=s.leading_lines)
+    edit.replace[id(s)] = (s, [*edit.replace[id(s)][1], call])
+    edit.hook_append[ROOT_HOOK] = stmts
+    n = len(moved)
+    return edit.rewrite(
+        f"Move {n} in-place init statement{'s' if n != 1 else ''} of children's tensors into a "
+        f"root `{ROOT_HOOK}()` called from `__init__`"
+    )
