@@ -127,6 +127,7 @@ def write_factories(library: str, roots: list[str], workdir: Path) -> Path:
 
 def _static(package: Path) -> tuple[list, float]:
     from metalint.check import run_check
+    from metalint.codes import ERROR_CODE
     from metalint.config import Settings
     from metalint.report import ERROR_CODE
 

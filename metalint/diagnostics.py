@@ -65,13 +65,18 @@ class Fix:
     applicability: Applicability
     message: str
     edits: tuple[Edit, ...] = ()
+    #: the init hook the fix puts code in (``reset_parameters``), if any
+    hook: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "applicability": self.applicability.value,
             "message": self.message,
             "edits": [e.to_json() for e in self.edits],
         }
+        if self.hook is not None:
+            out["hook"] = self.hook
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> "Fix | None":
@@ -81,6 +86,7 @@ class Fix:
             Applicability(data["applicability"]),
             data.get("message", ""),
             tuple(Edit.from_json(e) for e in data.get("edits", ())),
+            data.get("hook"),
         )
 
 
@@ -102,6 +108,14 @@ class Diagnostic:
     condition: "Condition | None" = field(default=None, compare=False)
     # The probe's verdict on a static finding: "confirmed", "refuted" or None (not probed).
     verdict: str | None = field(default=None, compare=False)
+    #: the tensors or attributes of ``symbol`` the finding is about, as written on ``self``
+    #: (``("gamma",)``, ``("bn.weight",)`` for a child's tensor); empty for a finding about
+    #: the class as a whole. Read this, never the message.
+    subject: tuple[str, ...] = ()
+    #: the init hook the finding is about (``reset_parameters``), if it names one
+    hook: str | None = None
+    #: what to do about it, printed on its own line (``= help: ...``) by the text reporter
+    help: str | None = None
 
     @property
     def sort_key(self) -> tuple[str, int, int, str]:
@@ -123,6 +137,12 @@ class Diagnostic:
         }
         if self.verdict is not None:
             out["verdict"] = self.verdict
+        if self.subject:
+            out["subject"] = list(self.subject)
+        if self.hook is not None:
+            out["hook"] = self.hook
+        if self.help is not None:
+            out["help"] = self.help
         return out
 
     def to_cache(self) -> dict[str, Any]:
@@ -144,6 +164,9 @@ class Diagnostic:
             severity=Severity(data.get("severity", "error")),
             condition=Condition.from_json(cond) if cond else None,
             verdict=data.get("verdict"),
+            subject=tuple(data.get("subject", ())),
+            hook=data.get("hook"),
+            help=data.get("help"),
         )
 
 

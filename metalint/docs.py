@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from metalint.codes import INPUT_CODES, PROBE_CODES, code_page, describe_code
 from metalint.rules import all_rules, rule_by_code
 
 
@@ -31,31 +32,17 @@ def pages() -> dict[str, str]:
             f"| [{rule.code}]({rule.code}.md) | {rule.name} | {rule.summary} | {fix} | "
             f"{'on' if rule.default else 'opt-in'} |"
         )
-    try:
-        from metalint.probe.codes import PROBE_CODES
-    except ImportError:
-        PROBE_CODES = {}
-    if PROBE_CODES:
-        index += [
-            "",
-            "## Probe findings (`metalint probe`)",
-            "",
-            "| Code | Name | Summary |",
-            "| --- | --- | --- |",
-        ]
-        for code, (name, summary, *_rest) in sorted(PROBE_CODES.items()):
-            index.append(f"| {code} | {name} | {summary} |")
-    from metalint.rules import SPECIAL_CODES
-
     index += [
         "",
-        "## Input that could not be checked (exit code 2)",
+        "## Probe findings and errors",
         "",
         "| Code | Name | Summary |",
         "| --- | --- | --- |",
     ]
-    for code, (name, summary) in sorted(SPECIAL_CODES.items()):
-        index.append(f"| {code} | {name} | {summary} |")
+    for code in [*sorted(PROBE_CODES), *sorted(INPUT_CODES)]:
+        info = describe_code(code)
+        out[f"{code}.md"] = code_page(code)
+        index.append(f"| [{code}]({code}.md) | {info.name} | {info.summary} |")
     out["README.md"] = "\n".join(index) + "\n"
     return out
 
@@ -83,23 +70,18 @@ def write(folder: Path, check: bool = False) -> list[str]:
 @click.argument("code", required=False)
 @click.option("--all", "show_all", is_flag=True, help="List every rule.")
 def rule_command(code, show_all):
-    """Print the documentation of rule CODE (or list the rules)."""
+    """Print the documentation of rule CODE, probe code or ML900 (or list the rules)."""
     if code is None or show_all:
         for rule in all_rules():
             flag = "" if rule.default else "  (opt-in)"
             click.echo(f"{rule.code}  {rule.name}: {rule.summary}{flag}")
         return
     rule = rule_by_code(code.upper())
-    from metalint.rules import SPECIAL_CODES
-
-    if rule is None and code.upper() in SPECIAL_CODES:
-        name, summary = SPECIAL_CODES[code.upper()]
-        click.echo(f"# {code.upper()} {name}\n\n{summary}.")
-        return
-    if rule is None:
+    page = rule.markdown() if rule is not None else code_page(code.upper())
+    if page is None:
         click.echo(f"metalint: error: unknown rule code {code!r}", err=True)
         sys.exit(2)
-    click.echo(rule.markdown(), nl=False)
+    click.echo(page, nl=False)
 
 
 if __name__ == "__main__":

@@ -10,37 +10,22 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 from metalint import __version__
+from metalint.codes import (  # noqa: F401 (ERROR_CODE, is_error: the reporters' names too)
+    CRASH_CODE,
+    DOCS_URL,
+    ERROR_CODE,
+    ERROR_CODES,
+    TOO_COMPLEX_CODE,
+    RuleInfo,
+    is_error,
+)
 from metalint.diagnostics import Diagnostic
 
 FORMATS = ("text", "json", "github", "sarif")
 
-#: code of a diagnostic that says a file (or probe target) could not be checked at all
-ERROR_CODE = "ML900"
-#: a file whose analysis ran past its time budget or nested past the recursion guard
-TOO_COMPLEX_CODE = "ML901"
-#: a file on which the analysing worker process died (the parser crashed)
-CRASH_CODE = "ML902"
-#: every code that says input could not be checked: exit code 2
-ERROR_CODES = frozenset({ERROR_CODE, TOO_COMPLEX_CODE, CRASH_CODE})
-
-
-def is_error(code: str) -> bool:
-    """Whether ``code`` says some input could not be checked (ML9xx: exit code 2)."""
-    return code in ERROR_CODES
-
-
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-DOCS_URL = "https://github.com/metalint/metalint/blob/main/rules/{code}.md"
-
-
-@dataclass(frozen=True)
-class RuleInfo:
-    code: str
-    name: str
-    summary: str
 
 
 def _default_describe(code: str) -> RuleInfo | None:
@@ -88,6 +73,8 @@ def _text(diagnostics, statistics, describe, files_checked) -> str:
             f"{d.filename}:{d.start.row}:{d.start.column}: {d.code} {d.message}"
             f"{_fixable_mark(d)}{verdict}"
         )
+        if d.help:
+            lines.append(f"  = help: {d.help}")
     findings = [d for d in diagnostics if not is_error(d.code)]
     errors = len(diagnostics) - len(findings)
     if statistics and diagnostics:

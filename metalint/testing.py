@@ -39,7 +39,6 @@ def assert_meta_init_parity(
     """
     from metalint import report
     from metalint.probe.build import probe
-    from metalint.probe.command import describe
 
     label = getattr(factory, "__qualname__", None) or repr(factory)
     res = probe(
@@ -52,7 +51,7 @@ def assert_meta_init_parity(
         hooks=hooks,
     )
     if res.findings:
-        text = report.render(res.findings, "text", describe=describe)
+        text = report.render(res.findings, "text")
         raise AssertionError(
             f"{label} is not meta-safe with init={init!r} on {res.device} "
             f"(ran {res.init_used}): {res.verdict()}\n{text}"

@@ -395,7 +395,7 @@ def test_check_probe_does_not_repeat_a_confirmed_lost_tensor(cli, write):
     about_theta = [
         (d["code"], d["location"]["row"], d.get("verdict"))
         for d in data
-        if "`theta`" in d["message"]
+        if "theta" in d.get("subject", ())
     ]
     registered = next(
         i for i, line in enumerate(path.read_text().splitlines(), 1) if "register_buffer" in line

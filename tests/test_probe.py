@@ -416,8 +416,10 @@ def test_deterministic_compare_is_exact():
 # ---------------------------------------------------------------- merge
 
 
-def _static(code: str, symbol: str, message: str, filename: str) -> Diagnostic:
-    return Diagnostic(code, message, filename, Position(1, 1), Position(1, 2), symbol=symbol)
+def _static(code: str, symbol: str, message: str, filename: str, *subject: str) -> Diagnostic:
+    return Diagnostic(
+        code, message, filename, Position(1, 1), Position(1, 2), symbol=symbol, subject=subject
+    )
 
 
 def test_mark_verdicts(layers_report):
@@ -425,16 +427,20 @@ def test_mark_verdicts(layers_report):
 
     f = str(LAYERS)
     diags = [
-        _static("ML001", "LayerScaleDinov2", "`gamma` is created from a value in `__init__`", f),
-        _static("ML001", "LayerScaleTimm", "`gamma` is created from a value in `__init__`", f),
-        _static("ML002", "Rope", "`inv_freq` registered from a computed value", f),
+        _static(
+            "ML001", "LayerScaleDinov2", "`gamma` is created from a value in `__init__`", f, "gamma"
+        ),
+        _static(
+            "ML001", "LayerScaleTimm", "`gamma` is created from a value in `__init__`", f, "gamma"
+        ),
+        _static("ML002", "Rope", "`inv_freq` registered from a computed value", f, "inv_freq"),
         _static("ML008", "DataDependent", "`.item()` in `__init__`", f),
-        _static("ML001", "DataDependent", "`w` is created from a value", f),
-        _static("ML009", "Escapes", "`table` explicit device", f),
+        _static("ML001", "DataDependent", "`w` is created from a value", f, "w"),
+        _static("ML009", "Escapes", "`table` explicit device", f, "table"),
         _static("ML011", "TiedEmbeddings", "`head.weight` tied by assignment", f),
         _static("ML004", "Safe", "owns tensors but has no public reset hook", f),
-        _static("ML001", "NotProbed", "`x` ...", f),
-        _static("ML001", "LayerScaleDinov2", "`gamma` ...", "/elsewhere/other.py"),
+        _static("ML001", "NotProbed", "`x` ...", f, "x"),
+        _static("ML001", "LayerScaleDinov2", "`gamma` ...", "/elsewhere/other.py", "gamma"),
     ]
     got = [d.verdict for d in mark_verdicts(diags, layers_report)]
     assert got == [
@@ -477,18 +483,30 @@ def test_mark_verdicts_factory_submodules_and_subtree():
     diags = [
         _static("ML010", "Block", "parent-applied `_init_weights`", "/m/x.py"),
         _static("ML004", "Block", "owns no reset hook", "/m/x.py"),
-        _static("ML001", "Scale", "`gamma` from a value", "/m/x.py"),
+        _static("ML001", "Scale", "`gamma` from a value", "/m/x.py", "gamma"),
         # tensors the default build did not make (None buffer, flag-gated parameter): not exercised
-        _static("ML002", "Scale", "buffer `pos_weight` is computed (`torch.tensor(w)`)", "/m/x.py"),
-        _static("ML001", "Scale", "`rel_pos_h` is created from a value", "/m/x.py"),
         _static(
-            "ML004", "Scale", "`Scale` owns `pos_weight` but has no public reset hook", "/m/x.py"
+            "ML002",
+            "Scale",
+            "buffer `pos_weight` is computed (`torch.tensor(w)`)",
+            "/m/x.py",
+            "pos_weight",
+        ),
+        _static("ML001", "Scale", "`rel_pos_h` is created from a value", "/m/x.py", "rel_pos_h"),
+        _static(
+            "ML004",
+            "Scale",
+            "`Scale` owns `pos_weight` but has no public reset hook",
+            "/m/x.py",
+            "pos_weight",
         ),
         _static(
             "ML004",
             "Scale",
             "`Scale` owns `gamma`, `pos_weight` but has no public reset hook",
             "/m/x.py",
+            "gamma",
+            "pos_weight",
         ),
     ]
     got = [d.verdict for d in mark_verdicts(diags, {"classes": classes})]
@@ -564,8 +582,8 @@ def test_reset_touching_children_is_confirmed_by_hook_order():
         },
     }
     diags = [
-        _static("ML006", "MHA", "`k_proj.weight` of a child", "/m/x.py"),
-        _static("ML006", "Other", "`fc.weight` of a child", "/m/x.py"),
+        _static("ML006", "MHA", "`k_proj.weight` of a child", "/m/x.py", "k_proj.weight"),
+        _static("ML006", "Other", "`fc.weight` of a child", "/m/x.py", "fc.weight"),
     ]
     got = [d.verdict for d in mark_verdicts(diags, {"classes": classes})]
     assert got == ["confirmed", "refuted"]
@@ -593,9 +611,14 @@ def test_child_tensor_finding_is_judged_on_the_subtree():
             "ConvNorm",
             "`bn.weight` (a tensor of the child `bn`) is initialised",
             "/m/x.py",
+            "bn.weight",
         ),
         _static(
-            "ML003", "Other", "`bn.weight` (a tensor of the child `bn`) is initialised", "/m/x.py"
+            "ML003",
+            "Other",
+            "`bn.weight` (a tensor of the child `bn`) is initialised",
+            "/m/x.py",
+            "bn.weight",
         ),
     ]
     got = [d.verdict for d in mark_verdicts(diags, {"classes": classes})]

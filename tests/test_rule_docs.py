@@ -40,3 +40,16 @@ def test_rule_command(cli):
     assert "ML001  parameter-from-value" in r.output
     r = cli("rule", "ML999")
     assert r.exit_code == 2 and "unknown rule code" in r.output
+
+
+def test_every_printed_code_has_a_page(cli):
+    """Probe codes and ML900 too: ``metalint rule CODE`` prints it and SARIF's helpUri (one
+    page per code under ``rules/``) points at a file that exists."""
+    from metalint.codes import DOCS_URL, INPUT_CODES, PROBE_CODES
+
+    for code in [*PROBE_CODES, *INPUT_CODES]:
+        r = cli("rule", code)
+        assert r.exit_code == 0, code
+        assert r.output == (ROOT / "rules" / f"{code}.md").read_text(encoding="utf-8")
+        assert DOCS_URL.format(code=code).endswith(f"rules/{code}.md")
+    assert cli("rule", "ML900").output.startswith("# unreadable-input (ML900)")

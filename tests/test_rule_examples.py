@@ -8,14 +8,26 @@ import pytest
 
 from metalint.check import run_check
 from metalint.config import Settings
+from metalint.fix.command import run_fix
 from metalint.rules import all_rules
-from metalint.static.rule import DOC_SECTIONS
+from metalint.static.rule import DOC_SECTIONS, Invalid
+
+
+def _source(example: str | Invalid) -> str:
+    return example.source if isinstance(example, Invalid) else example
+
 
 CASES = [
-    pytest.param(rule, kind, i, src, id=f"{rule.code}-{kind}-{i}")
+    pytest.param(rule, kind, i, _source(src), id=f"{rule.code}-{kind}-{i}")
     for rule in all_rules()
     for kind, examples in (("valid", rule.VALID), ("invalid", rule.INVALID))
     for i, src in enumerate(examples)
+]
+FIXED = [
+    pytest.param(rule, ex, id=f"{rule.code}-invalid-{i}")
+    for rule in all_rules()
+    for i, ex in enumerate(rule.INVALID)
+    if isinstance(ex, Invalid) and ex.fixed is not None
 ]
 
 
@@ -38,6 +50,35 @@ def test_example(tmp_path, rule, kind, index, source):
         want = expected_lines(source)
         assert want, "an INVALID example must mark its lines with # ERROR"
         assert got == want
+
+
+@pytest.mark.parametrize("rule, example", FIXED)
+def test_fixed_example(tmp_path, rule, example):
+    """``metalint fix --write`` turns the INVALID example into its ``fixed`` source (Fixit's
+    ``expected_replacement``)."""
+    path = tmp_path / "example.py"
+    path.write_text(textwrap.dedent(example.source).lstrip("\n"), encoding="utf-8")
+    settings = Settings(root=tmp_path, select=[rule.code])
+    run_fix(
+        [path],
+        settings,
+        write=True,
+        show_diff=False,
+        unsafe=example.unsafe,
+        verify=False,
+        use_cache=False,
+        workers=1,
+        echo=lambda *a, **k: None,
+    )
+    assert path.read_text(encoding="utf-8") == textwrap.dedent(example.fixed).lstrip("\n")
+
+
+@pytest.mark.parametrize("rule", [r for r in all_rules() if r.codemod], ids=lambda r: r.code)
+def test_a_rule_with_a_codemod_shows_its_fix(rule):
+    """Its page says a fix exists, and one INVALID example shows what the fix writes."""
+    assert rule.fix_availability != "none"
+    assert "No automatic fix" not in rule.markdown()
+    assert any(isinstance(ex, Invalid) and ex.fixed for ex in rule.INVALID), rule.code
 
 
 @pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.code)

@@ -10,7 +10,6 @@ in one class compose over rounds; the loop is bounded.
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,8 +22,6 @@ from metalint.static.engine import FileResult, analyze_source
 from metalint.static.hierarchy import Hierarchy
 
 MAX_ROUNDS = 64
-#: codemods that put code in a hook ``__init__`` calls (cross-file checks apply)
-HOOK_CODES = {"ML001", "ML002", "ML003", "ML010"}
 
 
 @dataclass
@@ -85,13 +82,12 @@ class Fixer:
 
     def blocked(self, d: Diagnostic, h: Hierarchy) -> str | None:
         """Why the whole tree forbids this fix (None: it does not)."""
-        if d.code not in HOOK_CODES or d.condition is None:
-            return None
+        hook = d.fix.hook if d.fix is not None else None
+        if hook is None or d.condition is None:
+            return None  # the fix puts nothing in a hook
         me = h.classes.get(d.condition.cls)
         if me is None:
             return None
-        hooks = re.findall(r"`(\w+)\(\)`", d.fix.message if d.fix else "") or ["reset_parameters"]
-        hook = hooks[-1]
         for other in h.classes.values():
             if other.fullname == me.fullname:
                 continue

@@ -38,7 +38,6 @@ from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk
 from metalint.static.tensors import value_kind
 
-CODE = "ML002"
 COMPOUND = (
     cst.BinaryOperation,
     cst.UnaryOperation,

@@ -33,6 +33,7 @@ class Rewrite:
     new_class: cst.ClassDef
     applicability: Applicability
     message: str
+    hook: str | None = None  # the init hook the rewrite puts code in
 
 
 def render(node: cst.CSTNode, module: cst.Module | None = None) -> str:
@@ -593,7 +594,7 @@ class ClassEdit:
         app = Applicability.UNSAFE if self.unsafe else Applicability.SAFE
         if self.unsafe:
             message += " (unsafe: " + "; ".join(dict.fromkeys(self.unsafe)) + ")"
-        return Rewrite(new, app, message)
+        return Rewrite(new, app, message, next(reversed(self.hook_append), None))
 
 
 def _is_pass(s: cst.BaseStatement) -> bool:

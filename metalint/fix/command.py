@@ -15,9 +15,10 @@ from pathlib import Path
 
 import click
 
+from metalint.codes import ERROR_CODE
 from metalint.config import ConfigError
 from metalint.lines import split_lines
-from metalint.report import ERROR_CODE, is_error, render
+from metalint.report import is_error, render
 
 
 def _summary(fixed: int, remaining: int, unfixable: int, unsafe_hidden: int, write: bool) -> str:
@@ -134,7 +135,7 @@ def run_fix(  # noqa: C901 (issue 20: split it)
         elif why is not None or d.fix is None:
             unfixable += 1
         lines.append(
-            f"{d.filename}:{d.start.row}:{d.start.column}: {d.code} {_first(d.message)}"
+            f"{d.filename}:{d.start.row}:{d.start.column}: {d.code} {d.message}"
             + (f" [not fixed: {why}]" if why else "")
         )
     for line in lines:
@@ -147,10 +148,6 @@ def run_fix(  # noqa: C901 (issue 20: split it)
     if not write:
         return 1 if changed else 0
     return 1 if remaining_diags else 0
-
-
-def _first(message: str) -> str:
-    return message.split(";")[0]
 
 
 def _error(display: str, message: str):

@@ -21,7 +21,6 @@ from metalint.static.syntax import walk
 from metalint.static.tensors import Write, inplace_write
 from metalint.vocabulary import INPLACE_METHODS
 
-CODE = "ML003"
 HOOK = "reset_parameters"
 
 

@@ -54,7 +54,6 @@ from metalint.vocabulary import (
     VALUE_FACTORIES,
 )
 
-CODE = "ML001"
 HOOK = "reset_parameters"
 FACTORIES = VALUE_FACTORIES | RANDOM_FACTORIES | EMPTY_FACTORIES
 

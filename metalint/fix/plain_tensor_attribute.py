@@ -18,8 +18,6 @@ from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk
 
-CODE = "ML007"
-
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)

@@ -18,17 +18,13 @@ import libcst as cst
 from metalint.diagnostics import Edit, Fix, Position
 from metalint.fix.codemod import Rewrite, Unfixable, path_to
 from metalint.lines import count_breaks, split_lines
+from metalint.rules import all_rules
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import code_ranges
 
-#: rule code -> module holding ``plan(ctx, cls, finding) -> Rewrite``
-CODEMODS = {
-    "ML001": "metalint.fix.parameter_from_value",
-    "ML002": "metalint.fix.buffer_from_value",
-    "ML003": "metalint.fix.inplace_init",
-    "ML007": "metalint.fix.plain_tensor_attribute",
-    "ML010": "metalint.fix.parent_init",
-}
+#: rule code -> module holding ``plan(ctx, cls, finding) -> Rewrite``: as each rule class
+#: names it (``Rule.codemod``)
+CODEMODS = {r.code: r.codemod for r in all_rules() if r.codemod}
 
 
 #: why a finding analysed in this process has no fix: (path, code, row) -> reason
@@ -167,4 +163,4 @@ def fix_for(
     except Exception as exc:
         _remember(ctx.path, code, row, f"the rewrite failed: {type(exc).__name__}: {exc}")
         return None
-    return Fix(result.applicability, result.message, line_edits(old, new, shift))
+    return Fix(result.applicability, result.message, line_edits(old, new, shift), result.hook)

@@ -411,6 +411,7 @@ def _diag(f: Finding, message: str, fallback_file: str | None) -> Diagnostic:
         end=Position(row, max(end, col)),
         symbol=f.cls,
         severity=Severity(f.severity),
+        subject=(f.attr,) if f.attr else (),
     )
 
 

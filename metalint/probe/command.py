@@ -11,8 +11,8 @@ from typing import Any
 import click
 
 from metalint import report
+from metalint.codes import ERROR_CODE
 from metalint.diagnostics import Diagnostic, Position
-from metalint.probe.codes import PROBE_CODES
 from metalint.probe.isolate import Options, Outcome, run_target
 from metalint.probe.results import verdict_text
 from metalint.probe.target import Target, load_settings_for_probe, parse_target
@@ -70,29 +70,13 @@ def error_diagnostic(o: Outcome) -> Diagnostic:
     except ValueError:
         pass
     return Diagnostic(
-        code=report.ERROR_CODE,
+        code=ERROR_CODE,
         message=f"probe target `{o.label}` could not be checked: {o.message}",
         filename=filename,
         start=Position(row, 1),
         end=Position(row, 1),
         symbol=o.label.rpartition(":")[2] if ":" in o.label else None,
     )
-
-
-def describe(code: str) -> report.RuleInfo | None:
-    if code in PROBE_CODES:
-        name, summary, _ = PROBE_CODES[code]
-        return report.RuleInfo(code, name, summary)
-    if code == report.ERROR_CODE:
-        return report.RuleInfo(code, "not-checked", "The input could not be checked.")
-    try:
-        from metalint.rules import describe as rules_describe
-    except ImportError:
-        return None
-    try:
-        return rules_describe(code)
-    except Exception:
-        return None
 
 
 def _progress_enabled() -> bool:
@@ -227,8 +211,8 @@ def probe_command(targets, device, init, seed, timeout, fmt, exit_zero, config) 
     if built == 0:
         # "All checks passed!" over nothing built would be a false green
         if fmt != "text" or diags:
-            click.echo(report.render(diags, fmt, describe=describe), nl=False)
+            click.echo(report.render(diags, fmt), nl=False)
         click.echo("Nothing was probed: no item could be built.", err=True)
         sys.exit(2)
-    click.echo(report.render(diags, fmt, describe=describe), nl=False)
+    click.echo(report.render(diags, fmt), nl=False)
     sys.exit(report.exit_code(diags, exit_zero=exit_zero))

@@ -1,7 +1,7 @@
 """Mark static findings confirmed/refuted with the probe's results (``check --probe``).
 
 A static diagnostic names its class (``symbol``, qualified name inside ``filename``) and
-usually an attribute in backticks at the start of its message (`` `gamma` ...``). The probe's
+the tensors it is about (``subject``: ``("gamma",)``, ``("bn.weight",)`` for a child's). The probe's
 per-class summary (:attr:`metalint.probe.command.ProbeReport.classes`) says, for every class
 it built (a probed class, or any submodule of a probed factory), which of its own tensors were
 broken and which class-level findings (MP006 construct raised, MP007 device escape, MP009 hook
@@ -12,7 +12,7 @@ order) it had.
   is confirmed by MP006; ML009 (explicit real device) by MP007 or a broken named tensor;
   ML006/ML010 (parent/children init) by a broken tensor anywhere in the class's subtree,
   ML006 also by MP009 (the result depends on whether parents or children reset first); a
-  finding about a child's tensor (`` `bn.weight` ...``) likewise by its subtree;
+  finding about a child's tensor (subject ``bn.weight``) likewise by its subtree;
   ML011 (tie by assignment) by MP005 (tie broken) on the class that made the tie.
 - ``refuted``: the class was probed and none of the above holds.
 - ``None``: the class was not probed, or its meta build raised (MP006) so its tensors could
@@ -26,19 +26,19 @@ This module does not import torch.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from metalint.diagnostics import Diagnostic
 
-_ATTR = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 _SUBTREE_RULES = {"ML006", "ML010"}
-#: rules whose message names first the tensor it is about (`gamma` is created ...,
-#: buffer `inv_freq` is computed ...)
+#: rules about one tensor of their class (``subject``): `gamma` is created from a value...
 _NAMED_TENSOR_RULES = {"ML001", "ML002", "ML003", "ML005", "ML007"}
-#: a message that starts with a child's tensor (`bn.weight`, ML003 on a child)
-_CHILD_TENSOR = re.compile(r"^`[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+`")
+
+
+def _child_tensor(diag: Diagnostic) -> bool:
+    """The finding is about a child's tensor (``bn.weight``: ML003 on a child)."""
+    return bool(diag.subject) and "." in diag.subject[0]
 
 
 def _norm(path: str | None) -> str:
@@ -78,17 +78,18 @@ def verdict_for(diag: Diagnostic, info: Mapping[str, Any] | None) -> str | None:
     if info is None:
         return None
     built = set(info.get("attrs", ())) | set(info.get("broken", {}))
-    names = _ATTR.findall(diag.message)
-    if not _CHILD_TENSOR.match(diag.message):
+    subject = diag.subject
+    child = _child_tensor(diag)
+    if not child:
         # a claim about tensors that the build with these arguments did not make (a buffer
         # that is None by default, a parameter behind a flag) can be neither proved nor refuted
-        if diag.code == "ML004" and names[1:] and not built & set(names[1:]):
+        if diag.code == "ML004" and subject and not built & set(subject):
             return None
-        if diag.code in _NAMED_TENSOR_RULES and names and names[0] not in built:
+        if diag.code in _NAMED_TENSOR_RULES and subject and subject[0] not in built:
             return None
-    attr = names[0] if names else None
-    if attr is not None and attr not in built:
-        attr = None  # the backticks named something else (a method, a call)
+    # ML004 is about the class (all the tensors it lists), not about one of them
+    one = subject[0] if subject and diag.code != "ML004" else None
+    attr = one if one in built else None
     codes = set(info.get("codes", ()))
     if diag.code == "ML008":
         return "confirmed" if "MP006" in codes or info.get("raised") else "refuted"
@@ -102,14 +103,14 @@ def verdict_for(diag: Diagnostic, info: Mapping[str, Any] | None) -> str | None:
         return "confirmed" if tie_broken else "refuted"
     if diag.code == "ML006" and "MP009" in codes:
         return "confirmed"  # the children's values depend on the order the hooks run in
-    if diag.code in _SUBTREE_RULES or _CHILD_TENSOR.match(diag.message):
+    if diag.code in _SUBTREE_RULES or child:
         return "confirmed" if info.get("subtree_broken", 0) or broken else "refuted"
     if attr is not None:
         return "confirmed" if attr in broken else "refuted"
     return "confirmed" if broken or codes & {"MP007", "MP009"} else "refuted"
 
 
-#: probe codes that say one tensor's value was lost (its name first in the message)
+#: probe codes that say one tensor's value was lost (its ``subject``)
 _LOST_TENSOR_CODES = {"MP001", "MP002", "MP003", "MP004"}
 
 
@@ -121,10 +122,9 @@ def lost_tensor(diag: Diagnostic) -> tuple[str, str, str] | None:
         diag.code not in _NAMED_TENSOR_RULES and diag.code not in _LOST_TENSOR_CODES
     ):
         return None
-    m = _ATTR.search(diag.message)
-    if m is None or _CHILD_TENSOR.match(diag.message):
+    if not diag.subject or _child_tensor(diag):
         return None
-    return _norm(diag.filename), diag.symbol, m.group(1)
+    return _norm(diag.filename), diag.symbol, diag.subject[0]
 
 
 def mark_verdicts(static_diags: Iterable[Diagnostic], probe_report: Any) -> list[Diagnostic]:

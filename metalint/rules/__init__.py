@@ -11,6 +11,8 @@ import pkgutil
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from metalint.codes import RuleInfo, describe_code
+
 if TYPE_CHECKING:
     from metalint.static.rule import Rule
 
@@ -81,40 +83,9 @@ def rule_by_code(code: str) -> type[Rule] | None:
     return None
 
 
-#: codes that are not rules of their own
-SPECIAL_CODES = {
-    "ML900": (
-        "unreadable-input",
-        "A file or probe target could not be checked at all (for a file CPython cannot "
-        "decode or parse: CPython's own message and line)",
-    ),
-    "ML901": (
-        "too-complex",
-        "File too complex to analyse: its analysis ran past the CPU-time budget "
-        "(`--file-time-budget`, `file-time-budget` in `[tool.metalint]`, default 5 s) or "
-        "nested past the recursion guard; the other files are checked as if it were absent",
-    ),
-    "ML902": (
-        "parser-crashed",
-        "The worker process analysing a file died on it (e.g. a native parser's stack "
-        "overflow); the other files are checked as if it were absent",
-    ),
-}
-
-
-def describe(code: str):
-    from metalint.report import RuleInfo
-
+def describe(code: str) -> RuleInfo | None:
+    """Name and summary of any code metalint prints: a static rule, a probe finding, ML900."""
     rule = rule_by_code(code)
     if rule is not None:
         return RuleInfo(rule.code, rule.name, rule.summary)
-    if code in SPECIAL_CODES:
-        return RuleInfo(code, *SPECIAL_CODES[code])
-    try:
-        from metalint.probe.codes import PROBE_CODES
-    except ImportError:
-        return None
-    if code in PROBE_CODES:
-        name, summary = PROBE_CODES[code][:2]
-        return RuleInfo(code, name, summary)
-    return None
+    return describe_code(code)

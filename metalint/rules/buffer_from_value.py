@@ -6,7 +6,7 @@ import libcst as cst
 
 from metalint.static.construction import computed, registrations
 from metalint.static.model import ClassFacts, construction
-from metalint.static.rule import Finding, Rule
+from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
 from metalint.static.tensors import local_value
 
@@ -65,13 +65,18 @@ class BufferFromValue(Rule):
     ```
 
     ## Fix safety
-    No automatic fix yet: the computation must move into a hook, which needs the constructor
-    arguments it uses to be kept on `self`.
+
+    `metalint fix` keeps the registration and re-computes the value in a hook that `__init__`
+    calls last (`init_non_persistent_buffers()` when the class has one, else
+    `reset_parameters()`), copying it into the buffer; the constructor arguments the computation
+    reads are kept on `self`. Deterministic values are recomputed exactly (safe); a random
+    value would be drawn twice (unsafe).
     """
 
     code = "ML002"
     name = "buffer-from-value"
     summary = "Buffer registered from a computed value in `__init__` that no reset hook re-creates"
+    codemod = "metalint.fix.buffer_from_value"
 
     VALID = [
         # timm 1.0: empty buffer + init_non_persistent_buffers
@@ -144,7 +149,8 @@ class Holder(nn.Module):
     ]
     INVALID = [
         # the classic RoPE (Llama-style, transformers 4.x)
-        """
+        Invalid(
+            """
 import torch
 from torch import nn
 
@@ -154,6 +160,25 @@ class LlamaRotaryEmbedding(nn.Module):
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float().to(device) / dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # ERROR
 """,
+            fixed="""
+import torch
+from torch import nn
+
+class LlamaRotaryEmbedding(nn.Module):
+    def __init__(self, dim, max_position_embeddings=2048, base=10000, device=None):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float().to(device) / dim))
+        self.base = base
+        self.dim = dim
+        self.device = device
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        with torch.no_grad():
+            self.inv_freq.copy_(1.0 / (self.base ** (torch.arange(0, self.dim, 2).float().to(self.device) / self.dim)))
+""",
+        ),
         # transformers 4.4x: the value comes from a function returning a tuple
         """
 import torch
@@ -258,4 +283,5 @@ class WindowAttention(nn.Module):
                 f"`reset_parameters()` (or `init_non_persistent_buffers()`)",
                 cls,
                 unless_recreated=(reg.attr,),
+                subject=(reg.attr,),
             )

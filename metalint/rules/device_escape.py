@@ -201,6 +201,7 @@ class Table(nn.Module):
             f"{names}: {how}, so building on meta allocates real memory, and `to_empty()` "
             f"then wipes the value unless a reset hook re-creates it; {instead}",
             cls,
+            subject=tuple(attrs),
         )
 
     # -- .cpu() / .cuda() / .to("cpu") of a tensor created on meta ------------------------------

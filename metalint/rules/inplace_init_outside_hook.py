@@ -8,7 +8,7 @@ import libcst as cst
 from metalint.static.defaults import applied_function, is_self_apply, unwrap_partial
 from metalint.static.model import CallSite, ClassFacts, construction
 from metalint.static.names import dotted
-from metalint.static.rule import Finding, Rule
+from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import number, short, string_value
 from metalint.static.tensors import initialised_target, inplace_kind
 from metalint.vocabulary import (
@@ -278,13 +278,19 @@ class InplaceInitOutsideHook(Rule):
     ```
 
     ## Fix safety
-    No automatic fix yet: moving the statements into a hook changes the order of random draws
-    in eager construction (same distribution, other values).
+
+    `metalint fix` moves every top-level statement of `__init__` that only initialises this
+    module's own tensors in place, in order, to the end of `reset_parameters()` (created or
+    extended), which `__init__` calls last. Safe when the moved statements draw no random
+    numbers, or nothing left after them in `__init__` does; unsafe otherwise (same
+    distribution, other values under the same seed). A child's tensor is not moved: it belongs
+    in the model's `init_weights()`.
     """
 
     code = "ML003"
     name = "inplace-init-outside-hook"
     summary = "In-place init of the module's tensors in `__init__`, outside any reset hook"
+    codemod = "metalint.fix.inplace_init"
 
     VALID = [
         # the init lives in reset_parameters, called from __init__
@@ -450,7 +456,8 @@ class Block(nn.Module):
         self.conv = ConvNormAct(8, 8, bn_weight_init=0)
 """,
         # llm-foundry style RMSNorm, every spelling of nn.init
-        """
+        Invalid(
+            """
 import torch
 from torch import nn
 from torch.nn import init as I
@@ -468,6 +475,28 @@ class Block(nn.Module):
         trunc_normal_(self.pos, std=.02)  # ERROR
         torch.nn.init.constant_(self.scale, 0.1)  # ERROR
 """,
+            fixed="""
+import torch
+from torch import nn
+from torch.nn import init as I
+from torch.nn.init import trunc_normal_
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.bias = nn.Parameter(torch.empty(dim))
+        self.pos = nn.Parameter(torch.empty(4, dim))
+        self.scale = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        self.weight.data.fill_(1.0)  # ERROR
+        I.zeros_(self.bias)  # ERROR
+        trunc_normal_(self.pos, std=.02)  # ERROR
+        torch.nn.init.constant_(self.scale, 0.1)  # ERROR
+""",
+        ),
         # no_grad copy and a child's tensor (ConvNeXt head_init_scale)
         """
 import torch
@@ -581,4 +610,5 @@ class Model(nn.Module):
                     f"`__init__`",
                     cls,
                     unless_recreated=(attr,),
+                    subject=(name,),
                 )

@@ -334,4 +334,5 @@ class RelPosBias(nn.Module):  # ERROR
             f"`{cls.name}` owns {_names(attrs)} but has {why}",
             cls,
             unless_hook=True,
+            subject=tuple(attrs),
         )

@@ -147,5 +147,6 @@ class RoPE(nn.Module):
                     f"no `device`: `torch.nn.utils.skip_init({cls.name}, ...)` cannot build it "
                     f"on meta. Add `device=None, dtype=None` and pass them to the factories",
                     cls,
+                    subject=(owned.attr,),
                 )
                 return

@@ -5,7 +5,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from metalint.static.model import ClassFacts, construction
-from metalint.static.rule import Finding, Rule
+from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short, string_value
 from metalint.static.tensors import parameter_value, value_kind
 
@@ -46,16 +46,20 @@ class ParameterFromValue(Rule):
     ```
 
     ## Fix safety
-    `metalint fix` moves the value into `reset_parameters()` and calls it at the end of
-    `__init__`, so eager construction gives the same tensors. The fix is unsafe when it must
-    add `device`/`dtype` to the constructor's signature, and unavailable when the shape of the
-    value cannot be derived statically.
+
+    `metalint fix` creates the parameter with `torch.empty(shape)` (keeping the factory's own
+    `dtype=`/`device=`/`**kwargs`, no signature change) and sets its value in
+    `reset_parameters()`, which `__init__` calls last, so eager construction gives the same
+    tensors. Constants are exact; `torch.randn(s) * k` becomes `normal_().mul_(k)` (the same
+    draws), safe only when nothing after it in `__init__` draws random numbers. Calling an
+    existing `reset_parameters()` that `__init__` did not call is unsafe. Not fixable when the
+    shape of the value cannot be derived statically.
     """
 
     code = "ML001"
     name = "parameter-from-value"
     summary = "Parameter created from a value in `__init__` that no reset hook re-creates"
-    fix_availability = "sometimes"
+    codemod = "metalint.fix.parameter_from_value"
 
     VALID = [
         # the timm-1.0 LayerScale: empty + reset_parameters
@@ -115,7 +119,8 @@ class ViT(nn.Module):
     ]
     INVALID = [
         # dinov2's LayerScale
-        """
+        Invalid(
+            """
 import torch
 from torch import nn
 
@@ -125,6 +130,22 @@ class LayerScale(nn.Module):
         self.inplace = inplace
         self.gamma = nn.Parameter(init_values * torch.ones(dim))  # ERROR
 """,
+            fixed="""
+import torch
+from torch import nn
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+        self.init_values = init_values
+        self.gamma = nn.Parameter(torch.empty(dim))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.constant_(self.gamma, self.init_values)
+""",
+        ),
         # every spelling of Parameter, through a local variable, and register_parameter
         """
 import torch
@@ -192,4 +213,5 @@ class Block(nn.Module):
             f"`torch.empty(...)` and set the value in `reset_parameters()`",
             cls,
             unless_recreated=(attr,),
+            subject=(attr,),
         )

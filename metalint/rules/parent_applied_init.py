@@ -17,7 +17,7 @@ from metalint.static.defaults import (
 from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
 from metalint.static.ownership import module_children
-from metalint.static.rule import Finding, Rule
+from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short, walk
 from metalint.static.tensors import inplace_write
 from metalint.vocabulary import (
@@ -140,13 +140,18 @@ class ParentAppliedInit(Rule):
     Or give each child class a `reset_parameters()` that sets the values itself.
 
     ## Fix safety
-    No automatic fix: moving the call into `init_weights()` is safe for eager construction,
-    but whoever materialises the model must call `init_weights()` instead of per-module resets.
+    `metalint fix` moves the statement that applies the init (or the call of the private
+    method that does) into a new root `init_weights()`, called where the statement ran: eager
+    construction draws the same random numbers in the same order, so the fix is safe. Whoever
+    materialises the model must then call `init_weights()` after `to_empty()` (timm's and
+    transformers' protocol). Not fixable when the class already has an `init_weights()`, or
+    when the statement is inside a loop, `with` or `try`.
     """
 
     code = "ML010"
     name = "parent-applied-init"
     summary = "Init applied by a parent (`self.apply`, `named_apply`) that per-module resets do not replay"
+    codemod = "metalint.fix.parent_init"
 
     VALID = [
         # the children reset themselves; the loop only calls their own hook
@@ -285,7 +290,8 @@ class Net(nn.Module):
     ]
     INVALID = [
         # nanoGPT / many transformers re-implementations
-        """
+        Invalid(
+            """
 import torch.nn as nn
 
 class GPT(nn.Module):
@@ -304,6 +310,29 @@ class GPT(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 """,
+            fixed="""
+import torch.nn as nn
+
+class GPT(nn.Module):
+    def __init__(self, vocab, dim):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        self.init_weights()
+        for pn, p in self.named_parameters():  # ERROR
+            if pn.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / 4)
+
+    def init_weights(self):
+        self.apply(self._init_weights)  # ERROR
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+""",
+        ),
         # timm: named_apply inside the root init_weights, called from __init__
         """
 from functools import partial

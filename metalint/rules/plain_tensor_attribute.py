@@ -6,7 +6,7 @@ import libcst as cst
 
 from metalint.static.construction import TensorFunctions, is_tensor, registrations
 from metalint.static.model import ClassFacts, construction
-from metalint.static.rule import Finding, Rule
+from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short, string_value
 
 
@@ -63,13 +63,18 @@ class PlainTensorAttribute(Rule):
     ```
 
     ## Fix safety
-    No automatic fix yet: registering a buffer adds a key to `state_dict()` unless
-    `persistent=False`, and the value must move into a hook.
+
+    `metalint fix` registers the tensor as a non-persistent buffer
+    (`self.register_buffer("mask", torch.ones(n), persistent=False)`): the same value eagerly, no
+    new `state_dict()` key, and `to_empty()`/`.to()` now move it; ML002 then reports the computed
+    value and its fix moves it into a hook. Safe when nothing else in the class assigns the
+    attribute; unsafe otherwise. Not fixable before `super().__init__()`.
     """
 
     code = "ML007"
     name = "plain-tensor-attribute"
     summary = "Tensor stored as a plain attribute in `__init__`: never moved off meta"
+    codemod = "metalint.fix.plain_tensor_attribute"
 
     VALID = [
         # a buffer, a parameter, numbers, a module, a tensor passed in, None
@@ -139,7 +144,8 @@ class Sampler:
     ]
     INVALID = [
         # nanoGPT-era mask and a scale tensor
-        """
+        Invalid(
+            """
 import torch
 from torch import nn
 
@@ -149,6 +155,17 @@ class CausalSelfAttention(nn.Module):
         self.mask = torch.tril(torch.ones(block_size, block_size))  # ERROR
         self.scale = torch.tensor(dim ** -0.5)  # ERROR
 """,
+            fixed="""
+import torch
+from torch import nn
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, block_size, dim):
+        super().__init__()
+        self.register_buffer("mask", torch.tril(torch.ones(block_size, block_size)), persistent=False)  # ERROR
+        self.register_buffer("scale", torch.tensor(dim ** -0.5), persistent=False)  # ERROR
+""",
+        ),
         # a RoPE cache kept as attributes, through locals; a hook does not make it move
         """
 import torch
@@ -262,4 +279,5 @@ class Attention(nn.Module):
                     f'it with `self.register_buffer("{attr}", ..., persistent=False)` and '
                     f"compute it in `reset_parameters()`",
                     cls,
+                    subject=(attr,),
                 )

@@ -341,7 +341,15 @@ class Head(nn.Module):
                 f"(created uninitialised in `{reg.method.name}`): after `to_empty()` and "
                 f"`reset_parameters()` it holds garbage. Initialise it in `reset_parameters()`"
             )
-        yield Finding(reg.node, msg, cls, unless_recreated=(reg.attr,), recreated_by=(HOOK,))
+        yield Finding(
+            reg.node,
+            msg,
+            cls,
+            unless_recreated=(reg.attr,),
+            recreated_by=(HOOK,),
+            subject=(reg.attr,),
+            hook=HOOK,
+        )
 
     # -- re-created differently -------------------------------------------------------------
     def _mismatch(
@@ -386,4 +394,6 @@ class Head(nn.Module):
             f"meta and reset differs from the eager one. Make `reset_parameters()` set the value "
             f"`__init__` means (and let `__init__` call it)",
             cls,
+            subject=(reg.attr,),
+            hook=HOOK,
         )

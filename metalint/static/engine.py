@@ -411,6 +411,9 @@ def _analyze(source, display, module_name, is_package, hooks, rules, elide_unrea
                     Position(rng.start.line, rng.start.column + 1),
                     Position(rng.end.line, rng.end.column + 1),
                     symbol=f.cls.qualname,
+                    subject=f.subject,
+                    hook=f.hook,
+                    help=f.help,
                     fix=f.fix
                     if f.fix is not None
                     else _codemod_fix(code, ctx, f, rng.start.line, source),

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metalint.codes import ERROR_CODE
 from metalint.diagnostics import Diagnostic, Position
-from metalint.report import ERROR_CODE
 
 
 @dataclass

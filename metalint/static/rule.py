@@ -41,6 +41,22 @@ class Finding:
     #: the finding stands unless this applied init function (name, constant arguments of a
     #: factory call or None) only calls each module's ``reset_parameters()``
     unless_reset_init: tuple = ()
+    #: the tensors or attributes the finding is about (see ``Diagnostic.subject``)
+    subject: tuple[str, ...] = ()
+    #: the init hook the finding is about, if it names one
+    hook: str | None = None
+    #: what to do about it (printed on its own line)
+    help: str | None = None
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """An INVALID example with the source ``metalint fix --write`` must turn it into
+    (``unsafe``: with ``--unsafe-fixes``), as Fixit's ``Invalid(expected_replacement=...)``."""
+
+    source: str
+    fixed: str | None = None
+    unsafe: bool = False
 
 
 @dataclass
@@ -60,9 +76,20 @@ class Rule:
     name: ClassVar[str]  # kebab-case, what it means to a PyTorch user
     summary: ClassVar[str]  # one line
     default: ClassVar[bool] = True  # enabled without --select
-    fix_availability: ClassVar[str] = "none"  # "none", "sometimes" or "always"
+    #: the module of the codemod that rewrites this rule's findings (``plan(ctx, cls,
+    #: finding) -> Rewrite``), or None: the fix registry, ``fix_availability`` and the rule
+    #: page are derived from it
+    codemod: ClassVar[str | None] = None
+    #: "none" or "sometimes" (a codemod that may refuse a finding): derived from ``codemod``
+    fix_availability: ClassVar[str] = "none"
     VALID: ClassVar[list[str]] = []
-    INVALID: ClassVar[list[str]] = []
+    #: sources with ``# ERROR`` on each reported line; an :class:`Invalid` also gives the
+    #: source after ``metalint fix --write`` (the example test applies the fix and compares)
+    INVALID: ClassVar[list[str | Invalid]] = []
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.fix_availability = "sometimes" if cls.codemod else "none"
 
     def __init__(self, ctx: RuleContext) -> None:
         self.ctx = ctx

@@ -1,11 +1,73 @@
-"""Codes of the probe's findings (``MP0xx``).
-
-``PROBE_CODES[code] = (name, one-line summary, long doc)``. This module does not import torch,
-so :func:`metalint.rules.describe` can consult it cheaply.
+"""Every code metalint prints that is not a static rule: the probe's ``MP0xx`` findings and
+``ML9xx`` (input that could not be checked), with the one-line facts reporters need
+(:class:`RuleInfo`) and the reference page ``metalint rule CODE`` prints. The bottom layer:
+imports nothing of metalint, never torch.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+#: code of a diagnostic that says a file (or probe target) could not be checked at all
+ERROR_CODE = "ML900"
+ERROR_NAME = "unreadable-input"
+ERROR_SUMMARY = (
+    "A file or probe target could not be checked at all (for a file CPython cannot "
+    "decode or parse: CPython's own message and line)"
+)
+ERROR_DOC = (
+    "`metalint check` could not read, decode or parse a file, or `metalint probe` could not "
+    "import or build a target (the message says which and why). Nothing was checked there, so "
+    "the run exits with status 2 whatever else it found. Fix the input (encoding, syntax, an "
+    "import error) or exclude the path."
+)
+#: a file whose analysis ran past its time budget or nested past the recursion guard
+TOO_COMPLEX_CODE = "ML901"
+#: a file on which the analysing worker process died (the parser crashed)
+CRASH_CODE = "ML902"
+#: every code that says input could not be checked: exit code 2
+ERROR_CODES = frozenset({ERROR_CODE, TOO_COMPLEX_CODE, CRASH_CODE})
+#: ``ML9xx``: (name, summary, page)
+INPUT_CODES: dict[str, tuple[str, str, str]] = {
+    ERROR_CODE: (ERROR_NAME, ERROR_SUMMARY, ERROR_DOC),
+    TOO_COMPLEX_CODE: (
+        "too-complex",
+        "File too complex to analyse: its analysis ran past the CPU-time budget "
+        "(`--file-time-budget`, `file-time-budget` in `[tool.metalint]`, default 5 s) or "
+        "nested past the recursion guard; the other files are checked as if it were absent",
+        "The file was not checked: its analysis ran past the per-file CPU time budget, or its "
+        "code nests deeper than the recursion guard allows (generated or hostile input). The "
+        "run exits with status 2. Raise the budget in the configuration, split the file, or "
+        "exclude it.",
+    ),
+    CRASH_CODE: (
+        "parser-crashed",
+        "The worker process analysing a file died on it (e.g. a native parser's stack "
+        "overflow); the other files are checked as if it were absent",
+        "The worker process that analysed the file died (the parser crashed on it); the other "
+        "files were checked and the run exits with status 2. Report the file if it is valid "
+        "Python.",
+    ),
+}
+
+
+def is_error(code: str) -> bool:
+    """Whether ``code`` says some input could not be checked (ML9xx: exit code 2)."""
+    return code in ERROR_CODES
+
+
+#: the reference page of a code (``rules/<code>.md`` of the repository)
+DOCS_URL = "https://github.com/metalint/metalint/blob/main/rules/{code}.md"
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    code: str
+    name: str
+    summary: str
+
+
+#: ``PROBE_CODES[code] = (name, one-line summary, long doc)``
 PROBE_CODES: dict[str, tuple[str, str, str]] = {
     "MP001": (
         "deterministic-value-lost",
@@ -81,5 +143,25 @@ PROBE_CODES: dict[str, tuple[str, str, str]] = {
 }
 
 
-def describe(code: str) -> tuple[str, str, str] | None:
-    return PROBE_CODES.get(code)
+def _other(code: str) -> tuple[str, str, str] | None:
+    return INPUT_CODES.get(code) or PROBE_CODES.get(code)
+
+
+def describe_code(code: str) -> RuleInfo | None:
+    """Name and summary of a code that is not a static rule (None: unknown)."""
+    found = _other(code)
+    return RuleInfo(code, found[0], found[1]) if found else None
+
+
+def code_page(code: str) -> str | None:
+    """The reference page of a code that is not a static rule (None: unknown)."""
+    found = _other(code)
+    if found is None:
+        return None
+    name, summary, doc = found
+    where = (
+        ""
+        if code == ERROR_CODE
+        else "Reported by `metalint probe` and `metalint check --probe`.\n\n"
+    )
+    return f"# {name} ({code})\n\n{summary}\n\n{where}## What it means\n\n{doc}\n"
