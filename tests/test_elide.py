@@ -19,7 +19,9 @@ SOURCES = sorted((ROOT / "fixtures").rglob("*.py")) + sorted(
     (ROOT / "tests" / "probe_models").glob("*.py")
 )
 EXAMPLES = [
-    pytest.param(textwrap.dedent(src).lstrip("\n"), id=f"{rule.code}-{kind}-{i}")
+    pytest.param(
+        textwrap.dedent(getattr(src, "source", src)).lstrip("\n"), id=f"{rule.code}-{kind}-{i}"
+    )
     for rule in all_rules()
     for kind, examples in (("valid", rule.VALID), ("invalid", rule.INVALID))
     for i, src in enumerate(examples)

@@ -17,7 +17,7 @@ from metalint.static.engine import analyze_source
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "fixtures").rglob("*.py"))]
 SOURCES += [
-    textwrap.dedent(src).lstrip("\n")
+    textwrap.dedent(getattr(src, "source", src)).lstrip("\n")
     for rule in all_rules()
     for examples in (rule.VALID, rule.INVALID)
     for src in examples
