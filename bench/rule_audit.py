@@ -129,7 +129,6 @@ def _static(package: Path) -> tuple[list, float]:
     from metalint.check import run_check
     from metalint.codes import ERROR_CODE
     from metalint.config import Settings
-    from metalint.report import ERROR_CODE
 
     settings = Settings(root=package.parent, select=["ML"])
     t0 = time.perf_counter()
