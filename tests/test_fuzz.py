@@ -10,7 +10,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,6 +38,16 @@ def test_check_never_dies_and_ml900_is_cpythons_verdict():
 
 @CI
 @given(fuzz.fix_source())
+# the property once took a new method before the class's trailing blank line for a wrong edit
+@example(
+    (
+        "import torch\nfrom torch import nn\n\nclass LayerScale(nn.Module):\n"
+        "    def __init__(self, dim, init_values=1e-5, inplace=False):\n"
+        "        super().__init__()\n        self.inplace = inplace  # \n"
+        "        self.gamma = nn.Parameter(init_values * torch.ones(dim))\n\n",
+        "\n",
+    )
+)
 def test_fix_edits_only_the_class_compiles_and_is_idempotent(case):
     text, _newline = case
     assert fuzz.fix_outcome(text) == "ok"
