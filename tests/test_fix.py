@@ -217,7 +217,9 @@ def test_verify_runs_the_probe(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rc, out = _fix(tmp_path, verify=True)
     assert "verified layer_scale.py:LayerScale: probe passed" in out, out
-    assert "ML001" not in out  # what remains is ML012's (no device argument), not ML001's
+    assert "layer_scale.py:19: ML001 [LayerScale] fixed and proven (probe passed)" in out, out
+    # what remains is ML012's (no device argument), not ML001's
+    assert not [line for line in out.splitlines() if "ML001" in line and "fixed" not in line]
     assert "reset_parameters" in target.read_text()
 
 

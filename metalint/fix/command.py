@@ -86,6 +86,7 @@ def run_fix(  # noqa: C901 (issue 20: split it)
         fixes.append(ff)
 
     changed = [ff for ff in fixes if ff.changed]
+    proven: dict = {}  # (file, top-level class) -> the probe's verdict (--verify)
     if show_diff or not write:
         for ff in changed:
             diff = difflib.unified_diff(
@@ -111,12 +112,17 @@ def run_fix(  # noqa: C901 (issue 20: split it)
                 ff.applied, ff.after = [], ff.before
         if verify:
             for ff in [f for f in changed if f.changed]:
-                _verify(ff, fixer, echo)
+                proven.update({(ff.display, v.cls): v for v in _verify(ff, fixer, echo)})
 
-    if show_fixes:
-        for ff in fixes:
-            for d in ff.applied:
-                echo(f"fix {d.filename}:{d.start.row}: {d.code} [{d.symbol}] {d.fix.message}")
+    for ff in fixes:
+        for d in ff.applied:
+            _echo_applied(
+                d,
+                proven.get((ff.display, (d.symbol or "").split(".")[0])),
+                echo,
+                write=write,
+                show_fixes=show_fixes,
+            )
     fixed = sum(max(len(ff.before) - len(ff.after), 0) for ff in fixes)
     remaining_diags = [
         d
@@ -157,8 +163,25 @@ def _error(display: str, message: str):
     return Diagnostic(ERROR_CODE, message, display, pos, pos)
 
 
-def _verify(ff, fixer, echo) -> None:
-    """Probe the rewritten classes; restore the file when one fails, then retry without it."""
+def _echo_applied(d, verdict, echo, *, write: bool, show_fixes: bool) -> None:
+    """One line per fix: ``fixed and proven`` (``--verify``: the probe passed), ``fixed``,
+    ``fixed (not proven: why)``; without ``--write`` only with ``--show-fixes``."""
+    if not write and not show_fixes:
+        return
+    state = "fixed" if write else "would fix"
+    if verdict is not None and verdict.status == "passed":
+        state = "fixed and proven (probe passed)"
+    elif verdict is not None:
+        state += f" (not proven: {verdict.detail})"
+    line = f"{d.filename}:{d.start.row}: {d.code} [{d.symbol}] {state}"
+    if show_fixes:
+        line = f"fix {line}: {d.fix.message}"
+    echo(line)
+
+
+def _verify(ff, fixer, echo) -> list:
+    """Probe the rewritten classes; restore the file when one fails, then retry without it.
+    Returns the verdicts of the last probe run (for the per-finding summary)."""
     from metalint.fix.verify import verify_classes
     from metalint.fix.write import digest, write_atomic
 
@@ -172,7 +195,7 @@ def _verify(ff, fixer, echo) -> None:
             elif v.status == "skipped":
                 echo(f"not verified {ff.display}:{v.cls}: {v.detail}")
         if not failed:
-            return
+            return verdicts
         written = ff.text.encode(ff.encoding)
         write_atomic(ff.path, ff.data, digest(written))  # restore the original
         for v in failed:
@@ -189,11 +212,12 @@ def _verify(ff, fixer, echo) -> None:
                         "the probe failed after the rewrite (--verify)",
                     )
         if not ff.changed:
-            return
+            return []
         write_atomic(ff.path, ff.text.encode(ff.encoding), digest(ff.data))
     # out of attempts: leave the original
     write_atomic(ff.path, ff.data, digest(ff.text.encode(ff.encoding)))
     ff.text, ff.applied, ff.after = ff.original, [], ff.before
+    return []
 
 
 @click.command("fix")
