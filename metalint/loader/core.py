@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from metalint.loader import distributed as dist_mod
 from metalint.loader.dtype_policy import DtypePolicy
 from metalint.loader.errors import CheckpointError
 from metalint.loader.formats import Source, open_checkpoint
@@ -62,9 +63,14 @@ class LoadReport:
     unmaterialized: list[str] = field(default_factory=list)
     #: groups of names that are one tensor (ties), checked intact after loading
     tied: list[tuple[str, ...]] = field(default_factory=list)
-    #: rank-local shards: name -> (dim, start, stop)
-    sharded: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    #: rank-local shards: name -> (dim, start, stop) for a shard plan; for a DTensor, per dim
+    #: the [start, stop] of global indices the local shard holds (a list of runs when strided)
+    sharded: dict[str, Any] = field(default_factory=dict)
     bytes_read: int = 0
+    #: in a process group with DTensors: this rank, the world size, every rank's bytes_read
+    rank: int | None = None
+    world_size: int | None = None
+    bytes_read_per_rank: list[int] = field(default_factory=list)
     seconds: float = 0.0
     verify: VerifyResult | None = None
     model: nn.Module | None = field(default=None, repr=False)
@@ -108,6 +114,10 @@ class LoadReport:
         }
         if self.sharded:
             out["sharded"] = {k: list(v) for k, v in self.sharded.items()}
+        if self.world_size is not None:
+            out["rank"] = self.rank
+            out["world_size"] = self.world_size
+            out["bytes_read_per_rank"] = self.bytes_read_per_rank
         if self.verify is not None:
             out["verify"] = {
                 "compared": self.verify.compared,
@@ -146,6 +156,9 @@ class LoadReport:
             lines.append(f"  tied: {' = '.join(t)}")
         if self.sharded:
             lines.append(f"  rank-local shards: {len(self.sharded)} tensors")
+        if self.bytes_read_per_rank:
+            per = ", ".join(f"rank {r}: {b} bytes" for r, b in enumerate(self.bytes_read_per_rank))
+            lines.append(f"  bytes read per rank ({self.world_size} ranks): {per}")
         if self.verify is not None:
             v = self.verify
             verdict = "identical" if v.ok else f"{len(v.mismatches)} DIFFER"
@@ -227,7 +240,10 @@ class _Transaction:
     def install(self, group: _Group, value: torch.Tensor) -> None:
         """Make every slot of ``group`` hold ``value`` (keeping Parameter class/requires_grad)."""
         old = group.tensor
-        if isinstance(old, nn.Parameter):
+        if dist_mod.is_dtensor(old):
+            # a new DTensor of the same spec (FSDP2 keeps the object: swap_tensors below)
+            new = dist_mod.like(old, value)
+        elif isinstance(old, nn.Parameter):
             new = torch.Tensor._make_subclass(type(old), value.detach(), old.requires_grad)
         else:
             new = value.detach() if type(value) is torch.Tensor else value
@@ -386,6 +402,7 @@ def _poison(t: torch.Tensor) -> Any:
 def _written(t: torch.Tensor, poison) -> bool:
     if t.device.type == "meta":
         return False
+    t = dist_mod.local(t)  # a DTensor: this rank's shard, no collective
     if poison is None:
         return True
     if t.numel() == 0:
@@ -427,7 +444,7 @@ def _subtree_groups(groups: list[_Group], path: str) -> list[_Group]:
     return [g for g in groups if any(s.name.startswith(pre) for s in g.slots)]
 
 
-def _materialize(  # noqa: C901 (issue 20: split it)
+def _materialize(
     tx: _Transaction,
     groups: list[_Group],
     targets: list[_Group],
@@ -438,7 +455,10 @@ def _materialize(  # noqa: C901 (issue 20: split it)
     policy: DtypePolicy,
     report: LoadReport,
 ) -> list[_Group]:
-    """Run init entry points for ``targets``; return the groups none of them re-created."""
+    """Run init entry points for ``targets``; return the groups none of them re-created.
+
+    A target that is a DTensor is allocated as a DTensor of the same spec (its local shard on
+    ``device``), so the hook initialises it under the model's sharding."""
     by_runner: dict[str, list[_Group]] = {}
     for g in targets:
         by_runner.setdefault(runners[id(g)], []).append(g)
@@ -446,70 +466,18 @@ def _materialize(  # noqa: C901 (issue 20: split it)
     # post-order: deeper modules first, children before parents
     failed: list[_Group] = []
     for path in sorted(by_runner, key=lambda p: (-(p.count(".") + (p != "")), -order[p])):
-        runner = modules[path]
         mine = by_runner[path]
         poisons = {}
         for g in mine:
             value = torch.empty_like(g.tensor, device=device)
             poisons[id(g)] = _poison(value)
             tx.install(g, value)
-        # Hide every other tensor of the runner's subtree behind a meta placeholder, so the hook
-        # cannot overwrite loaded (or already materialised) values.
-        mine_ids = {id(g) for g in mine}
-        hidden: list[tuple[_Slot, Any]] = []
-        placeholders: dict[int, torch.Tensor] = {}
-        for g in _subtree_groups(groups, path):
-            if id(g) in mine_ids:
-                continue
-            ph = placeholders.get(id(g))
-            if ph is None:
-                ph = torch.empty_like(g.tensor, device="meta")
-                if isinstance(g.tensor, nn.Parameter):
-                    ph = nn.Parameter(ph, requires_grad=g.tensor.requires_grad)
-                placeholders[id(g)] = ph
-            for s in g.slots:
-                d = s.module._parameters if s.kind == "param" else s.module._buffers
-                hidden.append((s, d[s.attr]))
-                d[s.attr] = ph
-        label = type(runner).__name__
-        where = f"'{path}'" if path else "the root"
+        hidden = _hide_subtree(groups, path, mine)
         try:
-            for hook in _hooks_for(runner, path == "", init):
-                with torch.no_grad(), torch.device(device):
-                    if hook == "<callable>":
-                        init(runner)
-                        used = f"{getattr(init, '__name__', 'init')}() on the root"
-                    else:
-                        getattr(runner, hook)()
-                        used = f"{label}.{hook}() on {where}"
-                # the hook may have registered new objects: pick them up
-                for g in mine:
-                    s = g.slots[0]
-                    d = s.module._parameters if s.kind == "param" else s.module._buffers
-                    cur = d.get(s.attr)
-                    if cur is not None and cur is not g.tensor:
-                        val = cur.detach().to(device=device, dtype=g.tensor.dtype)
-                        for s2 in g.slots:
-                            d2 = s2.module._parameters if s2.kind == "param" else s2.module._buffers
-                            d2[s2.attr] = g.tensor
-                        tx.install(g, val)
-                        poisons[id(g)] = None
-                for g in mine:
-                    if g.names[0] not in report.materialized and _written(g.tensor, poisons[id(g)]):
-                        for n in g.names:
-                            report.materialized[n] = used
-                if all(g.names[0] in report.materialized for g in mine):
-                    break
-        except CheckpointError:
-            raise
-        except Exception as exc:
-            raise CheckpointError(
-                f"init entry point {label} on {where} failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            _run_hooks(tx, modules[path], path, mine, poisons, init, device, report)
         finally:
             for s, obj in reversed(hidden):
-                d = s.module._parameters if s.kind == "param" else s.module._buffers
-                d[s.attr] = obj
+                _slot_dict(s)[s.attr] = obj
         for g in mine:
             if g.names[0] not in report.materialized:
                 failed.append(g)
@@ -518,6 +486,70 @@ def _materialize(  # noqa: C901 (issue 20: split it)
             if g.tensor.dtype != target:
                 tx.install(g, g.tensor.detach().to(target))
     return failed
+
+
+def _slot_dict(s: _Slot) -> dict:
+    return s.module._parameters if s.kind == "param" else s.module._buffers
+
+
+def _hide_subtree(groups: list[_Group], path: str, mine: list[_Group]) -> list[tuple[_Slot, Any]]:
+    """Hide every other tensor of the runner's subtree behind a meta placeholder, so the hook
+    cannot overwrite loaded (or already materialised) values; returns what to put back."""
+    mine_ids = {id(g) for g in mine}
+    hidden: list[tuple[_Slot, Any]] = []
+    for g in _subtree_groups(groups, path):
+        if id(g) in mine_ids:
+            continue
+        ph = torch.empty_like(g.tensor, device="meta")
+        if isinstance(g.tensor, nn.Parameter):
+            ph = nn.Parameter(ph, requires_grad=g.tensor.requires_grad)
+        for s in g.slots:
+            d = _slot_dict(s)
+            hidden.append((s, d[s.attr]))
+            d[s.attr] = ph
+    return hidden
+
+
+def _run_hooks(tx, runner, path, mine, poisons, init, device, report) -> None:
+    """Run the runner's hooks, in order, until every tensor of ``mine`` is written."""
+    label = type(runner).__name__
+    where = f"'{path}'" if path else "the root"
+    try:
+        for hook in _hooks_for(runner, path == "", init):
+            with torch.no_grad(), torch.device(device):
+                if hook == "<callable>":
+                    init(runner)
+                    used = f"{getattr(init, '__name__', 'init')}() on the root"
+                else:
+                    getattr(runner, hook)()
+                    used = f"{label}.{hook}() on {where}"
+            _adopt_new_objects(tx, mine, poisons, device)
+            for g in mine:
+                if g.names[0] not in report.materialized and _written(g.tensor, poisons[id(g)]):
+                    for n in g.names:
+                        report.materialized[n] = used
+            if all(g.names[0] in report.materialized for g in mine):
+                break
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(
+            f"init entry point {label} on {where} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _adopt_new_objects(tx, mine, poisons, device) -> None:
+    """A hook may register new objects (``register_buffer`` anew): install their values into
+    the model's own tensors, so ties and the undo log stay right."""
+    for g in mine:
+        s = g.slots[0]
+        cur = _slot_dict(s).get(s.attr)
+        if cur is not None and cur is not g.tensor:
+            val = cur.detach().to(device=device, dtype=g.tensor.dtype)
+            for s2 in g.slots:
+                _slot_dict(s2)[s2.attr] = g.tensor
+            tx.install(g, val)
+            poisons[id(g)] = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -599,9 +631,20 @@ def load_checkpoint(
     Not replayed: a module's ``_load_from_state_dict`` override and load_state_dict pre/post
     hooks (key renames, fused-weight splits); checkpoints must use the model's state-dict keys.
 
-    Tensor parallel: ``shard_plan`` (see :mod:`metalint.loader.sharding`) with ``rank`` and
-    ``world_size`` (default: from the initialised process group) makes each rank read and hold
-    only its slice of the split tensors.
+    Sharded models (FSDP2 ``fully_shard``, ``parallelize_module``, any DTensor): a parameter or
+    buffer that is a DTensor (1-D or 2-D mesh, ``Shard(d)``/``Replicate()``, uneven or strided
+    shards) is read as its local shard only (safetensors ``get_slice``, a view of the mmap-ed
+    torch zip, DCP reading into a DTensor of the same spec), cast by the dtype policy, and
+    installed as a DTensor of the same mesh and placements, keeping ``requires_grad`` and the
+    object FSDP2 holds (:mod:`metalint.loader.distributed`). Missing tensors are allocated as
+    DTensors of their spec before their init entry point runs. The ranks exchange errors
+    after reading and at the end: one rank's failure is a one-line error on every rank, and
+    every rank's model is left unchanged. ``report.bytes_read_per_rank`` lists what each rank
+    read.
+
+    ``shard_plan`` (see :mod:`metalint.loader.sharding`) with ``rank`` and ``world_size``
+    (default: from the initialised process group) is the older form for plain tensors: each
+    rank reads and holds only its slice of the split tensors, without a process group.
     """
     t0 = time.perf_counter()
     policy = DtypePolicy.make(dtype, keep_in_fp32)
@@ -612,7 +655,7 @@ def load_checkpoint(
         if not callable(model):
             raise TypeError("model must be an nn.Module or a zero-argument factory")
         model = _build_on_meta(model)
-    plan = None
+    shards = None
     if shard_plan is not None:
         if rank is None or world_size is None:
             import torch.distributed as dist
@@ -622,7 +665,7 @@ def load_checkpoint(
                 world_size = dist.get_world_size() if world_size is None else world_size
             else:
                 rank, world_size = rank or 0, world_size or 1
-        plan = ShardPlan.make(shard_plan, rank, world_size)
+        shards = ShardPlan.make(shard_plan, rank, world_size)
     allow = tuple(allow_missing)
 
     report = LoadReport(
@@ -634,22 +677,32 @@ def load_checkpoint(
     src: Source = open_checkpoint(checkpoint)
     try:
         report.format = src.kind
-        _load(model, src, policy, device, strict, init, allow, plan, progress, report)
+        _load(model, src, policy, device, strict, init, allow, shards, progress, report)
     finally:
         src.close()
     report.seconds = time.perf_counter() - t0
     return report
 
 
-def _load(model, src, policy, device, strict, init, allow, plan, progress, report):  # noqa: C901 (issue 20: split it)
-    groups = _inventory(model)
-    modules = dict(model.named_modules(remove_duplicate=False))
+@dataclass
+class _Plan:
+    """What the loader will do, decided from the checkpoint's headers before any read."""
+
+    groups: list[_Group]
+    modules: dict[str, nn.Module]
+    to_load: list[tuple[_Group, str]] = field(default_factory=list)  # (group, checkpoint name)
+    to_init: list[_Group] = field(default_factory=list)  # on meta, not in the checkpoint
+    keep: list[_Group] = field(default_factory=list)  # already materialised, not in it
+    runners: dict[int, str] = field(default_factory=dict)  # id(group) -> module path
+    unrecoverable: list[str] = field(default_factory=list)
+
+
+def _plan(model, src, init, allow, strict, report) -> _Plan:
+    """Match the checkpoint's keys against the model; raise (strict) before touching it."""
+    plan = _Plan(_inventory(model), dict(model.named_modules(remove_duplicate=False)))
     entries = src.entries
     known: set[str] = set()
-    to_load: list[tuple[_Group, str]] = []
-    to_init: list[_Group] = []
-    keep: list[_Group] = []
-    for g in groups:
+    for g in plan.groups:
         # non-persistent buffers are not state-dict keys: a checkpoint entry with such a name
         # is unexpected, as for load_state_dict
         keys = [s.name for s in g.slots if s.persistent]
@@ -660,55 +713,64 @@ def _load(model, src, policy, device, strict, init, allow, plan, progress, repor
             for n in present
             if tuple(entries[n].shape) != tuple(g.tensor.shape)
         ]
-        if bad:
-            report.shape_mismatches.extend(bad)
+        report.shape_mismatches.extend(bad)
         if present and not bad:
-            to_load.append((g, present[-1]))
+            plan.to_load.append((g, present[-1]))
             continue
         if not present and g.persistent:
+            names = [n for n, s in zip(g.names, g.slots) if s.persistent]
             if any(fnmatch.fnmatchcase(n, p) for n in g.names for p in allow):
-                report.allowed_missing.extend(n for n, s in zip(g.names, g.slots) if s.persistent)
+                report.allowed_missing.extend(names)
             else:
-                report.missing.extend(n for n, s in zip(g.names, g.slots) if s.persistent)
-        if g.tensor.device.type == "meta":
-            to_init.append(g)
-        else:
-            keep.append(g)
+                report.missing.extend(names)
+        (plan.to_init if g.tensor.device.type == "meta" else plan.keep).append(g)
     report.unexpected = [n for n in entries if n not in known]
     report.unexpected += list(getattr(src, "non_tensors", []))
-    report.tied = [tuple(g.names) for g in groups if len(g.slots) > 1]
-
-    runners: dict[int, str] = {}
-    unrecoverable = []
-    for g in to_init:
-        r = _runner_for(g, modules, init)
+    report.tied = [tuple(g.names) for g in plan.groups if len(g.slots) > 1]
+    for g in plan.to_init:
+        r = _runner_for(g, plan.modules, init)
         if r is None:
-            unrecoverable.extend(g.names)
+            plan.unrecoverable.extend(g.names)
         else:
-            runners[id(g)] = r
+            plan.runners[id(g)] = r
     if strict:
         pre = LoadReport(
             missing=report.missing,
             unexpected=report.unexpected,
             shape_mismatches=report.shape_mismatches,
-            unmaterialized=unrecoverable,
+            unmaterialized=plan.unrecoverable,
         )
         if pre.problems():
             raise CheckpointError(pre.problems(), file=src.path)
+    return plan
 
-    # ---- stream: read, cast, keep; the model is not touched yet
-    ordered = sorted(to_load, key=lambda gs: (entries[gs[1]].file, entries[gs[1]].begin or 0))
-    total = 0
-    for g, name in ordered:
-        total += entries[name].nbytes
-    bar = _Progress(total, progress)
+
+def _read_one(src, name, g, shards, report):
+    """The bytes of checkpoint entry ``name`` this rank needs for ``g``: its DTensor's local
+    shard, the shard plan's slice, or the whole tensor. Returns ``(raw, nbytes)``."""
+    if dist_mod.is_dtensor(g.tensor):
+        raw, nbytes, runs = dist_mod.read_local(src, name, g.tensor)
+        report.sharded[name] = dist_mod.describe_runs(runs)
+        return raw, nbytes
+    sl = shards.local_slice(name, src.entries[name].shape) if shards is not None else None
+    raw = src.read(name, *sl) if sl else src.read(name)
+    if sl:
+        report.sharded[name] = sl
+    return raw, raw.numel() * raw.element_size()
+
+
+def _stream(plan, src, policy, device, shards, progress, report) -> dict[int, torch.Tensor]:
+    """Read, cast and keep every tensor to load (its local shard for a DTensor); the model is
+    not touched. Returns id(group) -> the new (local) tensor."""
+    entries = src.entries
+    ordered = sorted(plan.to_load, key=lambda gs: (entries[gs[1]].file, entries[gs[1]].begin or 0))
+    bar = _Progress(sum(entries[name].nbytes for _, name in ordered), progress)
     stage = _Staging(device)
     values: dict[int, torch.Tensor] = {}
     try:
         for g, name in ordered:
             e = entries[name]
-            sl = plan.local_slice(name, e.shape) if plan is not None else None
-            raw = src.read(name, *sl) if sl else src.read(name)
+            raw, nbytes = _read_one(src, name, g, shards, report)
             target = policy.target(name, g.tensor.dtype)
             try:
                 if device.type == "cpu":
@@ -721,64 +783,97 @@ def _load(model, src, policy, device, strict, init, allow, plan, progress, repor
                 raise CheckpointError(
                     f"read failed: {type(exc).__name__}: {exc}", file=e.file, tensor=name
                 ) from exc
-            nbytes = raw.numel() * raw.element_size()
             report.bytes_read += nbytes
             if raw.dtype != target:
-                key = (
-                    f"{str(raw.dtype).removeprefix('torch.')}->{str(target).removeprefix('torch.')}"
-                )
+                key = f"{_dtype_name(raw.dtype)}->{_dtype_name(target)}"
                 c = report.casts.setdefault(key, [0, 0])
                 c[0] += 1
                 c[1] += nbytes
             del raw
-            if sl:
-                report.sharded[name] = sl
             values[id(g)] = t
             report.loaded.append(name)
             bar.update(e.nbytes)
     finally:
         bar.close()
         stage.release()
+    return values
 
-    # ---- install, then materialise; undo everything on failure
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _install(model, plan, values, tx, policy, device, init, strict, report, path) -> None:
+    """Install what was read, then materialise the rest through the init entry point."""
+    for g, _ in plan.to_load:
+        tx.install(g, values.pop(id(g)))
+    for g in plan.keep:
+        target = policy.target(g.names[0], g.tensor.dtype)
+        if g.tensor.dtype != target or g.tensor.device != device:
+            tx.install(g, g.tensor.detach().to(device=device, dtype=target))
+    recoverable = [g for g in plan.to_init if id(g) in plan.runners]
+    failed = _materialize(
+        tx, plan.groups, recoverable, plan.modules, plan.runners, init, device, policy, report
+    )
+    unrecoverable = list(plan.unrecoverable)
+    for g in failed:
+        unrecoverable.extend(g.names)
+        tx.install(g, torch.empty_like(g.tensor, device="meta"))
+    report.unmaterialized = unrecoverable
+    if strict and unrecoverable:
+        raise CheckpointError(
+            f"{len(unrecoverable)} not in the checkpoint and not re-created by any init entry "
+            f"point: {', '.join(unrecoverable)}",
+            file=path,
+        )
+    _check_installed(model, plan.groups, unrecoverable, path)
+
+
+def _check_installed(model, groups, unrecoverable, path) -> None:
+    left = [
+        n
+        for n, t in list(model.named_parameters(remove_duplicate=False))
+        + list(model.named_buffers(remove_duplicate=False))
+        if t.device.type == "meta" and n not in unrecoverable
+    ]
+    if left:
+        raise CheckpointError(f"still on meta after loading: {', '.join(left)}", file=path)
+    for g in groups:
+        if len(g.slots) > 1:
+            objs = {id(_slot_dict(s)[s.attr]) for s in g.slots}
+            if len(objs) != 1:
+                raise CheckpointError(f"tie broken: {' = '.join(g.names)}", file=path)
+
+
+def _load(model, src, policy, device, strict, init, allow, shards, progress, report):
+    """plan -> stream -> install. With DTensors in a process group the ranks agree after the
+    reads and again at the end: when one rank fails, every rank raises and rolls back."""
+    collective = dist_mod.process_group() is not None and any(
+        dist_mod.is_dtensor(g.tensor) for g in _inventory(model)
+    )
+    error: Exception | None = None
+    values: dict[int, torch.Tensor] = {}
+    try:
+        plan = _plan(model, src, init, allow, strict, report)
+        values = _stream(plan, src, policy, device, shards, progress, report)
+    except CheckpointError as exc:
+        error = exc
+    if collective:
+        error = dist_mod.agree(error)
+    if error is not None:
+        raise error
     tx = _Transaction()
     try:
-        for g, _ in to_load:
-            tx.install(g, values.pop(id(g)))
-        for g in keep:
-            target = policy.target(g.names[0], g.tensor.dtype)
-            if g.tensor.dtype != target or g.tensor.device != device:
-                tx.install(g, g.tensor.detach().to(device=device, dtype=target))
-        recoverable = [g for g in to_init if id(g) in runners]
-        failed = _materialize(
-            tx, groups, recoverable, modules, runners, init, device, policy, report
-        )
-        for g in failed:
-            unrecoverable.extend(g.names)
-            tx.install(g, torch.empty_like(g.tensor, device="meta"))
-        report.unmaterialized = unrecoverable
-        if strict and unrecoverable:
-            raise CheckpointError(
-                f"{len(unrecoverable)} not in the checkpoint and not re-created by any init entry "
-                f"point: {', '.join(unrecoverable)}",
-                file=src.path,
-            )
-        left = [
-            n
-            for n, t in list(model.named_parameters(remove_duplicate=False))
-            + list(model.named_buffers(remove_duplicate=False))
-            if t.device.type == "meta" and n not in unrecoverable
-        ]
-        if left:
-            raise CheckpointError(f"still on meta after loading: {', '.join(left)}", file=src.path)
-        for g in groups:
-            if len(g.slots) > 1:
-                objs = {
-                    id((s.module._parameters if s.kind == "param" else s.module._buffers)[s.attr])
-                    for s in g.slots
-                }
-                if len(objs) != 1:
-                    raise CheckpointError(f"tie broken: {' = '.join(g.names)}", file=src.path)
+        _install(model, plan, values, tx, policy, device, init, strict, report, src.path)
+    except CheckpointError as exc:
+        error = exc
     except BaseException:
         tx.rollback()
         raise
+    if collective:
+        error = dist_mod.agree(error)
+        report.rank, report.world_size = dist_mod.process_group()
+        report.bytes_read_per_rank = dist_mod.gather_int(report.bytes_read) if not error else []
+    if error is not None:
+        tx.rollback()
+        raise error

@@ -98,6 +98,11 @@ class Source:
     def read(self, name: str, dim: int | None = None, start: int = 0, stop: int = 0):
         raise NotImplementedError
 
+    def read_box(self, name: str, box: tuple[slice, ...]):
+        """The elements of ``name`` inside ``box`` (one slice per leading dim): a DTensor's
+        local shard. Reads only those bytes where the format allows."""
+        return self.read(name)[box].clone()
+
     def close(self) -> None:
         pass
 
@@ -163,6 +168,15 @@ class SafetensorsSource(Source):
         except CheckpointError:
             raise
         except Exception as exc:  # OSError, SafetensorError, ...
+            raise CheckpointError(
+                f"read failed: {type(exc).__name__}: {exc}", file=e.file, tensor=name
+            ) from exc
+
+    def read_box(self, name, box):
+        e = self.entries[name]
+        try:
+            return self._handle(e.file).get_slice(name)[box]
+        except Exception as exc:
             raise CheckpointError(
                 f"read failed: {type(exc).__name__}: {exc}", file=e.file, tensor=name
             ) from exc
@@ -234,6 +248,9 @@ class TorchZipSource(Source):
         # A view of the mmap-ed file: the caller's one cast/copy is the only allocation.
         return t
 
+    def read_box(self, name, box):
+        return self._sds[self.entries[name].file][name][box]
+
     def close(self):
         self._sds.clear()
 
@@ -253,9 +270,12 @@ class DCPSource(Source):
                 f"cannot read DCP metadata: {type(exc).__name__}: {exc}", file=path
             ) from exc
         self.non_tensors: list[str] = []
+        #: name -> stored chunks (offsets, sizes): what a sharded read overlaps
+        self.chunks: dict[str, list] = {}
         for name, meta in md.state_dict_metadata.items():
             if isinstance(meta, TensorStorageMetadata):
                 self.entries[name] = Entry(name, tuple(meta.size), meta.properties.dtype, path)
+                self.chunks[name] = list(meta.chunks)
             else:
                 self.non_tensors.append(name)
 

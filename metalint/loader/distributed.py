@@ -1,0 +1,400 @@
+"""Loading into DTensors (FSDP2 ``fully_shard``, tensor parallel), and the rank launcher.
+
+Sharding is what the model says it is: a parameter or buffer that is a ``DTensor`` carries its
+device mesh and placements (``Shard(d)``, ``Replicate()``, FSDP2's ``_StridedShard`` under TP),
+and the loader reads exactly the elements of the rank's local shard:
+
+- :func:`local_runs` computes, per dimension, which global indices the local shard holds, by
+  letting DTensor itself split a 1-D ``arange`` of that dimension with the placements that shard
+  it (``distribute_tensor(..., src_data_rank=None)``: local, no communication). Uneven shards,
+  empty shards and nested (strided) shards come out as DTensor lays them out;
+- :func:`read_local` reads those index ranges (one box when they are contiguous, as for
+  ``Shard(d)``: safetensors ``get_slice``, a view of the mmap-ed torch zip file), or, for a DCP
+  folder, lets ``torch.distributed.checkpoint`` read (and reshard) into a DTensor of the same
+  spec;
+- :func:`like` wraps a local tensor as a DTensor with the spec of the tensor it replaces (and
+  as a ``Parameter`` with its ``requires_grad``); the loader swaps it in with
+  ``torch.utils.swap_tensors``, so the object FSDP2 holds is the one in the module and FSDP2
+  re-pads it at its lazy init;
+- :func:`agree` turns one rank's error into the same one-line error on every rank, so all of
+  them roll back.
+
+:func:`launch` runs ``python -m <module> ...`` on N ranks torchrun-style (``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``), and :func:`shard_model`
+applies ``--shard fsdp|tp|fsdp+tp``; ``metalint load`` and ``metalint probe`` use both.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+SHARD_CHOICES = ("fsdp", "tp", "fsdp+tp")
+
+
+def is_dtensor(t) -> bool:
+    # no DTensor can exist before torch.distributed.tensor is imported: keep the plain path cheap
+    if "torch.distributed.tensor" not in sys.modules:
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(t, DTensor)
+
+
+def process_group() -> tuple[int, int] | None:
+    """``(rank, world_size)`` of the initialised default process group, else None."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# which elements a rank holds
+
+
+def _dim_indices(t, dim: int) -> list[int]:
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    placements = []
+    for p in t.placements:
+        if isinstance(p, _StridedShard) and p.dim == dim:
+            placements.append(_StridedShard(0, split_factor=p.split_factor))
+        elif p.is_shard() and p.dim == dim:
+            placements.append(Shard(0))
+        else:
+            placements.append(Replicate())
+    full = torch.arange(t.shape[dim])
+    if all(not p.is_shard() for p in placements):
+        return full.tolist()
+    local = distribute_tensor(full, t.device_mesh, placements, src_data_rank=None)
+    return local.to_local().tolist()
+
+
+def _runs(indices: list[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for i in indices:
+        if out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out
+
+
+def local_runs(t) -> list[list[tuple[int, int]]]:
+    """Per dimension of the DTensor ``t``, the ``[start, stop)`` runs of global indices that
+    this rank's local shard holds, in local order."""
+    return [_runs(_dim_indices(t, d)) for d in range(t.ndim)]
+
+
+def local_shape(runs: list[list[tuple[int, int]]]) -> tuple[int, ...]:
+    return tuple(sum(b - a for a, b in r) for r in runs)
+
+
+def describe_runs(runs: list[list[tuple[int, int]]]) -> list:
+    """JSON-able: per dim ``[start, stop]`` (one run) or a list of runs."""
+    return [list(r[0]) if len(r) == 1 else [list(x) for x in r] for r in runs]
+
+
+# --------------------------------------------------------------------------------------------
+# reading a local shard
+
+
+def _assemble(read, runs, dim: int = 0, box: tuple = ()) -> torch.Tensor:
+    if dim == len(runs):
+        return read(box)
+    parts = [_assemble(read, runs, dim + 1, box + (slice(a, b),)) for a, b in runs[dim]]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim)
+
+
+def read_local(src, name: str, t) -> tuple[torch.Tensor, int, list]:
+    """Read the local shard of checkpoint entry ``name`` for the DTensor ``t``.
+
+    Returns ``(tensor in the stored dtype, bytes read, runs)``. Only the shard's elements are
+    read; a replicated dimension is read whole."""
+    e = src.entries[name]
+    runs = local_runs(t)
+    shape = local_shape(runs)
+    if src.kind == "dcp":
+        return _read_dcp(src, name, t, runs), _dcp_bytes(src, name, runs), runs
+    if 0 in shape:
+        return torch.empty(shape, dtype=e.dtype), 0, runs
+    if shape == tuple(e.shape):
+        raw = src.read(name)
+    else:
+        raw = _assemble(lambda box: src.read_box(name, box), runs)
+    return raw, raw.numel() * raw.element_size(), runs
+
+
+def _read_dcp(src, name: str, t, runs) -> torch.Tensor:
+    """DCP reads (and reshards) into a DTensor of ``t``'s spec: the local shard only."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.tensor import DTensor
+
+    e = src.entries[name]
+    local = torch.empty(local_shape(runs), dtype=e.dtype)
+    dt = DTensor.from_local(
+        local, t.device_mesh, t.placements, run_check=False, shape=t.shape, stride=t.stride()
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.load({name: dt}, storage_reader=FileSystemReader(src.path), no_dist=True)
+    return dt.to_local()
+
+
+def _dcp_bytes(src, name: str, runs) -> int:
+    """Bytes of the stored DCP chunks that overlap the local shard: what ``FileSystemReader``
+    reads (it reads a stored chunk whole, then narrows it)."""
+    e = src.entries[name]
+    total = 0
+    for c in getattr(src, "chunks", {}).get(name, ()):
+        overlap = all(
+            any(a < off + size and off < b for a, b in r)
+            for r, off, size in zip(runs, c.offsets, c.sizes)
+        )
+        if overlap:
+            n = 1
+            for s in c.sizes:
+                n *= s
+            total += n * e.itemsize
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# installing a local shard
+
+
+def like(old, value: torch.Tensor):
+    """``value`` (a local shard, or a DTensor) as a DTensor with ``old``'s mesh, placements and
+    global shape, and a ``Parameter`` with ``old.requires_grad`` when ``old`` is one."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(value, DTensor):
+        value = DTensor.from_local(
+            value.detach(),
+            old.device_mesh,
+            old.placements,
+            run_check=False,
+            shape=old.shape,
+            stride=old.stride(),
+        )
+    else:
+        value = value.detach()
+    if isinstance(old, nn.Parameter):
+        return nn.Parameter(value, requires_grad=old.requires_grad)
+    return value
+
+
+def local(t) -> torch.Tensor:
+    return t.to_local() if is_dtensor(t) else t
+
+
+# --------------------------------------------------------------------------------------------
+# every rank gives the same answer
+
+
+def agree(error: Exception | None) -> Exception | None:
+    """Exchange errors between the ranks: None when no rank failed, else this rank's own error,
+    or a one-line error naming the first rank that failed."""
+
+    from metalint.loader.errors import CheckpointError
+
+    mine = None if error is None else str(error).replace("\n", " ")
+    everyone = gather_text(mine)
+    if error is not None:
+        return error
+    for r, msg in enumerate(everyone):
+        if msg is not None:
+            return CheckpointError(f"rank {r} failed, nothing installed on any rank: {msg}")
+    return None
+
+
+def gather_text(text: str | None) -> list[str | None]:
+    """Every rank's ``text`` (tensors only: ``all_gather_object`` needs numpy)."""
+    import torch.distributed as dist
+
+    data = b"" if text is None else b"\x01" + text.encode("utf-8", "replace")
+    sizes = gather_int(len(data))
+    buf = torch.zeros(max(max(sizes), 1), dtype=torch.uint8)
+    if data:
+        buf[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+    out = [torch.empty_like(buf) for _ in sizes]
+    dist.all_gather(out, buf)
+    return [
+        bytes(o[1:n].tolist()).decode("utf-8", "replace") if n else None for o, n in zip(out, sizes)
+    ]
+
+
+def gather_int(n: int) -> list[int]:
+    import torch.distributed as dist
+
+    out = torch.zeros(dist.get_world_size(), dtype=torch.int64)
+    out[dist.get_rank()] = n
+    dist.all_reduce(out)
+    return out.tolist()
+
+
+# --------------------------------------------------------------------------------------------
+# sharding a model for `--shard`
+
+
+def _tp_plan(model: nn.Module) -> dict:
+    """A tensor-parallel plan: the model's own ``tp_plan``/``_tp_plan`` (module glob ->
+    ``"colwise"``/``"rowwise"``, as transformers spells it), else every ``nn.Linear``
+    column-wise and every ``nn.Embedding`` row-wise."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    own = getattr(model, "tp_plan", None) or getattr(model, "_tp_plan", None)
+    if isinstance(own, dict) and own:
+        return {k: styles[v]() for k, v in own.items() if v in styles}
+    plan = {}
+    for name, m in model.named_modules():
+        if name and isinstance(m, nn.Linear):
+            plan[name] = ColwiseParallel()
+        elif name and isinstance(m, nn.Embedding):
+            plan[name] = RowwiseParallel()
+    return plan
+
+
+def shard_model(model: nn.Module, shard: str, device_type: str = "cpu") -> nn.Module:
+    """Shard ``model`` (built on meta) over the default process group: ``fsdp``: FSDP2
+    ``fully_shard`` on every child holding parameters, then the root (1-D mesh); ``tp``:
+    ``parallelize_module`` with :func:`_tp_plan` (1-D mesh); ``fsdp+tp``: a 2-D mesh
+    ``(world / 2, 2)``, tensor parallel on the inner dimension, FSDP2 on the outer."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    world = dist.get_world_size()
+    if shard not in SHARD_CHOICES:
+        raise ValueError(f"--shard must be one of {', '.join(SHARD_CHOICES)}")
+    if shard == "fsdp+tp":
+        if world % 2:
+            raise ValueError(f"--shard fsdp+tp needs an even number of ranks, not {world}")
+        mesh = init_device_mesh(device_type, (world // 2, 2), mesh_dim_names=("dp", "tp"))
+        dp, tp = mesh["dp"], mesh["tp"]
+    else:
+        mesh = init_device_mesh(device_type, (world,))
+        dp = tp = mesh
+    if shard in ("tp", "fsdp+tp"):
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        parallelize_module(model, tp, _tp_plan(model))
+    if shard in ("fsdp", "fsdp+tp"):
+        from torch.distributed.fsdp import fully_shard
+
+        for child in model.children():
+            if any(True for _ in child.parameters()):
+                fully_shard(child, mesh=dp)
+        fully_shard(model, mesh=dp)
+    return model
+
+
+# --------------------------------------------------------------------------------------------
+# launching ranks
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_from_env(device: str = "cpu") -> tuple[int, int]:
+    """Join the process group the launcher set up: gloo on CPU, NCCL on CUDA."""
+    import datetime
+
+    import torch.distributed as dist
+
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    if backend == "nccl":  # pragma: no cover - needs a GPU
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    timeout = datetime.timedelta(seconds=float(os.environ.get("METALINT_DIST_TIMEOUT", "300")))
+    dist.init_process_group(backend, timeout=timeout)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def launch(
+    module: str, args: Sequence[str], nproc: int, timeout: float = 600.0
+) -> list[subprocess.CompletedProcess]:
+    """Run ``python -m module *args`` on ``nproc`` ranks, torchrun-style; wait for all of them.
+
+    When one rank fails, the others are given a few seconds, then terminated, so a rank stuck
+    in a collective cannot hang the run. Returns one ``CompletedProcess`` per rank (stdout and
+    stderr captured)."""
+    if nproc < 1:
+        raise ValueError("--nproc must be at least 1")
+    port = free_port()
+    procs = []
+    for rank in range(nproc):
+        env = dict(os.environ)
+        env.update(
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(nproc),
+            LOCAL_WORLD_SIZE=str(nproc),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", module, *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    return _wait_all(procs, timeout)
+
+
+def _wait_all(procs, timeout: float) -> list[subprocess.CompletedProcess]:
+    import threading
+
+    outs: dict[int, tuple[str, str]] = {}
+
+    def drain(i, p):
+        outs[i] = p.communicate()
+
+    threads = [
+        threading.Thread(target=drain, args=(i, p), daemon=True) for i, p in enumerate(procs)
+    ]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + timeout
+    grace = None
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        if grace is None and any(p.poll() not in (None, 0) for p in procs):
+            grace = now + 10.0
+        if now > deadline or (grace is not None and now > grace):
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            break
+        time.sleep(0.05)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    for th in threads:
+        th.join(timeout=10)
+    return [
+        subprocess.CompletedProcess(p.args, p.returncode, *outs.get(i, ("", "")))
+        for i, p in enumerate(procs)
+    ]
