@@ -16,6 +16,8 @@ import click
 INIT_MODES = ("auto", "reset_parameters", "init_non_persistent_buffers", "init_weights", "none")
 
 DTYPE_CHOICES = ("bf16", "fp16", "fp32", "fp64")
+# same as metalint.loader.distributed.SHARD_CHOICES
+SHARD_CHOICES = ("fsdp", "tp", "fsdp+tp")
 
 
 def _fail(message: str) -> None:
@@ -78,6 +80,27 @@ def _fail(message: str) -> None:
     help="Progress bar (default: on a TTY for checkpoints over 256 MiB).",
 )
 @click.option(
+    "--nproc",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Launch this many ranks (torchrun-style; gloo on CPU, NCCL on CUDA).",
+)
+@click.option(
+    "--shard",
+    type=click.Choice(SHARD_CHOICES),
+    default=None,
+    help="Shard the meta-built model before loading: FSDP2 fully_shard, tensor parallel, or "
+    "both on a (N/2, 2) mesh; each rank then reads only its shards.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Seconds for all ranks (with --nproc/--shard).",
+)
+@click.option(
     "--output-format", type=click.Choice(("text", "json")), default="text", show_default=True
 )
 def load_command(
@@ -91,6 +114,9 @@ def load_command(
     init,
     verify,
     progress,
+    nproc,
+    shard,
+    timeout,
     output_format,
 ):
     """Load CHECKPOINT into the model TARGET built on meta, one tensor at a time.
@@ -99,6 +125,22 @@ def load_command(
     model.safetensors.index.json, a torch .bin/.pt zip file, or a torch.distributed.checkpoint
     folder.
     """
+    if nproc > 1 or shard is not None:
+        if verify:
+            _fail("--verify compares against a single-process eager load; not with --nproc/--shard")
+        opts = dict(
+            checkpoint=checkpoint,
+            target=target,
+            dtype=dtype,
+            device=device,
+            keep_in_fp32=list(keep_in_fp32),
+            allow_missing=list(allow_missing),
+            strict=strict,
+            init=init,
+            shard=shard or "fsdp",
+        )
+        _load_sharded(opts, nproc, timeout, output_format)
+        return
     from metalint.loader.errors import CheckpointError
 
     try:
@@ -140,6 +182,34 @@ def load_command(
         click.echo(str(report))
     if report.verify is not None and not report.verify.ok:
         sys.exit(1)
+
+
+def _load_sharded(opts: dict, nproc: int, timeout: float, output_format: str) -> None:
+    """Run one rank per process (``python -m metalint.loader.distributed``); print rank 0's
+    report (with every rank's bytes read), or the first rank's one-line error (exit 2)."""
+    import tempfile
+    from pathlib import Path
+
+    from metalint.loader.distributed import launch
+
+    with tempfile.TemporaryDirectory(prefix="metalint-load-") as out:
+        done = launch("metalint.loader.distributed", [json.dumps(opts), out], nproc, timeout)
+        results = []
+        for rank, proc in enumerate(done):
+            f = Path(out) / f"rank{rank}.json"
+            if f.is_file():
+                results.append(json.loads(f.read_text()))
+                continue
+            last = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+            why = last[-1].strip() if last else f"exit status {proc.returncode}"
+            results.append({"ok": False, "error": f"rank {rank} died: {why}"})
+    for r in results:
+        if not r["ok"]:
+            _fail(r["error"])
+    if output_format == "json":
+        click.echo(json.dumps(results[0]["report"], indent=2))
+    else:
+        click.echo(results[0]["text"])
 
 
 def model_factory(target: str):
