@@ -140,6 +140,31 @@ PROBE_CODES: dict[str, tuple[str, str, str]] = {
         "parent-first (pre-order), the results differ: frameworks that reset in the other order "
         "get different values.",
     ),
+    "MP010": (
+        "shards-repeat-across-ranks",
+        "Ranks holding different shards of a random tensor hold the same values.",
+        "Probed with `--nproc N --shard fsdp|tp`: after `to_empty` and the init entry point, two "
+        "ranks that hold *different* shards of a randomly initialised parameter (FSDP2 "
+        "`fully_shard`, tensor parallel) hold byte-identical local shards. Every rank is seeded "
+        "alike, so an init that draws on the local shard (`p.to_local().normal_()`, "
+        "`torch.randn(local_shape)` copied in) repeats one block N times: the sharded model is "
+        "not the model. DTensor's own random ops (`nn.init.normal_(p)` on the DTensor) give "
+        "each shard its own part of one global stream only on CUDA-like meshes (its "
+        "`OffsetBasedRNGTracker`); on a CPU mesh they draw locally and repeat too. Draw the "
+        "whole tensor and keep the local shard, or initialise the DTensor on a CUDA mesh. "
+        "Found by a digest of each rank's shard, all-gathered.",
+    ),
+    "MP011": (
+        "sharded-init-differs",
+        "Sharded init differs from the single-device init.",
+        "Probed with `--nproc N --shard fsdp|tp`: the tensor after a meta build, sharding, "
+        "`to_empty` and the init entry point differs from the single-device eager build: a "
+        "deterministic tensor is not bit-identical (compared gathered), or a random tensor's "
+        "mean, standard deviation or range differs (statistics all-reduced over the ranks: "
+        "count, sum, sum of squares, min, max). Typical causes: fan-in or bounds computed from "
+        "the local shard's shape, a root `init_weights()` that indexes the full tensor, a "
+        "buffer computed from a rank-local size.",
+    ),
 }
 
 

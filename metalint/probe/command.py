@@ -83,9 +83,17 @@ def _progress_enabled() -> bool:
     return sys.stderr.isatty() and not os.environ.get("CI")
 
 
-def run_probe(specs: list[str], opts: Options, *, progress: bool = False) -> ProbeReport:
+def run_probe(
+    specs: list[str],
+    opts: Options,
+    *,
+    progress: bool = False,
+    nproc: int = 1,
+    shard: str | None = None,
+) -> ProbeReport:
     """Probe every target; ``progress``: a line on stderr (a terminal) with the classes built
-    so far and those left in the current file, rewritten as each starts."""
+    so far and those left in the current file, rewritten as each starts. With ``shard``, on
+    ``nproc`` ranks (:mod:`.distributed`)."""
     targets: list[Target] = [t for s in specs for t in parse_target(s)]
     rep = ProbeReport()
     for i, t in enumerate(targets, 1):
@@ -102,7 +110,12 @@ def run_probe(specs: list[str], opts: Options, *, progress: bool = False) -> Pro
 
             opts = dataclasses.replace(opts, on_start=show)
             show(t.display, 0, 0)
-        rep.outcomes.extend(run_target(t, opts))
+        if shard is not None:
+            from metalint.probe.distributed import run_sharded
+
+            rep.outcomes.extend(run_sharded(t, opts, nproc, shard))
+        else:
+            rep.outcomes.extend(run_target(t, opts))
     if progress:
         sys.stderr.write("\r\x1b[K")
         sys.stderr.flush()
@@ -184,7 +197,22 @@ def summary_lines(rep: ProbeReport) -> list[str]:
     help="pyproject.toml to use (default: the nearest one above the first TARGET "
     "that is a file or folder, else above the working directory).",
 )
-def probe_command(targets, device, init, seed, timeout, fmt, exit_zero, config) -> None:
+@click.option(
+    "--nproc",
+    type=click.IntRange(min=2),
+    default=None,
+    help="With --shard: ranks to launch (gloo on CPU, NCCL on CUDA; default 2).",
+)
+@click.option(
+    "--shard",
+    type=click.Choice(["fsdp", "tp"]),
+    default=None,
+    help="Shard the meta build (FSDP2 fully_shard / tensor parallel) on --nproc ranks and "
+    "compare its init with the single-device build (MP010, MP011).",
+)
+def probe_command(
+    targets, device, init, seed, timeout, fmt, exit_zero, config, nproc, shard
+) -> None:
     """Build each TARGET eagerly and on meta, run its init, and compare every tensor.
 
     TARGET: a file, a directory, a dotted module, module:Class or module:factory (several
@@ -200,7 +228,9 @@ def probe_command(targets, device, init, seed, timeout, fmt, exit_zero, config) 
         if not specs:
             raise click.UsageError("no TARGET given and no [tool.metalint.probe] factories")
     opts = Options(device=device, init=init, seed=seed, timeout=timeout, hooks=settings.hooks)
-    rep = run_probe(specs, opts, progress=_progress_enabled())
+    if nproc is not None and shard is None:
+        raise click.UsageError("--nproc needs --shard fsdp|tp")
+    rep = run_probe(specs, opts, progress=_progress_enabled(), nproc=nproc or 2, shard=shard)
     diags = rep.diagnostics
     built, not_probed = coverage(rep)
     if fmt == "text":

@@ -1,0 +1,342 @@
+"""``metalint probe --nproc N --shard fsdp|tp TARGET``: prove the init under sharding.
+
+On every rank: build eagerly on one device under the seed and keep statistics (as the
+single-process probe does, :func:`metalint.probe.build.snapshot` with the write recorder, so
+findings point at the same source lines); build on ``meta``, shard (FSDP2 ``fully_shard`` or
+tensor parallel, :func:`metalint.loader.distributed.shard_model`), ``to_empty``, poison, seed
+every rank alike (as a training script does) and run the init entry point
+(:func:`metalint.probe.build.run_init`). Then, per tensor:
+
+- all-reduced statistics of the sharded tensor (count, sum, sum of squares, non-finite and NaN
+  counts, min, max; replicas counted once) make a :class:`~metalint.probe.compare.Stats` that
+  :func:`metalint.probe.compare.compare` judges against the eager one; a deterministic tensor
+  is gathered (``full_tensor()``) and compared exactly (digest, then ``allclose``). A
+  difference is MP011 (*sharded init differs from single-device init*);
+- a per-shard fingerprint (a digest of each rank's local shard, all-gathered): two ranks that
+  hold *different* shards of a random tensor with the same bytes is MP010 (*shards repeat
+  across ranks*: the init drew every shard from the same generator state).
+
+Every rank computes the same verdict; rank 0 writes it. The parent process
+(:func:`run_sharded`) launches the ranks with :func:`metalint.loader.distributed.launch` and
+turns rank 0's results into the same outcomes the single-process probe reports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from metalint.probe.isolate import Options, Outcome
+from metalint.probe.target import Target
+
+
+def run_sharded(target: Target, opts: Options, nproc: int, shard: str) -> list[Outcome]:
+    """Probe ``target`` on ``nproc`` ranks sharded with ``shard``; outcomes as
+    :func:`metalint.probe.isolate.run_target` returns them."""
+    from metalint.loader.distributed import launch
+
+    job = {
+        "spec": target.spec,
+        "device": opts.device,
+        "init": opts.init,
+        "seed": opts.seed,
+        "hooks": list(opts.hooks),
+        "shard": shard,
+    }
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, old) if p)
+    try:
+        with tempfile.TemporaryDirectory(prefix="metalint-probe-") as out:
+            done = launch(
+                "metalint.probe.distributed", [json.dumps(job), out], nproc, opts.timeout + 60
+            )
+            f = Path(out) / "rank0.json"
+            data = json.loads(f.read_text()) if f.is_file() else None
+            errors = [json.loads(p.read_text()) for p in sorted(Path(out).glob("error*.json"))]
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+    if errors:
+        e = errors[0]
+        return [Outcome(e["label"], "error", target.path, message=e["message"])]
+    if data is None:
+        last = [ln for p in done for ln in p.stderr.splitlines() if ln.strip()]
+        why = last[-1] if last else f"exit status {done[0].returncode}"
+        return [Outcome(target.display, "error", target.path, message=f"a rank died: {why}")]
+    return [Outcome(**o) for o in data]
+
+
+# --------------------------------------------------------------------------------------------
+# on each rank
+
+
+def _owns(t) -> bool:
+    """Whether this rank's local shard of ``t`` counts in a sum over ranks: replicas (a
+    ``Replicate()`` mesh dim, or a plain tensor held whole by every rank) count once."""
+    from metalint.loader.distributed import is_dtensor
+
+    if not is_dtensor(t):
+        import torch.distributed as dist
+
+        return dist.get_rank() == 0
+    coord = t.device_mesh.get_coordinate() or ()
+    return all(c == 0 for c, p in zip(coord, t.placements) if not p.is_shard())
+
+
+def _partial_stats(local, owns: bool) -> tuple[list[float], float, float]:
+    import torch
+
+    x = local.detach()
+    if x.is_complex():
+        x = torch.view_as_real(x)
+    x = x.reshape(-1).to(torch.float64)
+    if not owns or x.numel() == 0:
+        return [0.0, 0.0, 0.0, 0.0, 0.0], math.inf, -math.inf
+    fin = torch.isfinite(x)
+    nonfinite = float((~fin).sum())
+    nan = float(torch.isnan(x).sum())
+    f = x[fin]
+    if f.numel() == 0:
+        return [0.0, 0.0, 0.0, nonfinite, nan], math.inf, -math.inf
+    return (
+        [float(f.numel()), float(f.sum()), float((f * f).sum()), nonfinite, nan],
+        float(f.min()),
+        float(f.max()),
+    )
+
+
+def reduced_stats(named: list[tuple[str, object]]) -> dict[str, object]:
+    """Per tensor, a :class:`~metalint.probe.compare.Stats` of the whole (sharded) tensor from
+    all-reduced count, sum, sum of squares, non-finite, NaN, min and max: three collectives
+    for all tensors together."""
+    import torch
+    import torch.distributed as dist
+
+    from metalint.loader.distributed import local
+    from metalint.probe.compare import Stats
+
+    sums, lows, highs = [], [], []
+    for _, t in named:
+        s, lo, hi = _partial_stats(local(t), _owns(t))
+        sums.append(s)
+        lows.append(lo)
+        highs.append(hi)
+    s = torch.tensor(sums, dtype=torch.float64).reshape(-1, 5)
+    lo = torch.tensor(lows, dtype=torch.float64)
+    hi = torch.tensor(highs, dtype=torch.float64)
+    dist.all_reduce(s)
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    out = {}
+    for i, (name, t) in enumerate(named):
+        n, total, sq, nonfinite, nan = s[i].tolist()
+        st = Stats(
+            shape=tuple(t.shape),
+            dtype=str(t.dtype).replace("torch.", ""),
+            # as compare.tensor_stats records it (of the detached tensor)
+            requires_grad=bool(t.detach().requires_grad),
+            device=t.device.type,
+            numel=t.numel(),
+            nonfinite=int(nonfinite),
+            nan=int(nan),
+        )
+        if n:
+            st.mean = total / n
+            st.std = math.sqrt(max(sq / n - st.mean * st.mean, 0.0))
+            st.min, st.max = lo[i].item(), hi[i].item()
+        else:
+            st.min = st.max = math.nan
+        out[name] = st
+    return out
+
+
+def repeated_shards(named: list[tuple[str, object]]) -> dict[str, list[int]]:
+    """Tensors whose local shards are byte-identical on ranks that hold *different* shards:
+    name -> the ranks that share one shard's bytes. One all-gather for all tensors."""
+    import torch.distributed as dist
+
+    from metalint.loader.distributed import gather_text
+    from metalint.probe.compare import tensor_stats
+
+    mine = []
+    for name, t in named:
+        loc = t.to_local()
+        st = tensor_stats(loc, keep_copy=False)
+        coord = t.device_mesh.get_coordinate() or ()
+        key = ".".join(str(c) for c, p in zip(coord, t.placements) if p.is_shard())
+        varied = loc.numel() > 1 and not st.constant
+        mine.append(f"{key}:{st.digest if varied else ''}")
+    everyone = gather_text("\n".join(mine))
+    out: dict[str, list[int]] = {}
+    for i, (name, _) in enumerate(named):
+        by_digest: dict[str, dict[str, int]] = {}
+        for rank in range(dist.get_world_size()):
+            key, _, digest = (everyone[rank] or "").split("\n")[i].partition(":")
+            if digest:
+                by_digest.setdefault(digest, {}).setdefault(key, rank)
+        for shards in by_digest.values():
+            if len(shards) > 1:
+                out[name] = sorted(shards.values())
+                break
+    return out
+
+
+def _sharded_tensors(model, eager) -> list[tuple[str, object]]:
+    """(name, tensor) of every parameter and buffer the eager build has, first name of each."""
+    from metalint.probe.build import _walk_tensors
+
+    seen: set[int] = set()
+    out = []
+    for kind, path, attr, _, t in _walk_tensors(model):
+        name = f"{path}.{attr}" if path else attr
+        if kind == "attribute" or id(t) in seen or name not in eager.entries:
+            continue
+        seen.add(id(t))
+        out.append((name, t))
+    return out
+
+
+def _compare(eager, named, shard: str, world: int):
+    """Findings MP010 (repeated shards) and MP011 (differs from the single-device build)."""
+    from metalint.loader.distributed import is_dtensor
+    from metalint.probe import compare
+    from metalint.probe.build import Finding
+
+    findings = []
+    reduced = reduced_stats(named)
+    random_dt = [
+        (n, t)
+        for n, t in named
+        if is_dtensor(t) and eager.entries[n].stats and not eager.entries[n].stats.deterministic
+    ]
+    repeats = repeated_shards(random_dt)
+    for name, t in named:
+        e = eager.entries[name]
+        st, full = reduced[name], None
+        if e.stats.deterministic and t.device.type != "meta":
+            full = t.full_tensor() if is_dtensor(t) else t
+            st = compare.tensor_stats(full, keep_copy=False)
+        diff = compare.compare(e.stats, st, full)
+        if diff is not None:
+            code = "MP011" if diff.code in ("MP001", "MP002", "MP004") else diff.code
+            detail = f"{name} under --shard {shard} over {world} ranks: {diff.detail}"
+            findings.append(Finding(code, e.cls, e.cls_file, e.attr, [name], detail, e.site))
+        if name in repeats:
+            ranks = repeats[name]
+            detail = (
+                f"ranks {', '.join(map(str, ranks))} hold different shards of {name} "
+                f"({', '.join(map(str, t.placements))}) with identical values: the init drew "
+                f"every shard from the same random state (a local shard initialised, or a "
+                f"DTensor random op on a mesh without DTensor's RNG tracker, e.g. CPU)"
+            )
+            findings.append(Finding("MP010", e.cls, e.cls_file, e.attr, [name], detail, e.site))
+    return findings
+
+
+def probe_sharded(make, *, shard: str, device: str, init: str, seed: int, label: str, hooks):
+    """One rank's share of the sharded probe; returns the :class:`ProbeResult` (the same on
+    every rank)."""
+    import torch
+    import torch.distributed as dist
+
+    from metalint.loader.distributed import local, shard_model
+    from metalint.probe import attribute, build, compare
+
+    t0 = time.perf_counter()
+    res = build.ProbeResult(label=label, device=device)
+    torch.manual_seed(seed)
+    rec = attribute.WriteRecorder()
+    try:
+        with rec:
+            model = make()
+    except Exception as exc:
+        raise build._stage_error("eager construction", exc) from exc
+    fallback_file = build._class_file(type(model))
+    eager, _ = build.snapshot(model, rec)
+    res.tensors = len(eager.entries)
+    del model, rec, _
+    build.release_memory()
+    try:
+        with torch.device("meta"):
+            model = make()
+        shard_model(model, shard, torch.device(device).type)
+        model.to_empty(device=device)
+        named = _sharded_tensors(model, eager)
+        for name, t in named:
+            compare.poison_(local(t), eager.entries[name].stats)
+        torch.manual_seed(seed + 1)  # every rank alike, as a training script seeds them
+        used = build.run_init(model, init, "post", hooks=hooks, device=device)
+    except build.ProbeSetupError:
+        raise
+    except Exception as exc:
+        raise build._stage_error(f"meta build + --shard {shard} + init {init!r}", exc) from exc
+    world = dist.get_world_size()
+    res.init_used = f"{used}, sharded with {shard} over {world} ranks"
+    findings = _compare(eager, _sharded_tensors(model, eager), shard, world)
+    res.lost = len({n for f in findings for n in f.names})
+    res.findings = build._findings_to_diags(findings, used, fallback_file)
+    res.status = "failed" if res.findings else "passed"
+    res.classes = build._class_summary(eager, findings, None)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _worker_main(argv: list[str]) -> int:
+    """``python -m metalint.probe.distributed JOB_JSON OUT_DIR``: one rank."""
+    from dataclasses import asdict
+
+    from metalint.loader.distributed import init_from_env
+    from metalint.probe.build import pick_device
+    from metalint.probe.target import parse_target, resolve_items
+
+    job, out_dir = json.loads(argv[0]), argv[1]
+    rank = int(os.environ.get("RANK", "0"))
+    device = pick_device(job["device"])
+    outcomes = []
+    label = job["spec"]
+    try:
+        rank, _ = init_from_env(device)
+        for target in parse_target(job["spec"]):
+            for item in resolve_items(target):
+                label = item.label
+                if item.make is None:
+                    outcomes.append(Outcome(item.label, "skip", item.file, message=item.skip))
+                    continue
+                res = probe_sharded(
+                    item.make,
+                    shard=job["shard"],
+                    device=device,
+                    init=job["init"],
+                    seed=job["seed"],
+                    label=item.label,
+                    hooks=tuple(job["hooks"]),
+                )
+                outcomes.append(
+                    Outcome(item.label, "result", item.file, res.to_json(), args=item.args)
+                )
+    except Exception as exc:
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        with open(os.path.join(out_dir, f"error{rank}.json"), "w") as f:
+            json.dump({"label": label, "message": f"rank {rank}: {msg}"}, f)
+        return 2
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    if rank == 0:
+        with open(os.path.join(out_dir, "rank0.json"), "w") as f:
+            json.dump([asdict(o) for o in outcomes], f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main(sys.argv[1:]))
