@@ -674,12 +674,7 @@ def load_checkpoint(
         model=model,
         dtype=str(policy.dtype).removeprefix("torch.") if policy.dtype else None,
     )
-    src: Source = open_checkpoint(checkpoint)
-    try:
-        report.format = src.kind
-        _load(model, src, policy, device, strict, init, allow, shards, progress, report)
-    finally:
-        src.close()
+    _load(model, checkpoint, policy, device, strict, init, allow, shards, progress, report)
     report.seconds = time.perf_counter() - t0
     return report
 
@@ -845,31 +840,37 @@ def _check_installed(model, groups, unrecoverable, path) -> None:
                 raise CheckpointError(f"tie broken: {' = '.join(g.names)}", file=path)
 
 
-def _load(model, src, policy, device, strict, init, allow, shards, progress, report):
-    """plan -> stream -> install. With DTensors in a process group the ranks agree after the
-    reads and again at the end: when one rank fails, every rank raises and rolls back."""
+def _load(model, checkpoint, policy, device, strict, init, allow, shards, progress, report):
+    """open -> plan -> stream -> install. With DTensors in a process group the ranks agree
+    after the reads and again at the end (every rank takes part in both, failed or not): when
+    one rank fails, every rank raises (one line) and every rank's model is left as it was."""
     collective = dist_mod.process_group() is not None and any(
         dist_mod.is_dtensor(g.tensor) for g in _inventory(model)
     )
     error: Exception | None = None
-    values: dict[int, torch.Tensor] = {}
-    try:
-        plan = _plan(model, src, init, allow, strict, report)
-        values = _stream(plan, src, policy, device, shards, progress, report)
-    except CheckpointError as exc:
-        error = exc
-    if collective:
-        error = dist_mod.agree(error)
-    if error is not None:
-        raise error
+    src: Source | None = None
     tx = _Transaction()
     try:
-        _install(model, plan, values, tx, policy, device, init, strict, report, src.path)
-    except CheckpointError as exc:
-        error = exc
+        try:
+            src = open_checkpoint(checkpoint)
+            report.format = src.kind
+            plan = _plan(model, src, init, allow, strict, report)
+            values = _stream(plan, src, policy, device, shards, progress, report)
+        except CheckpointError as exc:
+            error = exc
+        if collective:
+            error = dist_mod.agree(error)
+        if error is None:
+            try:
+                _install(model, plan, values, tx, policy, device, init, strict, report, src.path)
+            except CheckpointError as exc:
+                error = exc
     except BaseException:
         tx.rollback()
         raise
+    finally:
+        if src is not None:
+            src.close()
     if collective:
         error = dist_mod.agree(error)
         report.rank, report.world_size = dist_mod.process_group()
