@@ -117,3 +117,32 @@ def test_errors_one_line_on_every_rank_model_unchanged(ranks):
 def test_free_port_is_bindable():
     with socket.socket() as s:
         s.bind(("127.0.0.1", free_port()))
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+    reason="the NCCL path needs 2 CUDA devices",
+)
+def test_nccl_two_gpus(tmp_path):  # pragma: no cover - runs only where GPUs are lent
+    import subprocess
+    import sys
+
+    from dist_models import ShardNet
+
+    from metalint.loader import save_safetensors
+
+    torch.manual_seed(0)
+    sd = ShardNet().state_dict()
+    save_safetensors(sd, tmp_path / "m.safetensors")
+    proc = subprocess.run(
+        [sys.executable, "-m", "metalint", "load", str(tmp_path / "m.safetensors")]
+        + ["--model", "tests/dist_models.py:ShardNet", "--device", "cuda"]
+        + ["--nproc", "2", "--shard", "fsdp", "--output-format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert sum(json.loads(proc.stdout)["bytes_read_per_rank"]) == sum(
+        v.numel() * 4 for v in sd.values()
+    )

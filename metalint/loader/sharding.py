@@ -1,4 +1,10 @@
-"""Tensor-parallel shard plans: each rank reads only its slice of each tensor.
+"""Shard plans for plain tensors: each rank reads only its slice of each tensor.
+
+Sharded models are normally expressed as DTensors (FSDP2 ``fully_shard``,
+``parallelize_module``): the loader reads each DTensor's local shard from its own mesh and
+placements (:mod:`metalint.loader.distributed`) and needs no plan. A plan is for a model of
+plain tensors, split by hand, with ``rank``/``world_size`` given or taken from the process
+group.
 
 A plan maps tensor-name patterns (``fnmatch`` on the full dotted name, first match wins) to a
 placement:
