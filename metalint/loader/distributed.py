@@ -221,6 +221,15 @@ def agree(error: Exception | None) -> Exception | None:
     return None
 
 
+def comm_device() -> torch.device:
+    """Where collective buffers live: the current CUDA device under NCCL, else the CPU."""
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":  # pragma: no cover - needs a GPU
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def gather_text(text: str | None) -> list[str | None]:
     """Every rank's ``text`` (tensors only: ``all_gather_object`` needs numpy)."""
     import torch.distributed as dist
@@ -230,20 +239,22 @@ def gather_text(text: str | None) -> list[str | None]:
     buf = torch.zeros(max(max(sizes), 1), dtype=torch.uint8)
     if data:
         buf[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+    buf = buf.to(comm_device())
     out = [torch.empty_like(buf) for _ in sizes]
     dist.all_gather(out, buf)
     return [
-        bytes(o[1:n].tolist()).decode("utf-8", "replace") if n else None for o, n in zip(out, sizes)
+        bytes(o[1:n].cpu().tolist()).decode("utf-8", "replace") if n else None
+        for o, n in zip(out, sizes)
     ]
 
 
 def gather_int(n: int) -> list[int]:
     import torch.distributed as dist
 
-    out = torch.zeros(dist.get_world_size(), dtype=torch.int64)
+    out = torch.zeros(dist.get_world_size(), dtype=torch.int64, device=comm_device())
     out[dist.get_rank()] = n
     dist.all_reduce(out)
-    return out.tolist()
+    return out.cpu().tolist()
 
 
 # --------------------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ def reduced_stats(named: list[tuple[str, object]]) -> dict[str, object]:
     import torch
     import torch.distributed as dist
 
-    from metalint.loader.distributed import local
+    from metalint.loader.distributed import comm_device, local
     from metalint.probe.compare import Stats
 
     sums, lows, highs = [], [], []
@@ -129,12 +129,14 @@ def reduced_stats(named: list[tuple[str, object]]) -> dict[str, object]:
         sums.append(s)
         lows.append(lo)
         highs.append(hi)
-    s = torch.tensor(sums, dtype=torch.float64).reshape(-1, 5)
-    lo = torch.tensor(lows, dtype=torch.float64)
-    hi = torch.tensor(highs, dtype=torch.float64)
+    dev = comm_device()
+    s = torch.tensor(sums, dtype=torch.float64, device=dev).reshape(-1, 5)
+    lo = torch.tensor(lows, dtype=torch.float64, device=dev)
+    hi = torch.tensor(highs, dtype=torch.float64, device=dev)
     dist.all_reduce(s)
     dist.all_reduce(lo, op=dist.ReduceOp.MIN)
     dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    s, lo, hi = s.cpu(), lo.cpu(), hi.cpu()
     out = {}
     for i, (name, t) in enumerate(named):
         n, total, sq, nonfinite, nan = s[i].tolist()
