@@ -24,6 +24,7 @@ from metalint.files import Cache, Discovery, display_path
 from metalint.jobs import analyze_isolated, analyze_one, can_isolate
 from metalint.report import FORMATS, exit_code, is_error, render
 from metalint.static.hierarchy import Hierarchy
+from metalint.static.protocol import Protocols
 from metalint.static.results import FileResult, decode, read_source
 
 UNUSED_NOQA = "ML100"
@@ -121,6 +122,7 @@ def run_check(
 def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) -> list[Diagnostic]:
     """Answer cross-file conditions, apply selection, per-file ignores and ``# noqa``."""
     hierarchy = Hierarchy(results)
+    protocols = Protocols(hierarchy, settings.protocol)
     out: list[Diagnostic] = []
     for r in results:
         ignored_here = _per_file_ignores(r.path, settings)
@@ -129,8 +131,12 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
             if not is_error(d.code):
                 if d.code not in enabled or any(d.code.startswith(p) for p in ignored_here):
                     continue
-                if d.condition is not None and not hierarchy.holds(d.condition, settings.hooks):
-                    continue
+                if d.condition is not None:
+                    if not hierarchy.holds(d.condition, settings.hooks):
+                        continue
+                    d = protocols.judge(d)
+                    if d is None:
+                        continue
             kept.append(d)
         used: dict[int, set[str]] = {}
         for d in kept:

@@ -11,6 +11,8 @@ Keys (all optional)::
     hooks = ["rope_init"]           # methods called on every module after to_empty (check and probe)
     cache-dir = ".metalint_cache"
     file-time-budget = 5            # CPU seconds one file's analysis may take (then ML901)
+    protocol = "auto"               # or "transformers", "init_weights", "reset_parameters",
+                                    # or the root method that materialises your models
 
     [tool.metalint.per-file-ignores]
     "tests/*" = ["ML008"]
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metalint.vocabulary import DEFAULT_HOOKS
+from metalint.vocabulary import DEFAULT_HOOKS, PROTOCOLS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,6 +56,7 @@ KNOWN_KEYS = {
     "cache-dir",
     "file-time-budget",
     "probe",
+    "protocol",
 }
 
 
@@ -71,6 +74,8 @@ class Settings:
     probe: dict[str, Any] = field(default_factory=dict)
     #: CPU seconds one file's analysis may take; past it the file is ML901, the run goes on
     file_time_budget: float = DEFAULT_FILE_TIME_BUDGET
+    #: how the repo materialises its models (see :mod:`metalint.static.protocol`)
+    protocol: str = "auto"
 
     def enabled(self, codes: list[str], defaults: set[str]) -> set[str]:
         """Which of ``codes`` are enabled: select (or the defaults), + extend-select, - ignore."""
@@ -164,6 +169,16 @@ def load_settings(start: Path | None = None, config: Path | None = None) -> Sett
     if not isinstance(probe, dict):
         raise ConfigError(f"{path}: [tool.metalint.probe] must be a table")
     s.probe = probe
+    protocol = table.get("protocol", "auto")
+    if not isinstance(protocol, str) or not (protocol in PROTOCOLS or protocol.isidentifier()):
+        raise ConfigError(
+            f"{path}: [tool.metalint] protocol must be one of {', '.join(PROTOCOLS)} "
+            f"or the name of the root method that materialises your models, got {protocol!r}"
+        )
+    s.protocol = protocol
+    if protocol not in PROTOCOLS:
+        # the repo's own entry point: what it re-creates counts as re-created, as a hook's
+        s.hooks = tuple(dict.fromkeys([*s.hooks, protocol]))
     return s
 
 

@@ -116,6 +116,11 @@ class Diagnostic:
     hook: str | None = None
     #: what to do about it, printed on its own line (``= help: ...``) by the text reporter
     help: str | None = None
+    #: the protocol under which the tensor is lost ("transformers _init_weights", "root
+    #: init_weights", "reset_parameters") and the model root it was judged in; None: judged per
+    #: module (no root contains the class), see :mod:`metalint.static.protocol`
+    protocol: str | None = None
+    root: str | None = None
 
     @property
     def sort_key(self) -> tuple[str, int, int, str]:
@@ -143,6 +148,9 @@ class Diagnostic:
             out["hook"] = self.hook
         if self.help is not None:
             out["help"] = self.help
+        if self.protocol is not None:
+            out["protocol"] = self.protocol
+            out["root"] = self.root
         return out
 
     def to_cache(self) -> dict[str, Any]:
@@ -167,6 +175,8 @@ class Diagnostic:
             subject=tuple(data.get("subject", ())),
             hook=data.get("hook"),
             help=data.get("help"),
+            protocol=data.get("protocol"),
+            root=data.get("root"),
         )
 
 
@@ -196,6 +206,9 @@ class Condition:
     #: function applied to the children (or what the factory call returns) only calls each
     #: module's own ``reset_parameters()``; no arguments: the function itself is applied
     unless_reset_init: tuple = ()
+    #: the finding stands unless the class is a model root whose entry point (this hook,
+    #: e.g. ``init_weights``) replays it: under that protocol the call is the re-initialisation
+    unless_root_replays: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -211,6 +224,8 @@ class Condition:
         if self.unless_reset_init:
             name, args = self.unless_reset_init
             out["unless_reset_init"] = [name, None if args is None else dict(args)]
+        if self.unless_root_replays:
+            out["unless_root_replays"] = self.unless_root_replays
         return out
 
     @classmethod
@@ -223,6 +238,7 @@ class Condition:
             tuple(data.get("hooks", ())),
             tuple(data.get("unless_method", ())),
             _reset_init(data.get("unless_reset_init")),
+            data.get("unless_root_replays", ""),
         )
 
 

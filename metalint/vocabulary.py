@@ -381,6 +381,11 @@ RECURSIVE_TENSOR_ITERATORS = ("parameters", "named_parameters", "buffers", "name
 TIE_HOOKS = ("tie_weights",)
 #: bases outside the checked tree known to provide ``tie_weights``
 TIE_BASES = ("transformers.PreTrainedModel", "transformers.modeling_utils.PreTrainedModel")
+#: ``[tool.metalint] protocol``: how a repo materialises its models (metalint.static.protocol);
+#: any other identifier names the repo's own root entry method
+PROTOCOLS = ("auto", "transformers", "init_weights", "reset_parameters")
+#: a model root's entry point, run once on the root after every module's own hooks
+ROOT_ENTRIES = ("init_weights", "init_states")
 TENSOR_LEAVES = ("weight", "bias")
 HOST_READS = {"item": "`.item()`", "tolist": "`.tolist()`", "numpy": "`.numpy()`"}
 SCALAR_CASTS = ("float", "int", "bool", "complex")

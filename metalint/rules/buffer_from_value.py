@@ -26,6 +26,14 @@ class BufferFromValue(Rule):
     re-assigns, is not reported. Nor is a buffer registered from a tensor passed in by the
     caller.
 
+    Judged under the protocol that materialises the model (`[tool.metalint] protocol`): the
+    tensor is reported when it is lost under at least one model root that contains the class
+    (transformers' `_init_weights` dispatch, a root `init_weights()` and what it applies to
+    every module), naming that root; a class no model root contains is judged per module.
+    Known limits: a class chosen through a config table has no parent; a dispatch condition on
+    a config value counts both branches as run; under the transformers protocol the class's own
+    `reset_parameters()` still counts.
+
     ## Why is this bad on meta?
     Under `with torch.device("meta"):` the value is never computed, and `module.to_empty()`
     gives the buffer uninitialised memory. With `persistent=False` nothing ever restores it:

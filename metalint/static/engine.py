@@ -25,6 +25,7 @@ from metalint.static.defaults import init_functions
 from metalint.static.elide import elide
 from metalint.static.model import ClassFacts, collect
 from metalint.static.names import exports_from_ast, module_name_for
+from metalint.static.protocol import summarize_class, summarize_functions
 
 # re-exported: the results live in a module that does not import libcst (cache hits need no parser)
 from metalint.static.results import ClassSummary, FileResult, decode, error_result, read_source
@@ -81,7 +82,9 @@ def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
                 q = ctx.qualify(a.value.func) or ""
                 if q.startswith("torch.nn.") and not q.startswith("torch.nn.functional."):
                     api = True
-    return ClassSummary(cls.fullname, cls.bases, hooks, api, sorted(cls.methods))
+    return ClassSummary(
+        cls.fullname, cls.bases, hooks, api, sorted(cls.methods), summarize_class(cls, ctx)
+    )
 
 
 def _last_statement_holding(body, targets: set[int]) -> int | None:
@@ -393,6 +396,9 @@ def _analyze(source, display, module_name, is_package, hooks, rules, elide_unrea
     result.exports.update(facts.local_classes)
     result.classes = [summarize(c, ctx) for c in facts.classes]
     result.functions = init_functions(module, module_name, ctx.qualify)
+    protocols = [c.protocol for c in result.classes]
+    for name, summary in summarize_functions(module, module_name, ctx, protocols).items():
+        result.functions.setdefault(name, {}).update(summary)
     findings: list[tuple[str, Finding]] = []
     instances = [r(ctx) for r in (rules if rules is not None else all_rules())]
     for cls in facts.classes:
@@ -425,6 +431,7 @@ def _analyze(source, display, module_name, is_package, hooks, rules, elide_unrea
                         tuple(f.recreated_by),
                         tuple(f.unless_method),
                         f.unless_reset_init,
+                        f.unless_root_replays,
                     ),
                 )
             )

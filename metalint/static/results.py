@@ -26,6 +26,8 @@ class ClassSummary:
     hooks: dict[str, tuple[list[str], bool]]  # hook name -> (re-created tensors, calls super)
     uses_module_api: bool  # registers tensors or modules: an nn.Module whatever its bases
     methods: list[str] = field(default_factory=list)  # names of the methods it defines
+    #: what :mod:`metalint.static.protocol` needs across files (children, dispatch, ...)
+    protocol: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -34,6 +36,7 @@ class ClassSummary:
             "hooks": {k: [v[0], v[1]] for k, v in self.hooks.items()},
             "uses_module_api": self.uses_module_api,
             "methods": self.methods,
+            **({"protocol": self.protocol} if self.protocol else {}),
         }
 
     @classmethod
@@ -44,6 +47,7 @@ class ClassSummary:
             {k: (v[0], v[1]) for k, v in d["hooks"].items()},
             d["uses_module_api"],
             d.get("methods", []),
+            d.get("protocol", {}),
         )
 
 

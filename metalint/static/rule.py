@@ -47,6 +47,9 @@ class Finding:
     hook: str | None = None
     #: what to do about it (printed on its own line)
     help: str | None = None
+    #: the finding stands unless the class is a model root whose entry point (this hook)
+    #: replays it (see :mod:`metalint.static.protocol`)
+    unless_root_replays: str = ""
 
 
 @dataclass(frozen=True)

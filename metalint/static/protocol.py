@@ -1,0 +1,822 @@
+"""Which protocol materialises a class, under which roots.
+
+A class is rarely materialised alone: it lives inside model roots, and the root's protocol is
+what runs after ``to_empty()``. This module answers that one question for rules, codemods and
+the probe, in two halves:
+
+- per file (libcst, :func:`summarize_class`, :func:`summarize_functions`): what a class
+  constructs (its *children*), the attributes it sets, the per-module init functions it
+  defines (``_init_weights(self, module)``: an ``if``/``elif`` dispatch by ``isinstance``,
+  class-name tests, ``hasattr``/``getattr``, helpers and ``super()``) and the functions its
+  root entry point (``init_weights()``) applies to every module (``self.apply(fn)``,
+  ``named_apply(fn, self)``, ``for m in self.modules():``);
+- across files (torch-free, libcst-free, :class:`Protocols`): the roots that contain each
+  class, the protocol of each root, and which tensors of a class that protocol re-creates.
+
+The protocols (``[tool.metalint] protocol``, ``"auto"`` by default):
+
+- ``transformers``: a ``PreTrainedModel`` subclass. ``init_weights()`` applies
+  ``_init_weights`` (own or inherited; the library's base dispatch of transformers 5.x when
+  the base is not in the checked tree) to every module, the nearest ``PreTrainedModel`` of a
+  module dispatching for it (``smart_apply``).
+- ``init_weights``: a root ``init_weights()`` (timm, torchtitan's
+  ``init_weights(buffer_device=...)``, ``init_states()``) run after every module's own hooks;
+  what it applies to every module is the re-initialisation.
+- ``reset_parameters``: every module's own hooks, children first (PyTorch, FSDP, Lightning,
+  PyG): nothing beyond the class's own hooks.
+
+A tensor is lost when it is lost under at least one root that contains its class; a class no
+root contains is judged per module.
+
+Known limits: the composition is what construction names statically (a class chosen through a
+config table, ``ALL_LAYERS[config.kind](...)``, has no parent); a condition the dispatch cannot
+decide (a config value) counts both branches as run; under the transformers protocol a
+module's own ``reset_parameters()`` is still counted although ``_init_weights`` does not call
+it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metalint.vocabulary import (
+    PROTOCOLS,
+    RECURSIVE_TENSOR_ITERATORS,
+    ROOT_ENTRIES,
+    TIE_BASES,
+)
+
+TRANSFORMERS = "transformers _init_weights"
+ROOT_INIT = "root init_weights"
+RESET = "reset_parameters"
+#: the base classes of a transformers model
+TRANSFORMERS_BASES = frozenset(TIE_BASES)
+#: iterating these over the module argument visits every tensor of it
+_TENSOR_ITERATORS = frozenset(RECURSIVE_TENSOR_ITERATORS)
+_MODULE_ITERATORS = frozenset({"modules", "named_modules"})
+
+_NORMS = ["torch.nn.GroupNorm", "torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d"]
+#: ``PreTrainedModel._init_weights`` of transformers 5.x (5.23.0), for models whose base is
+#: not in the checked tree (a user's model subclassing ``transformers.PreTrainedModel``)
+TRANSFORMERS_INIT_WEIGHTS: list = [
+    [
+        "if",
+        [
+            "isinstance",
+            [
+                "torch.nn.Linear",
+                "torch.nn.Conv1d",
+                "torch.nn.Conv2d",
+                "torch.nn.Conv3d",
+                "torch.nn.ConvTranspose1d",
+                "torch.nn.ConvTranspose2d",
+            ],
+        ],
+        [["w", "weight"], ["w", "bias"]],
+        [
+            [
+                "if",
+                ["isinstance", ["torch.nn.LSTM"]],
+                [["all"]],
+                [
+                    [
+                        "if",
+                        ["isinstance", ["torch.nn.Embedding"]],
+                        [["w", "weight"]],
+                        [
+                            [
+                                "if",
+                                ["isinstance", ["torch.nn.MultiheadAttention"]],
+                                [["all"]],
+                                [
+                                    [
+                                        "if",
+                                        [
+                                            "or",
+                                            ["isinstance", [*_NORMS, "torch.nn.BatchNorm3d"]],
+                                            [
+                                                "or",
+                                                ["name_in", "LayerNorm"],
+                                                ["name_in", "RMSNorm"],
+                                            ],
+                                        ],
+                                        [
+                                            ["w", "weight"],
+                                            ["w", "bias"],
+                                            ["w", "running_mean"],
+                                            ["w", "running_var"],
+                                            ["w", "num_batches_tracked"],
+                                        ],
+                                        [
+                                            [
+                                                "if",
+                                                [
+                                                    "and",
+                                                    ["name_in", "RotaryEmbedding"],
+                                                    ["has", "original_inv_freq"],
+                                                ],
+                                                [["w", "inv_freq"], ["w", "original_inv_freq"]],
+                                                [],
+                                            ]
+                                        ],
+                                    ]
+                                ],
+                            ]
+                        ],
+                    ]
+                ],
+            ]
+        ],
+    ]
+]
+
+
+# -- per file (libcst) ---------------------------------------------------------------------
+def summarize_class(cls, ctx, hooks: tuple[str, ...] = ("reset_parameters",)) -> dict[str, Any]:
+    """What the cross-file step needs of a class: ``children`` (names its construction
+    refers to that may be classes), ``attributes`` (what it sets on ``self``), ``dispatch``
+    (per-module init methods: name -> block) and ``applies`` (public method -> what it applies
+    to every module, for the method that is a root's entry point). Empty keys are left out."""
+    children, attributes = _composition(cls, ctx)
+    out: dict[str, Any] = {}
+    if children:
+        out["children"] = sorted(children)
+    if attributes:
+        out["attributes"] = sorted(attributes)
+    applies: dict[str, list] = {}
+    wanted = {"_init_weights"}
+    for entry in cls.methods:
+        # a public method may be a root's entry point (``init_weights``, or one configured)
+        if entry.startswith(("_", "forward")) or entry in hooks:
+            continue
+        items = [i for m in cls.reachable(entry) for i in _applies(m, ctx, wanted)]
+        if items:
+            applies[entry] = items
+    dispatch: dict[str, list] = {}
+    for name in sorted(wanted):
+        m = cls.methods.get(name)
+        param = _module_param(m.node) if m is not None else None
+        if param:
+            dispatch[name] = _block(_body(m.node), param, ctx)
+    if dispatch:
+        out["dispatch"] = dispatch
+    if applies:
+        out["applies"] = applies
+    return out
+
+
+def _composition(cls, ctx) -> tuple[set[str], set[str]]:
+    """The names construction hands classes by (``Block(...)``, ``partial(LayerNorm, ...)``,
+    ``block_fn=Block``) and the attributes it sets on ``self`` (assigned or registered)."""
+    import libcst as cst
+
+    from metalint.static.model import construction
+    from metalint.static.tensors import string_value
+
+    children: set[str] = set()
+    attributes: set[str] = set()
+
+    def child(node) -> None:
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            last = node.value if isinstance(node, cst.Name) else node.attr.value
+            if last[:1].isupper():
+                q = ctx.qualify(node)
+                if q:
+                    children.add(q)
+
+    for m in construction(cls):
+        for call in m.calls:
+            child(call.node.func)
+            for arg in call.node.args:
+                child(arg.value)
+            if (
+                call.receiver == "self"
+                and call.method in ("register_buffer", "register_parameter")
+                and call.node.args
+            ):
+                name = string_value(call.node.args[0].value)
+                if name:
+                    attributes.add(name)
+        for p in (*m.node.params.params, *m.node.params.kwonly_params):
+            if p.default is not None:
+                child(p.default)
+        attributes.update(a.target.split(".")[1] for a in m.assigns if a.target.count(".") == 1)
+    return children, attributes
+
+
+def _called_functions(block: list) -> list[str]:
+    """The functions a block hands the module to (``fn`` items, in branches too)."""
+    out: list[str] = []
+    for item in block:
+        if item[0] == "fn":
+            out.append(item[1])
+        elif item[0] == "if":
+            out += _called_functions(item[2]) + _called_functions(item[3])
+    return out
+
+
+def _applied_functions(classes: list[dict]) -> list[str]:
+    """The functions the classes of a file apply, call from a dispatch or build by factory."""
+    out: list[str] = []
+    for summary in classes:
+        for items in summary.get("applies", {}).values():
+            for item in items:
+                if item[0] in ("function", "factory"):
+                    out.append(item[1])
+                elif item[0] == "block":
+                    out += _called_functions(item[1])
+        for block in summary.get("dispatch", {}).values():
+            out += _called_functions(block)
+    return out
+
+
+def summarize_functions(module, module_name: str, ctx, classes: list[dict]) -> dict[str, dict]:
+    """Module-level functions of this file that a class applies to every module (``def
+    init_weights_vit_timm(module, name="")``), that an init factory returns, or that a
+    dispatch calls with the module (``classes``: the :func:`summarize_class` results of the
+    file): name -> ``block`` (what it re-creates on its first argument) and ``returns``
+    (functions an init factory returns). Only those: summarising every function of a file
+    would cost a fifth of a cold check."""
+    import libcst as cst
+
+    prefix = f"{module_name}." if module_name else ""
+    top = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+    todo = [q[len(prefix) :] for q in _applied_functions(classes) if q.startswith(prefix)]
+    out: dict[str, dict[str, Any]] = {}
+    done: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in done or name not in top:
+            continue
+        done.add(name)
+        stmt = top[name]
+        entry: dict[str, Any] = {}
+        param = _module_param(stmt, method=False)
+        if param is not None:
+            block = _block(_body(stmt), param, ctx)
+            if block:
+                entry["block"] = block
+        returns = _returned_functions(stmt, ctx)
+        if returns:
+            entry["returns"] = returns
+        more = _called_functions(entry.get("block", [])) + returns
+        todo += [q[len(prefix) :] for q in more if q.startswith(prefix)]
+        if entry:
+            out[f"{prefix}{name}"] = entry
+    return out
+
+
+def _returned_functions(fn, ctx) -> list[str]:
+    """What an init factory returns: ``return partial(init_weights_vit_timm, ...)``."""
+    import libcst as cst
+
+    from metalint.static.defaults import unwrap_partial
+    from metalint.static.syntax import walk
+
+    out = set()
+    for node in walk(fn.body):
+        if isinstance(node, cst.Return) and node.value is not None:
+            q = ctx.qualify(unwrap_partial(node.value, ctx.qualify))
+            q = q or _local_function(unwrap_partial(node.value, ctx.qualify), ctx)
+            if q:
+                out.add(q)
+    return sorted(out)
+
+
+def _local_function(node, ctx) -> str | None:
+    import libcst as cst
+
+    if isinstance(node, cst.Name):
+        for stmt in ctx.module.body:
+            if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and stmt.name.value == node.value:
+                return f"{ctx.facts.module}.{node.value}" if ctx.facts.module else node.value
+    return None
+
+
+def _module_param(fn, method: bool = True) -> str | None:
+    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+    if method:
+        params = params[1:] if params and params[0] in ("self", "cls") else []
+    return params[0] if params else None
+
+
+def _body(fn) -> list:
+    import libcst as cst
+
+    return list(fn.body.body) if isinstance(fn.body, cst.IndentedBlock) else [fn.body]
+
+
+def _applies(method, ctx, wanted: set[str]) -> list[list]:
+    """What a root entry method applies to every module."""
+    import libcst as cst
+
+    from metalint.static.defaults import applied_function, is_self_apply, unwrap_partial
+    from metalint.static.names import dotted
+
+    out: list[list] = []
+    for call in method.calls:
+        if not is_self_apply(call):
+            continue
+        fn = applied_function(call.node)
+        if fn is None:
+            continue
+        fn = unwrap_partial(fn, ctx.qualify)
+        if isinstance(fn, cst.Call):
+            q = ctx.qualify(fn.func) or _local_function(fn.func, ctx)
+            out.append(["factory", q] if q else ["unknown"])
+            continue
+        name = dotted(fn) or ""
+        if name.startswith("self.") and name.count(".") == 1:
+            wanted.add(name[5:])
+            out.append(["method", name[5:]])
+            continue
+        q = ctx.qualify(fn) or _local_function(fn, ctx)
+        out.append(["function", q] if q else ["unknown"])
+    for node, targets, it in method.loops:
+        if (
+            isinstance(node, cst.For)
+            and isinstance(it, cst.Call)
+            and (dotted(it.func) or "") in {f"self.{n}" for n in _MODULE_ITERATORS}
+            and targets
+        ):
+            out.append(["block", _block(_body_of(node), targets[-1], ctx)])
+    return out
+
+
+def _body_of(node) -> list:
+    import libcst as cst
+
+    body = node.body
+    return list(body.body) if isinstance(body, cst.IndentedBlock) else [body]
+
+
+def _block(stmts, param: str, ctx) -> list:
+    """What the statements re-create on the module ``param``: ``["w", attr]``, ``["all"]``,
+    ``["reset", hook]``, ``["super", m]``, ``["self", m]``, ``["fn", qualname]``,
+    ``["if", condition, body, orelse]``."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.syntax import walk
+    from metalint.static.tensors import inplace_write
+
+    out: list = []
+    for stmt in stmts:
+        if isinstance(stmt, cst.If):
+            orelse = stmt.orelse
+            if isinstance(orelse, cst.If):
+                other = _block([orelse], param, ctx)
+            elif isinstance(orelse, cst.Else):
+                other = _block(_body_of(orelse), param, ctx)
+            else:
+                other = []
+            body = _block(_body_of(stmt), param, ctx)
+            if body or other:
+                out.append(["if", _condition(stmt.test, param, ctx), body, other])
+        elif isinstance(stmt, (cst.For, cst.While)):
+            it = stmt.iter if isinstance(stmt, cst.For) else None
+            if (
+                isinstance(it, cst.Call)
+                and isinstance(it.func, cst.Attribute)
+                and dotted(it.func.value) == param
+                and it.func.attr.value in _TENSOR_ITERATORS
+                and any(
+                    isinstance(n, cst.Call) and inplace_write(n, ctx.qualify) is not None
+                    for n in walk(stmt.body)
+                )
+            ):
+                out.append(["all"])  # for name, p in module.named_parameters(): init(p)
+            else:
+                out.extend(_block(_body_of(stmt), param, ctx))
+        elif isinstance(stmt, (cst.With, cst.Try)):
+            out.extend(_block(_body_of(stmt), param, ctx))
+        elif not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            for node in walk(stmt):
+                item = _item(node, param, ctx)
+                if item is not None:
+                    out.append(item)
+    return out
+
+
+def _item(node, param: str, ctx) -> list | None:
+    """What one node of a simple statement does to the module ``param``."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.syntax import chain
+    from metalint.static.tensors import inplace_write
+
+    if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+        targets = (
+            [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        )
+        for t in targets:
+            parts = chain(t)
+            if parts and len(parts) >= 2 and parts[0] == param:
+                return ["w", parts[1]]
+        return None
+    if not isinstance(node, cst.Call):
+        return None
+    w = inplace_write(node, ctx.qualify)
+    if w is not None:
+        return ["w", w.chain[1]] if len(w.chain) >= 2 and w.chain[0] == param else None
+    func = node.func
+    first = dotted(node.args[0].value) if node.args else None
+    if not isinstance(func, cst.Attribute):
+        if first != param:
+            return None
+        q = ctx.qualify(func) or _local_function(func, ctx)
+        return ["fn", q] if q else None
+    recv = func.value
+    if dotted(recv) == param and func.attr.value in ("reset_parameters", "_reset_parameters"):
+        return ["reset", func.attr.value]
+    if first != param:
+        return None
+    if isinstance(recv, cst.Call) and dotted(recv.func) == "super":
+        return ["super", func.attr.value]
+    if dotted(recv) == "self":
+        return ["self", func.attr.value]
+    q = ctx.qualify(func)
+    return ["fn", q] if q else None
+
+
+def _condition(test, param: str, ctx) -> list:  # noqa: C901 (one case per spelling)
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.tensors import string_value
+
+    if isinstance(test, cst.BooleanOperation):
+        op = "and" if isinstance(test.operator, cst.And) else "or"
+        return [op, _condition(test.left, param, ctx), _condition(test.right, param, ctx)]
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return ["not", _condition(test.expression, param, ctx)]
+    if isinstance(test, cst.Call) and isinstance(test.func, cst.Name):
+        args = [a.value for a in test.args]
+        name = test.func.value
+        if name == "isinstance" and len(args) == 2 and dotted(args[0]) == param:
+            types = args[1].elements if isinstance(args[1], cst.Tuple) else None
+            nodes = [e.value for e in types] if types is not None else [args[1]]
+            names = [ctx.qualify(n) or dotted(n) for n in nodes]
+            if all(names):
+                return ["isinstance", names]
+        if name in ("hasattr", "getattr") and len(args) >= 2 and dotted(args[0]) == param:
+            attr = string_value(args[1])
+            if attr:
+                return ["has", attr]
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        left, right = test.left, comp.comparator
+        op = comp.operator
+        if isinstance(op, (cst.IsNot, cst.NotEqual)) and dotted(right) == "None":
+            inner = _condition(left, param, ctx)
+            if inner[0] == "has":
+                return inner
+        if _class_name(right, param) and isinstance(op, cst.In):
+            text = string_value(left)
+            if text:
+                return ["name_in", text]
+        if _class_name(left, param) and isinstance(op, cst.Equal):
+            text = string_value(right)
+            if text:
+                return ["name_eq", text]
+        if _class_name(left, param) and isinstance(op, cst.In):
+            if isinstance(right, (cst.Tuple, cst.List, cst.Set)):
+                texts = [string_value(e.value) for e in right.elements]
+                if all(texts):
+                    return ["name_one_of", texts]
+    name = dotted(test)
+    if name and name.startswith(param + ".") and name.count(".") == 1:
+        return ["has", name.split(".")[1]]
+    return ["?"]
+
+
+def _class_name(node, param: str) -> bool:
+    """``module.__class__.__name__`` / ``type(module).__name__``."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+
+    if dotted(node) == f"{param}.__class__.__name__":
+        return True
+    return (
+        isinstance(node, cst.Attribute)
+        and node.attr.value == "__name__"
+        and isinstance(node.value, cst.Call)
+        and dotted(node.value.func) == "type"
+        and len(node.value.args) == 1
+        and dotted(node.value.args[0].value) == param
+    )
+
+
+# -- across files (torch-free, libcst-free) -------------------------------------------------
+class Protocols:
+    """Roots, their protocols and what they re-create, over every class of a checked tree."""
+
+    def __init__(self, hierarchy, protocol: str = "auto", hooks: tuple[str, ...] = ()) -> None:
+        self.h = hierarchy
+        self.protocol = protocol
+        self.hooks = hooks
+        self.entries = ROOT_ENTRIES if protocol in PROTOCOLS else (protocol,)
+        self.parents: dict[str, set[str]] = {}
+        self.subclasses: dict[str, set[str]] = {}
+        for name, c in hierarchy.classes.items():
+            for child in c.protocol.get("children", ()):
+                r = hierarchy.resolve(child)
+                if r is not None and r != name:
+                    self.parents.setdefault(r, set()).add(name)
+            for base in hierarchy.bases(name):
+                self.subclasses.setdefault(base, set()).add(name)
+        self._roots: dict[str, frozenset[str]] = {}
+        self._mro: dict[str, list[str]] = {}
+
+    # -- composition --------------------------------------------------------------------
+    def roots(self, cls: str) -> frozenset[str]:
+        """The classes nobody constructs that contain ``cls`` (``cls`` itself when nobody
+        constructs it)."""
+        if cls in self._roots:
+            return self._roots[cls]
+        out: set[str] = set()
+        seen = {cls}
+        todo = [cls]
+        while todo:
+            cur = todo.pop()
+            ups = self.parents.get(cur, ())
+            if not ups:
+                out.add(cur)
+            for p in ups:
+                if p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+        self._roots[cls] = frozenset(out)
+        return self._roots[cls]
+
+    def family(self, cls: str) -> list[str]:
+        """``cls`` and its subclasses in the tree: what an instance holding its tensors is."""
+        out = [cls]
+        seen = {cls}
+        for cur in out:
+            for s in sorted(self.subclasses.get(cur, ())):
+                if s not in seen and len(out) < 256:
+                    seen.add(s)
+                    out.append(s)
+        return out
+
+    def mro(self, cls: str) -> list[str]:
+        if cls not in self._mro:
+            out: list[str] = []
+            todo = [cls]
+            while todo:
+                cur = todo.pop(0)
+                if cur in out or len(out) > 64:
+                    continue
+                out.append(cur)
+                todo.extend(self.h.bases(cur))
+            self._mro[cls] = out
+        return self._mro[cls]
+
+    def raw_bases(self, cls: str) -> set[str]:
+        out: set[str] = set()
+        for c in self.mro(cls):
+            summary = self.h.classes.get(c)
+            if summary is not None:
+                out.update(summary.bases)
+        return out
+
+    def is_transformers(self, cls: str) -> bool:
+        mro = self.mro(cls)
+        if any(c in TRANSFORMERS_BASES for c in mro):
+            return True
+        return bool(self.raw_bases(cls) & TRANSFORMERS_BASES)
+
+    # -- protocols ----------------------------------------------------------------------
+    def protocol_of(self, root: str) -> str:
+        if self.protocol == "transformers" or (
+            self.protocol == "auto" and self.is_transformers(root)
+        ):
+            return TRANSFORMERS
+        if self.protocol == "reset_parameters":
+            return RESET
+        if self.h.defines(root, self.entries, set()):
+            return ROOT_INIT
+        return RESET
+
+    def lost_under(self, cls: str, tensors: tuple[str, ...]) -> tuple[str, str] | None:
+        """(protocol, root) under which one of ``tensors`` of ``cls`` is lost, or None when
+        every model root that contains the class re-creates them. ``("", "")``: no model root
+        (a root with the transformers or a root ``init_weights`` protocol) contains the class:
+        it is judged per module. A parentless plain module (a layer swapped in at run time,
+        ``AutoBitLinear``) is not a model root."""
+        pairs = [
+            (member, root)
+            for member in self.family(cls)
+            for root in sorted(self.roots(member))
+            if self.protocol_of(root) != RESET
+        ]
+        if not pairs:
+            return ("", "")
+        for member, root in pairs:
+            done = self.recreated(member, root, self.protocol_of(root))
+            if "*" in done or all(t in done for t in tensors):
+                continue
+            return (self.protocol_of(root), root)
+        return None
+
+    def recreated(self, cls: str, root: str, protocol: str) -> set[str]:
+        """Tensors of an instance of ``cls`` inside ``root`` that the root's protocol
+        re-creates beyond the class's own hooks."""
+        if protocol == TRANSFORMERS:
+            out: set[str] | None = None
+            for owner in self._dispatchers(cls, root):
+                got = self._run_method(owner, "_init_weights", cls, set())
+                out = got if out is None else out & got
+            return out or set()
+        if protocol == ROOT_INIT:
+            out = set()
+            for owner in self.mro(root):
+                summary = self.h.classes.get(owner)
+                if summary is None:
+                    continue
+                entry = next((e for e in self.entries if e in summary.methods), None)
+                if entry is not None:
+                    for item in summary.protocol.get("applies", {}).get(entry, ()):
+                        out |= self._applied(item, root, cls)
+                    break
+            return out
+        return set()
+
+    def _dispatchers(self, cls: str, root: str) -> list[str]:
+        """The nearest ``PreTrainedModel`` classes above ``cls`` inside ``root`` (whose
+        ``_init_weights`` ``smart_apply`` hands the module to)."""
+        out: list[str] = []
+        seen = {cls}
+        todo = [cls]
+        while todo:
+            cur = todo.pop()
+            if self.is_transformers(cur) or cur == root:
+                if root in self.roots(cur) or cur == root:
+                    out.append(cur)
+                continue
+            for p in self.parents.get(cur, ()):
+                if p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+        return out or [root]
+
+    def _applied(self, item: list, root: str, cls: str) -> set[str]:
+        kind = item[0]
+        if kind == "method":
+            return self._run_method(root, item[1], cls, set())
+        if kind == "function":
+            return self._run_function(item[1], cls, set())
+        if kind == "factory":
+            summary = self._function(item[1])
+            out: set[str] = set()
+            for q in (summary or {}).get("returns", ()):
+                out |= self._run_function(q, cls, set())
+            return out
+        if kind == "block":
+            return self._run(item[1], cls, root, None, set())
+        return set()
+
+    def _function(self, name: str) -> dict | None:
+        full = self.h.resolve(name, table=self.h.functions)
+        return self.h.functions.get(full) if full else None
+
+    def _run_function(self, name: str, cls: str, stack: set) -> set[str]:
+        summary = self._function(name)
+        if summary is None or "block" not in summary or name in stack:
+            return set()
+        return self._run(summary["block"], cls, None, None, stack | {name})
+
+    def _run_method(self, owner: str, method: str, cls: str, stack: set, after: str = "") -> set:
+        """Run ``owner.method(module)`` for a module of class ``cls`` (``after``: start the
+        method lookup after this class, as ``super()`` does)."""
+        mro = self.mro(owner)
+        if after:
+            mro = mro[mro.index(after) + 1 :] if after in mro else []
+        for c in mro:
+            summary = self.h.classes.get(c)
+            if summary is None:
+                continue
+            block = summary.protocol.get("dispatch", {}).get(method)
+            if block is not None:
+                key = (c, method)
+                if key in stack:
+                    return set()
+                return self._run(block, cls, owner, c, stack | {key})
+            if method in summary.methods:
+                return set()  # defined but not a per-module dispatch we could read
+        # the library's base class, outside the checked tree
+        searched = [after, *mro] if after else mro
+        bases = {b for c in searched if c in self.h.classes for b in self.h.classes[c].bases}
+        if method == "_init_weights" and bases & TRANSFORMERS_BASES:
+            return self._run(TRANSFORMERS_INIT_WEIGHTS, cls, owner, None, stack)
+        return set()
+
+    def _run(self, block: list, cls: str, owner: str | None, defined: str | None, stack) -> set:
+        out: set[str] = set()
+        for item in block:
+            kind = item[0]
+            if kind == "w":
+                out.add(item[1])
+            elif kind in ("all",):
+                out.add("*")
+            elif kind == "reset":
+                if self.h.hook_tensors(cls, item[1]) is not None:
+                    out |= self.h.hook_tensors(cls, item[1]) or set()
+                elif self.h._torch_reset_base(cls, set()):
+                    out.add("*")
+            elif kind == "super" and owner and defined:
+                out |= self._run_method(owner, item[1], cls, stack, after=defined)
+            elif kind == "self" and owner:
+                out |= self._run_method(owner, item[1], cls, stack)
+            elif kind == "fn":
+                out |= self._run_function(item[1], cls, stack)
+            elif kind == "if":
+                value = self.test(item[1], cls)
+                if value is not False:
+                    out |= self._run(item[2], cls, owner, defined, stack)
+                if value is not True:
+                    out |= self._run(item[3], cls, owner, defined, stack)
+        return out
+
+    def test(self, cond: list, cls: str) -> bool | None:  # noqa: C901 (one case per test)
+        """A dispatch condition on a module of class ``cls``: True, False or None (unknown)."""
+        kind = cond[0]
+        short = cls.rsplit(".", 1)[-1]
+        if kind == "and":
+            a, b = self.test(cond[1], cls), self.test(cond[2], cls)
+            return False if a is False or b is False else (True if a and b else None)
+        if kind == "or":
+            a, b = self.test(cond[1], cls), self.test(cond[2], cls)
+            return True if a or b else (False if a is False and b is False else None)
+        if kind == "not":
+            a = self.test(cond[1], cls)
+            return None if a is None else not a
+        if kind == "name_in":
+            return cond[1] in short
+        if kind == "name_eq":
+            return cond[1] == short
+        if kind == "name_one_of":
+            return short in cond[1]
+        if kind == "isinstance":
+            mro = self.mro(cls)
+            raw = self.raw_bases(cls)
+            shorts = {c.rsplit(".", 1)[-1] for c in mro} | {b.rsplit(".", 1)[-1] for b in raw}
+            for name in cond[1]:
+                full = self.h.resolve(name)
+                if full in mro or name in raw:
+                    return True
+                if (
+                    full is None
+                    and not name.startswith("torch.")
+                    and name.rsplit(".")[-1] in shorts
+                ):
+                    return True
+            return False
+        if kind == "has":
+            known = False
+            for c in self.mro(cls):
+                summary = self.h.classes.get(c)
+                if summary is None:
+                    continue
+                known = True
+                if cond[1] in summary.protocol.get("attributes", ()):
+                    return True
+            # a torch built-in base (nn.Linear) has attributes the tree does not show
+            torch_base = any(
+                b.startswith("torch.nn.") and b != "torch.nn.Module" for b in self.raw_bases(cls)
+            )
+            return False if known and not torch_base else None
+        return None
+
+    # -- findings -----------------------------------------------------------------------
+    def judge(self, d):
+        """A static finding judged under the protocols of the roots containing its class:
+        None when every root re-creates what it says is lost (or replays what it says is
+        not replayed), else the finding naming the protocol and root it is lost under."""
+        cond = d.condition
+        if cond.unless_root_replays and self.protocol != RESET:
+            entries = self.entries if self.protocol != "auto" else (cond.unless_root_replays,)
+            if cond.unless_root_replays in entries and self.roots(cond.cls) == {cond.cls}:
+                if self.protocol_of(cond.cls) != TRANSFORMERS:
+                    return None
+        if not cond.not_recreated:
+            return d
+        lost = self.lost_under(cond.cls, cond.not_recreated)
+        if lost is None:
+            return None
+        protocol, root = lost
+        if not protocol:
+            return d.with_(protocol=RESET)
+        short = root.rsplit(".", 1)[-1]
+        where = (
+            f"`{short}.init_weights()` (transformers `_init_weights`)"
+            if protocol == TRANSFORMERS
+            else f"`{short}.{self._entry(root)}()`"
+        )
+        return d.with_(message=f"{d.message}; lost under {where}", protocol=protocol, root=root)
+
+    def _entry(self, root: str) -> str:
+        return next((e for e in self.entries if self.h.defines(root, (e,), set())), "init_weights")

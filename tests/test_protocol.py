@@ -1,0 +1,171 @@
+"""Findings judged under the protocol of the model roots that contain a class, across files
+(metalint.static.protocol): transformers' ``_init_weights``, a root ``init_weights()``,
+per-module ``reset_parameters()``."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from metalint.check import run_check
+from metalint.config import ConfigError, Settings, load_settings
+
+LAYERS = """
+import torch
+from torch import nn
+
+class ToyRMSNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+class ToyScale(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.gamma = nn.Parameter(1e-5 * torch.ones(dim))
+
+class ToyRotaryEmbedding(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("original_inv_freq", inv_freq.clone(), persistent=False)
+"""
+HF_MODEL = """
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from pkg.layers import ToyRMSNorm, ToyRotaryEmbedding, ToyScale
+
+class ToyPreTrainedModel(PreTrainedModel):
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, {scale_class}):
+            init.constant_(module.gamma, 1e-5)
+
+class ToyModel(ToyPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.norm = ToyRMSNorm(config.hidden_size)
+        self.rope = ToyRotaryEmbedding(config.head_dim)
+        self.scale = ToyScale(config.hidden_size)
+"""
+PLAIN_MODEL = """
+from torch import nn
+from pkg.layers import ToyRMSNorm, ToyScale
+
+class PlainModel(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = ToyRMSNorm(dim)
+        self.scale = ToyScale(dim)
+"""
+
+
+def _tree(tmp_path, scale_handled: bool, plain: bool = False):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "layers.py").write_text(textwrap.dedent(LAYERS))
+    (pkg / "hf.py").write_text(
+        textwrap.dedent(HF_MODEL).format(scale_class="ToyScale" if scale_handled else "nn.Linear")
+    )
+    if plain:
+        (pkg / "plain.py").write_text(textwrap.dedent(PLAIN_MODEL))
+    return pkg
+
+
+def _found(pkg, protocol="auto"):
+    settings = Settings(root=pkg.parent, select=["ML001", "ML002"], protocol=protocol)
+    return run_check([pkg], settings, use_cache=False, workers=1).diagnostics
+
+
+def test_transformers_base_dispatch_restores_what_the_classes_do_not(tmp_path):
+    pkg = _tree(tmp_path, scale_handled=True)
+    assert [(d.code, d.symbol) for d in _found(pkg)] == []
+    # judged per module (the protocol every module's own hooks make) they are all lost
+    per_module = sorted((d.code, d.symbol, d.protocol, d.root) for d in _found(pkg, RESET))
+    assert per_module == [
+        ("ML001", "ToyRMSNorm", "reset_parameters", None),
+        ("ML001", "ToyScale", "reset_parameters", None),
+        ("ML002", "ToyRotaryEmbedding", "reset_parameters", None),
+        ("ML002", "ToyRotaryEmbedding", "reset_parameters", None),
+    ]
+
+
+RESET = "reset_parameters"
+
+
+def test_a_tensor_the_dispatch_misses_names_root_and_protocol(tmp_path):
+    pkg = _tree(tmp_path, scale_handled=False)
+    found = _found(pkg)
+    assert [(d.code, d.symbol) for d in found] == [("ML001", "ToyScale")]
+    d = found[0]
+    assert (d.protocol, d.root) == ("transformers _init_weights", "pkg.hf.ToyModel")
+    assert "lost under `ToyModel.init_weights()`" in d.message
+    out = d.to_json()
+    assert (out["protocol"], out["root"]) == ("transformers _init_weights", "pkg.hf.ToyModel")
+
+
+def test_lost_under_one_root_is_enough(tmp_path):
+    # ToyScale restored under the transformers root, but a plain model (no protocol of its
+    # own: per module) holds it too; RMSNorm likewise
+    pkg = _tree(tmp_path, scale_handled=True, plain=True)
+    got = sorted((d.symbol, d.protocol, d.root) for d in _found(pkg))
+    assert got == []  # a plain parentless model is not a model root: per module is not asked
+    # ... unless the repo says it materialises per module
+    assert len(_found(pkg, RESET)) == 4
+
+
+def test_root_init_weights_applies_to_children(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "layers.py").write_text(textwrap.dedent(LAYERS))
+    (pkg / "vit.py").write_text(
+        textwrap.dedent(
+            """
+            from torch import nn
+            from pkg.layers import ToyRMSNorm, ToyScale
+
+            def init_norms(module, name=""):
+                if "RMSNorm" in type(module).__name__:
+                    nn.init.ones_(module.weight)
+
+            class ViT(nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.norm = ToyRMSNorm(dim)
+                    self.scale = ToyScale(dim)
+
+                def init_weights(self):
+                    self.apply(init_norms)
+            """
+        )
+    )
+    # the rotary embedding is in no model: judged per module
+    found = [d for d in _found(pkg) if d.symbol != "ToyRotaryEmbedding"]
+    assert [(d.symbol, d.protocol, d.root) for d in found] == [
+        ("ToyScale", "root init_weights", "pkg.vit.ViT")
+    ]
+    assert "lost under `ViT.init_weights()`" in found[0].message
+
+
+def test_protocol_setting(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.metalint]\nprotocol = "materialize"\n')
+    assert load_settings(tmp_path).protocol == "materialize"
+    (tmp_path / "pyproject.toml").write_text('[tool.metalint]\nprotocol = "not a name"\n')
+    with pytest.raises(ConfigError, match="protocol must be one of auto"):
+        load_settings(tmp_path)
+
+
+def test_json_report_carries_the_fields(tmp_path):
+    from metalint.report import render
+
+    pkg = _tree(tmp_path, scale_handled=False)
+    out = json.loads(render(_found(pkg), "json"))
+    assert [(x["symbol"], x["protocol"], x["root"]) for x in out] == [
+        ("ToyScale", "transformers _init_weights", "pkg.hf.ToyModel")
+    ]
