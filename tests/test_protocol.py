@@ -169,3 +169,49 @@ def test_json_report_carries_the_fields(tmp_path):
     assert [(x["symbol"], x["protocol"], x["root"]) for x in out] == [
         ("ToyScale", "transformers _init_weights", "pkg.hf.ToyModel")
     ]
+
+
+def test_base_dispatch_called_by_name_and_deleted_override(tmp_path):
+    # ``PreTrainedModel._init_weights(self, module)`` runs the base dispatch; a modular file's
+    # ``def _init_weights(self, module): raise AttributeError()`` deletes an override, so the
+    # base's applies
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "layers.py").write_text(textwrap.dedent(LAYERS))
+    (pkg / "models.py").write_text(
+        textwrap.dedent(
+            """
+            from transformers import PreTrainedModel
+            from pkg.layers import ToyRMSNorm, ToyRotaryEmbedding
+
+            class NamedPreTrainedModel(PreTrainedModel):
+                def _init_weights(self, module):
+                    PreTrainedModel._init_weights(self, module)
+
+            class NamedModel(NamedPreTrainedModel):
+                def __init__(self, config):
+                    super().__init__(config)
+                    self.norm = ToyRMSNorm(config.hidden_size)
+
+            class Broken(PreTrainedModel):
+                def _init_weights(self, module):
+                    pass
+
+            class DeletingPreTrainedModel(Broken):
+                def _init_weights(self, module):
+                    raise AttributeError()
+
+            class DeletingModel(DeletingPreTrainedModel):
+                def __init__(self, config):
+                    super().__init__(config)
+                    self.rope = ToyRotaryEmbedding(config.head_dim)
+            """
+        )
+    )
+    # the deleted override falls back to Broken's, which restores nothing: still lost
+    got = sorted((d.symbol, d.root) for d in _found(pkg) if d.symbol != "ToyScale")
+    assert got == [
+        ("ToyRotaryEmbedding", "pkg.models.DeletingModel"),
+        ("ToyRotaryEmbedding", "pkg.models.DeletingModel"),
+    ]

@@ -35,7 +35,7 @@ from metalint.static.tensors import recreated
 from metalint.vocabulary import DEFAULT_HOOKS, MODULE_API
 
 #: a file that mentions none of these cannot hold a finding; it is not parsed
-PREFILTER = re.compile(rb"torch|nn\.|Parameter|register_buffer|Module|Tensor")
+PREFILTER = re.compile(rb"torch|nn\.|Parameter|register_buffer|Module|Tensor|PreTrainedModel")
 NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.I)
 
 

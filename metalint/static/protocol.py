@@ -153,16 +153,38 @@ def summarize_class(cls, ctx, hooks: tuple[str, ...] = ("reset_parameters",)) ->
         if items:
             applies[entry] = items
     dispatch: dict[str, list] = {}
+    deleted = []
     for name in sorted(wanted):
         m = cls.methods.get(name)
         param = _module_param(m.node) if m is not None else None
-        if param:
+        if param and _deletes(m.node):
+            deleted.append(name)
+        elif param:
             dispatch[name] = _block(_body(m.node), param, ctx)
     if dispatch:
         out["dispatch"] = dispatch
+    if deleted:
+        out["deleted"] = deleted
     if applies:
         out["applies"] = applies
     return out
+
+
+def _deletes(fn) -> bool:
+    """``def _init_weights(self, module): raise AttributeError()``: transformers' modular
+    files delete an inherited method this way (the generated file inherits the base's)."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+
+    body = _body(fn)
+    if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine):
+        return False
+    stmt = body[0].body[0]
+    exc = stmt.exc if isinstance(stmt, cst.Raise) else None
+    if isinstance(exc, cst.Call):
+        exc = exc.func
+    return exc is not None and dotted(exc) == "AttributeError"
 
 
 def _composition(cls, ctx) -> tuple[set[str], set[str]]:
@@ -352,8 +374,8 @@ def _body_of(node) -> list:
 
 def _block(stmts, param: str, ctx) -> list:
     """What the statements re-create on the module ``param``: ``["w", attr]``, ``["all"]``,
-    ``["reset", hook]``, ``["super", m]``, ``["self", m]``, ``["fn", qualname]``,
-    ``["if", condition, body, orelse]``."""
+    ``["reset", hook]``, ``["super", m]``, ``["self", m]``, ``["base", class, m]``,
+    ``["fn", qualname]``, ``["if", condition, body, orelse]``."""
     import libcst as cst
 
     from metalint.static.names import dotted
@@ -430,6 +452,14 @@ def _item(node, param: str, ctx) -> list | None:
     recv = func.value
     if dotted(recv) == param and func.attr.value in ("reset_parameters", "_reset_parameters"):
         return ["reset", func.attr.value]
+    if (
+        len(node.args) >= 2
+        and first == "self"
+        and dotted(node.args[1].value) == param
+        and ctx.qualify(recv)
+    ):
+        # ``PreTrainedModel._init_weights(self, module)``: a base class's, called by name
+        return ["base", ctx.qualify(recv), func.attr.value]
     if first != param:
         return None
     if isinstance(recv, cst.Call) and dotted(recv.func) == "super":
@@ -699,6 +729,8 @@ class Protocols:
             summary = self.h.classes.get(c)
             if summary is None:
                 continue
+            if method in summary.protocol.get("deleted", ()):
+                continue
             block = summary.protocol.get("dispatch", {}).get(method)
             if block is not None:
                 key = (c, method)
@@ -711,6 +743,15 @@ class Protocols:
         searched = [after, *mro] if after else mro
         bases = {b for c in searched if c in self.h.classes for b in self.h.classes[c].bases}
         if method == "_init_weights" and bases & TRANSFORMERS_BASES:
+            return self._run(TRANSFORMERS_INIT_WEIGHTS, cls, owner, None, stack)
+        return set()
+
+    def _run_base(self, base: str, method: str, cls: str, owner: str | None, stack) -> set:
+        """``Base.method(self, module)``: the method as the class ``base`` defines it."""
+        full = self.h.resolve(base)
+        if full is not None:
+            return self._run_method(full, method, cls, stack)
+        if base in TRANSFORMERS_BASES and method == "_init_weights":
             return self._run(TRANSFORMERS_INIT_WEIGHTS, cls, owner, None, stack)
         return set()
 
@@ -731,6 +772,12 @@ class Protocols:
                 out |= self._run_method(owner, item[1], cls, stack, after=defined)
             elif kind == "self" and owner:
                 out |= self._run_method(owner, item[1], cls, stack)
+            elif kind == "base":
+                out |= self._run_base(item[1], item[2], cls, owner, stack)
+            elif kind == "fn" and self._function(item[1]) is None:
+                # ``PreTrainedModel._init_weights(module)``: a class's method, not a function
+                head, _, method = item[1].rpartition(".")
+                out |= self._run_base(head, method, cls, owner, stack)
             elif kind == "fn":
                 out |= self._run_function(item[1], cls, stack)
             elif kind == "if":
