@@ -12,8 +12,8 @@ import os
 import shutil
 import stat
 import sys
-import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -339,17 +339,16 @@ def test_write_keeps_mode_and_encoding(cli, tmp_path):
 def test_file_changed_since_read_is_not_written(cli, tmp_path, monkeypatch):
     target = tmp_path / "m.py"
     shutil.copy(ROOT / "fixtures" / "fix" / "plain_attribute.in.py", target)
-    monkeypatch.setenv("METALINT_FIX_TEST_PAUSE", "0.5")
+    from metalint.fix import write
+
+    # someone else edits the file in the window between metalint's read and its rename: the
+    # test pause is where that window is, so the edit lands there (no timing, no thread)
+    monkeypatch.setenv("METALINT_FIX_TEST_PAUSE", "1")
     edited = target.read_text() + "\n# edited by someone else\n"
-
-    def meddle():
-        time.sleep(0.15)
-        target.write_text(edited)
-
-    t = threading.Thread(target=meddle)
-    t.start()
+    clock = types.SimpleNamespace(**vars(time))
+    clock.sleep = lambda seconds: target.write_text(edited)
+    monkeypatch.setattr(write, "time", clock)
     r = cli("fix", "--no-cache", "--write", "m.py")
-    t.join()
     assert r.exit_code == 2
     assert "changed since it was read" in r.output
     assert target.read_text() == edited
