@@ -302,8 +302,14 @@ def check_command(
     diagnostics = result.diagnostics
     if probe:
         diagnostics = probe_findings(diagnostics, settings.hooks)
+    from metalint.rules import describe  # the rules' names, for --statistics and SARIF
+
     text = render(
-        diagnostics, output_format, statistics=statistics, files_checked=result.files_checked
+        diagnostics,
+        output_format,
+        statistics=statistics,
+        files_checked=result.files_checked,
+        describe=describe,
     )
     if output:
         output.write_text(text, encoding="utf-8")

@@ -37,10 +37,21 @@ Job = tuple[str, str, str, bool, tuple[str, ...]]
 def analyze_one(job: Job) -> FileResult:
     """Analyse one file in this process; a bug of ours costs this file only."""
     source, display, module, is_package, hooks = job
+    # imported here, not at the top: ``check``'s all-cached path needs neither libcst nor the rules
+    from metalint.fix.registry import fix_for
+    from metalint.rules import all_rules
     from metalint.static.engine import analyze_source
 
     try:
-        return analyze_source(source, display, module, is_package=is_package, hooks=hooks)
+        return analyze_source(
+            source,
+            display,
+            module,
+            is_package=is_package,
+            hooks=hooks,
+            rules=all_rules(),
+            fix_for=fix_for,
+        )
     except RecursionError:
         return too_complex(display, "nesting deeper than the recursion guard")
     except MemoryError:

@@ -19,6 +19,7 @@ from metalint.codes import (  # noqa: F401 (ERROR_CODE, is_error: the reporters'
     ERROR_CODES,
     TOO_COMPLEX_CODE,
     RuleInfo,
+    describe_code,
     is_error,
 )
 from metalint.diagnostics import Diagnostic
@@ -26,12 +27,6 @@ from metalint.diagnostics import Diagnostic
 FORMATS = ("text", "json", "github", "sarif")
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-
-
-def _default_describe(code: str) -> RuleInfo | None:
-    from metalint.rules import describe  # no torch on this path
-
-    return describe(code)
 
 
 def sort_diagnostics(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
@@ -47,7 +42,7 @@ def render(
     files_checked: int | None = None,
 ) -> str:
     diagnostics = sort_diagnostics(diagnostics)
-    describe = describe or _default_describe
+    describe = describe or describe_code
     if fmt == "text":
         return _text(diagnostics, statistics, describe, files_checked)
     if fmt == "json":

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from metalint.diagnostics import Edit
-from metalint.fix.registry import apply_edits
+from metalint.fix.registry import apply_edits, fix_for
 from metalint.rules import all_rules
 from metalint.static.elide import elide
 from metalint.static.engine import analyze_source
+
+PIPELINE = {"rules": all_rules(), "fix_for": fix_for}
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "fixtures").rglob("*.py")) + sorted(
@@ -100,8 +102,8 @@ def test_elided_lines_keep_their_rows():
 
 
 def _same(source: str) -> None:
-    full = analyze_source(source, "m.py", "pkg.m", elide_unread=False).to_json()
-    short = analyze_source(source, "m.py", "pkg.m").to_json()
+    full = analyze_source(source, "m.py", "pkg.m", elide_unread=False, **PIPELINE).to_json()
+    short = analyze_source(source, "m.py", "pkg.m", **PIPELINE).to_json()
     assert short == full
     for d in short["diagnostics"]:  # and each fix still gives a file that parses
         if d["fix"]:
@@ -110,7 +112,10 @@ def _same(source: str) -> None:
 
 def test_sample_results_are_unchanged():
     _same(SAMPLE)
-    codes = {d["code"] for d in analyze_source(SAMPLE, "m.py", "pkg.m").to_json()["diagnostics"]}
+    codes = {
+        d["code"]
+        for d in analyze_source(SAMPLE, "m.py", "pkg.m", **PIPELINE).to_json()["diagnostics"]
+    }
     assert {"ML001", "ML008"} <= codes  # the helper's .tolist() is still seen
 
 
@@ -126,8 +131,8 @@ def test_rule_example_results_are_unchanged(source):
 
 def test_a_file_python_rejects_is_reported_as_before():
     bad = "import torch\nclass A(torch.nn.Module):\n    def forward(self):\n        return (\n"
-    full = analyze_source(bad, "m.py", "m", elide_unread=False).to_json()
-    assert analyze_source(bad, "m.py", "m").to_json() == full
+    full = analyze_source(bad, "m.py", "m", elide_unread=False, **PIPELINE).to_json()
+    assert analyze_source(bad, "m.py", "m", **PIPELINE).to_json() == full
     assert full["diagnostics"][0]["code"] == "ML900"
 
 
@@ -153,7 +158,10 @@ def test_a_caller_in_elided_code_still_counts():
     )
     assert "bn_weight_init=0" not in elide(source, ast.parse(source))
     _same(source)
-    codes = [d["code"] for d in analyze_source(source, "m.py", "pkg.m").to_json()["diagnostics"]]
+    codes = [
+        d["code"]
+        for d in analyze_source(source, "m.py", "pkg.m", **PIPELINE).to_json()["diagnostics"]
+    ]
     assert codes == ["ML003"]
 
 

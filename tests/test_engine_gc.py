@@ -11,8 +11,11 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from metalint.fix.registry import fix_for
 from metalint.rules import all_rules
 from metalint.static.engine import analyze_source
+
+PIPELINE = {"rules": all_rules(), "fix_for": fix_for}
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "fixtures").rglob("*.py"))]
@@ -44,7 +47,7 @@ def saved_garbage():
 def test_no_syntax_tree_is_left_in_a_reference_cycle(saved_garbage):
     findings = 0
     for i, source in enumerate(SOURCES):
-        findings += len(analyze_source(source, f"m{i}.py", f"m{i}").diagnostics)
+        findings += len(analyze_source(source, f"m{i}.py", f"m{i}", **PIPELINE).diagnostics)
         gc.collect()
         stuck = [o for o in saved_garbage if isinstance(o, cst.CSTNode)]
         assert not stuck, (
@@ -59,7 +62,7 @@ def test_collector_state_is_restored(enabled):
     was = gc.isenabled()
     try:
         gc.enable() if enabled else gc.disable()
-        analyze_source(SOURCES[0], "m.py", "m")
+        analyze_source(SOURCES[0], "m.py", "m", **PIPELINE)
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()

@@ -16,8 +16,9 @@ from pathlib import Path
 import libcst as cst
 
 from metalint.diagnostics import Applicability, Diagnostic
-from metalint.fix.registry import CODEMODS, REASONS, apply_edits
+from metalint.fix.registry import CODEMODS, REASONS, apply_edits, fix_for
 from metalint.report import is_error
+from metalint.rules import all_rules
 from metalint.static.engine import FileResult, analyze_source
 from metalint.static.hierarchy import Hierarchy
 
@@ -52,9 +53,11 @@ class FileFix:
 
 
 class Fixer:
-    def __init__(self, results: list[FileResult], settings, enabled: set[str], unsafe: bool):
-        from metalint.check import resolve
-
+    def __init__(
+        self, results: list[FileResult], settings, enabled: set[str], unsafe: bool, resolve
+    ):
+        #: ``resolve(results, settings, enabled)``: the findings that stand across the tree
+        #: (the check pipeline's, handed in by the command)
         self._resolve = resolve
         self.results = {r.path: r for r in results}
         self.settings = settings
@@ -69,6 +72,8 @@ class Fixer:
             ff.module,
             is_package=ff.is_package,
             hooks=self.settings.hooks,
+            rules=all_rules(),
+            fix_for=fix_for,
             elide_unread=False,
         )
         self.results[ff.display] = result

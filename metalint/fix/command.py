@@ -42,18 +42,18 @@ def run_fix(  # noqa: C901 (issue 20: split it)
     echo=click.echo,
     show_fixes: bool = False,
 ) -> int:
-    from metalint.check import all_codes, run_check
+    from metalint.check import all_codes, resolve, run_check
     from metalint.fix.apply import FileFix, Fixer
     from metalint.fix.registry import CODEMODS
     from metalint.fix.write import ChangedOnDisk, NotPython, digest, write_atomic
-    from metalint.static.engine import decode
     from metalint.static.names import module_name_for
+    from metalint.static.results import decode
 
     codes, defaults = all_codes()
     enabled = settings.enabled(codes, defaults)
     checked = run_check(paths, settings, use_cache=use_cache, workers=workers)
     errors = [d for d in checked.diagnostics if is_error(d.code)]
-    fixer = Fixer(checked.results, settings, enabled, unsafe)
+    fixer = Fixer(checked.results, settings, enabled, unsafe, resolve)
     candidates = sorted({d.filename for d in checked.diagnostics if d.code in CODEMODS})
     fixes: list[FileFix] = []
     for display in candidates:

@@ -1,7 +1,7 @@
 """Probe one module: eager build -> statistics -> meta build -> to_empty -> poison -> init ->
 compare. Runs in-process; :mod:`.isolate` runs it in a child process.
 
-Steps (see DESIGN.md section 3):
+Steps (:func:`probe` runs them in this order, one function each):
 
 1. build eagerly on CPU under a fixed seed while :class:`~.attribute.WriteRecorder` records
    the source line that last wrote each tensor and whether the value is random; keep
@@ -459,10 +459,6 @@ def _findings_to_diags(
 # ----------------------------------------------------------------------------- probe
 
 
-def _cls_info(mod: nn.Module) -> tuple[str, str | None]:
-    return type(mod).__qualname__, _class_file(type(mod))
-
-
 def _raise_site(exc: BaseException) -> tuple[attribute.Site | None, str | None]:
     tb = exc.__traceback__
     site = None
@@ -653,76 +649,13 @@ def probe(
     t0 = time.perf_counter()
     device = pick_device(device)
     res = ProbeResult(label=label, device=device)
-    fallback_file = None
     # 1. eager
-    torch.manual_seed(seed)
-    rec = attribute.WriteRecorder()
-    try:
-        with rec:
-            model = make()
-    except Exception as exc:
-        raise _stage_error("eager construction", exc) from exc
-    if not isinstance(model, nn.Module):
-        raise ProbeSetupError(f"{label} returned {type(model).__name__}, not an nn.Module")
-    fallback_file = _class_file(type(model))
-    eager, _ = snapshot(model, rec)
-    res.tensors = len([e for e in eager.entries.values()])
-    del model, rec, _
-    release_memory()
-    _mark_seed_dependent(make, seed, eager)
+    eager, fallback_file = _eager_stage(make, seed, label, res)
     # 2. meta build
-    esc = attribute.EscapeDetector()
-    rss0 = rss_anon()
-    try:
-        with torch.device("meta"), esc:
-            model = make()
-    except Exception as exc:  # data-dependent __init__
-        site, owner = _raise_site(exc)
-        cls = owner or eager.classes.get("", {}).get("cls", label)
-        msg = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
-        f = Finding(
-            "MP006",
-            cls,
-            fallback_file,
-            None,
-            [],
-            f"constructing {cls} on the meta device raised {msg[:300]}",
-            site,
-        )
-        res.findings = _findings_to_diags([f], "", fallback_file)
-        res.status = "failed"
-        res.classes = _class_summary(eager, [f], cls)
+    findings = _meta_stage(make, eager, label, fallback_file, res)
+    if findings is None:  # the meta build raised: MP006, nothing more to compare
         res.seconds = time.perf_counter() - t0
         return res
-    res.meta_alloc_bytes = max(rss_anon() - rss0, 0)
-    res.escape_bytes = esc.nbytes
-    findings: list[Finding] = []
-    by_site: dict[tuple, list[attribute.Escape]] = {}
-    for e in esc.escapes:
-        by_site.setdefault((e.site.file, e.site.line) if e.site else None, []).append(e)
-    for key, es in by_site.items():
-        site = es[0].site
-        ops = sorted({e.op for e in es})
-        nbytes = sum(e.nbytes for e in es)
-        kept = [e for e in es if e.retained]
-        if not kept and nbytes < TRANSIENT_ESCAPE_BYTES:
-            continue  # a small temporary freed before the build ended (e.g. linspace().tolist())
-        owner = site.owner if site and site.owner else eager.classes.get("", {}).get("cls", label)
-        how = "kept in the model" if kept else "temporary"
-        findings.append(
-            Finding(
-                "MP007",
-                owner,
-                None,
-                None,
-                [],
-                f"building {owner} on meta allocated {nbytes} bytes on {es[0].device} "
-                f"({len(es)} tensor{'s' if len(es) != 1 else ''}, {how}: "
-                f"{', '.join('aten.' + o for o in ops)})",
-                site,
-            )
-        )
-    del model, esc
     # 3-5. deferred build, poison, init, compare
     torch.manual_seed(seed + 1)
     try:
@@ -746,43 +679,9 @@ def probe(
         and init in ("auto", "reset_parameters")
     ):
         torch.manual_seed(seed + 1)
-        model2, used2, _, _ = _deferred(make, device, init, "pre", eager, track=False, hooks=hooks)
-        diffs2, _ = _compare_models(eager, model2)
-        del model2
-        gc.collect()
-        a = {(f.code, tuple(f.names)) for f in diffs}
-        b = {(f.code, tuple(f.names)) for f in diffs2}
-        if a != b:
-            hook, written = tracker.foreign[0]
-            only_post = sorted(n for c, ns in a - b for n in ns)
-            only_pre = sorted(n for c, ns in b - a for n in ns)
-            owner_cls = eager.classes.get(hook, {}).get("cls", "?")
-            site = None
-            try:
-                hook_fn = make_info[hook].reset_parameters
-            except Exception:
-                hook_fn = None
-            if hook_fn is not None:
-                try:
-                    _, line = inspect.getsourcelines(hook_fn)
-                    site = attribute.Site(
-                        inspect.getsourcefile(hook_fn), line, "reset_parameters", owner_cls
-                    )
-                except (OSError, TypeError):
-                    site = None
-            findings.append(
-                Finding(
-                    "MP009",
-                    owner_cls,
-                    eager.classes.get(hook, {}).get("file"),
-                    None,
-                    [written],
-                    f"the verdict depends on hook order: {owner_cls}.reset_parameters() "
-                    f"({hook or 'root'}) writes {written} of a child; children-first fails "
-                    f"{only_post or 'nothing more'}, parents-first fails {only_pre or 'nothing more'}",
-                    site,
-                )
-            )
+        order = _hook_order_stage(make, device, init, eager, diffs, tracker, make_info, hooks)
+        if order is not None:
+            findings.append(order)
     findings.extend(diffs)
     res.lost = len(
         {n for f in diffs if f.code in ("MP001", "MP002", "MP003", "MP004") for n in f.names}
@@ -794,7 +693,135 @@ def probe(
     return res
 
 
-def _class_summary(  # noqa: C901 (issue 20: split it)
+def _eager_stage(make, seed: int, label: str, res: ProbeResult) -> tuple[Snapshot, str | None]:
+    """Step 1: build eagerly under ``seed`` recording who wrote each tensor; keep statistics."""
+    torch.manual_seed(seed)
+    rec = attribute.WriteRecorder()
+    try:
+        with rec:
+            model = make()
+    except Exception as exc:
+        raise _stage_error("eager construction", exc) from exc
+    if not isinstance(model, nn.Module):
+        raise ProbeSetupError(f"{label} returned {type(model).__name__}, not an nn.Module")
+    fallback_file = _class_file(type(model))
+    eager, _ = snapshot(model, rec)
+    res.tensors = len([e for e in eager.entries.values()])
+    del model, rec, _
+    release_memory()
+    _mark_seed_dependent(make, seed, eager)
+    return eager, fallback_file
+
+
+def _meta_stage(
+    make, eager: Snapshot, label: str, fallback_file: str | None, res: ProbeResult
+) -> list[Finding] | None:
+    """Step 2: build under ``torch.device("meta")``; the real allocations (MP007), or None
+    when the build raised (MP006, recorded in ``res``)."""
+    esc = attribute.EscapeDetector()
+    rss0 = rss_anon()
+    try:
+        with torch.device("meta"), esc:
+            model = make()
+    except Exception as exc:  # data-dependent __init__
+        site, owner = _raise_site(exc)
+        cls = owner or eager.classes.get("", {}).get("cls", label)
+        msg = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
+        f = Finding(
+            "MP006",
+            cls,
+            fallback_file,
+            None,
+            [],
+            f"constructing {cls} on the meta device raised {msg[:300]}",
+            site,
+        )
+        res.findings = _findings_to_diags([f], "", fallback_file)
+        res.status = "failed"
+        res.classes = _class_summary(eager, [f], cls)
+        return None
+    res.meta_alloc_bytes = max(rss_anon() - rss0, 0)
+    res.escape_bytes = esc.nbytes
+    findings = _escape_findings(esc, eager, label)
+    del model, esc
+    return findings
+
+
+def _escape_findings(esc, eager: Snapshot, label: str) -> list[Finding]:
+    """MP007 per source line that allocated real memory during the meta build."""
+    findings: list[Finding] = []
+    by_site: dict[tuple, list[attribute.Escape]] = {}
+    for e in esc.escapes:
+        by_site.setdefault((e.site.file, e.site.line) if e.site else None, []).append(e)
+    for es in by_site.values():
+        site = es[0].site
+        ops = sorted({e.op for e in es})
+        nbytes = sum(e.nbytes for e in es)
+        kept = [e for e in es if e.retained]
+        if not kept and nbytes < TRANSIENT_ESCAPE_BYTES:
+            continue  # a small temporary freed before the build ended (e.g. linspace().tolist())
+        owner = site.owner if site and site.owner else eager.classes.get("", {}).get("cls", label)
+        how = "kept in the model" if kept else "temporary"
+        findings.append(
+            Finding(
+                "MP007",
+                owner,
+                None,
+                None,
+                [],
+                f"building {owner} on meta allocated {nbytes} bytes on {es[0].device} "
+                f"({len(es)} tensor{'s' if len(es) != 1 else ''}, {how}: "
+                f"{', '.join('aten.' + o for o in ops)})",
+                site,
+            )
+        )
+    return findings
+
+
+def _hook_order_stage(
+    make, device: str, init: str, eager: Snapshot, diffs, tracker, make_info, hooks
+) -> Finding | None:
+    """Step 6: some ``reset_parameters()`` wrote a child's tensors: run parents-first too;
+    MP009 when the verdict differs."""
+    model2, _used2, _, _ = _deferred(make, device, init, "pre", eager, track=False, hooks=hooks)
+    diffs2, _ = _compare_models(eager, model2)
+    del model2
+    gc.collect()
+    a = {(f.code, tuple(f.names)) for f in diffs}
+    b = {(f.code, tuple(f.names)) for f in diffs2}
+    if a == b:
+        return None
+    hook, written = tracker.foreign[0]
+    only_post = sorted(n for c, ns in a - b for n in ns)
+    only_pre = sorted(n for c, ns in b - a for n in ns)
+    owner_cls = eager.classes.get(hook, {}).get("cls", "?")
+    site = None
+    try:
+        hook_fn = make_info[hook].reset_parameters
+    except Exception:
+        hook_fn = None
+    if hook_fn is not None:
+        try:
+            _, line = inspect.getsourcelines(hook_fn)
+            site = attribute.Site(
+                inspect.getsourcefile(hook_fn), line, "reset_parameters", owner_cls
+            )
+        except (OSError, TypeError):
+            site = None
+    return Finding(
+        "MP009",
+        owner_cls,
+        eager.classes.get(hook, {}).get("file"),
+        None,
+        [written],
+        f"the verdict depends on hook order: {owner_cls}.reset_parameters() "
+        f"({hook or 'root'}) writes {written} of a child; children-first fails "
+        f"{only_post or 'nothing more'}, parents-first fails {only_pre or 'nothing more'}",
+        site,
+    )
+
+
+def _class_summary(
     eager: Snapshot, findings: list[Finding], raised: str | None
 ) -> dict[str, dict[str, Any]]:
     """Per probed class (``file::qualname``): own tensor attrs, broken attrs, class-level codes,
@@ -830,22 +857,24 @@ def _class_summary(  # noqa: C901 (issue 20: split it)
                 continue
         for n in f.names:
             e = eager.entries.get(n)
-            if e is None:
-                continue
-            key = path_cls.get(e.owner)
-            if key:
-                out[key]["broken"].setdefault(e.attr, [])
-                if f.code not in out[key]["broken"][e.attr]:
-                    out[key]["broken"][e.attr].append(f.code)
-            # every ancestor's subtree
-            parts = e.owner.split(".") if e.owner else []
-            for i in range(len(parts) + 1):
-                anc = ".".join(parts[:i])
-                k = path_cls.get(anc)
-                if k:
-                    out[k]["subtree_broken"] += 1
+            if e is not None:
+                _mark_broken(out, path_cls, e, f.code)
     if raised:
         for info in out.values():
             if info["cls"] == raised:
                 info["raised"] = True
     return out
+
+
+def _mark_broken(out: dict, path_cls: dict[str, str], e, code: str) -> None:
+    """Tensor ``e`` is broken (``code``): in its owner's class, and in every ancestor's subtree."""
+    key = path_cls.get(e.owner)
+    if key:
+        out[key]["broken"].setdefault(e.attr, [])
+        if code not in out[key]["broken"][e.attr]:
+            out[key]["broken"][e.attr].append(code)
+    parts = e.owner.split(".") if e.owner else []
+    for i in range(len(parts) + 1):
+        k = path_cls.get(".".join(parts[:i]))
+        if k:
+            out[k]["subtree_broken"] += 1

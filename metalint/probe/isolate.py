@@ -88,17 +88,67 @@ def _signal_name(rc: int) -> str:
     return f"exit status {rc}"
 
 
-def run_target(target: Target, opts: Options) -> list[Outcome]:  # noqa: C901 (issue 20: split it)
-    outcomes: list[Outcome] = []
-    done: list[str] = []
+@dataclass
+class _Progress:
+    """What the child reported so far about the items of one target."""
+
+    file: str | None
+    outcomes: list[Outcome] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)
     items: list[str] | None = None
-    file = target.path
+    current: str | None = None
+
+    def event(self, ev: dict, target: Target, opts: Options) -> bool:
+        """Record one event of the child; True when it starts a new deadline."""
+        kind = ev.get("event")
+        self.file = ev.get("file") or self.file
+        if kind == "items":
+            self.items = ev["items"]
+            return True
+        if kind == "start":
+            self.current = ev["label"]
+            if opts.on_start is not None:
+                opts.on_start(self.current, len(self.done), len(self.items or ()))
+            return True
+        if kind == "result":
+            self.current = None
+            self.done.append(ev["label"])
+            if ev.get("skip"):
+                self.outcomes.append(Outcome(ev["label"], "skip", self.file, message=ev["skip"]))
+            else:
+                self.outcomes.append(
+                    Outcome(ev["label"], "result", self.file, ev["result"], args=ev.get("args", ""))
+                )
+        elif kind == "error":
+            label = ev.get("label")
+            if label is None:
+                self.outcomes.append(
+                    Outcome(target.spec, "error", self.file, message=ev["message"])
+                )
+                self.items = []
+            else:
+                self.current = None
+                self.done.append(label)
+                self.outcomes.append(Outcome(label, "error", self.file, message=ev["message"]))
+        return False
+
+
+def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("PYTHONFAULTHANDLER", "1")
     env["PYTHONUNBUFFERED"] = "1"
     # the child must import this metalint even when it is not installed
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_target(target: Target, opts: Options) -> list[Outcome]:
+    """Probe every item of ``target`` in child processes: one child runs the items in turn;
+    when it crashes or times out on one, that item is an error and a new child goes on with
+    the items left."""
+    progress = _Progress(target.path)
+    env = _child_env()
     while True:
         job = {
             "target": {
@@ -107,99 +157,85 @@ def run_target(target: Target, opts: Options) -> list[Outcome]:  # noqa: C901 (i
                 "module": target.module,
                 "attr": target.attr,
             },
-            "skip": done,
+            "skip": progress.done,
             "device": opts.device,
             "init": opts.init,
             "seed": opts.seed,
             "hooks": list(opts.hooks),
         }
-        with tempfile.TemporaryFile(mode="w+") as err:
-            proc = subprocess.Popen(
-                [opts.python, "-m", "metalint.probe.worker"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-                env=env,
-            )
-            assert proc.stdin and proc.stdout
-            proc.stdin.write(json.dumps(job))
-            proc.stdin.close()
-            q: queue.Queue = queue.Queue()
-            threading.Thread(target=_reader, args=(proc.stdout, q), daemon=True).start()
-            current: str | None = None
-            deadline = time.monotonic() + opts.timeout + 30  # interpreter + torch import
-            failure: str | None = None
-            while True:
-                try:
-                    line = q.get(timeout=max(deadline - time.monotonic(), 0.01))
-                except queue.Empty:
-                    failure = f"timed out after {opts.timeout:g} s"
-                    if hasattr(signal, "SIGUSR1"):
-                        try:
-                            proc.send_signal(signal.SIGUSR1)  # faulthandler dumps the stack
-                            proc.wait(timeout=1.0)
-                        except (subprocess.TimeoutExpired, OSError):
-                            pass
-                    proc.kill()
-                    break
-                if line is None:
-                    break
-                try:
-                    ev = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                kind = ev.get("event")
-                file = ev.get("file") or file
-                if kind == "items":
-                    items = ev["items"]
-                    deadline = time.monotonic() + opts.timeout
-                elif kind == "start":
-                    current = ev["label"]
-                    if opts.on_start is not None:
-                        opts.on_start(current, len(done), len(items or ()))
-                    deadline = time.monotonic() + opts.timeout
-                elif kind == "result":
-                    current = None
-                    done.append(ev["label"])
-                    if ev.get("skip"):
-                        outcomes.append(Outcome(ev["label"], "skip", file, message=ev["skip"]))
-                    else:
-                        outcomes.append(
-                            Outcome(
-                                ev["label"], "result", file, ev["result"], args=ev.get("args", "")
-                            )
-                        )
-                elif kind == "error":
-                    label = ev.get("label")
-                    if label is None:
-                        outcomes.append(Outcome(target.spec, "error", file, message=ev["message"]))
-                        items = []
-                    else:
-                        current = None
-                        done.append(label)
-                        outcomes.append(Outcome(label, "error", file, message=ev["message"]))
-            rc = proc.wait()
-            err.seek(0)
-            stderr = err.read()
-        if failure is None and items is not None and (current is None) and rc == 0:
-            return outcomes
+        failure, rc, stderr = _run_child(job, env, target, opts, progress)
+        if failure is None and progress.items is not None and progress.current is None and rc == 0:
+            return progress.outcomes
         if failure is None:
             failure = f"crashed ({_signal_name(rc)})" if rc != 0 else "child exited early"
-        tail = _last_error_line(stderr)
-        site = _crash_site(stderr)
-        label = current or (target.spec if items is None else None)
-        if label is None:  # died between items: nothing lost, but do not loop forever
-            label = target.spec
-        msg = failure + (f": {tail}" if tail and "timed out" not in failure else "")
-        if site:
-            msg += f" (in {os.path.basename(site[0])}:{site[1]})"
-        outcomes.append(Outcome(label, "error", file, message=msg, site=site))
+        progress.outcomes.append(_crash_outcome(failure, stderr, target, progress))
+        current, items = progress.current, progress.items
         if current is None or items is None:
-            return outcomes
-        done.append(current)
-        if all(i in done for i in items):
-            return outcomes
+            return progress.outcomes
+        progress.done.append(current)
+        progress.current = None
+        if all(i in progress.done for i in items):
+            return progress.outcomes
+
+
+def _run_child(job, env, target: Target, opts: Options, progress: _Progress):
+    """One child over the items not done yet: (failure or None, exit code, stderr)."""
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(
+            [opts.python, "-m", "metalint.probe.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=env,
+        )
+        assert proc.stdin and proc.stdout
+        proc.stdin.write(json.dumps(job))
+        proc.stdin.close()
+        q: queue.Queue = queue.Queue()
+        threading.Thread(target=_reader, args=(proc.stdout, q), daemon=True).start()
+        deadline = time.monotonic() + opts.timeout + 30  # interpreter + torch import
+        failure: str | None = None
+        while True:
+            try:
+                line = q.get(timeout=max(deadline - time.monotonic(), 0.01))
+            except queue.Empty:
+                failure = f"timed out after {opts.timeout:g} s"
+                _stop(proc)
+                break
+            if line is None:
+                break
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if progress.event(ev, target, opts):
+                deadline = time.monotonic() + opts.timeout
+        rc = proc.wait()
+        err.seek(0)
+        return failure, rc, err.read()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if hasattr(signal, "SIGUSR1"):
+        try:
+            proc.send_signal(signal.SIGUSR1)  # faulthandler dumps the stack
+            proc.wait(timeout=1.0)
+        except (subprocess.TimeoutExpired, OSError):
+            pass
+    proc.kill()
+
+
+def _crash_outcome(failure: str, stderr: str, target: Target, progress: _Progress) -> Outcome:
+    tail = _last_error_line(stderr)
+    site = _crash_site(stderr)
+    label = progress.current or (target.spec if progress.items is None else None)
+    if label is None:  # died between items: nothing lost, but do not loop forever
+        label = target.spec
+    msg = failure + (f": {tail}" if tail and "timed out" not in failure else "")
+    if site:
+        msg += f" (in {os.path.basename(site[0])}:{site[1]})"
+    return Outcome(label, "error", progress.file, message=msg, site=site)
 
 
 def _last_error_line(stderr: str) -> str:

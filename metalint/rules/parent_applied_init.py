@@ -417,7 +417,7 @@ def _init(m):
 """,
     ]
 
-    def _default_equivalent(self, cls: ClassFacts, node: cst.CSTNode) -> bool:  # noqa: C901 (issue 20: split it)
+    def _default_equivalent(self, cls: ClassFacts, node: cst.CSTNode) -> bool:
         """The applied function gives each child only what its own ``reset_parameters()``
         gives: a nested or same-file ``def _reset(m): m.reset_parameters()``, or a
         ``self._init_weights`` that only sets norm layers to weight 1 / bias 0 (timm PiT)."""
@@ -428,52 +428,25 @@ def _init(m):
             return False
         fn = unwrap_partial(fn, self.qualify)
         if isinstance(fn, cst.Name):
-            local = fn.value
-            for m in cls.methods.values():
-                if not any(n is node for n in walk(m.node)):
-                    continue
-                for n in walk(m.node):
-                    if isinstance(n, cst.FunctionDef) and n.name.value == local and n is not m.node:
-                        return calls_only_reset(n)
-            for stmt in self.ctx.module.body:
-                if isinstance(stmt, cst.FunctionDef) and stmt.name.value == local:
-                    return calls_only_reset(stmt)
-            return False
+            return self._local_function_resets(cls, node, fn.value)
         name = dotted(fn) or ""
         if not name.startswith("self.") or name.split(".", 1)[1] not in cls.methods:
             return False
-        m = cls.methods[name.split(".", 1)[1]]
-        kinds = set()
-        for call in m.calls:
-            name = (call.qualname or dotted(call.node.func) or "").rsplit(".", 1)[-1]
-            if name == "isinstance" and len(call.node.args) == 2:
-                types = [
-                    (dotted(n) or "").rsplit(".", 1)[-1]
-                    for n in walk(call.node.args[1].value)
-                    if isinstance(n, (cst.Name, cst.Attribute)) and dotted(n)
-                ]
-                if not all("Norm" in t or t in ("nn", "torch") for t in types):
-                    return False
-            elif name.endswith("_"):
-                if name not in NORM_INIT_FUNCTIONS:
-                    return False
-                args = call.node.args
-                value = (
-                    args[1].value
-                    if name in ("constant_",) and len(args) > 1
-                    else (args[0].value if name == "fill_" and args else None)
-                )
-                if value is not None and cst.Module([]).code_for_node(value).strip() not in (
-                    "0",
-                    "1",
-                    "0.",
-                    "1.",
-                    "0.0",
-                    "1.0",
-                ):
-                    return False
-                kinds.add(name)
-        return bool(kinds)
+        return _norm_defaults_only(cls.methods[name.split(".", 1)[1]])
+
+    def _local_function_resets(self, cls: ClassFacts, node: cst.CSTNode, local: str) -> bool:
+        """The function ``local`` (nested in the method holding ``node``, or of the file)
+        only calls each module's ``reset_parameters()``."""
+        for m in cls.methods.values():
+            if not any(n is node for n in walk(m.node)):
+                continue
+            for n in walk(m.node):
+                if isinstance(n, cst.FunctionDef) and n.name.value == local and n is not m.node:
+                    return calls_only_reset(n)
+        for stmt in self.ctx.module.body:
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == local:
+                return calls_only_reset(stmt)
+        return False
 
     def _function_name(self, fn: cst.BaseExpression) -> str | None:
         name = self.qualify(fn)
@@ -566,3 +539,39 @@ def _init(m):
                     cls,
                     unless_reset_init=self._imported_init(node, env),
                 )
+
+
+def _norm_defaults_only(m: MethodFacts) -> bool:
+    """``m`` only tests ``isinstance(module, <a norm layer>)`` and sets weight 1 / bias 0 (the
+    norm layers' own defaults) with in-place init functions, and sets something."""
+    kinds = set()
+    for call in m.calls:
+        name = (call.qualname or dotted(call.node.func) or "").rsplit(".", 1)[-1]
+        if name == "isinstance" and len(call.node.args) == 2:
+            types = [
+                (dotted(n) or "").rsplit(".", 1)[-1]
+                for n in walk(call.node.args[1].value)
+                if isinstance(n, (cst.Name, cst.Attribute)) and dotted(n)
+            ]
+            if not all("Norm" in t or t in ("nn", "torch") for t in types):
+                return False
+        elif name.endswith("_"):
+            if name not in NORM_INIT_FUNCTIONS:
+                return False
+            args = call.node.args
+            value = (
+                args[1].value
+                if name in ("constant_",) and len(args) > 1
+                else (args[0].value if name == "fill_" and args else None)
+            )
+            if value is not None and cst.Module([]).code_for_node(value).strip() not in (
+                "0",
+                "1",
+                "0.",
+                "1.",
+                "0.0",
+                "1.0",
+            ):
+                return False
+            kinds.add(name)
+    return bool(kinds)

@@ -48,7 +48,7 @@ def _name(node: ast.expr) -> str | None:
     return None
 
 
-def evaluate(node: ast.expr | None, env: dict[str, Any]) -> Any:  # noqa: C901 (issue 20: split it)
+def evaluate(node: ast.expr | None, env: dict[str, Any]) -> Any:
     """The value of ``node`` given ``env`` (names and ``self.x`` -> constants), or UNKNOWN."""
     if node is None:
         return UNKNOWN
@@ -64,18 +64,7 @@ def evaluate(node: ast.expr | None, env: dict[str, Any]) -> Any:  # noqa: C901 (
         value = evaluate(node.operand, env)
         return UNKNOWN if value is UNKNOWN else not value
     if isinstance(node, ast.BoolOp):
-        # Python's semantics: the first falsy (and) / truthy (or) operand, else the last
-        for i, operand in enumerate(node.values):
-            value = evaluate(operand, env)
-            if value is UNKNOWN:
-                return UNKNOWN
-            last = i == len(node.values) - 1
-            if (
-                last
-                or (isinstance(node.op, ast.And) and not value)
-                or (isinstance(node.op, ast.Or) and value)
-            ):
-                return value
+        return _bool_op(node, env)
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
         left, right = evaluate(node.left, env), evaluate(node.comparators[0], env)
         if left is UNKNOWN or right is UNKNOWN:
@@ -89,19 +78,42 @@ def evaluate(node: ast.expr | None, env: dict[str, Any]) -> Any:  # noqa: C901 (
         if test is UNKNOWN:
             return UNKNOWN
         return evaluate(node.body if test else node.orelse, env)
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
+    if isinstance(node, ast.Call):
+        return _string_test(node, env)
+    return UNKNOWN
+
+
+def _bool_op(node: ast.BoolOp, env: dict[str, Any]) -> Any:
+    """Python's semantics: the first falsy (and) / truthy (or) operand, else the last."""
+    for i, operand in enumerate(node.values):
+        value = evaluate(operand, env)
+        if value is UNKNOWN:
+            return UNKNOWN
+        last = i == len(node.values) - 1
+        if (
+            last
+            or (isinstance(node.op, ast.And) and not value)
+            or (isinstance(node.op, ast.Or) and value)
+        ):
+            return value
+    return UNKNOWN
+
+
+def _string_test(node: ast.Call, env: dict[str, Any]) -> Any:
+    """``s.startswith(x)`` / ``s.endswith(x)`` of known strings; UNKNOWN for any other call."""
+    if not (
+        isinstance(node.func, ast.Attribute)
         and node.func.attr in ("startswith", "endswith")
         and len(node.args) == 1
         and not node.keywords
     ):
-        obj, arg = evaluate(node.func.value, env), evaluate(node.args[0], env)
-        if isinstance(obj, str) and isinstance(arg, (str, tuple)):
-            try:
-                return getattr(obj, node.func.attr)(arg)
-            except TypeError:
-                return UNKNOWN
+        return UNKNOWN
+    obj, arg = evaluate(node.func.value, env), evaluate(node.args[0], env)
+    if isinstance(obj, str) and isinstance(arg, (str, tuple)):
+        try:
+            return getattr(obj, node.func.attr)(arg)
+        except TypeError:
+            return UNKNOWN
     return UNKNOWN
 
 

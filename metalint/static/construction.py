@@ -19,6 +19,8 @@ from metalint.vocabulary import (
     EMPTY_FACTORIES,
     LEGACY_CONSTRUCTORS,
     NEUTRAL_METHODS,
+    NOT_VALUE_BUILTINS,
+    NOT_VALUE_FUNCTIONS,
     PARAMETER_CLASSES,
     RANDOM_FACTORIES,
     REAL_DEVICES,
@@ -106,7 +108,7 @@ def registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]
         yield r
 
 
-def computed(  # noqa: C901 (issue 20: split it)
+def computed(
     expr: cst.BaseExpression | None, qualify, method: MethodFacts, depth: int = 0
 ) -> str | None:
     """What a buffer's value is: "random", "value" (computed), "empty" or None (unknown).
@@ -120,45 +122,9 @@ def computed(  # noqa: C901 (issue 20: split it)
     found: set[str] = set()
     for node in walk(expr):
         if isinstance(node, cst.Call):
-            q = qualify(node.func)
-            if q in EMPTY_FACTORIES:
-                found.add("empty")
-            elif q in LEGACY_CONSTRUCTORS:
-                found.add("empty" if is_legacy_sizes(node) else "value")
-            elif q in RANDOM_FACTORIES:
-                found.add("random")
-            elif q in VALUE_FACTORIES or q in TENSOR_FUNCTIONS:
-                found.add("value")
-            elif isinstance(node.func, cst.Attribute) and node.func.attr.value in NEUTRAL_METHODS:
-                continue
-            elif isinstance(node.func, cst.Attribute) and node.func.attr.value in (
-                "normal_",
-                "uniform_",
-            ):
-                found.add("random")
-            elif q in (
-                "torch.device",
-                "torch.Size",
-                "torch.get_default_dtype",
-                "torch.finfo",
-                "torch.iinfo",
-            ):
-                continue
-            elif isinstance(node.func, cst.Name) and node.func.value in (
-                "int",
-                "float",
-                "len",
-                "max",
-                "min",
-                "range",
-                "list",
-                "tuple",
-                "getattr",
-                "isinstance",
-            ):
-                continue
-            else:
-                found.add("value")
+            kind = _call_kind(node, qualify)
+            if kind:
+                found.add(kind)
         elif isinstance(node, cst.Name) and depth < 3:
             # every value the local is given (``rel_pos = rel_pos[0] * w + rel_pos[1]`` is
             # still made from the first ``rel_pos``)
@@ -171,6 +137,30 @@ def computed(  # noqa: C901 (issue 20: split it)
         if kind in found:
             return kind
     return None
+
+
+def _call_kind(node: cst.Call, qualify) -> str | None:
+    """What one call inside a buffer's value contributes: "empty", "random", "value" or None
+    (it moves or describes a tensor: ``.float()``, ``torch.finfo``, ``len``)."""
+    q = qualify(node.func)
+    method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
+    if q in EMPTY_FACTORIES:
+        return "empty"
+    if q in LEGACY_CONSTRUCTORS:
+        return "empty" if is_legacy_sizes(node) else "value"
+    if q in RANDOM_FACTORIES:
+        return "random"
+    if q in VALUE_FACTORIES or q in TENSOR_FUNCTIONS:
+        return "value"
+    if method in NEUTRAL_METHODS:
+        return None
+    if method in ("normal_", "uniform_"):
+        return "random"
+    if q in NOT_VALUE_FUNCTIONS:
+        return None
+    if isinstance(node.func, cst.Name) and node.func.value in NOT_VALUE_BUILTINS:
+        return None
+    return "value"
 
 
 # -- "is this clearly a tensor?" ------------------------------------------------------------

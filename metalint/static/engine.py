@@ -14,25 +14,28 @@ import io
 import itertools
 import re
 import tokenize
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
-from metalint.diagnostics import Condition, Diagnostic, Position
+from metalint.diagnostics import Condition, Diagnostic, Fix, Position
 from metalint.lines import split_lines
 from metalint.static.defaults import init_functions
 from metalint.static.elide import elide
 from metalint.static.model import ClassFacts, collect
-from metalint.static.names import exports_from_ast, module_name_for
+from metalint.static.names import exports_from_ast
 from metalint.static.protocol import summarize_class, summarize_functions
 
 # re-exported: the results live in a module that does not import libcst (cache hits need no parser)
-from metalint.static.results import ClassSummary, FileResult, decode, error_result, read_source
-from metalint.static.rule import Finding, RuleContext
+from metalint.static.results import ClassSummary, FileResult, error_result
+from metalint.static.rule import Finding, Rule, RuleContext
 from metalint.static.syntax import children, code_ranges, parse_valid_module, walk
 from metalint.static.tensors import recreated
 from metalint.vocabulary import DEFAULT_HOOKS, MODULE_API
+
+#: ``fix_for(code, ctx, finding, row, source) -> Fix | None``: the fix of a finding
+FixFor = Callable[[str, RuleContext, Finding, int, str], "Fix | None"]
 
 #: a file that mentions none of these cannot hold a finding; it is not parsed
 PREFILTER = re.compile(rb"torch|nn\.|Parameter|register_buffer|Module|Tensor|PreTrainedModel")
@@ -341,10 +344,14 @@ def analyze_source(
     *,
     is_package: bool = False,
     hooks: tuple[str, ...] = DEFAULT_HOOKS,
-    rules=None,
+    rules: Sequence[type[Rule]],
+    fix_for: FixFor | None = None,
     elide_unread: bool = True,
 ) -> FileResult:
-    """Run every rule on ``source``. ``rules`` defaults to all registered rules.
+    """Run ``rules`` on ``source``; ``fix_for(code, ctx, finding, row, source)`` gives each
+    finding its fix (the fix registry's; None: findings carry no fix). Both are handed in by
+    the layer above (``metalint.jobs``, ``metalint.fix``): this layer imports neither the
+    rules nor the codemods.
 
     ``elide_unread`` parses with libcst only the code rules read (the same findings, positions
     and fixes, in less time); ``metalint fix`` turns it off, so that what it writes is rendered
@@ -357,15 +364,17 @@ def analyze_source(
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _analyze(source, display, module_name, is_package, hooks, rules, elide_unread)
+        return _analyze(
+            source, display, module_name, is_package, hooks, rules, fix_for, elide_unread
+        )
     finally:
         if enabled:
             gc.enable()
 
 
-def _analyze(source, display, module_name, is_package, hooks, rules, elide_unread) -> FileResult:
-    from metalint.rules import all_rules
-
+def _analyze(
+    source, display, module_name, is_package, hooks, rules, fix_for, elide_unread
+) -> FileResult:
     # CPython first: what it rejects is ML900 with its own message, and nothing else touches
     # it (libcst's native parser overflows its stack on some of what CPython refuses)
     tree, err = cpython_tree(source, display)
@@ -400,7 +409,7 @@ def _analyze(source, display, module_name, is_package, hooks, rules, elide_unrea
     for name, summary in summarize_functions(module, module_name, ctx, protocols).items():
         result.functions.setdefault(name, {}).update(summary)
     findings: list[tuple[str, Finding]] = []
-    instances = [r(ctx) for r in (rules if rules is not None else all_rules())]
+    instances = [r(ctx) for r in rules]
     for cls in facts.classes:
         for rule in instances:
             for finding in rule.check_class(cls):
@@ -421,8 +430,8 @@ def _analyze(source, display, module_name, is_package, hooks, rules, elide_unrea
                     hook=f.hook,
                     help=f.help,
                     fix=f.fix
-                    if f.fix is not None
-                    else _codemod_fix(code, ctx, f, rng.start.line, source),
+                    if f.fix is not None or fix_for is None
+                    else fix_for(code, ctx, f, rng.start.line, source),
                     condition=Condition(
                         f.cls.fullname,
                         True,
@@ -436,23 +445,3 @@ def _analyze(source, display, module_name, is_package, hooks, rules, elide_unrea
                 )
             )
     return result
-
-
-def _codemod_fix(code: str, ctx: RuleContext, finding: Finding, row: int, source: str):
-    """The rewrite ``metalint fix`` would apply to this finding (None: no codemod can)."""
-    from metalint.fix.registry import fix_for
-
-    return fix_for(code, ctx, finding, row, source)
-
-
-def analyze_path(path: Path, display: str, hooks: tuple[str, ...] = DEFAULT_HOOKS) -> FileResult:
-    data, err = read_source(path, display)
-    if err:
-        return err
-    source, err = decode(data, display)
-    if err:
-        return err
-    module = module_name_for(path.absolute())
-    return analyze_source(
-        source, display, module, is_package=path.name == "__init__.py", hooks=hooks
-    )

@@ -79,7 +79,7 @@ def factory_calls(expr: cst.BaseExpression | None, qualify) -> list[cst.Call]:
     return out
 
 
-def meta_tensor(  # noqa: C901 (issue 20: split it)
+def meta_tensor(
     expr: cst.BaseExpression | None,
     qualify,
     method: MethodFacts | None,
@@ -94,33 +94,7 @@ def meta_tensor(  # noqa: C901 (issue 20: split it)
         return False
     rec = lambda e: meta_tensor(e, qualify, method, own, depth + 1)  # noqa: E731
     if isinstance(expr, cst.Call):
-        q = qualify(expr.func)
-        if q is not None and q.startswith("torch."):
-            if q in CPU_CONSTRUCTORS or q in NOT_TENSOR_FUNCTIONS:
-                return False
-            if real_device(keyword(expr, "device"), qualify, None):
-                return False
-            if q in EMPTY_FACTORIES or q in VALUE_FACTORIES or q in RANDOM_FACTORIES:
-                return True
-            if q.startswith(
-                ("torch.nn.", "torch.cuda.", "torch.distributed.", "torch.jit.", "torch.utils.")
-            ) and not q.startswith("torch.nn.functional."):
-                return False
-            # any other torch function of a meta tensor: torch.exp(t), torch.cumsum(t, 0)
-            return any(rec(a.value) for a in expr.args)
-        if isinstance(expr.func, cst.Attribute):
-            name = expr.func.attr.value
-            if name in NOT_TENSOR_METHODS:
-                return False
-            if name == "to" and (
-                real_device(keyword(expr, "device"), qualify, None)
-                or any(a.keyword is None and real_device(a.value, qualify, None) for a in expr.args)
-            ):
-                return False  # t.to("cpu") of a meta tensor also fails, but elsewhere
-            if name == "type" and not expr.args:
-                return False
-            return rec(expr.func.value)
-        return False
+        return _meta_call(expr, qualify, rec)
     if isinstance(expr, cst.Attribute):
         if expr.attr.value in TENSOR_ATTRIBUTES:
             return rec(expr.value)
@@ -140,20 +114,57 @@ def meta_tensor(  # noqa: C901 (issue 20: split it)
     if isinstance(expr, cst.Subscript):
         return rec(expr.value) or meta_tensor_sequence(expr.value, qualify, method, own, depth + 1)
     if isinstance(expr, cst.Name) and method is not None:
-        if expr.value in method.params:
+        return _meta_local(expr, qualify, method, own, depth, rec)
+    return False
+
+
+def _meta_call(expr: cst.Call, qualify, rec) -> bool:
+    """A call that makes a meta tensor: a torch factory without a real device, a torch function
+    or a tensor method of a meta tensor."""
+    q = qualify(expr.func)
+    if q is not None and q.startswith("torch."):
+        if q in CPU_CONSTRUCTORS or q in NOT_TENSOR_FUNCTIONS:
             return False
-        values = method.local_values.get(expr.value)
-        if values:
-            return all(v is not expr and rec(v) for _, v in values)
-        # a loop variable over a tensor: ``for r in torch.linspace(0, 1, n)``
-        for _node, targets, it in method.loops:
-            if (
-                targets == (expr.value,)
-                and it is not expr
-                and (rec(it) or meta_tensor_sequence(it, qualify, method, own, depth + 1))
-            ):
-                return True
+        if real_device(keyword(expr, "device"), qualify, None):
+            return False
+        if q in EMPTY_FACTORIES or q in VALUE_FACTORIES or q in RANDOM_FACTORIES:
+            return True
+        if q.startswith(
+            ("torch.nn.", "torch.cuda.", "torch.distributed.", "torch.jit.", "torch.utils.")
+        ) and not q.startswith("torch.nn.functional."):
+            return False
+        # any other torch function of a meta tensor: torch.exp(t), torch.cumsum(t, 0)
+        return any(rec(a.value) for a in expr.args)
+    if not isinstance(expr.func, cst.Attribute):
         return False
+    name = expr.func.attr.value
+    if name in NOT_TENSOR_METHODS:
+        return False
+    if name == "to" and (
+        real_device(keyword(expr, "device"), qualify, None)
+        or any(a.keyword is None and real_device(a.value, qualify, None) for a in expr.args)
+    ):
+        return False  # t.to("cpu") of a meta tensor also fails, but elsewhere
+    if name == "type" and not expr.args:
+        return False
+    return rec(expr.func.value)
+
+
+def _meta_local(expr: cst.Name, qualify, method: MethodFacts, own, depth: int, rec) -> bool:
+    """A local every assignment of which is a meta tensor, or a loop variable over one."""
+    if expr.value in method.params:
+        return False
+    values = method.local_values.get(expr.value)
+    if values:
+        return all(v is not expr and rec(v) for _, v in values)
+    # a loop variable over a tensor: ``for r in torch.linspace(0, 1, n)``
+    for _node, targets, it in method.loops:
+        if (
+            targets == (expr.value,)
+            and it is not expr
+            and (rec(it) or meta_tensor_sequence(it, qualify, method, own, depth + 1))
+        ):
+            return True
     return False
 
 

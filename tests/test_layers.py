@@ -1,0 +1,142 @@
+"""Dependencies point one way: codes and diagnostics at the bottom, then ``static``, the rules,
+then ``fix``/``probe``/``loader`` (and the check pipeline's workers), then the commands.
+
+Every import of a metalint module counts, at module level and inside functions (a lazy import
+that keeps torch off ``check``'s start path is still a dependency). A lower layer that needs
+something of a higher one receives it (``analyze_source(rules=..., fix_for=...)``,
+``Fixer(..., resolve)``, ``render(describe=...)``) instead of importing it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "metalint"
+
+#: layer of a module: the first prefix that matches, most specific first
+LAYERS = [
+    # the commands and the modules that hold a click command
+    ("metalint.__main__", 4),
+    ("metalint.cli", 4),
+    ("metalint.check", 4),
+    ("metalint.docs", 4),
+    ("metalint.testing", 4),
+    ("metalint.fix.command", 4),
+    ("metalint.probe.command", 4),
+    ("metalint.loader.command", 4),
+    # what the commands drive
+    ("metalint.fix", 3),
+    ("metalint.probe", 3),
+    ("metalint.loader", 3),
+    ("metalint.jobs", 3),
+    ("metalint.rules", 2),
+    ("metalint.static", 1),
+    # plain data and text: codes, diagnostics, vocabulary, lines, configuration, reporters
+    ("metalint", 0),
+]
+
+#: reverse arrows still there, each with its reason; nothing else may be added
+KNOWN = {
+    # run_probe, the probe pipeline, lives in probe/command.py beside the click command
+    ("metalint.fix.verify", "metalint.probe.command"),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer(module: str) -> int:
+    for prefix, level in LAYERS:
+        if module == prefix or module.startswith(prefix + "."):
+            return level
+    raise AssertionError(f"{module} has no layer")
+
+
+def imports() -> dict[str, set[str]]:
+    """module -> the metalint modules it imports, anywhere in its body."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    out: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                raise AssertionError(f"{name}: relative import")
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                targets = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for target in targets:
+                if target in modules and target != name:
+                    found.add(target)
+                    break
+            else:
+                for target in targets:
+                    while target and target not in modules:
+                        target = target.rpartition(".")[0]
+                    if target and target != name:
+                        found.add(target)
+                        break
+        out[name] = found
+    return out
+
+
+def test_dependencies_point_down():
+    reverse = sorted(
+        (a, b)
+        for a, targets in imports().items()
+        for b in targets
+        if layer(b) > layer(a) and (a, b) not in KNOWN
+    )
+    assert reverse == [], "imports against the layers: " + ", ".join(
+        f"{a} -> {b}" for a, b in reverse
+    )
+
+
+def test_known_exceptions_still_exist():
+    graph = imports()
+    assert all(b in graph[a] for a, b in KNOWN), "a KNOWN arrow is gone: remove it from KNOWN"
+
+
+def test_no_import_cycles():
+    graph = imports()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def test_the_walk_sees_function_level_imports():
+    """The static layer's engine once imported the fix registry inside a function."""
+    graph = imports()
+    assert "metalint.static.model" in graph["metalint.static.engine"]
+    assert "metalint.rules" in graph["metalint.jobs"]  # imported inside analyze_one
