@@ -40,6 +40,8 @@ LAYERS = [
 KNOWN = {
     # run_probe, the probe pipeline, lives in probe/command.py beside the click command
     ("metalint.fix.verify", "metalint.probe.command"),
+    # the distributed loader reuses the load command's helpers (issue 23's; to move down)
+    ("metalint.loader.distributed", "metalint.loader.command"),
 }
 
 
