@@ -25,6 +25,7 @@ LAYERS = [
     ("metalint.fix.command", 4),
     ("metalint.probe.command", 4),
     ("metalint.loader.command", 4),
+    ("metalint.loader.rank", 4),  # the process entry of one `metalint load --nproc` rank
     # what the commands drive
     ("metalint.fix", 3),
     ("metalint.probe", 3),
@@ -40,8 +41,6 @@ LAYERS = [
 KNOWN = {
     # run_probe, the probe pipeline, lives in probe/command.py beside the click command
     ("metalint.fix.verify", "metalint.probe.command"),
-    # the distributed loader reuses the load command's helpers (issue 23's; to move down)
-    ("metalint.loader.distributed", "metalint.loader.command"),
 }
 
 

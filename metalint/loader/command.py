@@ -193,7 +193,7 @@ def _load_sharded(opts: dict, nproc: int, timeout: float, output_format: str) ->
     from metalint.loader.distributed import launch
 
     with tempfile.TemporaryDirectory(prefix="metalint-load-") as out:
-        done = launch("metalint.loader.distributed", [json.dumps(opts), out], nproc, timeout)
+        done = launch("metalint.loader.rank", [json.dumps(opts), out], nproc, timeout)
         results = []
         for rank, proc in enumerate(done):
             f = Path(out) / f"rank{rank}.json"
