@@ -321,15 +321,18 @@ def render(results: list[LibraryAudit], command: str) -> str:
             + f"; {len(r.missed)} classes lose a tensor check does not flag; "
             f"check {r.check_s:.0f} s, probe {r.probe_s:.0f} s"
         )
-    out += ["", *table(results), "", "Refuted findings (rule, library, class, tensor/site):", ""]
-    refuted = [
-        (r.label, d, how) for r in results for d, how in r.findings if d.verdict == "refuted"
-    ]
-    refuted.sort(key=lambda x: (x[1].code, x[0], x[1].filename, x[1].start.row))
+    out += ["", *table(results), "", "Refuted findings (rule, library, class: tensors):", ""]
+    groups: dict[tuple, list[str]] = collections.defaultdict(list)
+    for r in results:
+        for d, how in r.findings:
+            if d.verdict == "refuted":
+                m = re.search(r"`([^`]+)`", d.message)
+                key = (d.code, r.label, _rel(d.filename), d.symbol, how)
+                groups[key].append(m.group(1) if m else f"line {d.start.row}")
     out += [
-        f"- {d.code} {label} `{_rel(d.filename)}:{d.start.row}` {d.symbol} "
-        f"({how}): {d.message[:90]}"
-        for label, d, how in refuted
+        f"- {code} {label} `{file}` {symbol}{' (alone)' if how == 'alone' else ''}: "
+        + ", ".join(sorted(set(names)))
+        for (code, label, file, symbol, how), names in sorted(groups.items())
     ] or ["- none"]
     out += ["", "Classes the probe shows losing a tensor that check does not flag:", ""]
     out += [f"- {r.label} {m}" for r in results for m in r.missed] or ["- none"]

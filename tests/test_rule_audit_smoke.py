@@ -51,5 +51,5 @@ def test_rule_audit_tiny(tmp_path):
     row = next(r for r in text.splitlines() if r.startswith("| tiny | ML001"))
     # findings, in roots, alone, confirmed, refuted, unproven
     assert [int(x) for x in row.split("|")[3:9]] == [3, 2, 1, 3, 0, 0]
-    refuted = text.split("Refuted findings (rule, library, class, tensor/site):")[1]
+    refuted = text.split("Refuted findings (rule, library, class: tensors):")[1]
     assert refuted.split("\n\n")[1].strip() == "- none"
