@@ -340,7 +340,7 @@ def render(results: list[LibraryAudit], command: str) -> str:
 
 
 def _rel(path: str) -> str:
-    m = re.search(r"site-packages/(.*)$", path)
+    m = re.search(r"(?:site-packages|/audit-[^/]+)/(.*)$", path)
     return m.group(1) if m else os.path.relpath(path, ROOT) if path.startswith(str(ROOT)) else path
 
 
