@@ -205,6 +205,21 @@ def test_fix_edits_the_right_lines_after_odd_line_separators(cli, tmp_path, char
     assert m.inplace is False and m.gamma.shape == (4,)
 
 
+def test_fix_loop_past_its_budget_leaves_the_file_as_read(cli, tmp_path):
+    # check analyses the file in a worker (RLIMIT_CPU rounds up to whole seconds: it passes);
+    # the fix loop re-analyses in process and may spend FIX_BUDGET_FACTOR budgets at most
+    path = tmp_path / "ls.py"
+    path.write_text(LAYERSCALE.format(char="-"))
+    before = path.read_bytes()
+    (tmp_path / "pyproject.toml").write_text("[tool.metalint]\nfile-time-budget = 0.000001\n")
+    r = cli("fix", "--no-cache", "--unsafe-fixes", "--write", "ls.py")
+    assert r.exit_code == 2, r.output
+    (line,) = findings(r.output, "ML901")
+    assert line.startswith("ls.py:1:1: ML901 file too complex to fix: over 4e-06 s of CPU")
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["ls.py", "pyproject.toml"]
+
+
 def test_noqa_rows_follow_python_line_breaks(cli, tmp_path):
     src = LAYERSCALE.format(char="\u2028").replace(
         "init_values * torch.ones(dim))", "init_values * torch.ones(dim))  # noqa: ML001"
@@ -317,6 +332,22 @@ def test_unwritable_cache_is_skipped_with_one_warning(tmp_path):
         folder.chmod(0o700)
     assert r.returncode == 1 and len(findings(r.stdout, "ML001")) == 2
     assert r.stderr.count("warning") == 1 and "metalint: warning: cache not" in r.stderr
+
+
+def test_cache_file_that_is_a_folder_is_skipped_with_one_warning(cli, tmp_path):
+    # unwritable for root too (the chmod test above is skipped as root, e.g. in CI containers)
+    good_files(tmp_path, 2)
+    cli("check", ".")
+    cache = _cache_file(tmp_path)
+    cache.unlink()
+    cache.mkdir()
+    expected = cli("check", "--no-cache", ".")
+    for _ in range(2):
+        r = metalint("check", ".", cwd=tmp_path)
+        assert r.returncode == expected.exit_code == 1
+        assert findings(r.stdout, "ML001") == findings(expected.output, "ML001")
+        assert r.stderr.count("warning") == 1 and "metalint: warning: cache not" in r.stderr
+    assert cache.is_dir() and not list(cache.iterdir())
 
 
 def test_cache_folder_that_is_a_file_is_skipped_with_one_warning(cli, tmp_path):

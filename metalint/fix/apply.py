@@ -4,12 +4,16 @@ Each round re-analyses the current text (so edits never go stale), answers the c
 conditions with the hierarchy of the whole checked tree, picks the applicable fixes that do not
 conflict (at most one per class and round: a fix rewrites its class), applies them, and checks
 that the result still parses (libcst and Python's own compiler) before taking it. Several fixes
-in one class compose over rounds; the loop is bounded.
+in one class compose over rounds; the loop is bounded in rounds and in CPU time: the analyses of
+one file may spend at most ``FIX_BUDGET_FACTOR`` times the file time budget (``check`` already
+analysed the file within one budget in an isolated worker); past that the file is left exactly
+as it was read, with one error naming it.
 """
 
 from __future__ import annotations
 
 import ast
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,12 +21,14 @@ import libcst as cst
 
 from metalint.diagnostics import Applicability, Diagnostic
 from metalint.fix.registry import CODEMODS, REASONS, apply_edits, fix_for
-from metalint.report import is_error
+from metalint.report import ERROR_CODE, TOO_COMPLEX_CODE, is_error
 from metalint.rules import all_rules
 from metalint.static.engine import FileResult, analyze_source
 from metalint.static.hierarchy import Hierarchy
 
 MAX_ROUNDS = 64
+#: CPU seconds the fix loop of one file may spend, as a multiple of the file time budget
+FIX_BUDGET_FACTOR = 4
 
 
 @dataclass
@@ -42,6 +48,7 @@ class FileFix:
         default_factory=dict
     )  # (code,row,symbol) -> why
     error: str | None = None
+    error_code: str = ERROR_CODE  # ML900, or ML901 when the fix loop ran past its budget
 
     @property
     def changed(self) -> bool:
@@ -118,6 +125,7 @@ class Fixer:
         ff.applied = []
         ff.refused = {}
         broken: set[str] = set(exclude)
+        started = time.process_time()
         diags, h = self.analyse(ff, ff.text)
         ff.before = [d for d in diags if not is_error(d.code)]
         if any(is_error(d.code) for d in diags):
@@ -156,12 +164,21 @@ class Fixer:
             ff.text = new
             ff.applied.extend(picked)
             diags, h = self.analyse(ff, ff.text)
+            limit = self.settings.file_time_budget * FIX_BUDGET_FACTOR
+            if time.process_time() - started > limit:
+                return self._give_up(ff, f"file too complex to fix: over {limit:g} s of CPU")
         ff.after = [d for d in diags if not is_error(d.code)]
         for d in ff.after:
             if d.fix is None and d.code in CODEMODS:
                 why = REASONS.get((ff.display, d.code, d.start.row))
                 if why:
                     ff.refused.setdefault((d.code, d.start.row, d.symbol or ""), why)
+        return ff
+
+    def _give_up(self, ff: FileFix, why: str) -> FileFix:
+        """Leave the file exactly as it was read, with one error naming why."""
+        ff.text, ff.applied, ff.after = ff.original, [], ff.before
+        ff.error, ff.error_code = why, TOO_COMPLEX_CODE
         return ff
 
     def reason(self, ff: FileFix, d: Diagnostic) -> str | None:

@@ -82,7 +82,7 @@ def run_fix(  # noqa: C901 (issue 20: split it)
         )
         fixer.run(ff)
         if ff.error:
-            errors.append(_error(display, ff.error))
+            errors.append(_error(display, ff.error, ff.error_code))
         fixes.append(ff)
 
     changed = [ff for ff in fixes if ff.changed]
@@ -156,11 +156,11 @@ def run_fix(  # noqa: C901 (issue 20: split it)
     return 1 if remaining_diags else 0
 
 
-def _error(display: str, message: str):
+def _error(display: str, message: str, code: str = ERROR_CODE):
     from metalint.diagnostics import Diagnostic, Position
 
     pos = Position(1, 1)
-    return Diagnostic(ERROR_CODE, message, display, pos, pos)
+    return Diagnostic(code, message, display, pos, pos)
 
 
 def _echo_applied(d, verdict, echo, *, write: bool, show_fixes: bool) -> None:
