@@ -215,3 +215,66 @@ def test_base_dispatch_called_by_name_and_deleted_override(tmp_path):
         ("ToyRotaryEmbedding", "pkg.models.DeletingModel"),
         ("ToyRotaryEmbedding", "pkg.models.DeletingModel"),
     ]
+
+
+ENCODER = """
+from functools import partial
+from torch import nn
+
+def init_linear(module, name=""):
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=0.02)
+
+class Encoder(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.init_weights()
+
+    def init_weights(self):
+        self.apply(partial(init_linear))
+"""
+WRAPPERS = """
+from torch import nn
+from pkg.encoder import Encoder
+
+class Classifier(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.encoder = Encoder(dim)
+        self.head = nn.Linear(dim, 2)
+
+    def init_weights(self):
+        self.encoder.init_weights()
+
+class Captioner(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.encoder = Encoder(dim)
+        self.decoder = nn.Linear(dim, dim)
+"""
+
+
+def _ml010(pkg, protocol="auto"):
+    settings = Settings(root=pkg.parent, select=["ML010"], protocol=protocol)
+    found = run_check([pkg], settings, use_cache=False, workers=1).diagnostics
+    return sorted((d.symbol, d.protocol, d.root) for d in found)
+
+
+def test_parent_applied_init_under_the_root_protocol(tmp_path):
+    # timm: the applied init inside a model root's own init_weights() is the re-init under
+    # that root's protocol; a wrapper whose init_weights() calls the encoder's replays it too
+    # (timm's Qwen3VitClassifier); a model that never calls it loses it
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "encoder.py").write_text(textwrap.dedent(ENCODER))
+    assert _ml010(pkg) == []
+    (pkg / "wrappers.py").write_text(
+        textwrap.dedent(WRAPPERS).split("class Captioner")[0].rstrip() + "\n"
+    )
+    assert _ml010(pkg) == []
+    (pkg / "wrappers.py").write_text(textwrap.dedent(WRAPPERS))
+    assert _ml010(pkg) == [("Encoder", "reset_parameters", "pkg.wrappers.Captioner")]
+    # a repo that materialises per module (FSDP's reset loop) gets the finding back
+    assert _ml010(pkg, RESET) == [("Encoder", "reset_parameters", None)]

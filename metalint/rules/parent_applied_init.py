@@ -99,6 +99,21 @@ class ParentAppliedInit(Rule):
     hook of the class replays it after materialisation (`init_weights()`, or a hook you
     configure), if any.
 
+    Judged under the protocol of the model roots that contain the class (see
+    `[tool.metalint] protocol`): not reported when the class is a model root (nothing in the
+    checked tree constructs it) whose entry point (`init_weights()`, `init_states()`) replays
+    the applied init: under that protocol (`to_empty()`, then the root's `init_weights()`, as
+    timm and torchtitan do) the call *is* the re-initialisation. A class built inside another
+    model is reported when that model does not call its `init_weights()`. A repo that
+    materialises per module (FSDP's `reset_parameters()` loop) sets `protocol =
+    "reset_parameters"` and gets these findings back. An applied function that only calls
+    each module's own hook (`m.reset_parameters()`, `m.init_weights()`) gives what the
+    per-module hooks give: not reported.
+
+    Known limits: a root built by a class outside the checked tree is taken for a root; an
+    applied function that calls each module's own `init_weights(scheme=...)` with an argument
+    (timm MaxxVit) is taken to give what `init_weights()` with its defaults gives.
+
     ## Why is this bad on meta?
     On meta the applied init writes nothing; after `to_empty()` each child gets its values
     back only from its own `reset_parameters()` — kaiming-uniform for an `nn.Linear`, not the
@@ -287,6 +302,100 @@ class Net(nn.Module):
             if isinstance(m, nn.Linear):
                 self.n_linear += 1
 """,
+        # timm: named_apply inside the model root's init_weights(), called from __init__: under
+        # the root's protocol (`to_empty()`, then `model.init_weights()`) it is the re-init
+        """
+from functools import partial
+import torch
+import torch.nn as nn
+from timm.layers import trunc_normal_
+from timm.models._manipulate import named_apply
+
+def init_weights_vit(module, name=""):
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+
+class VisionTransformer(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.blocks = nn.Sequential(nn.Linear(dim, dim))
+        self.init_weights()
+
+    def init_weights(self, mode=""):
+        named_apply(partial(init_weights_vit), self)
+""",
+        # the same through an init factory whose default mode ("") applies timm's init
+        """
+from functools import partial
+import torch.nn as nn
+from timm.layers import named_apply, trunc_normal_
+
+def init_weights_vit_timm(module, name=""):
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+
+def init_weights_reset_parameters(module, name=""):
+    module.reset_parameters()
+
+def get_init_weights_vit(mode="jax"):
+    if mode == "reset":
+        return init_weights_reset_parameters
+    return partial(init_weights_vit_timm)
+
+class VisionTransformer(nn.Module):
+    def __init__(self, dim, weight_init=""):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        self.init_weights(weight_init)
+
+    def init_weights(self, mode=""):
+        named_apply(get_init_weights_vit(mode), self)
+""",
+        # apply in __init__, replayed by a root init_weights (a model root: its protocol replays it)
+        """
+import torch.nn as nn
+from torch.nn import init as I
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.apply(_init)
+
+    def init_weights(self):
+        self.apply(_init)
+
+def _init(m):
+    if isinstance(m, nn.Linear):
+        I.zeros_(m.bias)
+""",
+        # timm MaxxVit: the applied method only calls each module's own init_weights()
+        """
+from functools import partial
+import torch.nn as nn
+from timm.layers import named_apply
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def init_weights(self, scheme=""):
+        nn.init.zeros_(self.fc.bias)
+
+class MaxxVit(nn.Module):
+    def __init__(self, dim, weight_init="vit_eff"):
+        super().__init__()
+        self.block = Block(dim)
+        named_apply(partial(self._init_weights, scheme=weight_init), self)
+
+    def _init_weights(self, module, name, scheme=""):
+        if hasattr(module, "init_weights"):
+            try:
+                module.init_weights(scheme=scheme)
+            except TypeError:
+                module.init_weights()
+""",
     ]
     INVALID = [
         # nanoGPT / many transformers re-implementations
@@ -333,54 +442,6 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 """,
         ),
-        # timm: named_apply inside the root init_weights, called from __init__
-        """
-from functools import partial
-import torch
-import torch.nn as nn
-from timm.layers import trunc_normal_
-from timm.models._manipulate import named_apply
-
-def init_weights_vit(module, name=""):
-    if isinstance(module, nn.Linear):
-        trunc_normal_(module.weight, std=.02)
-
-class VisionTransformer(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.blocks = nn.Sequential(nn.Linear(dim, dim))
-        self.init_weights()
-
-    def init_weights(self, mode=""):
-        named_apply(partial(init_weights_vit), self)  # ERROR
-""",
-        # the same factory, but the default mode ("") applies timm's init
-        """
-from functools import partial
-import torch.nn as nn
-from timm.layers import named_apply, trunc_normal_
-
-def init_weights_vit_timm(module, name=""):
-    if isinstance(module, nn.Linear):
-        trunc_normal_(module.weight, std=.02)
-
-def init_weights_reset_parameters(module, name=""):
-    module.reset_parameters()
-
-def get_init_weights_vit(mode="jax"):
-    if mode == "reset":
-        return init_weights_reset_parameters
-    return partial(init_weights_vit_timm)
-
-class VisionTransformer(nn.Module):
-    def __init__(self, dim, weight_init=""):
-        super().__init__()
-        self.head = nn.Linear(dim, 10)
-        self.init_weights(weight_init)
-
-    def init_weights(self, mode=""):
-        named_apply(get_init_weights_vit(mode), self)  # ERROR
-""",
         # torchvision ResNet: a loop over self.modules() in __init__
         """
 from torch import nn
@@ -397,30 +458,39 @@ class ResNet(nn.Module):
                 nn.init.constant_(m.weight, 1)
                 nn.init.constant_(m.bias, 0)
 """,
-        # apply in __init__, replayed by a root init_weights (the message says so)
+        # a model root's init, but the root is built inside a model that does not replay its
+        # init_weights(): lost under the outer model's protocol
         """
+from functools import partial
 import torch.nn as nn
-from torch.nn import init as I
+from timm.layers import named_apply, trunc_normal_
 
-class Net(nn.Module):
+def init_weights_vit(module, name=""):
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+
+class VisionTransformer(nn.Module):
     def __init__(self, dim):
         super().__init__()
-        self.fc = nn.Linear(dim, dim)
-        self.apply(_init)  # ERROR
+        self.blocks = nn.Sequential(nn.Linear(dim, dim))
+        self.init_weights()
 
     def init_weights(self):
-        self.apply(_init)
+        named_apply(partial(init_weights_vit), self)  # ERROR
 
-def _init(m):
-    if isinstance(m, nn.Linear):
-        I.zeros_(m.bias)
+class Captioner(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.encoder = VisionTransformer(dim)
+        self.decoder = nn.Linear(dim, dim)
 """,
     ]
 
     def _default_equivalent(self, cls: ClassFacts, node: cst.CSTNode) -> bool:
-        """The applied function gives each child only what its own ``reset_parameters()``
-        gives: a nested or same-file ``def _reset(m): m.reset_parameters()``, or a
-        ``self._init_weights`` that only sets norm layers to weight 1 / bias 0 (timm PiT)."""
+        """The applied function gives each child only what its own hooks give: a nested or
+        same-file ``def _reset(m): m.reset_parameters()``, a ``self._init_weights`` that only
+        calls each module's own hook (timm MaxxVit's ``module.init_weights(scheme=...)``) or
+        only sets norm layers to weight 1 / bias 0 (timm PiT)."""
         if not isinstance(node, cst.Call):
             return False
         fn = applied_function(node)
@@ -432,7 +502,12 @@ def _init(m):
         name = dotted(fn) or ""
         if not name.startswith("self.") or name.split(".", 1)[1] not in cls.methods:
             return False
-        return _norm_defaults_only(cls.methods[name.split(".", 1)[1]])
+        method = cls.methods[name.split(".", 1)[1]]
+        return _norm_defaults_only(method) or calls_only_reset(method.node, self._own_hooks())
+
+    def _own_hooks(self) -> tuple[str, ...]:
+        """The hooks every module's own materialisation runs (per-module protocol)."""
+        return tuple(h for h in self.ctx.hooks if not h.startswith("_"))
 
     def _local_function_resets(self, cls: ClassFacts, node: cst.CSTNode, local: str) -> bool:
         """The function ``local`` (nested in the method holding ``node``, or of the file)
@@ -442,10 +517,10 @@ def _init(m):
                 continue
             for n in walk(m.node):
                 if isinstance(n, cst.FunctionDef) and n.name.value == local and n is not m.node:
-                    return calls_only_reset(n)
+                    return calls_only_reset(n, self._own_hooks())
         for stmt in self.ctx.module.body:
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == local:
-                return calls_only_reset(stmt)
+                return calls_only_reset(stmt, self._own_hooks())
         return False
 
     def _function_name(self, fn: cst.BaseExpression) -> str | None:
@@ -538,6 +613,7 @@ def _init(m):
                     f"get their default init instead; {tail}",
                     cls,
                     unless_reset_init=self._imported_init(node, env),
+                    unless_root_replays=replays[0][0] if replays else "",
                 )
 
 

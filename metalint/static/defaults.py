@@ -206,15 +206,16 @@ def unwrap_partial(fn: cst.BaseExpression, qualify) -> cst.BaseExpression:
     return fn
 
 
-def calls_only_reset(fn: cst.FunctionDef) -> bool:
-    """A function whose only calls are ``m.reset_parameters()`` and type checks."""
+def calls_only_reset(fn: cst.FunctionDef, hooks: tuple[str, ...] = ("reset_parameters",)) -> bool:
+    """A function whose only calls are each module's own hook (``m.reset_parameters()``, or
+    one of ``hooks``: timm MaxxVit's ``m.init_weights()``) and type checks."""
     resets = False
     for c in walk(fn.body):
         if isinstance(c, cst.Call):
             name = c.func.attr.value if isinstance(c.func, cst.Attribute) else dotted(c.func)
-            if name not in RESET_ONLY_CALLS:
+            if name not in RESET_ONLY_CALLS and name not in hooks:
                 return False  # most functions: at their first call
-            resets = resets or name == "reset_parameters"
+            resets = resets or name in hooks
     return resets
 
 

@@ -54,6 +54,9 @@ TRANSFORMERS_BASES = frozenset(TIE_BASES)
 #: iterating these over the module argument visits every tensor of it
 _TENSOR_ITERATORS = frozenset(RECURSIVE_TENSOR_ITERATORS)
 _MODULE_ITERATORS = frozenset({"modules", "named_modules"})
+#: a root entry calling one of these on a child (``self.encoder.init_weights()``) runs the
+#: child's own entry point
+_CHILD_ENTRIES = frozenset(ROOT_ENTRIES)
 
 _NORMS = ["torch.nn.GroupNorm", "torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d"]
 #: ``PreTrainedModel._init_weights`` of transformers 5.x (5.23.0), for models whose base is
@@ -137,10 +140,12 @@ def summarize_class(cls, ctx, hooks: tuple[str, ...] = ("reset_parameters",)) ->
     refers to that may be classes), ``attributes`` (what it sets on ``self``), ``dispatch``
     (per-module init methods: name -> block) and ``applies`` (public method -> what it applies
     to every module, for the method that is a root's entry point). Empty keys are left out."""
-    children, attributes = _composition(cls, ctx)
+    children, attributes, members = _composition(cls, ctx)
     out: dict[str, Any] = {}
     if children:
         out["children"] = sorted(children)
+    if members:
+        out["members"] = {a: sorted(q) for a, q in sorted(members.items())}
     if attributes:
         out["attributes"] = sorted(attributes)
     applies: dict[str, list] = {}
@@ -187,9 +192,10 @@ def _deletes(fn) -> bool:
     return exc is not None and dotted(exc) == "AttributeError"
 
 
-def _composition(cls, ctx) -> tuple[set[str], set[str]]:
+def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]]]:
     """The names construction hands classes by (``Block(...)``, ``partial(LayerNorm, ...)``,
-    ``block_fn=Block``) and the attributes it sets on ``self`` (assigned or registered)."""
+    ``block_fn=Block``), the attributes it sets on ``self`` (assigned or registered) and the
+    classes an attribute is built as (``self.encoder = Encoder(...)``: encoder -> Encoder)."""
     import libcst as cst
 
     from metalint.static.model import construction
@@ -197,14 +203,12 @@ def _composition(cls, ctx) -> tuple[set[str], set[str]]:
 
     children: set[str] = set()
     attributes: set[str] = set()
+    members: dict[str, set[str]] = {}
 
     def child(node) -> None:
-        if isinstance(node, (cst.Name, cst.Attribute)):
-            last = node.value if isinstance(node, cst.Name) else node.attr.value
-            if last[:1].isupper():
-                q = ctx.qualify(node)
-                if q:
-                    children.add(q)
+        q = _class_ref(node, ctx)
+        if q:
+            children.add(q)
 
     for m in construction(cls):
         for call in m.calls:
@@ -222,8 +226,26 @@ def _composition(cls, ctx) -> tuple[set[str], set[str]]:
         for p in (*m.node.params.params, *m.node.params.kwonly_params):
             if p.default is not None:
                 child(p.default)
-        attributes.update(a.target.split(".")[1] for a in m.assigns if a.target.count(".") == 1)
-    return children, attributes
+        for a in m.assigns:
+            if a.target.count(".") != 1:
+                continue
+            attr = a.target.split(".")[1]
+            attributes.add(attr)
+            q = _class_ref(a.value.func, ctx) if isinstance(a.value, cst.Call) else None
+            if q:
+                members.setdefault(attr, set()).add(q)
+    return children, attributes, members
+
+
+def _class_ref(node, ctx) -> str | None:
+    """The qualified name of ``Block`` / ``layers.Block`` (a capitalised name: maybe a class)."""
+    import libcst as cst
+
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        last = node.value if isinstance(node, cst.Name) else node.attr.value
+        if last[:1].isupper():
+            return ctx.qualify(node)
+    return None
 
 
 def _called_functions(block: list) -> list[str]:
@@ -337,6 +359,10 @@ def _applies(method, ctx, wanted: set[str]) -> list[list]:
 
     out: list[list] = []
     for call in method.calls:
+        recv = call.receiver or ""
+        if recv.startswith("self.") and recv.count(".") == 1 and call.method in _CHILD_ENTRIES:
+            out.append(["child", recv[5:], call.method])  # self.encoder.init_weights()
+            continue
         if not is_self_apply(call):
             continue
         fn = applied_function(call.node)
@@ -844,11 +870,8 @@ class Protocols:
         None when every root re-creates what it says is lost (or replays what it says is
         not replayed), else the finding naming the protocol and root it is lost under."""
         cond = d.condition
-        if cond.unless_root_replays and self.protocol != RESET:
-            entries = self.entries if self.protocol != "auto" else (cond.unless_root_replays,)
-            if cond.unless_root_replays in entries and self.roots(cond.cls) == {cond.cls}:
-                if self.protocol_of(cond.cls) != TRANSFORMERS:
-                    return None
+        if cond.unless_root_replays:
+            return self._judge_replayed(d)
         if not cond.not_recreated:
             return d
         lost = self.lost_under(cond.cls, cond.not_recreated)
@@ -864,6 +887,73 @@ class Protocols:
             else f"`{short}.{self._entry(root)}()`"
         )
         return d.with_(message=f"{d.message}; lost under {where}", protocol=protocol, root=root)
+
+    def _judge_replayed(self, d):
+        """ML010: init applied by a parent that its hook ``cond.unless_root_replays`` replays.
+        Under a model root's ``init_weights()`` protocol that hook is the re-initialisation
+        when the class is the root itself; inside another root (or per module) the finding
+        stands, naming the first root that does not replay it."""
+        cond = d.condition
+        hook = cond.unless_root_replays
+        if self.protocol == RESET:
+            return d.with_(protocol=RESET)
+        roots = sorted(self.roots(cond.cls))
+        if roots == [cond.cls]:
+            protocol = self.protocol_of(cond.cls)
+            if protocol == ROOT_INIT and hook in self.entries:
+                return None
+            return d.with_(protocol=protocol, root=cond.cls if protocol != RESET else None)
+        lost = [r for r in roots if not self._replays_child(r, cond.cls, hook)]
+        if not lost:
+            return None
+        root = lost[0]
+        return d.with_(
+            message=f"{d.message}; `{root.rsplit('.', 1)[-1]}`, the model it is built in, does "
+            f"not call `{cond.cls.rsplit('.', 1)[-1]}.{hook}()`",
+            protocol=self.protocol_of(root),
+            root=root,
+        )
+
+    def _replays_child(self, root: str, cls: str, hook: str) -> bool:
+        """Does ``root``'s entry point run ``hook`` on its instance of ``cls``, through its
+        children's entry points (``self.encoder.init_weights()``, timm's classifier
+        wrappers)?"""
+        if hook not in self.entries or self.protocol_of(root) != ROOT_INIT:
+            return False
+        family = set(self.family(cls))
+        todo = [(root, self._entry(root))]
+        seen = set(todo)
+        while todo:
+            owner, entry = todo.pop()
+            for item in self._entry_items(owner, entry):
+                if item[0] != "child":
+                    continue
+                for q in self._members(owner, item[1]):
+                    if q in family and item[2] == hook:
+                        return True
+                    if (q, item[2]) not in seen and len(seen) < 64:
+                        seen.add((q, item[2]))
+                        todo.append((q, item[2]))
+        return False
+
+    def _entry_items(self, cls: str, entry: str) -> list:
+        """What ``cls.entry()`` does, as its nearest definition in the MRO summarises it."""
+        for c in self.mro(cls):
+            summary = self.h.classes.get(c)
+            if summary is not None and entry in summary.methods:
+                return summary.protocol.get("applies", {}).get(entry, [])
+        return []
+
+    def _members(self, cls: str, attr: str) -> set[str]:
+        """The classes in the tree that ``self.attr`` of a ``cls`` is built as."""
+        out: set[str] = set()
+        for c in self.mro(cls):
+            summary = self.h.classes.get(c)
+            for q in (summary.protocol.get("members", {}) if summary else {}).get(attr, ()):
+                r = self.h.resolve(q)
+                if r is not None:
+                    out.add(r)
+        return out
 
     def _entry(self, root: str) -> str:
         return next((e for e in self.entries if self.h.defines(root, (e,), set())), "init_weights")
