@@ -10,7 +10,9 @@ unfixable).``; exit 1 while findings remain. Files that cannot be read or parsed
 from __future__ import annotations
 
 import difflib
+import io
 import sys
+import tokenize
 from pathlib import Path
 
 import click
@@ -29,7 +31,7 @@ def _summary(fixed: int, remaining: int, unfixable: int, unsafe_hidden: int, wri
     return text + ")."
 
 
-def run_fix(  # noqa: C901 (issue 20: split it)
+def run_fix(
     paths,
     settings,
     *,
@@ -42,12 +44,10 @@ def run_fix(  # noqa: C901 (issue 20: split it)
     echo=click.echo,
     show_fixes: bool = False,
 ) -> int:
+    """Check, fix every file a codemod applies to, write (or diff), summarise; the exit code."""
     from metalint.check import all_codes, resolve, run_check
-    from metalint.fix.apply import FileFix, Fixer
+    from metalint.fix.apply import Fixer
     from metalint.fix.registry import CODEMODS
-    from metalint.fix.write import ChangedOnDisk, NotPython, digest, write_atomic
-    from metalint.static.names import module_name_for
-    from metalint.static.results import decode
 
     codes, defaults = all_codes()
     enabled = settings.enabled(codes, defaults)
@@ -55,65 +55,12 @@ def run_fix(  # noqa: C901 (issue 20: split it)
     errors = [d for d in checked.diagnostics if is_error(d.code)]
     fixer = Fixer(checked.results, settings, enabled, unsafe, resolve)
     candidates = sorted({d.filename for d in checked.diagnostics if d.code in CODEMODS})
-    fixes: list[FileFix] = []
-    for display in candidates:
-        path = Path(display)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            errors.append(_error(display, f"could not be fixed: {exc.strerror or exc}"))
-            continue
-        text, err = decode(data, display)
-        if err is not None:
-            errors.extend(err.diagnostics)
-            continue
-        import io
-        import tokenize
-
-        encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
-        ff = FileFix(
-            path,
-            display,
-            module_name_for(path.absolute()),
-            path.name == "__init__.py",
-            data,
-            encoding,
-            text,
-        )
-        fixer.run(ff)
-        if ff.error:
-            errors.append(_error(display, ff.error, ff.error_code))
-        fixes.append(ff)
+    fixes = [ff for ff in (_fix_file(c, fixer, errors) for c in candidates) if ff is not None]
 
     changed = [ff for ff in fixes if ff.changed]
-    proven: dict = {}  # (file, top-level class) -> the probe's verdict (--verify)
     if show_diff or not write:
-        for ff in changed:
-            diff = difflib.unified_diff(
-                split_lines(ff.original, keepends=True),
-                split_lines(ff.text, keepends=True),
-                fromfile=f"a/{ff.display}",
-                tofile=f"b/{ff.display}",
-            )
-            echo("".join(diff), nl=False)
-
-    if write:
-        for ff in changed:
-            try:
-                write_atomic(ff.path, ff.text.encode(ff.encoding), digest(ff.data))
-            except (ChangedOnDisk, NotPython) as exc:
-                errors.append(_error(ff.display, str(exc)))
-                ff.text = ff.original
-                ff.applied, ff.after = [], ff.before
-            except (OSError, UnicodeError) as exc:
-                why = getattr(exc, "strerror", None) or exc
-                errors.append(_error(ff.display, f"could not be written: {why}"))
-                ff.text = ff.original
-                ff.applied, ff.after = [], ff.before
-        if verify:
-            for ff in [f for f in changed if f.changed]:
-                proven.update({(ff.display, v.cls): v for v in _verify(ff, fixer, echo)})
-
+        _echo_diff(changed, echo)
+    proven = _write(changed, fixer, errors, echo, verify=verify) if write else {}
     for ff in fixes:
         for d in ff.applied:
             _echo_applied(
@@ -123,37 +70,107 @@ def run_fix(  # noqa: C901 (issue 20: split it)
                 write=write,
                 show_fixes=show_fixes,
             )
+    remaining = _summarise(checked.diagnostics, fixes, fixer, errors, echo, write=write)
+    if errors:
+        return 2
+    if not write:
+        return 1 if changed else 0
+    return 1 if remaining else 0
+
+
+def _fix_file(display: str, fixer, errors: list):
+    """Read one file and run the codemods on it; ``None`` when it cannot be read or decoded
+    (the reason goes to ``errors``)."""
+    from metalint.fix.apply import FileFix
+    from metalint.static.names import module_name_for
+    from metalint.static.results import decode
+
+    path = Path(display)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        errors.append(_error(display, f"could not be fixed: {exc.strerror or exc}"))
+        return None
+    text, err = decode(data, display)
+    if err is not None:
+        errors.extend(err.diagnostics)
+        return None
+    encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+    ff = FileFix(
+        path,
+        display,
+        module_name_for(path.absolute()),
+        path.name == "__init__.py",
+        data,
+        encoding,
+        text,
+    )
+    fixer.run(ff)
+    if ff.error:
+        errors.append(_error(display, ff.error, ff.error_code))
+    return ff
+
+
+def _echo_diff(changed: list, echo) -> None:
+    for ff in changed:
+        diff = difflib.unified_diff(
+            split_lines(ff.original, keepends=True),
+            split_lines(ff.text, keepends=True),
+            fromfile=f"a/{ff.display}",
+            tofile=f"b/{ff.display}",
+        )
+        echo("".join(diff), nl=False)
+
+
+def _write(changed: list, fixer, errors: list, echo, *, verify: bool) -> dict:
+    """Write each changed file atomically (a file that cannot be written keeps its original and
+    its findings); with ``verify`` probe the rewritten classes. Returns
+    ``(file, top-level class) -> the probe's verdict``."""
+    from metalint.fix.write import ChangedOnDisk, NotPython, digest, write_atomic
+
+    for ff in changed:
+        try:
+            write_atomic(ff.path, ff.text.encode(ff.encoding), digest(ff.data))
+        except (ChangedOnDisk, NotPython) as exc:
+            errors.append(_error(ff.display, str(exc)))
+            ff.text = ff.original
+            ff.applied, ff.after = [], ff.before
+        except (OSError, UnicodeError) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            errors.append(_error(ff.display, f"could not be written: {why}"))
+            ff.text = ff.original
+            ff.applied, ff.after = [], ff.before
+    proven: dict = {}
+    if verify:
+        for ff in [f for f in changed if f.changed]:
+            proven.update({(ff.display, v.cls): v for v in _verify(ff, fixer, echo)})
+    return proven
+
+
+def _summarise(diagnostics: list, fixes: list, fixer, errors: list, echo, *, write: bool) -> list:
+    """Print what remains (with why it was not fixed), the errors and the summary line; the
+    remaining findings."""
     fixed = sum(max(len(ff.before) - len(ff.after), 0) for ff in fixes)
-    remaining_diags = [
-        d
-        for d in checked.diagnostics
-        if not is_error(d.code) and d.filename not in {f.display for f in fixes}
-    ]
-    lines = []
+    fixed_files = {f.display for f in fixes}
+    remaining = [d for d in diagnostics if not is_error(d.code) and d.filename not in fixed_files]
     for ff in fixes:
-        remaining_diags.extend(ff.after)
+        remaining.extend(ff.after)
     unfixable = unsafe_hidden = 0
-    for d in sorted(remaining_diags, key=lambda d: d.sort_key):
+    for d in sorted(remaining, key=lambda d: d.sort_key):
         ff = next((f for f in fixes if f.display == d.filename), None)
         why = fixer.reason(ff, d) if ff else None
         if d.fix is not None and not fixer.applicable(d):
             unsafe_hidden += 1
         elif why is not None or d.fix is None:
             unfixable += 1
-        lines.append(
+        echo(
             f"{d.filename}:{d.start.row}:{d.start.column}: {d.code} {d.message}"
             + (f" [not fixed: {why}]" if why else "")
         )
-    for line in lines:
-        echo(line)
     if errors:
         echo(render(errors, "text"), nl=False)
-    echo(_summary(fixed, len(remaining_diags), unfixable, unsafe_hidden, write))
-    if errors:
-        return 2
-    if not write:
-        return 1 if changed else 0
-    return 1 if remaining_diags else 0
+    echo(_summary(fixed, len(remaining), unfixable, unsafe_hidden, write))
+    return remaining
 
 
 def _error(display: str, message: str, code: str = ERROR_CODE):

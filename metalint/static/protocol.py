@@ -496,55 +496,82 @@ def _item(node, param: str, ctx) -> list | None:
     return ["fn", q] if q else None
 
 
-def _condition(test, param: str, ctx) -> list:  # noqa: C901 (one case per spelling)
+def _condition(test, param: str, ctx) -> list:
+    """One ``if`` test of an init hook as data: and/or/not over the spellings below, ``["?"]``
+    for anything else."""
     import libcst as cst
 
     from metalint.static.names import dotted
-    from metalint.static.tensors import string_value
 
     if isinstance(test, cst.BooleanOperation):
         op = "and" if isinstance(test.operator, cst.And) else "or"
         return [op, _condition(test.left, param, ctx), _condition(test.right, param, ctx)]
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return ["not", _condition(test.expression, param, ctx)]
+    found = None
     if isinstance(test, cst.Call) and isinstance(test.func, cst.Name):
-        args = [a.value for a in test.args]
-        name = test.func.value
-        if name == "isinstance" and len(args) == 2 and dotted(args[0]) == param:
-            types = args[1].elements if isinstance(args[1], cst.Tuple) else None
-            nodes = [e.value for e in types] if types is not None else [args[1]]
-            names = [ctx.qualify(n) or dotted(n) for n in nodes]
-            if all(names):
-                return ["isinstance", names]
-        if name in ("hasattr", "getattr") and len(args) >= 2 and dotted(args[0]) == param:
-            attr = string_value(args[1])
-            if attr:
-                return ["has", attr]
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        comp = test.comparisons[0]
-        left, right = test.left, comp.comparator
-        op = comp.operator
-        if isinstance(op, (cst.IsNot, cst.NotEqual)) and dotted(right) == "None":
-            inner = _condition(left, param, ctx)
-            if inner[0] == "has":
-                return inner
-        if _class_name(right, param) and isinstance(op, cst.In):
-            text = string_value(left)
-            if text:
-                return ["name_in", text]
-        if _class_name(left, param) and isinstance(op, cst.Equal):
-            text = string_value(right)
-            if text:
-                return ["name_eq", text]
-        if _class_name(left, param) and isinstance(op, cst.In):
-            if isinstance(right, (cst.Tuple, cst.List, cst.Set)):
-                texts = [string_value(e.value) for e in right.elements]
-                if all(texts):
-                    return ["name_one_of", texts]
+        found = _call_condition(test, param, ctx)
+    elif isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        found = _comparison_condition(test, param, ctx)
+    if found is not None:
+        return found
     name = dotted(test)
     if name and name.startswith(param + ".") and name.count(".") == 1:
         return ["has", name.split(".")[1]]
     return ["?"]
+
+
+def _call_condition(test, param: str, ctx) -> list | None:
+    """``isinstance(module, (A, B))``, ``hasattr(module, "x")`` / ``getattr(module, "x", ...)``."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.tensors import string_value
+
+    args = [a.value for a in test.args]
+    name = test.func.value
+    if name == "isinstance" and len(args) == 2 and dotted(args[0]) == param:
+        types = args[1].elements if isinstance(args[1], cst.Tuple) else None
+        nodes = [e.value for e in types] if types is not None else [args[1]]
+        names = [ctx.qualify(n) or dotted(n) for n in nodes]
+        if all(names):
+            return ["isinstance", names]
+    if name in ("hasattr", "getattr") and len(args) >= 2 and dotted(args[0]) == param:
+        attr = string_value(args[1])
+        if attr:
+            return ["has", attr]
+    return None
+
+
+def _comparison_condition(test, param: str, ctx) -> list | None:
+    """``getattr(module, "x", None) is not None`` and tests on the class name
+    (``"Norm" in module.__class__.__name__``, ``== "X"``, ``in ("X", "Y")``)."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.tensors import string_value
+
+    comp = test.comparisons[0]
+    left, right = test.left, comp.comparator
+    op = comp.operator
+    if isinstance(op, (cst.IsNot, cst.NotEqual)) and dotted(right) == "None":
+        inner = _condition(left, param, ctx)
+        if inner[0] == "has":
+            return inner
+    if _class_name(right, param) and isinstance(op, cst.In):
+        text = string_value(left)
+        if text:
+            return ["name_in", text]
+    if _class_name(left, param) and isinstance(op, cst.Equal):
+        text = string_value(right)
+        if text:
+            return ["name_eq", text]
+    if _class_name(left, param) and isinstance(op, cst.In):
+        if isinstance(right, (cst.Tuple, cst.List, cst.Set)):
+            texts = [string_value(e.value) for e in right.elements]
+            if all(texts):
+                return ["name_one_of", texts]
+    return None
 
 
 def _class_name(node, param: str) -> bool:
@@ -814,7 +841,7 @@ class Protocols:
                     out |= self._run(item[3], cls, owner, defined, stack)
         return out
 
-    def test(self, cond: list, cls: str) -> bool | None:  # noqa: C901 (one case per test)
+    def test(self, cond: list, cls: str) -> bool | None:
         """A dispatch condition on a module of class ``cls``: True, False or None (unknown)."""
         kind = cond[0]
         short = cls.rsplit(".", 1)[-1]
