@@ -623,3 +623,52 @@ def test_child_tensor_finding_is_judged_on_the_subtree():
     ]
     got = [d.verdict for d in mark_verdicts(diags, {"classes": classes})]
     assert got == ["confirmed", "refuted"]
+
+
+def _frozen_when_real():
+    """A module that freezes its weight only when built for real: the meta build leaves it
+    trainable."""
+    import torch
+    from torch import nn
+
+    class FrozenWhenReal(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(3))
+            if not self.weight.is_meta:
+                self.weight.requires_grad_(False)
+
+        def reset_parameters(self):
+            nn.init.ones_(self.weight)
+
+    return FrozenWhenReal()
+
+
+def test_requires_grad_changed_by_the_meta_build_is_mp008():
+    from metalint.probe.build import probe
+
+    r = probe(_frozen_when_real)
+    assert [(d.code, d.message.split(" ")[0]) for d in r.findings] == [("MP008", "`weight`")]
+    assert "requires_grad False -> True" in r.findings[0].message
+
+
+def test_distributed_stats_keep_requires_grad():
+    """The all-reduced statistics of the distributed probe record a parameter's
+    requires_grad, as compare.tensor_stats does (a world of one gloo rank)."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from metalint.probe.compare import tensor_stats
+    from metalint.probe.distributed import reduced_stats
+
+    trainable = nn.Parameter(torch.ones(4))
+    frozen = nn.Parameter(torch.ones(4), requires_grad=False)
+    assert tensor_stats(trainable).requires_grad and not tensor_stats(frozen).requires_grad
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        st = reduced_stats([("trainable", trainable), ("frozen", frozen)])
+    finally:
+        dist.destroy_process_group()
+    assert st["trainable"].requires_grad and not st["frozen"].requires_grad
+    assert st["trainable"].mean == 1.0

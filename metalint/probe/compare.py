@@ -73,11 +73,12 @@ def _hash(t: torch.Tensor) -> str:
 
 
 def tensor_stats(t: torch.Tensor, *, keep_copy: bool = True) -> Stats:
+    requires_grad = bool(t.requires_grad)  # of the tensor itself: ``detach()`` clears it
     t = t.detach()
     st = Stats(
         shape=tuple(t.shape),
         dtype=str(t.dtype).replace("torch.", ""),
-        requires_grad=bool(getattr(t, "requires_grad", False)),
+        requires_grad=requires_grad,
         device=t.device.type,
         numel=t.numel(),
     )

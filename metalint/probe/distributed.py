@@ -143,8 +143,7 @@ def reduced_stats(named: list[tuple[str, object]]) -> dict[str, object]:
         st = Stats(
             shape=tuple(t.shape),
             dtype=str(t.dtype).replace("torch.", ""),
-            # as compare.tensor_stats records it (of the detached tensor)
-            requires_grad=bool(t.detach().requires_grad),
+            requires_grad=bool(t.requires_grad),  # as compare.tensor_stats records it
             device=t.device.type,
             numel=t.numel(),
             nonfinite=int(nonfinite),
@@ -226,6 +225,7 @@ def _compare(eager, named, shard: str, world: int):
         if e.stats.deterministic and t.device.type != "meta":
             full = t.full_tensor() if is_dtensor(t) else t
             st = compare.tensor_stats(full, keep_copy=False)
+            st.requires_grad = reduced[name].requires_grad  # the parameter's, not the gather's
         diff = compare.compare(e.stats, st, full)
         if diff is not None:
             code = "MP011" if diff.code in ("MP001", "MP002", "MP004") else diff.code
