@@ -104,6 +104,14 @@ def test_device_escape_is_mp007(layers_report):
     assert outcome(layers_report, "Escapes").result["escape_bytes"] == 80
 
 
+def test_legacy_constructor_wrapped_in_a_parameter_is_kept(layers_report):
+    """``nn.Parameter(torch.Tensor(n, n))`` on meta: the CPU tensor is wrapped in a new object
+    (its weakref dies) but the model keeps its memory: MP007 "kept", not a freed temporary."""
+    (f,) = findings(layers_report, "LegacyParameter")
+    assert f["code"] == "MP007" and "kept in the model" in f["message"]
+    assert f["location"]["row"] == line_of(LAYERS, "LEGACY-PARAMETER-LINE")
+
+
 def test_plain_tensor_attribute_left_on_meta(layers_report):
     (f,) = findings(layers_report, "PlainAttribute")
     assert f["code"] == "MP003" and "`mask`" in f["message"]

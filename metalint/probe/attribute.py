@@ -199,10 +199,14 @@ class Escape:
     nbytes: int
     site: Site | None
     ref: Any = None  # weakref to the tensor: alive at the end of the build = retained
+    storage: int = 0  # address of its storage (0: none)
+    #: its storage is held by the built model: ``nn.Parameter(torch.Tensor(n))`` wraps the
+    #: escaped tensor in a new object, so the weakref dies while the memory stays
+    in_model: bool = False
 
     @property
     def retained(self) -> bool:
-        return self.ref is None or self.ref() is not None
+        return self.in_model or self.ref is None or self.ref() is not None
 
 
 class EscapeDetector(TorchDispatchMode):
@@ -228,7 +232,14 @@ class EscapeDetector(TorchDispatchMode):
                         except TypeError:
                             ref = None
                         self.escapes.append(
-                            Escape(_op_name(func), str(x.device), nbytes, user_frame(), ref)
+                            Escape(
+                                _op_name(func),
+                                str(x.device),
+                                nbytes,
+                                user_frame(),
+                                ref,
+                                x.untyped_storage().data_ptr() if nbytes else 0,
+                            )
                         )
         except Exception:
             pass
@@ -237,3 +248,18 @@ class EscapeDetector(TorchDispatchMode):
     @property
     def nbytes(self) -> int:
         return sum(e.nbytes for e in self.escapes)
+
+    def mark_kept(self, model: torch.nn.Module) -> None:
+        """Mark the escapes whose storage the built ``model`` holds (a parameter, a buffer or
+        a plain tensor attribute), whatever Python object now wraps it."""
+        held: set[int] = set()
+        for m in model.modules():
+            for t in (*m._parameters.values(), *m._buffers.values(), *vars(m).values()):
+                if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                    try:
+                        held.add(t.untyped_storage().data_ptr())
+                    except Exception:  # noqa: BLE001 (a tensor subclass without storage)
+                        pass
+        for e in self.escapes:
+            if e.storage and e.storage in held:
+                e.in_model = True

@@ -742,6 +742,8 @@ def _meta_stage(
         return None
     res.meta_alloc_bytes = max(rss_anon() - rss0, 0)
     res.escape_bytes = esc.nbytes
+    if isinstance(model, nn.Module):
+        esc.mark_kept(model)
     findings = _escape_findings(esc, eager, label)
     del model, esc
     return findings

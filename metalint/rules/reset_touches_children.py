@@ -31,9 +31,15 @@ class ResetTouchesChildren(Rule):
     ## What it does
     Finds a `reset_parameters()` (or a helper it calls) that re-initialises tensors of child
     modules instead of only the module's own: `nn.init.zeros_(self.proj.bias)`,
-    `self.fc.weight.data.normal_()`, `self.proj.reset_parameters()`, loops over
-    `self.modules()` / `self.children()`, `self.apply(...)`, or a loop over `self.parameters()`
-    (which recurses into children) in a module that has children.
+    `self.fc.weight.data.normal_()`, `self.attn._reset_parameters()`, loops over
+    `self.modules()` / `self.children()` that write the children's tensors, `self.apply(...)`,
+    or a loop over `self.parameters()` (which recurses into children) in a module that has
+    children.
+
+    Calling a child's own `reset_parameters()` (`self.lin.reset_parameters()`, `for lin in
+    self.lins: lin.reset_parameters()`, PyG's `reset(self.nn)`) is not reported: it applies
+    the same law the per-module materialiser applies to that child, so the order in which the
+    two run does not change any value.
 
     ## Why is this bad on meta?
     The contract of `reset_parameters()` is "my own tensors only" (pytorch#104187): FSDP and
@@ -101,6 +107,26 @@ class ScaledLinear(nn.Linear):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 """,
+        # a graph convolution (PyG's idiom) resetting its children through their own hooks:
+        # the same law in any order
+        """
+import torch
+from torch import nn
+
+class GraphConv(nn.Module):
+    def __init__(self, d_in, d_out, hops=2):
+        super().__init__()
+        self.lin = nn.Linear(d_in, d_out, bias=False)
+        self.lins = nn.ModuleList(nn.Linear(d_in, d_out) for _ in range(hops))
+        self.bias = nn.Parameter(torch.empty(d_out))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        self.lin.reset_parameters()
+        for lin in self.lins:
+            lin.reset_parameters()
+        nn.init.zeros_(self.bias)
+""",
         # a root init_weights may initialise the whole tree
         """
 import torch.nn as nn
@@ -148,7 +174,7 @@ class Attention(nn.Module):
     def reset_parameters(self):
         nn.init.zeros_(self.proj.weight)  # ERROR
         self.qkv.bias.data.zero_()  # ERROR
-        self.proj.reset_parameters()  # ERROR
+        self.qkv.reset_parameters()
 """,
         # loops and apply inside the per-module hook, through a helper
         """
@@ -168,7 +194,7 @@ class Encoder(nn.Module):
 
     def _init_layers(self):
         for layer in self.layers:  # ERROR
-            layer.reset_parameters()
+            I.zeros_(layer.bias)
         for m in self.modules():  # ERROR
             if isinstance(m, nn.Linear):
                 I.zeros_(m.bias)
@@ -185,6 +211,7 @@ class Block(nn.Module):
         self.mlp = nn.Linear(dim, dim)
 
     def reset_parameters(self):
+        self.attn._reset_parameters()  # ERROR
         for p in self.parameters():  # ERROR
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
@@ -247,7 +274,10 @@ class Block(nn.Module):
             if call.receiver == "self" and call.method == "apply":
                 yield node, "`self.apply(...)` runs on every child module too"
                 continue
-            # self.proj.reset_parameters()
+            # self.proj.reset_parameters(): the child's own law, the same in any order
+            if call.method == HOOK:
+                continue
+            # self.attn._reset_parameters(), self.proj.init_weights()
             if call.method in RESET_METHODS and isinstance(node.func, cst.Attribute):
                 parts = chain(node.func.value)
                 if parts and parts[0] == "self" and len(parts) >= 2 and parts[1] not in own:

@@ -82,6 +82,20 @@ class Escapes(nn.Module):
         self.register_buffer("idx", torch.zeros(4, dtype=torch.long, device="cpu"))
 
 
+class LegacyParameter(nn.Module):
+    """torch-geometric's idiom: a parameter made by the legacy constructor, whose value
+    ``reset_parameters()`` sets; on meta the constructor still allocates CPU memory, which the
+    new ``Parameter`` object keeps."""
+
+    def __init__(self, dim: int = 4) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.Tensor(dim, dim))  # LEGACY-PARAMETER-LINE
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.weight)
+
+
 class PlainAttribute(nn.Module):
     def __init__(self, dim: int = 4) -> None:
         super().__init__()
