@@ -311,6 +311,26 @@ RESET_METHODS = frozenset(
     {"reset_parameters", "_reset_parameters", "init_weights", "_init_weights"}
 )
 MODULE_ITERATORS = frozenset({"modules", "named_modules", "children", "named_children"})
+#: tensor methods that return a view of the same storage: an in-place init of
+#: ``self.att.view(2, h, d)`` writes ``self.att``
+VIEW_METHODS = frozenset(
+    {
+        "view",
+        "view_as",
+        "unsqueeze",
+        "squeeze",
+        "transpose",
+        "t",
+        "permute",
+        "narrow",
+        "select",
+        "unflatten",
+        "expand",
+        "as_strided",
+        "diagonal",
+        "detach",
+    }
+)
 #: calls that return a tuple of tensors: iterating or indexing it gives tensors
 SEQUENCE_METHODS = frozenset({"split", "chunk", "unbind", "tensor_split"})
 SEQUENCE_FUNCTIONS = frozenset(

@@ -111,6 +111,57 @@ class ResetMissesTensor(Rule):
     summary = "`reset_parameters()` misses a tensor the class owns, or sets it differently"
 
     VALID = [
+        # torch-geometric's idiom: module-level init helpers (`glorot`, `zeros` through
+        # `constant`, with an isinstance dispatch and a loop over `.parameters()`), a view of
+        # the tensor, an `out=` tensor, and `register_parameter(name, None)` in a branch; the
+        # helpers may live in another file of the package (resolved across files)
+        """
+import math
+import torch
+from torch import nn
+from torch.nn import Parameter
+
+def glorot(value):
+    if isinstance(value, torch.Tensor):
+        stdv = math.sqrt(6.0 / (value.size(-2) + value.size(-1)))
+        value.data.uniform_(-stdv, stdv)
+    else:
+        for v in value.parameters():
+            glorot(v)
+
+def constant(value, fill_value):
+    if isinstance(value, torch.Tensor):
+        value.data.fill_(fill_value)
+
+def zeros(value):
+    constant(value, 0.0)
+
+class EdgeAttentionConv(nn.Module):
+    def __init__(self, d, heads, bias=True, residual=False):
+        super().__init__()
+        self.heads = heads
+        self.lin = nn.Linear(d, heads * d, bias=False)
+        self.att_src = Parameter(torch.empty(1, heads, d))
+        self.att = Parameter(torch.empty(2 * heads * d))
+        self.freq = Parameter(torch.empty(d))
+        if bias:
+            self.bias = Parameter(torch.empty(heads * d))
+        else:
+            self.register_parameter("bias", None)
+        if residual:
+            self.res = nn.Linear(d, heads * d)
+        else:
+            self.register_parameter("res", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        self.lin.reset_parameters()
+        glorot(self.att_src)
+        nn.init.xavier_normal_(self.att.view(2, self.heads, -1))
+        with torch.no_grad():
+            torch.arange(1, self.freq.numel() + 1, out=self.freq).mul_(math.pi)
+        zeros(self.bias)
+""",
         # every own tensor re-initialised, through a helper and a no_grad copy
         """
 import torch
@@ -195,6 +246,23 @@ class CondConv2d(nn.Module):
 """,
     ]
     INVALID = [
+        # a helper that reads the tensor but writes nothing
+        """
+import torch
+from torch import nn
+
+def describe(value):
+    return f"{tuple(value.shape)}"
+
+class GraphNorm(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(d))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        describe(self.weight)
+""",
         # misses a torch.empty bias; __init__ ones vs hook random
         """
 import math

@@ -101,9 +101,12 @@ def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Regist
 
 
 def registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]:
-    """:func:`tensor_registrations` less ``nn.Parameter()`` assignments with no data."""
+    """:func:`tensor_registrations` less ``nn.Parameter()`` assignments with no data and
+    ``self.register_parameter("res", None)`` (PyG's "no such parameter" in a branch)."""
     for r in tensor_registrations(methods, qualify):
         if r.kind == "parameter" and not isinstance(r.node, cst.Call) and r.value is None:
+            continue
+        if r.kind == "parameter" and r.passed is not None and is_none(r.passed):
             continue
         yield r
 

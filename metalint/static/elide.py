@@ -144,6 +144,17 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
     keep = {name for name in functions if name in referenced or name in resets}
     if resets:
         keep |= {name for name, text in texts.items() if not resets.isdisjoint(_words(text))}
+    # a helper another file's hook may hand a tensor to (PyG's ``glorot(value)``:
+    # ``value.data.uniform_(...)``), and the functions that hand it on (``zeros`` -> ``constant``)
+    # (short ones: an optimiser's 200-line ``_multi_tensor_adamw`` is nobody's init helper)
+    short = {n for n, fn in functions.items() if fn.end_lineno - fn.lineno <= HELPER_LINES}
+    writers = {name for name in short if _INPLACE_CALL.search(texts[name])}
+    while True:
+        more = {n for n in short - writers if writers & _words(texts[n])}
+        if not more:
+            break
+        writers |= more
+    keep |= writers
     todo = list(keep)
     while todo:  # what a kept function calls is kept too
         for name in _words(texts[todo.pop()]) & functions.keys() - keep:
@@ -152,6 +163,12 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
     for fn in defs:
         if fn.name not in keep and (span := _def_span(fn, lines)) is not None:
             spans.append(span)
+
+
+#: the longest module-level function read as an init helper another file may call
+HELPER_LINES = 40
+#: a call of an in-place method or function (``t.uniform_(``, ``nn.init.zeros_(``)
+_INPLACE_CALL = re.compile(r"[A-Za-z0-9]_\(")
 
 
 def _module_level(body: list[ast.stmt], lines: list[str], spans: list) -> None:

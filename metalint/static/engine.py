@@ -28,10 +28,10 @@ from metalint.static.names import exports_from_ast
 from metalint.static.protocol import summarize_class, summarize_functions
 
 # re-exported: the results live in a module that does not import libcst (cache hits need no parser)
-from metalint.static.results import ClassSummary, FileResult, error_result
+from metalint.static.results import HELPER_MARK, ClassSummary, FileResult, error_result
 from metalint.static.rule import Finding, Rule, RuleContext
 from metalint.static.syntax import children, code_ranges, parse_valid_module, walk
-from metalint.static.tensors import recreated
+from metalint.static.tensors import argument_writes, recreated
 from metalint.vocabulary import DEFAULT_HOOKS, MODULE_API
 
 #: ``fix_for(code, ctx, finding, row, source) -> Fix | None``: the fix of a finding
@@ -73,7 +73,7 @@ def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
         for m in cls.reachable(name):
             names |= recreated(m, ctx.qualify)
             calls_super = calls_super or name in m.super_calls
-        hooks[name] = (sorted(names), calls_super)
+        hooks[name] = (sorted(_qualified_helpers(names, ctx)), calls_super)
     api = False
     for m in cls.methods.values():
         for call in m.calls:
@@ -88,6 +88,52 @@ def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
     return ClassSummary(
         cls.fullname, cls.bases, hooks, api, sorted(cls.methods), summarize_class(cls, ctx)
     )
+
+
+def _qualified_helpers(names: set[str], ctx: RuleContext) -> set[str]:
+    """``@glorot#0=w`` of a function of this file -> ``@pkg.mod.glorot#0=w``; a helper that is
+    neither imported nor defined here (a builtin: ``print(self.w)``) is dropped."""
+    out: set[str] = set()
+    for n in names:
+        if n.startswith(HELPER_MARK):
+            helper = n[1:].partition("#")[0]
+            if "." not in helper:
+                full = ctx.facts.local_functions.get(helper)
+                if full is None:
+                    continue
+                n = HELPER_MARK + full + n[1 + len(helper) :]
+        out.add(n)
+    return out
+
+
+def _helper_summaries(module: cst.Module, facts, ctx: RuleContext) -> dict[str, dict]:
+    """:func:`argument_writes` of the module-level functions that may write an argument: an
+    in-place call (``_(``) or a call of another function of the file or an import in their
+    text (elided bodies hold neither)."""
+    from metalint.static.model import function_facts
+
+    out: dict[str, dict] = {}
+    known = set(facts.local_functions) | set(facts.aliases.names)
+    for stmt in module.body:
+        if (
+            not isinstance(stmt, cst.FunctionDef)
+            or not stmt.params.params
+            or not isinstance(stmt.body, cst.IndentedBlock)
+            or len(stmt.body.body) > HELPER_STATEMENTS
+        ):
+            continue
+        text = module.code_for_node(stmt.body)
+        if "_(" not in text and not known & set(_WORD.findall(text)) - {stmt.name.value}:
+            continue
+        summary = argument_writes(function_facts(stmt, facts), ctx.qualify, facts.local_functions)
+        if summary is not None:
+            out[facts.local_functions.get(stmt.name.value, stmt.name.value)] = summary
+    return out
+
+
+#: the most top-level statements of a function read as an init helper (see elide.HELPER_LINES)
+HELPER_STATEMENTS = 12
+_WORD = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 
 
 def _last_statement_holding(body, targets: set[int]) -> int | None:
@@ -405,6 +451,8 @@ def _analyze(
     result.exports.update(facts.local_classes)
     result.classes = [summarize(c, ctx) for c in facts.classes]
     result.functions = init_functions(module, module_name, ctx.qualify)
+    for name, summary in _helper_summaries(module, facts, ctx).items():
+        result.functions.setdefault(name, {})["arg_writes"] = summary
     protocols = [c.protocol for c in result.classes]
     for name, summary in summarize_functions(module, module_name, ctx, protocols).items():
         result.functions.setdefault(name, {}).update(summary)

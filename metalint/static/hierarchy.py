@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from metalint.diagnostics import Condition
 from metalint.static.constants import dispatch
-from metalint.static.results import ClassSummary, FileResult
+from metalint.static.results import HELPER_MARK, ClassSummary, FileResult
 from metalint.vocabulary import PUBLIC_HOOKS, TORCH_WITHOUT_RESET
 
 
@@ -89,7 +89,7 @@ class Hierarchy:
             return None
         if hook in cls.hooks:
             own, calls_super = cls.hooks[hook]
-            names = set(own)
+            names = self._helpers_resolved(own)
             if calls_super:
                 for base in self.bases(fullname):
                     inherited = self.hook_tensors(base, hook, depth + 1)
@@ -102,6 +102,38 @@ class Hierarchy:
             if inherited is not None:
                 return inherited
         return None
+
+    def _helpers_resolved(self, names: Iterable[str]) -> set[str]:
+        """``names`` with each ``@helper#arg=attr`` (an own tensor handed to a helper, see
+        :func:`metalint.static.tensors.helper_writes`) replaced by ``attr`` when the helper
+        writes that argument, and dropped otherwise."""
+        out: set[str] = set()
+        for n in names:
+            if not n.startswith(HELPER_MARK):
+                out.add(n)
+                continue
+            helper, _, rest = n[1:].partition("#")
+            arg, _, attr = rest.partition("=")
+            if self.writes_argument(helper, arg, set()):
+                out.add(attr)
+        return out
+
+    def writes_argument(self, helper: str, arg: str, seen: set[tuple[str, str]]) -> bool:
+        """Does the module-level function ``helper`` write its argument ``arg`` (a position
+        or a keyword) in place, itself or through the functions it hands it to?"""
+        full = self.resolve(helper, table=self.functions)
+        summary = (self.functions.get(full) or {}).get("arg_writes") if full else None
+        if summary is None or (full, arg) in seen:
+            return False
+        seen.add((full, arg))
+        params = summary["params"]
+        name = params[int(arg)] if arg.isdigit() and int(arg) < len(params) else arg
+        if name in summary["writes"]:
+            return True
+        return any(
+            param == name and self.writes_argument(callee, key, seen)
+            for callee, key, param in summary["forwards"]
+        )
 
     def recreated(self, fullname: str, hooks: Iterable[str]) -> set[str]:
         names: set[str] = set()

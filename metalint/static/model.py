@@ -124,6 +124,8 @@ class FileFacts:
     aliases: Aliases
     classes: list[ClassFacts] = field(default_factory=list)
     local_classes: dict[str, str] = field(default_factory=dict)  # top-level name -> fullname
+    #: module-level functions: name -> fullname (helpers a hook hands its tensors to)
+    local_functions: dict[str, str] = field(default_factory=dict)
 
 
 #: tokens and whitespace: no collector hook reads them, and nothing below them is code
@@ -251,6 +253,11 @@ class FactCollector:
             self.class_stack[-1].methods[node.name.value] = self.method
             # what runs after construction is no rule's business; skipping it halves the walk
             return not node.name.value.startswith(SKIPPED_METHOD_PREFIXES)
+        if self.method is None and not self.class_stack and self.func_depth == 1:
+            name = node.name.value
+            self.facts.local_functions[name] = (
+                f"{self.facts.module}.{name}" if self.facts.module else name
+            )
         # module-level functions (model factories, checkpoint filters) hold no class facts
         return self.method is not None
 

@@ -16,6 +16,14 @@ from typing import Any
 from metalint.codes import ERROR_CODE
 from metalint.diagnostics import Diagnostic, Position
 
+#: ``ClassSummary.hooks`` names an own tensor handed to a helper function as
+#: ``@helper#arg=attr`` (``glorot(self.att_src)`` ->
+#: ``@torch_geometric.nn.inits.glorot#0=att_src``): whether the helper writes that argument is
+#: answered across files from the helper's summary (``FileResult.functions[...]["arg_writes"]``,
+#: see :func:`metalint.static.tensors.argument_writes` and
+#: :meth:`metalint.static.hierarchy.Hierarchy.hook_tensors`)
+HELPER_MARK = "@"
+
 
 @dataclass
 class ClassSummary:

@@ -14,6 +14,7 @@ import libcst as cst
 
 from metalint.static.model import CallSite, MethodFacts
 from metalint.static.names import dotted
+from metalint.static.results import HELPER_MARK
 from metalint.static.syntax import chain, keyword, number, self_attr, string_value, walk
 from metalint.vocabulary import (
     EMPTY_FACTORIES,
@@ -24,6 +25,7 @@ from metalint.vocabulary import (
     REGISTER_METHODS,
     RESET_METHODS,
     VALUE_FACTORIES,
+    VIEW_METHODS,
 )
 
 
@@ -140,11 +142,16 @@ def inplace_write(call: cst.Call, qualify) -> Write | None:
       argument": ``nn.init.zeros_(self.w)``, timm's ``trunc_normal_(self.pos)``, a
       ``my_helper_(self.w)`` of the project;
     - not a method of the module itself, ``self.scale_(self.w)``: what it writes is in its
-      body, which the caller follows as its own method; nor a reset hook or a dunder.
+      body, which the caller follows as its own method; nor a reset hook or a dunder;
+    - a write of a view writes its base (``xavier_normal_(self.att.view(2, h, d))``), and a
+      call's ``out=`` tensor is written (``torch.arange(1, n + 1, out=self.freq)``, kind None).
+
+    A tensor handed to a helper function (PyG's ``glorot(self.att_src)``) is answered across
+    files: :func:`helper_writes` and :func:`argument_writes`.
     """
     func = call.func
     qualname = qualify(func)
-    receiver = chain(func.value) if isinstance(func, cst.Attribute) else None
+    receiver = _written_chain(func.value) if isinstance(func, cst.Attribute) else None
     if (
         receiver is not None
         and qualname is None
@@ -156,6 +163,8 @@ def inplace_write(call: cst.Call, qualify) -> Write | None:
         value = call.args[0].value if call.args else None
         return Write(tuple(parts), _init_kind(name, value), value, name, True)
     name = (qualname or dotted(func) or "").rsplit(".", 1)[-1]
+    if not name.endswith("_") and keyword(call, "out") is not None:
+        return _out_write(call)
     if (
         not name.endswith("_")
         or name.endswith("__")
@@ -164,11 +173,32 @@ def inplace_write(call: cst.Call, qualify) -> Write | None:
         or (qualname is None and receiver is not None and receiver[0] == "self")
     ):
         return None
-    parts = chain(call.args[0].value)
+    parts = _written_chain(call.args[0].value)
     if parts is None:
         return None
     value = call.args[1].value if len(call.args) > 1 else keyword(call, "val")
     return Write(tuple(parts), _init_kind(name, value), value, name, False)
+
+
+def _written_chain(expr: cst.BaseExpression) -> list[str] | None:
+    """The chain a write of ``expr`` lands in: ``self.att`` for ``self.att.view(2, h, d)`` (a
+    view shares the storage); None when ``expr`` is not a chain or a view of one."""
+    while (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value in VIEW_METHODS
+    ):
+        expr = expr.func.value
+    return chain(expr)
+
+
+def _out_write(call: cst.Call) -> Write | None:
+    """``torch.arange(1, n + 1, out=self.freq)``: the ``out=`` tensor is written."""
+    out = keyword(call, "out")
+    parts = _written_chain(out) if out is not None else None
+    if not parts:
+        return None
+    return Write(tuple(parts), None, None, "out", False)
 
 
 def initialised_target(call: cst.Call, qualify) -> str | None:
@@ -222,6 +252,81 @@ def recreated(method: MethodFacts, qualify) -> set[str]:
             attr = self_attr(dotted(call.node.args[0].value))
             if attr:
                 names.add(attr)
+        names.update(helper_writes(call, qualify))
     if method.loops_over_own_tensors:
         names.add("*")
     return names
+
+
+def helper_writes(call: CallSite, qualify) -> set[str]:
+    """``@helper#arg=attr`` for each own tensor ``self.attr`` (or ``self.attr.data``) handed to
+    a function that is neither torch's, a method of the module nor an in-place call (which
+    :func:`inplace_write` answers): PyG's ``glorot(self.att_src)``, ``zeros(self.bias)``,
+    ``uniform(size, self.root)``, ``inits.normal(self.w, 0, 1)``. ``arg`` is the position or
+    the keyword."""
+    func = call.node.func
+    name = qualify(func) or dotted(func)
+    if (
+        name is None
+        or name.startswith("torch.")
+        or name.split(".", 1)[0] in ("self", "super")
+        or inplace_write(call.node, qualify) is not None
+    ):
+        return set()
+    out: set[str] = set()
+    for i, arg in enumerate(call.node.args):
+        if arg.star:
+            break
+        parts = chain(arg.value)
+        if not parts or parts[0] != "self" or len(parts) < 2 or parts[1] == "[]":
+            continue
+        if len(parts) > 3 or (len(parts) == 3 and parts[2] != "data"):
+            continue
+        key = arg.keyword.value if arg.keyword is not None else str(i)
+        out.add(f"{HELPER_MARK}{name}#{key}={parts[1]}")
+    return out
+
+
+def argument_writes(fn: MethodFacts, qualify, local: dict[str, str]) -> dict | None:
+    """Which arguments a module-level function writes in place, the summary
+    :meth:`metalint.static.hierarchy.Hierarchy.hook_tensors` resolves ``@helper#arg=attr``
+    with: ``{"params": positional names, "writes": parameter names, "forwards": [[callee,
+    arg, parameter], ...]}`` (a parameter handed on to another function, resolved across
+    files), or None when it writes none and hands none on.
+
+    A parameter is written by an in-place call on it (:func:`inplace_write`:
+    ``value.data.uniform_(-b, b)``, ``nn.init.orthogonal_(tensor.data)``, ``t.fill_(v)``),
+    on a loop variable over it (``for v in value.parameters(): ...``: the ``isinstance``
+    dispatch of PyG's ``inits``), or by a function it is handed to that writes it.
+    ``local``: the module-level functions of the file (name -> qualified name)."""
+    params = fn.params
+    if not params:
+        return None
+    alias = {p: p for p in params}
+    for _node, targets, it in fn.loops:
+        roots = {n.value for n in walk(it) if isinstance(n, cst.Name) and n.value in alias}
+        if roots:
+            for t in targets:
+                alias.setdefault(t, alias[next(iter(sorted(roots)))])
+    writes: set[str] = set()
+    forwards: list[list[str]] = []
+    for call in fn.calls:
+        w = inplace_write(call.node, qualify)
+        if w is not None:
+            if w.chain and w.chain[0] in alias and w.kind != "storage":
+                writes.add(alias[w.chain[0]])
+            continue
+        func = call.node.func
+        callee = qualify(func) or (local.get(func.value) if isinstance(func, cst.Name) else None)
+        if callee is None or callee.startswith("torch."):
+            continue
+        for i, arg in enumerate(call.node.args):
+            if arg.star:
+                break
+            if isinstance(arg.value, cst.Name) and arg.value.value in alias:
+                key = arg.keyword.value if arg.keyword is not None else str(i)
+                forwards.append([callee, key, alias[arg.value.value]])
+    forwards = sorted({tuple(f) for f in forwards if f[2] not in writes})
+    if not writes and not forwards:
+        return None
+    return {"params": params, "writes": sorted(writes), "forwards": [list(f) for f in forwards]}
