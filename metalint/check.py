@@ -172,9 +172,20 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
     return sorted(out, key=lambda d: d.sort_key)
 
 
-def probe_findings(diagnostics: list[Diagnostic], hooks: tuple[str, ...] = ()) -> list[Diagnostic]:
-    """Probe every file that has a static finding; mark the findings and add the probe's own.
-    ``hooks``: the configured hooks, which the probe runs on every module as check assumes.
+def probe_findings(
+    diagnostics: list[Diagnostic],
+    hooks: tuple[str, ...] = (),
+    results: Sequence[FileResult] = (),
+) -> list[Diagnostic]:
+    """Probe what materialises each flagged class; mark the findings and add the probe's own.
+    ``hooks``: the configured hooks, which the probe runs on every module as check assumes;
+    ``results``: the files checked (where each model root is defined).
+
+    A finding judged under a model root (``root``: the class that contains it and whose
+    protocol loses the tensor) is probed by building that root under ``--init auto`` (its
+    ``init_weights()`` after the children's own hooks); a finding on a class no root contains
+    by building the class alone, under per-module ``reset_parameters()`` for the rules about
+    that protocol (ML006, ML010) and ``auto`` otherwise. Each root or class is built once.
 
     A probe finding on the same line as a static one of the same class, or about the same lost
     tensor as a confirmed static one (the static finding names the registration, the probe the
@@ -182,22 +193,53 @@ def probe_findings(diagnostics: list[Diagnostic], hooks: tuple[str, ...] = ()) -
     """
     from metalint.probe.command import run_probe
     from metalint.probe.isolate import Options
-    from metalint.probe.merge import lost_tensor, mark_verdicts
+    from metalint.probe.merge import PER_MODULE_RULES, lost_tensor, mark_verdicts
 
-    files = sorted({d.filename for d in diagnostics if d.symbol and not is_error(d.code)})
-    if not files:
+    files_of = {r.module: r.path for r in results if r.module}
+    plan: dict[str, dict[str, set[str]]] = {"auto": {}, "reset_parameters": {}}
+    flagged: dict[str, list[Diagnostic]] = {"auto": [], "reset_parameters": []}
+    others: list[Diagnostic] = []
+    for d in diagnostics:
+        if not d.symbol or is_error(d.code) or not d.code.startswith("ML"):
+            others.append(d)
+            continue
+        where = _defined_in(d.root, files_of) if d.root else None
+        init = "reset_parameters" if where is None and d.code in PER_MODULE_RULES else "auto"
+        file, name = where or (d.filename, d.symbol)
+        plan[init].setdefault(file, set()).add(name)
+        flagged[init].append(d)
+    if not any(plan.values()):
         return diagnostics
-    report = run_probe(files, Options(device="auto", hooks=hooks), progress=sys.stderr.isatty())
-    marked = mark_verdicts(diagnostics, report)
+    marked: list[Diagnostic] = list(others)
+    found: list[Diagnostic] = []
+    for init, targets in plan.items():
+        if not targets:
+            continue
+        specs = [f"{file}:{','.join(sorted(names))}" for file, names in sorted(targets.items())]
+        report = run_probe(
+            specs, Options(device="auto", init=init, hooks=hooks), progress=sys.stderr.isatty()
+        )
+        marked += mark_verdicts(flagged[init], report)
+        found += report.diagnostics
     seen = {(d.filename, d.start.row, d.symbol) for d in marked}
     confirmed = {lost_tensor(d) for d in marked if d.verdict == "confirmed"} - {None}
-    extra = [
-        d
-        for d in report.diagnostics
-        if is_error(d.code)
-        or ((d.filename, d.start.row, d.symbol) not in seen and lost_tensor(d) not in confirmed)
-    ]
+    extra = []
+    for d in found:
+        key = (d.filename, d.start.row, d.symbol)
+        if is_error(d.code) or (key not in seen and lost_tensor(d) not in confirmed):
+            seen.add(key)
+            extra.append(d)
     return sorted(marked + extra, key=lambda d: d.sort_key)
+
+
+def _defined_in(fullname: str, files_of: dict[str, str]) -> tuple[str, str] | None:
+    """(file, qualified name inside it) of the class ``pkg.mod.Root`` among the checked files."""
+    module = fullname
+    while "." in module:
+        module = module.rpartition(".")[0]
+        if module in files_of:
+            return files_of[module], fullname[len(module) + 1 :]
+    return None
 
 
 def _per_file_ignores(display: str, settings: Settings) -> list[str]:
@@ -301,7 +343,7 @@ def check_command(
         sys.exit(2)
     diagnostics = result.diagnostics
     if probe:
-        diagnostics = probe_findings(diagnostics, settings.hooks)
+        diagnostics = probe_findings(diagnostics, settings.hooks, result.results)
     from metalint.rules import describe  # the rules' names, for --statistics and SARIF
 
     text = render(

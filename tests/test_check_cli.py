@@ -401,3 +401,44 @@ def test_check_probe_does_not_repeat_a_confirmed_lost_tensor(cli, write):
         i for i, line in enumerate(path.read_text().splitlines(), 1) if "register_buffer" in line
     )
     assert about_theta == [("ML002", registered, "confirmed")]
+
+
+ROOTED = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: object):
+        super().__init__()
+        self.fc = nn.Linear(cfg.dim, cfg.dim)
+        self.gamma = nn.Parameter(cfg.init * torch.ones(cfg.dim))
+
+
+class Cfg:
+    dim = 8
+    init = 1e-5
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(Cfg()) for _ in range(2))
+
+    def init_weights(self):
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                m.reset_parameters()
+"""
+
+
+def test_check_probe_builds_the_root_that_contains_the_class(cli, write):
+    """``Block`` cannot be built alone (its ``cfg`` cannot be guessed); the finding is judged
+    under ``Net.init_weights()``, so ``check --probe`` builds ``Net`` and proves it there."""
+    write("net.py", ROOTED)
+    data = json.loads(
+        cli("check", "--probe", "--no-cache", "--output-format", "json", "net.py").output
+    )
+    (gamma,) = [d for d in data if d["code"] == "ML001"]
+    assert gamma["root"] == "net.Net" and gamma["verdict"] == "confirmed"
+    assert not [d for d in data if d["code"].startswith("MP")]

@@ -32,6 +32,9 @@ from typing import Any
 from metalint.diagnostics import Diagnostic
 
 _SUBTREE_RULES = {"ML006", "ML010"}
+#: rules whose claim is about per-module ``reset_parameters()`` (FSDP's materialisation): a
+#: class no model root contains is probed under that protocol for them
+PER_MODULE_RULES = _SUBTREE_RULES
 #: rules about one tensor of their class (``subject``): `gamma` is created from a value...
 _NAMED_TENSOR_RULES = {"ML001", "ML002", "ML003", "ML005", "ML007"}
 
