@@ -406,6 +406,9 @@ TIE_BASES = ("transformers.PreTrainedModel", "transformers.modeling_utils.PreTra
 PROTOCOLS = ("auto", "transformers", "init_weights", "reset_parameters")
 #: a model root's entry point, run once on the root after every module's own hooks
 ROOT_ENTRIES = ("init_weights", "init_states")
+#: modules that are code-generation templates, never imported at run time: transformers'
+#: ``modular_<model>.py`` (the ``modeling_<model>.py`` generated from it is what runs)
+TEMPLATE_MODULE_PREFIXES = ("modular_",)
 TENSOR_LEAVES = ("weight", "bias")
 HOST_READS = {"item": "`.item()`", "tolist": "`.tolist()`", "numpy": "`.numpy()`"}
 SCALAR_CASTS = ("float", "int", "bool", "complex")

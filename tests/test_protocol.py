@@ -278,3 +278,148 @@ def test_parent_applied_init_under_the_root_protocol(tmp_path):
     assert _ml010(pkg) == [("Encoder", "reset_parameters", "pkg.wrappers.Captioner")]
     # a repo that materialises per module (FSDP's reset loop) gets the finding back
     assert _ml010(pkg, RESET) == [("Encoder", "reset_parameters", None)]
+
+
+def test_templates_optional_imports_and_getattr_targets(tmp_path):
+    # transformers' modular files are code-generation templates: a template class built from
+    # (or extending) a real class is no root of it; a class defined in the `else:` of an
+    # optional import is the one the file's models build; `init.copy_(getattr(module, "x"))`
+    # writes module.x
+    models = tmp_path / "pkg" / "models"
+    (models / "toy").mkdir(parents=True)
+    for d in (tmp_path / "pkg", models, models / "toy"):
+        (d / "__init__.py").write_text("")
+    (models / "toy" / "modeling_toy.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+            from transformers import PreTrainedModel
+            from transformers import initialization as init
+
+            if is_fast_norm_available():
+                from fast_norm import Norm as ToyNorm
+            else:
+                class ToyNorm(nn.Module):
+                    def __init__(self, dim):
+                        super().__init__()
+                        self.gamma = nn.Parameter(torch.ones(dim))
+
+            class ToyEmbeddings(nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.cls_token = nn.Parameter(torch.randn(1, dim))
+                    self.register_buffer("inv_freq", torch.arange(dim).float())
+
+            class ToyPreTrainedModel(PreTrainedModel):
+                def _init_weights(self, module):
+                    super()._init_weights(module)
+                    if isinstance(module, ToyEmbeddings):
+                        init.trunc_normal_(module.cls_token, std=0.02)
+                        init.copy_(getattr(module, "inv_freq"), torch.arange(4).float())
+                    if isinstance(module, ToyNorm):
+                        init.ones_(module.gamma)
+
+            class ToyModel(ToyPreTrainedModel):
+                def __init__(self, config):
+                    super().__init__(config)
+                    self.embeddings = ToyEmbeddings(config.hidden_size)
+                    self.norm = ToyNorm(config.hidden_size)
+            """
+        )
+    )
+    (models / "toy" / "modular_other.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+            from transformers import PreTrainedModel
+            from ..toy.modeling_toy import ToyEmbeddings
+
+            class OtherEmbeddings(ToyEmbeddings):
+                def __init__(self, dim):
+                    super().__init__(dim)
+                    self.extra = nn.Parameter(torch.ones(dim))
+
+            class OtherPreTrainedModel(PreTrainedModel):
+                def _init_weights(self, module):
+                    super()._init_weights(module)
+
+            class OtherModel(OtherPreTrainedModel):
+                def __init__(self, config):
+                    super().__init__(config)
+                    self.embeddings = ToyEmbeddings(config.hidden_size)
+                    self.more = OtherEmbeddings(config.hidden_size)
+            """
+        )
+    )
+    found = _found(tmp_path / "pkg")
+    got = [(d.filename.rsplit("/", 1)[-1], d.symbol, d.subject, d.root) for d in found]
+    # the template's own tensor, lost under the template's own root; nothing on the real classes
+    assert got == [
+        (
+            "modular_other.py",
+            "OtherEmbeddings",
+            ("extra",),
+            "pkg.models.toy.modular_other.OtherModel",
+        )
+    ]
+
+
+def test_dispatch_on_a_parent_recreates_its_childs_tensors(tmp_path):
+    # transformers' MoE blocks: the dispatch on the block re-creates its router's weight
+    # (`init.normal_(module.gate.weight)`); a router the dispatch misses stays reported (ML001
+    # for its weight, ML004 for the hook it lacks)
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "moe.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+            from transformers import PreTrainedModel
+            from transformers import initialization as init
+
+            class TopKRouter(nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.weight = nn.Parameter(torch.zeros(4, dim))
+
+            class GatedLayer(nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.dt_bias = nn.Parameter(torch.empty(dim))
+                    nn.init.ones_(self.dt_bias)
+
+            class SparseMoeBlock(nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.gate = TopKRouter(dim)
+                    self.mixer = GatedLayer(dim)
+
+            class MoePreTrainedModel(PreTrainedModel):
+                def _init_weights(self, module):
+                    super()._init_weights(module)
+                    if isinstance(module, SparseMoeBlock):
+                        init.normal_(module.gate.weight, std=0.02)
+                    if isinstance(module, {handled}):
+                        init.ones_(module.dt_bias)
+
+            class MoeModel(MoePreTrainedModel):
+                def __init__(self, config):
+                    super().__init__(config)
+                    self.block = SparseMoeBlock(config.hidden_size)
+            """
+        )
+    )
+    src = (pkg / "moe.py").read_text()
+
+    def found(handled):
+        (pkg / "moe.py").write_text(src.replace("{handled}", handled))
+        settings = Settings(root=tmp_path, select=["ML001", "ML004"])
+        diags = run_check([pkg], settings, use_cache=False, workers=1).diagnostics
+        return sorted((d.code, d.symbol) for d in diags)
+
+    assert found("GatedLayer") == []
+    assert found("nn.Linear") == [("ML004", "GatedLayer")]

@@ -71,6 +71,10 @@ class MissingResetHook(Rule):
     `nn.MultiheadAttention` and `nn.Transformer*` are such classes, and so are their
     subclasses.
 
+    Judged under the protocol of the model roots that contain the class, as ML001: not
+    reported when every root's protocol re-creates the tensors it names (a transformers
+    `_init_weights` branch for the class), else naming the root they are lost under.
+
     The finding is reported once, on the `class` line, and names the tensors whose value is
     lost: those initialised in place during construction (`_reset_parameters()`,
     `nn.init.*_` in `__init__`), those that come from constructor arguments, and computed
@@ -334,5 +338,7 @@ class RelPosBias(nn.Module):  # ERROR
             f"`{cls.name}` owns {_names(attrs)} but has {why}",
             cls,
             unless_hook=True,
+            # judged under the model roots' protocol: not lost when every root re-creates them
+            unless_recreated=tuple(attrs),
             subject=tuple(attrs),
         )

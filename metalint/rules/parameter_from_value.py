@@ -20,10 +20,15 @@ class ParameterFromValue(Rule):
     Judged under the protocol that materialises the model (`[tool.metalint] protocol`): the
     tensor is reported when it is lost under at least one model root that contains the class
     (transformers' `_init_weights` dispatch, a root `init_weights()` and what it applies to
-    every module), naming that root; a class no model root contains is judged per module.
-    Known limits: a class chosen through a config table has no parent; a dispatch condition on
-    a config value counts both branches as run; under the transformers protocol the class's own
-    `reset_parameters()` still counts.
+    every module, a dispatch on a parent that writes its child's tensor such as
+    `init.normal_(module.gate.weight)`), naming that root; a class no model root contains is
+    judged per module. A code-generation template (transformers' `modular_*.py`) is no root of
+    the real classes it builds or extends.
+    Known limits: a class chosen through a config table, or swapped in by a function at run
+    time (transformers' `replace_batch_norm` putting `RTDetrV2FrozenBatchNorm2d` into a
+    backbone built by `load_backbone(config)`), has no parent and is judged per module; a
+    dispatch condition on a config value counts both branches as run; under the transformers
+    protocol the class's own `reset_parameters()` still counts.
 
     ## Why is this bad on meta?
     Under `with torch.device("meta"):` the value is never computed, and `module.to_empty()`

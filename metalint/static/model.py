@@ -227,6 +227,10 @@ class FactCollector:
         fullname = f"{self.facts.module}.{qual}" if self.facts.module else qual
         if not self._qual_stack:
             self.facts.local_classes[node.name.value] = fullname
+            # the class shadows an import of its name (``if has_xlstm: from xlstm import
+            # RMSNorm as xLSTMRMSNorm`` / ``else: class xLSTMRMSNorm``): the file's own class
+            # is the one the checked tree can judge
+            self.facts.aliases.names.pop(node.name.value, None)
         bases = []
         for arg in node.bases:
             if arg.keyword is not None:

@@ -43,6 +43,7 @@ from metalint.vocabulary import (
     PROTOCOLS,
     RECURSIVE_TENSOR_ITERATORS,
     ROOT_ENTRIES,
+    TEMPLATE_MODULE_PREFIXES,
     TIE_BASES,
 )
 
@@ -461,13 +462,13 @@ def _item(node, param: str, ctx) -> list | None:
         for t in targets:
             parts = chain(t)
             if parts and len(parts) >= 2 and parts[0] == param:
-                return ["w", parts[1]]
+                return _write(parts[1:])
         return None
     if not isinstance(node, cst.Call):
         return None
-    w = inplace_write(node, ctx.qualify)
+    w = inplace_write(_getattr_as_attribute(node, param), ctx.qualify)
     if w is not None:
-        return ["w", w.chain[1]] if len(w.chain) >= 2 and w.chain[0] == param else None
+        return _write(list(w.chain[1:])) if len(w.chain) >= 2 and w.chain[0] == param else None
     func = node.func
     first = dotted(node.args[0].value) if node.args else None
     if not isinstance(func, cst.Attribute):
@@ -494,6 +495,38 @@ def _item(node, param: str, ctx) -> list | None:
         return ["self", func.attr.value]
     q = ctx.qualify(func)
     return ["fn", q] if q else None
+
+
+def _write(names: list[str]) -> list:
+    """``["w", attr]`` for ``module.attr`` (``.data`` dropped); ``["w", attr, "gate.weight"]``
+    for a child's tensor (``init.normal_(module.gate.weight)``: the dispatch on a parent
+    re-creates a tensor of its child)."""
+    if len(names) > 1 and names[-1] == "data":
+        names = names[:-1]
+    return ["w", names[0], ".".join(names)] if len(names) > 1 else ["w", names[0]]
+
+
+def _getattr_as_attribute(call, param: str):
+    """``init.copy_(getattr(module, "inv_freq"), v)`` read as ``init.copy_(module.inv_freq, v)``
+    (transformers' Evolla rotary embedding)."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.tensors import string_value
+
+    first = call.args[0].value if call.args else None
+    if not (
+        isinstance(first, cst.Call)
+        and dotted(first.func) == "getattr"
+        and len(first.args) == 2
+        and dotted(first.args[0].value) == param
+    ):
+        return call
+    attr = string_value(first.args[1].value)
+    if not attr or not attr.isidentifier():
+        return call
+    target = cst.Attribute(value=cst.Name(param), attr=cst.Name(attr))
+    return call.with_changes(args=[call.args[0].with_changes(value=target), *call.args[1:]])
 
 
 def _condition(test, param: str, ctx) -> list:
@@ -593,6 +626,11 @@ def _class_name(node, param: str) -> bool:
 
 
 # -- across files (torch-free, libcst-free) -------------------------------------------------
+def is_template(cls: str) -> bool:
+    """Is ``cls`` defined in a code-generation template (``modular_llama.py``)?"""
+    return any(part.startswith(TEMPLATE_MODULE_PREFIXES) for part in cls.split(".")[:-1])
+
+
 class Protocols:
     """Roots, their protocols and what they re-create, over every class of a checked tree."""
 
@@ -604,12 +642,16 @@ class Protocols:
         self.parents: dict[str, set[str]] = {}
         self.subclasses: dict[str, set[str]] = {}
         for name, c in hierarchy.classes.items():
+            # a template's class (transformers' modular files) never runs: it contains and
+            # extends only the template's own classes (the generated file has the real ones)
+            template = is_template(name)
             for child in c.protocol.get("children", ()):
                 r = hierarchy.resolve(child)
-                if r is not None and r != name:
+                if r is not None and r != name and (is_template(r) or not template):
                     self.parents.setdefault(r, set()).add(name)
             for base in hierarchy.bases(name):
-                self.subclasses.setdefault(base, set()).add(name)
+                if is_template(base) or not template:
+                    self.subclasses.setdefault(base, set()).add(name)
         self._roots: dict[str, frozenset[str]] = {}
         self._mro: dict[str, list[str]] = {}
 
@@ -713,7 +755,7 @@ class Protocols:
             for owner in self._dispatchers(cls, root):
                 got = self._run_method(owner, "_init_weights", cls, set())
                 out = got if out is None else out & got
-            return out or set()
+            return (out or set()) | self._written_by_parents(cls, root)
         if protocol == ROOT_INIT:
             out = set()
             for owner in self.mro(root):
@@ -727,6 +769,33 @@ class Protocols:
                     break
             return out
         return set()
+
+    def _written_by_parents(self, cls: str, root: str) -> set[str]:
+        """Tensors of ``cls`` that the dispatch re-creates through every parent holding it in
+        ``root``: ``if isinstance(module, SparseMoeBlock): init.normal_(module.gate.weight)``
+        (transformers' top-k routers)."""
+        out: set[str] | None = None
+        for parent in sorted(self.parents.get(cls, ())):
+            if parent != root and root not in self.roots(parent):
+                continue
+            attrs = self._member_attrs(parent, cls)
+            got: set[str] | None = None
+            for owner in self._dispatchers(parent, root):
+                done = self._run_method(owner, "_init_weights", parent, set())
+                got = done if got is None else got & done
+            writes = {w[len(a) + 1 :] for w in (got or ()) for a in attrs if w.startswith(a + ".")}
+            out = writes if out is None else out & writes
+        return out or set()
+
+    def _member_attrs(self, parent: str, cls: str) -> list[str]:
+        """The attributes of ``parent`` built as ``cls`` (``self.gate = TopKRouter(...)``)."""
+        out = []
+        for c in self.mro(parent):
+            summary = self.h.classes.get(c)
+            for attr in summary.protocol.get("members", {}) if summary else {}:
+                if attr not in out and cls in self._members(parent, attr):
+                    out.append(attr)
+        return out
 
     def _dispatchers(self, cls: str, root: str) -> list[str]:
         """The nearest ``PreTrainedModel`` classes above ``cls`` inside ``root`` (whose
@@ -813,7 +882,7 @@ class Protocols:
         for item in block:
             kind = item[0]
             if kind == "w":
-                out.add(item[1])
+                out.update(item[1:])
             elif kind in ("all",):
                 out.add("*")
             elif kind == "reset":
