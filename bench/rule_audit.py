@@ -157,7 +157,6 @@ def audit(
 ) -> LibraryAudit:
     from metalint.probe.command import run_probe
     from metalint.probe.isolate import Options
-    from metalint.probe.merge import _lookup, verdict_for
 
     with _with_env(pythonpath):
         listing = list_roots(library, python, every, limit)
@@ -195,10 +194,9 @@ def audit(
     inside, outside = [], []
     for d in static:
         (inside if (_norm(d.filename), d.symbol) in contained else outside).append(d)
+    built_in = _roots_built(rep)
     for d in inside:
-        res.findings.append(
-            (d.with_(verdict=verdict_for(d, _lookup(classes, d.filename, d.symbol))), "root")
-        )
+        res.findings.append((d.with_(verdict=_verdict(d, classes, built_in)), "root"))
     if alone and outside:
         res.findings += _probe_alone(outside, python, timeout, pythonpath, workdir, library)
     else:
@@ -214,6 +212,36 @@ def audit(
             res.missed.append(f"{rel}::{c['cls']}: {', '.join(sorted(c['broken']))}")
     res.missed.sort()
     return res
+
+
+def _roots_built(rep) -> dict[str, list]:
+    """Class full name (``module.qualname``) -> the probe outcomes of the roots that built it."""
+    out: dict[str, list] = collections.defaultdict(list)
+    for o in rep.outcomes:
+        if o.kind == "result" and o.result:
+            for info in o.result.get("classes", {}).values():
+                name = f"{info.get('module')}.{info['cls']}"
+                if not out[name] or out[name][-1] is not o:
+                    out[name].append(o)
+    return out
+
+
+def _verdict(d, classes: list, built_in: dict[str, list]) -> str | None:
+    """A finding is about its class inside the roots that contain it: ``confirmed`` when some
+    built root loses the tensor. A finding that names the root it is lost under (``d.root``)
+    is ``refuted`` only by a build of that root in which the tensor survived; when that root
+    was not built, it is unproven (another root keeping the tensor says nothing about it)."""
+    from metalint.probe.command import ProbeReport
+    from metalint.probe.merge import _lookup, verdict_for
+
+    anywhere = verdict_for(d, _lookup(classes, d.filename, d.symbol))
+    if anywhere == "confirmed" or not d.root:
+        return anywhere
+    outcomes = built_in.get(d.root)
+    if not outcomes:
+        return None
+    named = list(ProbeReport(outcomes=outcomes).classes.values())
+    return verdict_for(d, _lookup(named, d.filename, d.symbol))
 
 
 def _why(message: str) -> str:
@@ -326,9 +354,8 @@ def render(results: list[LibraryAudit], command: str) -> str:
     for r in results:
         for d, how in r.findings:
             if d.verdict == "refuted":
-                m = re.search(r"`([^`]+)`", d.message)
                 key = (d.code, r.label, _rel(d.filename), d.symbol, how)
-                groups[key].append(m.group(1) if m else f"line {d.start.row}")
+                groups[key].append(", ".join(d.subject) or f"line {d.start.row}")
     out += [
         f"- {code} {label} `{file}` {symbol}{' (alone)' if how == 'alone' else ''}: "
         + ", ".join(sorted(set(names)))
