@@ -209,6 +209,9 @@ class Condition:
     #: the finding stands unless the class is a model root whose entry point (this hook,
     #: e.g. ``init_weights``) replays it: under that protocol the call is the re-initialisation
     unless_root_replays: str = ""
+    #: the finding stands only while this module-level function (resolved across files) hands
+    #: every module of its argument to an init (``efficientnet_init_weights(self)``)
+    if_applies_init: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -226,6 +229,8 @@ class Condition:
             out["unless_reset_init"] = [name, None if args is None else dict(args)]
         if self.unless_root_replays:
             out["unless_root_replays"] = self.unless_root_replays
+        if self.if_applies_init:
+            out["if_applies_init"] = self.if_applies_init
         return out
 
     @classmethod
@@ -239,6 +244,7 @@ class Condition:
             tuple(data.get("unless_method", ())),
             _reset_init(data.get("unless_reset_init")),
             data.get("unless_root_replays", ""),
+            data.get("if_applies_init", ""),
         )
 
 

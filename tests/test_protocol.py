@@ -423,3 +423,52 @@ def test_dispatch_on_a_parent_recreates_its_childs_tensors(tmp_path):
 
     assert found("GatedLayer") == []
     assert found("nn.Linear") == [("ML004", "GatedLayer")]
+
+
+def test_parent_applied_init_through_a_helper_in_another_file(tmp_path):
+    # timm EfficientNet / MobileNetV3: `efficientnet_init_weights(self)` in __init__, defined
+    # in another file, loops over every module; a helper that only reads is not reported
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "builder.py").write_text(
+        textwrap.dedent(
+            """
+            from torch import nn
+
+            def _init_weight_goog(m, n=""):
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight)
+
+            def efficientnet_init_weights(model, init_fn=None):
+                init_fn = init_fn or _init_weight_goog
+                for n, m in model.named_modules():
+                    init_fn(m, n)
+
+            def describe(model):
+                for m in model.modules():
+                    print(type(m).__name__)
+            """
+        )
+    )
+    (pkg / "nets.py").write_text(
+        textwrap.dedent(
+            """
+            from torch import nn
+            from pkg.builder import describe, efficientnet_init_weights
+
+            class EfficientNet(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv_stem = nn.Conv2d(3, 8, 3)
+                    efficientnet_init_weights(self)
+
+            class Quiet(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv_stem = nn.Conv2d(3, 8, 3)
+                    describe(self)
+            """
+        )
+    )
+    assert _ml010(pkg) == [("EfficientNet", None, None)]

@@ -94,7 +94,9 @@ class ParentAppliedInit(Rule):
     Finds initialisation that a parent module applies to its children during construction:
     `self.apply(self._init_weights)`, timm's `named_apply(init_fn, self)`, or a loop
     `for m in self.modules(): nn.init.kaiming_normal_(m.weight)`, or nanoGPT's
-    `for pn, p in self.named_parameters(): ... normal_(p)` in a module with children. Calls
+    `for pn, p in self.named_parameters(): ... normal_(p)` in a module with children, or a
+    module-level helper handed the module that loops over its modules and initialises them
+    (timm's `efficientnet_init_weights(self)`, resolved across files). Calls
     inside `reset_parameters()` are ML006's. The message says which root
     hook of the class replays it after materialisation (`init_weights()`, or a hook you
     configure), if any.
@@ -289,6 +291,19 @@ class VisionTransformerRelPos(nn.Module):
         mode = mode or self.weight_init_mode
         named_apply(get_init_weights_vit(mode, needs_reset=needs_reset), self)
 """,
+        # a helper handed the module that only reads it
+        """
+import torch.nn as nn
+
+def count_linear(model):
+    return sum(isinstance(m, nn.Linear) for m in model.modules())
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.n_linear = count_linear(self)
+""",
         # a loop over modules that only reads
         """
 import torch.nn as nn
@@ -442,6 +457,25 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 """,
         ),
+        # timm EfficientNet: a helper (maybe in another file) loops over every module
+        """
+import torch.nn as nn
+
+def _init_weight_goog(m, n=""):
+    if isinstance(m, nn.Conv2d):
+        nn.init.kaiming_normal_(m.weight)
+
+def efficientnet_init_weights(model, init_fn=None):
+    init_fn = init_fn or _init_weight_goog
+    for n, m in model.named_modules():
+        init_fn(m, n)
+
+class EfficientNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_stem = nn.Conv2d(3, 8, 3)
+        efficientnet_init_weights(self)  # ERROR
+""",
         # torchvision ResNet: a loop over self.modules() in __init__
         """
 from torch import nn
@@ -559,6 +593,29 @@ class Captioner(nn.Module):
         name = self._function_name(fn) if isinstance(fn, (cst.Name, cst.Attribute)) else None
         return (name, None) if name and not name.startswith("self.") else ()
 
+    def _helper_inits(self, method: MethodFacts) -> list[tuple[cst.CSTNode, str, str]]:
+        """``efficientnet_init_weights(self)``: a module-level function handed the module in
+        construction, judged across files (reported only when it hands every module of its
+        argument to an init)."""
+        out = []
+        for call in method.calls:
+            args = call.node.args
+            recv = call.receiver or ""
+            if (
+                recv == "self"
+                or recv.startswith(("self.", "super"))
+                or is_self_apply(call)
+                or not args
+                or args[0].keyword is not None
+                or dotted(args[0].value) != "self"
+                or not isinstance(call.node.func, (cst.Name, cst.Attribute))
+            ):
+                continue
+            name = self._function_name(call.node.func)
+            if name and name.rsplit(".", 1)[-1][:1].islower() and not name.startswith("torch."):
+                out.append((call.node, f"`{short(call.node, 50)}`", name))
+        return out
+
     def _replays(self, cls: ClassFacts) -> list[tuple[str, MethodFacts]]:
         """Public root hooks of the class (not ``reset_parameters``) that apply init too."""
         out = []
@@ -581,9 +638,10 @@ class Captioner(nn.Module):
                 continue
             if has_children is None and any(isinstance(n, cst.For) for n, _t, _i in method.loops):
                 has_children = bool(module_children(cls, self.qualify))
-            inits = parent_inits(method, self.qualify, bool(has_children))
+            inits = [(n, w, "") for n, w in parent_inits(method, self.qualify, bool(has_children))]
+            inits += self._helper_inits(method)
             env = default_env(cls, method) if inits else {}
-            for node, what in inits:
+            for node, what, helper in inits:
                 if not reached_by_default(method, node, env) or self._default_equivalent(cls, node):
                     continue
                 if replays is None:
@@ -614,6 +672,7 @@ class Captioner(nn.Module):
                     cls,
                     unless_reset_init=self._imported_init(node, env),
                     unless_root_replays=replays[0][0] if replays else "",
+                    if_applies_init=helper,
                 )
 
 

@@ -140,7 +140,11 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
         rows.leave_out(_first_row(fn), fn.end_lineno)
         texts[fn.name] = "".join(lines[fn.lineno - 1 : fn.end_lineno])
     referenced = rows.words_of_the_rest()
-    resets = {name for name, text in texts.items() if "reset_parameters" in text}
+    # an applied per-module reset, or a helper looping over its argument's modules (timm's
+    # ``efficientnet_init_weights(model)``, called from another file)
+    resets = {
+        name for name, text in texts.items() if "reset_parameters" in text or "modules(" in text
+    }
     keep = {name for name in functions if name in referenced or name in resets}
     if resets:
         keep |= {name for name, text in texts.items() if not resets.isdisjoint(_words(text))}

@@ -489,6 +489,7 @@ def _analyze(
                         tuple(f.unless_method),
                         f.unless_reset_init,
                         f.unless_root_replays,
+                        f.if_applies_init,
                     ),
                 )
             )

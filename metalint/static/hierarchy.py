@@ -184,4 +184,8 @@ class Hierarchy:
             return False
         if cond.unless_reset_init and self.only_resets(*cond.unless_reset_init):
             return False
+        if cond.if_applies_init:
+            full = self.resolve(cond.if_applies_init, table=self.functions)
+            if not (full and self.functions[full].get("applies_to_modules")):
+                return False
         return True

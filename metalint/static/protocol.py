@@ -308,7 +308,53 @@ def summarize_functions(module, module_name: str, ctx, classes: list[dict]) -> d
         todo += [q[len(prefix) :] for q in more if q.startswith(prefix)]
         if entry:
             out[f"{prefix}{name}"] = entry
+    if "modules(" in ctx.source:
+        for name, stmt in top.items():
+            param = _module_param(stmt, method=False)
+            if param and _applies_to_modules(stmt, param, ctx):
+                out.setdefault(f"{prefix}{name}", {})["applies_to_modules"] = True
     return out
+
+
+#: calls that only read the module they are handed
+_READS = frozenset({"isinstance", "hasattr", "getattr", "callable", "type", "len", "id", "print"})
+
+
+def _applies_to_modules(fn, param: str, ctx) -> bool:
+    """``def efficientnet_init_weights(model): for n, m in model.named_modules(): init_fn(m,
+    n)``: a loop over every module of the argument that hands the module to a function or
+    writes one of its tensors in place."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.syntax import walk
+    from metalint.static.tensors import inplace_write
+
+    for loop in walk(fn.body):
+        if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call):
+            continue
+        it = loop.iter
+        name = dotted(it.func) or ""
+        over = name in {f"{param}.{m}" for m in _MODULE_ITERATORS} or (
+            name.rsplit(".", 1)[-1] in _MODULE_ITERATORS
+            and bool(it.args)
+            and dotted(it.args[0].value) == param
+        )
+        if not over:
+            continue
+        targets = {n.value for n in walk(loop.target) if isinstance(n, cst.Name)}
+        for call in walk(loop.body):
+            if not isinstance(call, cst.Call):
+                continue
+            w = inplace_write(call, ctx.qualify)
+            if w is not None and w.chain and w.chain[0] in targets:
+                return True
+            callee = (dotted(call.func) or "").rsplit(".", 1)[-1]
+            if callee not in _READS and any(
+                dotted(a.value) in targets for a in call.args if a.keyword is None
+            ):
+                return True
+    return False
 
 
 def _returned_functions(fn, ctx) -> list[str]:

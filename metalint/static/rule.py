@@ -50,6 +50,9 @@ class Finding:
     #: the finding stands unless the class is a model root whose entry point (this hook)
     #: replays it (see :mod:`metalint.static.protocol`)
     unless_root_replays: str = ""
+    #: the finding stands only while this module-level function applies init to every module
+    #: of its argument (resolved across files)
+    if_applies_init: str = ""
 
 
 @dataclass(frozen=True)
