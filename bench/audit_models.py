@@ -184,6 +184,7 @@ TIMM_MODELS = [
     "coat_tiny",
     "crossvit_tiny_240",
     "levit_128s",
+    "levit_conv_128s",  # ConvNorm with bn_weight_init=0 (levit_128s builds LinearNorm there)
     "mobilevit_xxs",
     "mobilevitv2_050",
     "efficientformer_l1",
