@@ -143,8 +143,9 @@ TENSOR_FUNCTIONS = frozenset(
         "torch.nn.functional.one_hot",
     }
 )
-#: methods that keep "this is a tensor" (``t.float()``, ``t.to(dtype)``, ``t[None]``...)
-TENSOR_METHODS = frozenset(
+#: methods that convert a tensor (dtype, device, layout, autograd) and keep its value:
+#: value-neutral for "is it computed?"
+CONVERSION_METHODS = frozenset(
     {
         "to",
         "float",
@@ -158,6 +159,14 @@ TENSOR_METHODS = frozenset(
         "type_as",
         "contiguous",
         "detach",
+        "requires_grad_",
+        "cpu",
+        "cuda",
+    }
+)
+#: methods that keep "this is a tensor" (``t.float()``, ``t.to(dtype)``, ``t[None]``...)
+TENSOR_METHODS = CONVERSION_METHODS | frozenset(
+    {
         "clone",
         "view",
         "reshape",
@@ -185,35 +194,12 @@ TENSOR_METHODS = frozenset(
         "uniform_",
         "triu",
         "tril",
-        "cpu",
-        "cuda",
-        "requires_grad_",
         "neg",
         "abs",
         "outer",
         "matmul",
         "reciprocal",
         "stack",
-    }
-)
-#: methods that keep a tensor's value but move it: value-neutral for "is it computed?"
-NEUTRAL_METHODS = frozenset(
-    {
-        "to",
-        "float",
-        "double",
-        "half",
-        "bfloat16",
-        "long",
-        "int",
-        "bool",
-        "type",
-        "type_as",
-        "contiguous",
-        "detach",
-        "requires_grad_",
-        "cpu",
-        "cuda",
     }
 )
 #: real devices, as written in source
@@ -558,3 +544,47 @@ NOT_VALUE_FUNCTIONS = frozenset(
 NOT_VALUE_BUILTINS = frozenset(
     {"int", "float", "len", "max", "min", "range", "list", "tuple", "getattr", "isinstance"}
 )
+#: aten ops (``torch.ops.aten``, overload dropped) that draw random numbers: the probe marks
+#: what they write as random (compared statistically)
+RANDOM_ATEN_OPS = frozenset(
+    {
+        "normal",
+        "normal_",
+        "uniform",
+        "uniform_",
+        "bernoulli",
+        "bernoulli_",
+        "exponential_",
+        "geometric_",
+        "log_normal_",
+        "cauchy_",
+        "random_",
+        "rand",
+        "rand_like",
+        "randn",
+        "randn_like",
+        "randint",
+        "randint_like",
+        "randperm",
+        "multinomial",
+        "poisson",
+        "rrelu_with_noise",
+        "native_dropout",
+    }
+)
+#: in-place aten ops whose result does not depend on the destination's previous value
+OVERWRITE_ATEN_OPS = frozenset({"fill_", "zero_", "copy_", "set_", "detach_", "resize_"}) | {
+    op for op in RANDOM_ATEN_OPS if op.endswith("_")
+}
+#: context managers under which writes are not recorded by autograd
+NO_GRAD_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode"})
+#: ``metalint load --init``: how tensors a checkpoint lacks get their values
+LOAD_INIT_MODES = (
+    "auto",
+    "reset_parameters",
+    "init_non_persistent_buffers",
+    "init_weights",
+    "none",
+)
+#: ``--shard``: FSDP2 ``fully_shard``, tensor parallel, or both on a 2-D mesh
+SHARD_LAYOUTS = ("fsdp", "tp", "fsdp+tp")

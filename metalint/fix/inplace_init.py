@@ -19,7 +19,7 @@ from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, rng_free, stmt
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk
 from metalint.static.tensors import Write, inplace_write
-from metalint.vocabulary import INPLACE_METHODS
+from metalint.vocabulary import INPLACE_METHODS, NO_GRAD_CONTEXTS
 
 HOOK = "reset_parameters"
 
@@ -90,8 +90,7 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None) -> bool:
         )
     if isinstance(s, cst.With):
         items_ok = all(
-            ctx.qualify(i.item.func if isinstance(i.item, cst.Call) else i.item)
-            in ("torch.no_grad", "torch.inference_mode")
+            ctx.qualify(i.item.func if isinstance(i.item, cst.Call) else i.item) in NO_GRAD_CONTEXTS
             for i in s.items
         )
         body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()

@@ -12,12 +12,9 @@ import sys
 
 import click
 
-# same as metalint.loader.core.INIT_MODES; repeated so `metalint --help` needs no torch
-INIT_MODES = ("auto", "reset_parameters", "init_non_persistent_buffers", "init_weights", "none")
+from metalint.vocabulary import LOAD_INIT_MODES, SHARD_LAYOUTS
 
 DTYPE_CHOICES = ("bf16", "fp16", "fp32", "fp64")
-# same as metalint.loader.distributed.SHARD_CHOICES
-SHARD_CHOICES = ("fsdp", "tp", "fsdp+tp")
 
 
 def _fail(message: str) -> None:
@@ -64,7 +61,7 @@ def _fail(message: str) -> None:
 @click.option(
     "--init",
     "init",
-    type=click.Choice(INIT_MODES),
+    type=click.Choice(LOAD_INIT_MODES),
     default="auto",
     show_default=True,
     help="Init entry point for tensors the checkpoint lacks.",
@@ -88,7 +85,7 @@ def _fail(message: str) -> None:
 )
 @click.option(
     "--shard",
-    type=click.Choice(SHARD_CHOICES),
+    type=click.Choice(SHARD_LAYOUTS),
     default=None,
     help="Shard the meta-built model before loading: FSDP2 fully_shard, tensor parallel, or "
     "both on a (N/2, 2) mesh; each rank then reads only its shards.",

@@ -17,12 +17,12 @@ from metalint.loader.dtype_policy import DtypePolicy
 from metalint.loader.errors import CheckpointError
 from metalint.loader.formats import Source, open_checkpoint
 from metalint.loader.sharding import ShardPlan
+from metalint.vocabulary import LOAD_INIT_MODES
 
 #: per-module hooks ``init="auto"`` tries, in this order, on the nearest module that has one
 MODULE_HOOKS = ("reset_parameters", "init_non_persistent_buffers", "_reset_parameters")
 #: hooks ``init="auto"`` also tries on the root module (transformers, timm, torchtitan)
 ROOT_HOOKS = ("init_weights",)
-INIT_MODES = ("auto", "reset_parameters", "init_non_persistent_buffers", "init_weights", "none")
 
 
 # --------------------------------------------------------------------------------------------
@@ -649,8 +649,8 @@ def load_checkpoint(
     t0 = time.perf_counter()
     policy = DtypePolicy.make(dtype, keep_in_fp32)
     device = torch.device(device)
-    if init not in INIT_MODES and not callable(init):
-        raise ValueError(f"init must be one of {', '.join(INIT_MODES)} or a callable")
+    if init not in LOAD_INIT_MODES and not callable(init):
+        raise ValueError(f"init must be one of {', '.join(LOAD_INIT_MODES)} or a callable")
     if not isinstance(model, nn.Module):
         if not callable(model):
             raise TypeError("model must be an nn.Module or a zero-argument factory")

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-SHARD_CHOICES = ("fsdp", "tp", "fsdp+tp")
+from metalint.vocabulary import SHARD_LAYOUTS
 
 
 def is_dtensor(t) -> bool:
@@ -289,8 +289,8 @@ def shard_model(model: nn.Module, shard: str, device_type: str = "cpu") -> nn.Mo
     from torch.distributed.device_mesh import init_device_mesh
 
     world = dist.get_world_size()
-    if shard not in SHARD_CHOICES:
-        raise ValueError(f"--shard must be one of {', '.join(SHARD_CHOICES)}")
+    if shard not in SHARD_LAYOUTS:
+        raise ValueError(f"--shard must be one of {', '.join(SHARD_LAYOUTS)}")
     if shard == "fsdp+tp":
         if world % 2:
             raise ValueError(f"--shard fsdp+tp needs an even number of ranks, not {world}")

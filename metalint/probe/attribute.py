@@ -26,38 +26,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from metalint.vocabulary import OVERWRITE_ATEN_OPS, RANDOM_ATEN_OPS
+
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _PROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _METALINT_TESTING = os.path.join(os.path.dirname(_PROBE_DIR.rstrip(os.sep)), "testing.py")
-
-RANDOM_OPS = {
-    "normal",
-    "normal_",
-    "uniform",
-    "uniform_",
-    "bernoulli",
-    "bernoulli_",
-    "exponential_",
-    "geometric_",
-    "log_normal_",
-    "cauchy_",
-    "random_",
-    "rand",
-    "rand_like",
-    "randn",
-    "randn_like",
-    "randint",
-    "randint_like",
-    "randperm",
-    "multinomial",
-    "poisson",
-    "rrelu_with_noise",
-    "native_dropout",
-}
-# in-place ops whose result does not depend on the destination's previous value
-OVERWRITE_OPS = {"fill_", "zero_", "copy_", "set_", "detach_", "resize_"} | {
-    op for op in RANDOM_OPS if op.endswith("_")
-}
 
 
 @dataclass
@@ -163,10 +136,10 @@ class WriteRecorder(TorchDispatchMode):
         keys = [k for k in (_storage_key(t) for t in targets) if k is not None]
         if not keys:
             return
-        rand = name in RANDOM_OPS or name.startswith("rand") or "dropout" in name
+        rand = name in RANDOM_ATEN_OPS or name.startswith("rand") or "dropout" in name
         if not rand:
             flat_in, _ = tree_flatten((args, kwargs))
-            skip = set(keys) if name in OVERWRITE_OPS else set()
+            skip = set(keys) if name in OVERWRITE_ATEN_OPS else set()
             for x in flat_in:
                 if isinstance(x, torch.Tensor):
                     k = _storage_key(x)

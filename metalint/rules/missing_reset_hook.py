@@ -9,7 +9,7 @@ from metalint.static.model import ClassFacts, construction
 from metalint.static.ownership import owned_tensors
 from metalint.static.rule import Finding, Rule
 from metalint.static.tensors import inplace_write, value_kind
-from metalint.vocabulary import EMPTY_FACTORIES, LEGACY_CONSTRUCTORS, NEUTRAL_METHODS
+from metalint.vocabulary import CONVERSION_METHODS, EMPTY_FACTORIES, LEGACY_CONSTRUCTORS
 
 
 def _names(attrs: list[str], limit: int = 4) -> str:
@@ -51,7 +51,7 @@ def _has_value(expr, qualify, method, depth: int = 0) -> bool:
         q = qualify(expr.func)
         if q in EMPTY_FACTORIES or (q in LEGACY_CONSTRUCTORS and is_legacy_sizes(expr)):
             return False
-        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in NEUTRAL_METHODS:
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in CONVERSION_METHODS:
             return _has_value(expr.func.value, qualify, method, depth + 1)
         return True
     return isinstance(

@@ -16,14 +16,15 @@ from metalint.static.syntax import children, is_false, is_none, keyword, string_
 from metalint.static.tensors import const_kind, local_value, parameter_value
 from metalint.vocabulary import (
     BUFFER_CLASSES,
+    CONVERSION_METHODS,
     EMPTY_FACTORIES,
     LEGACY_CONSTRUCTORS,
-    NEUTRAL_METHODS,
     NOT_VALUE_BUILTINS,
     NOT_VALUE_FUNCTIONS,
     PARAMETER_CLASSES,
     RANDOM_FACTORIES,
     REAL_DEVICES,
+    SEQUENCE_FUNCTIONS,
     TENSOR_FUNCTIONS,
     TENSOR_METHODS,
     VALUE_FACTORIES,
@@ -155,7 +156,7 @@ def _call_kind(node: cst.Call, qualify) -> str | None:
         return "random"
     if q in VALUE_FACTORIES or q in TENSOR_FUNCTIONS:
         return "value"
-    if method in NEUTRAL_METHODS:
+    if method in CONVERSION_METHODS:
         return None
     if method in ("normal_", "uniform_"):
         return "random"
@@ -182,7 +183,7 @@ def is_tensor(
     if isinstance(expr, cst.Call):
         q = qualify(expr.func)
         if q is not None and q.startswith("torch."):
-            if q in ("torch.meshgrid", "torch.chunk", "torch.split", "torch.unbind"):
+            if q in SEQUENCE_FUNCTIONS:
                 return False  # tuples of tensors
             return (
                 q in VALUE_FACTORIES
@@ -256,7 +257,7 @@ def creation_kind(
             return const_kind(v)
         if q in RANDOM_FACTORIES:
             return "random"
-        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in NEUTRAL_METHODS:
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in CONVERSION_METHODS:
             return creation_kind(expr.func.value, qualify, method)
         return None
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):

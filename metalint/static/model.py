@@ -15,7 +15,7 @@ import libcst as cst
 
 from metalint.static.names import Aliases, dotted
 from metalint.static.syntax import children
-from metalint.vocabulary import SKIPPED_METHOD_PREFIXES
+from metalint.vocabulary import NO_GRAD_CONTEXTS, SKIPPED_METHOD_PREFIXES
 
 
 @dataclass
@@ -296,7 +296,7 @@ class FactCollector:
             expr = item.item
             if isinstance(expr, cst.Call):
                 expr = expr.func
-            if self.qualify(expr) in ("torch.no_grad", "torch.inference_mode"):
+            if self.qualify(expr) in NO_GRAD_CONTEXTS:
                 return True
         return False
 
