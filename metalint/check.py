@@ -167,6 +167,7 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
                             r.path,
                             pos,
                             pos,
+                            help=f"Remove {', '.join(stale)} from the `# noqa` comment",
                         )
                     )
     return sorted(out, key=lambda d: d.sort_key)

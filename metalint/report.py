@@ -101,6 +101,11 @@ def _text(diagnostics, statistics, describe, files_checked) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _with_help(d: Diagnostic) -> str:
+    """The message and, on its own line, what to do (as the text format prints them)."""
+    return d.message + (f"\n= help: {d.help}" if d.help else "")
+
+
 def _gh_escape(value: str, prop: bool = False) -> str:
     value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     if prop:
@@ -116,7 +121,7 @@ def _github(diagnostics) -> str:
             f"file={_gh_escape(d.filename, True)},"
             f"line={d.start.row},col={d.start.column},"
             f"endLine={d.end.row},endColumn={d.end.column}"
-            f"::{_gh_escape(d.code + ' ' + d.message)}"
+            f"::{_gh_escape(d.code + ' ' + _with_help(d))}"
         )
     return "\n".join(out) + ("\n" if out else "")
 
@@ -147,7 +152,7 @@ def _sarif(diagnostics, describe) -> dict:
             "ruleId": d.code,
             "ruleIndex": index[d.code],
             "level": "error" if d.severity.value == "error" else "warning",
-            "message": {"text": d.message},
+            "message": {"text": _with_help(d)},
             "locations": [
                 {
                     "physicalLocation": {

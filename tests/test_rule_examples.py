@@ -50,6 +50,8 @@ def test_example(tmp_path, rule, kind, index, source):
         want = expected_lines(source)
         assert want, "an INVALID example must mark its lines with # ERROR"
         assert got == want
+        # every finding says what to do, on its own (``= help:``), not inside the message
+        assert all(d.help for d in result.diagnostics if d.code == rule.code)
 
 
 @pytest.mark.parametrize("rule, example", FIXED)

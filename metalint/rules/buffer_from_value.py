@@ -292,9 +292,10 @@ class WindowAttention(nn.Module):
                 reg.node,
                 f"buffer `{reg.attr}` is computed (`{shown}`) in `{reg.method.name}` and "
                 f"no reset hook re-creates it: after `to_empty()` it is uninitialised memory; "
-                f"{lost}. Register it with `torch.empty(...)` and compute it in "
-                f"`reset_parameters()` (or `init_non_persistent_buffers()`)",
+                f"{lost}",
                 cls,
+                help="Register it with `torch.empty(...)` and compute it in "
+                "`reset_parameters()` (or `init_non_persistent_buffers()`)",
                 unless_recreated=(reg.attr,),
                 subject=(reg.attr,),
             )

@@ -244,7 +244,7 @@ class WindowAttention(nn.Module):
         return Finding(
             node,
             f'{what} in {where} reads the value of a tensor; under `torch.device("meta")` it '
-            f"has no data and this raises, so the module cannot be built on meta. Compute it "
-            f'with Python numbers, or create that tensor with `device="cpu"`',
+            f"has no data and this raises, so the module cannot be built on meta",
             cls,
+            help='Compute it with Python numbers, or create that tensor with `device="cpu"`',
         )

@@ -182,16 +182,16 @@ class Table(nn.Module):
                 f"(a legacy constructor)"
             )
             instead = (
-                "use `torch.empty(..., device=device, dtype=dtype)`"
+                "Use `torch.empty(..., device=device, dtype=dtype)`"
                 if is_legacy_sizes(node)
-                else "use `torch.empty(...)` and fill it in `reset_parameters()`"
+                else "Use `torch.empty(...)` and fill it in `reset_parameters()`"
             )
         else:
             dev = real_device(keyword(node, "device"), self.qualify, method)
             if dev is None or not q.startswith("torch."):
                 return None
             how = f"`{short(node, 40)}` is created on `{dev}`, not on the meta device"
-            instead = "take `device=None` in the constructor and pass it on"
+            instead = "Take `device=None` in the constructor and pass it on"
         attrs = self._kept_in(method, node)
         if not attrs:
             return None
@@ -199,8 +199,9 @@ class Table(nn.Module):
         return Finding(
             node,
             f"{names}: {how}, so building on meta allocates real memory, and `to_empty()` "
-            f"then wipes the value unless a reset hook re-creates it; {instead}",
+            f"then wipes the value unless a reset hook re-creates it",
             cls,
+            help=instead,
             subject=tuple(attrs),
         )
 
@@ -236,9 +237,10 @@ class Table(nn.Module):
             call.node,
             f"`{short(call.node, 50)}` copies a tensor created in `{method.name}` to a real "
             f'device: built on meta it has no data and this raises "Cannot copy out of meta '
-            f'tensor" (eagerly it allocates on that device). Create the tensor with '
-            f"`device=device` from the constructor, or compute it in `reset_parameters()`",
+            f'tensor" (eagerly it allocates on that device)',
             cls,
+            help="Create the tensor with `device=device` from the constructor, or compute it "
+            "in `reset_parameters()`",
         )
 
     def _keepable(self, value: cst.BaseExpression | None, method: MethodFacts) -> bool:

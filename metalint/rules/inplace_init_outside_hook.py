@@ -279,12 +279,18 @@ class InplaceInitOutsideHook(Rule):
 
     ## Fix safety
 
-    `metalint fix` moves every top-level statement of `__init__` that only initialises this
-    module's own tensors in place, in order, to the end of `reset_parameters()` (created or
-    extended), which `__init__` calls last. Safe when the moved statements draw no random
-    numbers, or nothing left after them in `__init__` does; unsafe otherwise (same
-    distribution, other values under the same seed). A child's tensor is not moved: it belongs
-    in the model's `init_weights()`.
+    Own tensors: `metalint fix` moves every top-level statement of `__init__` that only
+    initialises this module's own tensors in place (a `with torch.no_grad():` block of them
+    too), in order, to the end of `reset_parameters()` (created or extended), which `__init__`
+    calls last; the constructor arguments they read are kept on `self`. A child's tensor
+    (`self.head.weight`): every statement that only initialises own or children's tensors in
+    place (an `if` whose branches all do, too) moves, in order, into a new root
+    `init_weights()`, whose call takes the place of the last one. Safe when the moved
+    statements draw no random numbers, or no random draw of `__init__` comes between them and
+    their new place; unsafe otherwise (same distribution, other values under the same seed).
+    Not fixable when the init is not in `__init__` itself, when a moved tensor is used later
+    in `__init__` (or, for children, between the moved statements), or when the class already
+    has an `init_weights()` (children).
     """
 
     code = "ML003"
@@ -605,10 +611,10 @@ class Model(nn.Module):
                     call.node,
                     f"{what} is initialised in place (`{short(call.node)}`) in `{method.name}`, "
                     f"outside any reset hook: on meta this does nothing and after `to_empty()` "
-                    f"{where}the value is lost. Move this init into `reset_parameters()` "
-                    f"(own tensors) or the model's `init_weights()`, and call that hook from "
-                    f"`__init__`",
+                    f"{where}the value is lost",
                     cls,
+                    help="Move this init into `reset_parameters()` (own tensors) or the model's "
+                    "`init_weights()`, and call that hook from `__init__`",
                     unless_recreated=(attr,),
                     subject=(name,),
                 )

@@ -323,20 +323,19 @@ class RelPosBias(nn.Module):  # ERROR
             return
         private = [h for h in ("_reset_parameters", "_init_weights") if h in cls.methods]
         if private:
-            why = (
-                f"only the private `{private[0]}()`, which nothing calls after `to_empty()`: "
-                f"rename it `reset_parameters()` (own tensors only)"
-            )
+            why = f"only the private `{private[0]}()`, which nothing calls after `to_empty()`"
+            advice = f"Rename `{private[0]}()` to `reset_parameters()` (own tensors only)"
         else:
             why = (
                 "no `reset_parameters()` (own or inherited): after `to_empty()` they stay "
-                "uninitialised under FSDP, `skip_init` or any per-module reset. Add a "
-                "`reset_parameters()` that gives them their values and call it from `__init__`"
+                "uninitialised under FSDP, `skip_init` or any per-module reset"
             )
+            advice = "Add a `reset_parameters()` that gives them their values and call it from `__init__`"
         yield Finding(
             cls.node.name,
             f"`{cls.name}` owns {_names(attrs)} but has {why}",
             cls,
+            help=advice,
             unless_hook=True,
             # judged under the model roots' protocol: not lost when every root re-creates them
             unless_recreated=tuple(attrs),

@@ -145,8 +145,9 @@ class RoPE(nn.Module):
                     init.node.name,
                     f"`{cls.name}.__init__` creates `{owned.attr}` with a torch factory but takes "
                     f"no `device`: `torch.nn.utils.skip_init({cls.name}, ...)` cannot build it "
-                    f"on meta. Add `device=None, dtype=None` and pass them to the factories",
+                    f"on meta",
                     cls,
+                    help="Add `device=None, dtype=None` and pass them to the factories",
                     subject=(owned.attr,),
                 )
                 return

@@ -222,9 +222,9 @@ class Block(nn.Module):
         yield Finding(
             node,
             f"`{attr}` is created from a value (`{short(data)}`) in `{method.name}`; no reset hook "
-            f"re-creates it, so after `to_empty()` it is uninitialised memory. Create it with "
-            f"`torch.empty(...)` and set the value in `reset_parameters()`",
+            f"re-creates it, so after `to_empty()` it is uninitialised memory",
             cls,
+            help="Create it with `torch.empty(...)` and set the value in `reset_parameters()`",
             unless_recreated=(attr,),
             subject=(attr,),
         )

@@ -159,10 +159,13 @@ class ParentAppliedInit(Rule):
     ## Fix safety
     `metalint fix` moves the statement that applies the init (or the call of the private
     method that does) into a new root `init_weights()`, called where the statement ran: eager
-    construction draws the same random numbers in the same order, so the fix is safe. Whoever
-    materialises the model must then call `init_weights()` after `to_empty()` (timm's and
-    transformers' protocol). Not fixable when the class already has an `init_weights()`, or
-    when the statement is inside a loop, `with` or `try`.
+    construction draws the same random numbers in the same order, so the fix is safe. The
+    constructor arguments the statement reads are kept on `self` under a private name
+    (`self._zero_init_last`). Whoever materialises the model must then call `init_weights()`
+    after `to_empty()` (timm's and transformers' protocol). Not fixable when the class already
+    has an `init_weights()` (or an attribute of that name), when the statement is inside a
+    loop, `with`, `try` or nested function or is part of a larger statement, or when the
+    private method takes arguments, returns a value or is not called once from `__init__`.
     """
 
     code = "ML010"
@@ -648,17 +651,12 @@ class Captioner(nn.Module):
                     replays = self._replays(cls)
                 if replays:
                     hook, _ = replays[0]
-                    tail = (
-                        f"it is replayed by the root hook `{cls.name}.{hook}()`: materialise with "
-                        f"`to_empty()` then `model.{hook}()`, or give each child a "
-                        f"`reset_parameters()` that sets these values"
-                    )
+                    tail = f"it is replayed by the root hook `{cls.name}.{hook}()`"
+                    advice = f"Materialise with `to_empty()` then `model.{hook}()`"
                 else:
-                    tail = (
-                        "no root hook of this class replays it: move it into `init_weights()` "
-                        "and call that after `to_empty()`, or give each child a "
-                        "`reset_parameters()` that sets these values"
-                    )
+                    tail = "no root hook of this class replays it"
+                    advice = "Move it into `init_weights()` and call that after `to_empty()`"
+                advice += ", or give each child a `reset_parameters()` that sets these values"
                 where = (
                     "`__init__`"
                     if method.name == "__init__"
@@ -670,6 +668,7 @@ class Captioner(nn.Module):
                     f"`reset_parameters()` after `to_empty()` does not replay it, so the children "
                     f"get their default init instead; {tail}",
                     cls,
+                    help=advice,
                     unless_reset_init=self._imported_init(node, env),
                     unless_root_replays=replays[0][0] if replays else "",
                     if_applies_init=helper,

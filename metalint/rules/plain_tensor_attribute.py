@@ -68,7 +68,9 @@ class PlainTensorAttribute(Rule):
     (`self.register_buffer("mask", torch.ones(n), persistent=False)`): the same value eagerly, no
     new `state_dict()` key, and `to_empty()`/`.to()` now move it; ML002 then reports the computed
     value and its fix moves it into a hook. Safe when nothing else in the class assigns the
-    attribute; unsafe otherwise. Not fixable before `super().__init__()`.
+    attribute; unsafe otherwise. Not fixable before `super().__init__()`, when the assignment
+    has several targets or shares its line with other statements, or when the target is not an
+    attribute of `self`.
     """
 
     code = "ML007"
@@ -275,9 +277,9 @@ class Attention(nn.Module):
                     a.node,
                     f"`{attr}` is a tensor stored as a plain attribute (`self.{attr} = "
                     f"{short(a.value, 50)}`), neither parameter nor buffer: built on meta it stays on `meta`, because "
-                    f"`to_empty()` and `.to(device)` move only parameters and buffers. Register "
-                    f'it with `self.register_buffer("{attr}", ..., persistent=False)` and '
-                    f"compute it in `reset_parameters()`",
+                    f"`to_empty()` and `.to(device)` move only parameters and buffers",
                     cls,
+                    help=f'Register it with `self.register_buffer("{attr}", ..., '
+                    "persistent=False)` and compute it in `reset_parameters()`",
                     subject=(attr,),
                 )

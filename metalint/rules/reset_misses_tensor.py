@@ -401,18 +401,21 @@ class Head(nn.Module):
             msg = (
                 f"`{reg.attr}` is re-created by `{covering[0]}()` but not by `reset_parameters()`: "
                 f"resetting each module after `to_empty()` (FSDP, Lightning) leaves it "
-                f"uninitialised. Initialise it in `reset_parameters()` too"
+                f"uninitialised"
             )
+            advice = "Initialise it in `reset_parameters()` too"
         else:
             msg = (
                 f"`reset_parameters()` does not initialise {reg.kind} `{reg.attr}` "
                 f"(created uninitialised in `{reg.method.name}`): after `to_empty()` and "
-                f"`reset_parameters()` it holds garbage. Initialise it in `reset_parameters()`"
+                f"`reset_parameters()` it holds garbage"
             )
+            advice = "Initialise it in `reset_parameters()`"
         yield Finding(
             reg.node,
             msg,
             cls,
+            help=advice,
             unless_recreated=(reg.attr,),
             recreated_by=(HOOK,),
             subject=(reg.attr,),
@@ -459,9 +462,10 @@ class Head(nn.Module):
             eager_node,
             f"`{reg.attr}` is {_WORDS.get(eager_kind, eager_kind)} after `__init__` but "
             f"`reset_parameters()` sets it to {_WORDS.get(hook_kind, hook_kind)}: a model built on "
-            f"meta and reset differs from the eager one. Make `reset_parameters()` set the value "
-            f"`__init__` means (and let `__init__` call it)",
+            f"meta and reset differs from the eager one",
             cls,
+            help="Make `reset_parameters()` set the value `__init__` means (and let `__init__` "
+            "call it)",
             subject=(reg.attr,),
             hook=HOOK,
         )

@@ -318,7 +318,7 @@ class Block(nn.Module):
             node,
             f"{where} must re-initialise only this module's own tensors: {why}. Per-module "
             f"materialisers (FSDP, `to_empty()` + reset loops) also call each child's own "
-            f"`reset_parameters()`, so the result depends on the order. Move the child's value "
-            f"into the child's class, or into a root `init_weights()`",
+            f"`reset_parameters()`, so the result depends on the order",
             cls,
+            help="Move the child's value into the child's class, or into a root `init_weights()`",
         )

@@ -218,8 +218,9 @@ class Seq2Seq(nn.Module):
                     f"`{_text(target)} = {_text(value)}` ties two parameters by assignment in "
                     f"`{method.name}`; `to_empty()` gives each module its own new tensor, so "
                     f"after materialisation they are independent and a checkpoint fills only "
-                    f"one. Repeat this assignment in a `tie_weights()` method and call it after "
-                    f"`to_empty()`",
+                    f"one",
                     cls,
+                    help="Repeat this assignment in a `tie_weights()` method and call it after "
+                    "`to_empty()`",
                     unless_method=TIE_HOOKS,
                 )
