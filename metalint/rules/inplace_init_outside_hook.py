@@ -245,6 +245,13 @@ class InplaceInitOutsideHook(Rule):
     `elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)): m.reset_parameters()`): that
     overwrites the child's init in an eager build too.
 
+    Judged under the protocol of the model roots that contain the class, as ML001: not
+    reported when every root's protocol re-creates the tensor (a transformers `_init_weights`
+    branch for the class, or for its parent when the write is to a child's tensor; what a root
+    `init_weights()` applies to every module). Known limit: a write under a condition on a
+    config value counts as run (peft's `PrefixEncoder`: `if init_weights == "zero":
+    zeros_(self.embedding.weight.data)` is reported although the default config skips it).
+
     ## Why is this bad on meta?
     Under `with torch.device("meta"):` the init runs on tensors without data and does
     nothing; `module.to_empty()` then gives them uninitialised memory. Only the reset hooks run
