@@ -680,3 +680,26 @@ def test_distributed_stats_keep_requires_grad():
         dist.destroy_process_group()
     assert st["trainable"].requires_grad and not st["frozen"].requires_grad
     assert st["trainable"].mean == 1.0
+
+
+def test_meta_build_that_raised_proves_nothing_of_the_other_classes():
+    """The model's meta build raised in one class: that class's ML008 is confirmed; nothing
+    of the others was compared after ``to_empty()`` (ML006 unproven, not refuted), and the
+    ML008 of a class built after the raise was never reached (unproven)."""
+    from metalint.probe.build import probe
+    from metalint.probe.merge import mark_verdicts
+
+    sys.path.insert(0, str(MODELS))
+    try:
+        from raising import ModelRaisingFirst
+    finally:
+        sys.path.remove(str(MODELS))
+    res = probe(ModelRaisingFirst, init="reset_parameters")
+    f = str(MODELS / "raising.py")
+    diags = [
+        _static("ML008", "RaisesOnMeta", "`.item()` in `__init__`", f),
+        _static("ML008", "NeverReachedOnMeta", "`.item()` in `__init__`", f),
+        _static("ML006", "ModelRaisingFirst", "it writes `self.later.fc.bias`", f),
+    ]
+    got = [d.verdict for d in mark_verdicts(diags, {"classes": res.classes})]
+    assert got == ["confirmed", None, None]

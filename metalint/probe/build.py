@@ -844,6 +844,9 @@ def _class_summary(
                 "codes": [],
                 "subtree_broken": 0,
                 "raised": False,
+                # its tensors were compared: False when the model's meta build raised (in
+                # this class or another one), so nothing of it was checked after to_empty()
+                "compared": raised is None,
             },
         )
     for e in eager.entries.values():

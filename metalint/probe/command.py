@@ -59,6 +59,7 @@ class ProbeReport:
                 m["codes"] = sorted(set(m["codes"]) | set(info["codes"]))
                 m["subtree_broken"] += info["subtree_broken"]
                 m["raised"] = m["raised"] or info["raised"]
+                m["compared"] = m.get("compared", True) or info.get("compared", True)
         return merged
 
 

@@ -16,7 +16,9 @@ order) it had.
   ML011 (tie by assignment) by MP005 (tie broken) on the class that made the tie.
 - ``refuted``: the class was probed and none of the above holds.
 - ``None``: the class was not probed, or its meta build raised (MP006) so its tensors could
-  not be checked (except for ML008, which MP006 confirms), or the build did not make the
+  not be checked (except for ML008, which MP006 confirms), or the meta build of every model
+  it was probed in raised in another class (nothing of it was compared; for ML008: it may
+  never have been reached on meta), or the build did not make the
   tensor the finding names (a buffer that is None, a parameter behind a flag, with the
   arguments the class was built with): not exercised.
 
@@ -94,9 +96,12 @@ def verdict_for(diag: Diagnostic, info: Mapping[str, Any] | None) -> str | None:
     one = subject[0] if subject and diag.code != "ML004" else None
     attr = one if one in built else None
     codes = set(info.get("codes", ()))
+    compared = info.get("compared", True)
     if diag.code == "ML008":
-        return "confirmed" if "MP006" in codes or info.get("raised") else "refuted"
-    if "MP006" in codes or info.get("raised"):
+        if "MP006" in codes or info.get("raised"):
+            return "confirmed"
+        return "refuted" if compared else None  # another class of its model raised first
+    if "MP006" in codes or info.get("raised") or not compared:
         return None  # could not build on meta: its tensors were not compared
     broken = info.get("broken", {})
     if diag.code == "ML009" and "MP007" in codes:
