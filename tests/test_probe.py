@@ -703,3 +703,18 @@ def test_meta_build_that_raised_proves_nothing_of_the_other_classes():
     ]
     got = [d.verdict for d in mark_verdicts(diags, {"classes": res.classes})]
     assert got == ["confirmed", None, None]
+
+
+def test_hook_order_names_the_module_whose_write_changed_the_verdict():
+    """Both parents write a child's tensors; only ``ZeroesChildBias``'s write changes the
+    verdict parents-first: MP009 is on it, not on the first foreign writer."""
+    from metalint.probe.build import probe
+
+    sys.path.insert(0, str(MODELS))
+    try:
+        from order import Both
+    finally:
+        sys.path.remove(str(MODELS))
+    res = probe(Both, init="reset_parameters")
+    assert [(d.code, d.symbol) for d in res.findings] == [("MP009", "ZeroesChildBias")]
+    assert "b.proj.bias" in res.findings[0].message

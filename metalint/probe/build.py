@@ -679,9 +679,7 @@ def probe(
         and init in ("auto", "reset_parameters")
     ):
         torch.manual_seed(seed + 1)
-        order = _hook_order_stage(make, device, init, eager, diffs, tracker, make_info, hooks)
-        if order is not None:
-            findings.append(order)
+        findings += _hook_order_stage(make, device, init, eager, diffs, tracker, make_info, hooks)
     findings.extend(diffs)
     res.lost = len(
         {n for f in diffs if f.code in ("MP001", "MP002", "MP003", "MP004") for n in f.names}
@@ -782,9 +780,10 @@ def _escape_findings(esc, eager: Snapshot, label: str) -> list[Finding]:
 
 def _hook_order_stage(
     make, device: str, init: str, eager: Snapshot, diffs, tracker, make_info, hooks
-) -> Finding | None:
+) -> list[Finding]:
     """Step 6: some ``reset_parameters()`` wrote a child's tensors: run parents-first too;
-    MP009 when the verdict differs."""
+    MP009 when the verdict differs, on each module whose hook wrote a tensor whose verdict
+    changed (the first foreign writer when none of them did)."""
     model2, _used2, _, _ = _deferred(make, device, init, "pre", eager, track=False, hooks=hooks)
     diffs2, _ = _compare_models(eager, model2)
     del model2
@@ -792,10 +791,24 @@ def _hook_order_stage(
     a = {(f.code, tuple(f.names)) for f in diffs}
     b = {(f.code, tuple(f.names)) for f in diffs2}
     if a == b:
-        return None
-    hook, written = tracker.foreign[0]
+        return []
     only_post = sorted(n for c, ns in a - b for n in ns)
     only_pre = sorted(n for c, ns in b - a for n in ns)
+    changed = set(only_post) | set(only_pre)
+    writers: dict[str, str] = {}
+    for hook, written in tracker.foreign:
+        if written in changed:
+            writers.setdefault(hook, written)
+    if not writers:
+        hook, written = tracker.foreign[0]
+        writers[hook] = written
+    return [
+        _order_finding(hook, written, only_post, only_pre, eager, make_info)
+        for hook, written in writers.items()
+    ]
+
+
+def _order_finding(hook, written, only_post, only_pre, eager, make_info) -> Finding:
     owner_cls = eager.classes.get(hook, {}).get("cls", "?")
     site = None
     try:
