@@ -58,6 +58,12 @@ class ResetMissesTensor(Rule):
       (FSDP, Lightning `init_module(empty_init=True)`) still loses it;
     - a tensor `__init__` leaves uninitialised (`torch.empty`, `torch.Tensor(out, in)`) and
       `reset_parameters()` misses is reported here: nothing ever initialises it;
+    - a tensor handed to a helper function (torch-geometric's `glorot(self.att_src)`,
+      `zeros(self.bias)`, `uniform(size, self.root)`, defined in the same file or another
+      file of the checked tree) is initialised when the helper writes that argument in place,
+      itself, through a loop over `value.parameters()` or through another helper; a helper
+      outside the checked tree, or longer than 40 lines (12 statements), is not followed and
+      the tensor counts as missed;
     - a non-persistent buffer re-created by `init_non_persistent_buffers()` is fine (that is
       timm's entry point for them), as are tensors of child modules (their own
       `reset_parameters()` handles them).

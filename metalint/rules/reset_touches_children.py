@@ -41,6 +41,12 @@ class ResetTouchesChildren(Rule):
     the same law the per-module materialiser applies to that child, so the order in which the
     two run does not change any value.
 
+    Known limits: the probe proves the order dependence (MP009) only when the two orders give
+    values its statistics can tell apart; at the tiny widths the audit builds, a parent that
+    re-draws a child's weight with a law of similar scale (torch-geometric `RECT_L`:
+    `xavier_uniform_` over `Linear`'s own `kaiming_uniform`, a factor 2 in range on 128
+    draws) passes both orders and reads as refuted, though the values differ at full size.
+
     ## Why is this bad on meta?
     The contract of `reset_parameters()` is "my own tensors only" (pytorch#104187): FSDP and
     other per-module materialisers call it on *every* module, in an order they choose (FSDP1
