@@ -224,59 +224,31 @@ def _timm_build(root: str):
 
 # ----------------------------------------------------------------------------- open_clip
 
+_CLIP_VISION = dict(layers=2, width=32, head_width=16, patch_size=8, image_size=32)
+_CLIP_TEXT = dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1)
 _OPEN_CLIP = {
-    "clip_vit": dict(
-        embed_dim=16,
-        vision_cfg=dict(layers=2, width=32, head_width=16, patch_size=8, image_size=32),
-        text_cfg=dict(context_length=8, vocab_size=64, width=32, heads=2, layers=2),
-    ),
+    "clip_vit": dict(embed_dim=16, vision_cfg=_CLIP_VISION, text_cfg=dict(_CLIP_TEXT, layers=2)),
     "clip_resnet": dict(
         embed_dim=16,
         vision_cfg=dict(layers=[1, 1, 1, 1], width=8, head_width=8, image_size=32),
-        text_cfg=dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1),
+        text_cfg=_CLIP_TEXT,
     ),
     "clip_vit_attnpool": dict(
         embed_dim=16,
-        vision_cfg=dict(
-            layers=2,
-            width=32,
-            head_width=16,
-            patch_size=8,
-            image_size=32,
-            attentional_pool=True,
-            attn_pooler_queries=4,
-        ),
-        text_cfg=dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1),
+        vision_cfg=dict(_CLIP_VISION, attentional_pool=True, attn_pooler_queries=4),
+        text_cfg=_CLIP_TEXT,
     ),
     "clip_siglip_style": dict(
         embed_dim=16,
         init_logit_bias=-10,
-        vision_cfg=dict(
-            layers=2, width=32, head_width=16, patch_size=8, image_size=32, no_ln_pre=True
-        ),
-        text_cfg=dict(
-            context_length=8,
-            vocab_size=64,
-            width=32,
-            heads=2,
-            layers=1,
-            no_causal_mask=True,
-            pool_type="last",
-        ),
+        vision_cfg=dict(_CLIP_VISION, no_ln_pre=True),
+        text_cfg=dict(_CLIP_TEXT, no_causal_mask=True, pool_type="last"),
     ),
     "coca": dict(
         embed_dim=16,
-        vision_cfg=dict(
-            layers=2,
-            width=32,
-            head_width=16,
-            patch_size=8,
-            image_size=32,
-            attentional_pool=True,
-            attn_pooler_heads=2,
-        ),
-        text_cfg=dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1, embed_cls=True),
-        multimodal_cfg=dict(context_length=8, vocab_size=64, width=32, heads=2, layers=1),
+        vision_cfg=dict(_CLIP_VISION, attentional_pool=True, attn_pooler_heads=2),
+        text_cfg=dict(_CLIP_TEXT, embed_cls=True),
+        multimodal_cfg=_CLIP_TEXT,
     ),
 }
 
@@ -292,57 +264,42 @@ def _open_clip_build(root: str):
 
 # ----------------------------------------------------------------------------- diffusers
 
+_UNET = dict(
+    block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4, attention_head_dim=4
+)
+_CROSS_UNET = dict(
+    _UNET, cross_attention_dim=16, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D")
+)
+_VAE = dict(
+    block_out_channels=(8, 16),
+    norm_num_groups=4,
+    latent_channels=4,
+    down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+    up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
+)
+_DIT = dict(
+    num_attention_heads=2,
+    attention_head_dim=8,
+    in_channels=4,
+    num_layers=1,
+    sample_size=8,
+    patch_size=2,
+)
 _DIFFUSERS = {
     "UNet2DModel": dict(
+        _UNET,
         sample_size=16,
-        block_out_channels=(8, 16),
-        layers_per_block=1,
-        norm_num_groups=4,
-        attention_head_dim=4,
         down_block_types=("DownBlock2D", "AttnDownBlock2D"),
         up_block_types=("AttnUpBlock2D", "UpBlock2D"),
     ),
     "UNet2DConditionModel": dict(
-        sample_size=16,
-        block_out_channels=(8, 16),
-        layers_per_block=1,
-        norm_num_groups=4,
-        cross_attention_dim=16,
-        attention_head_dim=4,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        _CROSS_UNET, sample_size=16, up_block_types=("UpBlock2D", "CrossAttnUpBlock2D")
     ),
-    "AutoencoderKL": dict(
-        block_out_channels=(8, 16),
-        norm_num_groups=4,
-        latent_channels=4,
-        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
-        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
-    ),
-    "VQModel": dict(
-        block_out_channels=(8, 16),
-        norm_num_groups=4,
-        latent_channels=4,
-        num_vq_embeddings=16,
-        down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
-        up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"),
-    ),
-    "DiTTransformer2DModel": dict(
-        num_attention_heads=2,
-        attention_head_dim=8,
-        in_channels=4,
-        num_layers=1,
-        sample_size=8,
-        patch_size=2,
-        num_embeds_ada_norm=10,
-    ),
+    "AutoencoderKL": dict(_VAE),
+    "VQModel": dict(_VAE, num_vq_embeddings=16),
+    "DiTTransformer2DModel": dict(_DIT, num_embeds_ada_norm=10),
     "SD3Transformer2DModel": dict(
-        sample_size=8,
-        patch_size=2,
-        in_channels=4,
-        num_layers=1,
-        attention_head_dim=8,
-        num_attention_heads=2,
+        _DIT,
         joint_attention_dim=16,
         caption_projection_dim=16,
         pooled_projection_dim=16,
@@ -370,25 +327,9 @@ _DIFFUSERS = {
         extra_in_channels=16,
     ),
     "PixArtTransformer2DModel": dict(
-        num_attention_heads=2,
-        attention_head_dim=8,
-        in_channels=4,
-        out_channels=8,
-        num_layers=1,
-        sample_size=8,
-        patch_size=2,
-        cross_attention_dim=16,
-        caption_channels=16,
+        _DIT, out_channels=8, cross_attention_dim=16, caption_channels=16
     ),
-    "ControlNetModel": dict(
-        block_out_channels=(8, 16),
-        layers_per_block=1,
-        norm_num_groups=4,
-        cross_attention_dim=16,
-        attention_head_dim=4,
-        conditioning_embedding_out_channels=(4, 8),
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-    ),
+    "ControlNetModel": dict(_CROSS_UNET, conditioning_embedding_out_channels=(4, 8)),
 }
 
 

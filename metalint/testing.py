@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from metalint import report
+
 
 def assert_meta_init_parity(
     factory: Callable[[], Any],
@@ -37,7 +39,6 @@ def assert_meta_init_parity(
     as in ``[tool.metalint] hooks`` (e.g. ``("rope_init",)``).
     Raises ``AssertionError`` listing every finding (MP001-MP009) with its source line.
     """
-    from metalint import report
     from metalint.probe.build import probe
 
     label = getattr(factory, "__qualname__", None) or repr(factory)

@@ -19,7 +19,14 @@ from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import children, walk
-from metalint.vocabulary import DETERMINISTIC_METHODS, RNG_FREE_BUILTINS, RNG_FREE_TORCH
+from metalint.static.tensors import value_kind
+from metalint.vocabulary import (
+    DETERMINISTIC_METHODS,
+    INPLACE_METHODS,
+    RNG_FREE_BUILTINS,
+    RNG_FREE_TORCH,
+    TORCH_WITHOUT_RESET,
+)
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -154,7 +161,6 @@ def _self_attr(d: str | None) -> str | None:
 def _call_uses(n: cst.Call, written: set[str], calls: set[str]) -> None:
     """What one call writes in place (``self.x.fill_()``, ``init.zeros_(self.x)``) and which
     methods of ``self`` it calls (``self.apply(self._init)`` counts ``_init``)."""
-    from metalint.static.tensors import INPLACE_METHODS
 
     f = n.func
     if isinstance(f, cst.Attribute):
@@ -430,7 +436,6 @@ class ClassEdit:
         return "reset_parameters"
 
     def check_bases(self, hook: str) -> None:
-        from metalint.vocabulary import TORCH_WITHOUT_RESET
 
         for b in self.cls.bases:
             if (
@@ -465,8 +470,6 @@ class ClassEdit:
                     continue
                 continue  # a module-level name: it is still there in the hook
             if n in init.local_values:
-                from metalint.static.tensors import value_kind
-
                 for _, v in init.local_values[n]:
                     if value_kind(v, self.ctx.qualify, init):
                         raise Unfixable(f"the value reads the local tensor `{n}`")

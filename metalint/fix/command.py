@@ -17,10 +17,17 @@ from pathlib import Path
 
 import click
 
+from metalint.check import all_codes, cli_settings, resolve, run_check
 from metalint.codes import ERROR_CODE
 from metalint.config import ConfigError
+from metalint.diagnostics import Diagnostic, Position
+from metalint.fix.apply import FileFix, Fixer
+from metalint.fix.registry import CODEMODS
+from metalint.fix.write import ChangedOnDisk, NotPython, digest, write_atomic
 from metalint.lines import split_lines
 from metalint.report import is_error, render
+from metalint.static.names import module_name_for
+from metalint.static.results import decode
 
 
 def _summary(fixed: int, remaining: int, unfixable: int, unsafe_hidden: int, write: bool) -> str:
@@ -45,9 +52,6 @@ def run_fix(
     show_fixes: bool = False,
 ) -> int:
     """Check, fix every file a codemod applies to, write (or diff), summarise; the exit code."""
-    from metalint.check import all_codes, resolve, run_check
-    from metalint.fix.apply import Fixer
-    from metalint.fix.registry import CODEMODS
 
     codes, defaults = all_codes()
     enabled = settings.enabled(codes, defaults)
@@ -81,9 +85,6 @@ def run_fix(
 def _fix_file(display: str, fixer, errors: list):
     """Read one file and run the codemods on it; ``None`` when it cannot be read or decoded
     (the reason goes to ``errors``)."""
-    from metalint.fix.apply import FileFix
-    from metalint.static.names import module_name_for
-    from metalint.static.results import decode
 
     path = Path(display)
     try:
@@ -126,7 +127,6 @@ def _write(changed: list, fixer, errors: list, echo, *, verify: bool) -> dict:
     """Write each changed file atomically (a file that cannot be written keeps its original and
     its findings); with ``verify`` probe the rewritten classes. Returns
     ``(file, top-level class) -> the probe's verdict``."""
-    from metalint.fix.write import ChangedOnDisk, NotPython, digest, write_atomic
 
     for ff in changed:
         try:
@@ -174,7 +174,6 @@ def _summarise(diagnostics: list, fixes: list, fixer, errors: list, echo, *, wri
 
 
 def _error(display: str, message: str, code: str = ERROR_CODE):
-    from metalint.diagnostics import Diagnostic, Position
 
     pos = Position(1, 1)
     return Diagnostic(code, message, display, pos, pos)
@@ -200,7 +199,6 @@ def _verify(ff, fixer, echo) -> list:
     """Probe the rewritten classes; restore the file when one fails, then retry without it.
     Returns the verdicts of the last probe run (for the per-finding summary)."""
     from metalint.fix.verify import verify_classes
-    from metalint.fix.write import digest, write_atomic
 
     excluded: set[str] = set()
     for attempt in range(3):
@@ -282,7 +280,6 @@ def fix_command(
     jobs,
 ):
     """Rewrite PATHS (default: .) so their modules can be built on the meta device."""
-    from metalint.check import cli_settings
 
     try:
         paths = list(paths) or [Path(".")]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, rng_free, stmt
+from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, _touches, rng_free, stmt
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk
 from metalint.static.tensors import Write, inplace_write
@@ -98,6 +98,20 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None) -> bool:
     return False
 
 
+def _take(edit: ClassEdit, body, moved: list[int], private: bool = False) -> list:
+    """Remove the ``moved`` statements of ``__init__``; their copies for a hook, the local names
+    they read stored on ``self`` (``private``: under a private name), with only the comment
+    lines above them."""
+    stmts = []
+    for i in moved:
+        s = body[i]
+        edit.replace[id(s)] = (s, [])
+        new = edit.store_names(s, s, i, private=private)
+        lead = [line for line in getattr(new, "leading_lines", ()) if line.comment is not None]
+        stmts.append(new.with_changes(leading_lines=lead))
+    return stmts
+
+
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     body = edit.init_body
@@ -113,7 +127,6 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         )
     moved = [i for i, s in enumerate(body) if init_only(s, ctx)]
     first = moved[0]
-    from metalint.fix.codemod import _touches
 
     attrs = sorted(
         {
@@ -139,13 +152,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
             edit.unsafe.append(
                 "random draws move after other random draws of `__init__`: eager values differ"
             )
-    stmts = []
-    for i in moved:
-        s = body[i]
-        edit.replace[id(s)] = (s, [])
-        new = edit.store_names(s, s, i)
-        lead = [l for l in getattr(new, "leading_lines", ()) if l.comment is not None]
-        stmts.append(new.with_changes(leading_lines=lead))
+    stmts = _take(edit, body, moved)
     # stores that replaced a removed statement keep its blank lines
     edit.use_hook(HOOK, moved[-1], stmts)
     n = len(moved)
@@ -160,7 +167,6 @@ def _children(ctx: RuleContext, edit: ClassEdit, index: int) -> Rewrite:
     the parent's value for a child belongs in its root ``init_weights()``, which runs after the
     children's own hooks. Every init-only statement moves there in order, and the call takes
     the place of the last one, so eager construction draws the same numbers in the same order."""
-    from metalint.fix.codemod import _touches
 
     body = edit.init_body
     if ROOT_HOOK in edit.cls.methods or edit._taken(ROOT_HOOK):
@@ -186,13 +192,7 @@ def _children(ctx: RuleContext, edit: ClassEdit, index: int) -> Rewrite:
         edit.unsafe.append(
             "random draws move after other random draws of `__init__`: eager values differ"
         )
-    stmts = []
-    for i in moved:
-        s = body[i]
-        edit.replace[id(s)] = (s, [])
-        new = edit.store_names(s, s, i, private=True)
-        lead = [line for line in getattr(new, "leading_lines", ()) if line.comment is not None]
-        stmts.append(new.with_changes(leading_lines=lead))
+    stmts = _take(edit, body, moved, private=True)
     s = body[last]
     call = stmt(f"self.{ROOT_HOOK}()").with_changes(leading_lines=s.leading_lines)
     edit.replace[id(s)] = (s, [*edit.replace[id(s)][1], call])

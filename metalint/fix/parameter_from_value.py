@@ -38,6 +38,7 @@ from metalint.fix.codemod import (
     expr,
     fill,
     guarded,
+    path_to,
     render,
     stmt,
     torch_spelling,
@@ -287,6 +288,5 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
 
 
 def path_between(root: cst.CSTNode, target: cst.CSTNode):
-    from metalint.fix.codemod import path_to
 
     return path_to(root, target)

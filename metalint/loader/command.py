@@ -12,6 +12,8 @@ import sys
 
 import click
 
+from metalint.loader.errors import CheckpointError
+from metalint.probe.target import parse_target, resolve_items
 from metalint.vocabulary import LOAD_INIT_MODES, SHARD_LAYOUTS
 
 DTYPE_CHOICES = ("bf16", "fp16", "fp32", "fp64")
@@ -138,8 +140,6 @@ def load_command(
         )
         _load_sharded(opts, nproc, timeout, output_format)
         return
-    from metalint.loader.errors import CheckpointError
-
     try:
         from metalint.loader.core import load_checkpoint
 
@@ -212,8 +212,6 @@ def _load_sharded(opts: dict, nproc: int, timeout: float, output_format: str) ->
 def model_factory(target: str):
     """The zero-argument callable that builds TARGET, resolved as ``metalint probe`` does:
     ``pkg.mod:factory``, ``path/to/file.py:factory`` or ``...:Class`` (arguments inferred)."""
-    from metalint.probe.target import parse_target, resolve_items
-
     targets = parse_target(target)
     if len(targets) != 1 or targets[0].attr is None:
         raise ValueError(

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from metalint.loader.errors import CheckpointError
 from metalint.vocabulary import SHARD_LAYOUTS
 
 
@@ -208,8 +209,6 @@ def local(t) -> torch.Tensor:
 def agree(error: Exception | None) -> Exception | None:
     """Exchange errors between the ranks: None when no rank failed, else this rank's own error,
     or a one-line error naming the first rank that failed."""
-
-    from metalint.loader.errors import CheckpointError
 
     mine = None if error is None else str(error).replace("\n", " ")
     everyone = gather_text(mine)

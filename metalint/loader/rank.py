@@ -15,6 +15,7 @@ import torch
 from metalint.loader.command import model_factory
 from metalint.loader.core import load_checkpoint
 from metalint.loader.distributed import init_from_env, shard_model
+from metalint.loader.errors import CheckpointError
 
 
 def _load_rank(opts: dict) -> dict:
@@ -48,7 +49,6 @@ def _worker_main(argv: list[str]) -> int:
         result = {"ok": True, **_load_rank(opts)}
     except Exception as exc:  # one line, whatever failed
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        from metalint.loader.errors import CheckpointError
 
         if not isinstance(exc, (CheckpointError, ValueError, TypeError)):
             msg = f"{type(exc).__name__}: {msg}"

@@ -42,6 +42,7 @@ from metalint.diagnostics import Diagnostic, Position, Severity
 from metalint.lines import split_lines
 from metalint.probe import attribute, compare
 from metalint.probe.memory import rss_anon
+from metalint.probe.results import verdict_text
 from metalint.vocabulary import DEFAULT_HOOKS
 
 INIT_CHOICES = ("auto", "reset_parameters", "init_weights")
@@ -360,7 +361,6 @@ class ProbeResult:
     error: str | None = None
 
     def verdict(self) -> str:
-        from metalint.probe.results import verdict_text
 
         return verdict_text(self.to_json())
 

@@ -31,14 +31,28 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
+from metalint.loader.distributed import (
+    comm_device,
+    gather_text,
+    init_from_env,
+    is_dtensor,
+    launch,
+    local,
+    shard_model,
+)
+from metalint.probe import attribute, build, compare
+from metalint.probe.build import Finding, _walk_tensors, pick_device
+from metalint.probe.compare import Stats, tensor_stats
 from metalint.probe.isolate import Options, Outcome
-from metalint.probe.target import Target
+from metalint.probe.target import Target, parse_target, resolve_items
 
 
 def run_sharded(target: Target, opts: Options, nproc: int, shard: str) -> list[Outcome]:
     """Probe ``target`` on ``nproc`` ranks sharded with ``shard``; outcomes as
     :func:`metalint.probe.isolate.run_target` returns them."""
-    from metalint.loader.distributed import launch
 
     job = {
         "spec": target.spec,
@@ -81,18 +95,14 @@ def run_sharded(target: Target, opts: Options, nproc: int, shard: str) -> list[O
 def _owns(t) -> bool:
     """Whether this rank's local shard of ``t`` counts in a sum over ranks: replicas (a
     ``Replicate()`` mesh dim, or a plain tensor held whole by every rank) count once."""
-    from metalint.loader.distributed import is_dtensor
 
     if not is_dtensor(t):
-        import torch.distributed as dist
-
         return dist.get_rank() == 0
     coord = t.device_mesh.get_coordinate() or ()
     return all(c == 0 for c, p in zip(coord, t.placements) if not p.is_shard())
 
 
 def _partial_stats(local, owns: bool) -> tuple[list[float], float, float]:
-    import torch
 
     x = local.detach()
     if x.is_complex():
@@ -117,11 +127,6 @@ def reduced_stats(named: list[tuple[str, object]]) -> dict[str, object]:
     """Per tensor, a :class:`~metalint.probe.compare.Stats` of the whole (sharded) tensor from
     all-reduced count, sum, sum of squares, non-finite, NaN, min and max: three collectives
     for all tensors together."""
-    import torch
-    import torch.distributed as dist
-
-    from metalint.loader.distributed import comm_device, local
-    from metalint.probe.compare import Stats
 
     sums, lows, highs = [], [], []
     for _, t in named:
@@ -162,10 +167,6 @@ def reduced_stats(named: list[tuple[str, object]]) -> dict[str, object]:
 def repeated_shards(named: list[tuple[str, object]]) -> dict[str, list[int]]:
     """Tensors whose local shards are byte-identical on ranks that hold *different* shards:
     name -> the ranks that share one shard's bytes. One all-gather for all tensors."""
-    import torch.distributed as dist
-
-    from metalint.loader.distributed import gather_text
-    from metalint.probe.compare import tensor_stats
 
     mine = []
     for name, t in named:
@@ -192,7 +193,6 @@ def repeated_shards(named: list[tuple[str, object]]) -> dict[str, list[int]]:
 
 def _sharded_tensors(model, eager) -> list[tuple[str, object]]:
     """(name, tensor) of every parameter and buffer the eager build has, first name of each."""
-    from metalint.probe.build import _walk_tensors
 
     seen: set[int] = set()
     out = []
@@ -207,9 +207,6 @@ def _sharded_tensors(model, eager) -> list[tuple[str, object]]:
 
 def _compare(eager, named, shard: str, world: int):
     """Findings MP010 (repeated shards) and MP011 (differs from the single-device build)."""
-    from metalint.loader.distributed import is_dtensor
-    from metalint.probe import compare
-    from metalint.probe.build import Finding
 
     findings = []
     reduced = reduced_stats(named)
@@ -246,11 +243,6 @@ def _compare(eager, named, shard: str, world: int):
 def probe_sharded(make, *, shard: str, device: str, init: str, seed: int, label: str, hooks):
     """One rank's share of the sharded probe; returns the :class:`ProbeResult` (the same on
     every rank)."""
-    import torch
-    import torch.distributed as dist
-
-    from metalint.loader.distributed import local, shard_model
-    from metalint.probe import attribute, build, compare
 
     t0 = time.perf_counter()
     res = build.ProbeResult(label=label, device=device)
@@ -295,10 +287,6 @@ def _worker_main(argv: list[str]) -> int:
     """``python -m metalint.probe.distributed JOB_JSON OUT_DIR``: one rank."""
     from dataclasses import asdict
 
-    from metalint.loader.distributed import init_from_env
-    from metalint.probe.build import pick_device
-    from metalint.probe.target import parse_target, resolve_items
-
     job, out_dir = json.loads(argv[0]), argv[1]
     rank = int(os.environ.get("RANK", "0"))
     device = pick_device(job["device"])
@@ -330,8 +318,6 @@ def _worker_main(argv: list[str]) -> int:
             json.dump({"label": label, "message": f"rank {rank}: {msg}"}, f)
         return 2
     finally:
-        import torch.distributed as dist
-
         if dist.is_initialized():
             dist.destroy_process_group()
     if rank == 0:

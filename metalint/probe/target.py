@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from metalint.config import ConfigError, load_settings
+
 
 @dataclass(frozen=True)
 class Target:
@@ -420,8 +422,6 @@ def load_settings_for_probe(
     default: the working directory), read by :mod:`metalint.config` like every other setting;
     a bad one is a usage error."""
     import click
-
-    from metalint.config import ConfigError, load_settings
 
     try:
         return load_settings(Path(start) if start else None, Path(config) if config else None)
