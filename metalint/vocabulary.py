@@ -225,6 +225,20 @@ INIT_KIND = {
     "lecun_normal_": "random",
     "variance_scaling_": "random",
 }
+#: the dtype of each typed legacy constructor (``torch.Tensor`` takes the default dtype)
+LEGACY_CONSTRUCTOR_DTYPES = {
+    "torch.Tensor": None,
+    "torch.FloatTensor": "float32",
+    "torch.DoubleTensor": "float64",
+    "torch.HalfTensor": "float16",
+    "torch.BFloat16Tensor": "bfloat16",
+    "torch.LongTensor": "int64",
+    "torch.IntTensor": "int32",
+    "torch.ShortTensor": "int16",
+    "torch.CharTensor": "int8",
+    "torch.ByteTensor": "uint8",
+    "torch.BoolTensor": "bool",
+}
 #: legacy typed constructors allocate CPU memory even under ``with torch.device("meta")``
 CPU_CONSTRUCTORS = (LEGACY_CONSTRUCTORS - {n for n in LEGACY_CONSTRUCTORS if ".cuda." in n}) | {
     "torch.from_numpy"

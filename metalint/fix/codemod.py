@@ -23,6 +23,7 @@ from metalint.static.tensors import value_kind
 from metalint.vocabulary import (
     DETERMINISTIC_METHODS,
     INPLACE_METHODS,
+    LEGACY_CONSTRUCTOR_DTYPES,
     RNG_FREE_BUILTINS,
     RNG_FREE_TORCH,
     TORCH_WITHOUT_RESET,
@@ -381,10 +382,17 @@ class ClassEdit:
         return top, nested
 
     def use_hook(
-        self, hook: str, after_index: int, stmts: list[cst.BaseStatement], *, random: bool = False
+        self,
+        hook: str,
+        after_index: int,
+        stmts: list[cst.BaseStatement],
+        *,
+        random: bool = False,
+        call_at: cst.BaseStatement | None = None,
     ) -> None:
         """Put ``stmts`` at the end of ``hook`` (created when missing) and make sure ``__init__``
-        calls the hook after statement ``after_index``."""
+        calls the hook after statement ``after_index``: at the end of ``__init__``, or where the
+        top-level statement ``call_at`` (which this edit replaces) was, when the call is new."""
         self.check_bases(hook)
         exists = hook in self.cls.methods
         if exists:
@@ -410,7 +418,12 @@ class ClassEdit:
                 )
             if returns(self.init.node.body):
                 raise Unfixable("`__init__` returns early")
-            self.init_append.append(stmt(f"self.{hook}()"))
+            if call_at is not None:
+                call = stmt(f"self.{hook}()").with_changes(leading_lines=call_at.leading_lines)
+                done = self.replace.get(id(call_at), (call_at, []))[1]
+                self.replace[id(call_at)] = (call_at, [*done, call])
+            else:
+                self.init_append.append(stmt(f"self.{hook}()"))
             self._hook_call_added.add(hook)
         if random and not (self.rng_free_after(after_index)):
             self.unsafe.append(
@@ -670,3 +683,56 @@ def small_statement(node: cst.CSTNode, path: list[cst.CSTNode]) -> cst.BaseSmall
         if isinstance(n, cst.BaseSmallStatement):
             return n
     return node if isinstance(node, cst.BaseSmallStatement) else None
+
+
+# -- legacy constructors ------------------------------------------------------------------------
+
+
+def _int_param(name: str, init) -> bool:
+    """Is ``name`` a parameter of ``__init__`` annotated ``int``?"""
+    for p in (*init.node.params.params, *init.node.params.kwonly_params):
+        if p.name.value == name and p.annotation is not None:
+            return render(p.annotation.annotation).strip() == "int"
+    return False
+
+
+def legacy_empty(ctx: RuleContext, edit: ClassEdit, data: cst.BaseExpression):
+    """``torch.empty(sizes)`` for a legacy ``torch.Tensor(sizes)`` (PyG's
+    ``Parameter(Tensor(out_channels))``): the same uninitialised tensor of the same dtype, but
+    allocated where the default device says. None when ``data`` is not such a call or an
+    argument may be data rather than a size (``Tensor(values)``: only a literal integer, a
+    product or sum, several arguments, or an ``__init__`` parameter annotated ``int`` count as
+    sizes)."""
+    if not isinstance(data, cst.Call):
+        return None
+    q = ctx.qualify(data.func)
+    if q not in LEGACY_CONSTRUCTOR_DTYPES or not data.args:
+        return None
+    if any(a.keyword is not None or a.star for a in data.args):
+        return None
+
+    sequences = (cst.List, cst.Tuple, cst.ListComp, cst.SimpleString, cst.FormattedString)
+
+    def size(e: cst.BaseExpression) -> bool:
+        if isinstance(e, cst.Integer):
+            return True
+        if isinstance(e, cst.BinaryOperation) and isinstance(
+            e.operator, (cst.Multiply, cst.Add, cst.FloorDivide, cst.Subtract)
+        ):
+            # an int times anything but a sequence literal is a size (``self.heads * out``)
+            if any(isinstance(x, sequences) for x in walk(e)):
+                return False
+            return size(e.left) or size(e.right)
+        return isinstance(e, cst.Name) and _int_param(e.value, edit.init)
+
+    args = [a.value for a in data.args]
+    if any(isinstance(a, sequences) for a in args):
+        return None
+    if len(args) == 1 and not size(args[0]):
+        return None
+    torch_name, _ = torch_spelling(ctx)
+    dtype = LEGACY_CONSTRUCTOR_DTYPES[q]
+    text = ", ".join(render(a) for a in args)
+    if dtype:
+        text += f", dtype={torch_name}.{dtype}"
+    return expr(f"{torch_name}.empty({text})")

@@ -69,6 +69,20 @@ def _any(d: str | None) -> bool:
     return _own(d) or _child(d)
 
 
+def overwrites(s: cst.CSTNode, attr: str, ctx: RuleContext) -> bool:
+    """Is the statement one call that sets every element of ``self.<attr>`` without reading
+    it (``trunc_normal_(self.pos, std=.02)``, ``self.w.data.zero_()``)?"""
+    if not (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1):
+        return False
+    call = getattr(s.body[0], "value", None)
+    w = _write(call, ctx) if isinstance(call, cst.Call) else None
+    return (
+        w is not None
+        and w.target in (f"self.{attr}", f"self.{attr}.data")
+        and w.kind not in (None, "storage")
+    )
+
+
 def init_only(s: cst.CSTNode, ctx: RuleContext, own=None) -> bool:
     """Does the statement only initialise tensors in place (``own``: which tensors count)?
     An ``if`` counts when every branch does."""
@@ -125,8 +139,17 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
             "the statement does more than initialise this module's own tensors in place "
             "(a child's tensor belongs in the model's `init_weights()`)"
         )
+    return move_own(ctx, edit)
+
+
+def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> Rewrite:
+    """Move every statement of ``__init__`` that only initialises the module's own tensors in
+    place, in order, into ``reset_parameters()``. The hook is called last in ``__init__``; when
+    that would move random draws after other draws and the hook is new, it is called where the
+    last moved statement was instead (the draws keep their order)."""
+    body = edit.init_body
     moved = [i for i, s in enumerate(body) if init_only(s, ctx)]
-    first = moved[0]
+    first, last = moved[0], moved[-1]
 
     attrs = sorted(
         {
@@ -146,17 +169,30 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
                         f"`self.{a}` is {hit} later in `__init__`, after its in-place init"
                     )
     random = not all(rng_free(body[i], ctx) for i in moved)
+    call_at = None
     if random:
         rest = [s for i, s in enumerate(body) if i > first and i not in moved]
-        if not all(rng_free(s, ctx) for s in rest):
+        between = [body[i] for i in range(first + 1, last) if i not in moved]
+        if all(rng_free(s, ctx) for s in rest):
+            pass
+        elif (
+            HOOK not in edit.cls.methods
+            and not edit._taken(HOOK)
+            and edit.hook_calls(HOOK) == ([], False)
+            and all(rng_free(s, ctx) for s in between)
+        ):
+            call_at = body[last]  # a new hook, called where the draws were: same order
+        else:
             edit.unsafe.append(
                 "random draws move after other random draws of `__init__`: eager values differ"
             )
     stmts = _take(edit, body, moved)
     # stores that replaced a removed statement keep its blank lines
-    edit.use_hook(HOOK, moved[-1], stmts)
+    edit.use_hook(HOOK, last, stmts, call_at=call_at)
     n = len(moved)
-    return edit.rewrite(f"Move {n} in-place init statement{'s' if n != 1 else ''} into `{HOOK}()`")
+    return edit.rewrite(
+        message or f"Move {n} in-place init statement{'s' if n != 1 else ''} into `{HOOK}()`"
+    )
 
 
 ROOT_HOOK = "init_weights"

@@ -38,6 +38,7 @@ from metalint.fix.codemod import (
     expr,
     fill,
     guarded,
+    legacy_empty,
     path_to,
     render,
     stmt,
@@ -257,9 +258,16 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     index, line, path = edit.locate(finding.node)
     attr, data_arg, guard = _parameter(ctx, finding.node, path)
+    legacy = legacy_empty(ctx, edit, data_arg.value)
+    if legacy is not None:
+        edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, legacy)])
+        return edit.rewrite(
+            f"Allocate `{attr}` with `{render(legacy)}`: the legacy constructor allocates on "
+            'the CPU even under `with torch.device("meta")`'
+        )
     later = edit.used_after(attr, index)
     if later:
-        raise Unfixable(later)
+        return _overwritten_later(ctx, edit, attr, index, later)
     names = torch_spelling(ctx)
     value = Value(data_arg.value, ctx)
 
@@ -290,3 +298,36 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
 def path_between(root: cst.CSTNode, target: cst.CSTNode):
 
     return path_to(root, target)
+
+
+def _overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, why: str):
+    """The value is dead: the next statement of ``__init__`` that uses ``self.<attr>``
+    re-initialises all of it in place (timm's ``self.pos_embed = nn.Parameter(torch.zeros(..))``
+    then ``trunc_normal_(self.pos_embed, std=.02)``). The fix is ML003's: the in-place inits
+    move, in order, into ``reset_parameters()``; the value stays (on meta it costs nothing)."""
+    from metalint.fix.codemod import _touches, _uses
+    from metalint.fix.inplace_init import init_only, move_own, overwrites
+
+    body = edit.init_body
+    memo = edit.memo()
+    methods: set[str] = set()
+    for j in range(index + 1, len(body)):
+        s = body[j]
+        if _touches(s, attr, False, memo) is None:
+            methods |= _uses(s, memo)[2]
+            continue
+        if not (init_only(s, ctx) and overwrites(s, attr, ctx)):
+            raise Unfixable(why)
+        break
+    else:
+        raise Unfixable(why)  # only a method that __init__ calls uses it
+    for name in sorted(methods):
+        for m in edit.cls.reachable(name):
+            if m.name != "__init__" and _touches(m.node.body, attr, False, memo):
+                raise Unfixable(why)
+    return move_own(
+        ctx,
+        edit,
+        f"`{attr}` is re-initialised in place later in `__init__`: move its in-place init "
+        "(with the class's others, in order) into `reset_parameters()`",
+    )

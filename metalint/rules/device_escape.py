@@ -6,7 +6,7 @@ import libcst as cst
 
 from metalint.static.construction import BUFFER_CLASSES, is_legacy_sizes, is_tensor, real_device
 from metalint.static.model import ClassFacts, MethodFacts, construction
-from metalint.static.rule import Finding, Rule
+from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import keyword, self_attr, short, string_value, walk
 from metalint.static.tensors import parameter_value
 from metalint.vocabulary import LEGACY_CONSTRUCTORS
@@ -74,13 +74,20 @@ class DeviceEscape(Rule):
     ```
 
     ## Fix safety
-    No automatic fix yet: replacing `torch.Tensor(*sizes)` with `torch.empty(*sizes)` is safe
-    when a hook initialises the tensor, but `torch.Tensor(list)` copies data and needs a hook.
+    `metalint fix` rewrites a legacy constructor of sizes, `torch.Tensor(in_channels,
+    out_channels)`, to `torch.empty(in_channels, out_channels)` (a typed one keeps its dtype:
+    `torch.LongTensor(n)` -> `torch.empty(n, dtype=torch.int64)`): the same uninitialised
+    tensor, allocated where the default device says. One argument counts as a size only when
+    it is an integer, an arithmetic of one or an `__init__` parameter annotated `int`
+    (`torch.Tensor(values)` copies data: not rewritten). Safe when `__init__` or a hook it calls
+    then sets the tensor's values; unsafe otherwise. Real-device factories and `.cpu()` are
+    not rewritten (the constructor's `device` argument is ML012's fix).
     """
 
     code = "ML009"
     name = "device-escape"
     summary = "Tensor created on an explicit real device (or a legacy constructor) in `__init__`"
+    codemod = "metalint.fix.device_escape"
 
     VALID = [
         # device from the constructor; a CPU tensor used only for Python numbers (timm drop-path)
@@ -115,13 +122,14 @@ class BlurPool(nn.Module):
     ]
     INVALID = [
         # the pre-2019 style: torch.Tensor(sizes) + reset_parameters still allocates
-        """
+        Invalid(
+            """
 import math
 import torch
 from torch import nn
 
 class Linear(nn.Module):
-    def __init__(self, in_features, out_features):
+    def __init__(self, in_features, out_features: int):
         super().__init__()
         self.weight = nn.Parameter(torch.Tensor(out_features, in_features))  # ERROR
         self.bias = nn.Parameter(torch.FloatTensor(out_features))  # ERROR
@@ -131,6 +139,23 @@ class Linear(nn.Module):
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         nn.init.zeros_(self.bias)
 """,
+            fixed="""
+import math
+import torch
+from torch import nn
+
+class Linear(nn.Module):
+    def __init__(self, in_features, out_features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))  # ERROR
+        self.bias = nn.Parameter(torch.empty(out_features, dtype=torch.float32))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.bias)
+""",
+        ),
         # explicit devices, through locals and into buffers
         """
 import torch

@@ -289,10 +289,12 @@ class InplaceInitOutsideHook(Rule):
     Own tensors: `metalint fix` moves every top-level statement of `__init__` that only
     initialises this module's own tensors in place (a `with torch.no_grad():` block of them
     too), in order, to the end of `reset_parameters()` (created or extended), which `__init__`
-    calls last; the constructor arguments they read are kept on `self`. A child's tensor
-    (`self.head.weight`): every statement that only initialises own or children's tensors in
-    place (an `if` whose branches all do, too) moves, in order, into a new root
-    `init_weights()`, whose call takes the place of the last one. Safe when the moved
+    calls last; the constructor arguments they read are kept on `self`. When later code draws
+    random numbers (timm's tokens, then `nn.Linear` heads) and the hook is new, `__init__`
+    calls it where the last moved statement was instead, so the draws keep their order. A
+    child's tensor (`self.head.weight`): every statement that only initialises own or
+    children's tensors in place (an `if` whose branches all do, too) moves, in order, into a
+    new root `init_weights()`, whose call takes the place of the last one. Safe when the moved
     statements draw no random numbers, or no random draw of `__init__` comes between them and
     their new place; unsafe otherwise (same distribution, other values under the same seed).
     Not fixable when the init is not in `__init__` itself, when a moved tensor is used later
@@ -469,6 +471,34 @@ class Block(nn.Module):
         self.conv = ConvNormAct(8, 8, bn_weight_init=0)
 """,
         # llm-foundry style RMSNorm, every spelling of nn.init
+        # timm's tokens, then a head that draws: the new hook is called where the init was
+        Invalid(
+            """
+import torch
+from torch import nn
+
+class Tokens(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
+        nn.init.normal_(self.cls_token, std=1e-6)  # ERROR
+        self.head = nn.Linear(dim, dim)
+""",
+            fixed="""
+import torch
+from torch import nn
+
+class Tokens(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
+        self.reset_parameters()
+        self.head = nn.Linear(dim, dim)
+
+    def reset_parameters(self):
+        nn.init.normal_(self.cls_token, std=1e-6)  # ERROR
+""",
+        ),
         Invalid(
             """
 import torch

@@ -65,8 +65,14 @@ class ParameterFromValue(Rule):
     `reset_parameters()`, which `__init__` calls last, so eager construction gives the same
     tensors. Constants are exact; `torch.randn(s) * k` becomes `normal_().mul_(k)` (the same
     draws), safe only when nothing after it in `__init__` draws random numbers. Calling an
-    existing `reset_parameters()` that `__init__` did not call is unsafe. Not fixable when the
-    shape of the value cannot be derived statically.
+    existing `reset_parameters()` that `__init__` did not call is unsafe. A value that
+    `__init__` re-initialises in place later (timm's `torch.zeros` then
+    `trunc_normal_(self.pos_embed)`) is dead: the fix moves the in-place init into
+    `reset_parameters()` (ML003's fix) and keeps the value. A legacy `torch.Tensor(sizes)`
+    (PyG's `Parameter(Tensor(out_channels))`), which allocates on the CPU even under
+    `with torch.device("meta")`, becomes `torch.empty(sizes)` (same dtype, uninitialised in
+    both; the hook `__init__` already calls sets it), when every argument is certainly a size.
+    Not fixable when the shape of the value cannot be derived statically.
     """
 
     code = "ML001"
@@ -157,6 +163,71 @@ class LayerScale(nn.Module):
 
     def reset_parameters(self):
         nn.init.constant_(self.gamma, self.init_values)
+""",
+        ),
+        # PyG's legacy constructor: allocated on the CPU under torch.device("meta")
+        Invalid(
+            """
+import torch
+from torch import Tensor
+from torch.nn import Module, Parameter
+
+def zeros(value):
+    value.data.fill_(0)
+
+class Conv(Module):
+    def __init__(self, out_channels: int):
+        super().__init__()
+        self.bias = Parameter(Tensor(out_channels))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        zeros(self.bias)
+""",
+            fixed="""
+import torch
+from torch import Tensor
+from torch.nn import Module, Parameter
+
+def zeros(value):
+    value.data.fill_(0)
+
+class Conv(Module):
+    def __init__(self, out_channels: int):
+        super().__init__()
+        self.bias = Parameter(torch.empty(out_channels))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        zeros(self.bias)
+""",
+        ),
+        # timm's tokens: a value re-initialised in place later in __init__
+        Invalid(
+            """
+import torch
+from torch import nn
+
+class Tokens(nn.Module):
+    def __init__(self, n, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))  # ERROR
+        self.head = nn.Linear(dim, dim)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+""",
+            fixed="""
+import torch
+from torch import nn
+
+class Tokens(nn.Module):
+    def __init__(self, n, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))  # ERROR
+        self.head = nn.Linear(dim, dim)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
 """,
         ),
         # every spelling of Parameter, through a local variable, and register_parameter
