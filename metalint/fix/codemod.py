@@ -696,6 +696,23 @@ def _int_param(name: str, init) -> bool:
     return False
 
 
+_SEQUENCES = (cst.List, cst.Tuple, cst.ListComp, cst.SimpleString, cst.FormattedString)
+
+
+def _size(e: cst.BaseExpression, init) -> bool:
+    """Is ``e`` certainly an integer (a size, not data)?"""
+    if isinstance(e, cst.Integer):
+        return True
+    if isinstance(e, cst.BinaryOperation) and isinstance(
+        e.operator, (cst.Multiply, cst.Add, cst.FloorDivide, cst.Subtract)
+    ):
+        # an int times anything but a sequence literal is a size (``self.heads * out``)
+        if any(isinstance(x, _SEQUENCES) for x in walk(e)):
+            return False
+        return _size(e.left, init) or _size(e.right, init)
+    return isinstance(e, cst.Name) and _int_param(e.value, init)
+
+
 def legacy_empty(ctx: RuleContext, edit: ClassEdit, data: cst.BaseExpression):
     """``torch.empty(sizes)`` for a legacy ``torch.Tensor(sizes)`` (PyG's
     ``Parameter(Tensor(out_channels))``): the same uninitialised tensor of the same dtype, but
@@ -711,24 +728,10 @@ def legacy_empty(ctx: RuleContext, edit: ClassEdit, data: cst.BaseExpression):
     if any(a.keyword is not None or a.star for a in data.args):
         return None
 
-    sequences = (cst.List, cst.Tuple, cst.ListComp, cst.SimpleString, cst.FormattedString)
-
-    def size(e: cst.BaseExpression) -> bool:
-        if isinstance(e, cst.Integer):
-            return True
-        if isinstance(e, cst.BinaryOperation) and isinstance(
-            e.operator, (cst.Multiply, cst.Add, cst.FloorDivide, cst.Subtract)
-        ):
-            # an int times anything but a sequence literal is a size (``self.heads * out``)
-            if any(isinstance(x, sequences) for x in walk(e)):
-                return False
-            return size(e.left) or size(e.right)
-        return isinstance(e, cst.Name) and _int_param(e.value, edit.init)
-
     args = [a.value for a in data.args]
-    if any(isinstance(a, sequences) for a in args):
+    if any(isinstance(a, _SEQUENCES) for a in args):
         return None
-    if len(args) == 1 and not size(args[0]):
+    if len(args) == 1 and not _size(args[0], edit.init):
         return None
     torch_name, _ = torch_spelling(ctx)
     dtype = LEGACY_CONSTRUCTOR_DTYPES[q]
