@@ -351,6 +351,10 @@ TORCH_WITHOUT_RESET = frozenset(
         "torch.nn.TransformerDecoderLayer",
         "torch.nn.TransformerEncoder",
         "torch.nn.TransformerDecoder",
+        "torch.nn._Loss",  # the base of the losses: no reset_parameters()
+        "torch.nn._WeightedLoss",
+        "torch.nn.modules.loss._Loss",
+        "torch.nn.modules.loss._WeightedLoss",
     }
 )
 #: the names a class may use to re-create its tensors after ``to_empty``

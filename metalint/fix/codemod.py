@@ -434,6 +434,45 @@ class ClassEdit:
 
     _hook_call_added: set = field(default_factory=set)
 
+    def join_called_hook(self, hook: str, first: int, last: int, moved: set[int]) -> None:
+        """The class already has ``hook()`` (a root ``init_weights()``: the library's, or one an
+        earlier fix made) and ``__init__`` calls it once, as a statement, before top-level
+        statement ``first``. Code moved from ``first``..``last`` can join its end when the call
+        moves to where ``last`` was: the hook's init then runs in the same order, provided that
+        nothing between the old call and ``last`` draws random numbers, calls a method of
+        ``self`` or reads a tensor (``.weight``, ``.bias``, ``.data``). This removes the old
+        call; the caller puts the new one in place of ``last``. Raises :class:`Unfixable`."""
+        by_hand = f"`{self.cls.name}` already has an `{hook}()`: merge this init into it by hand"
+        m = self.cls.methods.get(hook)
+        if m is None or not isinstance(m.node.body, cst.IndentedBlock) or returns(m.node.body):
+            raise Unfixable(by_hand)
+        if any(p.default is None for p in m.node.params.params[1:]):
+            raise Unfixable(by_hand)
+        calls, nested = self.hook_calls(hook)
+        if nested or len(calls) != 1 or calls[0] >= first:
+            raise Unfixable(by_hand)
+        c = calls[0]
+        for i in range(c + 1, last):
+            if i in moved:
+                continue
+            s = self.init_body[i]
+            if (
+                not isinstance(s, cst.SimpleStatementLine)
+                or not rng_free(s, self.ctx)
+                or _uses(s, self.memo())[2]
+                or any(
+                    isinstance(n, cst.Attribute) and n.attr.value in ("weight", "bias", "data")
+                    for n in walk(s)
+                )
+            ):
+                raise Unfixable(
+                    f"{by_hand} (`__init__` calls it earlier, and code between draws random "
+                    "numbers, calls a method or reads a tensor)"
+                )
+        old = self.init_body[c]
+        self.replace[id(old)] = (old, [])
+        self._hook_call_added.add(hook)
+
     def choose_hook(self, index: int, prefer: tuple[str, ...] = ()) -> str:
         """``reset_parameters`` when the class has one; else an existing public hook that
         ``__init__`` already calls after statement ``index`` (``init_weights``: extending it
@@ -600,7 +639,8 @@ class ClassEdit:
                 stmts = self.hook_append[m.name.value]
                 body = m.body
                 kept = [s for s in body.body if not _is_pass(s)]
-                out.append(m.with_changes(body=body.with_changes(body=[*kept, *stmts])))
+                joined = [*kept[:-1], *_join_with_blocks(kept[-1:] + list(stmts))]
+                out.append(m.with_changes(body=body.with_changes(body=joined)))
                 continue
             out.append(m)
         return cls_node.with_changes(body=cls_node.body.with_changes(body=out))
@@ -659,9 +699,33 @@ def _new_method(
     fn = stmt(f"def {hook}(self){returns}:\n    pass\n")
     assert isinstance(fn, cst.FunctionDef)
     return fn.with_changes(
-        body=fn.body.with_changes(body=stmts),
+        body=fn.body.with_changes(body=_join_with_blocks(stmts)),
         leading_lines=[cst.EmptyLine(indent=False)],
     )
+
+
+def _join_with_blocks(stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """Adjacent ``with torch.no_grad():`` blocks (one per moved value) become one block."""
+    out: list[cst.BaseStatement] = []
+    for s in stmts:
+        prev = out[-1] if out else None
+        if (
+            isinstance(s, cst.With)
+            and isinstance(prev, cst.With)
+            and not any(line.comment for line in s.leading_lines)
+            and _items(prev) == _items(s)
+            and isinstance(prev.body, cst.IndentedBlock)
+            and isinstance(s.body, cst.IndentedBlock)
+        ):
+            body = prev.body.with_changes(body=[*prev.body.body, *s.body.body])
+            out[-1] = prev.with_changes(body=body)
+            continue
+        out.append(s)
+    return out
+
+
+def _items(w: cst.With) -> str:
+    return ", ".join(render(i) for i in w.items)
 
 
 # -- assignment helpers --------------------------------------------------------------------------

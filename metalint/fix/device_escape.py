@@ -8,9 +8,9 @@ on meta. Only sizes are rewritten: one argument counts as a size when it is an i
 arithmetic of one, or an ``__init__`` parameter annotated ``int`` (``torch.Tensor(values)``
 copies data and is left alone).
 
-Safe when ``__init__`` (or a hook it calls) sets the tensor's values after creating it: both
-versions start uninitialised and end with the values the hook writes. Otherwise unsafe: its
-values stay whatever memory held, either way.
+Safe: the same allocation (shape, dtype, uninitialised contents), so whatever ``__init__`` or
+a hook then writes gives the same values; a tensor nothing writes holds whatever memory held in
+either version.
 """
 
 from __future__ import annotations
@@ -26,17 +26,12 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     node = finding.node
     if not isinstance(node, cst.Call):
         raise Unfixable("not a call to a legacy constructor")
-    index, line, _path = edit.locate(node)
+    _index, line, _path = edit.locate(node)
     empty = legacy_empty(ctx, edit, node)
     if empty is None:
         raise Unfixable(
             "not a legacy constructor of sizes known statically (`torch.Tensor(sizes)`): "
             "a constructor of data needs its value set in a hook"
-        )
-    attrs = [a for a in finding.subject if a]
-    if not attrs or any(edit.used_after(a, index, writes_only=True) is None for a in attrs):
-        edit.unsafe.append(
-            "nothing in `__init__` sets its values afterwards: they stay uninitialised memory"
         )
     edit.replace[id(line)] = (line, [line.deep_replace(node, empty)])
     return edit.rewrite(

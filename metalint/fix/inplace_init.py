@@ -150,6 +150,12 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
     body = edit.init_body
     moved = [i for i, s in enumerate(body) if init_only(s, ctx)]
     first, last = moved[0], moved[-1]
+    calls, nested = edit.hook_calls(ROOT_HOOK)
+    if ROOT_HOOK in edit.cls.methods and HOOK not in edit.cls.methods:
+        if len(calls) == 1 and not nested and calls[0] < first:
+            # under timm's protocol a module with an ``init_weights()`` is initialised by it
+            # alone: the own init joins it (with any children's init, in order)
+            return _children(ctx, edit, first)
 
     attrs = sorted(
         {
@@ -205,12 +211,17 @@ def _children(ctx: RuleContext, edit: ClassEdit, index: int) -> Rewrite:
     the place of the last one, so eager construction draws the same numbers in the same order."""
 
     body = edit.init_body
-    if ROOT_HOOK in edit.cls.methods or edit._taken(ROOT_HOOK):
-        raise Unfixable(
-            f"`{edit.cls.name}` already has an `{ROOT_HOOK}()`: merge this init into it by hand"
-        )
     moved = [i for i, s in enumerate(body) if init_only(s, ctx, _any)]
     first, last = moved[0], moved[-1]
+    opening = []
+    if ROOT_HOOK in edit.cls.methods:
+        edit.join_called_hook(ROOT_HOOK, first, last, set(moved))
+    elif edit._taken(ROOT_HOOK):
+        raise Unfixable(f"`{ROOT_HOOK}` is already an attribute of `{edit.cls.name}`")
+    else:
+        from metalint.fix.parent_init import own_hook_first
+
+        opening = own_hook_first(edit, first, last, set(moved))
     attrs = {
         a
         for i in moved
@@ -232,7 +243,7 @@ def _children(ctx: RuleContext, edit: ClassEdit, index: int) -> Rewrite:
     s = body[last]
     call = stmt(f"self.{ROOT_HOOK}()").with_changes(leading_lines=s.leading_lines)
     edit.replace[id(s)] = (s, [*edit.replace[id(s)][1], call])
-    edit.hook_append[ROOT_HOOK] = stmts
+    edit.hook_append[ROOT_HOOK] = [*opening, *stmts]
     n = len(moved)
     return edit.rewrite(
         f"Move {n} in-place init statement{'s' if n != 1 else ''} of children's tensors into a "

@@ -41,6 +41,7 @@ from metalint.fix.codemod import (
     legacy_empty,
     path_to,
     render,
+    rng_free,
     stmt,
     torch_spelling,
 )
@@ -269,7 +270,10 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if later:
         return _overwritten_later(ctx, edit, attr, index, later)
     names = torch_spelling(ctx)
-    value = Value(data_arg.value, ctx)
+    try:
+        value = Value(data_arg.value, ctx)
+    except Unfixable as exc:
+        return _recompute(ctx, edit, attr, line, index, data_arg.value, guard, names, str(exc))
 
     # __init__: allocate with torch.empty, passing on the factory's own dtype/device/**kwargs
     # (no device is added: under ``with torch.device("meta")`` a factory without one lands on
@@ -331,3 +335,32 @@ def _overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int,
         f"`{attr}` is re-initialised in place later in `__init__`: move its in-place init "
         "(with the class's others, in order) into `reset_parameters()`",
     )
+
+
+def _recompute(ctx, edit: ClassEdit, attr, line, index, data, guard, names, why: str):
+    """No shape can be derived (``torch.tensor(spatial_sigma[0])``, a local computed from
+    factories, ``torch.arange(n).float()``): the creation stays as it is (on meta it costs
+    nothing and has the right shape and dtype) and the hook computes the same value again and
+    copies it in, as ML002's fix does for buffers. Exact for a value that draws no random
+    numbers; a random one would be drawn a second time (unsafe)."""
+    from metalint.fix.buffer_from_value import inline_locals
+    from metalint.fix.codemod import _uses
+
+    full = inline_locals(edit, data)
+    if any(isinstance(n, cst.Name) and n.value == "None" for n in walk(full)):
+        raise Unfixable(why)
+    for a in sorted(_uses(full)[1]):
+        if edit.used_after(a, index, writes_only=True):
+            raise Unfixable(f"{why}; the value reads `self.{a}`, which changes later")
+    value = edit.store_names(full, line, index)
+    body = fill(f"with {names[0]}.no_grad():\n    self.{attr}.copy_(__v__)", v=value)
+    if guard:
+        body = guarded(guard, body)
+    if not rng_free(full, ctx):
+        edit.unsafe.append(
+            "the value may draw random numbers: it is drawn a second time in the hook, so "
+            "eager values differ"
+        )
+    hook = edit.choose_hook(index)
+    edit.use_hook(hook, index, [body])
+    return edit.rewrite(f"Compute `{attr}` again in `{hook}()` and copy it in")

@@ -17,10 +17,13 @@ order: the fix is safe. Constructor arguments the statement reads are kept on ``
 (``self._zero_init_last``: the applied function may test ``hasattr(module, "zero_init_last")``).
 
 A private method of ``__init__``'s (``self._init_params()``) that applies the init is called
-from a new ``init_weights()`` in the same way. Not fixable: a class that already has an
-``init_weights()`` (the call is then either in it already, which timm's protocol replays, or
-beside a root hook it should be merged into by hand), and a statement inside a loop, ``with``
-or ``try``.
+from a new ``init_weights()`` in the same way. A class that already has an ``init_weights()``
+that ``__init__`` calls earlier (the library's, or one ML003's fix made for the children's
+tensors) gets the statement at its end, and the call moves to where the statement was, when
+nothing between draws random numbers, calls a method or reads a tensor: the init runs in the
+same order. Not fixable: a call already inside ``init_weights()`` (timm's protocol replays
+it), other classes with an ``init_weights()`` (merge by hand), and a statement inside a loop,
+``with`` or ``try``.
 """
 
 from __future__ import annotations
@@ -84,15 +87,36 @@ def _in_init(edit: ClassEdit, node: cst.CSTNode, index: int, path) -> Rewrite:
             break
         if isinstance(n, BLOCKS):
             raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
-    _new_hook(edit)
+    first = []
+    if HOOK in edit.cls.methods:
+        edit.join_called_hook(HOOK, index, index, set())
+    else:
+        _new_hook(edit)
+        first = own_hook_first(edit, index, index, set())
     edit.replace[id(moved)] = (moved, [])
     body = edit.store_names(moved, moved, index, bound=bound_names(moved), private=True)
     stores = edit.replace[id(moved)][1]
     # blank lines above go above the group, comments stay with the call (``_expand``)
     call = stmt(f"self.{HOOK}()").with_changes(leading_lines=moved.leading_lines)
     edit.replace[id(moved)] = (moved, [*stores, call])
-    edit.hook_append[HOOK] = [body.with_changes(leading_lines=())]
+    edit.hook_append[HOOK] = [*first, body.with_changes(leading_lines=())]
     return edit.rewrite(f"Move the children's init into a root `{HOOK}()` called from `__init__`")
+
+
+def own_hook_first(edit: ClassEdit, first: int, last: int, moved: set[int]) -> list:
+    """A new root ``init_weights()`` in a class whose ``__init__`` already calls its own
+    ``reset_parameters()`` earlier (an earlier fix moved the class's own in-place init there):
+    under timm's protocol a module with an ``init_weights()`` is initialised by it alone, so
+    it calls ``reset_parameters()`` first and the earlier call goes (the init runs in the same
+    order; see :meth:`ClassEdit.join_called_hook`). Returns the statements that open it."""
+    reset = "reset_parameters"
+    if reset not in edit.cls.methods:
+        return []
+    calls, nested = edit.hook_calls(reset)
+    if nested or len(calls) != 1 or calls[0] >= first:
+        return []  # called last (or not at all): it stays as it is
+    edit.join_called_hook(reset, first, last, moved)
+    return [stmt(f"self.{reset}()")]
 
 
 def _through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:

@@ -79,9 +79,10 @@ class DeviceEscape(Rule):
     `torch.LongTensor(n)` -> `torch.empty(n, dtype=torch.int64)`): the same uninitialised
     tensor, allocated where the default device says. One argument counts as a size only when
     it is an integer, an arithmetic of one or an `__init__` parameter annotated `int`
-    (`torch.Tensor(values)` copies data: not rewritten). Safe when `__init__` or a hook it calls
-    then sets the tensor's values; unsafe otherwise. Real-device factories and `.cpu()` are
-    not rewritten (the constructor's `device` argument is ML012's fix).
+    (`torch.Tensor(values)` copies data: not rewritten). Safe: the same allocation (shape, dtype,
+    uninitialised contents), so whatever a hook then writes gives the same values. Real-device
+    factories and `.cpu()` are not rewritten (the constructor's `device` argument is ML012's
+    fix).
     """
 
     code = "ML009"

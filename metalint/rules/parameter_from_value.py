@@ -71,8 +71,10 @@ class ParameterFromValue(Rule):
     `reset_parameters()` (ML003's fix) and keeps the value. A legacy `torch.Tensor(sizes)`
     (PyG's `Parameter(Tensor(out_channels))`), which allocates on the CPU even under
     `with torch.device("meta")`, becomes `torch.empty(sizes)` (same dtype, uninitialised in
-    both; the hook `__init__` already calls sets it), when every argument is certainly a size.
-    Not fixable when the shape of the value cannot be derived statically.
+    both), when every argument is certainly a size.
+    When no shape can be derived (`torch.tensor(sigma[0])`, a value through a local), the
+    creation stays (on meta it costs nothing) and `reset_parameters()` computes the same value
+    again and copies it in: exact for a value that draws no random numbers, unsafe otherwise.
     """
 
     code = "ML001"
@@ -171,9 +173,7 @@ class LayerScale(nn.Module):
 import torch
 from torch import Tensor
 from torch.nn import Module, Parameter
-
-def zeros(value):
-    value.data.fill_(0)
+from somewhere.inits import zeros
 
 class Conv(Module):
     def __init__(self, out_channels: int):
@@ -188,9 +188,7 @@ class Conv(Module):
 import torch
 from torch import Tensor
 from torch.nn import Module, Parameter
-
-def zeros(value):
-    value.data.fill_(0)
+from somewhere.inits import zeros
 
 class Conv(Module):
     def __init__(self, out_channels: int):
@@ -228,6 +226,33 @@ class Tokens(nn.Module):
 
     def reset_parameters(self):
         nn.init.trunc_normal_(self.cls_token, std=0.02)
+""",
+        ),
+        # monai's filter sigmas: no shape to derive, the value is computed again in the hook
+        Invalid(
+            """
+import torch
+from torch import nn
+
+class Bilateral(nn.Module):
+    def __init__(self, spatial_sigma):
+        super().__init__()
+        self.sigma_x = nn.Parameter(torch.tensor(spatial_sigma[0]))  # ERROR
+""",
+            fixed="""
+import torch
+from torch import nn
+
+class Bilateral(nn.Module):
+    def __init__(self, spatial_sigma):
+        super().__init__()
+        self.spatial_sigma = spatial_sigma
+        self.sigma_x = nn.Parameter(torch.tensor(spatial_sigma[0]))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        with torch.no_grad():
+            self.sigma_x.copy_(torch.tensor(self.spatial_sigma[0]))
 """,
         ),
         # every spelling of Parameter, through a local variable, and register_parameter

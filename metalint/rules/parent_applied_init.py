@@ -162,10 +162,16 @@ class ParentAppliedInit(Rule):
     construction draws the same random numbers in the same order, so the fix is safe. The
     constructor arguments the statement reads are kept on `self` under a private name
     (`self._zero_init_last`). Whoever materialises the model must then call `init_weights()`
-    after `to_empty()` (timm's and transformers' protocol). Not fixable when the class already
-    has an `init_weights()` (or an attribute of that name), when the statement is inside a
-    loop, `with`, `try` or nested function or is part of a larger statement, or when the
-    private method takes arguments, returns a value or is not called once from `__init__`.
+    after `to_empty()` (timm's and transformers' protocol). A class that already has an
+    `init_weights()` (or a `reset_parameters()` for its own tensors) that `__init__` calls
+    earlier gets the statement at the end of it (a new `init_weights()` calls
+    `reset_parameters()` first: under timm's protocol a module with an `init_weights()` is
+    initialised by it alone), and the call moves to where the statement ran, when nothing
+    between draws random numbers, calls a method or reads a tensor: safe, the init runs in the
+    same order. Not fixable otherwise when the class already has an `init_weights()` (or an
+    attribute of that name), when the statement is inside a loop, `with`, `try` or nested
+    function or is part of a larger statement, or when the private method takes arguments,
+    returns a value or is not called once from `__init__`.
     """
 
     code = "ML010"
@@ -416,6 +422,50 @@ class MaxxVit(nn.Module):
 """,
     ]
     INVALID = [
+        # an init_weights() for the own tensors, called just before: the apply joins it
+        Invalid(
+            """
+import torch
+import torch.nn as nn
+
+class Cait(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
+        self.head = nn.Linear(dim, dim)
+        self.reset_parameters()
+        self.apply(self._init_weights)  # ERROR
+
+    def reset_parameters(self):
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+""",
+            fixed="""
+import torch
+import torch.nn as nn
+
+class Cait(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
+        self.head = nn.Linear(dim, dim)
+        self.init_weights()
+
+    def init_weights(self):
+        self.reset_parameters()
+        self.apply(self._init_weights)  # ERROR
+
+    def reset_parameters(self):
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+""",
+        ),
         # nanoGPT / many transformers re-implementations
         Invalid(
             """
