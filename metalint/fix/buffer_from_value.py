@@ -31,6 +31,7 @@ from metalint.fix.codemod import (
     fill,
     guarded,
     names_in,
+    stmt,
     substitute,
     torch_spelling,
 )
@@ -97,18 +98,169 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         raise Unfixable(later)
     torch_name, _ = torch_spelling(ctx)
     kind = value_kind(value, ctx.qualify, edit.init)
-    full = inline_locals(edit, value)
+    hook = edit.choose_hook(index, prefer=("init_non_persistent_buffers",))
+    prelude: list[cst.BaseStatement] = []
+    try:
+        full = inline_locals(edit, value)
+    except Unfixable as exc:
+        why = str(exc)
+        full = value
+        prelude = recompute_locals(edit, value, index, hook, why)
     for n in walk(full):
         if isinstance(n, cst.IfExp) or (isinstance(n, cst.Name) and n.value == "None"):
             raise Unfixable("the buffer may be `None`: it is not re-computed by a hook")
-    value_node = edit.store_names(full, line, index)
+    if prelude:
+        value_node = prelude.pop()
+    else:
+        value_node = edit.store_names(full, line, index)
     body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=value_node)
+    body = [*prelude, body]
     if any(isinstance(n, cst.If) for n in path):
-        body = guarded(f"getattr(self, {attr!r}, None) is not None", body)
-    hook = edit.choose_hook(index, prefer=("init_non_persistent_buffers",))
+        body = [guarded(f"getattr(self, {attr!r}, None) is not None", b) for b in body]
+        if len(body) > 1:
+            raise Unfixable("the buffer is registered inside an `if` and computed through locals")
     if kind == "random":
         edit.unsafe.append(
             "the random value is drawn a second time in the hook: eager values differ"
         )
-    edit.use_hook(hook, index, [body])
+    edit.use_hook(hook, index, body)
     return edit.rewrite(f"Compute buffer `{attr}` in `{hook}()` and call it from `__init__`")
+
+
+def _binds(s: cst.CSTNode) -> set[str]:
+    """Local names a statement assigns or changes in place (``x = ..``, ``x[0] += ..``,
+    ``x.mul_(2)``)."""
+    from metalint.static.names import dotted
+    from metalint.vocabulary import INPLACE_METHODS
+
+    out: set[str] = set()
+    for n in walk(s):
+        targets: list[cst.CSTNode] = []
+        if isinstance(n, cst.Assign):
+            targets = [t.target for t in n.targets]
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign)):
+            targets = [n.target]
+        elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute):
+            if n.func.attr.value in INPLACE_METHODS:
+                targets = [n.func.value]
+        for t in targets:
+            for x in walk(t) if isinstance(t, (cst.Tuple, cst.List)) else [t]:
+                while isinstance(x, (cst.Subscript, cst.Attribute)):
+                    x = x.value
+                if isinstance(x, cst.Name):
+                    out.add(x.value)
+        if isinstance(n, cst.Call) and (dotted(n.func) or "").endswith("_") and n.args:
+            x = n.args[0].value
+            while isinstance(x, (cst.Subscript, cst.Attribute)):
+                x = x.value
+            if isinstance(x, cst.Name):
+                out.add(x.value)
+    return out
+
+
+def _raises_only(s: cst.CSTNode) -> bool:
+    """``if bad(x): raise ValueError(...)``: a check that changes nothing."""
+    return (
+        isinstance(s, cst.If)
+        and s.orelse is None
+        and isinstance(s.body, cst.IndentedBlock)
+        and all(
+            isinstance(b, cst.SimpleStatementLine) and all(isinstance(x, cst.Raise) for x in b.body)
+            for b in s.body.body
+        )
+    )
+
+
+def _local_only(s: cst.CSTNode, edit: ClassEdit) -> bool:
+    """A statement (or an ``if`` of them) that only computes locals: no ``self`` written,
+    no method of ``self`` called, no random draw, no loop or nested function."""
+    from metalint.fix.codemod import _uses
+
+    if isinstance(s, cst.If):
+        parts = [*s.body.body] if isinstance(s.body, cst.IndentedBlock) else []
+        rest = s.orelse
+        if rest is not None:
+            parts.append(rest if isinstance(rest, cst.If) else None)
+            if isinstance(rest, cst.Else):
+                parts[-1:] = (
+                    list(rest.body.body) if isinstance(rest.body, cst.IndentedBlock) else [None]
+                )
+        if not parts or not all(p is not None and _local_only(p, edit) for p in parts):
+            return False
+        return not _draws(s.test, edit)
+    if not isinstance(s, cst.SimpleStatementLine):
+        return False
+    written, _read, calls = _uses(s, edit.memo())
+    return not written and not calls and not _draws(s, edit)
+
+
+def _draws(node: cst.CSTNode, edit: ClassEdit) -> bool:
+    """Does the code draw random numbers or build a module (whose init draws)? What
+    :func:`value_kind` calls random, as ML002 judges a buffer's value."""
+    from metalint.vocabulary import INIT_KIND, RANDOM_FACTORIES
+
+    for n in walk(node):
+        if not isinstance(n, cst.Call):
+            continue
+        q = edit.ctx.qualify(n.func) or ""
+        name = q.rsplit(".", 1)[-1] if q else getattr(getattr(n.func, "attr", None), "value", "")
+        if q in RANDOM_FACTORIES or INIT_KIND.get(name) == "random":
+            return True
+        if q.startswith("torch.nn.") and name[:1].isupper():
+            return True
+    return False
+
+
+def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) -> list:
+    """The statements of ``__init__`` that compute the locals ``value`` reads (swin's relative
+    position index: ``relative_coords = ..``, ``relative_coords[:, :, 0] += ..``, an ``if``
+    choosing the mesh), copied in order for the hook, and, last, ``value`` for the hook. The
+    constructor arguments they read are kept on ``self``; an argument the copied code assigns
+    anew is read back from ``self`` first. Raises :class:`Unfixable` (``why``) when a statement
+    that changes one of those locals does more than compute locals."""
+    body = edit.init_body
+    need = {n.value for n in names_in(value)} - {"self"}
+    picked: list[int] = []
+    for i in range(index - 1, -1, -1):
+        s = body[i]
+        hit = _binds(s) & need
+        if not hit:
+            if (
+                need & {n.value for n in names_in(s)}
+                and not isinstance(s, cst.SimpleStatementLine)
+                and not _raises_only(s)
+            ):
+                raise Unfixable(why)
+            continue
+        if not _local_only(s, edit):
+            raise Unfixable(why)
+        picked.append(i)
+        need |= {n.value for n in names_in(s)} - {"self"}
+    if not picked:
+        raise Unfixable(why)
+    picked.reverse()
+    bound: set[str] = set()
+    for i in picked:
+        bound |= _binds(body[i])
+    if hook in edit.cls.methods:
+        mine = {n.value for n in walk(edit.cls.methods[hook].node.body) if isinstance(n, cst.Name)}
+        if mine & bound:
+            raise Unfixable(why)
+    first = body[picked[0]]
+    init = edit.init
+    prelude = []
+    for n in sorted(bound & set(init.params)):
+        # an argument the copied code assigns anew: kept as it is before the first copied line
+        attr, new = edit._attr_for(n, picked[0])
+        if new:
+            old = edit.replace.get(id(first))
+            current = old[1] if old else [first]
+            edit.replace[id(first)] = (first, [stmt(f"self.{attr} = {n}"), *current])
+        prelude.append(stmt(f"{n} = self.{attr}"))
+    out = [*prelude]
+    for i in picked:
+        s = body[i]
+        new = edit.store_names(s, first, picked[0], bound=bound)
+        out.append(new.with_changes(leading_lines=()))
+    out.append(edit.store_names(value, first, picked[0], bound=bound))
+    return out

@@ -82,8 +82,12 @@ class BufferFromValue(Rule):
     `metalint fix` keeps the registration and re-computes the value in a hook that `__init__`
     calls last (`init_non_persistent_buffers()` when the class has one, else
     `reset_parameters()`), copying it into the buffer; the constructor arguments the computation
-    reads are kept on `self`. Deterministic values are recomputed exactly (safe); a random
-    value would be drawn twice (unsafe).
+    reads are kept on `self`. A value computed through locals assigned more than once (swin's
+    relative position index: `relative_coords[:, :, 0] += ...`) has the statements that compute
+    them copied into the hook, in order, when they only compute locals (no `self` written, no
+    method called, no random draw; an `if` of such statements and `if ...: raise` checks
+    count). Deterministic values are recomputed exactly (safe); a random value would be drawn
+    twice (unsafe).
     """
 
     code = "ML002"
@@ -161,6 +165,40 @@ class Holder(nn.Module):
 """,
     ]
     INVALID = [
+        # a count table through a local assigned twice: its statements are copied into the hook
+        Invalid(
+            """
+import torch
+from torch import nn
+
+class BalancedLoss(nn.Module):
+    def __init__(self, class_counts, num_samples):
+        super().__init__()
+        counts = torch.as_tensor(class_counts, dtype=torch.float32)
+        counts = counts.clamp(1.0, num_samples - 1.0)
+        self.register_buffer("freq_inv", 1.0 / counts)  # ERROR
+""",
+            fixed="""
+import torch
+from torch import nn
+
+class BalancedLoss(nn.Module):
+    def __init__(self, class_counts, num_samples):
+        super().__init__()
+        self.num_samples = num_samples
+        self.class_counts = class_counts
+        counts = torch.as_tensor(class_counts, dtype=torch.float32)
+        counts = counts.clamp(1.0, num_samples - 1.0)
+        self.register_buffer("freq_inv", 1.0 / counts)  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        counts = torch.as_tensor(self.class_counts, dtype=torch.float32)
+        counts = counts.clamp(1.0, self.num_samples - 1.0)
+        with torch.no_grad():
+            self.freq_inv.copy_(1.0 / counts)
+""",
+        ),
         # the classic RoPE (Llama-style, transformers 4.x)
         Invalid(
             """
