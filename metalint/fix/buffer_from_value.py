@@ -28,6 +28,7 @@ from metalint.fix.codemod import (
     ClassEdit,
     Rewrite,
     Unfixable,
+    _uses,
     fill,
     guarded,
     names_in,
@@ -35,9 +36,11 @@ from metalint.fix.codemod import (
     substitute,
     torch_spelling,
 )
+from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk
 from metalint.static.tensors import value_kind
+from metalint.vocabulary import INIT_KIND, INPLACE_METHODS, RANDOM_FACTORIES
 
 COMPOUND = (
     cst.BinaryOperation,
@@ -130,8 +133,6 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
 def _binds(s: cst.CSTNode) -> set[str]:
     """Local names a statement assigns or changes in place (``x = ..``, ``x[0] += ..``,
     ``x.mul_(2)``)."""
-    from metalint.static.names import dotted
-    from metalint.vocabulary import INPLACE_METHODS
 
     out: set[str] = set()
     for n in walk(s):
@@ -174,7 +175,6 @@ def _raises_only(s: cst.CSTNode) -> bool:
 def _local_only(s: cst.CSTNode, edit: ClassEdit) -> bool:
     """A statement (or an ``if`` of them) that only computes locals: no ``self`` written,
     no method of ``self`` called, no random draw, no loop or nested function."""
-    from metalint.fix.codemod import _uses
 
     if isinstance(s, cst.If):
         parts = [*s.body.body] if isinstance(s.body, cst.IndentedBlock) else []
@@ -197,7 +197,6 @@ def _local_only(s: cst.CSTNode, edit: ClassEdit) -> bool:
 def _draws(node: cst.CSTNode, edit: ClassEdit) -> bool:
     """Does the code draw random numbers or build a module (whose init draws)? What
     :func:`value_kind` calls random, as ML002 judges a buffer's value."""
-    from metalint.vocabulary import INIT_KIND, RANDOM_FACTORIES
 
     for n in walk(node):
         if not isinstance(n, cst.Call):

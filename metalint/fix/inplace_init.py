@@ -16,6 +16,7 @@ from __future__ import annotations
 import libcst as cst
 
 from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, _touches, rng_free, stmt
+from metalint.fix.parent_init import own_hook_first
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk
 from metalint.static.tensors import Write, inplace_write
@@ -219,8 +220,6 @@ def _children(ctx: RuleContext, edit: ClassEdit, index: int) -> Rewrite:
     elif edit._taken(ROOT_HOOK):
         raise Unfixable(f"`{ROOT_HOOK}` is already an attribute of `{edit.cls.name}`")
     else:
-        from metalint.fix.parent_init import own_hook_first
-
         opening = own_hook_first(edit, first, last, set(moved))
     attrs = {
         a

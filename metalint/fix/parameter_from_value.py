@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import libcst as cst
 
+from metalint.fix.buffer_from_value import inline_locals
 from metalint.fix.codemod import (
     ClassEdit,
     Rewrite,
     Unfixable,
+    _touches,
+    _uses,
     assigned_attr,
     expr,
     fill,
@@ -45,6 +48,7 @@ from metalint.fix.codemod import (
     stmt,
     torch_spelling,
 )
+from metalint.fix.inplace_init import init_only, move_own, overwrites
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk
 from metalint.vocabulary import (
@@ -309,8 +313,6 @@ def _overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int,
     re-initialises all of it in place (timm's ``self.pos_embed = nn.Parameter(torch.zeros(..))``
     then ``trunc_normal_(self.pos_embed, std=.02)``). The fix is ML003's: the in-place inits
     move, in order, into ``reset_parameters()``; the value stays (on meta it costs nothing)."""
-    from metalint.fix.codemod import _touches, _uses
-    from metalint.fix.inplace_init import init_only, move_own, overwrites
 
     body = edit.init_body
     memo = edit.memo()
@@ -343,8 +345,6 @@ def _recompute(ctx, edit: ClassEdit, attr, line, index, data, guard, names, why:
     nothing and has the right shape and dtype) and the hook computes the same value again and
     copies it in, as ML002's fix does for buffers. Exact for a value that draws no random
     numbers; a random one would be drawn a second time (unsafe)."""
-    from metalint.fix.buffer_from_value import inline_locals
-    from metalint.fix.codemod import _uses
 
     full = inline_locals(edit, data)
     if any(isinstance(n, cst.Name) and n.value == "None" for n in walk(full)):
