@@ -472,3 +472,48 @@ def test_parent_applied_init_through_a_helper_in_another_file(tmp_path):
         )
     )
     assert _ml010(pkg) == [("EfficientNet", None, None)]
+
+
+def test_optional_dependency_fallback_classes_are_children(tmp_path):
+    # transformers' xLSTM: `if is_xlstm_available(): from xlstm import RMSNorm as xLSTMRMSNorm;
+    # class xLSTMBlock(...): pass` / `else: class xLSTMRMSNorm ...; class xLSTMBlock ...`: the
+    # fallback classes (lower-case names, one defined twice) are built inside the model, whose
+    # _init_weights restores the norm by class name
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "modeling_x.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+            from transformers import PreTrainedModel
+
+            if is_fast_available():
+                from fast import RMSNorm as xRMSNorm
+
+                class xBlock(nn.Module):
+                    pass
+            else:
+                class xRMSNorm(nn.Module):
+                    def __init__(self, dim):
+                        super().__init__()
+                        self.weight = nn.Parameter(torch.ones(dim))
+
+                class xBlock(nn.Module):
+                    def __init__(self, dim):
+                        super().__init__()
+                        self.norm = xRMSNorm(dim)
+
+            class xPreTrainedModel(PreTrainedModel):
+                pass
+
+            class xModel(xPreTrainedModel):
+                def __init__(self, config):
+                    super().__init__(config)
+                    self.block = xBlock(config.hidden_size)
+            """
+        )
+    )
+    assert [(d.symbol, d.subject) for d in _found(pkg)] == []
+    assert [(d.symbol, d.subject) for d in _found(pkg, RESET)] == [("xRMSNorm", ("weight",))]

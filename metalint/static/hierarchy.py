@@ -22,7 +22,13 @@ class Hierarchy:
         self.exports: dict[str, dict[str, str]] = {}
         for r in results:
             for c in r.classes:
-                self.classes.setdefault(c.fullname, c)
+                kept = self.classes.setdefault(c.fullname, c)
+                if kept is not c:
+                    # ``if has_xlstm: class xLSTMBlock(...) else: class xLSTMBlock(...)``:
+                    # either may be the one built, so a child of either is a child
+                    both = {*kept.protocol.get("children", ()), *c.protocol.get("children", ())}
+                    if both:
+                        kept.protocol["children"] = sorted(both)
             for name, summary in r.functions.items():
                 self.functions.setdefault(name, summary)
             if r.module:

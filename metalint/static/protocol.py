@@ -239,12 +239,13 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]]]:
 
 
 def _class_ref(node, ctx) -> str | None:
-    """The qualified name of ``Block`` / ``layers.Block`` (a capitalised name: maybe a class)."""
+    """The qualified name of ``Block`` / ``layers.Block`` (a capitalised name: maybe a class;
+    any class of this file: transformers' ``xLSTMRMSNorm``)."""
     import libcst as cst
 
     if isinstance(node, (cst.Name, cst.Attribute)):
         last = node.value if isinstance(node, cst.Name) else node.attr.value
-        if last[:1].isupper():
+        if last[:1].isupper() or (isinstance(node, cst.Name) and last in ctx.facts.local_classes):
             return ctx.qualify(node)
     return None
 
