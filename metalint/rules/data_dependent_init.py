@@ -10,13 +10,18 @@ from metalint.static.rule import Finding, Rule
 from metalint.static.syntax import short
 from metalint.vocabulary import HOST_READS, SCALAR_CASTS
 
+#: module methods that return the module itself, converted (``self.half().cuda()``)
+MODULE_CASTS = frozenset({"half", "float", "double", "bfloat16", "to", "train", "eval"})
+
 
 class DataDependentInit(Rule):
     """
     ## What it does
     Finds code that runs during construction (`__init__`, and the methods it calls) and reads
     the *value* of a tensor that the meta context creates: `.item()`, `.tolist()`, `.numpy()`,
-    `float(t)` / `int(t)` / `bool(t)`, or a tensor used as a condition (`if mask.any():`,
+    `float(t)` / `int(t)` / `bool(t)`, a move of the module itself to a real device
+    (`self.to(device)`, `self.cuda()`, `self.cpu()`: it copies every tensor, and a meta tensor
+    cannot be copied), or a tensor used as a condition (`if mask.any():`,
     `assert (x > 0).all()`, `while t < n:`). Only expressions known to be tensors are
     reported: torch factories without an explicit real device (`torch.linspace(...)`,
     `torch.tensor(...)`), arithmetic and methods on them, locals and loop variables holding
@@ -167,6 +172,19 @@ class WindowAttention(nn.Module):
         for r in torch.linspace(0, 1, window):
             self.rates = int(r)  # ERROR
 """,
+        # an audio encoder that moves itself at the end of __init__
+        """
+import torch
+from torch import nn
+
+class SpeechEncoder(nn.Module):
+    def __init__(self, n_mels, dim, device="cpu"):
+        super().__init__()
+        self.conv = nn.Conv1d(n_mels, dim, 3, padding=1)
+        self.proj = nn.Linear(dim, dim)
+        self.to(device)  # ERROR
+        self.half().cuda()  # ERROR
+""",
     ]
 
     def __init__(self, ctx) -> None:
@@ -212,6 +230,18 @@ class WindowAttention(nn.Module):
     def _reads(self, cls, method, own, caller) -> Iterable[Finding]:
         for call in method.calls:
             node = call.node
+            if caller is None and self._moves_self(call):
+                yield Finding(
+                    node,
+                    f"`{short(node, 50)}` in {self._where(cls, method, None)} copies the "
+                    f'module\'s tensors to a real device; built under `torch.device("meta")` '
+                    f"they have no data and the copy raises (`Cannot copy out of meta tensor`), "
+                    f"so the module cannot be built on meta",
+                    cls,
+                    help="Leave the placement to the caller: `model.to_empty(device=...)` after a "
+                    "meta build, or `model.to(device)` after an eager one",
+                )
+                continue
             if call.method in HOST_READS and isinstance(node.func, cst.Attribute):
                 if meta_tensor(node.func.value, self.qualify, method, own):
                     yield self._finding(cls, method, node, f"`{short(node, 50)}`", caller)
@@ -233,14 +263,45 @@ class WindowAttention(nn.Module):
                     caller,
                 )
 
-    def _finding(self, cls, method, node, what, caller=None) -> Finding:
+    def _moves_self(self, call) -> bool:
+        """``self.to(device)``, ``self.to(device=d)``, ``self.cuda()``, ``self.cpu()``, also at
+        the end of a chain on ``self`` (``self.half().cuda()``); not ``self.to(torch.float16)``
+        (a dtype alone converts meta tensors fine)."""
+        func = call.node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda", "cpu"):
+            return False
+        inner = func.value
+        while (
+            isinstance(inner, cst.Call)
+            and isinstance(inner.func, cst.Attribute)
+            and inner.func.attr.value in MODULE_CASTS
+        ):
+            inner = inner.func.value
+        if not (isinstance(inner, cst.Name) and inner.value == "self"):
+            return False
+        if func.attr.value != "to":
+            return True
+        args = call.node.args
+        if not args:
+            return False
+        first = args[0]
+        if first.keyword is not None:
+            return first.keyword.value == "device" or any(
+                a.keyword is not None and a.keyword.value == "device" for a in args
+            )
+        q = self.qualify(first.value) or ""
+        return not q.startswith("torch.") or q == "torch.device"
+
+    def _where(self, cls, method, caller) -> str:
         if caller is not None:
             via = "`__init__`" if caller.name == "__init__" else f"`{caller.name}()`"
-            where = f"`{method.name}()` (called from {cls.name}'s {via})"
-        elif method.name == "__init__":
-            where = "`__init__`"
-        else:
-            where = f"`{method.name}()` (called from `__init__`)"
+            return f"`{method.name}()` (called from {cls.name}'s {via})"
+        if method.name == "__init__":
+            return "`__init__`"
+        return f"`{method.name}()` (called from `__init__`)"
+
+    def _finding(self, cls, method, node, what, caller=None) -> Finding:
+        where = self._where(cls, method, caller)
         return Finding(
             node,
             f'{what} in {where} reads the value of a tensor; under `torch.device("meta")` it '
