@@ -357,10 +357,28 @@ TORCH_WITHOUT_RESET = frozenset(
         "torch.nn.modules.loss._WeightedLoss",
     }
 )
+# -- which hooks materialise a module after ``to_empty`` (the one answer: the static rules,
+# the probe and the loader read these) ---------------------------------------------------------
+#: torch.nn's per-module re-initialisation, run on every module that has it, children first
+RESET_HOOK = "reset_parameters"
+#: timm's per-module hook that re-creates non-persistent buffers, run after every reset
+BUFFER_HOOK = "init_non_persistent_buffers"
+#: private per-module resets a class calls from its own ``__init__`` (``nn.MultiheadAttention``'s
+#: ``_reset_parameters``): no init protocol calls them after ``to_empty``, so they do not count
+#: as a hook for the rules and the probe; the loader still tries them as a last resort
+PRIVATE_RESETS = ("_reset_parameters",)
+#: per-module hooks the loader's ``init="auto"`` tries, in this order, on the nearest module
+#: that has one
+MODULE_HOOKS = (RESET_HOOK, BUFFER_HOOK, *PRIVATE_RESETS)
+#: a model root's entry point, run once on the root after every module's own hooks
+#: (timm/torchtitan ``init_weights``, torchtitan ``init_states``)
+ROOT_ENTRIES = ("init_weights", "init_states")
+#: transformers' per-module init, applied to every module by the root (``_init_weights(m)``)
+APPLIED_INIT = "_init_weights"
 #: the names a class may use to re-create its tensors after ``to_empty``
-DEFAULT_HOOKS = ("reset_parameters", "init_weights", "_init_weights", "init_non_persistent_buffers")
+DEFAULT_HOOKS = (RESET_HOOK, ROOT_ENTRIES[0], APPLIED_INIT, BUFFER_HOOK)
 #: public hooks that re-initialise a module after ``to_empty`` (rule ML004 looks for these)
-PUBLIC_HOOKS = ("reset_parameters", "init_weights", "init_non_persistent_buffers")
+PUBLIC_HOOKS = (RESET_HOOK, ROOT_ENTRIES[0], BUFFER_HOOK)
 #: methods whose bodies the collector does not walk: they run after construction
 SKIPPED_METHOD_PREFIXES = ("forward", "extra_repr", "__repr__", "_forward")
 #: calls an applied function may make and still be only "each module's own reset"
@@ -408,8 +426,6 @@ TIE_BASES = ("transformers.PreTrainedModel", "transformers.modeling_utils.PreTra
 #: ``[tool.metalint] protocol``: how a repo materialises its models (metalint.static.protocol);
 #: any other identifier names the repo's own root entry method
 PROTOCOLS = ("auto", "transformers", "init_weights", "reset_parameters")
-#: a model root's entry point, run once on the root after every module's own hooks
-ROOT_ENTRIES = ("init_weights", "init_states")
 #: modules that are code-generation templates, never imported at run time: transformers'
 #: ``modular_<model>.py`` (the ``modeling_<model>.py`` generated from it is what runs)
 TEMPLATE_MODULE_PREFIXES = ("modular_",)

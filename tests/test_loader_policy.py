@@ -144,6 +144,27 @@ def test_loaded_tensors_never_overwritten_by_root_init(tmp_path):
     assert torch.equal(r.model.lin.bias, torch.full((3,), 3.0))
 
 
+def test_auto_init_runs_a_root_init_states_as_check_reads_it(tmp_path):
+    # torchtitan's root entry point may be init_states(); metalint check counts what it
+    # re-creates (vocabulary.ROOT_ENTRIES), so the loader runs it too (it did not before)
+    class Root(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.register_buffer("freqs", torch.arange(3.0), persistent=False)
+
+        def init_states(self, buffer_device=None):
+            self.freqs.copy_(torch.arange(3.0) * 2)
+
+    save_safetensors(random_state(Root), tmp_path / "m.safetensors")
+    r = load_checkpoint(Root, tmp_path / "m.safetensors")
+    assert r.materialized == {"freqs": "Root.init_states() on the root"}
+    assert torch.equal(r.model.freqs, torch.tensor([0.0, 2.0, 4.0]))
+    # init="init_weights" names one method: a root without it materialises nothing
+    r = load_checkpoint(Root, tmp_path / "m.safetensors", init="init_weights", strict=False)
+    assert r.unmaterialized == ["freqs"]
+
+
 def test_unrecoverable_buffer_strict_and_not(tmp_path):
     save_safetensors(random_state(NoHookBuffer), tmp_path / "m.safetensors")
     with torch.device("meta"):

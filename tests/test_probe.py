@@ -718,3 +718,31 @@ def test_hook_order_names_the_module_whose_write_changed_the_verdict():
     res = probe(Both, init="reset_parameters")
     assert [(d.code, d.symbol) for d in res.findings] == [("MP009", "ZeroesChildBias")]
     assert "b.proj.bias" in res.findings[0].message
+
+
+def test_auto_runs_a_root_init_states_after_the_modules_resets():
+    """torchtitan's root entry point may be ``init_states()``: ``--init auto`` runs it on the
+    root after every module's reset, as check and load read the root's entry point."""
+    import torch
+    from torch import nn
+
+    from metalint.probe.build import run_init
+
+    class Root(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.register_buffer("freqs", torch.zeros(2), persistent=False)
+
+        def init_states(self):
+            self.freqs.copy_(self.lin.bias.detach() + 1)
+
+    with torch.device("meta"):
+        m = Root()
+    m.to_empty(device="cpu")
+    used = run_init(m, "auto")
+    assert (
+        used
+        == "root init_states() after submodules' init_weights()/reset_parameters() children first"
+    )
+    assert torch.equal(m.freqs, m.lin.bias.detach() + 1)

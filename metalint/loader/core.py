@@ -17,13 +17,7 @@ from metalint.loader.dtype_policy import DtypePolicy
 from metalint.loader.errors import CheckpointError
 from metalint.loader.formats import Source, open_checkpoint
 from metalint.loader.sharding import ShardPlan
-from metalint.vocabulary import LOAD_INIT_MODES
-
-#: per-module hooks ``init="auto"`` tries, in this order, on the nearest module that has one
-MODULE_HOOKS = ("reset_parameters", "init_non_persistent_buffers", "_reset_parameters")
-#: hooks ``init="auto"`` also tries on the root module (transformers, timm, torchtitan)
-ROOT_HOOKS = ("init_weights",)
-
+from metalint.vocabulary import LOAD_INIT_MODES, MODULE_HOOKS, ROOT_ENTRIES
 
 # --------------------------------------------------------------------------------------------
 # report
@@ -418,7 +412,7 @@ def _hooks_for(module: nn.Module, is_root: bool, init) -> list[str]:
     if init == "none":
         return []
     if init == "auto":
-        names = list(MODULE_HOOKS) + (list(ROOT_HOOKS) if is_root else [])
+        names = list(MODULE_HOOKS) + (list(ROOT_ENTRIES) if is_root else [])
     elif init == "init_weights":
         names = ["init_weights"] if is_root else []
     else:
@@ -605,8 +599,9 @@ def load_checkpoint(
     ``strict=False``), find the nearest module -- its owner, then its ancestors -- that has an
     entry point: with ``"auto"``, ``reset_parameters``, timm's
     ``init_non_persistent_buffers``, ``_reset_parameters`` (``nn.MultiheadAttention``), and on
-    the root also ``init_weights``; ``"reset_parameters"``/``"init_non_persistent_buffers"``:
-    only that one; ``"init_weights"``: only the root's; a callable: called on the root;
+    the root also its entry point, ``init_weights`` then ``init_states`` (torchtitan), the
+    same ones ``metalint check`` reads (:data:`metalint.vocabulary.ROOT_ENTRIES`);
+    ``"reset_parameters"``/``"init_non_persistent_buffers"``: only that one; ``"init_weights"``: only the root's; a callable: called on the root;
     ``"none"``: nothing. Runners go children first. While a runner's hook runs, every *other*
     tensor of its subtree (loaded ones, and ones materialised by a deeper hook) is swapped out
     for a meta placeholder and put back afterwards, so an init step never overwrites a loaded

@@ -43,7 +43,7 @@ from metalint.lines import split_lines
 from metalint.probe import attribute, compare
 from metalint.probe.memory import rss_anon
 from metalint.probe.results import verdict_text
-from metalint.vocabulary import DEFAULT_HOOKS
+from metalint.vocabulary import BUFFER_HOOK, DEFAULT_HOOKS, RESET_HOOK, ROOT_ENTRIES
 
 INIT_CHOICES = ("auto", "reset_parameters", "init_weights")
 #: a device escape that the build frees again is reported only from this size on
@@ -252,7 +252,10 @@ def run_init(
       its ``reset_parameters()``. This is timm's protocol (``named_apply(depth_first=True)``
       with ``init_weights_vit_timm``): a per-module ``init_weights()`` patches values on top of
       its children's own init, and a root ``init_weights()`` that re-initialises the whole tree
-      runs last, so it wins. Without any ``init_weights()`` this is ``reset_parameters``.
+      runs last, so it wins. The root's entry point is the first of
+      :data:`~metalint.vocabulary.ROOT_ENTRIES` it has (torchtitan's ``init_states()`` when it
+      has no ``init_weights()``), as ``metalint check`` and ``metalint load`` read it. Without
+      any of them this is ``reset_parameters``.
     - ``module:callable``: called with the model.
 
     Then ``init_non_persistent_buffers()`` on every module that has it (timm), and each of
@@ -268,13 +271,14 @@ def run_init(
         used = "init_weights()"
     elif init in ("reset_parameters", "auto"):
         mods = _post_order(model) if order == "post" else _pre_order(model)
-        entry = ("init_weights", "reset_parameters") if init == "auto" else ("reset_parameters",)
+        entry = (ROOT_ENTRIES[0], RESET_HOOK) if init == "auto" else (RESET_HOOK,)
+        root_entry = (*ROOT_ENTRIES, RESET_HOOK) if init == "auto" else entry
         ran: set[str] = set()
         for path, m in mods:
-            for hook in entry:
+            for hook in root_entry if path == "" else entry:
                 if _has(m, hook):
                     ran.add(hook)
-                    if tracker is not None and hook == "reset_parameters":
+                    if tracker is not None and hook == RESET_HOOK:
                         tracker.current = path
                     try:
                         getattr(m, hook)()
@@ -283,10 +287,9 @@ def run_init(
                             tracker.current = None
                     break
         where = "children first" if order == "post" else "parents first"
-        if _has(model, "init_weights") and init == "auto":
-            used = (
-                f"root init_weights() after submodules' init_weights()/reset_parameters() {where}"
-            )
+        root = next((h for h in ROOT_ENTRIES if _has(model, h)), None)
+        if root is not None and init == "auto":
+            used = f"root {root}() after submodules' init_weights()/reset_parameters() {where}"
         elif "init_weights" in ran:
             used = f"init_weights() or reset_parameters() per module, {where}"
         else:
@@ -294,12 +297,12 @@ def run_init(
     else:
         resolve_callable(init)(model)
         used = f"{init}(model)"
-    for hook in ("init_non_persistent_buffers", *per_module_hooks(hooks)):
+    for hook in (BUFFER_HOOK, *per_module_hooks(hooks)):
         having = [m for m in model.modules() if _has(m, hook)]
         # a configured hook may re-create its tensors (``register_buffer`` anew): torchtune's
         # recipes call ``rope_init()`` under ``with torch.device(device)``, so it runs under the
         # device the model was materialised on
-        on_device = hook != "init_non_persistent_buffers" and device is not None
+        on_device = hook != BUFFER_HOOK and device is not None
         with torch.device(device) if on_device else contextlib.nullcontext():
             for m in having:
                 getattr(m, hook)()
