@@ -204,6 +204,25 @@ TENSOR_METHODS = CONVERSION_METHODS | frozenset(
 )
 #: real devices, as written in source
 REAL_DEVICES = ("cpu", "cuda", "mps", "xpu", "npu", "hpu")
+#: tensor methods that copy a tensor to a device: of a tensor built on meta they raise
+DEVICE_COPY_METHODS = frozenset({"cpu", "cuda", "to"})
+#: in-place draws from a distribution: ``normal_``, ``uniform_`` and the ones whose names end
+#: in them (``log_normal_``, ``trunc_normal_``)
+RANDOM_DRAWS = ("normal_", "uniform_")
+#: the in-place draw that gives a random factory's values under the same seed
+FACTORY_DRAWS = {"torch.randn": "normal_", "torch.rand": "uniform_"}
+#: factories that set every element to one value: ``"const"`` is ``torch.full``'s fill value
+FILL_FACTORIES = {
+    "torch.ones": "ones",
+    "torch.ones_like": "ones",
+    "torch.zeros": "zeros",
+    "torch.zeros_like": "zeros",
+    "torch.full": "const",
+    "torch.full_like": "const",
+}
+#: factories whose first argument is the size (``torch.tensor``: the data), so that ``0`` or
+#: ``[]`` there reads as a tensor with no elements (ML004)
+SIZE_FIRST_FACTORIES = ("torch.empty", "torch.zeros", "torch.ones", "torch.tensor")
 INIT_KIND = {
     "ones_": "ones",
     "zeros_": "zeros",

@@ -53,6 +53,7 @@ from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk
 from metalint.vocabulary import (
     EMPTY_FACTORIES,
+    FACTORY_DRAWS,
     FACTORY_KEYWORDS_DROPPED,
     FACTORY_KEYWORDS_KEPT,
     PARAMETER_CLASSES,
@@ -249,12 +250,12 @@ def _hook_body(value: Value, x: str, names: tuple[str, str], kept) -> cst.BaseSt
         return stmt(f"{nn_name}.init.zeros_({x})")
     if whole and f == "torch.full":
         return fill(f"{nn_name}.init.constant_({x}, __v__)", v=kept(value.fill))
-    if whole and f in ("torch.randn", "torch.rand") and drawn:
-        return stmt(f"{nn_name}.init.{'normal_' if f == 'torch.randn' else 'uniform_'}({x})")
+    if whole and f in FACTORY_DRAWS and drawn:
+        return stmt(f"{nn_name}.init.{FACTORY_DRAWS[f]}({x})")
     if k is not None and f == "torch.ones":
         return fill(f"{nn_name}.init.constant_({x}, __v__)", v=kept(k))
-    if k is not None and f in ("torch.randn", "torch.rand") and drawn:
-        draw = "normal_" if f == "torch.randn" else "uniform_"
+    if k is not None and f in FACTORY_DRAWS and drawn:
+        draw = FACTORY_DRAWS[f]
         return fill(f"with {torch_name}.no_grad():\n    {x}.{draw}().mul_(__v__)", v=kept(k))
     return fill(f"with {torch_name}.no_grad():\n    {x}.copy_(__v__)", v=kept(value.data))
 

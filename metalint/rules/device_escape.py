@@ -9,7 +9,7 @@ from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import keyword, self_attr, short, string_value, walk
 from metalint.static.tensors import parameter_value
-from metalint.vocabulary import LEGACY_CONSTRUCTORS
+from metalint.vocabulary import DEVICE_COPY_METHODS, LEGACY_CONSTRUCTORS
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
@@ -233,7 +233,7 @@ class Table(nn.Module):
 
     # -- .cpu() / .cuda() / .to("cpu") of a tensor created on meta ------------------------------
     def _copy_out(self, cls, method: MethodFacts, call) -> Finding | None:
-        if call.method not in ("cpu", "cuda", "to"):
+        if call.method not in DEVICE_COPY_METHODS:
             return None
         func = call.node.func
         if not isinstance(func, cst.Attribute):

@@ -9,7 +9,14 @@ from metalint.static.model import ClassFacts, construction
 from metalint.static.ownership import owned_tensors
 from metalint.static.rule import Finding, Rule
 from metalint.static.tensors import inplace_write, value_kind
-from metalint.vocabulary import CONVERSION_METHODS, EMPTY_FACTORIES, LEGACY_CONSTRUCTORS
+from metalint.vocabulary import (
+    APPLIED_INIT,
+    CONVERSION_METHODS,
+    EMPTY_FACTORIES,
+    LEGACY_CONSTRUCTORS,
+    PRIVATE_RESETS,
+    SIZE_FIRST_FACTORIES,
+)
 
 
 def _names(attrs: list[str], limit: int = 4) -> str:
@@ -21,7 +28,7 @@ def _size_zero(value, qualify) -> bool:
     """``torch.empty(0)``, ``torch.zeros(0, device=d)``: a tensor with no elements."""
     if not isinstance(value, cst.Call) or not value.args:
         return False
-    if qualify(value.func) not in ("torch.empty", "torch.zeros", "torch.ones", "torch.tensor"):
+    if qualify(value.func) not in SIZE_FIRST_FACTORIES:
         return False
     first = value.args[0].value
     if isinstance(first, cst.Integer):
@@ -321,7 +328,7 @@ class RelPosBias(nn.Module):  # ERROR
         attrs = [a for a in attrs if a not in covered]
         if not attrs:
             return
-        private = [h for h in ("_reset_parameters", "_init_weights") if h in cls.methods]
+        private = [h for h in (*PRIVATE_RESETS, APPLIED_INIT) if h in cls.methods]
         if private:
             why = f"only the private `{private[0]}()`, which nothing calls after `to_empty()`"
             advice = f"Rename `{private[0]}()` to `reset_parameters()` (own tensors only)"

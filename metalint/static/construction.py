@@ -18,10 +18,12 @@ from metalint.vocabulary import (
     BUFFER_CLASSES,
     CONVERSION_METHODS,
     EMPTY_FACTORIES,
+    FILL_FACTORIES,
     LEGACY_CONSTRUCTORS,
     NOT_VALUE_BUILTINS,
     NOT_VALUE_FUNCTIONS,
     PARAMETER_CLASSES,
+    RANDOM_DRAWS,
     RANDOM_FACTORIES,
     REAL_DEVICES,
     SEQUENCE_FUNCTIONS,
@@ -158,7 +160,7 @@ def _call_kind(node: cst.Call, qualify) -> str | None:
         return "value"
     if method in CONVERSION_METHODS:
         return None
-    if method in ("normal_", "uniform_"):
+    if method in RANDOM_DRAWS:
         return "random"
     if q in NOT_VALUE_FUNCTIONS:
         return None
@@ -248,13 +250,12 @@ def creation_kind(
         return creation_kind(inner, qualify, None) if inner is not None else None
     if isinstance(expr, cst.Call):
         q = qualify(expr.func)
-        if q in ("torch.ones", "torch.ones_like"):
-            return "ones"
-        if q in ("torch.zeros", "torch.zeros_like"):
-            return "zeros"
-        if q in ("torch.full", "torch.full_like"):
+        fill = FILL_FACTORIES.get(q)
+        if fill == "const":
             v = expr.args[1].value if len(expr.args) > 1 else keyword(expr, "fill_value")
             return const_kind(v)
+        if fill is not None:
+            return fill
         if q in RANDOM_FACTORIES:
             return "random"
         if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in CONVERSION_METHODS:

@@ -21,6 +21,7 @@ from metalint.vocabulary import (
     INIT_KIND,
     INPLACE_METHODS,
     PARAMETER_CLASSES,
+    RANDOM_DRAWS,
     RANDOM_FACTORIES,
     REGISTER_METHODS,
     RESET_METHODS,
@@ -58,9 +59,7 @@ def value_kind(
             elif q in VALUE_FACTORIES:
                 found.add("value")
             elif isinstance(node.func, cst.Attribute) and node.func.attr.value in INPLACE_METHODS:
-                found.add(
-                    "random" if node.func.attr.value.endswith(("normal_", "uniform_")) else "value"
-                )
+                found.add("random" if node.func.attr.value.endswith(RANDOM_DRAWS) else "value")
         elif isinstance(node, cst.Name) and method is not None and depth < 3:
             # every value the local is given: ``rel_pos = (pos[0] - pos[1]).abs()`` then
             # ``rel_pos = rel_pos[0] * w + rel_pos[1]`` is still made from ``pos``
