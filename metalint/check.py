@@ -132,8 +132,14 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
                 if d.code not in enabled or any(d.code.startswith(p) for p in ignored_here):
                     continue
                 if d.condition is not None:
-                    if not hierarchy.holds(d.condition, settings.hooks):
+                    if not hierarchy.holds(d.condition, settings.hooks, d.code):
                         continue
+                    if d.condition.if_helper_reads:
+                        via = hierarchy.construction_read(d.condition.if_helper_reads, d.code)
+                        d = d.with_(
+                            via=via,
+                            help=f"{d.help}: the read is in `{via[0]}` at {via[1]}:{via[2]}",
+                        )
                     d = protocols.judge(d)
                     if d is None:
                         continue

@@ -121,6 +121,10 @@ class Diagnostic:
     #: module (no root contains the class), see :mod:`metalint.static.protocol`
     protocol: str | None = None
     root: str | None = None
+    #: a finding at a call during construction whose cause lies in the function it calls, in
+    #: another file: ``(function, filename, line)`` of the offending line (ML008 through
+    #: ``utils.make_window(n)``, which calls ``.item()``)
+    via: tuple[str, str, int] | None = None
 
     @property
     def sort_key(self) -> tuple[str, int, int, str]:
@@ -151,6 +155,9 @@ class Diagnostic:
         if self.protocol is not None:
             out["protocol"] = self.protocol
             out["root"] = self.root
+        if self.via is not None:
+            function, filename, line = self.via
+            out["via"] = {"function": function, "filename": filename, "line": line}
         return out
 
     def to_cache(self) -> dict[str, Any]:
@@ -177,6 +184,7 @@ class Diagnostic:
             help=data.get("help"),
             protocol=data.get("protocol"),
             root=data.get("root"),
+            via=_via(data.get("via")),
         )
 
 
@@ -212,6 +220,9 @@ class Condition:
     #: the finding stands only while this module-level function (resolved across files) hands
     #: every module of its argument to an init (``efficientnet_init_weights(self)``)
     if_applies_init: str = ""
+    #: the finding stands only while this module-level function (resolved across files)
+    #: reads a tensor's value, itself or through the functions it calls
+    if_helper_reads: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -231,6 +242,8 @@ class Condition:
             out["unless_root_replays"] = self.unless_root_replays
         if self.if_applies_init:
             out["if_applies_init"] = self.if_applies_init
+        if self.if_helper_reads:
+            out["if_helper_reads"] = self.if_helper_reads
         return out
 
     @classmethod
@@ -245,7 +258,12 @@ class Condition:
             _reset_init(data.get("unless_reset_init")),
             data.get("unless_root_replays", ""),
             data.get("if_applies_init", ""),
+            data.get("if_helper_reads", ""),
         )
+
+
+def _via(value: Any) -> tuple[str, str, int] | None:
+    return None if not value else (value["function"], value["filename"], value["line"])
 
 
 def _reset_init(value: Any) -> tuple:

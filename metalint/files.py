@@ -205,8 +205,9 @@ def display_path(path: Path, cwd: Path | None = None) -> str:
         return str(path)
 
 
-#: bump when what a cached FileResult holds changes (2: module-level init functions)
-CACHE_SCHEMA = 2
+#: bump when what a cached FileResult holds changes (2: module-level init functions; 3: their
+#: reads of a tensor's value, for ML008 across files)
+CACHE_SCHEMA = 3
 
 
 def code_stamp() -> str:

@@ -10,6 +10,9 @@ from metalint.static.rule import Finding, Rule
 from metalint.static.syntax import short
 from metalint.vocabulary import HOST_READS, SCALAR_CASTS
 
+#: imported functions that are not the checked tree's helpers
+NOT_THE_TREE = ("torch.", "builtins.", "math.", "numpy.", "typing.", "functools.", "warnings.")
+
 #: module methods that return the module itself, converted (``self.half().cuda()``)
 MODULE_CASTS = frozenset({"half", "float", "double", "bfloat16", "to", "train", "eval"})
 
@@ -26,7 +29,12 @@ class DataDependentInit(Rule):
     reported: torch factories without an explicit real device (`torch.linspace(...)`,
     `torch.tensor(...)`), arithmetic and methods on them, locals and loop variables holding
     them, and own buffers/parameters made from them. Shape queries (`t.shape`, `t.size(0)`,
-    `t.numel()`) work on meta and are not reported.
+    `t.numel()`) work on meta and are not reported. Module-level functions that construction
+    calls are followed: those of the same file (the read is reported where it is), and those
+    of another file of the checked tree, imported by name or through a module alias
+    (`utils.make_window(n)`), also through the functions they call: the finding is at the
+    call in `__init__`, and names the function and line of the read (`via` in JSON output).
+    A function outside the checked tree is not followed.
 
     ## Why is this bad on meta?
     Under `with torch.device("meta"):` every factory without an explicit device returns a
@@ -93,6 +101,18 @@ class Embed(nn.Module):
         self.mask = None
         if self.mask is None:
             self.register_buffer("table", table)
+""",
+        # a function imported from outside the checked tree is not followed
+        """
+import torch
+from torch import nn
+from audiolib.dsp import make_window
+
+class MelFrontend(nn.Module):
+    def __init__(self, n_fft):
+        super().__init__()
+        self.norm = make_window(n_fft)
+        self.proj = nn.Linear(n_fft, n_fft)
 """,
         # legacy constructors allocate on the CPU even under meta
         """
@@ -207,6 +227,34 @@ class SpeechEncoder(nn.Module):
                 if helper is not None and id(helper.node) not in self._reported_helpers:
                     self._reported_helpers.add(id(helper.node))
                     yield from self._reads(cls, helper, set(), method)
+                elif helper is None and self._elsewhere(call):
+                    # a function of another file (``utils.make_window(n)``): reported here,
+                    # at the call, while the tree's summary of that function (or of one it
+                    # calls) holds a read; ``Diagnostic.via`` names its line
+                    node = call.node
+                    yield Finding(
+                        node,
+                        f"`{short(node, 50)}` in {self._where(cls, method, None)} calls a "
+                        f"function that reads the value of a tensor it creates; under "
+                        f'`torch.device("meta")` it has no data and this raises, so the module '
+                        f"cannot be built on meta",
+                        cls,
+                        help='Compute it with Python numbers, or create that tensor with `device="cpu"`',
+                        if_helper_reads=call.qualname,
+                    )
+
+    def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
+        return (node for node, _ in self._read_nodes(fn, set()))
+
+    @staticmethod
+    def _elsewhere(call) -> bool:
+        """A call of an imported function, maybe of the checked tree (``make_window(n)``,
+        ``utils.make_window(n)``): a lower-case name outside torch (a class is built, not
+        called into: its own ``__init__`` is checked where it is defined)."""
+        q = call.qualname
+        return (
+            q is not None and q.rpartition(".")[2][:1].islower() and not q.startswith(NOT_THE_TREE)
+        )
 
     def _helper(self, call) -> MethodFacts | None:
         func = call.node.func
@@ -242,9 +290,16 @@ class SpeechEncoder(nn.Module):
                     "meta build, or `model.to(device)` after an eager one",
                 )
                 continue
+        for node, what in self._read_nodes(method, own):
+            yield self._finding(cls, method, node, what, caller)
+
+    def _read_nodes(self, method, own) -> Iterable[tuple[cst.CSTNode, str]]:
+        """The reads of a tensor's value in ``method``, each with how the message names it."""
+        for call in method.calls:
+            node = call.node
             if call.method in HOST_READS and isinstance(node.func, cst.Attribute):
                 if meta_tensor(node.func.value, self.qualify, method, own):
-                    yield self._finding(cls, method, node, f"`{short(node, 50)}`", caller)
+                    yield node, f"`{short(node, 50)}`"
             elif (
                 isinstance(node.func, cst.Name)
                 and node.func.value in SCALAR_CASTS
@@ -252,16 +307,10 @@ class SpeechEncoder(nn.Module):
                 and len(node.args) == 1
                 and meta_tensor(node.args[0].value, self.qualify, method, own)
             ):
-                yield self._finding(cls, method, node, f"`{short(node, 50)}`", caller)
+                yield node, f"`{short(node, 50)}`"
         for cond in method.conditions:
             for part in truthiness_tensors(cond, self.qualify, method, own):
-                yield self._finding(
-                    cls,
-                    method,
-                    part,
-                    f"the condition `{short(part, 50)}` (a tensor's truth value)",
-                    caller,
-                )
+                yield part, f"the condition `{short(part, 50)}` (a tensor's truth value)"
 
     def _moves_self(self, call) -> bool:
         """``self.to(device)``, ``self.to(device=d)``, ``self.cuda()``, ``self.cpu()``, also at

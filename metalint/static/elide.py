@@ -152,7 +152,10 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
     # ``value.data.uniform_(...)``), and the functions that hand it on (``zeros`` -> ``constant``)
     # (short ones: an optimiser's 200-line ``_multi_tensor_adamw`` is nobody's init helper)
     short = {n for n, fn in functions.items() if fn.end_lineno - fn.lineno <= HELPER_LINES}
-    writers = {name for name in short if _INPLACE_CALL.search(texts[name])}
+    # (or that reads a tensor's value: construction may call it from another file, ML008)
+    writers = {
+        name for name in short if _INPLACE_CALL.search(texts[name]) or HOST_READ.search(texts[name])
+    }
     while True:
         more = {n for n in short - writers if writers & _words(texts[n])}
         if not more:
@@ -173,6 +176,8 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
 HELPER_LINES = 40
 #: a call of an in-place method or function (``t.uniform_(``, ``nn.init.zeros_(``)
 _INPLACE_CALL = re.compile(r"[A-Za-z0-9]_\(")
+#: a read of a tensor's value (``.item()``, ``.tolist()``, ``.numpy()``)
+HOST_READ = re.compile(r"\.(?:item|tolist|numpy)\(")
 
 
 def _module_level(body: list[ast.stmt], lines: list[str], spans: list) -> None:

@@ -22,7 +22,7 @@ from libcst.metadata import CodePosition, CodeRange
 from metalint.diagnostics import Condition, Diagnostic, Fix, Position
 from metalint.lines import split_lines
 from metalint.static.defaults import init_functions
-from metalint.static.elide import elide
+from metalint.static.elide import HOST_READ, elide
 from metalint.static.model import ClassFacts, collect
 from metalint.static.names import exports_from_ast
 from metalint.static.protocol import summarize_class, summarize_functions
@@ -128,6 +128,54 @@ def _helper_summaries(module: cst.Module, facts, ctx: RuleContext) -> dict[str, 
         summary = argument_writes(function_facts(stmt, facts), ctx.qualify, facts.local_functions)
         if summary is not None:
             out[facts.local_functions.get(stmt.name.value, stmt.name.value)] = summary
+    return out
+
+
+def _construction_reads(module: cst.Module, source: str, facts, instances, tree) -> dict:
+    """What a module-level function does that crashes on meta when construction calls it
+    from another file: ``{"meta_reads": [[code, line], ...], "calls": [callee, ...]}``, the
+    lines a rule reports in it (:meth:`Rule.function_reads`: ``.item()`` on a tensor it
+    creates) and the functions of the tree it calls (followed by the hierarchy). Only short
+    functions whose text holds a host read or a call of a known function are read."""
+    from metalint.static.model import function_facts
+
+    out: dict[str, dict] = {}
+    known = set(facts.local_functions) | set(facts.aliases.names)
+    lines = None
+    for stmt in module.body:
+        if (
+            not isinstance(stmt, cst.FunctionDef)
+            or not isinstance(stmt.body, cst.IndentedBlock)
+            or len(stmt.body.body) > HELPER_STATEMENTS
+        ):
+            continue
+        text = module.code_for_node(stmt.body)
+        words = set(_WORD.findall(text)) - {stmt.name.value}
+        reads_host = HOST_READ.search(text) is not None
+        if not reads_host and not known & words:
+            continue
+        fn = function_facts(stmt, facts)
+        full = facts.local_functions.get(stmt.name.value, stmt.name.value)
+        summary: dict = {}
+        if reads_host:
+            found = [(r.code, n) for r in instances for n in r.function_reads(fn)]
+            if found:
+                lines = lines if lines is not None else split_lines(source)
+                pos = _render_alone(module, stmt, [n for _, n in found], lines, tree) or {}
+                summary["meta_reads"] = sorted(
+                    {(code, pos[n].start.line) for code, n in found if n in pos}
+                )
+        calls = set()
+        for call in fn.calls:
+            callee = call.qualname
+            if callee is None and isinstance(call.node.func, cst.Name):
+                callee = facts.local_functions.get(call.node.func.value)
+            if callee and not callee.startswith(("torch.", "builtins.")) and callee != full:
+                calls.add(callee)
+        if calls:
+            summary["calls"] = sorted(calls)
+        if summary:
+            out[full] = summary
     return out
 
 
@@ -458,6 +506,8 @@ def _analyze(
         result.functions.setdefault(name, {}).update(summary)
     findings: list[tuple[str, Finding]] = []
     instances = [r(ctx) for r in rules]
+    for name, summary in _construction_reads(module, source, facts, instances, tree).items():
+        result.functions.setdefault(name, {}).update(summary)
     for cls in facts.classes:
         for rule in instances:
             for finding in rule.check_class(cls):
@@ -490,6 +540,7 @@ def _analyze(
                         f.unless_reset_init,
                         f.unless_root_replays,
                         f.if_applies_init,
+                        f.if_helper_reads,
                     ),
                 )
             )

@@ -19,6 +19,8 @@ class Hierarchy:
     def __init__(self, results: Iterable[FileResult], public_hooks: Iterable[str] = PUBLIC_HOOKS):
         self.classes: dict[str, ClassSummary] = {}
         self.functions: dict[str, dict] = {}
+        #: the file each module-level function of the tree is in (as displayed)
+        self.function_files: dict[str, str] = {}
         self.exports: dict[str, dict[str, str]] = {}
         for r in results:
             for c in r.classes:
@@ -31,6 +33,7 @@ class Hierarchy:
                         kept.protocol["children"] = sorted(both)
             for name, summary in r.functions.items():
                 self.functions.setdefault(name, summary)
+                self.function_files.setdefault(name, r.path)
             if r.module:
                 self.exports.setdefault(r.module, r.exports)
         self.public_hooks = tuple(public_hooks)
@@ -141,6 +144,27 @@ class Hierarchy:
             for callee, key, param in summary["forwards"]
         )
 
+    def construction_read(
+        self, function: str, code: str, seen: set[str] | None = None
+    ) -> tuple[str, str, int] | None:
+        """``(function, file, line)`` of the first line reported as ``code`` (ML008: a read
+        of a tensor's value) in the module-level ``function`` or in a function of the tree it
+        calls, transitively; None when there is none."""
+        seen = set() if seen is None else seen
+        full = self.resolve(function, table=self.functions)
+        if full is None or full in seen or len(seen) > 32:
+            return None
+        seen.add(full)
+        summary = self.functions[full]
+        for found, line in summary.get("meta_reads", ()):
+            if found == code:
+                return full, self.function_files.get(full, ""), line
+        for callee in summary.get("calls", ()):
+            hit = self.construction_read(callee, code, seen)
+            if hit is not None:
+                return hit
+        return None
+
     def recreated(self, fullname: str, hooks: Iterable[str]) -> set[str]:
         names: set[str] = set()
         for hook in hooks:
@@ -175,8 +199,8 @@ class Hierarchy:
             return True
         return any(self.defines(b, names, seen) for b in self.bases(fullname))
 
-    def holds(self, cond: Condition, hooks: Iterable[str]) -> bool:
-        """Does a finding with this condition stand?"""
+    def holds(self, cond: Condition, hooks: Iterable[str], code: str = "") -> bool:
+        """Does a finding (of rule ``code``) with this condition stand?"""
         hooks = tuple(hooks)
         if cond.module and not self.is_module(cond.cls):
             return False
@@ -194,4 +218,6 @@ class Hierarchy:
             full = self.resolve(cond.if_applies_init, table=self.functions)
             if not (full and self.functions[full].get("applies_to_modules")):
                 return False
+        if cond.if_helper_reads and self.construction_read(cond.if_helper_reads, code) is None:
+            return False
         return True

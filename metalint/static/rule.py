@@ -53,6 +53,10 @@ class Finding:
     #: the finding stands only while this module-level function applies init to every module
     #: of its argument (resolved across files)
     if_applies_init: str = ""
+    #: the finding stands only while this module-level function of another file (resolved
+    #: across files) reads a tensor's value during construction, itself or through the
+    #: functions it calls (see ``Hierarchy.construction_read``)
+    if_helper_reads: str = ""
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,12 @@ class Rule:
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         raise NotImplementedError
+
+    def function_reads(self, fn) -> Iterable[cst.CSTNode]:
+        """Nodes of the module-level function ``fn`` (its ``MethodFacts``) that this rule
+        reports when construction calls it from another file (kept in the file's summary,
+        answered by ``Hierarchy.construction_read``); most rules report none."""
+        return ()
 
     # -- documentation -------------------------------------------------------------------------
     @classmethod
