@@ -221,7 +221,8 @@ class Condition:
     #: every module of its argument to an init (``efficientnet_init_weights(self)``)
     if_applies_init: str = ""
     #: the finding stands only while this module-level function (resolved across files)
-    #: reads a tensor's value, itself or through the functions it calls
+    #: does what the finding's rule reports (reads a tensor's value: ML008; copies one to a
+    #: real device: ML009), itself or through the functions it calls
     if_helper_reads: str = ""
 
     def to_json(self) -> dict[str, Any]:

@@ -4,14 +4,17 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.model import ClassFacts, MethodFacts, construction, function_facts
+from metalint.static.model import (
+    ClassFacts,
+    MethodFacts,
+    calls_into_tree,
+    construction,
+    function_facts,
+)
 from metalint.static.ownership import meta_tensor, own_tensor_names, truthiness_tensors
 from metalint.static.rule import Finding, Rule
 from metalint.static.syntax import short
 from metalint.vocabulary import HOST_READS, SCALAR_CASTS
-
-#: imported functions that are not the checked tree's helpers
-NOT_THE_TREE = ("torch.", "builtins.", "math.", "numpy.", "typing.", "functools.", "warnings.")
 
 #: module methods that return the module itself, converted (``self.half().cuda()``)
 MODULE_CASTS = frozenset({"half", "float", "double", "bfloat16", "to", "train", "eval"})
@@ -227,7 +230,7 @@ class SpeechEncoder(nn.Module):
                 if helper is not None and id(helper.node) not in self._reported_helpers:
                     self._reported_helpers.add(id(helper.node))
                     yield from self._reads(cls, helper, set(), method)
-                elif helper is None and self._elsewhere(call):
+                elif helper is None and calls_into_tree(call):
                     # a function of another file (``utils.make_window(n)``): reported here,
                     # at the call, while the tree's summary of that function (or of one it
                     # calls) holds a read; ``Diagnostic.via`` names its line
@@ -245,16 +248,6 @@ class SpeechEncoder(nn.Module):
 
     def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
         return (node for node, _ in self._read_nodes(fn, set()))
-
-    @staticmethod
-    def _elsewhere(call) -> bool:
-        """A call of an imported function, maybe of the checked tree (``make_window(n)``,
-        ``utils.make_window(n)``): a lower-case name outside torch (a class is built, not
-        called into: its own ``__init__`` is checked where it is defined)."""
-        q = call.qualname
-        return (
-            q is not None and q.rpartition(".")[2][:1].islower() and not q.startswith(NOT_THE_TREE)
-        )
 
     def _helper(self, call) -> MethodFacts | None:
         func = call.node.func

@@ -5,7 +5,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from metalint.static.construction import BUFFER_CLASSES, is_legacy_sizes, is_tensor, real_device
-from metalint.static.model import ClassFacts, MethodFacts, construction
+from metalint.static.model import ClassFacts, MethodFacts, calls_into_tree, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import keyword, self_attr, short, string_value, walk
 from metalint.static.tensors import parameter_value
@@ -29,7 +29,10 @@ class DeviceEscape(Rule):
     legacy constructors `torch.Tensor(3, 4)`, `torch.FloatTensor(...)`,
     `torch.LongTensor([...])`, which allocate CPU memory even under
     `with torch.device("meta"):`. It also finds `.cpu()`, `.cuda()` and `.to("cpu")` applied
-    to a tensor created in `__init__`.
+    to a tensor created in `__init__`, also in a module-level function of another file of the
+    checked tree that construction calls (`masks.causal(n)` doing `.cuda()`, directly or
+    through the functions it calls): the finding is at the call, and names the function and
+    line of the copy (`via` in JSON output).
 
     The rule follows where the value flows: a real-device tensor that is only a temporary
     input (`torch.linspace(0, rate, depth, device="cpu").tolist()` for drop-path rates, a
@@ -197,6 +200,23 @@ class Table(nn.Module):
                 if finding is not None:
                     reported.append(node)
                     yield finding
+                elif calls_into_tree(call):
+                    # a function of another file that copies a tensor it creates to a real
+                    # device: reported at the call while the tree's summary of that function
+                    # (or of one it calls) holds such a copy; ``Diagnostic.via`` names it
+                    yield Finding(
+                        node,
+                        f"`{short(node, 50)}` in `{method.name}` calls a function that copies a "
+                        f"tensor it creates to a real device: built on meta it has no data and "
+                        f'this raises "Cannot copy out of meta tensor"',
+                        cls,
+                        help="Create the tensor with `device=device` from the constructor, or "
+                        "compute it in `reset_parameters()`",
+                        if_helper_reads=call.qualname,
+                    )
+
+    def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
+        return (c.node for c in fn.calls if self._copy_out(None, fn, c) is not None)
 
     # -- a tensor allocated on a real device and kept ------------------------------------------
     def _escape(self, cls, method: MethodFacts, call) -> Finding | None:

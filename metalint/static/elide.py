@@ -176,8 +176,9 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
 HELPER_LINES = 40
 #: a call of an in-place method or function (``t.uniform_(``, ``nn.init.zeros_(``)
 _INPLACE_CALL = re.compile(r"[A-Za-z0-9]_\(")
-#: a read of a tensor's value (``.item()``, ``.tolist()``, ``.numpy()``)
-HOST_READ = re.compile(r"\.(?:item|tolist|numpy)\(")
+#: a read of a tensor's value (``.item()``, ``.tolist()``, ``.numpy()``, ML008) or a copy of
+#: it to a real device (``.cpu()``, ``.cuda()``, ML009; not ``.to(...)``, too common to follow)
+HOST_READ = re.compile(r"\.(?:item|tolist|numpy|cpu|cuda)\(")
 
 
 def _module_level(body: list[ast.stmt], lines: list[str], spans: list) -> None:

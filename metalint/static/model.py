@@ -88,6 +88,19 @@ class ClassFacts:
         return seen
 
 
+#: imported functions construction may call that are not the checked tree's helpers
+NOT_THE_TREE = ("torch.", "builtins.", "math.", "numpy.", "typing.", "functools.", "warnings.")
+
+
+def calls_into_tree(call: CallSite) -> bool:
+    """Is ``call`` a call of an imported function that may be defined in another file of the
+    checked tree (``make_window(n)``, ``utils.make_window(n)``)? A lower-case name outside
+    torch: a class is built, not called into (its own ``__init__`` is checked where it is
+    defined). Whether the tree defines it is answered across files (``Hierarchy``)."""
+    q = call.qualname
+    return q is not None and q.rpartition(".")[2][:1].islower() and not q.startswith(NOT_THE_TREE)
+
+
 def construction(
     cls: ClassFacts, enter_hooks: bool = True, hooks: Collection[str] = ()
 ) -> list[MethodFacts]:

@@ -54,8 +54,9 @@ class Finding:
     #: of its argument (resolved across files)
     if_applies_init: str = ""
     #: the finding stands only while this module-level function of another file (resolved
-    #: across files) reads a tensor's value during construction, itself or through the
-    #: functions it calls (see ``Hierarchy.construction_read``)
+    #: across files) does what the rule reports (:meth:`Rule.function_reads`: ML008 reads a
+    #: tensor's value, ML009 copies one to a real device), itself or through the functions it
+    #: calls (see ``Hierarchy.construction_read``)
     if_helper_reads: str = ""
 
 
