@@ -23,7 +23,7 @@ from metalint.diagnostics import Condition, Diagnostic, Fix, Position
 from metalint.lines import split_lines
 from metalint.static.defaults import init_functions
 from metalint.static.elide import HOST_READ, elide
-from metalint.static.model import ClassFacts, collect
+from metalint.static.model import NOT_THE_TREE, ClassFacts, collect
 from metalint.static.names import exports_from_ast
 from metalint.static.protocol import summarize_class, summarize_functions
 
@@ -136,11 +136,10 @@ def _construction_reads(module: cst.Module, source: str, facts, instances, tree)
     from another file: ``{"meta_reads": [[code, line], ...], "calls": [callee, ...]}``, the
     lines a rule reports in it (:meth:`Rule.function_reads`: ``.item()`` on a tensor it
     creates) and the functions of the tree it calls (followed by the hierarchy). Only short
-    functions whose text holds a host read or a call of a known function are read."""
+    functions are read, and only those whose text holds a host read by the rules."""
     from metalint.static.model import function_facts
 
     out: dict[str, dict] = {}
-    known = set(facts.local_functions) | set(facts.aliases.names)
     lines = None
     for stmt in module.body:
         if (
@@ -150,14 +149,11 @@ def _construction_reads(module: cst.Module, source: str, facts, instances, tree)
         ):
             continue
         text = module.code_for_node(stmt.body)
-        words = set(_WORD.findall(text)) - {stmt.name.value}
         reads_host = HOST_READ.search(text) is not None
-        if not reads_host and not known & words:
-            continue
-        fn = function_facts(stmt, facts)
         full = facts.local_functions.get(stmt.name.value, stmt.name.value)
         summary: dict = {}
         if reads_host:
+            fn = function_facts(stmt, facts)
             found = [(r.code, n) for r in instances for n in r.function_reads(fn)]
             if found:
                 lines = lines if lines is not None else split_lines(source)
@@ -165,12 +161,16 @@ def _construction_reads(module: cst.Module, source: str, facts, instances, tree)
                 summary["meta_reads"] = sorted(
                     {(code, pos[n].start.line) for code, n in found if n in pos}
                 )
+        # the functions of the tree it may call, from its text (``make_window(``,
+        # ``utils.make_window(``): a name the hierarchy does not resolve is ignored there
         calls = set()
-        for call in fn.calls:
-            callee = call.qualname
-            if callee is None and isinstance(call.node.func, cst.Name):
-                callee = facts.local_functions.get(call.node.func.value)
-            if callee and not callee.startswith(("torch.", "builtins.")) and callee != full:
+        for head, name in _CALLED.findall(text):
+            if head:
+                target = facts.aliases.names.get(head)
+                callee = f"{target}.{name}" if target else None
+            else:
+                callee = facts.local_functions.get(name) or facts.aliases.names.get(name)
+            if callee and not callee.startswith(NOT_THE_TREE) and callee != full:
                 calls.add(callee)
         if calls:
             summary["calls"] = sorted(calls)
@@ -178,6 +178,9 @@ def _construction_reads(module: cst.Module, source: str, facts, instances, tree)
             out[full] = summary
     return out
 
+
+#: a call by name or through a module alias: ``make_window(`` or ``utils.make_window(``
+_CALLED = re.compile(r"(?<![\w.])(?:([A-Za-z_]\w*)\.)?([A-Za-z_]\w*)\s*\(")
 
 #: the most top-level statements of a function read as an init helper (see elide.HELPER_LINES)
 HELPER_STATEMENTS = 12
@@ -527,8 +530,9 @@ def _analyze(
                     subject=f.subject,
                     hook=f.hook,
                     help=f.help,
+                    # a finding that stands only across files (a helper's read) has no fix
                     fix=f.fix
-                    if f.fix is not None or fix_for is None
+                    if f.fix is not None or fix_for is None or f.if_helper_reads
                     else fix_for(code, ctx, f, rng.start.line, source),
                     condition=Condition(
                         f.cls.fullname,
