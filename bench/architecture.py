@@ -20,11 +20,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _layers():
+def _layers_test():
+    """tests/test_layers.py: its layer of a module and its cycle finder."""
     spec = importlib.util.spec_from_file_location("test_layers", ROOT / "tests" / "test_layers.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.layer
+    return module
 
 
 def modules(tree: Path) -> dict[str, Path]:
@@ -79,38 +80,6 @@ def graph(mods: dict[str, Path]) -> tuple[dict[str, set[str]], int, int]:
     return edges, local_ours, local_all
 
 
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected groups of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in sorted(edges[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                group.append(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                out.append(sorted(group))
-
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    return out
-
-
 def complex_functions(tree: Path) -> int:
     r = subprocess.run(
         [
@@ -126,7 +95,8 @@ def complex_functions(tree: Path) -> int:
 
 
 def measure(tree: Path) -> dict:
-    layer = _layers()
+    layers_test = _layers_test()
+    layer = layers_test.layer
     mods = modules(tree)
     edges, local_ours, local_all = graph(mods)
     up = []
@@ -139,7 +109,7 @@ def measure(tree: Path) -> dict:
                 pass
     return {
         "complexity > 15": complex_functions(tree),
-        "import cycles": cycles(edges),
+        "import cycles": layers_test.cycles(edges),
         "upward imports": sorted(up),
         "function-local imports of metalint": local_ours,
         "function-local imports (all)": local_all,

@@ -334,25 +334,22 @@ def test_unwritable_cache_is_skipped_with_one_warning(tmp_path):
     assert r.stderr.count("warning") == 1 and "metalint: warning: cache not" in r.stderr
 
 
-def test_cache_file_that_is_a_folder_is_skipped_with_one_warning(cli, tmp_path):
-    # unwritable for root too (the chmod test above is skipped as root, e.g. in CI containers)
-    good_files(tmp_path, 2)
+def _cache_file_as_folder(tmp_path: Path, cli) -> None:
     cli("check", ".")
     cache = _cache_file(tmp_path)
     cache.unlink()
     cache.mkdir()
-    expected = cli("check", "--no-cache", ".")
-    for _ in range(2):
-        r = metalint("check", ".", cwd=tmp_path)
-        assert r.returncode == expected.exit_code == 1
-        assert findings(r.stdout, "ML001") == findings(expected.output, "ML001")
-        assert r.stderr.count("warning") == 1 and "metalint: warning: cache not" in r.stderr
-    assert cache.is_dir() and not list(cache.iterdir())
 
 
-def test_cache_folder_that_is_a_file_is_skipped_with_one_warning(cli, tmp_path):
-    good_files(tmp_path, 2)
+def _cache_folder_as_file(tmp_path: Path, cli) -> None:
     (tmp_path / ".metalint_cache").write_text("not a folder")
+
+
+# unwritable for root too (the chmod test above is skipped as root, e.g. in CI containers)
+@pytest.mark.parametrize("spoil", [_cache_file_as_folder, _cache_folder_as_file])
+def test_cache_that_cannot_be_used_is_skipped_with_one_warning(cli, tmp_path, spoil):
+    good_files(tmp_path, 2)
+    spoil(tmp_path, cli)
     expected = cli("check", "--no-cache", ".")
     for _ in range(2):
         r = metalint("check", ".", cwd=tmp_path)

@@ -104,17 +104,18 @@ def test_known_exceptions_still_exist():
     assert all(b in graph[a] for a, b in KNOWN), "a KNOWN arrow is gone: remove it from KNOWN"
 
 
-def test_no_import_cycles():
-    graph = imports()
+def cycles(graph) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan); bench/architecture.py uses
+    it too."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
-    cycles: list[list[str]] = []
+    out: list[list[str]] = []
 
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
-        for w in graph[v]:
+        for w in sorted(graph[v]):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -128,12 +129,21 @@ def test_no_import_cycles():
                 if w == v:
                     break
             if len(group) > 1:
-                cycles.append(sorted(group))
+                out.append(sorted(group))
 
     for v in sorted(graph):
         if v not in index:
             visit(v)
-    assert cycles == []
+    return out
+
+
+def test_no_import_cycles():
+    assert cycles(imports()) == []
+
+
+def test_cycles_finds_a_loop():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
 
 
 def test_the_walk_sees_function_level_imports():
