@@ -100,3 +100,14 @@ def test_load_launches_ranks(tmp_path):
     bad = _metalint(*args[:1], str(tmp_path / "nope.safetensors"), *args[2:], "--nproc", "2")
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "no such file" in bad.stderr
+
+
+def test_sharded_probe_shares_the_eager_stage(tmp_path):
+    # a factory that returns no module: one line from the shared eager stage, as the
+    # single-device probe says it (the sharded probe had its own copy without the check)
+    (tmp_path / "notmod.py").write_text("import torch\n\ndef make():\n    return torch.ones(4)\n")
+    proc = _metalint("probe", "--nproc", "2", "--shard", "fsdp", f"{tmp_path / 'notmod.py'}:make")
+    single = _metalint("probe", f"{tmp_path / 'notmod.py'}:make")
+    assert proc.returncode == single.returncode != 0
+    assert "returned Tensor, not an nn.Module" in single.stdout + single.stderr
+    assert "returned Tensor, not an nn.Module" in proc.stdout + proc.stderr

@@ -43,7 +43,7 @@ from metalint.loader.distributed import (
     local,
     shard_model,
 )
-from metalint.probe import attribute, build, compare
+from metalint.probe import build, compare
 from metalint.probe.build import Finding, _walk_tensors, pick_device
 from metalint.probe.compare import Stats, tensor_stats
 from metalint.probe.isolate import Options, Outcome
@@ -246,18 +246,9 @@ def probe_sharded(make, *, shard: str, device: str, init: str, seed: int, label:
 
     t0 = time.perf_counter()
     res = build.ProbeResult(label=label, device=device)
-    torch.manual_seed(seed)
-    rec = attribute.WriteRecorder()
-    try:
-        with rec:
-            model = make()
-    except Exception as exc:
-        raise build._stage_error("eager construction", exc) from exc
-    fallback_file = build._class_file(type(model))
-    eager, _ = build.snapshot(model, rec)
-    res.tensors = len(eager.entries)
-    del model, rec, _
-    build.release_memory()
+    # the single-device probe's eager stage: the same nn.Module check, and randomness decided
+    # from how each value was made (a second build under another seed), not from min == max
+    eager, fallback_file = build._eager_stage(make, seed, label, res)
     try:
         with torch.device("meta"):
             model = make()
