@@ -220,9 +220,10 @@ def audit(
     inside, outside = [], []
     for d in static:
         (inside if (_norm(d.filename), d.symbol) in contained else outside).append(d)
-    compared = _compared(rep)
-    classes = list(compared.classes.values())
-    built_in = _roots_built(compared)
+    # a root whose meta build raised (MP006: monai's SwinTransformer calls ``.item()``)
+    # compared none of its other classes: the probe's summary says so (``compared``), and
+    # ``verdict_for`` reads it (no evidence either way)
+    built_in = _roots_built(rep)
     for d in inside:
         res.findings.append((d.with_(verdict=_verdict(d, classes, built_in)), "root"))
     if alone and outside:
@@ -269,24 +270,6 @@ def _missed(res: LibraryAudit, rep, static: list, lineage, pkg: str, top: Path) 
         f"{os.path.relpath(f, top)}::{cls}: {', '.join(sorted(attrs))}"
         for (f, cls), attrs in missed.items()
     )
-
-
-def _compared(rep):
-    """The probe report with only the classes whose tensors were compared: when a root's meta
-    build raised (MP006: monai's SwinTransformer calls ``.item()``), its other classes were
-    built eagerly but never compared, and are no evidence either way."""
-    import dataclasses
-
-    from metalint.probe.command import ProbeReport
-
-    out = []
-    for o in rep.outcomes:
-        infos = o.result.get("classes", {}) if o.kind == "result" and o.result else {}
-        if any(i.get("raised") for i in infos.values()):
-            kept = {k: i for k, i in infos.items() if i.get("raised")}
-            o = dataclasses.replace(o, result={**o.result, "classes": kept})
-        out.append(o)
-    return ProbeReport(outcomes=out)
 
 
 def _roots_built(rep) -> dict[str, list]:

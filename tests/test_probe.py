@@ -7,6 +7,7 @@ Child processes are expensive here (each imports torch): one child probes the wh
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -703,6 +704,66 @@ def test_meta_build_that_raised_proves_nothing_of_the_other_classes():
     ]
     got = [d.verdict for d in mark_verdicts(diags, {"classes": res.classes})]
     assert got == ["confirmed", None, None]
+
+
+def _attention_flags():
+    sys.path.insert(0, str(MODELS))
+    try:
+        import attention_flags
+    finally:
+        sys.path.remove(str(MODELS))
+    return attention_flags
+
+
+def test_buffer_finding_is_not_judged_on_a_plain_attribute_of_its_name():
+    """monai's SABlock: ``causal_mask`` is a buffer only when ``causal=True``; the default
+    build keeps a plain empty tensor of that name, which survives ``to_empty()``. ML002 on the
+    buffer is not exercised by that build (unproven, was refuted); the causal build loses it."""
+    from metalint.probe.build import probe
+    from metalint.probe.merge import mark_verdicts
+
+    mod = _attention_flags()
+    f = os.path.realpath(MODELS / "attention_flags.py")
+    ml002 = _static("ML002", "CausalSelfAttention", "buffer `causal_mask`", f, "causal_mask")
+    ml007 = _static("ML007", "CausalSelfAttention", "`causal_mask` plain", f, "causal_mask")
+    default = probe(mod.CausalSelfAttention, init="reset_parameters")
+    assert default.classes[f"{f}::CausalSelfAttention"]["plain"] == ["causal_mask"]
+    got = [d.verdict for d in mark_verdicts([ml002, ml007], {"classes": default.classes})]
+    assert got == [None, "refuted"]
+    causal = probe(lambda: mod.CausalSelfAttention(causal=True), init="reset_parameters")
+    got = [d.verdict for d in mark_verdicts([ml002, ml007], {"classes": causal.classes})]
+    assert got == ["confirmed", None]
+
+
+def test_merged_summary_counts_tensors_only_of_compared_builds():
+    """A class built in two roots, one whose meta build raised: the tensors of that build were
+    never compared and do not make a finding on them refuted (one answer for the audit and
+    ``check --probe``: ``ProbeReport.classes``)."""
+    from metalint.probe.command import ProbeReport
+    from metalint.probe.isolate import Outcome
+    from metalint.probe.merge import mark_verdicts
+
+    def result(attrs, compared):
+        info = {
+            "file": "/m/x.py",
+            "cls": "Block",
+            "module": "x",
+            "attrs": attrs,
+            "plain": [],
+            "broken": {},
+            "codes": [],
+            "subtree_broken": 0,
+            "raised": False,
+            "compared": compared,
+        }
+        return Outcome("m:r", "result", result={"classes": {"/m/x.py::Block": info}})
+
+    diag = _static("ML001", "Block", "`gamma` from a value", "/m/x.py", "gamma")
+    raised_only = ProbeReport([result(["gamma"], False), result([], True)])
+    assert raised_only.classes["/m/x.py::Block"]["attrs"] == []
+    assert [d.verdict for d in mark_verdicts([diag], raised_only)] == [None]
+    both = ProbeReport([result(["gamma"], False), result(["gamma"], True)])
+    assert [d.verdict for d in mark_verdicts([diag], both)] == ["refuted"]
 
 
 def test_hook_order_names_the_module_whose_write_changed_the_verdict():

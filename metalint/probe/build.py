@@ -842,8 +842,9 @@ def _order_finding(hook, written, only_post, only_pre, eager, make_info) -> Find
 def _class_summary(
     eager: Snapshot, findings: list[Finding], raised: str | None
 ) -> dict[str, dict[str, Any]]:
-    """Per probed class (``file::qualname``): own tensor attrs, broken attrs, class-level codes,
-    broken tensors in its subtree. Used by :func:`metalint.probe.merge.mark_verdicts`."""
+    """Per probed class (``file::qualname``): own parameters and buffers (``attrs``), own
+    plain tensor attributes (``plain``), broken attrs, class-level codes, broken tensors in its
+    subtree. Used by :func:`metalint.probe.merge.mark_verdicts`."""
     out: dict[str, dict[str, Any]] = {}
     path_cls: dict[str, str] = {}
     for path, info in eager.classes.items():
@@ -856,6 +857,7 @@ def _class_summary(
                 "cls": info["cls"],
                 "module": info["module"],
                 "attrs": [],
+                "plain": [],
                 "broken": {},
                 "codes": [],
                 "subtree_broken": 0,
@@ -867,8 +869,9 @@ def _class_summary(
         )
     for e in eager.entries.values():
         key = path_cls.get(e.owner)
-        if key and e.attr not in out[key]["attrs"]:
-            out[key]["attrs"].append(e.attr)
+        kind = "plain" if e.kind == "attribute" else "attrs"
+        if key and e.attr not in out[key][kind]:
+            out[key][kind].append(e.attr)
     for f in findings:
         if f.code in ("MP006", "MP007", "MP009", "MP005"):
             for path, key in path_cls.items():

@@ -36,7 +36,10 @@ class ProbeReport:
 
     @property
     def classes(self) -> dict[str, dict[str, Any]]:
-        """``file::qualname`` -> summary (see ``build._class_summary``), merged over results."""
+        """``file::qualname`` -> summary (see ``build._class_summary``), merged over results.
+        The tensors of a build whose meta build raised were never compared (``compared``
+        False): they do not count as made by the class (a tensor only such a build made would
+        read as surviving), only its codes and ``raised`` do."""
         merged: dict[str, dict[str, Any]] = {}
         for o in self.outcomes:
             if o.kind != "result" or not o.result:
@@ -47,19 +50,23 @@ class ProbeReport:
                     {
                         **info,
                         "attrs": [],
+                        "plain": [],
                         "broken": {},
                         "codes": [],
                         "subtree_broken": 0,
                         "raised": False,
+                        "compared": False,
                     },
                 )
-                m["attrs"] = sorted(set(m["attrs"]) | set(info["attrs"]))
+                if info.get("compared", True):
+                    for kind in ("attrs", "plain"):
+                        m[kind] = sorted(set(m[kind]) | set(info.get(kind, ())))
                 for a, codes in info["broken"].items():
                     m["broken"][a] = sorted(set(m["broken"].get(a, [])) | set(codes))
                 m["codes"] = sorted(set(m["codes"]) | set(info["codes"]))
                 m["subtree_broken"] += info["subtree_broken"]
                 m["raised"] = m["raised"] or info["raised"]
-                m["compared"] = m.get("compared", True) or info.get("compared", True)
+                m["compared"] = m["compared"] or info.get("compared", True)
         return merged
 
 

@@ -20,7 +20,9 @@ order) it had.
   it was probed in raised in another class (nothing of it was compared; for ML008: it may
   never have been reached on meta), or the build did not make the
   tensor the finding names (a buffer that is None, a parameter behind a flag, with the
-  arguments the class was built with): not exercised.
+  arguments the class was built with; or made it as another kind: a plain tensor attribute
+  of the name of the buffer ML002 is about, the buffer only registered on a branch the build
+  did not take): not exercised.
 
 This module does not import torch.
 """
@@ -39,6 +41,9 @@ _SUBTREE_RULES = {"ML006", "ML010"}
 PER_MODULE_RULES = _SUBTREE_RULES
 #: rules about one tensor of their class (``subject``): `gamma` is created from a value...
 _NAMED_TENSOR_RULES = {"ML001", "ML002", "ML003", "ML005", "ML007"}
+#: the kind of tensor a rule's subject is, as the probe's class summary lists them: ``attrs``
+#: (parameters and buffers, every rule not listed) or ``plain`` (plain tensor attributes)
+_TENSOR_KINDS = {"ML007": ("plain",), "ML009": ("attrs", "plain")}
 
 
 def _child_tensor(diag: Diagnostic) -> bool:
@@ -82,7 +87,13 @@ def _lookup(
 def verdict_for(diag: Diagnostic, info: Mapping[str, Any] | None) -> str | None:
     if info is None:
         return None
-    built = set(info.get("attrs", ())) | set(info.get("broken", {}))
+    # the tensors of the kind the rule is about: ML007's plain attributes, the others'
+    # parameters and buffers (monai's SABlock keeps a plain empty `causal_mask` unless
+    # `causal=True` registers the buffer ML002 is about: that build did not make it)
+    kinds = _TENSOR_KINDS.get(diag.code, ("attrs",))
+    made = {a for k in kinds for a in info.get(k, ())}
+    other = {a for k in ("attrs", "plain") if k not in kinds for a in info.get(k, ())}
+    built = made | (set(info.get("broken", {})) - other)
     subject = diag.subject
     child = _child_tensor(diag)
     if not child:

@@ -8,6 +8,7 @@ from metalint.static.construction import TensorFunctions, is_tensor, registratio
 from metalint.static.model import ClassFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short, string_value
+from metalint.vocabulary import LEGACY_CONSTRUCTORS
 
 
 class PlainTensorAttribute(Rule):
@@ -103,6 +104,19 @@ class Attention(nn.Module):
 
 def make_sizes(dim) -> list:
     return [dim]
+""",
+        # monai's attention blocks: an empty placeholder from the legacy constructor is a CPU
+        # tensor even under meta (nothing stays on meta; ML009 reports the constructor)
+        """
+import torch
+import torch.nn as nn
+
+class SelfAttentionBlock(nn.Module):
+    def __init__(self, hidden_size, num_heads, save_attn=False):
+        super().__init__()
+        self.qkv = nn.Linear(hidden_size, hidden_size * 3)
+        self.save_attn = save_attn
+        self.att_mat = torch.Tensor()
 """,
         # a helper that may return something else than a tensor is not certain to make one
         """
@@ -272,6 +286,11 @@ class Attention(nn.Module):
                     continue
                 if not is_tensor(a.value, self.qualify, method, extra=extra):
                     continue
+                if (
+                    isinstance(a.value, cst.Call)
+                    and self.qualify(a.value.func) in LEGACY_CONSTRUCTORS
+                ):
+                    continue  # a CPU tensor even under meta (ML009's finding)
                 reported.add(attr)
                 yield Finding(
                     a.node,
