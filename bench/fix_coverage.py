@@ -4,7 +4,8 @@
         [--lib NAME=PACKAGE_DIR[:PYTHON]]... [--probe-timeout 120] [--markdown]
 
 For each library (a package folder, copied to a temporary folder: nothing is changed in
-place) and each rule with a codemod (ML001, ML002, ML003, ML007, ML010):
+place) and each rule with a codemod (ML001, ML002, ML003, ML007, ML008, ML009, ML010; the
+**all** row sums the targets' codes, ML001, ML002, ML003, ML007 and ML010):
 
 - findings: what ``check --select <codes>`` reports;
 - offered: findings whose diagnostic carries a fix (``--unsafe-fixes`` would apply it);
@@ -36,7 +37,11 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CODES = ("ML001", "ML002", "ML003", "ML007", "ML010")
+#: the findings issue 22's targets count (offered >= 90%, safe >= 70%)
+TARGETS = ("ML001", "ML002", "ML003", "ML007", "ML010")
+#: every rule with a codemod: ML008 (a constant read during construction) and ML009 (legacy
+#: constructors) are fixed and counted too, in their own rows, outside the targets' total
+CODES = ("ML001", "ML002", "ML003", "ML007", "ML008", "ML009", "ML010")
 FIX_LINE = re.compile(r"^fix (?P<file>[^:]+):(?P<row>\d+): (?P<code>ML\d+) \[(?P<sym>[^\]]*)\]")
 
 
@@ -222,7 +227,8 @@ def markdown(results: list[dict]) -> str:
     for res in results:
         tot = Counter()
         for code, c in res["per_code"].items():
-            tot.update(c)
+            if code in TARGETS:
+                tot.update(c)
             if not c.get("findings"):
                 continue
             f = c["findings"]

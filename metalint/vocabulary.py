@@ -53,6 +53,25 @@ VALUE_FACTORIES = frozenset(
         "torch.cat",
     }
 )
+#: factories of a constant that take ``device=`` (no random draw, no uninitialised memory):
+#: a constant read during construction can be made with ``device="cpu"`` (ML008's fix)
+CONSTANT_FACTORIES = frozenset(
+    {
+        "torch.zeros",
+        "torch.ones",
+        "torch.full",
+        "torch.zeros_like",
+        "torch.ones_like",
+        "torch.full_like",
+        "torch.tensor",
+        "torch.as_tensor",
+        "torch.arange",
+        "torch.range",
+        "torch.linspace",
+        "torch.logspace",
+        "torch.eye",
+    }
+)
 #: in-place tensor methods that set values
 INPLACE_METHODS = frozenset(
     {

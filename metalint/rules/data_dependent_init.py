@@ -12,7 +12,7 @@ from metalint.static.model import (
     function_facts,
 )
 from metalint.static.ownership import meta_tensor, own_tensor_names, truthiness_tensors
-from metalint.static.rule import Finding, Rule
+from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
 from metalint.vocabulary import HOST_READS, SCALAR_CASTS
 
@@ -68,12 +68,25 @@ class DataDependentInit(Rule):
     ```
 
     ## Fix safety
-    No automatic fix: whether the value can be computed in Python, or with
-    `device="cpu"`, depends on what the code does with it.
+    `metalint fix` rewrites a read in `__init__`'s own body of a constant computable on the
+    CPU: the tensor is followed back (through arithmetic, tensor methods, torch functions,
+    indexing, locals and loop variables) to the factories that make it (`torch.linspace`,
+    `arange`, `tensor`, `ones`, ...), and each gets `device="cpu"`:
+    `torch.linspace(0, drop_path_rate, depth, device="cpu")`. When a local is also kept
+    (registered as a buffer: torch-geometric's `GaussianSmearing` reads
+    `(offset[1] - offset[0]).item()` and registers `offset`), a CPU twin
+    `offset_cpu = torch.linspace(..., device="cpu")` is created after it and the reads use it:
+    the kept tensor stays on meta. The fix is safe: under the default CPU device the factory
+    made a CPU tensor already, so every value read and every tensor of the module is
+    bit-identical. Not fixed: a random draw (`torch.randperm(n).tolist()`: built on meta, the
+    CPU generator is not where it is eagerly, so the value read would differ), uninitialised
+    memory, a factory that already names a device or takes `**kwargs`, a value read from the
+    module's own tensors or a tensor argument, a read in a helper, a module moving itself.
     """
 
     code = "ML008"
     name = "data-dependent-init"
+    codemod = "metalint.fix.data_dependent_init"
     summary = "Construction reads a tensor's value (`.item()`, `.tolist()`, `if t:`), which crashes on meta"
 
     VALID = [
@@ -150,7 +163,8 @@ class OtherNet(nn.Module):
         self.stages = create_stages((2, 2), 0.2)
 """,
         # timm 0.9 / dinov2 stochastic depth
-        """
+        Invalid(
+            """
 import torch
 from torch import nn
 
@@ -161,6 +175,18 @@ class ViT(nn.Module):
         rates = torch.linspace(0, drop_path_rate, depth).tolist()  # ERROR
         self.blocks = nn.ModuleList(nn.Dropout(p) for p in dpr)
 """,
+            fixed="""
+import torch
+from torch import nn
+
+class ViT(nn.Module):
+    def __init__(self, depth, drop_path_rate=0.1):
+        super().__init__()
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device="cpu")]  # ERROR
+        rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # ERROR
+        self.blocks = nn.ModuleList(nn.Dropout(p) for p in dpr)
+""",
+        ),
         # casts and conditions on tensors, through a helper and an own buffer
         """
 import torch

@@ -1,0 +1,435 @@
+"""ML008 data-dependent-init: a constant read during construction is computed on the CPU.
+
+``dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)]`` (timm/monai stochastic
+depth) raises under ``with torch.device("meta")``: the linspace lands on meta and has no data.
+The values it reads are constants computable on the CPU, so the factory they come from gets
+``device="cpu"``: ``torch.linspace(0, drop_path_rate, depth, device="cpu")``. That temporary is
+real and small and freed after the read; what the module keeps is unchanged.
+
+The tensor whose value is read is followed back to the factories that create it, through
+arithmetic, tensor methods, torch functions, indexing, locals and loop variables (the same
+path as the rule's ``meta_tensor``). Two shapes of rewrite:
+
+- the tensor only feeds reads of its value (and shape queries): each factory gets
+  ``device="cpu"`` in place;
+- a local also flows elsewhere (PyG's ``GaussianSmearing``: ``offset`` is read by
+  ``(offset[1] - offset[0]).item()`` and registered as a buffer): a CPU twin
+  ``offset_cpu = torch.linspace(..., device="cpu")`` is inserted after it and every read of
+  the local's value in ``__init__`` uses the twin; the buffer stays on meta.
+
+Refused (reported with the reason): a factory that draws random numbers (a meta build does not
+advance the CPU generator as the eager one does, so the values read would differ), that
+allocates uninitialised memory, that already names a device, or takes ``*args``/``**kwargs``;
+a value read from the module's own tensors, a tensor argument, a copy to a device in the
+chain; a read outside ``__init__``'s body.
+
+Safe: under the default CPU device the factory made a CPU tensor already, so every value read
+and every tensor of the module is bit-identical (on a CUDA default device the constant is now
+computed by the CPU kernel, like the meta build does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, path_to, render, stmt
+from metalint.static.model import MethodFacts
+from metalint.static.ownership import (
+    meta_tensor,
+    meta_tensor_sequence,
+    own_tensor_names,
+    truthiness_tensors,
+)
+from metalint.static.rule import Finding, RuleContext
+from metalint.static.syntax import keyword, walk
+from metalint.vocabulary import (
+    CONSTANT_FACTORIES,
+    DEVICE_COPY_METHODS,
+    EMPTY_FACTORIES,
+    HOST_READS,
+    NOT_TENSOR_METHODS,
+    RANDOM_FACTORIES,
+    SCALAR_CASTS,
+    TENSOR_ATTRIBUTES,
+)
+
+#: attribute reads of a tensor that answer the same on meta and on the CPU
+SHAPE_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "is_floating_point"})
+
+
+@dataclass
+class _Chain:
+    """Where the value a read needs comes from."""
+
+    roots: list[cst.Call] = field(default_factory=list)  # factories that get device="cpu"
+    locals: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]] = field(default_factory=dict)
+    loops: dict[str, cst.CSTNode] = field(default_factory=dict)  # loop variable -> its loop
+
+
+def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
+    edit = ClassEdit(ctx, cls)
+    init = edit.init
+    node = finding.node
+    if edit._path(node) is None:
+        raise Unfixable("the value is read outside `__init__`'s own body")
+    own = own_tensor_names(cls, ctx.qualify)
+    read = _read_tensor(node)
+    if read is None or not meta_tensor(read, ctx.qualify, init, own):
+        raise Unfixable("not a read of a tensor created in `__init__`")
+    follow = _Follow(ctx, edit, own, node)
+    follow(read)
+    chain = follow.chain
+    if not chain.roots:
+        raise Unfixable("no factory of the value was found")
+    reads = _reads(ctx, init, own)
+    shared = [
+        name
+        for name in chain.locals
+        if not all(_inside(use, reads) for use in _uses(init.node, name))
+    ]
+    for name, loop in chain.loops.items():
+        if not all(_inside(use, reads) for use in _uses(loop, name)):
+            raise Unfixable(f"the loop variable `{name}` is kept, not only read")
+    if shared:
+        return _twin(ctx, edit, chain, shared, reads)
+    calls = {id(c): _on_cpu(c) for c in chain.roots}
+    _replace_calls(edit, calls)
+    return edit.rewrite(
+        'Create the constant with `device="cpu"`: its value is read during construction, and '
+        'under `torch.device("meta")` a factory without a device has no data'
+    )
+
+
+def _read_tensor(node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The tensor whose value ``node`` reads: ``t`` of ``t.item()`` / ``float(t)``, or the
+    condition part itself (``if mask.any():``)."""
+    if isinstance(node, cst.Call):
+        f = node.func
+        if isinstance(f, cst.Attribute) and f.attr.value in HOST_READS:
+            return f.value
+        if isinstance(f, cst.Name) and f.value in SCALAR_CASTS and len(node.args) == 1:
+            return node.args[0].value
+        return None
+    return node if isinstance(node, cst.BaseExpression) else None
+
+
+def _reads(ctx: RuleContext, init: MethodFacts, own) -> list[cst.BaseExpression]:
+    """Every expression of ``__init__`` whose value is read (what the rule reports there)."""
+    out: list[cst.BaseExpression] = []
+    for call in init.calls:
+        t = _read_tensor(call.node)
+        if t is not None and meta_tensor(t, ctx.qualify, init, own):
+            out.append(t)
+    for cond in init.conditions:
+        out.extend(truthiness_tensors(cond, ctx.qualify, init, own))
+    return out
+
+
+@dataclass
+class _Follow:
+    """Collects the factories a read's value comes from: only the parts that are tensors
+    (``meta_tensor``) are followed, the same path as the rule."""
+
+    ctx: RuleContext
+    edit: ClassEdit
+    own: set[str]
+    at: cst.CSTNode  # the read
+    chain: _Chain = field(default_factory=_Chain)
+
+    def __call__(self, expr: cst.BaseExpression, depth: int = 0) -> None:
+        if depth > 8:
+            raise Unfixable("the value is computed through too many steps")
+        if isinstance(expr, cst.Call):
+            self.call(expr, depth)
+        elif isinstance(expr, cst.Name):
+            self.name(expr, depth)
+        elif isinstance(expr, cst.Attribute):
+            if expr.attr.value not in TENSOR_ATTRIBUTES:
+                raise Unfixable(f"the value is the module's own tensor `{render(expr)}`")
+            self.rec(expr.value, depth)
+        elif isinstance(expr, cst.BinaryOperation):
+            for side in (expr.left, expr.right):
+                _not_a_tensor_operand(side, self.edit.init)
+                self.rec(side, depth)
+        elif isinstance(expr, cst.UnaryOperation):
+            self.rec(expr.expression, depth)
+        elif isinstance(expr, cst.Comparison):
+            self.rec(expr.left, depth)
+            for t in expr.comparisons:
+                self.rec(t.comparator, depth)
+        elif isinstance(expr, cst.Subscript):
+            self.rec(expr.value, depth)
+        else:
+            raise Unfixable(f"the value is computed by `{render(expr)}`")
+
+    def rec(self, e: cst.BaseExpression | None, depth: int) -> None:
+        q, m, own = self.ctx.qualify, self.edit.init, self.own
+        if e is not None and (meta_tensor(e, q, m, own) or meta_tensor_sequence(e, q, m, own)):
+            self(e, depth + 1)
+
+    def call(self, expr: cst.Call, depth: int) -> None:
+        q = self.ctx.qualify(expr.func)
+        if q is not None and q.startswith("torch."):
+            if q in CONSTANT_FACTORIES:
+                self.chain.roots.append(_constant(expr))
+                return
+            if q in RANDOM_FACTORIES:
+                raise Unfixable(
+                    f"`{q}` draws random numbers: built on meta the CPU generator is not where "
+                    "it is eagerly, so the value read would differ"
+                )
+            if q in EMPTY_FACTORIES:
+                raise Unfixable(f"`{q}` is uninitialised memory: its value is not a constant")
+            for a in expr.args:  # torch.log(t), torch.stack([a, b])
+                for e in _elements(a.value):
+                    self.rec(e, depth)
+            return
+        f = expr.func
+        if not isinstance(f, cst.Attribute):
+            raise Unfixable(f"the value comes from `{render(expr.func)}(...)`")
+        if f.attr.value in DEVICE_COPY_METHODS and not _dtype_only(expr, self.ctx.qualify):
+            raise Unfixable(f"the value is copied with `.{f.attr.value}()` on its way")
+        self.rec(f.value, depth)
+        for a in expr.args:
+            self.rec(a.value, depth)
+
+    def name(self, expr: cst.Name, depth: int) -> None:
+        values = self.edit.init.local_values.get(expr.value)
+        if values:
+            if expr.value not in self.chain.locals:
+                self.chain.locals[expr.value] = values
+                for _stmt, v in values:
+                    self.rec(v, depth)
+            return
+        loop = _enclosing_loop(self.edit, self.at, expr.value)
+        if loop is None:
+            raise Unfixable(f"`{expr.value}` is not a local of `__init__`")
+        if expr.value not in self.chain.loops:
+            self.chain.loops[expr.value] = loop
+            self.rec(loop.iter, depth)
+
+
+def _constant(call: cst.Call) -> cst.Call:
+    """A constant factory that can take ``device="cpu"``."""
+    if keyword(call, "device") is not None:
+        raise Unfixable(f"`{render(call.func)}` already names a device")
+    if any(a.star for a in call.args):
+        raise Unfixable(f"`{render(call.func)}` takes `*args`/`**kwargs`: they may name a device")
+    return call
+
+
+def _dtype_only(call: cst.Call, qualify) -> bool:
+    """``t.to(torch.float32)`` / ``t.to(dtype=...)``: a conversion, no copy to a device."""
+    if call.func.attr.value != "to" or not call.args:
+        return False
+    for a in call.args:
+        if a.keyword is not None:
+            if a.keyword.value != "dtype":
+                return False
+            continue
+        q = qualify(a.value) or ""
+        if not q.startswith("torch.") or q == "torch.device":
+            return False
+    return True
+
+
+def _elements(e: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    if isinstance(e, (cst.List, cst.Tuple)):
+        for el in e.elements:
+            yield el.value
+    else:
+        yield e
+
+
+def _not_a_tensor_operand(e: cst.BaseExpression, method: MethodFacts) -> None:
+    """An operand that may be a tensor of another device (an argument annotated ``Tensor``,
+    an attribute of ``self``): computing the other side on the CPU could mix devices."""
+    if isinstance(e, cst.Name) and e.value in method.params:
+        for p in (*method.node.params.params, *method.node.params.kwonly_params):
+            if p.name.value == e.value and p.annotation is not None:
+                if "Tensor" in render(p.annotation.annotation):
+                    raise Unfixable(f"the value is computed with the tensor argument `{e.value}`")
+    if isinstance(e, cst.Attribute) and render(e).startswith("self."):
+        raise Unfixable(f"the value is computed with `{render(e)}`")
+
+
+def _enclosing_loop(edit: ClassEdit, node: cst.CSTNode, name: str):
+    """The innermost ``for`` statement or comprehension ``for`` around ``node`` binding
+    ``name``."""
+    found = edit._path(node)
+    if found is None:
+        return None
+    _i, path = found
+    for n in reversed(path):
+        fors = []
+        if isinstance(n, cst.For):
+            fors = [n]
+        elif isinstance(n, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            f = n.for_in
+            while f is not None:
+                fors.append(f)
+                f = f.inner_for_in
+        for f in reversed(fors):
+            if isinstance(f.target, cst.Name) and f.target.value == name:
+                return f
+    return None
+
+
+def _uses(scope: cst.CSTNode, name: str) -> list[cst.Name]:
+    """The Name nodes of ``scope`` that read variable ``name`` (not the targets binding it);
+    a shape query (``t.shape``, ``t.size(0)``, ``len(t)``) is not a use of its value."""
+    bound: set[int] = set()
+    shape: set[int] = set()
+    for n in walk(scope):
+        if isinstance(n, (cst.AssignTarget, cst.For, cst.CompFor)):
+            bound.update(id(x) for x in walk(n.target) if isinstance(x, cst.Name))
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign)):
+            bound.update(id(x) for x in walk(n.target) if isinstance(x, cst.Name))
+        elif isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name):
+            if n.attr.value in SHAPE_ATTRIBUTES or n.attr.value in NOT_TENSOR_METHODS - set(
+                HOST_READS
+            ):
+                shape.add(id(n.value))
+        elif isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "len":
+            if n.args and isinstance(n.args[0].value, cst.Name):
+                shape.add(id(n.args[0].value))
+    return [
+        n
+        for n in walk(scope)
+        if isinstance(n, cst.Name)
+        and n.value == name
+        and id(n) not in bound
+        and id(n) not in shape
+        and not _attribute_name(scope, n)
+    ]
+
+
+def _attribute_name(scope: cst.CSTNode, name: cst.Name) -> bool:
+    """``x`` in ``self.x`` / ``t.x``, or a keyword name: not a variable."""
+    for n in walk(scope):
+        if isinstance(n, cst.Attribute) and n.attr is name:
+            return True
+        if isinstance(n, cst.Arg) and n.keyword is name:
+            return True
+    return False
+
+
+def _inside(node: cst.CSTNode, reads: list[cst.BaseExpression]) -> bool:
+    return any(path_to(r, node) is not None for r in reads)
+
+
+def _on_cpu(call: cst.Call) -> cst.Call:
+    """``call`` with ``device="cpu"`` added as its last argument."""
+    arg = cst.Arg(
+        value=cst.SimpleString('"cpu"'),
+        keyword=cst.Name("device"),
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
+    args = list(call.args)
+    if not args:
+        return call.with_changes(args=[arg])
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):  # a trailing comma: the new argument goes after it
+        args.append(arg.with_changes(comma=last.comma))
+    else:
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        args.append(arg)
+    return call.with_changes(args=args)
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, replace: dict[int, cst.CSTNode]):
+        self.replace = replace
+
+    def on_leave(self, original_node, updated_node):
+        return self.replace.get(id(original_node), updated_node)
+
+
+def _statement(edit: ClassEdit, node: cst.CSTNode) -> cst.BaseStatement:
+    """The innermost statement of ``__init__`` holding ``node``."""
+    found = edit._path(node)
+    if found is None:
+        raise Unfixable("the value is not created in `__init__`'s own body")
+    _i, path = found
+    stmts = [n for n in path if isinstance(n, cst.BaseStatement)]
+    for n in path:
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            raise Unfixable("the value is created in a nested function")
+    return stmts[-1]
+
+
+def _replace_calls(edit: ClassEdit, new: dict[int, cst.CSTNode], nodes=None) -> None:
+    """Replace nodes (by id) inside the statements of ``__init__`` holding them; a statement
+    holding another one to change is rewritten as a whole."""
+    nodes = nodes if nodes is not None else _nodes_by_id(edit, new)
+    stmts: dict[int, cst.BaseStatement] = {}
+    for n in nodes:
+        s = _statement(edit, n)
+        stmts[id(s)] = s
+    outer = [
+        s
+        for s in stmts.values()
+        if not any(o is not s and path_to(o, s) is not None for o in stmts.values())
+    ]
+    for s in outer:
+        edit.replace[id(s)] = (s, [s.visit(_Replace(new))])
+
+
+def _nodes_by_id(edit: ClassEdit, new: dict[int, cst.CSTNode]) -> list[cst.CSTNode]:
+    return [n for n in walk(edit.init.node) if id(n) in new]
+
+
+def _twin(ctx: RuleContext, edit: ClassEdit, chain: _Chain, shared: list[str], reads) -> Rewrite:
+    """A CPU copy of each shared local, created after it; the reads of the local use it."""
+    init = edit.init
+    replace: dict[int, cst.CSTNode] = {}
+    inserts: list[tuple[cst.BaseStatement, cst.BaseStatement]] = []
+    roots = {id(r) for r in chain.roots}
+    for name in shared:
+        values = chain.locals[name]
+        if len(values) != 1:
+            raise Unfixable(f"the local `{name}` is assigned more than once and also kept")
+        at, value = values[0]
+        line = next(
+            (s for s in edit.init_body if isinstance(s, cst.SimpleStatementLine) and at in s.body),
+            None,
+        )
+        if line is None or len(line.body) != 1:
+            raise Unfixable(f"`{name}` is not assigned by a statement of its own in `__init__`")
+        inner = {id(n): _on_cpu(n) for n in walk(value) if id(n) in roots}
+        if not inner or any(
+            isinstance(n, cst.Name) and n.value in chain.locals for n in walk(value)
+        ):
+            raise Unfixable(f"`{name}` is computed from other locals and also kept")
+        twin = _free_name(init, f"{name}_cpu")
+        copy = stmt(f"{twin} = {render(value.visit(_Replace(inner)))}")
+        inserts.append((line, copy))
+        for use in _uses(init.node, name):
+            if _inside(use, reads):
+                replace[id(use)] = cst.Name(twin)
+    # the reads (and the roots of non-shared locals) change in place, then the twins go in
+    for r in chain.roots:
+        if not any(path_to(v, r) is not None for n in shared for _s, v in chain.locals[n]):
+            replace[id(r)] = _on_cpu(r)
+    _replace_calls(edit, replace)
+    for line, copy in inserts:
+        old = edit.replace.get(id(line), (line, [line]))[1]
+        edit.replace[id(line)] = (line, [*old, copy])
+    names = ", ".join(f"`{n}`" for n in shared)
+    return edit.rewrite(
+        f'Read a copy of {names} created with `device="cpu"`: its value is read during '
+        'construction, and under `torch.device("meta")` a factory without a device has no data'
+    )
+
+
+def _free_name(init: MethodFacts, name: str) -> str:
+    taken = {n.value for n in walk(init.node) if isinstance(n, cst.Name)}
+    cand, i = name, 2
+    while cand in taken:
+        cand, i = f"{name}{i}", i + 1
+    return cand
