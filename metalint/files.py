@@ -206,8 +206,8 @@ def display_path(path: Path, cwd: Path | None = None) -> str:
 
 
 #: bump when what a cached FileResult holds changes (2: module-level init functions; 3: their
-#: reads of a tensor's value, for ML008 across files)
-CACHE_SCHEMA = 3
+#: reads of a tensor's value, for ML008 across files; 4: classes swapped into a sub-model)
+CACHE_SCHEMA = 4
 
 
 def code_stamp() -> str:

@@ -517,3 +517,85 @@ def test_optional_dependency_fallback_classes_are_children(tmp_path):
     )
     assert [(d.symbol, d.subject) for d in _found(pkg)] == []
     assert [(d.symbol, d.subject) for d in _found(pkg, RESET)] == [("xRMSNorm", ("weight",))]
+
+
+SWAPPED = """
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+
+class FrozenBatchNorm2d(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.running_var = nn.Buffer(torch.ones(n))
+
+def freeze(model):
+    for name, module in model.named_children():
+        if isinstance(module, nn.BatchNorm2d):
+            new = FrozenBatchNorm2d(module.num_features)
+            model.add_module(name, new)
+        freeze(module)
+
+class BackbonePreTrainedModel(PreTrainedModel):
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if {test}:
+            init.ones_(module.running_var)
+
+class Backbone(BackbonePreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.bn = nn.BatchNorm2d(4)
+
+class Encoder(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        {build}
+        freeze({into})
+        self.model = backbone
+
+class DetrPreTrainedModel(PreTrainedModel):
+    pass
+
+class Detr(DetrPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.encoder = Encoder(config)
+"""
+
+
+@pytest.mark.parametrize(
+    ("test", "build", "into", "lost_under"),
+    [
+        # swapped into a backbone of a known class: its _init_weights is the dispatch
+        (
+            '"BatchNorm" in module.__class__.__name__',
+            "backbone = Backbone(config)",
+            "backbone",
+            None,
+        ),
+        ("isinstance(module, nn.Linear)", "backbone = Backbone(config)", "backbone", "Detr"),
+        # a backbone from a call that names no class: the dispatch written for swapped-in
+        # classes by name, when the tree has one that matches
+        ('"BatchNorm" in module.__class__.__name__', "backbone = make(config)", "backbone", None),
+        ('"Frozen" == module.__class__.__name__', "backbone = make(config)", "backbone", "Detr"),
+        # swapped into the class itself: a plain child, the detector's dispatch
+        ('"BatchNorm" in module.__class__.__name__', "backbone = None", "self", "Detr"),
+    ],
+)
+def test_class_swapped_in_by_a_module_level_function(tmp_path, test, build, into, lost_under):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    source = SWAPPED.format(test=test, build=build, into=into)
+    (pkg / "detr.py").write_text(textwrap.dedent(source))
+    got = [(d.symbol, d.subject, d.root) for d in _found(pkg)]
+    expected = (
+        []
+        if lost_under is None
+        else [("FrozenBatchNorm2d", ("running_var",), f"pkg.detr.{lost_under}")]
+    )
+    assert got == expected
+    # judged per module it is lost whatever the dispatch
+    assert [d.symbol for d in _found(pkg, RESET)] == ["FrozenBatchNorm2d"]

@@ -33,11 +33,15 @@ class BufferFromValue(Rule):
     `init.normal_(module.gate.weight)`), naming that root; a class no model root contains is
     judged per module. A code-generation template (transformers' `modular_*.py`) is no root of
     the real classes it builds or extends.
-    Known limits: a class chosen through a config table, or swapped in by a function at run
-    time (transformers' `replace_batch_norm` putting `RTDetrV2FrozenBatchNorm2d` into a
-    backbone built by `load_backbone(config)`), has no parent and is judged per module; a
-    dispatch condition on a config value counts both branches as run; under the transformers
-    protocol the class's own `reset_parameters()` still counts.
+    A class swapped into a sub-model by a module-level function (transformers'
+    `replace_batch_norm(backbone)` putting `RTDetrV2FrozenBatchNorm2d` into the backbone) is
+    dispatched by that sub-model's `_init_weights`.
+    Known limits: a class chosen through a config table has no parent and is judged per
+    module; a sub-model built by a call that names no class (`load_backbone(config)`) is taken
+    to dispatch by the tree's `_init_weights` that test the class's name and match it
+    (`"BatchNorm" in module.__class__.__name__`); a dispatch condition on a config value counts
+    both branches as run; under the transformers protocol the class's own
+    `reset_parameters()` still counts.
 
     ## Why is this bad on meta?
     Under `with torch.device("meta"):` the value is never computed, and `module.to_empty()`

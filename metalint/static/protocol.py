@@ -5,7 +5,9 @@ what runs after ``to_empty()``. This module answers that one question for rules,
 the probe, in two halves:
 
 - per file (libcst, :func:`summarize_class`, :func:`summarize_functions`): what a class
-  constructs (its *children*), the attributes it sets, the per-module init functions it
+  constructs (its *children*, also through a module-level function of its file:
+  ``replace_batch_norm(backbone)`` swapping frozen norms into a sub-model), the attributes it
+  sets, the per-module init functions it
   defines (``_init_weights(self, module)``: an ``if``/``elif`` dispatch by ``isinstance``,
   class-name tests, ``hasattr``/``getattr``, helpers and ``super()``) and the functions its
   root entry point (``init_weights()``) applies to every module (``self.apply(fn)``,
@@ -32,7 +34,11 @@ Known limits: the composition is what construction names statically (a class cho
 config table, ``ALL_LAYERS[config.kind](...)``, has no parent); a condition the dispatch cannot
 decide (a config value) counts both branches as run; under the transformers protocol a
 module's own ``reset_parameters()`` is still counted although ``_init_weights`` does not call
-it.
+it; a class swapped into a sub-model built by a call that names no class
+(``replace_batch_norm(load_backbone(config))``) is dispatched by the ``_init_weights`` of the
+tree that test a module's class name and match it (``"BatchNorm" in
+module.__class__.__name__``: what transformers' backbones write for those classes), so a
+backbone without such a test (``TimmBackbone``, DETR's default) is not seen.
 """
 
 from __future__ import annotations
@@ -141,12 +147,14 @@ def summarize_class(cls, ctx, hooks: tuple[str, ...] = ("reset_parameters",)) ->
     refers to that may be classes), ``attributes`` (what it sets on ``self``), ``dispatch``
     (per-module init methods: name -> block) and ``applies`` (public method -> what it applies
     to every module, for the method that is a root's entry point). Empty keys are left out."""
-    children, attributes, members = _composition(cls, ctx)
+    children, attributes, members, hosted = _composition(cls, ctx)
     out: dict[str, Any] = {}
     if children:
         out["children"] = sorted(children)
     if members:
         out["members"] = {a: sorted(q) for a, q in sorted(members.items())}
+    if hosted:
+        out["hosted"] = hosted
     if attributes:
         out["attributes"] = sorted(attributes)
     applies: dict[str, list] = {}
@@ -193,7 +201,7 @@ def _deletes(fn) -> bool:
     return exc is not None and dotted(exc) == "AttributeError"
 
 
-def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]]]:
+def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dict[str, str]]:
     """The names construction hands classes by (``Block(...)``, ``partial(LayerNorm, ...)``,
     ``block_fn=Block``), the attributes it sets on ``self`` (assigned or registered) and the
     classes an attribute is built as (``self.encoder = Encoder(...)``: encoder -> Encoder)."""
@@ -211,7 +219,8 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]]]:
         if q:
             children.add(q)
 
-    for m in construction(cls):
+    methods = construction(cls)
+    for m in methods:
         for call in m.calls:
             child(call.node.func)
             for arg in call.node.args:
@@ -235,7 +244,140 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]]]:
             q = _class_ref(a.value.func, ctx) if isinstance(a.value, cst.Call) else None
             if q:
                 members.setdefault(attr, set()).add(q)
-    return children, attributes, members
+    return children, attributes, members, _swapped_in(methods, ctx, children)
+
+
+def _swapped_in(methods: list, ctx, children: set[str]) -> dict[str, str]:
+    """Classes construction builds through a module-level function of this file it calls
+    (``replace_batch_norm(backbone)``: ``model._modules[name] = FrozenBatchNorm2d(n)``) are
+    children of the class (added to ``children``). A class such a function installs into
+    the module it is handed (its first argument) lives in that module: ``hosted`` maps it to
+    the class of that module (``backbone = ResNetBackbone(config)``), or to ``"?"`` when
+    construction built it by a call that names no class (``load_backbone(config)``), whose
+    own init protocol the check cannot see. A class swapped into ``self`` is a plain child."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+
+    hosted: dict[str, str] = {}
+    for m in methods:
+        for call in m.calls:
+            func = call.node.func
+            if not isinstance(func, cst.Name) or func.value not in ctx.facts.local_functions:
+                continue
+            built, swaps = _function_builds(func.value, ctx)
+            children |= built
+            arg = call.node.args[0].value if call.node.args else None
+            if not swaps or arg is None or dotted(arg) == "self":
+                continue
+            host = _host_class(arg, m, methods, ctx)
+            for q in swaps:
+                hosted[q] = host if hosted.get(q, host) == host else "?"
+    return hosted
+
+
+def _function_builds(name: str, ctx) -> tuple[set[str], set[str]]:
+    """The classes the module-level function ``name`` of this file (and those of this file it
+    calls) constructs, and those of them it installs into the module it is handed as its
+    first argument (see :func:`_builds_of`)."""
+    import libcst as cst
+
+    top = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
+    built: set[str] = set()
+    swaps: set[str] = set()
+    todo, seen = [name], set()
+    while todo and len(seen) < 16:
+        cur = todo.pop()
+        if cur in seen or cur not in top:
+            continue
+        seen.add(cur)
+        more, installed, calls = _builds_of(top[cur], ctx)
+        built |= more
+        swaps |= installed
+        todo += [c for c in calls if c in top]
+    return built, swaps
+
+
+def _builds_of(fn, ctx) -> tuple[set[str], set[str], list[str]]:
+    """What one function constructs, what it installs into its first argument or the modules
+    it iterates of it (``model._modules[k] = v``, ``setattr(model, k, v)``,
+    ``model.add_module(k, v)``), and the names it calls."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.syntax import walk
+
+    built: set[str] = set()
+    calls: list[str] = []
+    made: dict[str, str] = {}  # local name -> the class it holds
+    installs: list = []  # (module, value)
+    for node in walk(fn.body):
+        if isinstance(node, cst.Call):
+            q = _class_ref(node.func, ctx)
+            if q:
+                built.add(q)
+            called = dotted(node.func) or ""
+            calls.append(called)
+            if called == "setattr" and len(node.args) == 3:
+                installs.append((node.args[0].value, node.args[2].value))
+            elif called.endswith(".add_module") and len(node.args) == 2:
+                installs.append((node.func.value, node.args[1].value))
+        elif isinstance(node, cst.Assign) and len(node.targets) == 1:
+            target = node.targets[0].target
+            if isinstance(target, cst.Name) and isinstance(node.value, cst.Call):
+                q = _class_ref(node.value.func, ctx)
+                if q:
+                    made[target.value] = q
+            elif (
+                isinstance(target, cst.Subscript)
+                and isinstance(target.value, cst.Attribute)
+                and target.value.attr.value == "_modules"
+            ):
+                installs.append((target.value.value, node.value))
+    param = _module_param(fn, method=False)
+    into = (param, *_iterated(fn, param)) if param else ()
+    swaps = set()
+    for module, value in installs:
+        if (dotted(module) or "").split(".")[0] in into:
+            q = _class_ref(value.func, ctx) if isinstance(value, cst.Call) else None
+            q = q or made.get(dotted(value) or "")
+            if q:
+                swaps.add(q)
+    return built, swaps, calls
+
+
+def _iterated(fn, param: str) -> tuple[str, ...]:
+    """Names a function's loops bind to the modules of its argument (``for name, module in
+    model.named_children():`` -> ``module``)."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.syntax import walk
+
+    out = []
+    for loop in walk(fn.body):
+        if isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call):
+            head = dotted(loop.iter.func) or ""
+            if head.startswith(param + "."):
+                out += [n.value for n in walk(loop.target) if isinstance(n, cst.Name)]
+    return tuple(out)
+
+
+def _host_class(arg, method, methods: list, ctx) -> str:
+    """The class of the module ``arg`` (a local or ``self.attr``) as construction built it,
+    ``"?"`` when a call that names no class made it."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+
+    name = dotted(arg) or ""
+    values = []
+    if "." not in name:
+        values = [v for _, v in method.local_values.get(name, ())]
+    elif name.count(".") == 1 and name.startswith("self."):
+        values = [a.value for m in methods for a in m.assigns if a.target == name]
+    refs = {_class_ref(v.func, ctx) if isinstance(v, cst.Call) else None for v in values}
+    return refs.pop() if len(refs) == 1 and None not in refs else "?"
 
 
 def _class_ref(node, ctx) -> str | None:
@@ -673,6 +815,22 @@ def _class_name(node, param: str) -> bool:
 
 
 # -- across files (torch-free, libcst-free) -------------------------------------------------
+def _name_tests(block: list) -> list[list]:
+    """The class-name tests (``"BatchNorm" in module.__class__.__name__``) of a dispatch."""
+    out: list[list] = []
+    for item in block:
+        if item[0] == "if":
+            todo = [item[1]]
+            while todo:
+                cond = todo.pop()
+                if cond[0] in ("name_in", "name_eq", "name_one_of"):
+                    out.append(cond)
+                elif cond[0] in ("and", "or", "not"):
+                    todo += cond[1:]
+            out += _name_tests(item[2]) + _name_tests(item[3])
+    return out
+
+
 def is_template(cls: str) -> bool:
     """Is ``cls`` defined in a code-generation template (``modular_llama.py``)?"""
     return any(part.startswith(TEMPLATE_MODULE_PREFIXES) for part in cls.split(".")[:-1])
@@ -688,19 +846,28 @@ class Protocols:
         self.entries = ROOT_ENTRIES if protocol in PROTOCOLS else (protocol,)
         self.parents: dict[str, set[str]] = {}
         self.subclasses: dict[str, set[str]] = {}
+        #: (class, parent): the parent swaps the class into a sub-model it built by a call
+        #: that names no class (``replace_batch_norm(load_backbone(config))``)
+        self.unknown_host: set[tuple[str, str]] = set()
         for name, c in hierarchy.classes.items():
             # a template's class (transformers' modular files) never runs: it contains and
             # extends only the template's own classes (the generated file has the real ones)
             template = is_template(name)
+            hosted = c.protocol.get("hosted", {})
             for child in c.protocol.get("children", ()):
                 r = hierarchy.resolve(child)
-                if r is not None and r != name and (is_template(r) or not template):
-                    self.parents.setdefault(r, set()).add(name)
+                if r is None or r == name or (template and not is_template(r)):
+                    continue
+                host = hierarchy.resolve(hosted.get(child, "")) or name
+                self.parents.setdefault(r, set()).add(host)
+                if hosted.get(child) == "?":
+                    self.unknown_host.add((r, name))
             for base in hierarchy.bases(name):
                 if is_template(base) or not template:
                     self.subclasses.setdefault(base, set()).add(name)
         self._roots: dict[str, frozenset[str]] = {}
         self._mro: dict[str, list[str]] = {}
+        self._name_tests: list[tuple[str, list]] | None = None
 
     # -- composition --------------------------------------------------------------------
     def roots(self, cls: str) -> frozenset[str]:
@@ -857,10 +1024,27 @@ class Protocols:
                     out.append(cur)
                 continue
             for p in self.parents.get(cur, ()):
-                if p not in seen:
+                if (cur, p) in self.unknown_host and self._by_name(cur):
+                    # in a sub-model of a class the check cannot name (``load_backbone``):
+                    # dispatched by that model's ``_init_weights``, one of those written for
+                    # the classes swapped in (``"BatchNorm" in module.__class__.__name__``)
+                    out += [o for o in self._by_name(cur) if o not in out]
+                elif p not in seen:
                     seen.add(p)
                     todo.append(p)
         return out or [root]
+
+    def _by_name(self, cls: str) -> list[str]:
+        """The transformers classes of the tree whose own ``_init_weights`` tests a module's
+        class name and matches ``cls`` by it."""
+        if self._name_tests is None:
+            self._name_tests = []
+            for name, c in sorted(self.h.classes.items()):
+                block = c.protocol.get("dispatch", {}).get("_init_weights")
+                tests = _name_tests(block or [])
+                if tests and not is_template(name) and self.is_transformers(name):
+                    self._name_tests.append((name, tests))
+        return [o for o, tests in self._name_tests if any(self.test(t, cls) for t in tests)]
 
     def _applied(self, item: list, root: str, cls: str) -> set[str]:
         kind = item[0]
