@@ -449,6 +449,41 @@ def test_subclass_overriding_reset_blocks_the_fix(tmp_path, monkeypatch):
     assert "subclass `m.Sub` defines its own `reset_parameters()`" in out
 
 
+def test_code_later_in_the_same_block_counts_as_later(tmp_path, monkeypatch):
+    """A buffer registered inside an ``else`` block followed, in that block, by a module
+    (whose init draws) and a write of the buffer (monai's text encoder loading pretrained
+    values): drawing it at the end of ``__init__`` would change the draws' order and overwrite
+    the loaded values, so the first is unsafe and the second is not fixed."""
+    (tmp_path / "m.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Drawn(nn.Module):\n"
+        "    def __init__(self, n=4, learned=False):\n"
+        "        super().__init__()\n"
+        "        if learned:\n"
+        "            self.table = nn.Embedding(n, n)\n"
+        "        else:\n"
+        "            self.register_buffer('table', torch.randn(n, n))\n"
+        "            self.proj = nn.Linear(n, n)\n\n\n"
+        "class Loaded(nn.Module):\n"
+        "    def __init__(self, n=4, values=None):\n"
+        "        super().__init__()\n"
+        "        if values is None:\n"
+        "            self.table = None\n"
+        "        else:\n"
+        "            self.register_buffer('table', torch.randn(n, n))\n"
+        "            self.table.data = torch.as_tensor(values)\n"
+    )
+    before = (tmp_path / "m.py").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path, unsafe=False)
+    assert (tmp_path / "m.py").read_bytes() == before
+    assert "unsafe fix" in out and "`self.table` is written later in its block" in out, out
+    rc, out = _fix(tmp_path, unsafe=True)
+    text = (tmp_path / "m.py").read_text()
+    assert "self.register_buffer('table', torch.empty(n, n))" in text
+    assert "self.register_buffer('table', torch.randn(n, n))" in text  # Loaded keeps it
+
+
 # -- killing the process mid-write ---------------------------------------------------------------
 def _big_file(n: int) -> str:
     parts = ["import torch\nfrom torch import nn\n"]

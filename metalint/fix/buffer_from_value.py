@@ -28,62 +28,22 @@ from metalint.fix.codemod import (
     ClassEdit,
     Rewrite,
     Unfixable,
+    _touches,
     _uses,
     fill,
     guarded,
+    inline_locals,
     names_in,
+    rng_free,
     stmt,
-    substitute,
     torch_spelling,
 )
+from metalint.fix.parameter_from_value import Value, empty_of, hook_body
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk
 from metalint.static.tensors import value_kind
 from metalint.vocabulary import INIT_KIND, INPLACE_METHODS, RANDOM_FACTORIES
-
-COMPOUND = (
-    cst.BinaryOperation,
-    cst.UnaryOperation,
-    cst.BooleanOperation,
-    cst.Comparison,
-    cst.IfExp,
-)
-
-
-def _paren(e: cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(e, COMPOUND) and not e.lpar:
-        return e.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    return e
-
-
-def inline_locals(edit: ClassEdit, e: cst.BaseExpression, depth: int = 0) -> cst.BaseExpression:
-    """``e`` with the local tensors it reads replaced by the expressions that computed them."""
-    if depth > 4:
-        raise Unfixable("the value is computed through too many local variables")
-    init = edit.init
-    replace = {}
-    for name in list(names_in(e)):
-        n = name.value
-        values = init.local_values.get(n)
-        if not values or n == "self":
-            continue
-        node, v = values[-1]
-        tensor = value_kind(v, edit.ctx.qualify, init) is not None or any(
-            isinstance(x, cst.Call) for x in walk(v)
-        )
-        if not tensor:
-            continue  # a number: stored on self by store_names
-        if len(values) != 1:
-            raise Unfixable(f"the local `{n}` is assigned more than once")
-        if isinstance(node, cst.Assign) and any(
-            isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets
-        ):
-            raise Unfixable(f"the local `{n}` is unpacked from a call")
-        edit.locate(node)  # a local computed inside a loop or `with` cannot be inlined
-        inlined = inline_locals(edit, v, depth + 1)
-        replace[id(name)] = inlined if name is e else _paren(inlined)
-    return substitute(e, replace)
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -99,6 +59,9 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     later = edit.used_after(attr, index, writes_only=True)
     if later:
         raise Unfixable(later)
+    tail = edit.block_tail(line)
+    if any(_touches(s, attr, True, edit.memo()) for s in tail):
+        raise Unfixable(f"`self.{attr}` is written later in its block (line order matters)")
     torch_name, _ = torch_spelling(ctx)
     kind = value_kind(value, ctx.qualify, edit.init)
     hook = edit.choose_hook(index, prefer=("init_non_persistent_buffers",))
@@ -112,6 +75,10 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     for n in walk(full):
         if isinstance(n, cst.IfExp) or (isinstance(n, cst.Name) and n.value == "None"):
             raise Unfixable("the buffer may be `None`: it is not re-computed by a hook")
+    if kind == "random" and full is value:
+        drawn = _drawn_once(ctx, edit, line, index, path, node, attr, hook)
+        if drawn is not None:
+            return drawn
     if prelude:
         value_node = prelude.pop()
     else:
@@ -128,6 +95,40 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         )
     edit.use_hook(hook, index, body)
     return edit.rewrite(f"Compute buffer `{attr}` in `{hook}()` and call it from `__init__`")
+
+
+def _drawn_once(ctx, edit: ClassEdit, line, index, path, node, attr, hook) -> Rewrite | None:
+    """A random buffer made by one factory (``scale * torch.randn((2, n))``, vista3d's and
+    SAM's positional Gaussian matrix) is registered from ``torch.empty(shape)`` and drawn once,
+    in the hook (``self.x.normal_().mul_(scale)``: the same draws and rounding, as ML001's fix
+    does for parameters): eager values stay identical when nothing after it in ``__init__``
+    draws. None when its shape is not derived statically (the value is then drawn twice)."""
+    try:
+        value = Value(node.args[1].value, ctx)
+    except Unfixable:
+        return None
+    if not value.random:
+        return None
+    names = torch_spelling(ctx)
+    empty, shape = empty_of(value, names[0])
+    arg = node.args[1]
+    new_line = line.deep_replace(arg, arg.with_changes(value=empty))
+    body = hook_body(value, f"self.{attr}", names, lambda e: edit.store_names(e, line, index))
+    if any(isinstance(n, cst.If) for n in path):
+        body = guarded(f"getattr(self, {attr!r}, None) is not None", body)
+    old = edit.replace.get(id(line))
+    current = old[1] if old else [line]
+    edit.replace[id(line)] = (line, [new_line if s is line else s for s in current])
+    if not all(rng_free(s, ctx) for s in edit.block_tail(line)):
+        edit.unsafe.append(
+            "the random value is now drawn at the end of `__init__`, after other random draws, "
+            "so eager values differ under the same seed (same distribution)"
+        )
+    edit.use_hook(hook, index, [body], random=True)
+    return edit.rewrite(
+        f"Register buffer `{attr}` from `torch.empty({shape})` and draw it in `{hook}()`, "
+        "called from `__init__`"
+    )
 
 
 def _binds(s: cst.CSTNode) -> set[str]:

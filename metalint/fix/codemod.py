@@ -361,6 +361,26 @@ class ClassEdit:
     def rng_free_after(self, index: int) -> bool:
         return all(rng_free(s, self.ctx) for s in self.init_body[index + 1 :])
 
+    def block_tail(self, line: cst.CSTNode) -> list[cst.BaseStatement]:
+        """The statements that run after ``line`` inside the compound statements holding it
+        (the rest of its block, then the rest of each enclosing block), up to its top-level
+        statement of ``__init__``: what ``used_after``/``rng_free_after`` (which start at the
+        next top-level statement) do not see. An ``else`` of an ``if`` holding ``line`` does
+        not run after it."""
+        found = self._path(line)
+        if found is None:
+            return []
+        _i, path = found
+        out: list[cst.BaseStatement] = []
+        for k in range(len(path) - 1, 0, -1):
+            block, child = path[k - 1], path[k]
+            if isinstance(block, cst.IndentedBlock):
+                body = list(block.body)
+                at = next((j for j, s in enumerate(body) if s is child), None)
+                if at is not None:
+                    out.extend(body[at + 1 :])
+        return out
+
     # -- hooks ---------------------------------------------------------------------------------
     def hook_calls(self, hook: str) -> tuple[list[int], bool]:
         """Top-level statements of ``__init__`` that are ``self.<hook>()``; any nested call?"""
@@ -803,3 +823,48 @@ def legacy_empty(ctx: RuleContext, edit: ClassEdit, data: cst.BaseExpression):
     if dtype:
         text += f", dtype={torch_name}.{dtype}"
     return expr(f"{torch_name}.empty({text})")
+
+
+# -- values through locals ------------------------------------------------------------------
+COMPOUND = (
+    cst.BinaryOperation,
+    cst.UnaryOperation,
+    cst.BooleanOperation,
+    cst.Comparison,
+    cst.IfExp,
+)
+
+
+def _paren(e: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(e, COMPOUND) and not e.lpar:
+        return e.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return e
+
+
+def inline_locals(edit: ClassEdit, e: cst.BaseExpression, depth: int = 0) -> cst.BaseExpression:
+    """``e`` with the local tensors it reads replaced by the expressions that computed them."""
+    if depth > 4:
+        raise Unfixable("the value is computed through too many local variables")
+    init = edit.init
+    replace = {}
+    for name in list(names_in(e)):
+        n = name.value
+        values = init.local_values.get(n)
+        if not values or n == "self":
+            continue
+        node, v = values[-1]
+        tensor = value_kind(v, edit.ctx.qualify, init) is not None or any(
+            isinstance(x, cst.Call) for x in walk(v)
+        )
+        if not tensor:
+            continue  # a number: stored on self by store_names
+        if len(values) != 1:
+            raise Unfixable(f"the local `{n}` is assigned more than once")
+        if isinstance(node, cst.Assign) and any(
+            isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets
+        ):
+            raise Unfixable(f"the local `{n}` is unpacked from a call")
+        edit.locate(node)  # a local computed inside a loop or `with` cannot be inlined
+        inlined = inline_locals(edit, v, depth + 1)
+        replace[id(name)] = inlined if name is e else _paren(inlined)
+    return substitute(e, replace)

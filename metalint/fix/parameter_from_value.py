@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.buffer_from_value import inline_locals
 from metalint.fix.codemod import (
     ClassEdit,
     Rewrite,
@@ -41,6 +40,7 @@ from metalint.fix.codemod import (
     expr,
     fill,
     guarded,
+    inline_locals,
     legacy_empty,
     path_to,
     render,
@@ -237,7 +237,22 @@ def _parameter(ctx: RuleContext, node: cst.CSTNode, path) -> tuple[str, cst.Arg,
     return attr, data_arg, guard
 
 
-def _hook_body(value: Value, x: str, names: tuple[str, str], kept) -> cst.BaseStatement:
+def empty_of(value: Value, torch_name: str) -> tuple[cst.BaseExpression, str]:
+    """``torch.empty(shape)`` for the value, passing on the factory's own
+    dtype/device/``**kwargs`` (no device is added: under ``with torch.device("meta")`` a factory
+    without one lands on meta; adding ``device``/``dtype`` arguments is ML012's fix); and the
+    shape's text."""
+    shape = ", ".join(
+        render(a.value) if not a.star else a.star + render(a.value) for a in value.shape_args
+    )
+    passed = [
+        f"{a.keyword.value}={render(a.value)}" if a.keyword else "**" + render(a.value)
+        for a in value.passed
+    ]
+    return expr(f"{torch_name}.empty({', '.join([shape, *passed])})"), shape
+
+
+def hook_body(value: Value, x: str, names: tuple[str, str], kept) -> cst.BaseStatement:
     """The statement that gives ``x`` (``self.<attr>``) its value again, in the hook."""
     torch_name, nn_name = names
     k = value.scale()
@@ -274,30 +289,28 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     later = edit.used_after(attr, index)
     if later:
         return _overwritten_later(ctx, edit, attr, index, later)
+    tail = edit.block_tail(line)
+    if any(_touches(s, attr, False, edit.memo()) for s in tail):
+        raise Unfixable(f"`self.{attr}` is used later in its block (line order matters)")
     names = torch_spelling(ctx)
     try:
         value = Value(data_arg.value, ctx)
     except Unfixable as exc:
         return _recompute(ctx, edit, attr, line, index, data_arg.value, guard, names, str(exc))
 
-    # __init__: allocate with torch.empty, passing on the factory's own dtype/device/**kwargs
-    # (no device is added: under ``with torch.device("meta")`` a factory without one lands on
-    # meta; adding ``device``/``dtype`` arguments is ML012's fix)
-    shape = ", ".join(
-        render(a.value) if not a.star else a.star + render(a.value) for a in value.shape_args
-    )
-    passed = [
-        f"{a.keyword.value}={render(a.value)}" if a.keyword else "**" + render(a.value)
-        for a in value.passed
-    ]
-    empty = expr(f"{names[0]}.empty({', '.join([shape, *passed])})")
+    empty, shape = empty_of(value, names[0])
     edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, empty)])
 
     # the hook: re-create the value
-    body = _hook_body(value, f"self.{attr}", names, lambda e: edit.store_names(e, line, index))
+    body = hook_body(value, f"self.{attr}", names, lambda e: edit.store_names(e, line, index))
     if guard:
         body = guarded(guard, body)
     hook = edit.choose_hook(index)
+    if value.random and not all(rng_free(s, ctx) for s in tail):
+        edit.unsafe.append(
+            "the random value is now drawn at the end of `__init__`, after other random draws, "
+            "so eager values differ under the same seed (same distribution)"
+        )
     edit.use_hook(hook, index, [body], random=value.random)
     return edit.rewrite(
         f"Create `{attr}` with `torch.empty({shape})` and set its value in `{hook}()`"

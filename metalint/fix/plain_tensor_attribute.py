@@ -5,18 +5,28 @@ persistent=False)``: the same value eagerly, no new checkpoint key (``persistent
 ``to_empty()``/``.to()`` now move it. The value it computes is then a buffer computed in
 ``__init__``, which ML002 reports and its fix moves into a hook (the fixes compose over rounds).
 
-Safe when nothing else in the class assigns the attribute (assigning a non-tensor to a buffer
-raises); unsafe otherwise. Not fixable before ``super().__init__()`` (no buffers yet).
+Safe when every other assignment of the attribute in the class gives it a tensor or ``None``
+(``set_timesteps()`` assigning a new schedule, ``self.t = self.t.to(device)``), or runs in
+another branch of the same ``if`` in ``__init__`` (``if alpha is None: self.alpha = None``
+``else: self.alpha = torch.as_tensor(alpha)``): a buffer takes those. Unsafe when another
+assignment may give it something else (assigning a non-tensor to a buffer raises), or runs in a
+method that construction calls. Not fixable when ``__init__`` assigns the attribute before the
+tensor (``register_buffer`` raises on an existing attribute), nor before ``super().__init__()``
+(no buffers yet).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, render, stmt
+from metalint.static.construction import is_tensor
+from metalint.static.model import construction
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import walk
+from metalint.static.syntax import is_none, walk
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -54,16 +64,73 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         body=[stmt(f'self.register_buffer("{attr}", {value}, persistent=False)').body[0]]
     )
     edit.replace[id(line)] = (line, [new_line])
-    others = [
-        a
-        for m in cls.methods.values()
-        for a in m.assigns
-        if (a.target == target or a.target.startswith(target + ".")) and a.node is not node
-    ]
-    if others:
-        edit.unsafe.append(
-            f"`self.{attr}` is assigned elsewhere in the class; a buffer only takes tensors"
-        )
+    for why in _other_assignments(ctx, edit, cls, node, target):
+        edit.unsafe.append(why)
     return edit.rewrite(
         f'Register `{attr}` with `self.register_buffer("{attr}", ..., persistent=False)`'
     )
+
+
+def _other_assignments(ctx, edit: ClassEdit, cls, node, target: str) -> Iterator[str]:
+    """Why another assignment of ``target`` makes the rewrite unsafe (one reason each);
+    raises :class:`Unfixable` when ``__init__`` assigns it before ``node``."""
+    attr = target[5:]
+    order = {id(n): i for i, n in enumerate(walk(edit.init.node))}
+    built = {m.name for m in construction(cls)} - {"__init__"}
+    for m in cls.methods.values():
+        for a in m.assigns:
+            if a.node is node or not (a.target == target or a.target.startswith(target + ".")):
+                continue
+            if m.name == "__init__":
+                if _exclusive(edit, a.node, node):
+                    continue
+                if order.get(id(a.node), -1) < order[id(node)]:
+                    raise Unfixable(
+                        f"`__init__` sets `self.{attr}` earlier: `register_buffer` refuses an "
+                        "existing attribute"
+                    )
+            elif m.name in built:
+                calls, _nested = edit.hook_calls(m.name)
+                if not calls:
+                    yield f"`{m.name}()`, which construction calls, also assigns `self.{attr}`"
+                    continue
+                if min(calls) < edit.top_index_of(node):
+                    raise Unfixable(
+                        f"`__init__` calls `{m.name}()`, which sets `self.{attr}`, earlier: "
+                        "`register_buffer` refuses an existing attribute"
+                    )
+            if a.target == target and (a.augmented or _tensor_or_none(ctx, m, a.value, target)):
+                continue
+            yield f"`self.{attr}` is assigned elsewhere in the class; a buffer only takes tensors"
+
+
+def _tensor_or_none(ctx, m, value, target: str) -> bool:
+    """``None``, or certainly a tensor (an argument annotated ``Tensor``, the buffer itself:
+    ``self.t.to(device)``, and what :func:`is_tensor` knows)."""
+
+    def vouch(e) -> bool:
+        if isinstance(e, cst.Attribute) and dotted(e) == target:
+            return True
+        if isinstance(e, cst.Name) and e.value in m.params:
+            for p in (*m.node.params.params, *m.node.params.kwonly_params):
+                if p.name.value == e.value and p.annotation is not None:
+                    return render(p.annotation.annotation).rsplit(".", 1)[-1] == "Tensor"
+        return False
+
+    return is_none(value) or is_tensor(value, ctx.qualify, m, extra=vouch)
+
+
+def _exclusive(edit: ClassEdit, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    """Do ``a`` and ``b`` sit in different branches of one ``if``/``elif``/``else``?"""
+    pa, pb = edit._path(a), edit._path(b)
+    if pa is None or pb is None or pa[0] != pb[0]:
+        return False
+    path_a, path_b = pa[1], pb[1]
+    for i, (x, y) in enumerate(zip(path_a, path_b)):
+        if x is not y:
+            return False
+        if isinstance(x, cst.If) and i + 1 < len(path_a) and i + 1 < len(path_b):
+            na, nb = path_a[i + 1], path_b[i + 1]
+            if na is not nb and {id(na), id(nb)} <= {id(x.body), id(x.orelse)}:
+                return True
+    return False

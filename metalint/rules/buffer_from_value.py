@@ -90,8 +90,13 @@ class BufferFromValue(Rule):
     relative position index: `relative_coords[:, :, 0] += ...`) has the statements that compute
     them copied into the hook, in order, when they only compute locals (no `self` written, no
     method called, no random draw; an `if` of such statements and `if ...: raise` checks
-    count). Deterministic values are recomputed exactly (safe); a random value would be drawn
-    twice (unsafe).
+    count). Deterministic values are recomputed exactly (safe). A random value made by one
+    factory whose shape is derived (`scale * torch.randn((3, n))`, a fixed Gaussian projection)
+    is registered from `torch.empty((3, n))` and drawn once in the hook
+    (`self.x.normal_().mul_(self.scale)`: the same draws and rounding), safe when nothing after
+    it in `__init__` (its own block included) draws; any other random value would be drawn
+    twice (unsafe). A buffer written later in `__init__`, also further down its own block
+    (pretrained values loaded into it), is not fixed.
     """
 
     code = "ML002"

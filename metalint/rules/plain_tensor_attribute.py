@@ -68,10 +68,14 @@ class PlainTensorAttribute(Rule):
     `metalint fix` registers the tensor as a non-persistent buffer
     (`self.register_buffer("mask", torch.ones(n), persistent=False)`): the same value eagerly, no
     new `state_dict()` key, and `to_empty()`/`.to()` now move it; ML002 then reports the computed
-    value and its fix moves it into a hook. Safe when nothing else in the class assigns the
-    attribute; unsafe otherwise. Not fixable before `super().__init__()`, when the assignment
-    has several targets or shares its line with other statements, or when the target is not an
-    attribute of `self`.
+    value and its fix moves it into a hook. Safe when every other assignment of the attribute
+    gives it a tensor or `None` (a scheduler's `set_timesteps()` assigning a new schedule,
+    `self.t = self.t.to(device)`, an argument annotated `Tensor`) or runs in another branch of
+    the same `if` in `__init__`; unsafe when one may assign something else (a buffer only takes
+    tensors). Not fixable when `__init__` (or a method it calls first) assigns the attribute
+    before the tensor (`register_buffer` refuses an existing attribute), before
+    `super().__init__()`, when the assignment has several targets or shares its line with other
+    statements, or when the target is not an attribute of `self`.
     """
 
     code = "ML007"
