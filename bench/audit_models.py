@@ -341,6 +341,15 @@ def _diffusers_build(root: str):
 
 # ----------------------------------------------------------------------------- torch_geometric
 
+
+def _tgn_memory(m):
+    from torch_geometric.nn.models.tgn import IdentityMessage, LastAggregator
+
+    return m.TGNMemory(
+        10, 4, 8, 8, message_module=IdentityMessage(4, 8, 8), aggregator_module=LastAggregator()
+    )
+
+
 _PYG = {
     "GCN": lambda m: m.GCN(8, 16, 2, out_channels=4),
     "GAT": lambda m: m.GAT(8, 16, 2, out_channels=4, heads=2),
@@ -379,6 +388,7 @@ _PYG = {
         walk_length=2,
         context_size=2,
     ),
+    "TGNMemory": lambda m: _tgn_memory(m),
     "GPSConv_model": lambda m: __import__("torch_geometric.nn", fromlist=["GPSConv"]).GPSConv(
         16, __import__("torch_geometric.nn", fromlist=["GINConv"]).GINConv(m.MLP([16, 16])), heads=2
     ),
@@ -480,6 +490,12 @@ _PEFT = {
     "fourierft": lambda p: p.FourierFTConfig(n_frequency=8, target_modules=["q_proj"]),
     "ln_tuning": lambda p: p.LNTuningConfig(target_modules=["input_layernorm"]),
     "hra": lambda p: p.HRAConfig(r=4, target_modules=["q_proj"]),
+    "adaption_prompt": lambda p: p.AdaptionPromptConfig(
+        adapter_len=4, adapter_layers=1, task_type="CAUSAL_LM"
+    ),
+    "multitask_prompt": lambda p: p.MultitaskPromptTuningConfig(
+        task_type="CAUSAL_LM", num_virtual_tokens=4, num_tasks=2
+    ),
 }
 
 

@@ -215,7 +215,8 @@ def audit(
         else:
             res.not_built[_why(o.message)] += 1
     res.groups_built = len(built_groups)
-    classes = list(rep.classes.values())
+    judged = _with_bases(rep, lineage)
+    classes = list(judged.classes.values())
     contained = {(_norm(c["file"]), c["cls"]) for c in classes}
     inside, outside = [], []
     for d in static:
@@ -223,7 +224,7 @@ def audit(
     # a root whose meta build raised (MP006: monai's SwinTransformer calls ``.item()``)
     # compared none of its other classes: the probe's summary says so (``compared``), and
     # ``verdict_for`` reads it (no evidence either way)
-    built_in = _roots_built(rep)
+    built_in = _roots_built(judged)
     for d in inside:
         res.findings.append((d.with_(verdict=_verdict(d, classes, built_in)), "root"))
     if alone and outside:
@@ -270,6 +271,33 @@ def _missed(res: LibraryAudit, rep, static: list, lineage, pkg: str, top: Path) 
         f"{os.path.relpath(f, top)}::{cls}: {', '.join(sorted(attrs))}"
         for (f, cls), attrs in missed.items()
     )
+
+
+def _with_bases(rep, lineage):
+    """The probe report with each class a root built also listed under its bases in the
+    checked tree: a finding on a base is about the tensors its ``__init__`` creates, which
+    live on the subclass the model builds (peft's ``_BaseAdaptedAttention`` ->
+    ``AdaptedAttention``, ``RoadLayer`` -> ``road.Linear``). A base the root built itself
+    keeps its own summary."""
+    import dataclasses
+
+    from metalint.probe.command import ProbeReport
+
+    out = []
+    for o in rep.outcomes:
+        infos = o.result.get("classes", {}) if o.kind == "result" and o.result else {}
+        if infos:
+            have = {(_norm(i["file"]), i["cls"]) for i in infos.values()}
+            extra = {}
+            for info in infos.values():
+                for file, qualname in lineage(f"{info['module']}.{info['cls']}"):
+                    if (file, qualname) not in have:
+                        extra.setdefault(
+                            f"{file}::{qualname}", {**info, "file": file, "cls": qualname}
+                        )
+            o = dataclasses.replace(o, result={**o.result, "classes": {**infos, **extra}})
+        out.append(o)
+    return ProbeReport(outcomes=out)
 
 
 def _roots_built(rep) -> dict[str, list]:

@@ -105,6 +105,50 @@ def test_argument_guesses_for_typed_and_forwarded_parameters():
         raise AssertionError("an argument used nowhere got a guess")
 
 
+def test_argument_guesses_for_activations_and_tensors():
+    """torch-geometric's idioms: DimeNet's blocks take ``act: Callable`` (the module
+    ``activation_resolver`` makes), link-prediction metrics a ``Tensor`` of per-item values;
+    a callable of another role still gets no guess."""
+    import collections.abc
+    from typing import Callable
+
+    import torch
+
+    from metalint.probe.target import CannotConstruct, infer_arguments
+
+    class ResidualLayer(nn.Module):
+        def __init__(self, hidden_channels: int, act: Callable):
+            super().__init__()
+            self.act = act
+            self.lin1 = nn.Linear(hidden_channels, hidden_channels)
+
+    kwargs = infer_arguments(ResidualLayer)
+    assert kwargs["hidden_channels"] == 16 and isinstance(kwargs["act"], nn.SiLU)
+    ResidualLayer(**kwargs)
+
+    class Diversity(nn.Module):
+        def __init__(self, k: int, category: torch.Tensor):
+            super().__init__()
+            self.register_buffer("category", category, persistent=False)
+            self.register_buffer("accum", torch.tensor(0.0), persistent=False)
+
+    kwargs = infer_arguments(Diversity)
+    assert kwargs["k"] == 4 and isinstance(kwargs["category"], torch.Tensor)
+    assert set(dict(Diversity(**kwargs).named_buffers())) == {"category", "accum"}
+
+    class Memory(nn.Module):
+        def __init__(self, message_module: collections.abc.Callable):
+            super().__init__()
+            self.msg = message_module
+
+    try:
+        infer_arguments(Memory)
+    except CannotConstruct as exc:
+        assert "`message_module" in str(exc)
+    else:
+        raise AssertionError("a callable that is no activation got a guess")
+
+
 def test_nothing_built_is_not_a_green(tmp_path):
     from click.testing import CliRunner
 

@@ -53,3 +53,51 @@ def test_rule_audit_tiny(tmp_path):
     assert [int(x) for x in row.split("|")[3:9]] == [3, 2, 1, 3, 0, 0]
     refuted = text.split("Refuted findings (rule, library, class: tensors):")[1]
     assert refuted.split("\n\n")[1].strip() == "- none"
+
+
+def test_finding_on_a_base_is_judged_on_the_subclass_a_root_built():
+    """peft's adaption prompt: ``_BaseAdaptedAttention.__init__`` creates ``adaption_prompt``;
+    the root builds the subclass ``AdaptedAttention``, which loses it. The finding on the base
+    is judged there (it was outside every root, and its class does not build alone)."""
+    from metalint.diagnostics import Diagnostic, Position
+    from metalint.probe.command import ProbeReport
+    from metalint.probe.isolate import Outcome
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import rule_audit
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    info = {
+        "file": "/p/layer.py",
+        "cls": "AdaptedAttention",
+        "module": "p.layer",
+        "attrs": ["adaption_prompt"],
+        "plain": [],
+        "broken": {"adaption_prompt": ["MP002"]},
+        "codes": [],
+        "subtree_broken": 1,
+        "raised": False,
+        "compared": True,
+    }
+    rep = ProbeReport([Outcome("r:f", "result", result={"classes": {"/p/layer.py::A": info}})])
+
+    def lineage(fullname):
+        if fullname == "p.layer.AdaptedAttention":
+            return [("/p/layer.py", "AdaptedAttention"), ("/p/layer.py", "_BaseAdaptedAttention")]
+        return []
+
+    d = Diagnostic(
+        "ML001",
+        "`adaption_prompt` is created from a value",
+        "/p/layer.py",
+        Position(1, 1),
+        Position(1, 2),
+        symbol="_BaseAdaptedAttention",
+        subject=("adaption_prompt",),
+    )
+    before = list(rep.classes.values())
+    assert rule_audit._verdict(d, before, rule_audit._roots_built(rep)) is None
+    judged = rule_audit._with_bases(rep, lineage)
+    after = list(judged.classes.values())
+    assert rule_audit._verdict(d, after, rule_audit._roots_built(judged)) == "confirmed"

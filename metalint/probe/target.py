@@ -182,6 +182,9 @@ _SEQ_NAMES = {
 }
 _KERNEL_NAMES = {"kernel_size", "patch_size", "stride", "window_size"}
 _FLOAT_SMALL = {"eps", "layer_norm_eps", "norm_eps", "rms_norm_eps", "epsilon"}
+#: a callable parameter that is an activation (torch-geometric DimeNet's blocks take ``act:
+#: Callable``, the module ``activation_resolver`` makes)
+_ACTIVATION_NAMES = {"act", "activation", "act_fn", "activation_fn", "nonlinearity"}
 
 
 def _int_for(name: str) -> int | None:
@@ -215,10 +218,17 @@ def _guess(name: str, ann: Any, empty: Any) -> Any:
     """A small value for a parameter named ``name`` annotated ``ann`` (``empty``: none), or
     ``_NO``. ``Optional[X]``/``Union``: the first member with a guess (``None`` when only
     ``None`` fits); ``Literal``: its first value; ``tuple[int, int]``/``tuple[int, ...]``/
-    ``list[int]``: guesses of the members."""
+    ``list[int]``: guesses of the members; an activation (``act: Callable``): ``nn.SiLU()``;
+    ``Tensor``: a small one (torch-geometric's ``LinkPredDiversity(k, category: Tensor)``)."""
     import torch
 
     origin, args = typing.get_origin(ann), typing.get_args(ann)
+    text = ann.split("[")[0].rsplit(".", 1)[-1] if isinstance(ann, str) else None
+    callable_ann = collections.abc.Callable in (ann, origin) or ann is typing.Callable
+    if name.lower() in _ACTIVATION_NAMES and (callable_ann or text == "Callable" or ann is empty):
+        return torch.nn.SiLU()
+    if ann is torch.Tensor or text == "Tensor":
+        return torch.ones(4)
     if origin is typing.Literal and args:
         return args[0]
     if origin is typing.Union or type(ann).__name__ == "UnionType":
