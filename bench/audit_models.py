@@ -350,6 +350,12 @@ def _tgn_memory(m):
     )
 
 
+def _kge(name: str):
+    import torch_geometric.nn.kge as kge
+
+    return getattr(kge, name)(num_nodes=100, num_relations=10, hidden_channels=16)
+
+
 _PYG = {
     "GCN": lambda m: m.GCN(8, 16, 2, out_channels=4),
     "GAT": lambda m: m.GAT(8, 16, 2, out_channels=4, heads=2),
@@ -389,6 +395,10 @@ _PYG = {
         context_size=2,
     ),
     "TGNMemory": lambda m: _tgn_memory(m),
+    # knowledge-graph embeddings at a usable size (2 nodes of 16 channels cannot tell xavier
+    # from a child's normal(0, 1) re-draw)
+    "ComplEx": lambda m: _kge("ComplEx"),
+    "DistMult": lambda m: _kge("DistMult"),
     "GPSConv_model": lambda m: __import__("torch_geometric.nn", fromlist=["GPSConv"]).GPSConv(
         16, __import__("torch_geometric.nn", fromlist=["GINConv"]).GINConv(m.MLP([16, 16])), heads=2
     ),

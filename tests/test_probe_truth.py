@@ -149,6 +149,24 @@ def test_argument_guesses_for_activations_and_tensors():
         raise AssertionError("a callable that is no activation got a guess")
 
 
+def test_a_reset_hook_that_needs_arguments_is_not_run():
+    """peft's RoadLayer: ``reset_parameters(adapter_name, init_weights)`` is no hook the
+    per-module protocol can call; the probe runs the other modules' hooks and judges the
+    model (it raised TypeError for the whole root before)."""
+
+    class Adapter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.base_layer = nn.Linear(4, 4)
+            self.theta = nn.ParameterDict({"default": nn.Parameter(torch.zeros(4))})
+
+        def reset_parameters(self, adapter_name, init_weights):
+            nn.init.zeros_(self.theta[adapter_name])
+
+    res = probe(Adapter, device="cpu", init="reset_parameters")
+    assert [(f.code, f.message.split("`")[1]) for f in res.findings] == [("MP001", "default")]
+
+
 def test_nothing_built_is_not_a_green(tmp_path):
     from click.testing import CliRunner
 

@@ -233,7 +233,19 @@ class _HookWrites(TorchDispatchMode):
 
 
 def _has(m: nn.Module, name: str) -> bool:
-    return callable(getattr(m, name, None))
+    """``m`` has the hook ``name``, callable with no argument as every materialiser calls it
+    (peft's ``RoadLayer.reset_parameters(adapter_name, init_weights)`` is no such hook: the
+    per-module protocol cannot run it, and ML006 does not judge it)."""
+    fn = getattr(m, name, None)
+    if not callable(fn):
+        return False
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return all(
+        p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params
+    )
 
 
 def run_init(

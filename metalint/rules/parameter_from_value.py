@@ -33,6 +33,11 @@ class ParameterFromValue(Rule):
     (`"BatchNorm" in module.__class__.__name__`); a dispatch condition on a config value counts
     both branches as run; under the transformers protocol the class's own
     `reset_parameters()` still counts.
+    A tensor that another object gives an instance after its construction is outside what
+    `check` models (construction is `__init__` and what it calls): peft's
+    `DoraLinearLayer.weight`, created by the `update_layer()` that `DoraLinearVariant.init()`
+    calls when LoRA injects the adapter, and the buffers `VeraModel` puts into a `BufferDict`
+    then, are lost on meta unreported.
 
     ## Why is this bad on meta?
     Under `with torch.device("meta"):` the value is never computed, and `module.to_empty()`

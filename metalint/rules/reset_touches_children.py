@@ -26,6 +26,14 @@ def _recurse_false(call: cst.Call) -> bool:
     return False
 
 
+def _needs_arguments(fn: cst.FunctionDef) -> bool:
+    """``reset_parameters(self, adapter_name, init_weights)`` (peft's RoadLayer): the
+    per-module materialisers call the hook with no argument, so this one never runs there."""
+    ps = fn.params
+    positional = [*ps.posonly_params, *ps.params][1:]  # self
+    return any(p.default is None for p in [*positional, *ps.kwonly_params])
+
+
 class ResetTouchesChildren(Rule):
     """
     ## What it does
@@ -39,13 +47,17 @@ class ResetTouchesChildren(Rule):
     Calling a child's own `reset_parameters()` (`self.lin.reset_parameters()`, `for lin in
     self.lins: lin.reset_parameters()`, PyG's `reset(self.nn)`) is not reported: it applies
     the same law the per-module materialiser applies to that child, so the order in which the
-    two run does not change any value.
+    two run does not change any value. Nor is a `reset_parameters` that requires arguments
+    (peft's `RoadLayer.reset_parameters(adapter_name, init_weights)`): no per-module
+    materialiser can call it, so its writes never race a child's own reset.
 
     Known limits: the probe proves the order dependence (MP009) only when the two orders give
     values its statistics can tell apart; at the tiny widths the audit builds, a parent that
     re-draws a child's weight with a law of similar scale (torch-geometric `RECT_L`:
     `xavier_uniform_` over `Linear`'s own `kaiming_uniform`, a factor 2 in range on 128
-    draws) passes both orders and reads as refuted, though the values differ at full size.
+    draws) passes both orders and reads as refuted, though the values differ at full size;
+    likewise a law of the same mean and scale (torch-geometric DimeNet's `EmbeddingBlock`:
+    `uniform_(-sqrt(3), sqrt(3))` over `Embedding`'s `normal_(0, 1)`, both of std 1).
 
     ## Why is this bad on meta?
     The contract of `reset_parameters()` is "my own tensors only" (pytorch#104187): FSDP and
@@ -164,6 +176,23 @@ class Gates(nn.Module):
         for p in self.parameters(recurse=False):
             nn.init.xavier_uniform_(p)
 """,
+        # an adapter layer's `reset_parameters(adapter_name, ...)` takes arguments: no
+        # per-module materialiser calls it, so its writes never run under that protocol
+        """
+import torch
+from torch import nn
+
+class RotationAdapterLayer(nn.Module):
+    def __init__(self, base_layer):
+        super().__init__()
+        self.base_layer = base_layer
+        self.road_theta = nn.ParameterDict({})
+        self.road_alpha = nn.ParameterDict({})
+
+    def reset_parameters(self, adapter_name, init_weights):
+        nn.init.zeros_(self.road_theta[adapter_name])
+        nn.init.ones_(self.road_alpha[adapter_name])
+""",
     ]
     INVALID = [
         # zero-init of a child's projection
@@ -225,7 +254,7 @@ class Block(nn.Module):
     ]
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
-        if HOOK not in cls.methods:
+        if HOOK not in cls.methods or _needs_arguments(cls.methods[HOOK].node):
             return
         own = own_tensor_names(cls, self.qualify)
         children = module_children(cls, self.qualify)
