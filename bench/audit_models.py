@@ -385,9 +385,9 @@ _PYG = {
     "RECT_L": lambda m: m.RECT_L(8, 16),
     "LINKX": lambda m: m.LINKX(10, 8, 16, 4, num_layers=1),
     "MetaPath2Vec": lambda m: m.MetaPath2Vec(
-        {
-            ("a", "to", "b"): __import__("torch").tensor([[0], [0]]),
-            ("b", "to", "a"): __import__("torch").tensor([[0], [0]]),
+        {  # the graph is data, on the CPU as a user's is (the factory runs under meta)
+            ("a", "to", "b"): __import__("torch").tensor([[0], [0]], device="cpu"),
+            ("b", "to", "a"): __import__("torch").tensor([[0], [0]], device="cpu"),
         },
         embedding_dim=8,
         metapath=[("a", "to", "b"), ("b", "to", "a")],
@@ -395,6 +395,13 @@ _PYG = {
         context_size=2,
     ),
     "TGNMemory": lambda m: _tgn_memory(m),
+    "MultiAggregation_attn": lambda m: __import__(
+        "torch_geometric.nn.aggr", fromlist=["MultiAggregation"]
+    ).MultiAggregation(
+        ["mean", "max"],
+        mode="attn",
+        mode_kwargs=dict(in_channels=16, out_channels=16, num_heads=2),
+    ),
     # knowledge-graph embeddings at a usable size (2 nodes of 16 channels cannot tell xavier
     # from a child's normal(0, 1) re-draw)
     "ComplEx": lambda m: _kge("ComplEx"),
