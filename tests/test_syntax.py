@@ -1,4 +1,5 @@
-"""``syntax.children`` is libcst's ``node.children`` (same nodes, same order), without a visitor."""
+"""``syntax.children`` is libcst's ``node.children`` (same nodes, same order), without a visitor;
+``syntax.code_ranges`` is libcst's ``PositionProvider`` (same nodes, same ranges)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
 
-from metalint.static.syntax import children, parse_valid_module, walk
+from metalint.static.syntax import children, code_ranges, parse_valid_module, walk
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "fixtures").rglob("*.py")) + sorted((ROOT / "metalint").rglob("*.py"))
@@ -94,3 +96,33 @@ def test_nodes_built_after_a_trusted_parse_are_validated():
         except cst.ParserSyntaxError:
             pass
         cst.Name("1x")
+
+
+def _same_ranges(module: cst.Module) -> int:
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    got = code_ranges(module)
+    assert set(got) == set(expected.keys())
+    for node in expected.keys():
+        assert got[node] == expected[node], (type(node).__name__, got[node], expected[node])
+    return len(got)
+
+
+@pytest.mark.parametrize("path", SOURCES[:40], ids=lambda p: p.name)
+def test_code_ranges_match_libcst_on_project_sources(path):
+    assert _same_ranges(cst.parse_module(path.read_text(encoding="utf-8"))) > 0
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        ODDITIES,
+        ODDITIES.replace("\n", "\r\n"),
+        ODDITIES.replace("\n", "\r"),
+        "x = (  # c\n    f(a)\n)\n\n# trailing comment, no newline at the end",
+        "class A:\n    def f(self):\n        return ((1))\n\n\n\n",
+        "",
+    ],
+    ids=["every-construct", "crlf", "cr", "no-trailing-newline", "blank-tail", "empty"],
+)
+def test_code_ranges_match_libcst_on_odd_text(source):
+    _same_ranges(cst.parse_module(source))

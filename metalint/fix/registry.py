@@ -14,6 +14,7 @@ import importlib
 from types import ModuleType
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 
 from metalint.diagnostics import Edit, Fix, Position
 from metalint.fix.codemod import Rewrite, Unfixable, path_to
@@ -137,11 +138,97 @@ def _first_row(source: str | None, old: str, row: int, module: cst.Module, top, 
     return row - pos[finding.node].start.line + 1
 
 
+#: the statement node types (a rendered statement's text is kept by id)
+_STATEMENTS = frozenset(
+    t
+    for t in vars(cst).values()
+    if isinstance(t, type) and issubclass(t, (cst.SimpleStatementLine, cst.BaseCompoundStatement))
+)
+
+
+class _Pieces(CodegenState):
+    """A rendering that also keeps where each statement starts and ends in its tokens, with
+    the indentation it was rendered at."""
+
+    def __init__(self, module: cst.Module) -> None:
+        super().__init__(module.default_indent, module.default_newline)
+        self.spans: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        self.open: list[list[int]] = []
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if type(node) in _STATEMENTS:
+            span = [len(self.tokens), 0]
+            self.spans[id(node), tuple(self.indent_tokens)] = span
+            self.open.append(span)
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        if type(node) in _STATEMENTS:
+            self.open.pop()[1] = len(self.tokens)
+
+
+class ClassText:
+    """A top-level class's text, rendered once, with where each of its statements (at any
+    depth) is in it. A rewrite of the class (codemods build it with ``with_changes``: the
+    statements they keep are the same objects) is rendered from those pieces: only its new
+    statements are rendered, each compound one as a shell around its kept statements."""
+
+    def __init__(self, module: cst.Module, top: cst.ClassDef) -> None:
+        state = _Pieces(module)
+        top._codegen(state)
+        self.module = module
+        self.top = top  # keeps the ids of ``spans`` alive
+        self.tokens = state.tokens
+        self.spans = state.spans
+        self.text = "".join(self.tokens)
+
+    def render(self, new: cst.ClassDef) -> str:
+        """The text of ``new``, a rewrite of this class."""
+        return self._statement(new, ())
+
+    def _statement(self, stmt: cst.CSTNode, indents: tuple[str, ...]) -> str:
+        span = self.spans.get((id(stmt), indents))
+        if span is not None:
+            return "".join(self.tokens[span[0] : span[1]])
+        module = self.module
+        state = CodegenState(module.default_indent, module.default_newline)
+        state.indent_tokens = list(indents)
+        body = getattr(stmt, "body", None)
+        if not isinstance(body, cst.IndentedBlock) or not body.body:
+            stmt._codegen(state)
+            return "".join(state.tokens)
+        # the statement with a marker line for each statement of its body, then each marker
+        # replaced by that statement's text
+        inner = (*indents, module.default_indent if body.indent is None else body.indent)
+        markers = [
+            cst.SimpleStatementLine([cst.Expr(cst.Name(f"__metalint_piece_{i}__"))])
+            for i in range(len(body.body))
+        ]
+        stmt.with_changes(body=body.with_changes(body=markers))._codegen(state)
+        shell = "".join(state.tokens)
+        out, at = [], 0
+        for i, child in enumerate(body.body):
+            line = f"{''.join(inner)}__metalint_piece_{i}__{module.default_newline}"
+            found = shell.index(line, at)
+            out += (shell[at:found], self._statement(child, inner))
+            at = found + len(line)
+        out.append(shell[at:])
+        return "".join(out)
+
+
+def class_text(ctx: RuleContext, top: cst.ClassDef) -> ClassText:
+    """``top``'s :class:`ClassText`, rendered on the first fix of a finding in it."""
+    texts = ctx.memo.setdefault(ClassText, {})
+    if id(top) not in texts:
+        texts[id(top)] = ClassText(ctx.module, top)
+    return texts[id(top)]
+
+
 def fix_for(
     code: str, ctx: RuleContext, finding: Finding, row: int, source: str | None = None
 ) -> Fix | None:
     """A :class:`Fix` for the finding reported at line ``row``, or None when no codemod can
-    rewrite it. Only the top-level class is rendered (not the whole file)."""
+    rewrite it. Only the top-level class is rendered (not the whole file), once for all its
+    findings; of each rewrite only what it changes."""
     result = plan(code, ctx, finding)
     if not isinstance(result, Rewrite):
         if isinstance(result, str):
@@ -152,14 +239,14 @@ def fix_for(
         if pair is None:
             return None
         top, new_top = pair
-        old_mod = alone(ctx.module, top)
-        old = old_mod.code
-        new = alone(ctx.module, new_top).code
+        texts = class_text(ctx, top)
+        old = texts.text
+        new = texts.render(new_top)
         if new == old:
             _remember(ctx.path, code, row, "the rewrite changes nothing")
             return None
         ast.parse(new)  # a codemod must never produce code that does not parse
-        shift = _first_row(source, old, row, old_mod, top, finding) - 1
+        shift = _first_row(source, old, row, alone(ctx.module, top), top, finding) - 1
     except Exception as exc:
         _remember(ctx.path, code, row, f"the rewrite failed: {type(exc).__name__}: {exc}")
         return None

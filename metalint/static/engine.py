@@ -106,7 +106,19 @@ def _qualified_helpers(names: set[str], ctx: RuleContext) -> set[str]:
     return out
 
 
-def _helper_summaries(module: cst.Module, facts, ctx: RuleContext) -> dict[str, dict]:
+def _short_functions(module: cst.Module) -> list[tuple[cst.FunctionDef, str]]:
+    """The module-level functions of at most :data:`HELPER_STATEMENTS` statements, each with
+    its body's text (rendered once for both summaries below)."""
+    return [
+        (stmt, module.code_for_node(stmt.body))
+        for stmt in module.body
+        if isinstance(stmt, cst.FunctionDef)
+        and isinstance(stmt.body, cst.IndentedBlock)
+        and len(stmt.body.body) <= HELPER_STATEMENTS
+    ]
+
+
+def _helper_summaries(functions, facts, ctx: RuleContext) -> dict[str, dict]:
     """:func:`argument_writes` of the module-level functions that may write an argument: an
     in-place call (``_(``) or a call of another function of the file or an import in their
     text (elided bodies hold neither)."""
@@ -114,15 +126,9 @@ def _helper_summaries(module: cst.Module, facts, ctx: RuleContext) -> dict[str, 
 
     out: dict[str, dict] = {}
     known = set(facts.local_functions) | set(facts.aliases.names)
-    for stmt in module.body:
-        if (
-            not isinstance(stmt, cst.FunctionDef)
-            or not stmt.params.params
-            or not isinstance(stmt.body, cst.IndentedBlock)
-            or len(stmt.body.body) > HELPER_STATEMENTS
-        ):
+    for stmt, text in functions:
+        if not stmt.params.params:
             continue
-        text = module.code_for_node(stmt.body)
         if "_(" not in text and not known & set(_WORD.findall(text)) - {stmt.name.value}:
             continue
         summary = argument_writes(function_facts(stmt, facts), ctx.qualify, facts.local_functions)
@@ -131,7 +137,7 @@ def _helper_summaries(module: cst.Module, facts, ctx: RuleContext) -> dict[str, 
     return out
 
 
-def _construction_reads(module: cst.Module, source: str, facts, instances, tree) -> dict:
+def _construction_reads(module: cst.Module, functions, source: str, facts, instances, tree) -> dict:
     """What a module-level function does that crashes on meta when construction calls it
     from another file: ``{"meta_reads": [[code, line], ...], "calls": [callee, ...]}``, the
     lines a rule reports in it (:meth:`Rule.function_reads`: ``.item()`` on a tensor it
@@ -141,14 +147,7 @@ def _construction_reads(module: cst.Module, source: str, facts, instances, tree)
 
     out: dict[str, dict] = {}
     lines = None
-    for stmt in module.body:
-        if (
-            not isinstance(stmt, cst.FunctionDef)
-            or not isinstance(stmt.body, cst.IndentedBlock)
-            or len(stmt.body.body) > HELPER_STATEMENTS
-        ):
-            continue
-        text = module.code_for_node(stmt.body)
+    for stmt, text in functions:
         reads_host = HOST_READ.search(text) is not None
         full = facts.local_functions.get(stmt.name.value, stmt.name.value)
         summary: dict = {}
@@ -502,14 +501,17 @@ def _analyze(
     result.exports.update(facts.local_classes)
     result.classes = [summarize(c, ctx) for c in facts.classes]
     result.functions = init_functions(module, module_name, ctx.qualify)
-    for name, summary in _helper_summaries(module, facts, ctx).items():
+    functions = _short_functions(module)
+    for name, summary in _helper_summaries(functions, facts, ctx).items():
         result.functions.setdefault(name, {})["arg_writes"] = summary
     protocols = [c.protocol for c in result.classes]
     for name, summary in summarize_functions(module, module_name, ctx, protocols).items():
         result.functions.setdefault(name, {}).update(summary)
     findings: list[tuple[str, Finding]] = []
     instances = [r(ctx) for r in rules]
-    for name, summary in _construction_reads(module, source, facts, instances, tree).items():
+    for name, summary in _construction_reads(
+        module, functions, source, facts, instances, tree
+    ).items():
         result.functions.setdefault(name, {}).update(summary)
     for cls in facts.classes:
         for rule in instances:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import libcst as cst
@@ -77,6 +77,9 @@ class RuleContext:
     hooks: tuple[str, ...]
     path: str
     source: str = ""  # the whole file's text (``module`` may have unread code elided)
+    #: what a layer above computes once per file (the fix registry's class renders); it
+    #: lives as long as this context
+    memo: dict = field(default_factory=dict)
 
     def qualify(self, node: cst.BaseExpression) -> str | None:
         return self.facts.aliases.qualify(node, self.facts.local_classes)

@@ -12,12 +12,16 @@ does not need (a second visit of the tree; validating nodes of code CPython has 
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import operator
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+from libcst._nodes.internal import CodegenState
+from libcst.metadata import CodePosition, CodeRange
 
 
 class _FieldOrder(cst.CSTVisitor):
@@ -129,14 +133,92 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 def code_ranges(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
     """What ``MetadataWrapper(module).resolve(PositionProvider)`` returns (each node's
     syntactic code range), without the full visit of the tree the resolver also makes for
-    batchable providers even when there are none: half its time."""
-    provider = PositionProvider()
-    try:
-        provider._computed = {}
-        provider._gen_impl(module)
-    except AttributeError:  # a libcst whose provider is built differently
-        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    return provider._computed
+    batchable providers even when there are none (half its time), and with each node's range
+    kept as token offsets, made a :class:`CodeRange` only for the nodes asked for (libcst
+    splits every token at newlines and builds two positions for every node)."""
+    state = _OffsetState(module.default_indent, module.default_newline)
+    module._codegen(state)
+    return _Ranges(state.tokens, state.spans)
+
+
+class _Syntactic:
+    """``record_syntactic_position`` of libcst's ``PositionProvidingCodegenState``, in token
+    offsets: the node's range is what it generates inside (or its ``start_node``'s start,
+    its ``end_node``'s end)."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "start")
+
+    def __init__(self, state, node, start_node, end_node) -> None:
+        self.state, self.node = state, node
+        self.start_node, self.end_node = start_node, end_node
+
+    def __enter__(self) -> None:
+        self.start = len(self.state.tokens)
+
+    def __exit__(self, *exc) -> None:
+        spans = self.state.spans
+        end = len(self.state.tokens)
+        start = spans[self.start_node][0] if self.start_node is not None else self.start
+        end = spans[self.end_node][1] if self.end_node is not None else end
+        spans[self.node] = (start, end)
+
+
+class _OffsetState(CodegenState):
+    """Code generation that records each node's range in token offsets, as libcst's
+    position provider does in (line, column): a node that records no syntactic position
+    gets what it generates, whitespace included."""
+
+    def __init__(self, default_indent: str, default_newline: str) -> None:
+        super().__init__(default_indent, default_newline)
+        self.spans: dict[cst.CSTNode, tuple[int, int]] = {}
+        self.starts: list[int] = []
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self.starts.append(len(self.tokens))
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        start = self.starts.pop()
+        if node not in self.spans:
+            self.spans[node] = (start, len(self.tokens))
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None) -> _Syntactic:
+        return _Syntactic(self, node, start_node, end_node)
+
+    def pop_trailing_newline(self) -> None:
+        """Kept: the offsets recorded count it (libcst's positions do not move back either)."""
+
+
+class _Ranges(Mapping):
+    """Node -> :class:`CodeRange` (1-based lines, 0-based columns, as libcst's), computed
+    from token offsets on access."""
+
+    def __init__(self, tokens: list[str], spans: dict) -> None:
+        self.spans = spans
+        self.offsets = list(itertools.accumulate(map(len, tokens), initial=0))
+        text = "".join(tokens)
+        self.line_starts = [0, *(m.end() for m in _NEWLINE.finditer(text))]
+
+    def _position(self, token: int) -> CodePosition:
+        offset = self.offsets[token]
+        line = bisect.bisect_right(self.line_starts, offset)
+        return CodePosition(line, offset - self.line_starts[line - 1])
+
+    def __getitem__(self, node: cst.CSTNode) -> CodeRange:
+        start, end = self.spans[node]
+        return CodeRange(self._position(start), self._position(end))
+
+    def __contains__(self, node: object) -> bool:
+        return node in self.spans
+
+    def __iter__(self) -> Iterator[cst.CSTNode]:
+        return iter(self.spans)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+
+#: the line breaks libcst's positions count (``\r\n``, ``\r``, ``\n``)
+_NEWLINE = re.compile(r"\r\n?|\n")
 
 
 def _trusted(self) -> None:
