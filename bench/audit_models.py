@@ -7,6 +7,7 @@ given to ``rule_audit.py --python``), never in metalint's: it imports the librar
 root is listed or built.
 
     python bench/audit_models.py list LIBRARY [--every N] [--limit N]   # one JSON line per root
+    python bench/audit_models.py resolve LIBRARY < classes.json       # root ids per class
     build(LIBRARY, ROOT_ID)                                          # called by the probe
 
 Libraries: ``transformers`` (every family of the auto mappings at tiny size: the family's
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -219,7 +221,15 @@ TIMM_MODELS = [
 def _timm_build(root: str):
     import timm
 
-    return timm.create_model(root, pretrained=False, num_classes=10)
+    model = timm.create_model(root, pretrained=False, num_classes=10)
+    n = sum(p.numel() for p in model.parameters())
+    if n > TIMM_MAX_PARAMS:  # a large variant (a root the findings name): too slow to probe
+        raise ValueError(f"{n} parameters (more than {TIMM_MAX_PARAMS})")
+    return model
+
+
+#: the largest timm model the audit probes (beit_base_patch16_224 of the sample: 86M)
+TIMM_MAX_PARAMS = 100_000_000
 
 
 # ----------------------------------------------------------------------------- open_clip
@@ -584,14 +594,112 @@ def build(library: str, root: str):
     return BUILDERS[library][1](root)
 
 
+def resolve(library: str, classes: list[str]) -> dict[str, list[str]]:
+    """Root ids that build each class (full names, ``pkg.mod.Class``): the model roots
+    ``metalint check`` judged a finding under that the sample did not build. transformers:
+    ``model_type/Class`` (a family of the auto mappings listing the class, else one of the
+    family of its module); timm: the smallest-named models of the class's module whose
+    entry point names the class (itself or through the ``_create_*`` function it calls);
+    tiny: a class ``tinylib`` exports. Other libraries: none."""
+    if library == "transformers":
+        return _transformers_resolve(classes)
+    if library == "timm":
+        return {c: _timm_resolve(c) for c in classes}
+    if library == "tiny":
+        sys.path.insert(0, str(ROOT / "fixtures" / "audit"))
+        import tinylib
+
+        return {
+            c: [c.rpartition(".")[2]] for c in classes if hasattr(tinylib, c.rpartition(".")[2])
+        }
+    return {}
+
+
+def _transformers_resolve(classes: list[str]) -> dict[str, list[str]]:
+    import transformers
+
+    fams = transformers_families()
+    of_class = {c: t for t, names in fams.items() for c in names}
+    of_module: dict[str, str] = {}
+    for t, names in fams.items():
+        for name in names:
+            cls = getattr(transformers, name, None)
+            if cls is not None:
+                of_module.setdefault(cls.__module__, t)
+    out = {}
+    for full in classes:
+        module, _, name = full.rpartition(".")
+        model_type = of_class.get(name) or of_module.get(module)
+        if model_type and hasattr(transformers, name):
+            out[full] = [f"{model_type}/{name}"]
+    return out
+
+
+#: words of timm model names, smallest first (the audit builds the smallest variant it finds)
+_TIMM_SIZES = (
+    "atto",
+    "femto",
+    "pico",
+    "nano",
+    "xxtiny",
+    "xxs",
+    "tiny",
+    "xs",
+    "mini",
+    "small",
+    "_s",
+    "_t",
+    "18",
+    "b0",
+    "base",
+)
+
+
+def _timm_resolve(full: str) -> list[str]:
+    import inspect
+
+    import timm
+    from timm.models import _registry
+
+    module, _, name = full.rpartition(".")
+    if not module.startswith("timm.models."):
+        return []
+    mod = sys.modules.get(module) or __import__(module, fromlist=["_"])
+    candidates = timm.list_models(module=module.rpartition(".")[2])
+
+    def size(model: str) -> tuple:
+        ranks = [i for i, w in enumerate(_TIMM_SIZES) if w in model]
+        return (min(ranks) if ranks else len(_TIMM_SIZES), len(model), model)
+
+    for model in sorted(candidates, key=size):
+        try:
+            text = inspect.getsource(_registry._model_entrypoints[model])
+        except (KeyError, OSError, TypeError):
+            continue
+        texts = [text]
+        for called in re.findall(r"\b(_create_\w+|_gen_\w+)\(", text):
+            fn = getattr(mod, called, None)
+            if fn is not None:
+                try:
+                    texts.append(inspect.getsource(fn))
+                except (OSError, TypeError):
+                    pass
+        if any(re.search(rf"\b{re.escape(name)}\b", t) for t in texts):
+            return [model]
+    return []
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("verb", choices=["list"])
+    ap.add_argument("verb", choices=["list", "resolve"])
     ap.add_argument("library", choices=sorted(BUILDERS))
     ap.add_argument("--every", type=int, default=1)
     ap.add_argument("--limit", type=int)
     args = ap.parse_args(argv)
-    print(json.dumps(list_roots(args.library, args.every, args.limit)))
+    if args.verb == "resolve":  # class full names as a JSON list on stdin
+        print(json.dumps(resolve(args.library, json.loads(sys.stdin.read()))))
+    else:
+        print(json.dumps(list_roots(args.library, args.every, args.limit)))
     return 0
 
 

@@ -19,7 +19,11 @@ tensor it names lost under at least one root, ``refuted`` when every root built 
 survived, ``unproven`` when no root made that tensor or its meta build raised. A finding on a
 class that no built root contains is judged by probing its class alone (``reset_parameters``
 per module for ML006/ML010, ``auto`` otherwise), as a user without a root would materialise
-it; ``--no-alone LIB`` leaves those out (counted as "outside roots").
+it; ``--no-alone LIB`` leaves those out (counted as "outside roots"). Before that, the roots
+the findings name that the sample did not build are built too (``--extra-roots``, per
+library): the root a finding is judged under (``d.root``) when no build made it, then the
+roots that contain the classes no built root contains (``d.root``, else the roots the static
+composition finds), most findings first; ``audit_models.py resolve`` says how to build each.
 
 Per library and rule: findings, confirmed, refuted, unproven; per library: the library-defined
 classes the probe shows losing a tensor that ``check`` does not flag at all ("missed"). Then
@@ -44,6 +48,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
@@ -51,6 +56,8 @@ sys.path.insert(0, str(ROOT))
 
 #: rules whose claim is about per-module ``reset_parameters()`` (FSDP's materialisation)
 PER_MODULE_RULES = {"ML006", "ML010"}
+#: default cap on the roots a library's findings name that its sample did not build
+EXTRA_ROOTS = 150
 VERDICTS = ("confirmed", "refuted", "unproven")
 
 
@@ -63,6 +70,10 @@ class LibraryAudit:
     groups: int = 0
     groups_of: int | None = None
     groups_built: int = 0
+    extra_named: int = 0  # roots the findings name that the sample did not build
+    extra_roots: int = 0  # ... of which audit_models could build (probed)
+    extra_built: int = 0
+    groups_built_extra: int = 0
     not_built: collections.Counter = field(default_factory=collections.Counter)
     findings: list = field(default_factory=list)  # (Diagnostic with verdict, how judged)
     outside: int = 0  # findings on classes no built root contains, not probed alone
@@ -112,7 +123,7 @@ def _factory_name(root: str) -> str:
     return "r_" + re.sub(r"\W", "_", root)
 
 
-def write_factories(library: str, roots: list[str], workdir: Path) -> Path:
+def write_factories(library: str, roots: list[str], workdir: Path, tag: str = "roots") -> Path:
     """A module with one factory per root (``r_<root>() -> build(library, root)``)."""
     lines = [
         "import sys",
@@ -122,17 +133,19 @@ def write_factories(library: str, roots: list[str], workdir: Path) -> Path:
     ]
     for r in roots:
         lines.append(f"def {_factory_name(r)}():\n    return build({library!r}, {r!r})\n")
-    path = workdir / f"roots_{library}.py"
+    path = workdir / f"{tag}_{library}.py"
     path.write_text("\n".join(lines))
     return path
 
 
-def _static(package: Path) -> tuple[list, Callable[[str], list], float]:
+def _static(package: Path) -> tuple[list, Callable[[str], list], Any, float]:
     """The findings of ``metalint check`` on the package, the lineage of its classes (see
-    :func:`_lineage`) and the seconds the check took."""
+    :func:`_lineage`), the roots and protocols of the tree and the seconds the check took."""
     from metalint.check import run_check
     from metalint.codes import ERROR_CODE
     from metalint.config import Settings
+    from metalint.static.hierarchy import Hierarchy
+    from metalint.static.protocol import Protocols
 
     settings = Settings(root=package.parent, select=["ML"])
     t0 = time.perf_counter()
@@ -142,18 +155,15 @@ def _static(package: Path) -> tuple[list, Callable[[str], list], float]:
         for d in result.diagnostics
         if d.code != ERROR_CODE and d.code.startswith("ML") and d.code != "ML100" and d.symbol
     ]
-    return diags, _lineage(result.results), time.perf_counter() - t0
+    protocols = Protocols(Hierarchy(result.results))
+    return diags, _lineage(result.results, protocols), protocols, time.perf_counter() - t0
 
 
-def _lineage(results) -> Callable[[str], list]:
+def _lineage(results, protocols) -> Callable[[str], list]:
     """``module.Class`` -> ``(file, qualname)`` of the class and of its bases in the checked
     tree: a tensor a base's ``__init__`` creates is lost on the subclass the model builds
     (transformers' ``Sam3LiteTextRepMixer(Sam3LiteTextLayerScaledResidual)``), and the
     finding is on the base."""
-    from metalint.static.hierarchy import Hierarchy
-    from metalint.static.protocol import Protocols
-
-    protocols = Protocols(Hierarchy(results))
     where: dict[str, tuple[str, str]] = {}
     for r in results:
         for c in r.classes:
@@ -180,10 +190,8 @@ def audit(
     alone: bool = True,
     workdir: Path,
     pythonpath: str | None = None,
+    extra: int = EXTRA_ROOTS,
 ) -> LibraryAudit:
-    from metalint.probe.command import run_probe
-    from metalint.probe.isolate import Options
-
     with _with_env(pythonpath):
         listing = list_roots(library, python, every, limit)
     package = Path(listing["package"])
@@ -191,29 +199,45 @@ def audit(
     roots = [r for r, _ in listing["roots"]]
     group_of = {r: g for r, g in listing["roots"]}
     res.roots = len(roots)
-    static, lineage, res.check_s = _static(package)
+    static, lineage, protocols, res.check_s = _static(package)
     print(
         f"{library}: {len(static)} findings ({res.check_s:.0f} s); probing {len(roots)} roots "
         f"of {res.groups} groups",
         file=sys.stderr,
     )
-    factories = write_factories(library, roots, workdir)
-    by_name = {_factory_name(r): r for r in roots}
     t0 = time.perf_counter()
-    with _with_env(pythonpath):
-        rep = run_probe(
-            [f"{factories}:{','.join(by_name)}"],
-            Options(device="cpu", init="auto", timeout=timeout, python=python),
-            progress=sys.stderr.isatty(),
-        )
-    built_groups = set()
-    for o in rep.outcomes:
-        root = by_name.get(o.label.rpartition(":")[2])
-        if o.kind == "result":
-            res.built += 1
-            built_groups.add(group_of.get(root))
-        else:
-            res.not_built[_why(o.message)] += 1
+    from metalint.probe.command import ProbeReport
+
+    rep, built, built_groups = _probe_roots(
+        library, roots, group_of, python, timeout, pythonpath, workdir, "roots", res.not_built
+    )
+    res.built = built
+    # the roots the findings name that the sample did not build (a finding judged under
+    # ``d.root`` is unproven until that root is built), then those containing the classes no
+    # built root contains: built too, up to ``extra``
+    wanted = _unbuilt_roots(static, rep, protocols) if extra else []
+    if wanted:
+        with _with_env(pythonpath):
+            resolved = resolve_roots(library, python, wanted)
+        ids = dict.fromkeys(r for c in wanted for r in resolved.get(c, ()) if r not in group_of)
+        more = list(ids)[:extra]
+        res.extra_named, res.extra_roots = len(wanted), len(more)
+        if more:
+            print(f"{library}: probing {len(more)} roots the findings name", file=sys.stderr)
+            group_of.update({r: r.partition("/")[0] for r in more})
+            rep2, res.extra_built, more_groups = _probe_roots(
+                library,
+                more,
+                group_of,
+                python,
+                timeout,
+                pythonpath,
+                workdir,
+                "named",
+                res.not_built,
+            )
+            rep = ProbeReport(outcomes=[*rep.outcomes, *rep2.outcomes])
+            res.groups_built_extra = len(more_groups - built_groups)
     res.groups_built = len(built_groups)
     judged = _with_bases(rep, lineage)
     classes = list(judged.classes.values())
@@ -234,6 +258,64 @@ def audit(
     res.probe_s = time.perf_counter() - t0
     _missed(res, rep, static, lineage, _norm(str(package)) + os.sep, package.parent)
     return res
+
+
+def _probe_roots(library, roots, group_of, python, timeout, pythonpath, workdir, tag, not_built):
+    """Probe ``roots`` (one generated factory each) under ``--init auto``: the report, how many
+    built, and the groups (families) they cover; why the others did not build is counted in
+    ``not_built``."""
+    from metalint.probe.command import run_probe
+    from metalint.probe.isolate import Options
+
+    factories = write_factories(library, roots, workdir, tag)
+    by_name = {_factory_name(r): r for r in roots}
+    with _with_env(pythonpath):
+        rep = run_probe(
+            [f"{factories}:{','.join(by_name)}"],
+            Options(device="cpu", init="auto", timeout=timeout, python=python),
+            progress=sys.stderr.isatty(),
+        )
+    built, groups = 0, set()
+    for o in rep.outcomes:
+        root = by_name.get(o.label.rpartition(":")[2])
+        if o.kind == "result":
+            built += 1
+            groups.add(group_of.get(root))
+        else:
+            not_built[_why(o.message)] += 1
+    return rep, built, groups
+
+
+def _unbuilt_roots(static: list, rep, protocols) -> list[str]:
+    """Model roots (class full names) to build beyond the sample, most wanted first: the root
+    a finding on a built class is judged under (``d.root``) when no build made it, then the
+    roots containing the classes no build made (``d.root``, else the roots the static
+    composition finds), each ranked by how many findings it would judge."""
+    built = _roots_built(rep)
+    contained = {(_norm(c["file"]), c["cls"]) for c in rep.classes.values()}
+    named: collections.Counter = collections.Counter()
+    containing: collections.Counter = collections.Counter()
+    for d in static:
+        cls = d.condition.cls if d.condition is not None else ""
+        if (_norm(d.filename), d.symbol) in contained:
+            if d.root and d.root not in built:
+                named[d.root] += 1
+            continue
+        for root in [d.root] if d.root else sorted(protocols.roots(cls)) if cls else []:
+            if root not in built:
+                containing[root] += 1
+    first = sorted(named, key=lambda r: (-named[r], r))
+    rest = sorted((r for r in containing if r not in named), key=lambda r: (-containing[r], r))
+    return first + rest
+
+
+def resolve_roots(library: str, python: str, classes: list[str]) -> dict[str, list[str]]:
+    """Root ids of ``bench/audit_models.py`` that build each class (``resolve``)."""
+    cmd = [python, str(BENCH / "audit_models.py"), "resolve", library]
+    out = subprocess.run(
+        cmd, input=json.dumps(classes), capture_output=True, text=True, timeout=600, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _missed(res: LibraryAudit, rep, static: list, lineage, pkg: str, top: Path) -> None:
@@ -424,8 +506,14 @@ def render(results: list[LibraryAudit], command: str) -> str:
         if r.groups_of:
             groups += f" (sampled from {r.groups_of})"
         nb = ", ".join(f"{k} {v}" for k, v in r.not_built.most_common(6)) or "-"
+        named = (
+            f" + {r.extra_built}/{r.extra_roots} roots the findings name"
+            f" ({r.groups_built_extra} more groups)"
+            if r.extra_roots
+            else ""
+        )
         out.append(
-            f"- {r.label}: {r.built}/{r.roots} roots built, {groups}; not built: {nb}; "
+            f"- {r.label}: {r.built}/{r.roots} roots built, {groups}{named}; not built: {nb}; "
             f"{len(r.findings)} findings judged"
             + (
                 f", {r.outside} on classes outside the built roots (not judged)"
@@ -465,6 +553,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", action="append", default=[], help="LIB=N: every Nth root group")
     ap.add_argument("--limit", action="append", default=[], help="LIB=N: at most N roots")
     ap.add_argument("--no-alone", action="append", default=[], help="LIB: no class-alone probes")
+    ap.add_argument(
+        "--extra-roots",
+        type=int,
+        default=EXTRA_ROOTS,
+        help="at most N more roots per library: those the findings name that were not built",
+    )
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/metalint-audit"))
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per root or class")
     ap.add_argument("--out", type=Path, help="write the markdown here too")
@@ -488,6 +582,7 @@ def main(argv: list[str] | None = None) -> int:
                     alone=lib not in args.no_alone,
                     workdir=args.workdir,
                     pythonpath=paths.get(lib),
+                    extra=args.extra_roots,
                 )
             )
         except subprocess.CalledProcessError as exc:

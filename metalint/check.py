@@ -183,16 +183,20 @@ def probe_findings(
     diagnostics: list[Diagnostic],
     hooks: tuple[str, ...] = (),
     results: Sequence[FileResult] = (),
+    factories: dict[str, str] | None = None,
 ) -> list[Diagnostic]:
     """Probe what materialises each flagged class; mark the findings and add the probe's own.
     ``hooks``: the configured hooks, which the probe runs on every module as check assumes;
-    ``results``: the files checked (where each model root is defined).
+    ``results``: the files checked (where each model root is defined); ``factories``: class
+    full name -> the configured probe target that builds it (``[tool.metalint.probe]``).
 
     A finding judged under a model root (``root``: the class that contains it and whose
     protocol loses the tensor) is probed by building that root under ``--init auto`` (its
     ``init_weights()`` after the children's own hooks); a finding on a class no root contains
     by building the class alone, under per-module ``reset_parameters()`` for the rules about
-    that protocol (ML006, ML010) and ``auto`` otherwise. Each root or class is built once.
+    that protocol (ML006, ML010) and ``auto`` otherwise. A root or class with a configured
+    factory is built by it, any other with the arguments the probe guesses. Each root or class
+    is built once.
 
     A probe finding on the same line as a static one of the same class, or about the same lost
     tensor as a confirmed static one (the static finding names the registration, the probe the
@@ -203,7 +207,10 @@ def probe_findings(
     from metalint.probe.merge import PER_MODULE_RULES, lost_tensor, mark_verdicts
 
     files_of = {r.module: r.path for r in results if r.module}
+    module_of = {_norm_path(r.path): r.module for r in results if r.module}
+    factories = factories or {}
     plan: dict[str, dict[str, set[str]]] = {"auto": {}, "reset_parameters": {}}
+    built_by: dict[str, set[str]] = {"auto": set(), "reset_parameters": set()}
     flagged: dict[str, list[Diagnostic]] = {"auto": [], "reset_parameters": []}
     others: list[Diagnostic] = []
     for d in diagnostics:
@@ -211,18 +218,25 @@ def probe_findings(
             others.append(d)
             continue
         where = _defined_in(d.root, files_of) if d.root else None
-        init = "reset_parameters" if where is None and d.code in PER_MODULE_RULES else "auto"
-        file, name = where or (d.filename, d.symbol)
-        plan[init].setdefault(file, set()).add(name)
+        in_root = d.root is not None and (where is not None or d.root in factories)
+        init = "reset_parameters" if not in_root and d.code in PER_MODULE_RULES else "auto"
+        module = module_of.get(_norm_path(d.filename))
+        cls = d.root if in_root else f"{module}.{d.symbol}" if module else None
+        if cls in factories:
+            built_by[init].add(factories[cls])
+        else:
+            file, name = where or (d.filename, d.symbol)
+            plan[init].setdefault(file, set()).add(name)
         flagged[init].append(d)
-    if not any(plan.values()):
+    if not any(flagged.values()):
         return diagnostics
     marked: list[Diagnostic] = list(others)
     found: list[Diagnostic] = []
     for init, targets in plan.items():
-        if not targets:
+        if not flagged[init]:
             continue
         specs = [f"{file}:{','.join(sorted(names))}" for file, names in sorted(targets.items())]
+        specs += sorted(built_by[init])
         report = run_probe(
             specs, Options(device="auto", init=init, hooks=hooks), progress=sys.stderr.isatty()
         )
@@ -237,6 +251,10 @@ def probe_findings(
             seen.add(key)
             extra.append(d)
     return sorted(marked + extra, key=lambda d: d.sort_key)
+
+
+def _norm_path(path: str | None) -> str:
+    return os.path.normcase(os.path.realpath(path)) if path else ""
 
 
 def _defined_in(fullname: str, files_of: dict[str, str]) -> tuple[str, str] | None:
@@ -350,7 +368,9 @@ def check_command(
         sys.exit(2)
     diagnostics = result.diagnostics
     if probe:
-        diagnostics = probe_findings(diagnostics, settings.hooks, result.results)
+        diagnostics = probe_findings(
+            diagnostics, settings.hooks, result.results, settings.factories
+        )
     from metalint.rules import describe  # the rules' names, for --statistics and SARIF
 
     text = render(

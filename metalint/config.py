@@ -18,7 +18,10 @@ Keys (all optional)::
     "tests/*" = ["ML008"]
 
     [tool.metalint.probe]
-    factories = ["mypkg.models:tiny_model"]
+    factories = ["mypkg.models:tiny_model"]  # what a bare `metalint probe` builds
+    # or a table: the model class each factory builds, so that `check --probe` builds a
+    # model root (or a class) through it instead of guessing its arguments
+    factories = {"mypkg.models.Transformer" = "mypkg.models:tiny_model"}
 """
 
 from __future__ import annotations
@@ -76,6 +79,9 @@ class Settings:
     file_time_budget: float = DEFAULT_FILE_TIME_BUDGET
     #: how the repo materialises its models (see :mod:`metalint.static.protocol`)
     protocol: str = "auto"
+    #: model class (``pkg.mod.Class``) -> the probe target that builds it (``[tool.metalint.probe]
+    #: factories`` as a table): ``check --probe`` builds that class through it
+    factories: dict[str, str] = field(default_factory=dict)
 
     def enabled(self, codes: list[str], defaults: set[str]) -> set[str]:
         """Which of ``codes`` are enabled: select (or the defaults), + extend-select, - ignore."""
@@ -168,7 +174,14 @@ def load_settings(start: Path | None = None, config: Path | None = None) -> Sett
     probe = table.get("probe", {})
     if not isinstance(probe, dict):
         raise ConfigError(f"{path}: [tool.metalint.probe] must be a table")
-    s.probe = probe
+    s.probe = dict(probe)
+    if "factories" in probe:
+        s.factories = _factories(probe["factories"], path)
+        s.probe["factories"] = (
+            list(s.factories.values())
+            if isinstance(probe["factories"], dict)
+            else [_target(v, path) for v in _str_list(probe["factories"], "probe.factories", path)]
+        )
     protocol = table.get("protocol", "auto")
     if not isinstance(protocol, str) or not (protocol in PROTOCOLS or protocol.isidentifier()):
         raise ConfigError(
@@ -180,6 +193,35 @@ def load_settings(start: Path | None = None, config: Path | None = None) -> Sett
         # the repo's own entry point: what it re-creates counts as re-created, as a hook's
         s.hooks = tuple(dict.fromkeys([*s.hooks, protocol]))
     return s
+
+
+def _factories(value: Any, path: Path) -> dict[str, str]:
+    """``[tool.metalint.probe] factories`` as a table: class full name -> probe target (a
+    list names no class: {})."""
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for cls, target in value.items():
+        if (
+            not isinstance(target, str)
+            or ":" not in target
+            or not all(p.isidentifier() for p in cls.split("."))
+        ):
+            raise ConfigError(
+                f"{path}: [tool.metalint.probe] factories: {cls!r} must map a class "
+                f'(pkg.mod.Class) to a factory ("pkg.mod:function"), got {target!r}'
+            )
+        out[cls] = _target(target, path)
+    return out
+
+
+def _target(spec: str, path: Path) -> str:
+    """A probe target of the config: a ``file.py:factory`` relative to the config's folder is
+    made absolute (a dotted ``module:factory`` is imported as is)."""
+    module, sep, attr = spec.rpartition(":")
+    if sep and module.endswith(".py") and not Path(module).is_absolute():
+        return f"{(path.parent / module).resolve()}:{attr}"
+    return spec
 
 
 def time_budget(value: Any, what: str) -> float:

@@ -19,6 +19,30 @@ RANDOM_FACTORIES = frozenset(
         "torch.multinomial",
     }
 )
+#: window functions: ``torch.hann_window(n)`` and ``torch.signal.windows.hann(n)``
+WINDOW_FACTORIES = (
+    "torch.hann_window",
+    "torch.hamming_window",
+    "torch.blackman_window",
+    "torch.bartlett_window",
+    "torch.kaiser_window",
+    *(
+        f"torch.signal.windows.{w}"
+        for w in (
+            "bartlett",
+            "blackman",
+            "cosine",
+            "exponential",
+            "gaussian",
+            "general_cosine",
+            "general_hamming",
+            "hamming",
+            "hann",
+            "kaiser",
+            "nuttall",
+        )
+    ),
+)
 VALUE_FACTORIES = frozenset(
     {
         "torch.zeros",
@@ -51,6 +75,13 @@ VALUE_FACTORIES = frozenset(
         "torch.outer",
         "torch.stack",
         "torch.cat",
+        # constant windows and index tables (an audio front end's STFT window, attention
+        # position indices): values, never random
+        *WINDOW_FACTORIES,
+        "torch.tril_indices",
+        "torch.triu_indices",
+        "torch.scalar_tensor",
+        "torch.asarray",
     }
 )
 #: factories of a constant that take ``device=`` (no random draw, no uninitialised memory):
@@ -70,6 +101,9 @@ CONSTANT_FACTORIES = frozenset(
         "torch.linspace",
         "torch.logspace",
         "torch.eye",
+        *WINDOW_FACTORIES,
+        "torch.tril_indices",
+        "torch.triu_indices",
     }
 )
 #: in-place tensor methods that set values
@@ -492,6 +526,9 @@ RNG_FREE_TORCH = frozenset(
         "torch.as_tensor",
         "torch.linspace",
         "torch.eye",
+        *WINDOW_FACTORIES,
+        "torch.tril_indices",
+        "torch.triu_indices",
         "torch.zeros_like",
         "torch.ones_like",
         "torch.empty_like",

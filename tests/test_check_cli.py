@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 LAYERSCALE = """
 import torch
 from torch import nn
@@ -442,3 +444,59 @@ def test_check_probe_builds_the_root_that_contains_the_class(cli, write):
     (gamma,) = [d for d in data if d["code"] == "ML001"]
     assert gamma["root"] == "net.Net" and gamma["verdict"] == "confirmed"
     assert not [d for d in data if d["code"].startswith("MP")]
+
+
+CONFIGURED = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, dim, init):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.gamma = nn.Parameter(init * torch.ones(dim))
+
+
+class Net(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(cfg["dim"], cfg["init"]) for _ in range(2))
+
+    def init_weights(self):
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                m.reset_parameters()
+"""
+
+
+@pytest.mark.parametrize("configured", [True, False])
+def test_check_probe_builds_a_root_through_its_configured_factory(cli, write, configured):
+    """``Net(cfg)`` takes a dict the probe cannot guess: with ``[tool.metalint.probe]
+    factories = {"net.Net" = "build.py:tiny_net"}`` ``check --probe`` builds the root the
+    finding names through that factory and proves it; without, the finding stays unproven."""
+    write("net.py", CONFIGURED)
+    write(
+        "build.py",
+        "from net import Net\n\ndef tiny_net():\n    return Net({'dim': 8, 'init': 1e-5})\n",
+    )
+    table = '{"net.Net" = "build.py:tiny_net"}' if configured else '["build.py:tiny_net"]'
+    write("pyproject.toml", f"[tool.metalint]\n\n[tool.metalint.probe]\nfactories = {table}\n")
+    data = json.loads(
+        cli("check", "--probe", "--no-cache", "--output-format", "json", "net.py").output
+    )
+    (gamma,) = [d for d in data if d["code"] == "ML001"]
+    assert gamma["root"] == "net.Net"
+    assert gamma.get("verdict") == ("confirmed" if configured else None)
+
+
+@pytest.mark.parametrize(
+    "table", ['{"net.Net" = "tiny_net"}', '{"net.Net" = 3}', '{"not a class" = "build:f"}']
+)
+def test_a_bad_factories_table_is_a_one_line_config_error(cli, write, table):
+    write("net.py", CONFIGURED)
+    write("pyproject.toml", f"[tool.metalint]\n\n[tool.metalint.probe]\nfactories = {table}\n")
+    r = cli("check", "--no-cache", "net.py")
+    assert r.exit_code == 2
+    (line,) = [ln for ln in r.output.splitlines() if "factories" in ln]
+    assert "pyproject.toml" in line and "pkg.mod.Class" in line

@@ -79,3 +79,30 @@ def test_construction_with_and_without_hooks():
     assert names(construction(cls)) == ["__init__", "_build", "_init_pos", "reset_parameters"]
     hook_free = construction(cls, enter_hooks=False, hooks=("reset_parameters",))
     assert names(hook_free) == ["__init__", "_build"]
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "torch.hann_window(n)",
+        "torch.kaiser_window(n, periodic=False)",
+        "torch.signal.windows.hamming(n)",
+        "torch.tril_indices(n, n)",
+    ],
+)
+def test_window_and_index_factories_make_values(expr):
+    """An audio front end's STFT window and an index table are constants made by a torch
+    factory: a tensor (a plain attribute holding one is ML007), a value (a parameter made
+    from one is ML001), never random (vocabulary's VALUE_FACTORIES, RNG_FREE_TORCH)."""
+    from metalint.static.construction import is_tensor
+    from metalint.static.tensors import value_kind
+    from metalint.vocabulary import RNG_FREE_TORCH
+
+    source = HEADER + f"class M(nn.Module):\n    def __init__(self, n):\n        w = {expr}\n"
+    facts = collect(cst.parse_module(source), "m")
+    method = facts.classes[0].methods["__init__"]
+    (value,) = [v for _, v in method.local_values["w"]]
+    qualify = facts.aliases.qualify
+    assert is_tensor(value, qualify, method)
+    assert value_kind(value, qualify, method) == "value"
+    assert qualify(value.func) in RNG_FREE_TORCH
