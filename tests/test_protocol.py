@@ -599,3 +599,67 @@ def test_class_swapped_in_by_a_module_level_function(tmp_path, test, build, into
     assert got == expected
     # judged per module it is lost whatever the dispatch
     assert [d.symbol for d in _found(pkg, RESET)] == ["FrozenBatchNorm2d"]
+
+
+DISPATCH_IDIOMS = """
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+
+class RelativeAttention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.q = nn.Parameter(torch.ones(dim, dim))
+        self.r_bias = nn.Parameter(torch.ones(dim))
+
+class Mixer(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.A_log = nn.Parameter(torch.empty(dim))
+        self.init_mixer_weights()
+
+    @torch.no_grad()
+    def init_mixer_weights(self):
+        init.copy_(self.A_log, torch.log(torch.arange(1, self.A_log.shape[0] + 1.0)))
+        init.zeros_(self.proj.bias)
+
+class ToyPreTrainedModel(PreTrainedModel):
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, RelativeAttention):
+            for param in [{listed}]:
+                init.normal_(param, std=0.02)
+        elif isinstance(module, Mixer):
+            {mixer}
+
+class ToyModel(ToyPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.attn = RelativeAttention(config.hidden_size)
+        self.mixer = Mixer(config.hidden_size)
+"""
+
+
+@pytest.mark.parametrize(
+    ("listed", "mixer", "lost"),
+    [
+        # transformers' XLNet: a loop over a list of the module's tensors; Mamba: the
+        # dispatch calls the module's own init method
+        ("module.q, module.r_bias", "module.init_mixer_weights()", []),
+        ("module.q", "module.init_mixer_weights()", [("ML001", "RelativeAttention")]),
+        ("module.q, module.r_bias", "pass", [("ML003", "Mixer"), ("ML003", "Mixer")]),
+    ],
+)
+def test_dispatch_through_a_list_of_tensors_and_the_modules_init_method(
+    tmp_path, listed, mixer, lost
+):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    source = DISPATCH_IDIOMS.format(listed=listed, mixer=mixer)
+    (pkg / "toy.py").write_text(textwrap.dedent(source))
+    settings = Settings(root=tmp_path, select=["ML001", "ML003"])
+    found = run_check([pkg], settings, use_cache=False, workers=1).diagnostics
+    assert sorted((d.code, d.symbol) for d in found) == lost

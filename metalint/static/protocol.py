@@ -9,7 +9,8 @@ the probe, in two halves:
   ``replace_batch_norm(backbone)`` swapping frozen norms into a sub-model), the attributes it
   sets, the per-module init functions it
   defines (``_init_weights(self, module)``: an ``if``/``elif`` dispatch by ``isinstance``,
-  class-name tests, ``hasattr``/``getattr``, helpers and ``super()``) and the functions its
+  class-name tests, ``hasattr``/``getattr``, helpers and ``super()``, loops over a list of
+  the module's tensors, the module's own init methods: ``module.init_mamba_weights()``) and the functions its
   root entry point (``init_weights()``) applies to every module (``self.apply(fn)``,
   ``named_apply(fn, self)``, ``for m in self.modules():``);
 - across files (torch-free, libcst-free, :class:`Protocols`): the roots that contain each
@@ -177,11 +178,35 @@ def summarize_class(cls, ctx, hooks: tuple[str, ...] = ("reset_parameters",)) ->
             dispatch[name] = _block(_body(m.node), param, ctx)
     if dispatch:
         out["dispatch"] = dispatch
+    inits = {
+        name: writes
+        for name in sorted(cls.methods)
+        if "init" in name and name != "__init__" and name not in hooks
+        if (writes := _method_writes(cls, name, ctx))
+    }
+    if inits:
+        out["inits"] = inits
     if deleted:
         out["deleted"] = deleted
     if applies:
         out["applies"] = applies
     return out
+
+
+def _method_writes(cls, name: str, ctx) -> list[str]:
+    """What ``self.<name>()`` re-creates (own tensors, and a child's as ``dt_proj.weight``):
+    a dispatch calling it on the module (``module.init_falcon_mamba_weights()``) re-creates
+    these."""
+    from metalint.static.tensors import inplace_write, recreated
+
+    out: set[str] = set()
+    for m in cls.reachable(name):
+        out |= {n for n in recreated(m, ctx.qualify) if n[:1] not in ("@",)}
+        for call in m.calls:
+            w = inplace_write(call.node, ctx.qualify)
+            if w is not None and len(w.chain) >= 3 and w.chain[0] == "self" and "[]" not in w.chain:
+                out.add(".".join(_write(list(w.chain[1:]))[-1:]))
+    return sorted(out)
 
 
 def _deletes(fn) -> bool:
@@ -613,6 +638,7 @@ def _block(stmts, param: str, ctx) -> list:
                 out.append(["if", _condition(stmt.test, param, ctx), body, other])
         elif isinstance(stmt, (cst.For, cst.While)):
             it = stmt.iter if isinstance(stmt, cst.For) else None
+            listed = _listed_tensors(stmt, param, ctx)
             if (
                 isinstance(it, cst.Call)
                 and isinstance(it.func, cst.Attribute)
@@ -624,6 +650,8 @@ def _block(stmts, param: str, ctx) -> list:
                 )
             ):
                 out.append(["all"])  # for name, p in module.named_parameters(): init(p)
+            elif listed:
+                out += [_write(names) for names in listed]
             else:
                 out.extend(_block(_body_of(stmt), param, ctx))
         elif isinstance(stmt, (cst.With, cst.Try)):
@@ -634,6 +662,28 @@ def _block(stmts, param: str, ctx) -> list:
                 if item is not None:
                     out.append(item)
     return out
+
+
+def _listed_tensors(loop, param: str, ctx) -> list[list[str]]:
+    """``for p in [module.q, module.k]: init.normal_(p)`` (transformers' XLNet): the tensors
+    of the module the loop writes in place, each as its attribute chain."""
+    import libcst as cst
+
+    from metalint.static.syntax import chain, walk
+    from metalint.static.tensors import inplace_write
+
+    it = loop.iter if isinstance(loop, cst.For) else None
+    if not isinstance(it, (cst.List, cst.Tuple)) or not isinstance(loop.target, cst.Name):
+        return []
+    chains = [chain(e.value) for e in it.elements]
+    if not chains or not all(c and len(c) >= 2 and c[0] == param for c in chains):
+        return []
+    for node in walk(loop.body):
+        if isinstance(node, cst.Call):
+            w = inplace_write(node, ctx.qualify)
+            if w is not None and w.chain and w.chain[0] == loop.target.value:
+                return [c[1:] for c in chains]
+    return []
 
 
 def _item(node, param: str, ctx) -> list | None:
@@ -668,6 +718,8 @@ def _item(node, param: str, ctx) -> list | None:
     recv = func.value
     if dotted(recv) == param and func.attr.value in ("reset_parameters", "_reset_parameters"):
         return ["reset", func.attr.value]
+    if dotted(recv) == param and not node.args:
+        return ["call", func.attr.value]  # module.init_falcon_mamba_weights()
     if (
         len(node.args) >= 2
         and first == "self"
@@ -1062,6 +1114,24 @@ class Protocols:
             return self._run(item[1], cls, root, None, set())
         return set()
 
+    def _called(self, cls: str, method: str, reset: bool) -> set[str]:
+        """What ``module.<method>()`` re-creates on a module of class ``cls``: a reset hook's
+        tensors (all of them for a torch built-in's ``reset_parameters()``), else what its
+        nearest definition in the MRO writes (a configured hook's summary when it is one)."""
+        if reset:
+            done = self.h.hook_tensors(cls, method)
+            if done is not None:
+                return done
+            return {"*"} if self.h._torch_reset_base(cls, set()) else set()
+        for c in self.mro(cls):
+            summary = self.h.classes.get(c)
+            if summary is None or method not in summary.methods:
+                continue
+            if method in summary.hooks:
+                return self.h.hook_tensors(c, method) or set()
+            return set(summary.protocol.get("inits", {}).get(method, ()))
+        return set()
+
     def _function(self, name: str) -> dict | None:
         full = self.h.resolve(name, table=self.h.functions)
         return self.h.functions.get(full) if full else None
@@ -1116,11 +1186,8 @@ class Protocols:
                 out.update(item[1:])
             elif kind in ("all",):
                 out.add("*")
-            elif kind == "reset":
-                if self.h.hook_tensors(cls, item[1]) is not None:
-                    out |= self.h.hook_tensors(cls, item[1]) or set()
-                elif self.h._torch_reset_base(cls, set()):
-                    out.add("*")
+            elif kind in ("call", "reset"):
+                out |= self._called(cls, item[1], kind == "reset")
             elif kind == "super" and owner and defined:
                 out |= self._run_method(owner, item[1], cls, stack, after=defined)
             elif kind == "self" and owner:
