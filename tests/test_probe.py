@@ -92,9 +92,14 @@ def test_tied_embeddings_reported(layers_report):
 
 
 def test_item_in_init_is_mp006(layers_report):
-    (f,) = findings(layers_report, "DataDependent")
+    """The meta build raises (MP006); an eager build wiped by ``to_empty()`` stands in for it
+    and shows what else is lost: ``w``, filled from the read value, is never re-created."""
+    f, lost = findings(layers_report, "DataDependent")
     assert f["code"] == "MP006" and "item()" in f["message"]
     assert f["location"]["row"] == line_of(LAYERS, "ITEM-LINE")
+    assert lost["code"] == "MP001" and lost["message"].startswith(
+        "`w` of DataDependent (w) lost its value after an eager build (its meta build raised)"
+    )
 
 
 def test_device_escape_is_mp007(layers_report):
@@ -457,7 +462,7 @@ def test_mark_verdicts(layers_report):
         "refuted",
         "confirmed",
         "confirmed",
-        None,
+        "confirmed",  # judged on the eager stand-in for the meta build that raised
         "confirmed",
         "confirmed",
         "refuted",
@@ -683,10 +688,13 @@ def test_distributed_stats_keep_requires_grad():
     assert st["trainable"].mean == 1.0
 
 
-def test_meta_build_that_raised_proves_nothing_of_the_other_classes():
-    """The model's meta build raised in one class: that class's ML008 is confirmed; nothing
-    of the others was compared after ``to_empty()`` (ML006 unproven, not refuted), and the
-    ML008 of a class built after the raise was never reached (unproven)."""
+def test_meta_build_that_raised_is_judged_on_an_eager_stand_in():
+    """The model's meta build raised in one class: that class's ML008 is confirmed, and the
+    ML008 of a class built after the raise was never reached (unproven). The other findings
+    are judged on an eager build that ``to_empty()`` wipes in its place (SchNet's: they were
+    all unproven): the parent's ``reset_parameters()`` zeroing its child's bias loses the
+    child's own init (ML006 confirmed); a plain tensor is not judged (ML007: what stays on
+    meta needs the meta build)."""
     from metalint.probe.build import probe
     from metalint.probe.merge import mark_verdicts
 
@@ -701,9 +709,11 @@ def test_meta_build_that_raised_proves_nothing_of_the_other_classes():
         _static("ML008", "RaisesOnMeta", "`.item()` in `__init__`", f),
         _static("ML008", "NeverReachedOnMeta", "`.item()` in `__init__`", f),
         _static("ML006", "ModelRaisingFirst", "it writes `self.later.fc.bias`", f),
+        _static("ML007", "NeverReachedOnMeta", "`mask` plain", f, "mask"),
     ]
     got = [d.verdict for d in mark_verdicts(diags, {"classes": res.classes})]
-    assert got == ["confirmed", None, None]
+    assert got == ["confirmed", None, "confirmed", None]
+    assert {d.code for d in res.findings} == {"MP006", "MP002", "MP009"}
 
 
 def _attention_flags():

@@ -7,7 +7,8 @@ Steps (:func:`probe` runs them in this order, one function each):
    the source line that last wrote each tensor and whether the value is random; keep
    statistics only (:mod:`.compare`) and free the model;
 2. build under ``torch.device("meta")`` while :class:`~.attribute.EscapeDetector` records any
-   real allocation (MP007); an exception is MP006;
+   real allocation (MP007); an exception is MP006, and the steps below then run on an eager
+   build in its place (``to_empty()`` wipes it as it would the meta one): what else is lost;
 3. ``to_empty(device=...)`` and poison every tensor (NaN / integer sentinel / negated bools),
    so a tensor that no hook re-initialises is certain to differ from eager;
 4. run the init entry point (``auto``: a root ``init_weights()`` when the model has one, else
@@ -440,7 +441,7 @@ _WHAT = {
 
 
 def _findings_to_diags(
-    findings: list[Finding], init_used: str, fallback_file: str | None
+    findings: list[Finding], init_used: str, fallback_file: str | None, built: str = "meta build"
 ) -> list[Diagnostic]:
     # one diagnostic per (code, class, attr, site, detail kind); further paths are counted
     groups: dict[tuple, list[Finding]] = {}
@@ -462,7 +463,7 @@ def _findings_to_diags(
         at = f"; set at {f.site.short()}" if f.site and f.code in _WHAT else ""
         if f.code in _WHAT:
             msg = (
-                f"`{f.attr}` of {f.cls} ({where}{more}) {_WHAT[f.code]} after meta build + "
+                f"`{f.attr}` of {f.cls} ({where}{more}) {_WHAT[f.code]} after {built} + "
                 f"{init_used}: {f.detail}{at}"
             )
         else:
@@ -539,8 +540,11 @@ def _deferred(
     eager: Snapshot,
     track: bool,
     hooks: Sequence[str] = (),
+    on_meta: bool = True,
 ):
-    with torch.device("meta"):
+    # ``on_meta=False``: the meta build raised, and an eager build stands in for it;
+    # ``to_empty()`` wipes its tensors as it would the meta one's
+    with torch.device("meta") if on_meta else contextlib.nullcontext():
         model = make()
     model.to_empty(device=device)
     _, tensors = snapshot(model, None, stats=False)
@@ -667,19 +671,27 @@ def probe(
     # 1. eager
     eager, fallback_file = _eager_stage(make, seed, label, res)
     # 2. meta build
-    findings = _meta_stage(make, eager, label, fallback_file, res)
-    if findings is None:  # the meta build raised: MP006, nothing more to compare
-        res.seconds = time.perf_counter() - t0
-        return res
-    # 3-5. deferred build, poison, init, compare
+    findings, raised = _meta_stage(make, eager, label, fallback_file, res)
+    on_meta = raised is None
+    built = "meta build" if on_meta else "an eager build (its meta build raised) + to_empty()"
+    # 3-5. deferred build, poison, init, compare; when the meta build raised (MP006), on an
+    # eager build that to_empty() wipes as it would the meta one: what else is lost
     torch.manual_seed(seed + 1)
     try:
         model, used, _, tracker = _deferred(
-            make, device, init, "post", eager, track=True, hooks=hooks
+            make, device, init, "post", eager, track=True, hooks=hooks, on_meta=on_meta
         )
     except ProbeSetupError:
         raise
     except Exception as exc:
+        if not on_meta:  # the stand-in failed too: the MP006 is all there is to say
+            res.findings = _findings_to_diags(findings, "", fallback_file)
+            res.status = "failed"
+            res.classes = _class_summary(eager, findings, raised)
+            for info in res.classes.values():
+                info["substitute"] = False
+            res.seconds = time.perf_counter() - t0
+            return res
         raise _stage_error(f"to_empty(device={device!r}) + init {init!r}", exc) from exc
     res.init_used = used
     diffs, _ = _compare_models(eager, model)
@@ -694,14 +706,16 @@ def probe(
         and init in ("auto", "reset_parameters")
     ):
         torch.manual_seed(seed + 1)
-        findings += _hook_order_stage(make, device, init, eager, diffs, tracker, make_info, hooks)
+        findings += _hook_order_stage(
+            make, device, init, eager, diffs, tracker, make_info, hooks, on_meta
+        )
     findings.extend(diffs)
     res.lost = len(
         {n for f in diffs if f.code in ("MP001", "MP002", "MP003", "MP004") for n in f.names}
     )
-    res.findings = _findings_to_diags(findings, used, fallback_file)
+    res.findings = _findings_to_diags(findings, used, fallback_file, built)
     res.status = "failed" if res.findings else "passed"
-    res.classes = _class_summary(eager, findings, None)
+    res.classes = _class_summary(eager, findings, raised)
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -728,9 +742,9 @@ def _eager_stage(make, seed: int, label: str, res: ProbeResult) -> tuple[Snapsho
 
 def _meta_stage(
     make, eager: Snapshot, label: str, fallback_file: str | None, res: ProbeResult
-) -> list[Finding] | None:
-    """Step 2: build under ``torch.device("meta")``; the real allocations (MP007), or None
-    when the build raised (MP006, recorded in ``res``)."""
+) -> tuple[list[Finding], str | None]:
+    """Step 2: build under ``torch.device("meta")``; the real allocations (MP007) and None,
+    or, when the build raised, its MP006 and the class that raised."""
     esc = attribute.EscapeDetector()
     rss0 = rss_anon()
     try:
@@ -749,17 +763,14 @@ def _meta_stage(
             f"constructing {cls} on the meta device raised {msg[:300]}",
             site,
         )
-        res.findings = _findings_to_diags([f], "", fallback_file)
-        res.status = "failed"
-        res.classes = _class_summary(eager, [f], cls)
-        return None
+        return [f], cls
     res.meta_alloc_bytes = max(rss_anon() - rss0, 0)
     res.escape_bytes = esc.nbytes
     if isinstance(model, nn.Module):
         esc.mark_kept(model)
     findings = _escape_findings(esc, eager, label)
     del model, esc
-    return findings
+    return findings, None
 
 
 def _escape_findings(esc, eager: Snapshot, label: str) -> list[Finding]:
@@ -794,12 +805,14 @@ def _escape_findings(esc, eager: Snapshot, label: str) -> list[Finding]:
 
 
 def _hook_order_stage(
-    make, device: str, init: str, eager: Snapshot, diffs, tracker, make_info, hooks
+    make, device: str, init: str, eager: Snapshot, diffs, tracker, make_info, hooks, on_meta=True
 ) -> list[Finding]:
     """Step 6: some ``reset_parameters()`` wrote a child's tensors: run parents-first too;
     MP009 when the verdict differs, on each module whose hook wrote a tensor whose verdict
     changed (the first foreign writer when none of them did)."""
-    model2, _used2, _, _ = _deferred(make, device, init, "pre", eager, track=False, hooks=hooks)
+    model2, _used2, _, _ = _deferred(
+        make, device, init, "pre", eager, track=False, hooks=hooks, on_meta=on_meta
+    )
     diffs2, _ = _compare_models(eager, model2)
     del model2
     gc.collect()
@@ -874,9 +887,11 @@ def _class_summary(
                 "codes": [],
                 "subtree_broken": 0,
                 "raised": False,
-                # its tensors were compared: False when the model's meta build raised (in
-                # this class or another one), so nothing of it was checked after to_empty()
+                # its tensors were compared after a meta build: False when the model's meta
+                # build raised (in this class or another one); then ``substitute``: they were
+                # compared on an eager build wiped by to_empty() (not what stays on meta)
                 "compared": raised is None,
+                "substitute": raised is not None,
             },
         )
     for e in eager.entries.values():

@@ -37,9 +37,10 @@ class ProbeReport:
     @property
     def classes(self) -> dict[str, dict[str, Any]]:
         """``file::qualname`` -> summary (see ``build._class_summary``), merged over results.
-        The tensors of a build whose meta build raised were never compared (``compared``
-        False): they do not count as made by the class (a tensor only such a build made would
-        read as surviving), only its codes and ``raised`` do."""
+        A model whose meta build raised (``compared`` False) had its parameters and buffers
+        compared on an eager stand-in (``substitute``), its plain tensors not at all: those do
+        not count as made by the class (one only such a build made would read as surviving);
+        when the stand-in failed too, only its codes and ``raised`` count."""
         merged: dict[str, dict[str, Any]] = {}
         for o in self.outcomes:
             if o.kind != "result" or not o.result:
@@ -56,17 +57,25 @@ class ProbeReport:
                         "subtree_broken": 0,
                         "raised": False,
                         "compared": False,
+                        "substitute": False,
                     },
                 )
-                if info.get("compared", True):
-                    for kind in ("attrs", "plain"):
-                        m[kind] = sorted(set(m[kind]) | set(info.get(kind, ())))
+                compared = info.get("compared", True)
+                if compared:
+                    kinds: tuple[str, ...] = ("attrs", "plain")
+                elif info.get("substitute", False):
+                    kinds = ("attrs",)  # an eager stand-in: nothing of it stays on meta
+                else:
+                    kinds = ()
+                for kind in kinds:
+                    m[kind] = sorted(set(m[kind]) | set(info.get(kind, ())))
                 for a, codes in info["broken"].items():
                     m["broken"][a] = sorted(set(m["broken"].get(a, [])) | set(codes))
                 m["codes"] = sorted(set(m["codes"]) | set(info["codes"]))
                 m["subtree_broken"] += info["subtree_broken"]
                 m["raised"] = m["raised"] or info["raised"]
-                m["compared"] = m["compared"] or info.get("compared", True)
+                m["compared"] = m["compared"] or compared
+                m["substitute"] = m["substitute"] or info.get("substitute", False)
         return merged
 
 

@@ -15,10 +15,12 @@ order) it had.
   finding about a child's tensor (subject ``bn.weight``) likewise by its subtree;
   ML011 (tie by assignment) by MP005 (tie broken) on the class that made the tie.
 - ``refuted``: the class was probed and none of the above holds.
-- ``None``: the class was not probed, or its meta build raised (MP006) so its tensors could
-  not be checked (except for ML008, which MP006 confirms), or the meta build of every model
-  it was probed in raised in another class (nothing of it was compared; for ML008: it may
-  never have been reached on meta), or the build did not make the
+- When the meta build of a model raised (MP006), the probe judged its tensors on an eager
+  build that ``to_empty()`` wiped in its place (``substitute``): that proves or refutes every
+  rule but ML007 (a plain tensor left on meta) and ML009 (memory allocated on meta).
+- ``None``: the class was not probed, or its model's meta build raised and the claim is
+  ML007/ML009 or the eager stand-in failed too (ML008: MP006 confirms it; the ML008 of a
+  class the raising meta build never reached is unproven), or the build did not make the
   tensor the finding names (a buffer that is None, a parameter behind a flag, with the
   arguments the class was built with; or made it as another kind: a plain tensor attribute
   of the name of the buffer ML002 is about, the buffer only registered on a branch the build
@@ -44,6 +46,8 @@ _NAMED_TENSOR_RULES = {"ML001", "ML002", "ML003", "ML005", "ML007"}
 #: the kind of tensor a rule's subject is, as the probe's class summary lists them: ``attrs``
 #: (parameters and buffers, every rule not listed) or ``plain`` (plain tensor attributes)
 _TENSOR_KINDS = {"ML007": ("plain",), "ML009": ("attrs", "plain")}
+#: rules about what the meta build itself does: no eager build can stand in for it
+_META_ONLY_RULES = {"ML007", "ML009"}
 
 
 def _child_tensor(diag: Diagnostic) -> bool:
@@ -112,8 +116,12 @@ def verdict_for(diag: Diagnostic, info: Mapping[str, Any] | None) -> str | None:
         if "MP006" in codes or info.get("raised"):
             return "confirmed"
         return "refuted" if compared else None  # another class of its model raised first
-    if "MP006" in codes or info.get("raised") or not compared:
-        return None  # could not build on meta: its tensors were not compared
+    # the meta build raised: its tensors were compared on an eager build that to_empty()
+    # wiped (``substitute``), which says nothing of what stays on meta (ML007) or escapes it
+    # (ML009); without that stand-in, nothing was compared
+    stood_in = info.get("substitute", False) and diag.code not in _META_ONLY_RULES
+    if not compared and not stood_in:
+        return None
     broken = info.get("broken", {})
     if diag.code == "ML009" and "MP007" in codes:
         return "confirmed"

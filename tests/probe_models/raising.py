@@ -13,6 +13,7 @@ class NeverReachedOnMeta(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.fc = nn.Linear(4, 4)
+        self.mask = torch.ones(4, 4).tril()
         self.shift = torch.tensor(2.0).log().item()
 
 
