@@ -16,7 +16,8 @@ transformers ``PreTrainedModel`` that is the root's ``init_weights()``, which ap
 (module path -> class -> file and qualified name). ``metalint check`` runs on the installed
 package; a finding on a class some built root contains is ``confirmed`` when the probe saw the
 tensor it names lost under at least one root, ``refuted`` when every root built it and the tensor
-survived, ``unproven`` when no root made that tensor or its meta build raised. A finding on a
+survived, ``unproven`` when no root made that tensor (a root whose meta build raised is judged
+on an eager build that ``to_empty()`` wipes in its place, except for ML007/ML009). A finding on a
 class that no built root contains is judged by probing its class alone (``reset_parameters``
 per module for ML006/ML010, ``auto`` otherwise), as a user without a root would materialise
 it; ``--no-alone LIB`` leaves those out (counted as "outside roots"). Before that, the roots
@@ -245,9 +246,9 @@ def audit(
     inside, outside = [], []
     for d in static:
         (inside if (_norm(d.filename), d.symbol) in contained else outside).append(d)
-    # a root whose meta build raised (MP006: monai's SwinTransformer calls ``.item()``)
-    # compared none of its other classes: the probe's summary says so (``compared``), and
-    # ``verdict_for`` reads it (no evidence either way)
+    # a root whose meta build raised (MP006: monai's SwinTransformer calls ``.item()``) was
+    # judged on an eager stand-in: the probe's summary says so (``compared``, ``substitute``),
+    # and ``verdict_for`` reads it
     built_in = _roots_built(judged)
     for d in inside:
         res.findings.append((d.with_(verdict=_verdict(d, classes, built_in)), "root"))
