@@ -116,7 +116,8 @@ PROBE_CODES: dict[str, tuple[str, str, str]] = {
         "Constructing the module on the meta device raised.",
         "`__init__` depends on tensor data (`.item()`, `.tolist()`, `float(t)`, a tensor in an "
         "`if`), which meta tensors do not have. The diagnostic is located at the line of user "
-        "code that raised.",
+        "code that raised. The probe then judges the model on an eager build that `to_empty` "
+        "wipes in its place, so the other tensors it loses are reported too.",
     ),
     "MP007": (
         "device-escape",
