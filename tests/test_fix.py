@@ -471,17 +471,27 @@ def test_code_later_in_the_same_block_counts_as_later(tmp_path, monkeypatch):
         "            self.table = None\n"
         "        else:\n"
         "            self.register_buffer('table', torch.randn(n, n))\n"
-        "            self.table.data = torch.as_tensor(values)\n"
+        "            self.table.data = torch.as_tensor(values)\n\n\n"
+        "class RelPos(nn.Module):\n"
+        "    def __init__(self, n=4, rel=True):\n"
+        "        super().__init__()\n"
+        "        if rel:\n"
+        "            self.rel_h = nn.Parameter(torch.zeros(2 * n - 1, n))\n"
+        "            nn.init.trunc_normal_(self.rel_h, std=0.02)\n"
     )
-    before = (tmp_path / "m.py").read_bytes()
     monkeypatch.chdir(tmp_path)
     rc, out = _fix(tmp_path, unsafe=False)
-    assert (tmp_path / "m.py").read_bytes() == before
+    assert (tmp_path / "m.py").read_text().count("torch.randn(n, n)") == 2
     assert "unsafe fix" in out and "`self.table` is written later in its block" in out, out
     rc, out = _fix(tmp_path, unsafe=True)
     text = (tmp_path / "m.py").read_text()
     assert "self.register_buffer('table', torch.empty(n, n))" in text
     assert "self.register_buffer('table', torch.randn(n, n))" in text  # Loaded keeps it
+    # re-initialised all at once further down its block: that init moves into the hook (the
+    # dead value stays), it is not refused, and the value is no longer zeroed after it
+    hook = text.split("def reset_parameters")[-1]
+    assert "self.rel_h = nn.Parameter(torch.zeros(2 * n - 1, n))" in text, text
+    assert "trunc_normal_(self.rel_h, std=0.02)" in hook and "zeros_" not in hook, text
 
 
 # -- killing the process mid-write ---------------------------------------------------------------

@@ -106,3 +106,25 @@ def test_window_and_index_factories_make_values(expr):
     assert is_tensor(value, qualify, method)
     assert value_kind(value, qualify, method) == "value"
     assert qualify(value.func) in RNG_FREE_TORCH
+
+
+@pytest.mark.parametrize(
+    "expr, empty",
+    [
+        ("torch.empty(0)", True),
+        ("torch.zeros(0, 4, device=d)", True),
+        ("torch.empty((0,))", True),
+        ("torch.tensor([])", True),
+        ("torch.tensor(0)", False),  # a 0-dim tensor holding 0: one element
+        ("torch.zeros(())", False),  # a 0-dim tensor
+        ("torch.ones(4)", False),
+        ("torch.randn(0)", False),  # not a size-first factory ML004 knows
+    ],
+)
+def test_size_zero(expr, empty):
+    from metalint.rules.missing_reset_hook import _size_zero
+
+    def qualify(node):
+        return f"torch.{node.attr.value}" if isinstance(node, cst.Attribute) else None
+
+    assert _size_zero(cst.parse_expression(expr), qualify) is empty

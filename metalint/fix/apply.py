@@ -25,6 +25,7 @@ from metalint.report import ERROR_CODE, TOO_COMPLEX_CODE, is_error
 from metalint.rules import all_rules
 from metalint.static.engine import FileResult, analyze_source
 from metalint.static.hierarchy import Hierarchy
+from metalint.vocabulary import RESET_HOOK
 
 MAX_ROUNDS = 64
 #: CPU seconds the fix loop of one file may spend, as a multiple of the file time budget
@@ -112,7 +113,7 @@ class Fixer:
             r = h.resolve(b)
             if r is None:
                 return f"base class `{b}` is not among the checked files"
-            if h.hook_tensors(r, "reset_parameters") is not None:
+            if h.hook_tensors(r, RESET_HOOK) is not None:
                 return f"base class `{r}` has its own `reset_parameters()`"
         return None
 

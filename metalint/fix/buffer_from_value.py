@@ -30,6 +30,7 @@ from metalint.fix.codemod import (
     Unfixable,
     _touches,
     _uses,
+    binds,
     fill,
     guarded,
     inline_locals,
@@ -39,11 +40,10 @@ from metalint.fix.codemod import (
     torch_spelling,
 )
 from metalint.fix.parameter_from_value import Value, empty_of, hook_body
-from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk
 from metalint.static.tensors import value_kind
-from metalint.vocabulary import INIT_KIND, INPLACE_METHODS, RANDOM_FACTORIES
+from metalint.vocabulary import BUFFER_HOOK, INIT_KIND, RANDOM_FACTORIES
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -64,7 +64,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         raise Unfixable(f"`self.{attr}` is written later in its block (line order matters)")
     torch_name, _ = torch_spelling(ctx)
     kind = value_kind(value, ctx.qualify, edit.init)
-    hook = edit.choose_hook(index, prefer=("init_non_persistent_buffers",))
+    hook = edit.choose_hook(index, prefer=(BUFFER_HOOK,))
     prelude: list[cst.BaseStatement] = []
     try:
         full = inline_locals(edit, value)
@@ -72,7 +72,10 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         why = str(exc)
         full = value
         prelude = recompute_locals(edit, value, index, hook, why)
+    indices = {id(x) for s in walk(full) if isinstance(s, cst.SubscriptElement) for x in walk(s)}
     for n in walk(full):
+        if id(n) in indices:
+            continue  # ``centers[None, None, ...]``: an index, not a value
         if isinstance(n, cst.IfExp) or (isinstance(n, cst.Name) and n.value == "None"):
             raise Unfixable("the buffer may be `None`: it is not re-computed by a hook")
     if kind == "random" and full is value:
@@ -129,35 +132,6 @@ def _drawn_once(ctx, edit: ClassEdit, line, index, path, node, attr, hook) -> Re
         f"Register buffer `{attr}` from `torch.empty({shape})` and draw it in `{hook}()`, "
         "called from `__init__`"
     )
-
-
-def _binds(s: cst.CSTNode) -> set[str]:
-    """Local names a statement assigns or changes in place (``x = ..``, ``x[0] += ..``,
-    ``x.mul_(2)``)."""
-
-    out: set[str] = set()
-    for n in walk(s):
-        targets: list[cst.CSTNode] = []
-        if isinstance(n, cst.Assign):
-            targets = [t.target for t in n.targets]
-        elif isinstance(n, (cst.AugAssign, cst.AnnAssign)):
-            targets = [n.target]
-        elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute):
-            if n.func.attr.value in INPLACE_METHODS:
-                targets = [n.func.value]
-        for t in targets:
-            for x in walk(t) if isinstance(t, (cst.Tuple, cst.List)) else [t]:
-                while isinstance(x, (cst.Subscript, cst.Attribute)):
-                    x = x.value
-                if isinstance(x, cst.Name):
-                    out.add(x.value)
-        if isinstance(n, cst.Call) and (dotted(n.func) or "").endswith("_") and n.args:
-            x = n.args[0].value
-            while isinstance(x, (cst.Subscript, cst.Attribute)):
-                x = x.value
-            if isinstance(x, cst.Name):
-                out.add(x.value)
-    return out
 
 
 def _raises_only(s: cst.CSTNode) -> bool:
@@ -223,7 +197,7 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) ->
     picked: list[int] = []
     for i in range(index - 1, -1, -1):
         s = body[i]
-        hit = _binds(s) & need
+        hit = binds(s, edit.ctx.qualify) & need
         if not hit:
             if (
                 need & {n.value for n in names_in(s)}
@@ -241,7 +215,7 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) ->
     picked.reverse()
     bound: set[str] = set()
     for i in picked:
-        bound |= _binds(body[i])
+        bound |= binds(body[i], edit.ctx.qualify)
     if hook in edit.cls.methods:
         mine = {n.value for n in walk(edit.cls.methods[hook].node.body) if isinstance(n, cst.Name)}
         if mine & bound:

@@ -19,13 +19,16 @@ from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import children, walk
-from metalint.static.tensors import value_kind
+from metalint.static.tensors import inplace_write, value_kind
 from metalint.vocabulary import (
+    BUFFER_HOOK,
     DETERMINISTIC_METHODS,
     INPLACE_METHODS,
     LEGACY_CONSTRUCTOR_DTYPES,
+    RESET_HOOK,
     RNG_FREE_BUILTINS,
     RNG_FREE_TORCH,
+    ROOT_ENTRIES,
     TORCH_WITHOUT_RESET,
 )
 
@@ -180,6 +183,8 @@ def _call_uses(n: cst.Call, written: set[str], calls: set[str]) -> None:
 
 
 def _assign_uses(n: cst.Assign | cst.AugAssign | cst.AnnAssign, written: set[str]) -> None:
+    if isinstance(n, cst.AnnAssign) and n.value is None:
+        return  # ``self.ema_w: torch.Tensor``: a declaration for type checkers, no write
     targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
     for t in targets:
         for x in walk(t):
@@ -497,24 +502,20 @@ class ClassEdit:
         """``reset_parameters`` when the class has one; else an existing public hook that
         ``__init__`` already calls after statement ``index`` (``init_weights``: extending it
         keeps every tensor in one hook); else a new ``reset_parameters``."""
-        for hook in (*prefer, "reset_parameters"):
+        for hook in (*prefer, RESET_HOOK):
             if hook in self.cls.methods:
                 return hook
-        for hook in ("init_weights", "init_non_persistent_buffers"):
+        for hook in (ROOT_ENTRIES[0], BUFFER_HOOK):
             if hook in self.cls.methods and hook in self.ctx.hooks:
                 calls, nested = self.hook_calls(hook)
                 if calls and not nested and all(c > index for c in calls):
                     return hook
-        return "reset_parameters"
+        return RESET_HOOK
 
     def check_bases(self, hook: str) -> None:
 
         for b in self.cls.bases:
-            if (
-                b.startswith("torch.nn.")
-                and b not in TORCH_WITHOUT_RESET
-                and hook == "reset_parameters"
-            ):
+            if b.startswith("torch.nn.") and b not in TORCH_WITHOUT_RESET and hook == RESET_HOOK:
                 raise Unfixable(f"the base class `{b}` has its own `reset_parameters()`")
 
     # -- storing values ----------------------------------------------------------------------
@@ -853,8 +854,10 @@ def inline_locals(edit: ClassEdit, e: cst.BaseExpression, depth: int = 0) -> cst
         if not values or n == "self":
             continue
         node, v = values[-1]
-        tensor = value_kind(v, edit.ctx.qualify, init) is not None or any(
-            isinstance(x, cst.Call) for x in walk(v)
+        tensor = value_kind(v, edit.ctx.qualify, init) is not None or (
+            # a list of numbers (``[1 for _ in range(n)]``, a shape) is kept on self as it is
+            not isinstance(v, (cst.List, cst.Tuple, cst.ListComp))
+            and any(isinstance(x, cst.Call) for x in walk(v))
         )
         if not tensor:
             continue  # a number: stored on self by store_names
@@ -865,6 +868,39 @@ def inline_locals(edit: ClassEdit, e: cst.BaseExpression, depth: int = 0) -> cst
         ):
             raise Unfixable(f"the local `{n}` is unpacked from a call")
         edit.locate(node)  # a local computed inside a loop or `with` cannot be inlined
+        if any(
+            n in binds(line, edit.ctx.qualify)
+            for line in walk(edit.init.node)
+            if isinstance(line, cst.SimpleStatementLine) and node not in line.body
+        ):
+            # ``coords[:, 0] += 1`` / ``coords.view(-1).add_(1)``: its value is not the
+            # expression that created it
+            raise Unfixable(f"the local `{n}` is changed in place")
         inlined = inline_locals(edit, v, depth + 1)
         replace[id(name)] = inlined if name is e else _paren(inlined)
     return substitute(e, replace)
+
+
+def binds(s: cst.CSTNode, qualify) -> set[str]:
+    """Local names a statement assigns or writes in place: the targets of ``x = ..`` and
+    ``x[0] += ..``, and the tensor :func:`inplace_write` says a call writes (``x.mul_(2)``,
+    ``zeros_(x)``, a view ``x.view(-1).zero_()``, ``torch.arange(n, out=x)``)."""
+
+    out: set[str] = set()
+    for n in walk(s):
+        targets: list[cst.CSTNode] = []
+        if isinstance(n, cst.Assign):
+            targets = [t.target for t in n.targets]
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign)):
+            targets = [n.target]
+        elif isinstance(n, cst.Call):
+            w = inplace_write(n, qualify)
+            if w is not None and w.chain[0] != "self":
+                out.add(w.chain[0])
+        for t in targets:
+            for x in walk(t) if isinstance(t, (cst.Tuple, cst.List)) else [t]:
+                while isinstance(x, (cst.Subscript, cst.Attribute)):
+                    x = x.value
+                if isinstance(x, cst.Name):
+                    out.add(x.value)
+    return out

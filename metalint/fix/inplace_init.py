@@ -15,14 +15,23 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, _touches, rng_free, stmt
+from metalint.fix.codemod import (
+    ClassEdit,
+    Rewrite,
+    Unfixable,
+    _touches,
+    _uses,
+    guarded,
+    rng_free,
+    stmt,
+)
 from metalint.fix.parent_init import own_hook_first
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk
 from metalint.static.tensors import Write, inplace_write
-from metalint.vocabulary import INPLACE_METHODS, NO_GRAD_CONTEXTS
+from metalint.vocabulary import INPLACE_METHODS, NO_GRAD_CONTEXTS, RESET_HOOK, ROOT_ENTRIES
 
-HOOK = "reset_parameters"
+HOOK = RESET_HOOK
 
 
 def _write(call: cst.Call, ctx: RuleContext) -> Write | None:
@@ -136,6 +145,10 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if not init_only(body[index], ctx):
         if init_only(body[index], ctx, _any):
             return _children(ctx, edit, index)
+        line = edit._path(finding.node)[1]
+        own = [n for n in line if isinstance(n, cst.SimpleStatementLine)]
+        if own and own[-1] is not body[index] and init_only(own[-1], ctx):
+            return move_own_in_block(ctx, edit, own[-1], index, "Move")
         raise Unfixable(
             "the statement does more than initialise this module's own tensors in place "
             "(a child's tensor belongs in the model's `init_weights()`)"
@@ -202,7 +215,63 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
     )
 
 
-ROOT_HOOK = "init_weights"
+def move_own_in_block(ctx: RuleContext, edit: ClassEdit, first, index: int, what: str) -> Rewrite:
+    """In-place init of own tensors inside a block of top-level statement ``index`` (timm
+    mvitv2's ``if rel_pos: self.rel_pos_h = nn.Parameter(torch.zeros(..))`` then
+    ``trunc_normal_tf_(self.rel_pos_h, std=0.02)``): the run of in-place init statements of
+    that block holding ``first`` moves, in order, into ``reset_parameters()``, each guarded by
+    its tensor being there (the block may not run); a value created before it stays (dead: on
+    meta it costs nothing). The draws keep their order when nothing after the run draws, else
+    unsafe. ``what`` starts the message."""
+    found = edit._path(first)
+    block = found[1][-2] if found and len(found[1]) > 1 else None
+    if not isinstance(block, cst.IndentedBlock):
+        raise Unfixable("the in-place init is not a statement of a block")
+    stmts = list(block.body)
+    at = next(i for i, s in enumerate(stmts) if s is first)
+    while at > 0 and init_only(stmts[at - 1], ctx):
+        at -= 1
+    run = []
+    for s in stmts[at:]:
+        if not init_only(s, ctx):
+            break
+        run.append(s)
+    memo = edit.memo()
+    attrs = {a for s in run for a in _uses(s, memo)[0]}
+    after = [*stmts[at + len(run) :], *edit.block_tail(block)]
+    for s in after:
+        for a in sorted(attrs):
+            hit = _touches(s, a, False, memo)
+            if hit:
+                raise Unfixable(f"`self.{a}` is {hit} later in `__init__`, after its in-place init")
+    for a in sorted(attrs):
+        later = edit.used_after(a, index)
+        if later:
+            raise Unfixable(later)
+    moved = []
+    for s in run:
+        edit.replace[id(s)] = (s, [])
+        new = edit.store_names(s, s, index)
+        written = _uses(s, memo)[0]
+        if len(written) != 1:
+            raise Unfixable("an in-place init statement writes several tensors")
+        (a,) = written
+        moved.append(
+            guarded(f"getattr(self, {a!r}, None) is not None", new.with_changes(leading_lines=()))
+        )
+    if not all(rng_free(s, ctx) for s in after):
+        edit.unsafe.append(
+            "random draws move after other random draws of `__init__`: eager values differ"
+        )
+    edit.use_hook(HOOK, index, moved, random=not all(rng_free(s, ctx) for s in run))
+    n = len(run)
+    return edit.rewrite(
+        f"{what} {'that init' if n == 1 else f'those {n} init statements'} into `{HOOK}()`, "
+        "in order"
+    )
+
+
+ROOT_HOOK = ROOT_ENTRIES[0]
 
 
 def _children(ctx: RuleContext, edit: ClassEdit, index: int) -> Rewrite:

@@ -48,7 +48,7 @@ from metalint.fix.codemod import (
     stmt,
     torch_spelling,
 )
-from metalint.fix.inplace_init import init_only, move_own, overwrites
+from metalint.fix.inplace_init import init_only, move_own, move_own_in_block, overwrites
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk
 from metalint.vocabulary import (
@@ -58,11 +58,12 @@ from metalint.vocabulary import (
     FACTORY_KEYWORDS_KEPT,
     PARAMETER_CLASSES,
     RANDOM_FACTORIES,
+    RESET_HOOK,
     SHAPED_FACTORIES,
     VALUE_FACTORIES,
 )
 
-HOOK = "reset_parameters"
+HOOK = RESET_HOOK
 FACTORIES = VALUE_FACTORIES | RANDOM_FACTORIES | EMPTY_FACTORIES
 
 
@@ -290,8 +291,17 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if later:
         return _overwritten_later(ctx, edit, attr, index, later)
     tail = edit.block_tail(line)
-    if any(_touches(s, attr, False, edit.memo()) for s in tail):
-        raise Unfixable(f"`self.{attr}` is used later in its block (line order matters)")
+    for s in tail:
+        if _touches(s, attr, False, edit.memo()):
+            if init_only(s, ctx) and overwrites(s, attr, ctx):
+                return move_own_in_block(
+                    ctx,
+                    edit,
+                    s,
+                    index,
+                    f"`{attr}` is re-initialised in place later in its block: move",
+                )
+            raise Unfixable(f"`self.{attr}` is used later in its block (line order matters)")
     names = torch_spelling(ctx)
     try:
         value = Value(data_arg.value, ctx)

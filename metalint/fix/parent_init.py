@@ -33,9 +33,10 @@ import libcst as cst
 from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, returns, stmt
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk
+from metalint.vocabulary import RESET_HOOK, ROOT_ENTRIES
 
 CODE = "ML010"
-HOOK = "init_weights"
+HOOK = ROOT_ENTRIES[0]
 BLOCKS = (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.Lambda)
 
 
@@ -109,7 +110,7 @@ def own_hook_first(edit: ClassEdit, first: int, last: int, moved: set[int]) -> l
     under timm's protocol a module with an ``init_weights()`` is initialised by it alone, so
     it calls ``reset_parameters()`` first and the earlier call goes (the init runs in the same
     order; see :meth:`ClassEdit.join_called_hook`). Returns the statements that open it."""
-    reset = "reset_parameters"
+    reset = RESET_HOOK
     if reset not in edit.cls.methods:
         return []
     calls, nested = edit.hook_calls(reset)

@@ -95,7 +95,8 @@ class BufferFromValue(Rule):
     relative position index: `relative_coords[:, :, 0] += ...`) has the statements that compute
     them copied into the hook, in order, when they only compute locals (no `self` written, no
     method called, no random draw; an `if` of such statements and `if ...: raise` checks
-    count). Deterministic values are recomputed exactly (safe). A random value made by one
+    count), also for a local changed in place after it is created (`coords[:, 0] += 1`,
+    `table.view(-1).add_(k)`). Deterministic values are recomputed exactly (safe). A random value made by one
     factory whose shape is derived (`scale * torch.randn((3, n))`, a fixed Gaussian projection)
     is registered from `torch.empty((3, n))` and drawn once in the hook
     (`self.x.normal_().mul_(self.scale)`: the same draws and rounding), safe when nothing after

@@ -291,7 +291,10 @@ class InplaceInitOutsideHook(Rule):
     too), in order, to the end of `reset_parameters()` (created or extended), which `__init__`
     calls last; the constructor arguments they read are kept on `self`. When later code draws
     random numbers (timm's tokens, then `nn.Linear` heads) and the hook is new, `__init__`
-    calls it where the last moved statement was instead, so the draws keep their order. A
+    calls it where the last moved statement was instead, so the draws keep their order. Own
+    inits inside a block that also creates the tensors (`if rel_pos: self.rel_h =
+    nn.Parameter(torch.zeros(..)); trunc_normal_(self.rel_h)`): the block's run of them moves,
+    in order, into `reset_parameters()`, each guarded by its tensor being there. A
     child's tensor (`self.head.weight`): every statement that only initialises own or
     children's tensors in place (an `if` whose branches all do, too) moves, in order, into a
     new root `init_weights()`, whose call takes the place of the last one. Safe when the moved

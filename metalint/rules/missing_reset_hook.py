@@ -25,15 +25,22 @@ def _names(attrs: list[str], limit: int = 4) -> str:
 
 
 def _size_zero(value, qualify) -> bool:
-    """``torch.empty(0)``, ``torch.zeros(0, device=d)``: a tensor with no elements."""
+    """``torch.empty(0)``, ``torch.zeros(0, d, device=x)``, ``torch.empty((0,))``,
+    ``torch.tensor([])``: a tensor with no elements. Not ``torch.tensor(0)`` (a 0-dim tensor
+    holding 0) nor ``torch.zeros(())`` (a 0-dim tensor: one element)."""
     if not isinstance(value, cst.Call) or not value.args:
         return False
-    if qualify(value.func) not in SIZE_FIRST_FACTORIES:
+    q = qualify(value.func)
+    if q not in SIZE_FIRST_FACTORIES:
         return False
     first = value.args[0].value
-    if isinstance(first, cst.Integer):
-        return first.value == "0"
-    return isinstance(first, (cst.List, cst.Tuple)) and not first.elements
+    if q == "torch.tensor":  # data, not sizes: empty only as an empty literal
+        return isinstance(first, (cst.List, cst.Tuple)) and not first.elements
+    if isinstance(first, (cst.List, cst.Tuple)):
+        sizes = [e.value for e in first.elements]
+    else:
+        sizes = [a.value for a in value.args if a.keyword is None and not a.star]
+    return any(isinstance(d, cst.Integer) and d.evaluated_value == 0 for d in sizes)
 
 
 def _from_argument(owned) -> bool:

@@ -77,13 +77,17 @@ class ParameterFromValue(Rule):
     existing `reset_parameters()` that `__init__` did not call is unsafe. A value that
     `__init__` re-initialises in place later (timm's `torch.zeros` then
     `trunc_normal_(self.pos_embed)`) is dead: the fix moves the in-place init into
-    `reset_parameters()` (ML003's fix) and keeps the value. A legacy `torch.Tensor(sizes)`
+    `reset_parameters()` (ML003's fix) and keeps the value; inside an `if` block (mvitv2's
+    optional relative position tables) the block's run of in-place inits moves, each guarded
+    by its tensor being there. A legacy `torch.Tensor(sizes)`
     (PyG's `Parameter(Tensor(out_channels))`), which allocates on the CPU even under
     `with torch.device("meta")`, becomes `torch.empty(sizes)` (same dtype, uninitialised in
     both), when every argument is certainly a size.
     When no shape can be derived (`torch.tensor(sigma[0])`, a value through a local), the
     creation stays (on meta it costs nothing) and `reset_parameters()` computes the same value
-    again and copies it in: exact for a value that draws no random numbers, unsafe otherwise.
+    again and copies it in: exact for a value that draws no random numbers, unsafe otherwise;
+    a local changed in place after it is created (`coords[:, 0] += 1`) has the statements
+    computing it copied, not its bare factory.
     """
 
     code = "ML001"
