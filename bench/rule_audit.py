@@ -269,22 +269,30 @@ def _probe_roots(library, roots, group_of, python, timeout, pythonpath, workdir,
     from metalint.probe.isolate import Options
 
     factories = write_factories(library, roots, workdir, tag)
-    by_name = {_factory_name(r): r for r in roots}
+    names = [_factory_name(r) for r in roots]
+    by_name = dict(zip(names, roots))
+    # one child per batch (it imports torch and the library once); a child that times out
+    # before it lists its roots costs its batch only, and counts as each of its roots not built
+    batches = [names[i : i + ROOTS_PER_CHILD] for i in range(0, len(names), ROOTS_PER_CHILD)]
     with _with_env(pythonpath):
         rep = run_probe(
-            [f"{factories}:{','.join(by_name)}"],
+            [f"{factories}:{','.join(batch)}" for batch in batches],
             Options(device="cpu", init="auto", timeout=timeout, python=python),
             progress=sys.stderr.isatty(),
         )
     built, groups = 0, set()
     for o in rep.outcomes:
-        root = by_name.get(o.label.rpartition(":")[2])
+        label = o.label.rpartition(":")[2]
         if o.kind == "result":
             built += 1
-            groups.add(group_of.get(root))
+            groups.add(group_of.get(by_name.get(label)))
         else:
-            not_built[_why(o.message)] += 1
+            not_built[_why(o.message)] += len(label.split(","))
     return rep, built, groups
+
+
+#: roots probed by one child process (see :func:`_probe_roots`)
+ROOTS_PER_CHILD = 40
 
 
 def _unbuilt_roots(static: list, rep, protocols) -> list[str]:
