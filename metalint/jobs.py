@@ -26,7 +26,8 @@ import time
 from metalint.report import CRASH_CODE, TOO_COMPLEX_CODE
 from metalint.static.results import FileResult, error_result
 
-#: wall-clock bound on one file: this many times its CPU budget, plus a margin for a busy box
+#: wall-clock bound on one file: this many times its CPU budget, plus a margin for a busy box;
+#: it only stops a worker that is blocked (a hang uses no CPU, so RLIMIT_CPU cannot stop it)
 WALL_FACTOR = 4
 WALL_MARGIN = 10.0
 
@@ -125,6 +126,18 @@ def _worker_main(jobs_fd: int, results_fd: int, budget: float) -> None:
         except (ValueError, OSError):
             pass
         _send(results_fd, (index, analyze_one(job).to_json()))
+
+
+def _runnable(pid: int) -> bool:
+    """Whether ``pid`` is running or waiting for a CPU (Linux ``R``): on a busy box a worker
+    can wait longer than the wall bound without being stuck, and its CPU budget still bounds
+    it. A worker blocked in a sleep or a lock (or whose state cannot be read) is not."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"R"
 
 
 class _Worker:
@@ -247,10 +260,10 @@ def analyze_isolated(jobs: list[Job], workers: int, budget: float) -> list[FileR
                 feed(w)
             now = time.monotonic()
             for w in list(pool):
-                if w.index is not None and now - w.started > wall:
+                if w.index is not None and now - w.started > wall and not _runnable(w.pid):
                     i = w.index
                     w.reap(kill=True)
-                    out[i] = too_complex(jobs[i][1], f"over {wall:g} s of wall time")
+                    out[i] = too_complex(jobs[i][1], f"blocked for over {wall:g} s of wall time")
                     feed(_replace(w))
     finally:
         for w in pool:

@@ -181,6 +181,43 @@ def test_a_worker_that_dies_is_ml902_for_its_file(tmp_path, monkeypatch, workers
     assert exit_code(result.diagnostics) == 2
 
 
+@pytest.mark.parametrize("work", ["blocked", "busy"])
+def test_wall_bound_stops_a_blocked_worker_not_a_busy_one(tmp_path, monkeypatch, work):
+    # a hang uses no CPU (RLIMIT_CPU cannot stop it): the wall bound does; a worker that runs
+    # (or waits for a CPU on a busy box) past the wall bound is bounded by its CPU budget instead
+    from metalint import jobs
+    from metalint.check import run_check
+    from metalint.config import load_settings
+
+    if not jobs.can_isolate():
+        pytest.skip("workers are forked on Linux only")
+    good_files(tmp_path, 2)
+    (tmp_path / "slow.py").write_text(GOOD.format(i=99))
+    real = jobs.analyze_one
+
+    def analyze(job):  # runs in the forked worker
+        if job[1].endswith("slow.py"):
+            end = time.monotonic() + 2.0
+            while time.monotonic() < end:
+                if work == "blocked":
+                    time.sleep(0.5)
+        return real(job)
+
+    monkeypatch.setattr(jobs, "analyze_one", analyze)
+    monkeypatch.setattr(jobs, "WALL_FACTOR", 0.1)  # 0.5 s of wall time at the default budget 5
+    monkeypatch.setattr(jobs, "WALL_MARGIN", 0.0)
+    monkeypatch.chdir(tmp_path)
+    result = run_check([Path(".")], load_settings(tmp_path), use_cache=False, workers=1)
+    slow = [(d.code, d.message) for d in result.diagnostics if d.filename == "slow.py"]
+    if work == "blocked":
+        assert slow == [
+            ("ML901", "file too complex to analyse (blocked for over 0.5 s of wall time)")
+        ]
+    else:
+        assert [code for code, _ in slow] == ["ML001"]
+    assert sum(d.code == "ML001" and d.filename != "slow.py" for d in result.diagnostics) == 2
+
+
 # -- one line model -----------------------------------------------------------------------------
 
 
