@@ -197,10 +197,11 @@ def test_wall_bound_stops_a_blocked_worker_not_a_busy_one(tmp_path, monkeypatch,
 
     def analyze(job):  # runs in the forked worker
         if job[1].endswith("slow.py"):
+            if work == "blocked":
+                time.sleep(30)  # one sleep: never runnable until the bound stops it
             end = time.monotonic() + 2.0
-            while time.monotonic() < end:
-                if work == "blocked":
-                    time.sleep(0.5)
+            while time.monotonic() < end:  # busy: always running or waiting for a CPU
+                pass
         return real(job)
 
     monkeypatch.setattr(jobs, "analyze_one", analyze)
