@@ -590,3 +590,45 @@ def test_every_rewritten_fixture_class_passes_the_probe(path, tmp_path, monkeypa
     assert target.read_text(encoding="utf-8") == expected
     if expected != path.read_text(encoding="utf-8"):
         assert "probe passed" in out, out
+
+
+def test_a_hook_never_reads_a_plain_tensor_attribute(tmp_path, monkeypatch):
+    """monai's ``Scheduler``: ``alphas_cumprod`` (ML007, then ML002) is computed from
+    ``self.alphas``, a plain tensor attribute that ``to_empty()`` leaves on meta. A hook copying
+    from it raises, so that value is not fixed (reason printed); ``self.one`` still is."""
+    torch = pytest.importorskip("torch")
+    import importlib.util
+
+    (tmp_path / "sched.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "def _linear_beta(num_train_timesteps: int, beta_start: float = 1e-4, beta_end: float = 2e-2):\n"
+        "    return torch.linspace(beta_start, beta_end, num_train_timesteps, dtype=torch.float32)\n\n\n"
+        'NoiseSchedules = {"linear_beta": _linear_beta}\n\n\n'
+        "class Scheduler(nn.Module):\n"
+        '    def __init__(self, num_train_timesteps: int = 10, schedule: str = "linear_beta", **schedule_args) -> None:\n'
+        "        super().__init__()\n"
+        '        schedule_args["num_train_timesteps"] = num_train_timesteps\n'
+        "        noise_sched = NoiseSchedules[schedule](**schedule_args)\n"
+        "        if isinstance(noise_sched, tuple):\n"
+        "            self.betas, self.alphas, self.alphas_cumprod = noise_sched\n"
+        "        else:\n"
+        "            self.betas = noise_sched\n"
+        "            self.alphas = 1.0 - self.betas\n"
+        "            self.alphas_cumprod = torch.cumprod(self.alphas, dim=0)\n"
+        "        self.num_train_timesteps = num_train_timesteps\n"
+        "        self.one = torch.tensor(1.0)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path, unsafe=True)
+    text = (tmp_path / "sched.py").read_text()
+    assert "self.alphas.copy_" not in text and "cumprod(self.alphas" in text
+    assert "the value reads `self.alphas`, a plain attribute that may be a tensor" in out, out
+    assert "self.one.copy_(" in text, text
+    spec = importlib.util.spec_from_file_location("sched_fixed", tmp_path / "sched.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with torch.device("meta"):
+        m = mod.Scheduler()
+    m.to_empty(device="cpu")
+    m.reset_parameters()  # copied from a meta tensor before: "Cannot copy out of meta tensor"
+    assert m.one.item() == 1.0

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from metalint.diagnostics import Applicability
+from metalint.static.construction import is_tensor, registrations
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
@@ -552,11 +553,67 @@ class ClassEdit:
                 if new:
                     stores.append(stmt(f"self.{attr} = {n}"))
             replace[id(name)] = self_attr_expr(chosen[n])
+        for n in walk(value):
+            if (
+                isinstance(n, cst.Attribute)
+                and isinstance(n.value, cst.Name)
+                and n.value.value == "self"
+                and self.plain_tensor(n.attr.value)
+            ):
+                raise Unfixable(
+                    f"the value reads `self.{n.attr.value}`, a plain attribute that may be a "
+                    "tensor: it stays on `meta` after `to_empty()`, so the hook would raise"
+                )
         if stores:
             old = self.replace.get(id(before))
             current = old[1] if old else [before]
             self.replace[id(before)] = (before, stores + current)
         return substitute(value, replace)
+
+    def plain_tensor(self, attr: str, depth: int = 0) -> bool:
+        """May ``self.<attr>`` be a tensor that is neither parameter nor buffer (monai's
+        ``Scheduler.alphas``, unpacked from a schedule function)? ``to_empty()`` leaves such a
+        tensor on ``meta``. False for registered tensors, modules, numbers and arguments."""
+        memo = getattr(self.cls, "_plain_tensor_memo", None)
+        if memo is None:
+            memo = self.cls._plain_tensor_memo = {}
+        if attr not in memo:
+            memo[attr] = False  # a cycle (``self.a = self.a * 2``) adds nothing
+            memo[attr] = self._plain_tensor(attr, depth)
+        return memo[attr]
+
+    def _plain_tensor(self, attr: str, depth: int) -> bool:
+        methods = self.cls.reachable("__init__") if self.cls.init is not None else []
+        if attr in {r.attr for r in registrations(methods, self.ctx.qualify)}:
+            return False
+        for m in methods:
+            for a in m.assigns:
+                if a.target != f"self.{attr}":
+                    continue
+                if a.value is None or self._may_be_tensor(a.value, m, depth):
+                    return True
+        return False
+
+    def _may_be_tensor(self, v: cst.BaseExpression, method: MethodFacts, depth: int) -> bool:
+        if depth > 4 or is_tensor(v, self.ctx.qualify, method):
+            return depth <= 4
+        for n in walk(v):
+            if isinstance(n, cst.Call):
+                q = self.ctx.qualify(n.func) or ""
+                name = getattr(n.func, "value", None) if isinstance(n.func, cst.Name) else None
+                if q.startswith(("torch.", "math.", "numpy.")) or name in BUILTIN_NAMES:
+                    continue
+                if name in self.ctx.facts.local_classes:
+                    continue
+                return True  # an unknown function (a noise schedule) may return a tensor
+            if isinstance(n, cst.Attribute) and dotted(n.value) == "self":
+                if self.plain_tensor(n.attr.value, depth + 1):
+                    return True
+            if isinstance(n, cst.Name) and n is not getattr(v, "func", None):
+                for _, lv in method.local_values.get(n.value, ()):
+                    if lv is not v and self._may_be_tensor(lv, method, depth + 1):
+                        return True
+        return False
 
     def _attr_for(self, name: str, index: int, private: bool = False) -> tuple[str, bool]:
         """An attribute that holds local ``name``: an existing ``self.x = name`` before the
