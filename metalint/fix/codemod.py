@@ -30,6 +30,7 @@ from metalint.vocabulary import (
     RNG_FREE_BUILTINS,
     RNG_FREE_TORCH,
     ROOT_ENTRIES,
+    TENSOR_METHODS,
     TORCH_WITHOUT_RESET,
 )
 
@@ -553,11 +554,20 @@ class ClassEdit:
                 if new:
                     stores.append(stmt(f"self.{attr} = {n}"))
             replace[id(name)] = self_attr_expr(chosen[n])
+        # ``self.cls_logits.weight``: an attribute of a module (a tensor has no ``.weight``)
+        modules = {
+            id(n.value)
+            for n in walk(value)
+            if isinstance(n, cst.Attribute)
+            and n.attr.value not in TENSOR_METHODS
+            and n.attr.value not in ("data", "T", "mT")
+        }
         for n in walk(value):
             if (
                 isinstance(n, cst.Attribute)
                 and isinstance(n.value, cst.Name)
                 and n.value.value == "self"
+                and id(n) not in modules
                 and self.plain_tensor(n.attr.value)
             ):
                 raise Unfixable(
@@ -597,6 +607,8 @@ class ClassEdit:
     def _may_be_tensor(self, v: cst.BaseExpression, method: MethodFacts, depth: int) -> bool:
         if depth > 4 or is_tensor(v, self.ctx.qualify, method):
             return depth <= 4
+        if isinstance(v, (cst.List, cst.Tuple, cst.ListComp, cst.Dict, cst.DictComp, cst.Set)):
+            return False  # a list of sizes (monai's ``self.window = [1 + 2 * r for r in ..]``)
         for n in walk(v):
             if isinstance(n, cst.Call):
                 q = self.ctx.qualify(n.func) or ""
