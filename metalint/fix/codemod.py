@@ -600,7 +600,8 @@ class ClassEdit:
             for a in m.assigns:
                 if a.target != f"self.{attr}":
                     continue
-                if a.value is None or self._may_be_tensor(a.value, m, depth):
+                # unpacked from a call (``self.esm, self.esm_dict = load()``): not judged
+                if a.value is not None and self._may_be_tensor(a.value, m, depth):
                     return True
         return False
 
