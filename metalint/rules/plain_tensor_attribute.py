@@ -4,11 +4,10 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.construction import TensorFunctions, is_tensor, registrations
+from metalint.static.construction import TensorFunctions, is_tensor, off_meta, registrations
 from metalint.static.model import ClassFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short, string_value
-from metalint.vocabulary import LEGACY_CONSTRUCTORS
 
 
 class PlainTensorAttribute(Rule):
@@ -25,7 +24,10 @@ class PlainTensorAttribute(Rule):
     An alias of one of the class's own buffers or parameters (`self.original_inv_freq =
     self.inv_freq`) is reported too: `to_empty()` replaces the buffer, the alias keeps the meta
     tensor. So is the result of a function of the same file annotated `-> torch.Tensor`, or
-    unannotated with a tensor in every `return`.
+    unannotated with a tensor in every `return`. A tensor from a legacy constructor
+    (`torch.Tensor()`, `torch.FloatTensor(table)`, `torch.from_numpy`), directly or returned by
+    such a function, is not: it is built on the CPU even under meta (ML009 reports the
+    allocation of a direct one).
 
     A reset hook that re-creates the attribute does **not** silence this rule: the hook runs
     after `to_empty()` and builds the tensor on the default device, but `.to(device)`,
@@ -121,6 +123,30 @@ class SelfAttentionBlock(nn.Module):
         self.qkv = nn.Linear(hidden_size, hidden_size * 3)
         self.save_attn = save_attn
         self.att_mat = torch.Tensor()
+""",
+        # VideoMAE's fixed sin-cos table: a helper of the same file that returns a legacy
+        # constructor's tensor (through numpy, then .unsqueeze) gives a CPU tensor under meta too
+        """
+import numpy as np
+import torch
+from torch import nn
+
+def sincos_table(n_pos, dim):
+    angles = np.arange(n_pos)[:, None] / np.power(10000, 2 * (np.arange(dim) // 2) / dim)
+    angles[:, 0::2] = np.sin(angles[:, 0::2])
+    angles[:, 1::2] = np.cos(angles[:, 1::2])
+    table = torch.FloatTensor(angles)
+    return table.unsqueeze(0)
+
+def shared_table(n_pos, dim):
+    return sincos_table(n_pos, dim)[:, :n_pos]
+
+class VideoEmbeddings(nn.Module):
+    def __init__(self, n_pos, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.position_embeddings = sincos_table(n_pos, dim)
+        self.decoder_positions = shared_table(n_pos, dim)
 """,
         # a helper that may return something else than a tensor is not certain to make one
         """
@@ -290,11 +316,8 @@ class Attention(nn.Module):
                     continue
                 if not is_tensor(a.value, self.qualify, method, extra=extra):
                     continue
-                if (
-                    isinstance(a.value, cst.Call)
-                    and self.qualify(a.value.func) in LEGACY_CONSTRUCTORS
-                ):
-                    continue  # a CPU tensor even under meta (ML009's finding)
+                if off_meta(a.value, self.qualify, method, fns):
+                    continue  # a CPU tensor even under meta (a legacy constructor)
                 reported.add(attr)
                 yield Finding(
                     a.node,

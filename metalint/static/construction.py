@@ -17,6 +17,7 @@ from metalint.static.tensors import const_kind, local_value, parameter_value
 from metalint.vocabulary import (
     BUFFER_CLASSES,
     CONVERSION_METHODS,
+    CPU_CONSTRUCTORS,
     EMPTY_FACTORIES,
     FILL_FACTORIES,
     LEGACY_CONSTRUCTORS,
@@ -214,6 +215,39 @@ def is_tensor(
     return False
 
 
+def off_meta(
+    expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, fns=None, depth: int = 0
+) -> bool:
+    """True only for tensors that certainly are not on meta under ``with torch.device("meta"):``:
+    a legacy constructor or ``torch.from_numpy`` (``torch.FloatTensor(table)`` builds on the
+    CPU), methods and indexing of one that keep its device, locals every value of which is one,
+    and calls of a function of the same file that returns one (``fns``, a
+    :class:`TensorFunctions`)."""
+    if expr is None or depth > 4:
+        return False
+    if isinstance(expr, cst.Call):
+        q = qualify(expr.func)
+        if q in LEGACY_CONSTRUCTORS or q in CPU_CONSTRUCTORS:
+            return True
+        if fns is not None and isinstance(expr.func, cst.Name):
+            return fns.off_meta(expr.func.value)
+        # t.to(x) / t.type_as(m) may move it (onto meta)
+        return (
+            isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in TENSOR_METHODS
+            and expr.func.attr.value not in ("to", "type_as")
+            and off_meta(expr.func.value, qualify, method, fns, depth + 1)
+        )
+    if isinstance(expr, cst.Subscript):
+        return off_meta(expr.value, qualify, method, fns, depth + 1)
+    if isinstance(expr, cst.Name) and method is not None:
+        values = method.local_values.get(expr.value)
+        return bool(values) and all(
+            v is not expr and off_meta(v, qualify, method, fns, depth + 1) for _, v in values
+        )
+    return False
+
+
 # -- devices --------------------------------------------------------------------------------
 def real_device(
     expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, depth: int = 0
@@ -278,13 +312,27 @@ class TensorFunctions:
     """Top-level functions of a file that certainly make a tensor: annotated
     ``-> torch.Tensor``, or unannotated with every ``return`` a tensor (``is_tensor``, with the
     function's own locals), e.g. ``def build_mask(n): return torch.ones(n, n).tril()``.
-    ``name in fns`` judges a function the first time it is asked about."""
+    ``name in fns`` judges a function the first time it is asked about;
+    ``fns.off_meta(name)`` whether every ``return`` is a tensor :func:`off_meta`."""
 
     def __init__(self, module: cst.Module, qualify, facts) -> None:
         self._defs = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
         self._qualify = qualify
         self._facts = facts
         self._known: dict[str, bool] = {}
+        self._off_meta: dict[str, bool] = {}
+
+    def off_meta(self, name: str) -> bool:
+        known = self._off_meta.get(name)
+        if known is None:
+            self._off_meta[name] = False  # a recursive helper does not vouch for itself
+            fn = self._defs.get(name)
+            values = _returned_values(fn) if fn is not None else None
+            local = function_facts(fn, self._facts) if values else None
+            known = self._off_meta[name] = bool(values) and all(
+                off_meta(v, self._qualify, local, self) for v in values
+            )
+        return known
 
     def __contains__(self, name: str) -> bool:
         known = self._known.get(name)
