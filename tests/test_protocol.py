@@ -663,3 +663,61 @@ def test_dispatch_through_a_list_of_tensors_and_the_modules_init_method(
     settings = Settings(root=tmp_path, select=["ML001", "ML003"])
     found = run_check([pkg], settings, use_cache=False, workers=1).diagnostics
     assert sorted((d.code, d.symbol) for d in found) == lost
+
+
+TABLED = """
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+
+class Attention(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.rel_pos = nn.Parameter(torch.zeros(2 * config.size - 1, config.head_dim))
+
+class SdpaAttention(Attention):
+    pass
+
+ATTENTION_CLASSES = {{"eager": Attention, "sdpa": SdpaAttention}}
+
+class Layer(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.attn = {pick}(config)
+
+class ToyPreTrainedModel(PreTrainedModel):
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, Attention):
+            init.zeros_(module.rel_pos)
+
+class ToyModel(ToyPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.layers = nn.ModuleList([Layer(config) for _ in range(config.layers)])
+"""
+
+
+@pytest.mark.parametrize(
+    "pick",
+    [
+        "ATTENTION_CLASSES[config._attn_implementation]",
+        'ATTENTION_CLASSES.get(config._attn_implementation, "eager")',
+    ],
+)
+def test_a_class_picked_from_a_module_level_table_is_a_child(tmp_path, pick):
+    # transformers' SAM: `self.attn = SAM_VISION_ATTENTION_CLASSES[config._attn_implementation]
+    # (config, window_size)`: every class of the table is built inside the model, whose
+    # _init_weights zeroes rel_pos; a long table keeps its lines through the elision too
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    source = TABLED.format(pick=pick).replace(
+        '{"eager": Attention, "sdpa": SdpaAttention}',
+        '{\n    "eager": Attention,\n    "sdpa": SdpaAttention,\n}',
+    )
+    (pkg / "sam.py").write_text(textwrap.dedent(source))
+    assert [(d.symbol, d.subject) for d in _found(pkg)] == []
+    per_module = sorted((d.symbol, d.subject) for d in _found(pkg, RESET))
+    assert per_module == [("Attention", ("rel_pos",))]

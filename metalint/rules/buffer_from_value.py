@@ -36,8 +36,11 @@ class BufferFromValue(Rule):
     A class swapped into a sub-model by a module-level function (transformers'
     `replace_batch_norm(backbone)` putting `RTDetrV2FrozenBatchNorm2d` into the backbone) is
     dispatched by that sub-model's `_init_weights`.
-    Known limits: a class chosen through a config table has no parent and is judged per
-    module; a sub-model built by a call that names no class (`load_backbone(config)`) is taken
+    A class picked from a module-level table of its file
+    (`ATTENTION_CLASSES[config._attn_implementation](config)`, or `.get(...)`) is a child of
+    the class that calls it, as is every class of the table.
+    Known limits: a table built any other way (a registry filled at import, a table of another
+    file) gives no parent, and the class is judged per module; a sub-model built by a call that names no class (`load_backbone(config)`) is taken
     to dispatch by the tree's `_init_weights` that test the class's name and match it
     (`"BatchNorm" in module.__class__.__name__`); a dispatch condition on a config value counts
     both branches as run; under the transformers protocol the class's own

@@ -187,11 +187,26 @@ def _module_level(body: list[ast.stmt], lines: list[str], spans: list) -> None:
             continue  # compound statements may hold imports and classes (``if TYPE_CHECKING:``)
         if node.end_lineno - node.lineno < 2:
             continue  # a short statement costs less to parse than to leave out
+        if _class_table(node):
+            continue  # ``ATTENTION_CLASSES = {"eager": Attention, ...}``: construction picks from it
         alone = (i == 0 or body[i - 1].end_lineno < node.lineno) and (
             i + 1 == len(body) or body[i + 1].lineno > node.end_lineno
         )
         if alone and _starts_line(node, lines):
             spans.append((node.lineno, node.end_lineno))
+
+
+def _class_table(node: ast.stmt) -> bool:
+    """A module-level dict, list or tuple of names (``{"eager": Attention, "sdpa": Sdpa}``):
+    a call through it builds one of the classes it names."""
+    value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+    if isinstance(value, ast.Dict):
+        items = value.values
+    elif isinstance(value, (ast.List, ast.Tuple)):
+        items = value.elts
+    else:
+        return False
+    return bool(items) and all(isinstance(v, (ast.Name, ast.Attribute)) for v in items)
 
 
 def _class(node: ast.ClassDef, lines: list[str], spans: list, classes: list) -> None:

@@ -31,8 +31,10 @@ The protocols (``[tool.metalint] protocol``, ``"auto"`` by default):
 A tensor is lost when it is lost under at least one root that contains its class; a class no
 root contains is judged per module.
 
-Known limits: the composition is what construction names statically (a class chosen through a
-config table, ``ALL_LAYERS[config.kind](...)``, has no parent); a condition the dispatch cannot
+Known limits: the composition is what construction names statically (a class picked from a
+module-level literal table of its file, ``ALL_LAYERS[config.kind](...)``, is a child, as is
+every class of that table; one from a registry filled at import or a table of another file has
+no parent); a condition the dispatch cannot
 decide (a config value) counts both branches as run; under the transformers protocol a
 module's own ``reset_parameters()`` is still counted although ``_init_weights`` does not call
 it; a class swapped into a sub-model built by a call that names no class
@@ -243,6 +245,7 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dic
         q = _class_ref(node, ctx)
         if q:
             children.add(q)
+        children.update(_table_classes(node, ctx))
 
     methods = construction(cls)
     for m in methods:
@@ -270,6 +273,61 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dic
             if q:
                 members.setdefault(attr, set()).add(q)
     return children, attributes, members, _swapped_in(methods, ctx, children)
+
+
+def _table_classes(node, ctx) -> set[str]:
+    """The classes a call may pick from a module-level table of this file
+    (``ATTENTION_CLASSES[config._attn_implementation](config)``, ``LAYERS.get(kind)(dim)``,
+    ``ATTENTION_CLASSES = {"eager": Attention, "sdpa": SdpaAttention}``): every class value
+    of the dict, list or tuple literal, since the key is a config value."""
+    import libcst as cst
+
+    if isinstance(node, cst.Subscript):
+        table = node.value
+    elif (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value == "get"
+    ):
+        table = node.func.value
+    else:
+        return set()
+    if not isinstance(table, cst.Name):
+        return set()
+    values = _module_tables(ctx).get(table.value, ())
+    return {q for v in values if (q := _class_ref(v, ctx))}
+
+
+def _module_tables(ctx) -> dict[str, list]:
+    """The module-level ``NAME = {...}`` / ``[...]`` / ``(...)`` literals of this file: their
+    values (a later assignment of the name replaces an earlier one)."""
+    import libcst as cst
+
+    if "module_tables" in ctx.memo:
+        return ctx.memo["module_tables"]
+    tables: dict[str, list] = {}
+    for stmt in ctx.module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                target, value = small.targets[0].target, small.value
+            elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                target, value = small.target, small.value
+            else:
+                continue
+            if not isinstance(target, cst.Name):
+                continue
+            if isinstance(value, cst.Dict):
+                items = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+            elif isinstance(value, (cst.List, cst.Tuple)):
+                items = [e.value for e in value.elements if isinstance(e, cst.Element)]
+            else:
+                tables.pop(target.value, None)
+                continue
+            tables[target.value] = items
+    ctx.memo["module_tables"] = tables
+    return tables
 
 
 def _swapped_in(methods: list, ctx, children: set[str]) -> dict[str, str]:
