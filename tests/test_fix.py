@@ -517,7 +517,8 @@ def test_killing_mid_write_never_truncates(tmp_path):
     target = tmp_path / "big.py"
     old = _big_file(60)
     target.write_text(old)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
     cmd = [
         sys.executable,
         "-m",

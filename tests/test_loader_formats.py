@@ -95,6 +95,20 @@ def test_torch_zip(tmp_path, sd, suffix):
     _check(r.model, sd)
 
 
+def test_torch_zip_of_a_modules_state_dict(tmp_path):
+    # what every training script saves: module.state_dict(), an OrderedDict carrying
+    # ``_metadata`` (pickled as state, a BUILD opcode) -- the record check must read it
+    torch.manual_seed(0)
+    src = TinyLM()
+    path = tmp_path / "model.pt"
+    torch.save(src.state_dict(), path)
+    r = load_checkpoint(TinyLM, path)
+    assert r.format == "torch"
+    sd = src.state_dict()
+    sd.pop("head.weight")
+    _check(r.model, sd)
+
+
 def test_torch_zip_refuses_pickled_objects(tmp_path):
     class Evil:
         def __reduce__(self):

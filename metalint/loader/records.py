@@ -76,6 +76,14 @@ class _Stub:
         pass
 
 
+class _OrderedDict(dict):
+    """``collections.OrderedDict`` as ``data.pkl`` builds it: a ``state_dict()`` carries its
+    ``_metadata`` as pickled state (a BUILD opcode), which a plain ``dict`` cannot take."""
+
+    def __setstate__(self, state):
+        pass
+
+
 @dataclass
 class _Storage:
     key: str
@@ -97,7 +105,7 @@ class _Scanner(pickle.Unpickler):
         if module in ("torch", "torch.storage") and name.endswith("Storage"):
             return _StorageType(name)
         if (module, name) == ("collections", "OrderedDict"):
-            return dict
+            return _OrderedDict
         return _Stub
 
     def persistent_load(self, pid):
