@@ -320,24 +320,42 @@ def fix_outcome(text: str) -> str:
 
 
 def _state():
+    """A ``module.state_dict()`` as training scripts save it: an ``OrderedDict`` carrying
+    ``_metadata`` (pickled as state), with tensors of several dtypes."""
+    from collections import OrderedDict
+
     import torch
 
     g = torch.Generator().manual_seed(0)
-    return {
-        "a": torch.zeros(4, dtype=torch.int64),
-        "b": torch.randn(2, 3, generator=g),
-        "c": torch.arange(6, dtype=torch.int16),
-        "d": torch.ones(3, dtype=torch.bfloat16),
-    }
+    sd = OrderedDict(
+        a=torch.zeros(4, dtype=torch.int64),
+        b=torch.randn(2, 3, generator=g),
+        c=torch.arange(6, dtype=torch.int16),
+        d=torch.ones(3, dtype=torch.bfloat16),
+    )
+    sd._metadata = OrderedDict({"": {"version": 1}})
+    return sd
+
+
+def pristine(kind: str) -> bytes:
+    """The file every mutation of ``kind`` starts from (it must load, equal to the reference)."""
+    import torch
+
+    from metalint.loader.formats import save_safetensors
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "m")
+        if kind == "safetensors":
+            save_safetensors(_state(), path)
+        else:
+            torch.save(_state(), path)
+        return path.read_bytes()
 
 
 @st.composite
 def mutated_safetensors(draw) -> bytes:
-    from metalint.loader.formats import save_safetensors
 
-    with tempfile.TemporaryDirectory() as tmp:
-        save_safetensors(_state(), Path(tmp, "m.safetensors"))
-        data = Path(tmp, "m.safetensors").read_bytes()
+    data = pristine("safetensors")
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + n])
     body = data[8 + n :]
@@ -364,11 +382,7 @@ def mutated_safetensors(draw) -> bytes:
 
 @st.composite
 def mutated_torch_zip(draw) -> bytes:
-    import torch
-
-    buf = io.BytesIO()
-    torch.save(_state(), buf)
-    data = buf.getvalue()
+    data = pristine("torch")
     kind = draw(st.sampled_from(["record", "record", "record", "bytes"]))
     if kind == "bytes":
         out = bytearray(data)

@@ -53,6 +53,14 @@ def test_fix_edits_only_the_class_compiles_and_is_idempotent(case):
     assert fuzz.fix_outcome(text) == "ok"
 
 
+@pytest.mark.parametrize("kind", ["safetensors", "torch"])
+def test_loader_loads_the_file_every_mutation_starts_from(kind):
+    # "refused" is an accepted outcome for a mutant: without this, a loader that refuses
+    # every file (as the record check once refused every torch.save(model.state_dict()))
+    # would pass the properties below
+    assert fuzz.loader_outcome(fuzz.pristine(kind), kind) == "loaded (= reference)"
+
+
 @CI
 @given(fuzz.mutated_safetensors())
 def test_loader_refuses_or_matches_safetensors(data):
