@@ -22,9 +22,12 @@ a random value would be drawn twice (unsafe).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import libcst as cst
 
 from metalint.fix.codemod import (
+    BUILTIN_NAMES,
     ClassEdit,
     Rewrite,
     Unfixable,
@@ -72,13 +75,10 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         why = str(exc)
         full = value
         prelude = recompute_locals(edit, value, index, hook, why)
-    indices = {id(x) for s in walk(full) if isinstance(s, cst.SubscriptElement) for x in walk(s)}
-    for n in walk(full):
-        if id(n) in indices:
-            continue  # ``centers[None, None, ...]``: an index, not a value
-        if isinstance(n, cst.IfExp) or (isinstance(n, cst.Name) and n.value == "None"):
-            raise Unfixable("the buffer may be `None`: it is not re-computed by a hook")
-    if kind == "random" and full is value:
+    optional = _may_be_none(full) or any(_may_be_none(s) for s in prelude)
+    if optional:
+        full = _tensor_branch(full)
+    if kind == "random" and full is value and not optional:
         drawn = _drawn_once(ctx, edit, line, index, path, node, attr, hook)
         if drawn is not None:
             return drawn
@@ -87,11 +87,16 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     else:
         value_node = edit.store_names(full, line, index)
     body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=value_node)
-    body = [*prelude, body]
     if any(isinstance(n, cst.If) for n in path):
-        body = [guarded(f"getattr(self, {attr!r}, None) is not None", b) for b in body]
-        if len(body) > 1:
+        if prelude:
             raise Unfixable("the buffer is registered inside an `if` and computed through locals")
+        body = guarded(f"getattr(self, {attr!r}, None) is not None", body)
+    elif optional:
+        # a buffer that may be registered as ``None`` (monai's ``FocalLoss.class_weight``
+        # without class weights) is copied into only where it is a tensor; the same code
+        # decided it in ``__init__``
+        body = guarded(f"self.{attr} is not None", body)
+    body = [*prelude, body]
     if kind == "random":
         edit.unsafe.append(
             "the random value is drawn a second time in the hook: eager values differ"
@@ -131,6 +136,36 @@ def _drawn_once(ctx, edit: ClassEdit, line, index, path, node, attr, hook) -> Re
     return edit.rewrite(
         f"Register buffer `{attr}` from `torch.empty({shape})` and draw it in `{hook}()`, "
         "called from `__init__`"
+    )
+
+
+def _is_none(e: cst.CSTNode) -> bool:
+    return isinstance(e, cst.Name) and e.value == "None"
+
+
+def _tensor_branch(e: cst.BaseExpression) -> cst.BaseExpression:
+    """``torch.as_tensor(w)`` for ``torch.as_tensor(w) if w is not None else None``: where the
+    buffer is a tensor, that branch made it."""
+    if isinstance(e, cst.IfExp):
+        if _is_none(e.orelse):
+            return e.body
+        if _is_none(e.body):
+            return e.orelse
+    return e
+
+
+def _may_be_none(node: cst.CSTNode) -> bool:
+    """Does the value (or a statement computing it) mention ``None`` or choose with ``x if c
+    else y``? The buffer may then be registered as ``None``. ``centers[None, None, ...]`` (an
+    index) and ``x is not None`` (a test) are no values."""
+    indices = {
+        id(x)
+        for s in walk(node)
+        if isinstance(s, (cst.SubscriptElement, cst.Comparison))
+        for x in walk(s)
+    }
+    return any(
+        id(n) not in indices and (isinstance(n, cst.IfExp) or _is_none(n)) for n in walk(node)
     )
 
 
@@ -185,6 +220,108 @@ def _draws(node: cst.CSTNode, edit: ClassEdit) -> bool:
     return False
 
 
+def _local_names(edit: ClassEdit):
+    """``local(node)``: the names ``node`` reads that may be locals or arguments of
+    ``__init__`` (not ``self``, and not an imported module, a builtin or a class of the file
+    that ``__init__`` never assigns)."""
+    init = edit.init
+
+    def local(node: cst.CSTNode) -> set[str]:
+        out = set()
+        for name in names_in(node):
+            n = name.value
+            if n == "self":
+                continue
+            if n not in init.params and n not in init.local_values:
+                if (
+                    n in BUILTIN_NAMES
+                    or n in edit.ctx.facts.local_classes
+                    or edit.ctx.qualify(name) is not None
+                ):
+                    continue
+            out.add(n)
+        return out
+
+    return local
+
+
+def _mentions(s: cst.CSTNode, names: set[str], edit: ClassEdit) -> bool:
+    """Does ``s`` use one of ``names`` in a way that may change it? Indexing an argument that
+    ``__init__`` never assigns (``window_size[0]``, read to size a parameter) does not."""
+    init = edit.init
+    read_only = {
+        id(n.value)
+        for n in walk(s)
+        if isinstance(n, cst.Subscript)
+        and isinstance(n.value, cst.Name)
+        and n.value.value in init.params
+        and n.value.value not in init.local_values
+    }
+    return any(n.value in names and id(n) not in read_only for n in names_in(s))
+
+
+def _is_pass(s: cst.CSTNode) -> bool:
+    return isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Pass) for x in s.body)
+
+
+class _Slice:
+    """An ``if`` with, in each branch, only the statements that compute the locals a value
+    needs (and the locals those read). It cannot be told apart when a statement left out
+    mentions one of those locals (a call may change it), or one kept reads an attribute of
+    ``self`` that one left out writes."""
+
+    def __init__(self, edit: ClassEdit, local) -> None:
+        self.edit = edit
+        self.local = local
+        self.dropped_writes: set[str] = set()
+        self.kept_reads: set[str] = set()
+
+    def __call__(self, s: cst.If, need: set[str]) -> cst.If | None:
+        new = self.branch(s, need)
+        if not new or self.dropped_writes & self.kept_reads:
+            return None
+        return new
+
+    def block(self, stmts: Sequence[cst.BaseStatement], need: set[str]) -> list | None:
+        edit = self.edit
+        want = set(need)
+        out: list[cst.BaseStatement] = []
+        for st in reversed(stmts):
+            if binds(st, edit.ctx.qualify) & want:
+                if isinstance(st, cst.If) and not _local_only(st, edit):
+                    st = self.branch(st, want)
+                    if not st:
+                        return None
+                out.append(st)
+                want |= self.local(st)
+                self.kept_reads.update(_uses(st, edit.memo())[1])
+            elif _mentions(st, want, edit):
+                return None
+            else:
+                self.dropped_writes.update(_uses(st, edit.memo())[0])
+        out.reverse()
+        return out or [cst.SimpleStatementLine([cst.Pass()])]
+
+    def branch(self, node, need: set[str]):
+        """The sliced ``if``/``else`` (False: an ``else`` with nothing to copy; None: cannot)."""
+        if not isinstance(node.body, cst.IndentedBlock):
+            return None
+        body = self.block(node.body.body, need)
+        if body is None:
+            return None
+        if isinstance(node, cst.Else):
+            if all(_is_pass(b) for b in body):
+                return False  # ``else: raise ValueError(..)``: nothing to copy
+            return node.with_changes(body=node.body.with_changes(body=body))
+        rest = self.branch(node.orelse, need) if node.orelse is not None else False
+        if rest is None:
+            return None
+        self.kept_reads.update(_uses(node.test, self.edit.memo())[1])
+        return node.with_changes(
+            body=node.body.with_changes(body=body), orelse=rest if rest is not False else None
+        )
+
+
 def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) -> list:
     """The statements of ``__init__`` that compute the locals ``value`` reads (swin's relative
     position index: ``relative_coords = ..``, ``relative_coords[:, :, 0] += ..``, an ``if``
@@ -193,8 +330,10 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) ->
     anew is read back from ``self`` first. Raises :class:`Unfixable` (``why``) when a statement
     that changes one of those locals does more than compute locals."""
     body = edit.init_body
-    need = {n.value for n in names_in(value)} - {"self"}
+    local = _local_names(edit)
+    need = local(value)
     picked: list[int] = []
+    copies: dict[int, cst.BaseStatement] = {}
     for i in range(index - 1, -1, -1):
         s = body[i]
         hit = binds(s, edit.ctx.qualify) & need
@@ -207,15 +346,20 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) ->
                 raise Unfixable(why)
             continue
         if not _local_only(s, edit):
-            raise Unfixable(why)
+            # swin's ``if len(window_size) == 3:`` creates the bias table parameter and
+            # computes the index's locals: only the statements computing locals are copied
+            s = _Slice(edit, local)(s, need) if isinstance(s, cst.If) else None
+            if s is None or not _local_only(s, edit):
+                raise Unfixable(why)
         picked.append(i)
-        need |= {n.value for n in names_in(s)} - {"self"}
+        copies[i] = s
+        need |= local(s)
     if not picked:
         raise Unfixable(why)
     picked.reverse()
     bound: set[str] = set()
     for i in picked:
-        bound |= binds(body[i], edit.ctx.qualify)
+        bound |= binds(copies[i], edit.ctx.qualify)
     if hook in edit.cls.methods:
         mine = {n.value for n in walk(edit.cls.methods[hook].node.body) if isinstance(n, cst.Name)}
         if mine & bound:
@@ -233,8 +377,7 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) ->
         prelude.append(stmt(f"{n} = self.{attr}"))
     out = [*prelude]
     for i in picked:
-        s = body[i]
-        new = edit.store_names(s, first, picked[0], bound=bound)
+        new = edit.store_names(copies[i], first, picked[0], bound=bound)
         out.append(new.with_changes(leading_lines=()))
     out.append(edit.store_names(value, first, picked[0], bound=bound))
     return out
