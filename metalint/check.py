@@ -21,7 +21,7 @@ from metalint.config import (
 )
 from metalint.diagnostics import Diagnostic, Position
 from metalint.files import Cache, Discovery, display_path
-from metalint.jobs import analyze_isolated, analyze_one, can_isolate
+from metalint.jobs import analyze_isolated, analyze_one, can_isolate, preload
 from metalint.report import FORMATS, exit_code, is_error, render
 from metalint.static.hierarchy import Hierarchy
 from metalint.static.protocol import Protocols
@@ -44,11 +44,7 @@ def analyze_files(
     ``budget`` CPU seconds (see :mod:`metalint.jobs`): one bad file costs that file only."""
     if not jobs:
         return []
-    # import the engine and the rules once, before the workers fork
-    from metalint.rules import all_rules
-    from metalint.static.engine import analyze_source  # noqa: F401
-
-    all_rules()
+    preload()  # once, before the workers fork
     if not can_isolate():
         return [analyze_one(j) for j in jobs]
     return analyze_isolated(jobs, workers, budget)

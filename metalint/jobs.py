@@ -61,6 +61,18 @@ def analyze_one(job: Job) -> FileResult:
         return error_result(display, f"internal error while checking: {type(exc).__name__}: {exc}")
 
 
+def preload() -> None:
+    """Import what analysing a file needs (the engine, the rules, the fix registry and every
+    codemod it may call), once, before workers fork: each would import it again."""
+    from metalint.fix.registry import CODEMODS, codemod
+    from metalint.rules import all_rules
+    from metalint.static.engine import analyze_source  # noqa: F401
+
+    all_rules()
+    for code in CODEMODS:
+        codemod(code)
+
+
 def too_complex(display: str, why: str) -> FileResult:
     return error_result(display, f"file too complex to analyse ({why})", code=TOO_COMPLEX_CODE)
 

@@ -117,3 +117,47 @@ def test_kept_statements_are_not_rendered_again(monkeypatch):
     kept = {id(s) for s in stmts}
     assert new_line in rendered and not any(id(s) in kept for s in rendered)
     assert first > 0
+
+
+HOOKS_SOURCE = """\
+import torch
+from torch import nn
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(3))
+        self.reset_parameters()
+        self.build(self.init_weights())
+        if True:
+            self.reset_parameters()
+        self.init_weights()
+        self.reset_parameters()
+"""
+
+
+@pytest.mark.parametrize(
+    "hook, expected",
+    [
+        ("reset_parameters", ([2, 6], True)),  # and once inside the `if`
+        ("init_weights", ([5], True)),  # and once inside `self.build(...)`
+        ("build", ([3], False)),
+        ("_init", ([], False)),
+    ],
+)
+def test_hook_calls_top_level_and_nested(hook, expected):
+    """ClassEdit.hook_calls (worked out once per class for every hook): the top-level
+    statements that are `self.<hook>()`, and whether a call of it stands anywhere else, also
+    inside the top-level call of another method."""
+    from metalint.fix.codemod import ClassEdit
+    from metalint.static.model import collect
+    from metalint.static.rule import RuleContext
+
+    module = cst.parse_module(HOOKS_SOURCE)
+    facts = collect(module, "m")
+    edit = ClassEdit(RuleContext(facts, module, (), "m.py"), facts.classes[0])
+    assert edit.hook_calls(hook) == expected
+    assert edit.hook_calls(hook) == expected  # asked again: the same answer
+    edit.hook_calls(hook)[0].append(99)  # a caller's list is its own
+    assert edit.hook_calls(hook) == expected

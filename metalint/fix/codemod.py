@@ -303,6 +303,16 @@ class ClassEdit:
             init._body_index = index
         return index[0], index[1]
 
+    def returns(self, body: cst.CSTNode) -> bool:
+        """:func:`returns` of a method body of this class, worked out once per body."""
+        memo = getattr(self.cls, "_returns_memo", None)
+        if memo is None:
+            memo = self.cls._returns_memo = {}
+        hit = memo.get(id(body))
+        if hit is None or hit[1] is not body:
+            hit = memo[id(body)] = (returns(body), body)
+        return hit[0]
+
     def memo(self) -> dict:
         """What :func:`_uses` worked out for this class's statements (kept with its facts)."""
         memo = getattr(self.cls, "_uses_memo", None)
@@ -391,22 +401,38 @@ class ClassEdit:
     # -- hooks ---------------------------------------------------------------------------------
     def hook_calls(self, hook: str) -> tuple[list[int], bool]:
         """Top-level statements of ``__init__`` that are ``self.<hook>()``; any nested call?"""
-        top: list[int] = []
-        nested = False
-        for i, s in enumerate(self.init_body):
-            if (
-                isinstance(s, cst.SimpleStatementLine)
-                and len(s.body) == 1
-                and isinstance(s.body[0], cst.Expr)
-                and isinstance(s.body[0].value, cst.Call)
-                and dotted(s.body[0].value.func) == f"self.{hook}"
-            ):
-                top.append(i)
-                continue
-            for n in walk(s):
-                if isinstance(n, cst.Call) and dotted(n.func) == f"self.{hook}":
-                    nested = True
-        return top, nested
+        tops, nested = self._self_calls()
+        return list(tops.get(hook, ())), hook in nested
+
+    def _self_calls(self) -> tuple[dict[str, list[int]], frozenset[str]]:
+        """Of ``__init__``'s body: the top-level statements that are ``self.<name>()``, by
+        name, and the names of the ``self.<name>(...)`` called anywhere else in it. Worked out
+        once per class (kept with ``__init__``'s facts, like :meth:`_index`), asked per hook
+        and per finding."""
+        init = self.init
+        found = getattr(init, "_self_calls", None)
+        if found is None or found[2] is not init.node:
+            tops: dict[str, list[int]] = {}
+            nested: set[str] = set()
+            for i, s in enumerate(self.init_body):
+                names = {
+                    d[5:]
+                    for n in walk(s)
+                    if isinstance(n, cst.Call) and (d := dotted(n.func) or "").startswith("self.")
+                }
+                if (
+                    isinstance(s, cst.SimpleStatementLine)
+                    and len(s.body) == 1
+                    and isinstance(s.body[0], cst.Expr)
+                    and isinstance(s.body[0].value, cst.Call)
+                    and (d := dotted(s.body[0].value.func) or "").startswith("self.")
+                ):
+                    # the call of that hook is this statement; of any other, inside it
+                    tops.setdefault(d[5:], []).append(i)
+                    names.discard(d[5:])
+                nested |= names
+            found = init._self_calls = (tops, frozenset(nested), init.node)
+        return found[0], found[1]
 
     def use_hook(
         self,
@@ -426,7 +452,7 @@ class ClassEdit:
             body = self.cls.methods[hook].node.body
             if not isinstance(body, cst.IndentedBlock):
                 raise Unfixable(f"`{hook}` is written on one line")
-            if returns(self.cls.methods[hook].node.body):
+            if self.returns(self.cls.methods[hook].node.body):
                 raise Unfixable(f"`{hook}` returns early")
             if any(
                 len(p.name.value) and p.default is None
@@ -443,7 +469,7 @@ class ClassEdit:
                 self.unsafe.append(
                     f"`__init__` now calls the existing `{hook}()`, which re-initialises its other tensors"
                 )
-            if returns(self.init.node.body):
+            if self.returns(self.init.node.body):
                 raise Unfixable("`__init__` returns early")
             if call_at is not None:
                 call = stmt(f"self.{hook}()").with_changes(leading_lines=call_at.leading_lines)
@@ -471,7 +497,7 @@ class ClassEdit:
         call; the caller puts the new one in place of ``last``. Raises :class:`Unfixable`."""
         by_hand = f"`{self.cls.name}` already has an `{hook}()`: merge this init into it by hand"
         m = self.cls.methods.get(hook)
-        if m is None or not isinstance(m.node.body, cst.IndentedBlock) or returns(m.node.body):
+        if m is None or not isinstance(m.node.body, cst.IndentedBlock) or self.returns(m.node.body):
             raise Unfixable(by_hand)
         if any(p.default is None for p in m.node.params.params[1:]):
             raise Unfixable(by_hand)
