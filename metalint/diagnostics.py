@@ -224,6 +224,10 @@ class Condition:
     #: does what the finding's rule reports (reads a tensor's value: ML008; copies one to a
     #: real device: ML009), itself or through the functions it calls
     if_helper_reads: str = ""
+    #: ``(child class, tensor, law)``: the finding (an init of a child's tensor, whose law
+    #: :func:`metalint.static.tensors.init_law` gives) stands only while a root's protocol does
+    #: not re-draw that tensor of the child from the same law
+    unless_same_law: tuple = ()
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -245,6 +249,8 @@ class Condition:
             out["if_applies_init"] = self.if_applies_init
         if self.if_helper_reads:
             out["if_helper_reads"] = self.if_helper_reads
+        if self.unless_same_law:
+            out["unless_same_law"] = list(self.unless_same_law)
         return out
 
     @classmethod
@@ -260,6 +266,7 @@ class Condition:
             data.get("unless_root_replays", ""),
             data.get("if_applies_init", ""),
             data.get("if_helper_reads", ""),
+            tuple(data.get("unless_same_law", ())),
         )
 
 

@@ -297,6 +297,28 @@ INIT_KIND = {
     "lecun_normal_": "random",
     "variance_scaling_": "random",
 }
+#: the parameters after the tensor of ``torch.nn.init``'s in-place inits and the tensor
+#: methods that draw the same law (``t.normal_(mean, std)`` is ``nn.init.normal_(t, mean,
+#: std)``; ``t.fill_(v)`` is ``constant_``; ``t.zero_()`` is ``zeros_``), with their defaults
+#: (None: required): how two spellings of one init are compared argument by argument
+INIT_SIGNATURES = {
+    "normal_": (("mean", 0.0), ("std", 1.0)),
+    "uniform_": (("a", 0.0), ("b", 1.0)),
+    "trunc_normal_": (("mean", 0.0), ("std", 1.0), ("a", -2.0), ("b", 2.0)),
+    "constant_": (("val", None),),
+    "ones_": (),
+    "zeros_": (),
+    "xavier_uniform_": (("gain", 1.0),),
+    "xavier_normal_": (("gain", 1.0),),
+}
+#: tensor methods spelled as the ``torch.nn.init`` function drawing the same values
+INIT_METHOD_ALIASES = {"fill_": "constant_", "zero_": "zeros_", "normal_": "normal_"}
+#: modules whose init functions call ``torch.nn.init``'s of the same name with the same
+#: arguments (transformers 5's ``initialization``: the same functions, skipped for a tensor
+#: already loaded)
+INIT_WRAPPERS = ("torch.nn.init", "transformers.initialization")
+#: helpers returning only ``{"device": ..., "dtype": ...}`` (timm's factory keywords ``dd``)
+DEVICE_DTYPE_DICTS = ("get_device_dtype",)
 #: the dtype of each typed legacy constructor (``torch.Tensor`` takes the default dtype)
 LEGACY_CONSTRUCTOR_DTYPES = {
     "torch.Tensor": None,

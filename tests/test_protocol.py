@@ -649,7 +649,8 @@ class ToyModel(ToyPreTrainedModel):
         # dispatch calls the module's own init method
         ("module.q, module.r_bias", "module.init_mixer_weights()", []),
         ("module.q", "module.init_mixer_weights()", [("ML001", "RelativeAttention")]),
-        ("module.q, module.r_bias", "pass", [("ML003", "Mixer"), ("ML003", "Mixer")]),
+        # A_log is lost; proj.bias is re-drawn by the base dispatch with the same zeros_
+        ("module.q, module.r_bias", "pass", [("ML003", "Mixer")]),
     ],
 )
 def test_dispatch_through_a_list_of_tensors_and_the_modules_init_method(
@@ -721,3 +722,188 @@ def test_a_class_picked_from_a_module_level_table_is_a_child(tmp_path, pick):
     assert [(d.symbol, d.subject) for d in _found(pkg)] == []
     per_module = sorted((d.symbol, d.subject) for d in _found(pkg, RESET))
     assert per_module == [("Attention", ("rel_pos",))]
+
+
+LEVELS = """
+import torch
+from torch import nn
+from torch.nn.init import trunc_normal_
+
+class Level(nn.Module):
+    def __init__(self, blocks, dim):
+        super().__init__()
+        self.pos_embed = nn.Parameter(torch.zeros(1, blocks, dim))
+        self.proj = nn.Linear(dim, dim)
+
+class Hierarchical(nn.Module):
+    def __init__(self, dims=(8, 16)):
+        super().__init__()
+        {build}
+        self.init_weights()
+
+    def init_weights(self):
+        for level in self.levels:
+            trunc_normal_(level.{written}, std=0.02, a=-2, b=2)
+"""
+APPENDED = """levels = []
+        for dim in dims:
+            levels.append(Level(4, dim))
+        self.levels = nn.Sequential(*levels)"""
+
+
+@pytest.mark.parametrize(
+    "build",
+    [APPENDED, "self.levels = nn.ModuleList([Level(4, d) for d in dims])"],
+)
+@pytest.mark.parametrize("written, lost", [("pos_embed", []), ("proj.weight", ["Level"])])
+def test_a_root_init_looping_over_a_container_child(tmp_path, build, written, lost):
+    # timm Nest: `for level in self.levels: trunc_normal_(level.pos_embed, ...)` in the root's
+    # init_weights() re-creates the zeros each Level's __init__ gave pos_embed
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    source = textwrap.dedent(LEVELS).format(build=build, written=written)
+    (pkg / "nest.py").write_text(source)
+    assert [d.symbol for d in _found(pkg)] == lost
+    assert [d.symbol for d in _found(pkg, RESET)] == ["Level"]
+
+
+SEPARABLE = """
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+
+class SeparableConv(nn.Module):
+    def __init__(self, config, channels, kernel_size):
+        super().__init__()
+        self.depthwise = nn.Conv1d(channels, channels, kernel_size, groups=channels, bias=False)
+        self.pointwise = nn.Conv1d(channels, channels, 1, bias=False)
+        self.bias = nn.Parameter(torch.zeros(channels, 1))
+        self.depthwise.weight.data.normal_(mean=0.0, std=config.initializer_range)
+        {pointwise}
+
+class ToyPreTrainedModel(PreTrainedModel):
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, SeparableConv):
+            init.zeros_(module.bias)
+
+class ToyModel(ToyPreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.conv = SeparableConv(config, config.hidden_size, 3)
+"""
+#: a base dispatch in the tree, in transformers 5's spelling (the summary of the library's
+#: base is used when it is not in the tree)
+BASE = """
+from torch import nn
+from . import initialization as init
+
+class PreTrainedModel(nn.Module):
+    def _init_weights(self, module):
+        if hasattr(self.config, "initializer_range"):
+            std = self.config.initializer_range or 0.02
+        elif hasattr(self.config, "init_std"):
+            std = self.config.init_std
+        else:
+            std = 0.02
+        if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)):
+            if getattr(module, "weight", None) is not None:
+                init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+"""
+
+
+@pytest.mark.parametrize("base_in_tree", [False, True])
+@pytest.mark.parametrize(
+    "pointwise, lost",
+    [
+        # the same law as the base dispatch's re-draw, spelled another way: nothing is lost
+        ("init.normal_(self.pointwise.weight, 0.0, config.initializer_range)", []),
+        ("nn.init.normal_(self.pointwise.weight, std=config.initializer_range)", []),
+        # another std, mean, function or configuration field: the eager values are lost
+        ("self.pointwise.weight.data.normal_(mean=0.0, std=2 * config.initializer_range)", 1),
+        ("self.pointwise.weight.data.normal_(mean=1.0, std=config.initializer_range)", 1),
+        ("self.pointwise.weight.data.uniform_(0.0, config.initializer_range)", 1),
+        ("self.pointwise.weight.data.normal_(std=config.init_std)", 1),
+    ],
+)
+def test_a_childs_tensor_redrawn_from_the_same_law(tmp_path, base_in_tree, pointwise, lost):
+    # transformers ConvBert: SeparableConv1D's __init__ draws its convolutions' weights with
+    # normal_(mean=0.0, std=config.initializer_range), which the base _init_weights re-draws
+    # for every nn.Conv1d with the same law
+    pkg = tmp_path / ("transformers" if base_in_tree else "pkg")
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    source = textwrap.dedent(SEPARABLE).format(pointwise=pointwise)
+    if base_in_tree:
+        (pkg / "modeling_utils.py").write_text(textwrap.dedent(BASE))
+        source = source.replace("from transformers import PreTrainedModel", "")
+        source = "from transformers.modeling_utils import PreTrainedModel\n" + source
+    (pkg / "modeling_toy.py").write_text(source)
+    settings = Settings(root=tmp_path, select=["ML003"])
+    found = run_check([pkg], settings, use_cache=False, workers=1).diagnostics
+    got = [(d.symbol, d.subject) for d in found]
+    assert got == ([("SeparableConv", ("pointwise.weight",))] if lost else [])
+    per_module = Settings(root=tmp_path, select=["ML003"], protocol=RESET)
+    assert len(run_check([pkg], per_module, use_cache=False, workers=1).diagnostics) == 2
+
+
+NORM_LINEAR = """
+from functools import partial
+import torch
+from torch import nn
+from timm.layers import trunc_normal_
+
+class NormLinear(nn.Sequential):
+    def __init__(self, in_features, out_features, bias=True, std=0.02, device=None, dtype=None):
+        dd = {{"device": device, "dtype": dtype}}
+        super().__init__()
+        self.add_module("bn", nn.BatchNorm1d(in_features, **dd))
+        self.add_module("l", nn.Linear(in_features, out_features, bias=bias, **dd))
+        trunc_normal_(self.l.weight, std=std)
+        if bias:
+            nn.init.constant_(self.l.bias, 0)
+
+class Net(nn.Module):
+    def __init__(self, dim, classes, device=None, dtype=None):
+        super().__init__()
+        dd = {{"device": device, "dtype": dtype}}
+        self.head = NormLinear(dim, classes, {head}**dd)
+        self.init_weights(needs_reset=False)
+
+    def init_weights(self, needs_reset=True):
+        self.apply(partial(self._init_weights, needs_reset=needs_reset))
+
+    def _init_weights(self, m, needs_reset=True):
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            trunc_normal_(m.weight, std={root_std})
+            if m.bias is not None:
+                nn.init.constant_(m.bias, 0)
+        elif needs_reset and hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+"""
+
+
+@pytest.mark.parametrize(
+    "head, root_std, lost",
+    [
+        ("", "0.02", []),  # timm iformer: the root re-draws the Linear as NormLinear did
+        ("", ".02", []),
+        ("", "0.01", ["l.weight"]),  # another std
+        ("std=0.5, ", "0.02", ["l.weight"]),  # a caller gives NormLinear another std
+        ("True, 0.5, ", "0.02", ["l.weight"]),  # by position
+    ],
+)
+def test_add_module_children_redrawn_by_the_root(tmp_path, head, root_std, lost):
+    # timm iformer's NormLinear registers its children with self.add_module("l", ...)
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    source = textwrap.dedent(NORM_LINEAR).format(head=head, root_std=root_std)
+    (pkg / "iformer.py").write_text(source)
+    settings = Settings(root=tmp_path, select=["ML003"])
+    found = run_check([pkg], settings, use_cache=False, workers=1).diagnostics
+    assert [s for d in found for s in d.subject] == lost

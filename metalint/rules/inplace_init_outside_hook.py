@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable
 
@@ -10,10 +11,11 @@ from metalint.static.model import CallSite, ClassFacts, construction
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import number, short, string_value
-from metalint.static.tensors import initialised_target, inplace_kind
+from metalint.static.tensors import init_law, initialised_target, inplace_kind, law_text
 from metalint.vocabulary import (
     BATCH_NORM_BASES,
     BATCH_NORMS,
+    DEVICE_DTYPE_DICTS,
     IDENTITY_OPERANDS,
     INPLACE_METHODS,
     NORM_LAYERS,
@@ -214,6 +216,93 @@ def _no_op_by_default(
     return True
 
 
+def _law_names(cls: ClassFacts, method, code: str) -> dict[str, str]:
+    """How :func:`~metalint.static.tensors.law_text` reads the names of an init's arguments
+    in ``method`` of ``cls``: ``config`` (a parameter) and ``self.config`` as the model's
+    config; a parameter with a numeric default (timm ``NormLinear(..., std=0.02)``) as that
+    default when no call in the file passes it another value (``std=0.5``) or by position
+    (``NormLinear(a, b, True, 0.5)``), and a call forwarding ``**kwargs`` names it in no
+    literal dict of the file (timm's ``**dd`` of device and dtype)."""
+    names = {"self.config": "config"}
+    params = method.node.params
+    listed = [*params.posonly_params, *params.params]
+    for p in (*listed, *params.kwonly_params):
+        if p.name.value == "config":
+            names["config"] = "config"
+        default = number(p.default) if p.default is not None else None
+        if default is None:
+            continue
+        if method.name == "__init__" and _default_kept(
+            cls.name, p.name.value, default, code, listed
+        ):
+            names[p.name.value] = repr(default)
+    return names
+
+
+def _default_kept(name: str, param: str, default: float, code: str, listed) -> bool:
+    """No call in ``code`` gives ``param`` of the class ``name`` another value than
+    ``default`` (see :func:`_law_names`): the class called, maybe through ``partial``, or
+    ``super().__init__(...)`` of a subclass (any ``__init__`` call naming ``param``)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    position = next((i for i, p in enumerate(listed) if p.name.value == param), None)
+    dicts = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and isinstance(n.value, (ast.Dict, ast.Call))
+    ]
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        args = node.args
+        callee = _ast_name(node.func)
+        if callee == "partial" and args and _ast_name(args[0]) == name:
+            callee, args = name, args[1:]  # partial(NormLinear, std=0.5)
+        if callee not in (name, "__init__"):  # the class, or a subclass's super().__init__
+            continue
+        if callee == name and position is not None and len(args) >= position:
+            return False  # by position (self is position 0)
+        for kw in node.keywords:
+            if kw.arg == param and not (
+                isinstance(kw.value, ast.Constant) and kw.value.value == default
+            ):
+                return False
+            if kw.arg is None and callee == name and not _names_no(kw.value, param, dicts):
+                return False
+    return True
+
+
+def _ast_name(node) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
+def _names_no(value, param: str, dicts) -> bool:
+    """``**dd`` where every assignment of ``dd`` in the file is a literal dict (or
+    ``dict(...)`` of keywords, or timm's ``get_device_dtype(...)``) without the key
+    ``param``."""
+    if not isinstance(value, ast.Name):
+        return False
+    found = False
+    for a in dicts:
+        if not any(isinstance(t, ast.Name) and t.id == value.id for t in a.targets):
+            continue
+        found = True
+        v = a.value
+        if isinstance(v, ast.Dict):
+            keys = [k.value if isinstance(k, ast.Constant) else None for k in v.keys]
+        elif isinstance(v, ast.Call) and _ast_name(v.func) in DEVICE_DTYPE_DICTS:
+            keys = ["device", "dtype"]
+        elif isinstance(v, ast.Call) and _ast_name(v.func) == "dict" and not v.args:
+            keys = [kw.arg for kw in v.keywords]
+        else:
+            return False
+        if None in keys or param in keys:
+            return False
+    return found
+
+
 def _tensor_name(target: str) -> str:
     parts = target.split(".")[1:]
     if parts and parts[-1] == "data":
@@ -248,9 +337,21 @@ class InplaceInitOutsideHook(Rule):
     Judged under the protocol of the model roots that contain the class, as ML001: not
     reported when every root's protocol re-creates the tensor (a transformers `_init_weights`
     branch for the class, or for its parent when the write is to a child's tensor; what a root
-    `init_weights()` applies to every module). Known limit: a write under a condition on a
-    config value counts as run (peft's `PrefixEncoder`: `if init_weights == "zero":
-    zeros_(self.embedding.weight.data)` is reported although the default config skips it).
+    `init_weights()` applies to every module), nor when the write is to a child's tensor that
+    every root's protocol re-draws from the same law in every write it makes to it: the same
+    init function (`t.normal_()`, `nn.init.normal_` and transformers' `init.normal_` are one),
+    the same arguments by name with defaults filled in, `config` and `self.config` alike
+    (transformers ConvBert's `self.depthwise.weight.data.normal_(mean=0.0,
+    std=config.initializer_range)`, which the base `_init_weights` re-draws for every
+    `nn.Conv1d`; timm iformer's `trunc_normal_(self.l.weight, std=std)` with `std=0.02` by
+    default and no call in the file passing another, re-drawn by the root's
+    `trunc_normal_(m.weight, std=0.02)`). Another function, mean, std or configuration field
+    is reported. Known limits: `std = self.config.initializer_range or 0.02` is read as
+    `config.initializer_range` (they differ only for a config giving 0); a caller in another
+    file passing the constructor another default is not seen; a write under a condition on a
+    config value counts as run: peft's `PrefixEncoder` (`if init_weights == "zero":
+    zeros_(self.embedding.weight.data)`) is reported, and is lost under `to_empty()` with
+    `init_weights="zero"`, although the audit's default config (None) skips it.
 
     ## Why is this bad on meta?
     Under `with torch.device("meta"):` the init runs on tensors without data and does
@@ -641,6 +742,15 @@ class Model(nn.Module):
                         continue
                 attr = name.split(".")[0]
                 child = "." in name
+                law: tuple = ()
+                if child:
+                    if not hasattr(self, "_code"):
+                        self._code = self.ctx.source or self.ctx.module.code
+                    names = _law_names(cls, method, self._code)
+                    text = init_law(call.node, self.qualify, lambda e: law_text(e, names))
+                    held = _child_class(cls, methods, attr, self.qualify)
+                    if text and held:
+                        law = (held, name.split(".", 1)[1], text)
                 what = f"`{name}` (a tensor of the child `{attr}`)" if child else f"`{name}`"
                 where = (
                     "the child's own `reset_parameters()` restores its default init and "
@@ -657,4 +767,5 @@ class Model(nn.Module):
                     "`init_weights()`, and call that hook from `__init__`",
                     unless_recreated=(attr,),
                     subject=(name,),
+                    unless_same_law=law,
                 )

@@ -547,6 +547,7 @@ def _analyze(
                         f.unless_root_replays,
                         f.if_applies_init,
                         f.if_helper_reads,
+                        tuple(f.unless_same_law),
                     ),
                 )
             )

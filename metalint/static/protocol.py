@@ -12,7 +12,8 @@ the probe, in two halves:
   class-name tests, ``hasattr``/``getattr``, helpers and ``super()``, loops over a list of
   the module's tensors, the module's own init methods: ``module.init_mamba_weights()``) and the functions its
   root entry point (``init_weights()``) applies to every module (``self.apply(fn)``,
-  ``named_apply(fn, self)``, ``for m in self.modules():``);
+  ``named_apply(fn, self)``, ``for m in self.modules():``) or to each module of a container
+  child (``for level in self.levels: trunc_normal_(level.pos_embed)``, timm's Nest);
 - across files (torch-free, libcst-free, :class:`Protocols`): the roots that contain each
   class, the protocol of each root, and which tensors of a class that protocol re-creates.
 
@@ -69,6 +70,15 @@ _MODULE_ITERATORS = frozenset({"modules", "named_modules"})
 _CHILD_ENTRIES = frozenset(ROOT_ENTRIES)
 
 _NORMS = ["torch.nn.GroupNorm", "torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d"]
+#: the base dispatch's ``init.normal_(module.weight, mean=0.0, std=std)``, ``std =
+#: self.config.initializer_range or 0.02`` when the config has it (see :func:`_law`)
+_BASE_NORMAL = [
+    "law",
+    "weight",
+    "torch.nn.init.normal_(mean=0.0, std=config.initializer_range)",
+    ["config.initializer_range"],
+]
+_ZEROS = "torch.nn.init.zeros_()"
 #: ``PreTrainedModel._init_weights`` of transformers 5.x (5.23.0), for models whose base is
 #: not in the checked tree (a user's model subclassing ``transformers.PreTrainedModel``)
 TRANSFORMERS_INIT_WEIGHTS: list = [
@@ -85,7 +95,7 @@ TRANSFORMERS_INIT_WEIGHTS: list = [
                 "torch.nn.ConvTranspose2d",
             ],
         ],
-        [["w", "weight"], ["w", "bias"]],
+        [["w", "weight"], _BASE_NORMAL, ["w", "bias"], ["law", "bias", _ZEROS, []]],
         [
             [
                 "if",
@@ -95,7 +105,7 @@ TRANSFORMERS_INIT_WEIGHTS: list = [
                     [
                         "if",
                         ["isinstance", ["torch.nn.Embedding"]],
-                        [["w", "weight"]],
+                        [["w", "weight"], _BASE_NORMAL, ["law", "weight", None, []]],
                         [
                             [
                                 "if",
@@ -150,16 +160,15 @@ def summarize_class(cls, ctx, hooks: tuple[str, ...] = ("reset_parameters",)) ->
     refers to that may be classes), ``attributes`` (what it sets on ``self``), ``dispatch``
     (per-module init methods: name -> block) and ``applies`` (public method -> what it applies
     to every module, for the method that is a root's entry point). Empty keys are left out."""
-    children, attributes, members, hosted = _composition(cls, ctx)
-    out: dict[str, Any] = {}
-    if children:
-        out["children"] = sorted(children)
-    if members:
-        out["members"] = {a: sorted(q) for a, q in sorted(members.items())}
-    if hosted:
-        out["hosted"] = hosted
-    if attributes:
-        out["attributes"] = sorted(attributes)
+    children, attributes, members, hosted, elements = _composition(cls, ctx)
+    out: dict[str, Any] = {
+        "children": sorted(children),
+        "members": {a: sorted(q) for a, q in sorted(members.items())},
+        "elements": {a: sorted(q) for a, q in sorted(elements.items())},
+        "hosted": hosted,
+        "attributes": sorted(attributes),
+    }
+    out = {k: v for k, v in out.items() if v}
     applies: dict[str, list] = {}
     wanted = {"_init_weights"}
     for entry in cls.methods:
@@ -177,7 +186,7 @@ def summarize_class(cls, ctx, hooks: tuple[str, ...] = ("reset_parameters",)) ->
         if param and _deletes(m.node):
             deleted.append(name)
         elif param:
-            dispatch[name] = _block(_body(m.node), param, ctx)
+            dispatch[name] = _block(_body(m.node), param, ctx, m.node)
     if dispatch:
         out["dispatch"] = dispatch
     inits = {
@@ -228,10 +237,13 @@ def _deletes(fn) -> bool:
     return exc is not None and dotted(exc) == "AttributeError"
 
 
-def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dict[str, str]]:
+def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dict[str, str], dict]:
     """The names construction hands classes by (``Block(...)``, ``partial(LayerNorm, ...)``,
-    ``block_fn=Block``), the attributes it sets on ``self`` (assigned or registered) and the
-    classes an attribute is built as (``self.encoder = Encoder(...)``: encoder -> Encoder)."""
+    ``block_fn=Block``), the attributes it sets on ``self`` (assigned or registered:
+    ``self.add_module("l", nn.Linear(...))`` too), the classes an attribute is built as
+    (``self.encoder = Encoder(...)``: encoder -> Encoder), the classes swapped in (see
+    :func:`_swapped_in`) and the classes a container attribute holds (``self.levels =
+    nn.Sequential(*levels)`` after ``levels.append(NestLevel(...))``: levels -> NestLevel)."""
     import libcst as cst
 
     from metalint.static.model import construction
@@ -240,6 +252,7 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dic
     children: set[str] = set()
     attributes: set[str] = set()
     members: dict[str, set[str]] = {}
+    elements: dict[str, set[str]] = {}
 
     def child(node) -> None:
         q = _class_ref(node, ctx)
@@ -253,14 +266,14 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dic
             child(call.node.func)
             for arg in call.node.args:
                 child(arg.value)
-            if (
-                call.receiver == "self"
-                and call.method in ("register_buffer", "register_parameter")
-                and call.node.args
-            ):
+            if call.receiver == "self" and call.method in _REGISTERS and call.node.args:
                 name = string_value(call.node.args[0].value)
                 if name:
                     attributes.add(name)
+                value = call.node.args[1].value if len(call.node.args) > 1 else None
+                q = _class_ref(value.func, ctx) if isinstance(value, cst.Call) else None
+                if name and q and call.method in _MODULE_REGISTERS:
+                    members.setdefault(name, set()).add(q)  # self.add_module("l", Linear())
         for p in (*m.node.params.params, *m.node.params.kwonly_params):
             if p.default is not None:
                 child(p.default)
@@ -272,7 +285,55 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dic
             q = _class_ref(a.value.func, ctx) if isinstance(a.value, cst.Call) else None
             if q:
                 members.setdefault(attr, set()).add(q)
-    return children, attributes, members, _swapped_in(methods, ctx, children)
+            held = _held(a.value, m, ctx) if isinstance(a.value, cst.Call) else set()
+            if held:
+                elements.setdefault(attr, set()).update(held)
+    return children, attributes, members, _swapped_in(methods, ctx, children), elements
+
+
+_REGISTERS = ("register_buffer", "register_parameter", "add_module", "register_module")
+_MODULE_REGISTERS = ("add_module", "register_module")
+_LIST_FILLERS = ("append", "extend", "insert")
+
+
+def _held(call, method, ctx) -> set[str]:
+    """The classes a container call holds: ``nn.Sequential(*[Block() for _ in r])``,
+    ``nn.ModuleList([A(), B()])``, or ``nn.Sequential(*levels)`` with a local list built
+    in the method (``levels = [...]``, ``levels.append(NestLevel(...))``, ``levels += [...]``)."""
+    import libcst as cst
+
+    from metalint.static.syntax import walk
+
+    def built(node) -> set[str]:
+        return {q for n in walk(node) if isinstance(n, cst.Call) if (q := _class_ref(n.func, ctx))}
+
+    out: set[str] = set()
+    for arg in call.args:
+        v = arg.value
+        if isinstance(v, (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)):
+            out |= built(v)
+        elif isinstance(v, cst.Name) and arg.star != "**" and arg.keyword is None:
+            out |= _list_classes(method, v.value, built)
+    return out
+
+
+def _list_classes(method, name: str, built) -> set[str]:
+    """The classes a method puts in its local list ``name``."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.syntax import walk
+
+    out: set[str] = set()
+    for node in walk(method.node.body):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if node.func.attr.value in _LIST_FILLERS and dotted(node.func.value) == name:
+                out |= built(node.args[-1].value) if node.args else set()
+        elif isinstance(node, (cst.Assign, cst.AugAssign)):
+            targets = node.targets if isinstance(node, cst.Assign) else [node]
+            if any(dotted(t.target) == name for t in targets):
+                out |= built(node.value)
+    return out
 
 
 def _table_classes(node, ctx) -> set[str]:
@@ -496,6 +557,8 @@ def _applied_functions(classes: list[dict]) -> list[str]:
                     out.append(item[1])
                 elif item[0] == "block":
                     out += _called_functions(item[1])
+                elif item[0] == "each":
+                    out += _called_functions(item[2])
         for block in summary.get("dispatch", {}).values():
             out += _called_functions(block)
     return out
@@ -524,7 +587,7 @@ def summarize_functions(module, module_name: str, ctx, classes: list[dict]) -> d
         entry: dict[str, Any] = {}
         param = _module_param(stmt, method=False)
         if param is not None:
-            block = _block(_body(stmt), param, ctx)
+            block = _block(_body(stmt), param, ctx, stmt)
             if block:
                 entry["block"] = block
         returns = _returned_functions(stmt, ctx)
@@ -660,7 +723,17 @@ def _applies(method, ctx, wanted: set[str]) -> list[list]:
             and (dotted(it.func) or "") in {f"self.{n}" for n in _MODULE_ITERATORS}
             and targets
         ):
-            out.append(["block", _block(_body_of(node), targets[-1], ctx)])
+            out.append(["block", _block(_body_of(node), targets[-1], ctx, method.node)])
+        elif (
+            isinstance(node, cst.For)
+            and len(targets) == 1
+            and (held := dotted(it) or "").startswith("self.")
+            and held.count(".") == 1
+        ):
+            # for level in self.levels: trunc_normal_(level.pos_embed) (timm Nest)
+            block = _block(_body_of(node), targets[0], ctx, method.node)
+            if block:
+                out.append(["each", held[5:], block])
     return out
 
 
@@ -671,10 +744,13 @@ def _body_of(node) -> list:
     return list(body.body) if isinstance(body, cst.IndentedBlock) else [body]
 
 
-def _block(stmts, param: str, ctx) -> list:
-    """What the statements re-create on the module ``param``: ``["w", attr]``, ``["all"]``,
-    ``["reset", hook]``, ``["super", m]``, ``["self", m]``, ``["base", class, m]``,
-    ``["fn", qualname]``, ``["if", condition, body, orelse]``."""
+def _block(stmts, param: str, ctx, fn=None) -> list:
+    """What the statements (of the function ``fn``) re-create on the module ``param``:
+    ``["w", attr]``, ``["all"]``, ``["reset", hook]``, ``["super", m]``, ``["self", m]``,
+    ``["base", class, m]``, ``["fn", qualname]``, ``["if", condition, body, orelse]``; each
+    ``w`` followed by ``["law", tensor, law, guards]``: the law its values are drawn from
+    (:func:`~metalint.static.tensors.init_law`, None when unknown) when the configuration
+    attributes ``guards`` exist (see :func:`_law`)."""
     import libcst as cst
 
     from metalint.static.names import dotted
@@ -686,12 +762,12 @@ def _block(stmts, param: str, ctx) -> list:
         if isinstance(stmt, cst.If):
             orelse = stmt.orelse
             if isinstance(orelse, cst.If):
-                other = _block([orelse], param, ctx)
+                other = _block([orelse], param, ctx, fn)
             elif isinstance(orelse, cst.Else):
-                other = _block(_body_of(orelse), param, ctx)
+                other = _block(_body_of(orelse), param, ctx, fn)
             else:
                 other = []
-            body = _block(_body_of(stmt), param, ctx)
+            body = _block(_body_of(stmt), param, ctx, fn)
             if body or other:
                 out.append(["if", _condition(stmt.test, param, ctx), body, other])
         elif isinstance(stmt, (cst.For, cst.While)):
@@ -711,15 +787,90 @@ def _block(stmts, param: str, ctx) -> list:
             elif listed:
                 out += [_write(names) for names in listed]
             else:
-                out.extend(_block(_body_of(stmt), param, ctx))
+                out.extend(_block(_body_of(stmt), param, ctx, fn))
         elif isinstance(stmt, (cst.With, cst.Try)):
-            out.extend(_block(_body_of(stmt), param, ctx))
+            out.extend(_block(_body_of(stmt), param, ctx, fn))
         elif not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
             for node in walk(stmt):
                 item = _item(node, param, ctx)
                 if item is not None:
                     out.append(item)
+                    if item[0] == "w" and ".[]" in item[-1]:
+                        # a part of the tensor (``module.weight[module.padding_idx]``)
+                        out.append(["law", item[-1].split(".[]")[0], None, []])
+                    elif item[0] == "w":
+                        out.append(["law", item[-1], *_law(node, fn, ctx)])
     return out
+
+
+def _law(node, fn, ctx) -> list:
+    """``[law, guards]`` of a write in a dispatch (``init.normal_(module.weight, mean=0.0,
+    std=std)``): a local argument is read as its value, ``std = self.config.initializer_range
+    or 0.02`` in the first branch of ``if hasattr(self.config, "initializer_range"): ... elif
+    hasattr(self.config, "init_std"): ...`` (transformers' base ``_init_weights``) when that
+    attribute exists: ``guards`` lists such attributes (``config.initializer_range``)."""
+    import libcst as cst
+
+    from metalint.static.tensors import init_law, law_text
+
+    if not isinstance(node, cst.Call):
+        return [None, []]
+    guards: list[str] = []
+
+    def value(expr):
+        if isinstance(expr, cst.Name) and fn is not None:
+            found = _local_value(fn, expr.value, ctx)
+            if found is None:
+                return None
+            guard, expr = found
+            if guard:
+                guards.append(guard)
+        return law_text(expr, {"self.config": "config"})
+
+    return [init_law(node, ctx.qualify, value), guards]
+
+
+def _local_value(fn, name: str, ctx) -> tuple[str, Any] | None:
+    """``(guard, value)`` of the local ``name`` of ``fn``: assigned once at its top level
+    (guard ``""``), or only in the branches of one top-level ``if hasattr(self.config, "a"):
+    ... elif ...`` chain: its first branch's value, guard ``config.a``. None otherwise."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.syntax import walk
+
+    def assigns(node) -> list:
+        return [
+            n
+            for n in walk(node)
+            if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+            if any(
+                dotted(t) == name
+                for t in (
+                    [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+                )
+            )
+        ]
+
+    every = assigns(fn.body)
+    for stmt in _body(fn):
+        mine = assigns(stmt)
+        if not mine:
+            continue
+        if len(mine) != len(every) or not isinstance(mine[0], cst.Assign):
+            return None
+        if isinstance(stmt, cst.SimpleStatementLine) and len(mine) == 1:
+            return ("", mine[0].value)
+        if not isinstance(stmt, cst.If):
+            return None
+        test = _condition(stmt.test, "self.config", ctx)
+        first = stmt.body.body[0] if isinstance(stmt.body, cst.IndentedBlock) else None
+        if test[0] != "has" or not isinstance(first, cst.SimpleStatementLine):
+            return None
+        if first.body[0] is not mine[0]:
+            return None
+        return (f"config.{test[1]}", mine[0].value)
+    return None
 
 
 def _listed_tensors(loop, param: str, ctx) -> list[list[str]]:
@@ -925,6 +1076,13 @@ def _class_name(node, param: str) -> bool:
 
 
 # -- across files (torch-free, libcst-free) -------------------------------------------------
+def _reads(law: str, attr: str) -> bool:
+    """Does the init ``law`` read the configuration attribute ``attr`` (then it exists)?"""
+    import re
+
+    return re.search(rf"=({re.escape(attr)})[,.)]", law) is not None
+
+
 def _name_tests(block: list) -> list[list]:
     """The class-name tests (``"BatchNorm" in module.__class__.__name__``) of a dispatch."""
     out: list[list] = []
@@ -978,6 +1136,9 @@ class Protocols:
         self._roots: dict[str, frozenset[str]] = {}
         self._mro: dict[str, list[str]] = {}
         self._name_tests: list[tuple[str, list]] | None = None
+        #: while :meth:`same_law` asks: tensor -> ``(law, guards)`` of every write the
+        #: protocol makes to it (law None: a write whose law is unknown)
+        self._laws: dict[str, list] | None = None
 
     # -- composition --------------------------------------------------------------------
     def roots(self, cls: str) -> frozenset[str]:
@@ -1050,12 +1211,16 @@ class Protocols:
             return ROOT_INIT
         return RESET
 
-    def lost_under(self, cls: str, tensors: tuple[str, ...]) -> tuple[str, str] | None:
+    def lost_under(
+        self, cls: str, tensors: tuple[str, ...], law: tuple = ()
+    ) -> tuple[str, str] | None:
         """(protocol, root) under which one of ``tensors`` of ``cls`` is lost, or None when
         every model root that contains the class re-creates them. ``("", "")``: no model root
         (a root with the transformers or a root ``init_weights`` protocol) contains the class:
         it is judged per module. A parentless plain module (a layer swapped in at run time,
-        ``AutoBitLinear``) is not a model root."""
+        ``AutoBitLinear``) is not a model root. ``law``: ``(child class, tensor, law)`` of an
+        init ``cls`` gives a child's tensor: not lost under a root whose protocol re-draws
+        that tensor of the child from the same law (:meth:`same_law`)."""
         pairs = [
             (member, root)
             for member in self.family(cls)
@@ -1068,8 +1233,36 @@ class Protocols:
             done = self.recreated(member, root, self.protocol_of(root))
             if "*" in done or all(t in done for t in tensors):
                 continue
+            if law and self.same_law(member, root, *law):
+                continue
             return (self.protocol_of(root), root)
         return None
+
+    def same_law(self, cls: str, root: str, child: str, tensor: str, law: str) -> bool:
+        """Does ``root``'s protocol re-draw ``tensor`` of a child of class ``child`` held by
+        a ``cls`` from ``law``, in every write it makes to it (transformers ConvBert's
+        ``self.depthwise.weight.data.normal_(mean=0.0, std=config.initializer_range)`` and
+        the base ``_init_weights``' ``init.normal_(module.weight, mean=0.0, std=std)`` with
+        ``std = self.config.initializer_range or 0.02``)? The eager build's values and the
+        protocol's then come from one law: nothing is lost."""
+        protocol = self.protocol_of(root)
+        child = self.h.resolve(child) or child
+        self._laws = {}
+        try:
+            if protocol == TRANSFORMERS:
+                done: set[str] = set()
+                for owner in self._dispatchers(cls, root):
+                    done |= self._run_method(owner, "_init_weights", child, set())
+            else:
+                done = self.recreated(child, root, protocol)
+            writes = self._laws.get(tensor, []) + self._laws.get("*", [])
+        finally:
+            self._laws = None
+        return (
+            tensor in done
+            and bool(writes)
+            and all(got == law and all(_reads(law, g) for g in guards) for got, guards in writes)
+        )
 
     def recreated(self, cls: str, root: str, protocol: str) -> set[str]:
         """Tensors of an instance of ``cls`` inside ``root`` that the root's protocol
@@ -1170,6 +1363,8 @@ class Protocols:
             return out
         if kind == "block":
             return self._run(item[1], cls, root, None, set())
+        if kind == "each" and cls in self._held(root, item[1]):
+            return self._run(item[2], cls, root, None, set())
         return set()
 
     def _called(self, cls: str, method: str, reset: bool) -> set[str]:
@@ -1242,10 +1437,15 @@ class Protocols:
             kind = item[0]
             if kind == "w":
                 out.update(item[1:])
+            elif kind == "law":
+                self._record([item[1]], item[2], item[3])
             elif kind in ("all",):
                 out.add("*")
+                self._record(["*"])
             elif kind in ("call", "reset"):
-                out |= self._called(cls, item[1], kind == "reset")
+                got = self._called(cls, item[1], kind == "reset")
+                self._record(got)
+                out |= got
             elif kind == "super" and owner and defined:
                 out |= self._run_method(owner, item[1], cls, stack, after=defined)
             elif kind == "self" and owner:
@@ -1265,6 +1465,13 @@ class Protocols:
                 if value is not True:
                     out |= self._run(item[3], cls, owner, defined, stack)
         return out
+
+    def _record(self, tensors, law: str | None = None, guards: list | tuple = ()) -> None:
+        """While :meth:`same_law` asks, note a write of ``tensors`` from ``law`` (None: a
+        write whose law is unknown, a module's own hook)."""
+        if self._laws is not None:
+            for t in tensors:
+                self._laws.setdefault(t, []).append((law, list(guards)))
 
     def test(self, cond: list, cls: str) -> bool | None:
         """A dispatch condition on a module of class ``cls``: True, False or None (unknown)."""
@@ -1291,7 +1498,7 @@ class Protocols:
             shorts = {c.rsplit(".", 1)[-1] for c in mro} | {b.rsplit(".", 1)[-1] for b in raw}
             for name in cond[1]:
                 full = self.h.resolve(name)
-                if full in mro or name in raw:
+                if name in mro or full in mro or name in raw:
                     return True
                 if (
                     full is None
@@ -1326,7 +1533,7 @@ class Protocols:
             return self._judge_replayed(d)
         if not cond.not_recreated:
             return d
-        lost = self.lost_under(cond.cls, cond.not_recreated)
+        lost = self.lost_under(cond.cls, cond.not_recreated, cond.unless_same_law)
         if lost is None:
             return None
         protocol, root = lost
@@ -1402,6 +1609,17 @@ class Protocols:
         for c in self.mro(cls):
             summary = self.h.classes.get(c)
             for q in (summary.protocol.get("members", {}) if summary else {}).get(attr, ()):
+                r = self.h.resolve(q)
+                if r is not None:
+                    out.add(r)
+        return out
+
+    def _held(self, cls: str, attr: str) -> set[str]:
+        """The classes in the tree that the container ``self.attr`` of a ``cls`` holds."""
+        out: set[str] = set()
+        for c in self.mro(cls):
+            summary = self.h.classes.get(c)
+            for q in (summary.protocol.get("elements", {}) if summary else {}).get(attr, ()):
                 r = self.h.resolve(q)
                 if r is not None:
                     out.add(r)

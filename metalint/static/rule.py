@@ -58,6 +58,9 @@ class Finding:
     #: tensor's value, ML009 copies one to a real device), itself or through the functions it
     #: calls (see ``Hierarchy.construction_read``)
     if_helper_reads: str = ""
+    #: ``(child class, tensor, law)``: the finding stands only while no model root's protocol
+    #: re-draws that tensor of the child from the same law (see ``Condition``)
+    unless_same_law: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ from metalint.static.syntax import chain, keyword, number, self_attr, string_val
 from metalint.vocabulary import (
     EMPTY_FACTORIES,
     INIT_KIND,
+    INIT_METHOD_ALIASES,
+    INIT_SIGNATURES,
+    INIT_WRAPPERS,
     INPLACE_METHODS,
     PARAMETER_CLASSES,
     RANDOM_DRAWS,
@@ -198,6 +201,73 @@ def _out_write(call: cst.Call) -> Write | None:
     if not parts:
         return None
     return Write(tuple(parts), None, None, "out", False)
+
+
+def init_law(call: cst.Call, qualify, value) -> str | None:
+    """The law an in-place init call draws its values from, as one text: the function
+    (``torch.nn.init.normal_`` for the tensor method ``t.normal_()`` and for transformers'
+    ``init.normal_``, else its qualified name) and every argument of
+    :data:`~metalint.vocabulary.INIT_SIGNATURES` by name, defaults filled in, each as
+    ``value(expression)`` gives it (a canonical text, None when unknown). Two spellings of one
+    init have the same law: ``self.w.data.normal_(mean=0.0, std=c)``, ``init.normal_(m.w,
+    0.0, c)``. None when the call is no such init or an argument is unknown."""
+    w = inplace_write(call, qualify)
+    if w is None:
+        return None
+    if w.method:
+        name = INIT_METHOD_ALIASES.get(w.name, "")
+        fn, args = f"torch.nn.init.{name}", list(call.args)
+    else:
+        fn = qualify(call.func) or ""
+        module, _, name = fn.rpartition(".")
+        if module in INIT_WRAPPERS:
+            fn = f"torch.nn.init.{name}"
+        args = list(call.args[1:])
+    signature = INIT_SIGNATURES.get(name)
+    if signature is None or not fn:
+        return None
+    given: dict[str, cst.BaseExpression] = {}
+    names = [p for p, _ in signature]
+    for i, arg in enumerate(args):
+        if arg.star:
+            return None
+        key = arg.keyword.value if arg.keyword is not None else (names + [""] * len(args))[i]
+        if key not in names or key in given:
+            return None
+        given[key] = arg.value
+    out = []
+    for p, default in signature:
+        if p in given:
+            text = value(given[p])
+        else:
+            text = None if default is None else repr(default)
+        if text is None:
+            return None
+        out.append(f"{p}={text}")
+    return f"{fn}({', '.join(out)})"
+
+
+def law_text(expr: cst.BaseExpression, names: dict[str, str]) -> str | None:
+    """A canonical text of an init argument: a number (``0.02``, ``.02`` and ``2e-2`` alike),
+    or a chain of attributes, its first name as ``names`` maps it (``self.config`` counting as
+    one name: ``{"self.config": "config", "config": "config"}`` makes the model's config and a
+    ``config`` argument alike; a parameter's default; a local's value); ``x or default`` as ``x`` (transformers'
+    ``std = self.config.initializer_range or 0.02``: the same unless the config says 0).
+    None when unknown."""
+    n = number(expr)
+    if n is not None:
+        return repr(n)
+    if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.Or):
+        return law_text(expr.left, names)
+    parts = chain(expr)
+    if not parts or "[]" in parts:
+        return None
+    if parts[:2] == ["self", "config"]:
+        parts = ["self.config", *parts[2:]]
+    head = names.get(parts[0])
+    if head is None:
+        return None
+    return head if len(parts) == 1 else ".".join([head, *parts[1:]])
 
 
 def initialised_target(call: cst.Call, qualify) -> str | None:
