@@ -43,47 +43,6 @@ WINDOW_FACTORIES = (
         )
     ),
 )
-VALUE_FACTORIES = frozenset(
-    {
-        "torch.zeros",
-        "torch.ones",
-        "torch.full",
-        "torch.zeros_like",
-        "torch.ones_like",
-        "torch.full_like",
-        "torch.tensor",
-        "torch.as_tensor",
-        "torch.from_numpy",
-        "torch.arange",
-        "torch.range",
-        "torch.linspace",
-        "torch.logspace",
-        "torch.eye",
-        "torch.tril",
-        "torch.triu",
-        "torch.Tensor",
-        "torch.FloatTensor",
-        "torch.LongTensor",
-        "torch.IntTensor",
-        "torch.BoolTensor",
-        "torch.HalfTensor",
-        "torch.DoubleTensor",
-        "torch.ByteTensor",
-        "torch.polar",
-        "torch.complex",
-        "torch.meshgrid",
-        "torch.outer",
-        "torch.stack",
-        "torch.cat",
-        # constant windows and index tables (an audio front end's STFT window, attention
-        # position indices): values, never random
-        *WINDOW_FACTORIES,
-        "torch.tril_indices",
-        "torch.triu_indices",
-        "torch.scalar_tensor",
-        "torch.asarray",
-    }
-)
 #: factories of a constant that take ``device=`` (no random draw, no uninitialised memory):
 #: a constant read during construction can be made with ``device="cpu"`` (ML008's fix)
 CONSTANT_FACTORIES = frozenset(
@@ -101,11 +60,36 @@ CONSTANT_FACTORIES = frozenset(
         "torch.linspace",
         "torch.logspace",
         "torch.eye",
+        # constant windows and index tables (an audio front end's STFT window, attention
+        # position indices): values, never random
         *WINDOW_FACTORIES,
         "torch.tril_indices",
         "torch.triu_indices",
     }
 )
+#: calls whose result is a value computed from their arguments: the constants above, and
+#: tensors made from other data (numpy, legacy constructors, other tensors)
+VALUE_FACTORIES = CONSTANT_FACTORIES | {
+    "torch.from_numpy",
+    "torch.tril",
+    "torch.triu",
+    "torch.Tensor",
+    "torch.FloatTensor",
+    "torch.LongTensor",
+    "torch.IntTensor",
+    "torch.BoolTensor",
+    "torch.HalfTensor",
+    "torch.DoubleTensor",
+    "torch.ByteTensor",
+    "torch.polar",
+    "torch.complex",
+    "torch.meshgrid",
+    "torch.outer",
+    "torch.stack",
+    "torch.cat",
+    "torch.scalar_tensor",
+    "torch.asarray",
+}
 #: in-place tensor methods that set values
 INPLACE_METHODS = frozenset(
     {
