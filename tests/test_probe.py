@@ -535,6 +535,24 @@ def test_guessed_arguments_rejected_is_a_skip(layers_report):
     )
 
 
+def test_sharded_device_needs_a_gpu_per_rank(monkeypatch):
+    # seen on a 1-GPU H100 box: `probe --shard tp --nproc 4` picked NCCL on cuda and every rank
+    # but 0 died of "invalid device ordinal"
+    import torch
+
+    from metalint.probe.build import ProbeSetupError, pick_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert pick_device("auto") == "cuda"
+    assert pick_device("auto", ranks=1) == "cuda"
+    assert pick_device("auto", ranks=2) == "cpu"
+    with pytest.raises(ProbeSetupError, match=r"on 4 ranks needs 4 CUDA devices .* has 1"):
+        pick_device("cuda", ranks=4)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert pick_device("auto", ranks=4) == "cuda" == pick_device("cuda", ranks=4)
+
+
 def test_device_auto_and_cuda(layers):
     import torch
 

@@ -63,9 +63,17 @@ def release_memory() -> None:
         pass
 
 
-def pick_device(device: str) -> str:
+def pick_device(device: str, ranks: int = 1) -> str:
+    """``auto``: CUDA when this process (each of ``ranks`` processes) can have a device of its
+    own, else CPU. ``cuda`` with fewer devices than ranks is refused: NCCL needs one each."""
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return "cuda" if have >= ranks else "cpu"
+    if device.startswith("cuda") and ranks > 1 and have < ranks:
+        raise ProbeSetupError(
+            f"--device cuda on {ranks} ranks needs {ranks} CUDA devices (one per rank, NCCL); "
+            f"this machine has {have}: use --device cpu (gloo) or --nproc {max(have, 2)}"
+        )
     return device
 
 

@@ -280,10 +280,10 @@ def _worker_main(argv: list[str]) -> int:
 
     job, out_dir = json.loads(argv[0]), argv[1]
     rank = int(os.environ.get("RANK", "0"))
-    device = pick_device(job["device"])
     outcomes = []
     label = job["spec"]
     try:
+        device = pick_device(job["device"], ranks=int(os.environ.get("WORLD_SIZE", "1")))
         rank, _ = init_from_env(device)
         for target in parse_target(job["spec"]):
             for item in resolve_items(target):
