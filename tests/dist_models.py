@@ -174,7 +174,11 @@ def _save_all(tmp: str, sd: dict) -> None:
     torch.save(sd, f"{tmp}/m.pt")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dcp.save(sd, checkpoint_id=f"{tmp}/dcp", no_dist=True)
+        # per_thread_copy_ahead=0: DCP's overlapping loader takes a CUDA stream whenever CUDA
+        # is available, which a rank forked from a process that used CUDA cannot (seen on a
+        # GPU box); the serial loader writes the same files
+        writer = dcp.FileSystemWriter(f"{tmp}/dcp", per_thread_copy_ahead=0)
+        dcp.save(sd, storage_writer=writer, no_dist=True)
 
 
 def _state() -> dict:
