@@ -26,30 +26,11 @@ class BufferFromValue(Rule):
     re-assigns, is not reported. Nor is a buffer registered from a tensor passed in by the
     caller.
 
-    Judged under the protocol that materialises the model (`[tool.metalint] protocol`): the
-    tensor is reported when it is lost under at least one model root that contains the class
-    (transformers' `_init_weights` dispatch, a root `init_weights()` and what it applies to
-    every module, a dispatch on a parent that writes its child's tensor such as
-    `init.normal_(module.gate.weight)`), naming that root; a class no model root contains is
-    judged per module. A code-generation template (transformers' `modular_*.py`) is no root of
-    the real classes it builds or extends.
-    A class swapped into a sub-model by a module-level function (transformers'
-    `replace_batch_norm(backbone)` putting `RTDetrV2FrozenBatchNorm2d` into the backbone) is
-    dispatched by that sub-model's `_init_weights`.
-    A class picked from a module-level table of its file
-    (`ATTENTION_CLASSES[config._attn_implementation](config)`, or `.get(...)`) is a child of
-    the class that calls it, as is every class of the table.
-    Known limits: a table built any other way (a registry filled at import, a table of another
-    file) gives no parent, and the class is judged per module; a sub-model built by a call that names no class (`load_backbone(config)`) is taken
-    to dispatch by the tree's `_init_weights` that test the class's name and match it
-    (`"BatchNorm" in module.__class__.__name__`); a dispatch condition on a config value counts
-    both branches as run; under the transformers protocol the class's own
-    `reset_parameters()` still counts.
-    A tensor that another object gives an instance after its construction is outside what
-    `check` models (construction is `__init__` and what it calls): peft's
-    `DoraLinearLayer.weight`, created by the `update_layer()` that `DoraLinearVariant.init()`
-    calls when LoRA injects the adapter, and the buffers `VeraModel` puts into a `BufferDict`
-    then, are lost on meta unreported.
+    Judged under the protocol that materialises the model (`[tool.metalint] protocol`), as
+    ML001: the buffer is reported when it is lost under at least one model root that contains
+    the class, naming that root, and a class no model root contains is judged per module.
+    ML001's page says how roots are found (sub-models swapped in by a function, classes picked
+    from a module-level table) and lists the known limits, which are the same for buffers.
 
     ## Why is this bad on meta?
     Under `with torch.device("meta"):` the value is never computed, and `module.to_empty()`
