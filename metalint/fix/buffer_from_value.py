@@ -58,7 +58,26 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     attr = string_value(node.args[0].value)
     if attr is None:
         raise Unfixable("the buffer's name is not a string literal")
-    value = node.args[1].value
+    return _compute(ctx, edit, node, attr, node.args[1].value, index, line, path)
+
+
+def refusal(ctx: RuleContext, cls, node: cst.CSTNode, attr: str, value) -> str | None:
+    """Why this fix could not compute buffer ``attr`` from ``value`` in a hook (None: it
+    could). ML007's fix asks it first: registering a plain attribute as a buffer whose value
+    no hook re-creates leaves it uninitialised after ``to_empty()`` (DiNTS's ``arch_code_a``
+    chosen by an ``if``, monai ``Scheduler.alphas_cumprod`` read from a plain tensor)."""
+    edit = ClassEdit(ctx, cls)
+    try:
+        index, line, path = edit.locate(node)
+        _compute(ctx, edit, node, attr, value, index, line, path, dry=True)
+    except Unfixable as exc:
+        return str(exc)
+    return None
+
+
+def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dry=False):
+    """The rewrite computing buffer ``attr`` (registered by ``node`` from ``value``) in a hook;
+    ``dry``: only whether it can be made (no random value's single draw is planned)."""
     later = edit.used_after(attr, index, writes_only=True)
     if later:
         raise Unfixable(later)
@@ -78,7 +97,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     optional = _may_be_none(full) or any(_may_be_none(s) for s in prelude)
     if optional:
         full = _tensor_branch(full)
-    if kind == "random" and full is value and not optional:
+    if kind == "random" and full is value and not optional and not dry:
         drawn = _drawn_once(ctx, edit, line, index, path, node, attr, hook)
         if drawn is not None:
             return drawn

@@ -12,7 +12,9 @@ another branch of the same ``if`` in ``__init__`` (``if alpha is None: self.alph
 assignment may give it something else (assigning a non-tensor to a buffer raises), or runs in a
 method that construction calls. Not fixable when ``__init__`` assigns the attribute before the
 tensor (``register_buffer`` raises on an existing attribute), nor before ``super().__init__()``
-(no buffers yet).
+(no buffers yet), nor when ML002's fix could not then compute the value in a hook
+(:func:`metalint.fix.buffer_from_value.refusal`: a buffer no hook re-creates is uninitialised
+after ``to_empty()``, and the class would not pass the probe).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from metalint.fix.buffer_from_value import refusal
 from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, render, stmt
 from metalint.static.construction import is_tensor
 from metalint.static.model import construction
@@ -59,6 +62,11 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     ]
     if not supers or supers[0] > index:
         raise Unfixable("the tensor is assigned before `super().__init__()`")
+    why = refusal(ctx, cls, node, attr, node.value)
+    if why:
+        # a buffer no hook re-creates is uninitialised after ``to_empty()``: no better than a
+        # plain attribute left on meta, and the class would not pass the probe
+        raise Unfixable(f"no hook could re-create the buffer's value: {why}")
     value = render(node.value, ctx.module)
     new_line = line.with_changes(
         body=[stmt(f'self.register_buffer("{attr}", {value}, persistent=False)').body[0]]

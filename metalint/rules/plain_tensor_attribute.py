@@ -77,7 +77,10 @@ class PlainTensorAttribute(Rule):
     tensors). Not fixable when `__init__` (or a method it calls first) assigns the attribute
     before the tensor (`register_buffer` refuses an existing attribute), before
     `super().__init__()`, when the assignment has several targets or shares its line with other
-    statements, or when the target is not an attribute of `self`.
+    statements, when the target is not an attribute of `self`, or when ML002's fix could not
+    then re-create the value in a hook (it reads a tensor kept as a plain attribute, monai
+    `Scheduler`'s `torch.cumprod(self.alphas, dim=0)`; a local computed by code a hook cannot
+    copy): registered, the buffer would be uninitialised after `to_empty()`.
     """
 
     code = "ML007"
