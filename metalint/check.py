@@ -78,6 +78,7 @@ def run_check(
         )
     results: list[FileResult | None] = [None] * len(files)
     jobs, job_index, digests = [], [], {}
+    checked: dict[int, str] = {}  # the digest of each file's bytes as checked
     for i, path in enumerate(files):
         display = display_path(path)
         data, err = read_source(path, display)
@@ -85,7 +86,7 @@ def run_check(
             results[i] = err
             continue
         key = os.path.normpath(str(path.absolute()))
-        digest = Cache.digest(data)
+        digest = checked[i] = Cache.digest(data)
         cached = cache.get(key, digest) if cache else None
         if cached is not None:
             try:
@@ -101,18 +102,60 @@ def run_check(
         from metalint.static.names import module_name_for
 
         module = module_name_for(path.absolute())
-        jobs.append((source, display, module, path.name == "__init__.py", settings.hooks))
+        jobs.append((source, display, module, path.name == "__init__.py", settings.hooks, True))
         job_index.append(i)
         digests[i] = key, digest
-    analysed = analyze_files(jobs, workers or os.cpu_count() or 1, settings.file_time_budget)
+    workers = workers or os.cpu_count() or 1
+    analysed = analyze_files(jobs, workers, settings.file_time_budget)
     for i, result in zip(job_index, analysed):
         results[i] = result
         if cache is not None and not any(is_error(d.code) for d in result.diagnostics):
             cache.put(*digests[i], result.to_json())
     if cache is not None:
         cache.save()
+    _confirmed_helper_reads(results, files, checked, settings, workers)
     final = [r for r in results if r is not None]
     return CheckResult(resolve(final, settings, enabled), len(final), final)
+
+
+def _confirmed_helper_reads(
+    results: list[FileResult | None],
+    files: list[Path],
+    checked: dict[int, str],
+    settings: Settings,
+    workers: int,
+) -> None:
+    """Analyse again in full, in place in ``results``, each file holding a left-out finding
+    (``FileResult.helper_reads``: a call of a function of another file that may read a
+    tensor's value) that the tree confirms. A file's result (and its cache entry) cannot
+    depend on other files, so its analysis lists such calls and only a confirmed one costs a
+    second analysis; every other left-out finding is one the tree drops."""
+    if not any(r is not None and r.helper_reads for r in results):
+        return
+    hierarchy = Hierarchy([r for r in results if r is not None])
+    jobs, where = [], []
+    for i, r in enumerate(results):
+        if r is None or not any(
+            hierarchy.construction_read(function, code) is not None
+            for code, function in r.helper_reads
+        ):
+            continue
+        path = files[i]
+        data, err = read_source(path, r.path)
+        if err is not None or Cache.digest(data) != checked.get(i):
+            continue  # changed during the run: the findings are those of the text checked
+        source, err = decode(data, r.path)
+        if err is not None:
+            continue
+        from metalint.static.names import module_name_for
+
+        module = module_name_for(path.absolute())
+        jobs.append((source, r.path, module, path.name == "__init__.py", settings.hooks, False))
+        where.append(i)
+    if not jobs:
+        return
+    for i, result in zip(where, analyze_files(jobs, workers, settings.file_time_budget)):
+        results[i] = result
 
 
 def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) -> list[Diagnostic]:

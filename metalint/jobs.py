@@ -31,13 +31,13 @@ from metalint.static.results import FileResult, error_result
 WALL_FACTOR = 4
 WALL_MARGIN = 10.0
 
-#: (source, display, module, is_package, hooks)
-Job = tuple[str, str, str, bool, tuple[str, ...]]
+#: (source, display, module, is_package, hooks, defer_helper_reads: see analyze_source)
+Job = tuple[str, str, str, bool, tuple[str, ...], bool]
 
 
 def analyze_one(job: Job) -> FileResult:
     """Analyse one file in this process; a bug of ours costs this file only."""
-    source, display, module, is_package, hooks = job
+    source, display, module, is_package, hooks, defer_helper_reads = job
     # imported here, not at the top: ``check``'s all-cached path needs neither libcst nor the rules
     from metalint.fix.registry import fix_for
     from metalint.rules import all_rules
@@ -52,6 +52,7 @@ def analyze_one(job: Job) -> FileResult:
             hooks=hooks,
             rules=all_rules(),
             fix_for=fix_for,
+            defer_helper_reads=defer_helper_reads,
         )
     except RecursionError:
         return too_complex(display, "nesting deeper than the recursion guard")

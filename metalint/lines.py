@@ -18,6 +18,14 @@ _BREAK = re.compile(r"\r\n|\r|\n")
 def split_lines(text: str, keepends: bool = False) -> list[str]:
     """``text``'s lines as Python counts them (``str.splitlines`` with only ``\\n``,
     ``\\r\\n`` and ``\\r`` as line breaks)."""
+    if "\r" not in text:  # only ``\n``: a plain split, three times as fast
+        lines = text.split("\n")
+        last = lines.pop()
+        if keepends:
+            lines = [line + "\n" for line in lines]
+        if last:
+            lines.append(last)
+        return lines
     lines = _LINE.findall(text)
     if keepends:
         return lines

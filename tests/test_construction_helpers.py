@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 from metalint.check import run_check
 from metalint.config import Settings
@@ -103,3 +104,131 @@ def test_the_read_is_found_again_from_the_cache(tmp_path):
     first = run_check([pkg], settings, use_cache=True, workers=1).diagnostics
     again = run_check([pkg], settings, use_cache=True, workers=1).diagnostics
     assert [d.via for d in again] == [d.via for d in first] and len(first) == 3
+
+
+def test_check_lists_calls_of_other_files_and_analyses_again_only_what_the_tree_confirms(
+    tmp_path, monkeypatch
+):
+    """A file's analysis leaves out its findings at calls of another file's functions (most
+    are dropped by the tree) and lists them; ``check`` analyses again, in full, only the
+    files where the tree confirms one."""
+    from metalint import check
+
+    calls = []
+    real = check.analyze_files
+
+    def recording(jobs, *args):
+        calls.append([(Path(job[1]).as_posix(), job[5]) for job in jobs])
+        return real(jobs, *args)
+
+    monkeypatch.setattr(check, "analyze_files", recording)
+    monkeypatch.chdir(tmp_path)
+    assert len(_check(tmp_path, with_features=True)) == 3
+    first, again = calls
+    user = "recsys_t/towers/user.py"
+    assert (user, True) in first and all(defer for _, defer in first)
+    assert again == [(user, False)]
+    calls.clear()
+    (tmp_path / "without").mkdir()
+    assert _check(tmp_path / "without", with_features=False) == []
+    assert len(calls) == 1  # nothing confirmed: no second analysis
+
+
+def test_deferred_analysis_lists_the_calls_it_leaves_out():
+    from metalint.fix.registry import fix_for
+    from metalint.rules import all_rules
+    from metalint.static.engine import analyze_source
+    from metalint.static.results import FileResult
+
+    def analyse(defer):
+        return analyze_source(
+            textwrap.dedent(MODEL),
+            "user.py",
+            "recsys_t.towers.user",
+            rules=all_rules(),
+            fix_for=fix_for,
+            defer_helper_reads=defer,
+        )
+
+    full, deferred = analyse(False), analyse(True)
+    at_calls = [d for d in full.diagnostics if d.condition and d.condition.if_helper_reads]
+    assert at_calls and full.helper_reads == []
+    assert deferred.helper_reads == sorted(
+        {(d.code, d.condition.if_helper_reads) for d in at_calls}
+    )
+    assert ("ML008", "recsys_t.features.bucket_count") in deferred.helper_reads
+    assert [d for d in full.diagnostics if d not in at_calls] == deferred.diagnostics
+    # what a worker sends and the cache keeps reads back the same
+    again = FileResult.from_json("user.py", json.loads(json.dumps(deferred.to_json())))
+    assert again.helper_reads == deferred.helper_reads
+
+
+SHAPES = """
+import torch
+
+
+def plain(n):
+    return torch.ones(n).sum().item()
+
+
+def commented_header(n):  # see make_window(n)
+    return n
+
+
+def multi_line(
+    n,
+    m=2,
+):
+    # before the first statement: fill_(x)
+    t = torch.zeros(n)
+    return t.tolist()
+
+
+def trailing(n):
+    return n
+    # indented after it: belongs to the body, cuda()
+
+# at the module's indentation: the next statement's, item()
+
+
+@torch.no_grad()
+def decorated(n):
+    @staticmethod
+    def inner():
+        return 1
+
+    return inner()
+
+
+async def later(n):
+    return n
+"""
+
+
+def test_short_function_texts_are_the_bodies_libcst_renders():
+    """The body text both summaries search is cut from the source at CPython's rows (not
+    rendered): the same text as libcst's, or libcst's where a comment ends its header or
+    follows its last statement."""
+    import ast
+
+    import libcst as cst
+
+    from metalint.static.engine import _body_texts, _short_functions
+    from metalint.static.syntax import parse_valid_module
+
+    module = parse_valid_module(SHAPES)
+    texts = _short_functions(module, SHAPES, ast.parse(SHAPES))
+    assert [f.name.value for f, _ in texts] == [
+        "plain",
+        "commented_header",
+        "multi_line",
+        "trailing",
+        "decorated",
+        "later",
+    ]
+    for fn, text in texts:
+        assert text == module.code_for_node(fn.body), fn.name.value
+    # which were cut from the source (the others are rendered)
+    defs = [s for s in module.body if isinstance(s, cst.FunctionDef)]
+    cut = _body_texts(defs, SHAPES, ast.parse(SHAPES))
+    assert sorted(defs[i].name.value for i in cut) == ["decorated", "later", "multi_line", "plain"]

@@ -285,13 +285,29 @@ def test_noqa_rows_follow_python_line_breaks(cli, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "text", ["", "a", "a\n", "a\r\nb\rc", "\r\r\n\n", "x\u2028y\x0c\x1c\x85\nz\x0b\r", "\n\r"]
+    "text",
+    [
+        "",
+        "a",
+        "a\n",
+        "a\r\nb\rc",
+        "\r\r\n\n",
+        "x\u2028y\x0c\x1c\x85\nz\x0b\r",
+        "\n\r",
+        "\n",
+        "\n\n",
+        "a\nb",
+        "a\n\nb\n",
+        "x\u2028y\x0c\x1c\x85\nz\x0b",
+    ],
 )
 def test_split_lines_is_pythons_line_model(text):
     import io
 
+    lines = io.StringIO(text, newline="").readlines()
     assert "".join(split_lines(text, keepends=True)) == text
-    assert split_lines(text, keepends=True) == io.StringIO(text, newline="").readlines()
+    assert split_lines(text, keepends=True) == lines
+    assert split_lines(text) == [line.rstrip("\r\n") for line in lines]
 
 
 # -- fix: the write ----------------------------------------------------------------------------

@@ -245,7 +245,10 @@ def fix_for(
         if new == old:
             _remember(ctx.path, code, row, "the rewrite changes nothing")
             return None
-        ast.parse(new)  # a codemod must never produce code that does not parse
+        parsed = ctx.memo.setdefault(ast.parse, set())  # rewrites of a class often agree
+        if new not in parsed:
+            ast.parse(new)  # a codemod must never produce code that does not parse
+            parsed.add(new)
         shift = _first_row(source, old, row, alone(ctx.module, top), top, finding) - 1
     except Exception as exc:
         _remember(ctx.path, code, row, f"the rewrite failed: {type(exc).__name__}: {exc}")

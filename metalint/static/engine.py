@@ -30,7 +30,14 @@ from metalint.static.protocol import summarize_class, summarize_functions
 # re-exported: the results live in a module that does not import libcst (cache hits need no parser)
 from metalint.static.results import HELPER_MARK, ClassSummary, FileResult, error_result
 from metalint.static.rule import Finding, Rule, RuleContext
-from metalint.static.syntax import children, code_ranges, parse_valid_module, walk
+from metalint.static.syntax import (
+    TRIVIA,
+    children,
+    code_ranges,
+    parse_valid_module,
+    walk,
+    walk_code,
+)
 from metalint.static.tensors import argument_writes, recreated
 from metalint.vocabulary import DEFAULT_HOOKS, MODULE_API
 
@@ -106,16 +113,55 @@ def _qualified_helpers(names: set[str], ctx: RuleContext) -> set[str]:
     return out
 
 
-def _short_functions(module: cst.Module) -> list[tuple[cst.FunctionDef, str]]:
+def _short_functions(
+    module: cst.Module, source: str, tree: ast.Module | None
+) -> list[tuple[cst.FunctionDef, str]]:
     """The module-level functions of at most :data:`HELPER_STATEMENTS` statements, each with
-    its body's text (rendered once for both summaries below)."""
+    its body's text, for both summaries below (which only search it for calls and reads)."""
+    defs = [s for s in module.body if isinstance(s, cst.FunctionDef)]
+    texts = _body_texts(defs, source, tree)
     return [
-        (stmt, module.code_for_node(stmt.body))
-        for stmt in module.body
-        if isinstance(stmt, cst.FunctionDef)
-        and isinstance(stmt.body, cst.IndentedBlock)
-        and len(stmt.body.body) <= HELPER_STATEMENTS
+        (stmt, texts.get(i) or module.code_for_node(stmt.body))
+        for i, stmt in enumerate(defs)
+        if isinstance(stmt.body, cst.IndentedBlock) and len(stmt.body.body) <= HELPER_STATEMENTS
     ]
+
+
+def _body_texts(defs: list[cst.FunctionDef], source: str, tree: ast.Module | None) -> dict:
+    """index in ``defs`` -> the text of its body cut from ``source`` at CPython's rows (no
+    render), for each whose text holds nothing else than libcst's render of the body would
+    for a search: from the ``:`` ending its header (nothing but blanks after it on that line)
+    to the end of its last statement's line, when only blank lines follow up to the next
+    statement (libcst gives the body the comments after it that are indented further)."""
+    if tree is None:
+        return {}
+    nodes = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if [d.name.value for d in defs] != [n.name for n in nodes]:
+        return {}
+    lines = split_lines(source, keepends=True)
+    starts = [_first_row(n) for n in tree.body]
+    nexts = {
+        id(n): (starts[i + 1] if i + 1 < len(starts) else len(lines) + 1)
+        for i, n in enumerate(tree.body)
+    }
+    out = {}
+    for i, fn in enumerate(nodes):
+        end = fn.end_lineno
+        if end is None or any(lines[r - 1].strip() for r in range(end + 1, nexts[id(fn)])):
+            continue
+        header = _first_row(fn.body[0]) - 1  # the row of the ``:``: above any comment
+        while header > fn.lineno and lines[header - 1].lstrip()[:1] in ("", "#"):
+            header -= 1
+        line = lines[header - 1].rstrip()
+        if header < fn.lineno or not line.endswith(":"):
+            continue
+        out[i] = lines[header - 1][len(line) :] + "".join(lines[header:end])
+    return out
+
+
+def _first_row(node: ast.stmt) -> int:
+    """A statement's first row: its first decorator's, if it has any."""
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
 
 
 def _helper_summaries(functions, facts, ctx: RuleContext) -> dict[str, dict]:
@@ -276,8 +322,10 @@ def _render_alone(
     row = rows[next(i for i, s in enumerate(nth) if s is top)]
     body = top.body.body if isinstance(top.body, cst.IndentedBlock) else None
     targets = {id(n) for n in nodes}
+    # no finding is whitespace or punctuation: look for them among code nodes only
+    walker = walk if any(type(n) in TRIVIA for n in nodes) else walk_code
     parts = (
-        _methods_holding(top, body, targets, module, lines, row, tree)
+        _methods_holding(top, body, targets, module, lines, row, tree, walker)
         if kind is cst.ClassDef and body
         else None
     )
@@ -318,11 +366,19 @@ def _render_alone(
 
 
 def _methods_holding(
-    top: cst.ClassDef, body, targets: set[int], module: cst.Module, lines: list[str], row: int, tree
+    top: cst.ClassDef,
+    body,
+    targets: set[int],
+    module: cst.Module,
+    lines: list[str],
+    row: int,
+    tree,
+    walk=walk,
 ):
     """(method to render, its anchors) for each method of ``top`` holding some of
     ``targets``; None when a class-level statement holds one or a row cannot be told. An
     anchor is (node, its row, its column or None for a name, ids of the findings under it).
+    ``walk`` lists the nodes under a statement (:func:`walk_code` when no finding is trivia).
 
     The k-th method of a name in the class is the k-th ``def name`` line after the class's
     ``row`` at the class body's indentation."""
@@ -443,6 +499,7 @@ def analyze_source(
     rules: Sequence[type[Rule]],
     fix_for: FixFor | None = None,
     elide_unread: bool = True,
+    defer_helper_reads: bool = False,
 ) -> FileResult:
     """Run ``rules`` on ``source``; ``fix_for(code, ctx, finding, row, source)`` gives each
     finding its fix (the fix registry's; None: findings carry no fix). Both are handed in by
@@ -453,6 +510,12 @@ def analyze_source(
     and fixes, in less time); ``metalint fix`` turns it off, so that what it writes is rendered
     from the whole file.
 
+    ``defer_helper_reads`` leaves out the findings that stand only if a function of another
+    file reads a tensor's value (ML008/ML009 at a call of an imported function: on timm five
+    in six of a file's findings, almost none of which the tree confirms) and lists the
+    ``(code, function)`` of each in ``FileResult.helper_reads`` instead: ``check`` analyses a
+    file again in full when the tree confirms one (see :func:`metalint.check.run_check`).
+
     The cycle collector is paused meanwhile: a libcst tree is tens of thousands of objects
     that live exactly as long as this call and are freed by reference counting when it
     returns, so the collector's passes over them while they are built find nothing (they cost
@@ -461,7 +524,15 @@ def analyze_source(
     gc.disable()
     try:
         return _analyze(
-            source, display, module_name, is_package, hooks, rules, fix_for, elide_unread
+            source,
+            display,
+            module_name,
+            is_package,
+            hooks,
+            rules,
+            fix_for,
+            elide_unread,
+            defer_helper_reads,
         )
     finally:
         if enabled:
@@ -469,7 +540,7 @@ def analyze_source(
 
 
 def _analyze(
-    source, display, module_name, is_package, hooks, rules, fix_for, elide_unread
+    source, display, module_name, is_package, hooks, rules, fix_for, elide_unread, defer
 ) -> FileResult:
     # CPython first: what it rejects is ML900 with its own message, and nothing else touches
     # it (libcst's native parser overflows its stack on some of what CPython refuses)
@@ -501,7 +572,7 @@ def _analyze(
     result.exports.update(facts.local_classes)
     result.classes = [summarize(c, ctx) for c in facts.classes]
     result.functions = init_functions(module, module_name, ctx.qualify)
-    functions = _short_functions(module)
+    functions = _short_functions(module, source, tree)
     for name, summary in _helper_summaries(functions, facts, ctx).items():
         result.functions.setdefault(name, {})["arg_writes"] = summary
     protocols = [c.protocol for c in result.classes]
@@ -513,10 +584,15 @@ def _analyze(
         module, functions, source, facts, instances, tree
     ).items():
         result.functions.setdefault(name, {}).update(summary)
+    helper_reads: set[tuple[str, str]] = set()
     for cls in facts.classes:
         for rule in instances:
             for finding in rule.check_class(cls):
-                findings.append((rule.code, finding))
+                if defer and finding.if_helper_reads:
+                    helper_reads.add((rule.code, finding.if_helper_reads))
+                else:
+                    findings.append((rule.code, finding))
+    result.helper_reads = sorted(helper_reads)
     if findings:
         positions = _positions(module, source, [(f.cls, f.node) for _, f in findings], facts, tree)
         for code, f in findings:

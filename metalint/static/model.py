@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from metalint.static.names import Aliases, dotted
-from metalint.static.syntax import children
+from metalint.static.syntax import TRIVIA, children
 from metalint.vocabulary import NO_GRAD_CONTEXTS, SKIPPED_METHOD_PREFIXES
 
 
@@ -141,39 +141,6 @@ class FileFacts:
     local_functions: dict[str, str] = field(default_factory=dict)
 
 
-#: tokens and whitespace: no collector hook reads them, and nothing below them is code
-_TRIVIA = frozenset(
-    t
-    for t in vars(cst).values()
-    if isinstance(t, type)
-    and issubclass(t, cst.CSTNode)
-    and issubclass(
-        t,
-        (
-            cst.BaseParenthesizableWhitespace,
-            cst.Newline,
-            cst.EmptyLine,
-            cst.TrailingWhitespace,
-            cst.Comment,
-            cst.Comma,
-            cst.Dot,
-            cst.Colon,
-            cst.Semicolon,
-            cst.AssignEqual,
-            cst.LeftParen,
-            cst.RightParen,
-            cst.LeftSquareBracket,
-            cst.RightSquareBracket,
-            cst.LeftCurlyBrace,
-            cst.RightCurlyBrace,
-            cst.BaseBinaryOp,
-            cst.BaseBooleanOp,
-            cst.BaseCompOp,
-            cst.BaseUnaryOp,
-            cst.BaseAugOp,
-        ),
-    )
-)
 #: node type -> the collector's (visit, leave) hooks for it (None: no hook)
 _HOOKS: dict[type, tuple] = {}
 
@@ -219,7 +186,7 @@ class FactCollector:
             if leave is not None:
                 stack.append((node, leave))
             if visit is None or visit(self, node) is not False:
-                stack.extend((c, None) for c in reversed(children(node)) if type(c) not in _TRIVIA)
+                stack.extend((c, None) for c in reversed(children(node)) if type(c) not in TRIVIA)
 
     # -- imports (module level and nested: both count) -------------------------------------
     def visit_Import(self, node: cst.Import) -> None:

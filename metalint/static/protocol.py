@@ -423,9 +423,13 @@ def _swapped_in(methods: list, ctx, children: set[str]) -> dict[str, str]:
 def _function_builds(name: str, ctx) -> tuple[set[str], set[str]]:
     """The classes the module-level function ``name`` of this file (and those of this file it
     calls) constructs, and those of them it installs into the module it is handed as its
-    first argument (see :func:`_builds_of`)."""
+    first argument (see :func:`_builds_of`). Worked out once per file and function (every
+    class whose construction calls it asks)."""
     import libcst as cst
 
+    memo = ctx.memo.setdefault(_function_builds, {})
+    if name in memo:
+        return memo[name]
     top = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
     built: set[str] = set()
     swaps: set[str] = set()
@@ -439,7 +443,8 @@ def _function_builds(name: str, ctx) -> tuple[set[str], set[str]]:
         built |= more
         swaps |= installed
         todo += [c for c in calls if c in top]
-    return built, swaps
+    memo[name] = frozenset(built), frozenset(swaps)
+    return memo[name]
 
 
 def _builds_of(fn, ctx) -> tuple[set[str], set[str], list[str]]:

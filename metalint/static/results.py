@@ -70,6 +70,9 @@ class FileResult:
     parsed: bool = False
     #: module-level init functions others may apply (see metalint.static.defaults.init_functions)
     functions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: (code, function) of the findings left out until the tree confirms that ``function``
+    #: reads a tensor's value (``analyze_source(defer_helper_reads=True)``)
+    helper_reads: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,6 +83,7 @@ class FileResult:
             "noqa": {str(k): v for k, v in self.noqa.items()},
             "parsed": self.parsed,
             "functions": self.functions,
+            "helper_reads": [list(pair) for pair in self.helper_reads],
         }
 
     @classmethod
@@ -93,7 +97,15 @@ class FileResult:
             {int(k): v for k, v in d["noqa"].items()},
             d["parsed"],
             d.get("functions", {}),
+            [_code_and_function(x) for x in d.get("helper_reads", ())],
         )
+
+
+def _code_and_function(pair) -> tuple[str, str]:
+    code, function = pair  # anything else is not what this version wrote: a cache miss
+    if type(code) is not str or type(function) is not str:
+        raise TypeError("a helper read is two strings")
+    return code, function
 
 
 def error_result(

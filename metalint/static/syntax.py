@@ -130,6 +130,52 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(reversed(children(cur)))
 
 
+#: tokens and whitespace: no rule reads them (the fact collector has no hook for them, no
+#: finding is one), and nothing below them is code
+TRIVIA = frozenset(
+    t
+    for t in vars(cst).values()
+    if isinstance(t, type)
+    and issubclass(t, cst.CSTNode)
+    and issubclass(
+        t,
+        (
+            cst.BaseParenthesizableWhitespace,
+            cst.Newline,
+            cst.EmptyLine,
+            cst.TrailingWhitespace,
+            cst.Comment,
+            cst.Comma,
+            cst.Dot,
+            cst.Colon,
+            cst.Semicolon,
+            cst.AssignEqual,
+            cst.LeftParen,
+            cst.RightParen,
+            cst.LeftSquareBracket,
+            cst.RightSquareBracket,
+            cst.LeftCurlyBrace,
+            cst.RightCurlyBrace,
+            cst.BaseBinaryOp,
+            cst.BaseBooleanOp,
+            cst.BaseCompOp,
+            cst.BaseUnaryOp,
+            cst.BaseAugOp,
+        ),
+    )
+)
+
+
+def walk_code(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """:func:`walk` without :data:`TRIVIA` (two in three nodes of a typical statement), for
+    finding code nodes."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        yield cur
+        stack.extend(c for c in reversed(children(cur)) if type(c) not in TRIVIA)
+
+
 def code_ranges(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
     """What ``MetadataWrapper(module).resolve(PositionProvider)`` returns (each node's
     syntactic code range), without the full visit of the tree the resolver also makes for
