@@ -449,6 +449,68 @@ def test_subclass_overriding_reset_blocks_the_fix(tmp_path, monkeypatch):
     assert "subclass `m.Sub` defines its own `reset_parameters()`" in out
 
 
+def test_a_base_and_its_subclass_never_get_hooks_in_one_round(tmp_path, monkeypatch):
+    """torch-geometric's LinkPredMetric / LinkPredNDCG: both compute buffers in ``__init__``.
+    Given hooks in the same round, the base's ``__init__`` ended by calling
+    ``self.reset_parameters()``, the subclass's, which read ``self.discount`` before the
+    subclass registered it: eager construction raised AttributeError. The base is fixed
+    whole; the subclass is refused with the reason, and both still build."""
+    torch = pytest.importorskip("torch")
+    import importlib.util
+
+    (tmp_path / "m.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class LinkPredMetric(nn.Module):\n"
+        "    def __init__(self, k: int = 3):\n"
+        "        super().__init__()\n"
+        "        self.k = k\n"
+        '        self.register_buffer("accum", torch.tensor(0.0), persistent=False)\n'
+        '        self.register_buffer("total", torch.tensor(0), persistent=False)\n\n\n'
+        "class LinkPredNDCG(LinkPredMetric):\n"
+        "    def __init__(self, k: int = 3):\n"
+        "        super().__init__(k)\n"
+        "        discount = torch.arange(2, k + 2).log2()\n"
+        '        self.register_buffer("discount", discount, persistent=False)\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path)
+    text = (tmp_path / "m.py").read_text()
+    assert "self.total.copy_(" in text and "self.discount.copy_(" not in text, text
+    assert "base class `m.LinkPredMetric` has its own `reset_parameters()`" in out, out
+    spec = importlib.util.spec_from_file_location("m_fixed", tmp_path / "m.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    sub = mod.LinkPredNDCG()  # raised AttributeError: no attribute 'discount'
+    assert torch.equal(sub.discount, torch.arange(2, 5).log2())
+    with torch.device("meta"):
+        base = mod.LinkPredMetric()
+    base.to_empty(device="cpu")
+    base.reset_parameters()
+    assert base.total.item() == 0 and base.accum.item() == 0.0
+
+
+def test_a_buffer_a_helper_draws_is_an_unsafe_fix(tmp_path, monkeypatch):
+    """``self.register_buffer("f", gaussian_matrix(n))`` with ``gaussian_matrix`` drawing
+    ``torch.randn``: the hook draws it a second time, so eager values differ. It was a safe
+    fix (plain ``fix --write`` applied it); now it needs ``--unsafe-fixes``."""
+    src = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "def gaussian_matrix(n: int) -> torch.Tensor:\n"
+        "    return torch.randn(3, n) * 0.5\n\n\n"
+        "class RandomFeatures(nn.Module):\n"
+        "    def __init__(self, n: int = 4):\n"
+        "        super().__init__()\n"
+        "        self.n = n\n"
+        '        self.register_buffer("features", gaussian_matrix(n))\n'
+    )
+    (tmp_path / "m.py").write_text(src)
+    monkeypatch.chdir(tmp_path)
+    _fix(tmp_path, unsafe=False)
+    assert (tmp_path / "m.py").read_text() == src
+    rc, out = _fix(tmp_path, unsafe=True)
+    assert "self.features.copy_(gaussian_matrix(self.n))" in (tmp_path / "m.py").read_text()
+
+
 def test_code_later_in_the_same_block_counts_as_later(tmp_path, monkeypatch):
     """A buffer registered inside an ``else`` block followed, in that block, by a module
     (whose init draws) and a write of the buffer (monai's text encoder loading pretrained

@@ -134,22 +134,7 @@ class Fixer:
             ff.after = ff.before
             return ff
         for _ in range(MAX_ROUNDS):
-            picked: list[Diagnostic] = []
-            rows: list[tuple[int, int]] = []
-            for d in sorted(diags, key=lambda d: d.sort_key):
-                if not self.applicable(d) or _related(d.symbol, broken):
-                    continue
-                why = self.blocked(d, h)
-                if why:
-                    ff.refused[(d.code, d.start.row, d.symbol or "")] = why
-                    continue
-                if any(_related(d.symbol, {p.symbol}) for p in picked):
-                    continue
-                span = (min(e.start.row for e in d.fix.edits), max(e.end.row for e in d.fix.edits))
-                if any(not (span[1] < a or b < span[0]) for a, b in rows):
-                    continue
-                picked.append(d)
-                rows.append(span)
+            picked = self._pick(ff, diags, h, broken)
             if not picked:
                 break
             try:
@@ -176,6 +161,33 @@ class Fixer:
                     ff.refused.setdefault((d.code, d.start.row, d.symbol or ""), why)
         return ff
 
+    def _pick(self, ff: FileFix, diags, h: Hierarchy, broken: set[str]) -> list[Diagnostic]:
+        """The fixes of one round: applicable, not forbidden by the tree, at most one per class,
+        no overlapping lines."""
+        picked: list[Diagnostic] = []
+        rows: list[tuple[int, int]] = []
+        for d in sorted(diags, key=lambda d: d.sort_key):
+            if not self.applicable(d) or _related(d.symbol, broken):
+                continue
+            why = self.blocked(d, h)
+            if why:
+                ff.refused[(d.code, d.start.row, d.symbol or "")] = why
+                continue
+            if any(_related(d.symbol, {p.symbol}) for p in picked):
+                continue
+            if any(_kin(h, d, p) for p in picked):
+                # a base class and its subclass both given a hook in one round: neither saw
+                # the other's, and a base ``__init__`` calling ``reset_parameters()`` then runs
+                # the subclass's before the subclass made its tensors (PyG's LinkPredNDCG:
+                # AttributeError on ``self.discount``). Next round, ``blocked`` sees the first.
+                continue
+            span = (min(e.start.row for e in d.fix.edits), max(e.end.row for e in d.fix.edits))
+            if any(not (span[1] < a or b < span[0]) for a, b in rows):
+                continue
+            picked.append(d)
+            rows.append(span)
+        return picked
+
     def _give_up(self, ff: FileFix, why: str) -> FileFix:
         """Leave the file exactly as it was read, with one error naming why."""
         ff.text, ff.applied, ff.after = ff.original, [], ff.before
@@ -191,6 +203,26 @@ class Fixer:
         if d.code not in CODEMODS:
             return None
         return REASONS.get((ff.display, d.code, d.start.row))
+
+
+def _kin(h: Hierarchy, a: Diagnostic, b: Diagnostic) -> bool:
+    """Do fixes ``a`` and ``b`` both put code in a hook, of classes one of which inherits from
+    the other?"""
+    if None in (a.condition, b.condition) or not (a.fix and a.fix.hook and b.fix and b.fix.hook):
+        return False
+    x, y = a.condition.cls, b.condition.cls
+    return x != y and (x in _ancestors(h, y) or y in _ancestors(h, x))
+
+
+def _ancestors(h: Hierarchy, fullname: str) -> set[str]:
+    seen: set[str] = set()
+    stack = [fullname]
+    while stack:
+        for b in h.bases(stack.pop()):
+            if b not in seen:
+                seen.add(b)
+                stack.append(b)
+    return seen
 
 
 def _related(symbol: str | None, others) -> bool:

@@ -46,7 +46,7 @@ from metalint.fix.parameter_from_value import Value, empty_of, hook_body
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk
 from metalint.static.tensors import value_kind
-from metalint.vocabulary import BUFFER_HOOK, INIT_KIND, RANDOM_FACTORIES
+from metalint.vocabulary import BUFFER_HOOK, HOST_READS, INIT_KIND, RANDOM_FACTORIES
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -94,6 +94,14 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
         why = str(exc)
         full = value
         prelude = recompute_locals(edit, value, index, hook, why)
+    effects = _helper_effects(edit, [full, *prelude])
+    if "host" in effects:
+        raise Unfixable(
+            f"the value calls `{effects['host']}()`, which copies a tensor to the host "
+            "(`.cpu()`, `.item()`, ...): under meta the hook would raise"
+        )
+    if "random" in effects:
+        kind = "random"  # drawn by a helper of the file: drawn a second time in the hook
     optional = _may_be_none(full) or any(_may_be_none(s) for s in prelude)
     if optional:
         full = _tensor_branch(full)
@@ -109,7 +117,7 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     if any(isinstance(n, cst.If) for n in path):
         if prelude:
             raise Unfixable("the buffer is registered inside an `if` and computed through locals")
-        body = guarded(f"getattr(self, {attr!r}, None) is not None", body)
+        body = guarded(registered(attr), body)
     elif optional:
         # a buffer that may be registered as ``None`` (monai's ``FocalLoss.class_weight``
         # without class weights) is copied into only where it is a tensor; the same code
@@ -122,6 +130,46 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
         )
     edit.use_hook(hook, index, body)
     return edit.rewrite(f"Compute buffer `{attr}` in `{hook}()` and call it from `__init__`")
+
+
+def registered(attr: str) -> str:
+    """The guard of a hook copying into a buffer registered inside an ``if``: the buffer is
+    registered and holds a tensor. ``getattr(self, name, None) is not None`` also held for the
+    other branch's plain tensor (monai SABlock: ``else: self.causal_mask = torch.Tensor()``),
+    and the copy then recomputed the value from ``torch.ones(None, None)``: eager construction
+    raised TypeError."""
+    return f"self._buffers.get({attr!r}) is not None"
+
+
+def _helper_effects(edit: ClassEdit, nodes, seen: set[str] | None = None) -> dict[str, str]:
+    """What the module-level functions of the file that ``nodes`` call (and the ones they call)
+    do that a hook cannot repeat as ``__init__`` did: ``"random"`` (a draw: PyG's
+    ``orthogonal_matrix`` -> ``torch.randn``), ``"host"`` (a copy to the host: its
+    ``q, _ = torch.linalg.qr(mat.cpu())``); effect -> the function called."""
+    defs = {s.name.value: s for s in edit.ctx.module.body if isinstance(s, cst.FunctionDef)}
+    seen = set() if seen is None else seen
+    out: dict[str, str] = {}
+    for node in nodes:
+        for c in walk(node):
+            if not (isinstance(c, cst.Call) and isinstance(c.func, cst.Name)):
+                continue
+            name = c.func.value
+            if name not in defs or name in seen:
+                continue
+            seen.add(name)
+            body = defs[name].body
+            if _draws(body, edit):
+                out.setdefault("random", name)
+            for n in walk(body):
+                if (
+                    isinstance(n, cst.Call)
+                    and isinstance(n.func, cst.Attribute)
+                    and (n.func.attr.value == "cpu" or n.func.attr.value in HOST_READS)
+                ):
+                    out.setdefault("host", name)
+            for effect in _helper_effects(edit, [body], seen):
+                out.setdefault(effect, name)
+    return out
 
 
 def _drawn_once(ctx, edit: ClassEdit, line, index, path, node, attr, hook) -> Rewrite | None:
@@ -142,7 +190,7 @@ def _drawn_once(ctx, edit: ClassEdit, line, index, path, node, attr, hook) -> Re
     new_line = line.deep_replace(arg, arg.with_changes(value=empty))
     body = hook_body(value, f"self.{attr}", names, lambda e: edit.store_names(e, line, index))
     if any(isinstance(n, cst.If) for n in path):
-        body = guarded(f"getattr(self, {attr!r}, None) is not None", body)
+        body = guarded(registered(attr), body)
     old = edit.replace.get(id(line))
     current = old[1] if old else [line]
     edit.replace[id(line)] = (line, [new_line if s is line else s for s in current])

@@ -17,6 +17,8 @@ class Verdict:
     cls: str
     status: str  # passed | failed | skipped
     detail: str = ""
+    #: the class's own tensors that did not come back (a failure on them)
+    lost: tuple[str, ...] = ()
 
 
 def verify_classes(
@@ -68,5 +70,5 @@ def verify_classes(
                     or f"probe status {res.get('status')}"
                 )
                 detail = " ".join(str(detail).split())[:300]
-            out.append(Verdict(cls, "failed", detail))
+            out.append(Verdict(cls, "failed", detail, tuple(sorted(own_broken))))
     return out

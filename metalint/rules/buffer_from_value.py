@@ -85,8 +85,11 @@ class BufferFromValue(Rule):
     is registered from `torch.empty((3, n))` and drawn once in the hook
     (`self.x.normal_().mul_(self.scale)`: the same draws and rounding), safe when nothing after
     it in `__init__` (its own block included) draws; any other random value would be drawn
-    twice (unsafe). A buffer written later in `__init__`, also further down its own block
-    (pretrained values loaded into it), is not fixed.
+    twice (unsafe), as is a value a function of the file draws (`gaussian_matrix(n)` calling
+    `torch.randn`). A buffer written later in `__init__`, also further down its own block
+    (pretrained values loaded into it), is not fixed, nor one a function of the file computes by
+    copying a tensor to the host (torch-geometric's `orthogonal_matrix`: `torch.linalg.qr(
+    mat.cpu())`; under meta the hook would raise).
     """
 
     code = "ML002"
