@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterable
 
@@ -243,19 +244,12 @@ def _default_kept(name: str, param: str, default: float, code: str, listed) -> b
     """No call in ``code`` gives ``param`` of the class ``name`` another value than
     ``default`` (see :func:`_law_names`): the class called, maybe through ``partial``, or
     ``super().__init__(...)`` of a subclass (any ``__init__`` call naming ``param``)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    parsed = _calls_and_dicts(code)
+    if parsed is None:
         return False
+    calls, dicts = parsed
     position = next((i for i, p in enumerate(listed) if p.name.value == param), None)
-    dicts = [
-        n
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Assign) and isinstance(n.value, (ast.Dict, ast.Call))
-    ]
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
+    for node in calls:
         args = node.args
         callee = _ast_name(node.func)
         if callee == "partial" and args and _ast_name(args[0]) == name:
@@ -272,6 +266,21 @@ def _default_kept(name: str, param: str, default: float, code: str, listed) -> b
             if kw.arg is None and callee == name and not _names_no(kw.value, param, dicts):
                 return False
     return True
+
+
+@functools.lru_cache(maxsize=4)
+def _calls_and_dicts(code: str) -> tuple[list, list] | None:
+    """The calls of ``code`` and its assignments of a dict or call, in ``ast.walk`` order;
+    None when it does not parse. Parsed once per file (every class and parameter asks)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+    nodes = list(ast.walk(tree))
+    dicts = [
+        n for n in nodes if isinstance(n, ast.Assign) and isinstance(n.value, (ast.Dict, ast.Call))
+    ]
+    return [n for n in nodes if isinstance(n, ast.Call)], dicts
 
 
 def _ast_name(node) -> str:

@@ -313,27 +313,35 @@ def _held(call, method, ctx) -> set[str]:
         if isinstance(v, (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)):
             out |= built(v)
         elif isinstance(v, cst.Name) and arg.star != "**" and arg.keyword is None:
-            out |= _list_classes(method, v.value, built)
+            for value in _list_fills(method, ctx).get(v.value, ()):
+                out |= built(value)
     return out
 
 
-def _list_classes(method, name: str, built) -> set[str]:
-    """The classes a method puts in its local list ``name``."""
+def _list_fills(method, ctx) -> dict[str, list]:
+    """What a method puts in each of its locals (``levels.append(NestLevel(...))``,
+    ``levels = [...]``, ``levels += [...]``): name -> the values, read once per method (every
+    container call of the method asks, for each name it is handed)."""
     import libcst as cst
 
     from metalint.static.names import dotted
     from metalint.static.syntax import walk
 
-    out: set[str] = set()
+    memo = ctx.memo.setdefault(_list_fills, {})
+    hit = memo.get(id(method.node))
+    if hit is not None and hit[0] is method.node:
+        return hit[1]
+    fills: dict[str, list] = {}
     for node in walk(method.node.body):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-            if node.func.attr.value in _LIST_FILLERS and dotted(node.func.value) == name:
-                out |= built(node.args[-1].value) if node.args else set()
+            if node.func.attr.value in _LIST_FILLERS and node.args:
+                fills.setdefault(dotted(node.func.value), []).append(node.args[-1].value)
         elif isinstance(node, (cst.Assign, cst.AugAssign)):
             targets = node.targets if isinstance(node, cst.Assign) else [node]
-            if any(dotted(t.target) == name for t in targets):
-                out |= built(node.value)
-    return out
+            for name in {dotted(t.target) for t in targets}:
+                fills.setdefault(name, []).append(node.value)
+    memo[id(method.node)] = (method.node, fills)
+    return fills
 
 
 def _table_classes(node, ctx) -> set[str]:
