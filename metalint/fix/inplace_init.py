@@ -13,6 +13,8 @@ distribution, other values under the same seed).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 from metalint.fix.codemod import (
@@ -26,6 +28,7 @@ from metalint.fix.codemod import (
     stmt,
 )
 from metalint.fix.parent_init import own_hook_first
+from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk
 from metalint.static.tensors import Write, inplace_write
@@ -122,15 +125,16 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None) -> bool:
     return False
 
 
-def _take(edit: ClassEdit, body, moved: list[int], private: bool = False) -> list:
+def _take(edit: ClassEdit, body, moved, private: bool = False, index: int | None = None) -> list:
     """Remove the ``moved`` statements of ``__init__``; their copies for a hook, the local names
     they read stored on ``self`` (``private``: under a private name), with only the comment
-    lines above them."""
+    lines above them. ``index``: the top-level statement of ``__init__`` holding them, when
+    ``body`` is a block inside it."""
     stmts = []
     for i in moved:
         s = body[i]
         edit.replace[id(s)] = (s, [])
-        new = edit.store_names(s, s, i, private=private)
+        new = edit.store_names(s, s, i if index is None else index, private=private)
         lead = [line for line in getattr(new, "leading_lines", ()) if line.comment is not None]
         stmts.append(new.with_changes(leading_lines=lead))
     return stmts
@@ -144,11 +148,18 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         raise Unfixable("the init is not in `__init__` itself")
     if not init_only(body[index], ctx):
         if init_only(body[index], ctx, _any):
-            return _children(ctx, edit, index)
+            return _children(ctx, edit)
         line = edit._path(finding.node)[1]
         own = [n for n in line if isinstance(n, cst.SimpleStatementLine)]
         if own and own[-1] is not body[index] and init_only(own[-1], ctx):
             return move_own_in_block(ctx, edit, own[-1], index, "Move")
+        if own and init_only(own[-1], ctx, _child):
+            if any(own[-1] in run for _i, run, _c in _block_runs(ctx, edit)):
+                return _children(ctx, edit)
+            raise Unfixable(
+                "the child's init is inside a block that does not make that child once: "
+                "whether the child exists does not tell whether the block ran"
+            )
         raise Unfixable(
             "the statement does more than initialise this module's own tensors in place "
             "(a child's tensor belongs in the model's `init_weights()`)"
@@ -169,7 +180,7 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
         if len(calls) == 1 and not nested and calls[0] < first:
             # under timm's protocol a module with an ``init_weights()`` is initialised by it
             # alone: the own init joins it (with any children's init, in order)
-            return _children(ctx, edit, first)
+            return _children(ctx, edit)
 
     attrs = sorted(
         {
@@ -274,15 +285,144 @@ def move_own_in_block(ctx: RuleContext, edit: ClassEdit, first, index: int, what
 ROOT_HOOK = ROOT_ENTRIES[0]
 
 
-def _children(ctx: RuleContext, edit: ClassEdit, index: int) -> Rewrite:
+def _if_blocks(s: cst.If) -> Iterator[cst.IndentedBlock]:
+    """The blocks of an ``if``/``elif``/``else`` chain."""
+    node = s
+    while node is not None:
+        if isinstance(node.body, cst.IndentedBlock):
+            yield node.body
+        node = getattr(node, "orelse", None)
+
+
+def _child_of(s: cst.CSTNode, ctx: RuleContext) -> set[str]:
+    """The children whose tensors an init-only statement writes (``g_proj`` for
+    ``zeros_(self.g_proj.weight)``)."""
+    out = set()
+    for c in walk(s):
+        if isinstance(c, cst.Call):
+            w = _write(c, ctx)
+            if w is not None and _child(w.target):
+                out.add(w.target.split(".")[1])
+    return out
+
+
+def _creates(s: cst.CSTNode, child: str) -> bool:
+    return isinstance(s, cst.SimpleStatementLine) and any(
+        isinstance(x, cst.Assign) and any(dotted(t.target) == f"self.{child}" for t in x.targets)
+        for x in s.body
+    )
+
+
+def _block_runs(ctx: RuleContext, edit: ClassEdit) -> list[tuple[int, list, frozenset]]:
+    """Runs of in-place inits of children's tensors inside a block of a top-level ``if`` of
+    ``__init__`` that creates those children earlier in the same block (esmfold's
+    ``Attention``: ``if gated: self.g_proj = nn.Linear(..)``, then
+    ``zeros_(self.g_proj.weight)``, ``ones_(self.g_proj.bias)``): (index of the ``if``, the run,
+    its children). The children must be created nowhere else (``None`` aside): whether they
+    exist then tells whether the block ran."""
+    out = []
+    for i, top in enumerate(edit.init_body):
+        if not isinstance(top, cst.If) or init_only(top, ctx, _any):
+            continue
+        for block in _if_blocks(top):
+            stmts = list(block.body)
+            j = 0
+            while j < len(stmts):
+                run = []
+                while j < len(stmts) and init_only(stmts[j], ctx, _child):
+                    run.append(stmts[j])
+                    j += 1
+                if not run:
+                    j += 1
+                    continue
+                at = stmts.index(run[0])
+                kids = frozenset(k for st in run for k in _child_of(st, ctx))
+                if kids and all(
+                    any(_creates(st, k) for st in stmts[:at]) and _made_once(edit, k) for k in kids
+                ):
+                    out.append((i, run, kids))
+    return out
+
+
+def _made_once(edit: ClassEdit, child: str) -> bool:
+    """Is ``self.<child>`` given a value other than ``None`` once during construction?"""
+    n = 0
+    for m in edit.cls.reachable("__init__"):
+        for a in m.assigns:
+            if a.target == f"self.{child}" and not (
+                isinstance(a.value, cst.Name) and a.value.value == "None"
+            ):
+                n += 1
+        for c in m.calls:
+            if c.receiver == "self" and c.method in ("add_module", "register_module", "setattr"):
+                return False
+    return n == 1
+
+
+def _guarded_run(stmts: list, kids: frozenset) -> cst.BaseStatement:
+    guard = " and ".join(f"getattr(self, {k!r}, None) is not None" for k in sorted(kids))
+    node = stmt(f"if {guard}:\n    pass\n")
+    return node.with_changes(body=node.body.with_changes(body=stmts))
+
+
+def _between(edit: ClassEdit, first: int, last: int, moved, runs) -> list:
+    """What runs after a moved init and before the new call: (statement, the children it may
+    touch: those a run later in its block initialises, created before it)."""
+    body = edit.init_body
+    out: list[tuple[cst.CSTNode, frozenset]] = []
+    for i in range(first, last + 1):
+        if i in moved:
+            continue
+        mine = [(r, k) for j, r, k in runs if j == i]
+        if not mine:
+            if i > first:
+                out.append((body[i], frozenset()))
+            continue
+        in_runs = {id(st) for r, _k in mine for st in r}
+        kids = frozenset().union(*(k for _r, k in mine))
+        for block in _if_blocks(body[i]):
+            stmts = list(block.body)
+            starts = [stmts.index(r[0]) for r, _k in mine if r[0] in stmts]
+            for at, st in enumerate(stmts):
+                if id(st) in in_runs:
+                    continue
+                if starts and at > min(starts):
+                    out.append((st, frozenset()))
+                elif i > first:
+                    out.append((st, kids))
+    return out
+
+
+def _call_after(edit: ClassEdit, last: int, replaces: bool) -> None:
+    """Call the root hook in place of top-level statement ``last`` (``replaces``: it moved),
+    else right after it."""
+    body = edit.init_body
+    call = stmt(f"self.{ROOT_HOOK}()")
+    if replaces:
+        s = body[last]
+        call = call.with_changes(leading_lines=s.leading_lines)
+        edit.replace[id(s)] = (s, [*edit.replace[id(s)][1], call])
+    elif last + 1 < len(body):
+        nxt = body[last + 1]
+        old = edit.replace.get(id(nxt))
+        edit.replace[id(nxt)] = (nxt, [call, *(old[1] if old else [nxt])])
+    else:
+        edit.init_append.append(call)
+
+
+def _children(ctx: RuleContext, edit: ClassEdit) -> Rewrite:
     """In-place init of children's tensors (``trunc_normal_(self.linear.weight, std=std)``):
     the parent's value for a child belongs in its root ``init_weights()``, which runs after the
     children's own hooks. Every init-only statement moves there in order, and the call takes
-    the place of the last one, so eager construction draws the same numbers in the same order."""
+    the place of the last one, so eager construction draws the same numbers in the same order.
+    A run of them inside an ``if`` block that creates those children (:func:`_block_runs`)
+    moves too, guarded by the children being there; the call then follows that ``if``."""
 
     body = edit.init_body
     moved = [i for i, s in enumerate(body) if init_only(s, ctx, _any)]
-    first, last = moved[0], moved[-1]
+    runs = _block_runs(ctx, edit)
+    tops = sorted({*moved, *(i for i, _r, _k in runs)})
+    first, last = tops[0], tops[-1]
     opening = []
     if ROOT_HOOK in edit.cls.methods:
         edit.join_called_hook(ROOT_HOOK, first, last, set(moved))
@@ -298,21 +438,30 @@ def _children(ctx: RuleContext, edit: ClassEdit, index: int) -> Rewrite:
         for a in [_attr_of(c, ctx)]
         if a
     }
-    between = [body[i] for i in range(first + 1, last) if i not in moved]
-    for s in between:
-        for a in sorted(attrs):
+    for _i, run, kids in runs:
+        attrs |= kids
+    between = _between(edit, first, last, moved, runs)
+    for s, exempt in between:
+        for a in sorted(attrs - exempt):
             if _touches(s, a, False, edit.memo()):
                 raise Unfixable(f"`self.{a}` is used between its in-place inits in `__init__`")
-    if not all(rng_free(s, ctx) for s in between):
+    if not all(rng_free(s, ctx) for s, _e in between):
         edit.unsafe.append(
             "random draws move after other random draws of `__init__`: eager values differ"
         )
-    stmts = _take(edit, body, moved, private=True)
-    s = body[last]
-    call = stmt(f"self.{ROOT_HOOK}()").with_changes(leading_lines=s.leading_lines)
-    edit.replace[id(s)] = (s, [*edit.replace[id(s)][1], call])
+    units: list[tuple[int, cst.BaseStatement | None]] = []
+    for i in tops:
+        if i in moved:
+            units.append((i, None))
+        for j, run, kids in runs:
+            if j == i:
+                units.append((i, _guarded_run(_take(edit, run, range(len(run)), True, i), kids)))
+    stmts = []
+    for i, guarded_run in units:
+        stmts.extend(_take(edit, body, [i], private=True) if guarded_run is None else [guarded_run])
+    _call_after(edit, last, last in moved)
     edit.hook_append[ROOT_HOOK] = [*opening, *stmts]
-    n = len(moved)
+    n = len(moved) + sum(len(r) for _i, r, _k in runs)
     return edit.rewrite(
         f"Move {n} in-place init statement{'s' if n != 1 else ''} of children's tensors into a "
         f"root `{ROOT_HOOK}()` called from `__init__`"
