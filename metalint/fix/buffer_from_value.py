@@ -412,12 +412,14 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) ->
             ):
                 raise Unfixable(why)
             continue
-        if not _local_only(s, edit):
-            # swin's ``if len(window_size) == 3:`` creates the bias table parameter and
-            # computes the index's locals: only the statements computing locals are copied
-            s = _Slice(edit, local)(s, need) if isinstance(s, cst.If) else None
-            if s is None or not _local_only(s, edit):
-                raise Unfixable(why)
+        # swin's ``if len(window_size) == 3:`` creates the bias table parameter and computes
+        # the index's locals, regunet's computes the sizes of a layer and the bias it gets:
+        # only the statements computing the locals needed are copied
+        sliced = _Slice(edit, local)(s, need) if isinstance(s, cst.If) else None
+        if sliced is not None and _local_only(sliced, edit):
+            s = sliced
+        elif not _local_only(s, edit):
+            raise Unfixable(why)
         picked.append(i)
         copies[i] = s
         need |= local(s)

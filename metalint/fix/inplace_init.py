@@ -410,6 +410,22 @@ def _call_after(edit: ClassEdit, last: int, replaces: bool) -> None:
         edit.init_append.append(call)
 
 
+def _recomputed(edit: ClassEdit, i: int, why: str) -> list:
+    """Statement ``i`` of ``__init__`` for the root hook, after copies of the statements that
+    compute the local tensors it reads (regunet's affine head: ``out_init = torch.tensor([1,
+    0, 0, 0, 1, 0], ...)`` chosen by an ``if`` on the spatial dims, then
+    ``self.fc.bias.data.copy_(out_init)``). Raises :class:`Unfixable` (``why``) when they do
+    more than compute locals."""
+    from metalint.fix.buffer_from_value import recompute_locals
+
+    s = edit.init_body[i]
+    out = recompute_locals(edit, s, i, ROOT_HOOK, why)
+    edit.replace[id(s)] = (s, [])
+    lead = [line for line in getattr(s, "leading_lines", ()) if line.comment is not None]
+    out[-1] = out[-1].with_changes(leading_lines=lead)
+    return out
+
+
 def _children(ctx: RuleContext, edit: ClassEdit) -> Rewrite:
     """In-place init of children's tensors (``trunc_normal_(self.linear.weight, std=std)``):
     the parent's value for a child belongs in its root ``init_weights()``, which runs after the
@@ -458,7 +474,13 @@ def _children(ctx: RuleContext, edit: ClassEdit) -> Rewrite:
                 units.append((i, _guarded_run(_take(edit, run, range(len(run)), True, i), kids)))
     stmts = []
     for i, guarded_run in units:
-        stmts.extend(_take(edit, body, [i], private=True) if guarded_run is None else [guarded_run])
+        if guarded_run is not None:
+            stmts.append(guarded_run)
+            continue
+        try:
+            stmts.extend(_take(edit, body, [i], private=True))
+        except Unfixable as exc:
+            stmts.extend(_recomputed(edit, i, str(exc)))
     _call_after(edit, last, last in moved)
     edit.hook_append[ROOT_HOOK] = [*opening, *stmts]
     n = len(moved) + sum(len(r) for _i, r, _k in runs)
