@@ -556,6 +556,32 @@ def test_code_later_in_the_same_block_counts_as_later(tmp_path, monkeypatch):
     assert "trunc_normal_(self.rel_h, std=0.02)" in hook and "zeros_" not in hook, text
 
 
+def test_a_child_read_after_its_init_in_a_block_keeps_the_others_moving(tmp_path, monkeypatch):
+    """A block that reads a child after initialising it (a copy of the zeroed weight) keeps
+    that init where it is, with the reason; the class's other child init still moves into
+    ``init_weights()``, as it did before block runs moved at all."""
+    (tmp_path / "m.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Gate(nn.Module):\n"
+        "    def __init__(self, dim=8, gated=True):\n"
+        "        super().__init__()\n"
+        "        self.out = nn.Linear(dim, dim)\n"
+        "        nn.init.zeros_(self.out.bias)\n"
+        "        if gated:\n"
+        "            self.gate = nn.Linear(dim, dim)\n"
+        "            nn.init.zeros_(self.gate.weight)\n"
+        "            self.gate.weight.requires_grad_(False)\n"
+        "        self.scale = 2.0\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path, unsafe=True)
+    text = (tmp_path / "m.py").read_text()
+    hook = text.split("def init_weights")[-1]
+    assert "nn.init.zeros_(self.out.bias)" in hook, text
+    assert "zeros_(self.gate.weight)" not in hook and "zeros_(self.gate.weight)" in text, text
+    assert "`self.gate` is used between its in-place inits" in out, out
+
+
 # -- killing the process mid-write ---------------------------------------------------------------
 def _big_file(n: int) -> str:
     parts = ["import torch\nfrom torch import nn\n"]

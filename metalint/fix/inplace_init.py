@@ -148,7 +148,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         raise Unfixable("the init is not in `__init__` itself")
     if not init_only(body[index], ctx):
         if init_only(body[index], ctx, _any):
-            return _children(ctx, edit)
+            return _children_first(ctx, edit)
         line = edit._path(finding.node)[1]
         own = [n for n in line if isinstance(n, cst.SimpleStatementLine)]
         if own and own[-1] is not body[index] and init_only(own[-1], ctx):
@@ -180,7 +180,7 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
         if len(calls) == 1 and not nested and calls[0] < first:
             # under timm's protocol a module with an ``init_weights()`` is initialised by it
             # alone: the own init joins it (with any children's init, in order)
-            return _children(ctx, edit)
+            return _children_first(ctx, edit)
 
     attrs = sorted(
         {
@@ -426,7 +426,16 @@ def _recomputed(edit: ClassEdit, i: int, why: str) -> list:
     return out
 
 
-def _children(ctx: RuleContext, edit: ClassEdit) -> Rewrite:
+def _children_first(ctx: RuleContext, edit: ClassEdit) -> Rewrite:
+    """:func:`_children` for a top-level statement: with the runs inside blocks when they can
+    move, else without them (they stay where they are, as their own findings say)."""
+    try:
+        return _children(ctx, ClassEdit(ctx, edit.cls))
+    except Unfixable:
+        return _children(ctx, edit, with_runs=False)
+
+
+def _children(ctx: RuleContext, edit: ClassEdit, with_runs: bool = True) -> Rewrite:
     """In-place init of children's tensors (``trunc_normal_(self.linear.weight, std=std)``):
     the parent's value for a child belongs in its root ``init_weights()``, which runs after the
     children's own hooks. Every init-only statement moves there in order, and the call takes
@@ -436,7 +445,7 @@ def _children(ctx: RuleContext, edit: ClassEdit) -> Rewrite:
 
     body = edit.init_body
     moved = [i for i, s in enumerate(body) if init_only(s, ctx, _any)]
-    runs = _block_runs(ctx, edit)
+    runs = _block_runs(ctx, edit) if with_runs else []
     tops = sorted({*moved, *(i for i, _r, _k in runs)})
     first, last = tops[0], tops[-1]
     opening = []
