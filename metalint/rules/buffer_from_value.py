@@ -80,7 +80,10 @@ class BufferFromValue(Rule):
     them copied into the hook, in order, when they only compute locals (no `self` written, no
     method called, no random draw; an `if` of such statements and `if ...: raise` checks
     count), also for a local changed in place after it is created (`coords[:, 0] += 1`,
-    `table.view(-1).add_(k)`). Deterministic values are recomputed exactly (safe). A random value made by one
+    `table.view(-1).add_(k)`); of an `if` that also does more (creates the relative position
+    bias table), only the statements computing the needed locals are copied. A buffer that may
+    be `None` (`torch.as_tensor(w) if w is not None else None`) is copied into only where it is
+    a tensor. Deterministic values are recomputed exactly (safe). A random value made by one
     factory whose shape is derived (`scale * torch.randn((3, n))`, a fixed Gaussian projection)
     is registered from `torch.empty((3, n))` and drawn once in the hook
     (`self.x.normal_().mul_(self.scale)`: the same draws and rounding), safe when nothing after

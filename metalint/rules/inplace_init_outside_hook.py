@@ -407,7 +407,11 @@ class InplaceInitOutsideHook(Rule):
     in order, into `reset_parameters()`, each guarded by its tensor being there. A
     child's tensor (`self.head.weight`): every statement that only initialises own or
     children's tensors in place (an `if` whose branches all do, too) moves, in order, into a
-    new root `init_weights()`, whose call takes the place of the last one. Safe when the moved
+    new root `init_weights()`, whose call takes the place of the last one; a child's init
+    inside the `if` block that creates that child (`if gated: self.g_proj = nn.Linear(..)`,
+    then `zeros_(self.g_proj.weight)`) moves with them, guarded by the child being there (not
+    when another branch makes the child too), and a local tensor it reads (`out_init` chosen by
+    an `if`) is recomputed before it by a copy of the statements computing it. Safe when the moved
     statements draw no random numbers, or no random draw of `__init__` comes between them and
     their new place; unsafe otherwise (same distribution, other values under the same seed).
     Not fixable when the init is not in `__init__` itself, when a moved tensor is used later
