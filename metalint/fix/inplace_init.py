@@ -28,6 +28,7 @@ from metalint.fix.codemod import (
     stmt,
 )
 from metalint.fix.parent_init import own_hook_first
+from metalint.fix.recompute import recompute_locals
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk
@@ -416,8 +417,6 @@ def _recomputed(edit: ClassEdit, i: int, why: str) -> list:
     0, 0, 0, 1, 0], ...)`` chosen by an ``if`` on the spatial dims, then
     ``self.fc.bias.data.copy_(out_init)``). Raises :class:`Unfixable` (``why``) when they do
     more than compute locals."""
-    from metalint.fix.buffer_from_value import recompute_locals
-
     s = edit.init_body[i]
     out = recompute_locals(edit, s, i, ROOT_HOOK, why)
     edit.replace[id(s)] = (s, [])

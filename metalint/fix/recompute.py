@@ -1,0 +1,237 @@
+"""Values a hook recomputes from the locals ``__init__`` computed them through: the statements
+that compute those locals, copied in order (ML002's buffers, ML003's child inits that read a
+local tensor). Shared by the codemods; imports only :mod:`metalint.fix.codemod`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import libcst as cst
+
+from metalint.fix.codemod import (
+    BUILTIN_NAMES,
+    ClassEdit,
+    Unfixable,
+    _uses,
+    binds,
+    names_in,
+    stmt,
+)
+from metalint.static.syntax import walk
+from metalint.vocabulary import INIT_KIND, RANDOM_FACTORIES
+
+
+def _raises_only(s: cst.CSTNode) -> bool:
+    """``if bad(x): raise ValueError(...)``: a check that changes nothing."""
+    return (
+        isinstance(s, cst.If)
+        and s.orelse is None
+        and isinstance(s.body, cst.IndentedBlock)
+        and all(
+            isinstance(b, cst.SimpleStatementLine) and all(isinstance(x, cst.Raise) for x in b.body)
+            for b in s.body.body
+        )
+    )
+
+
+def _local_only(s: cst.CSTNode, edit: ClassEdit) -> bool:
+    """A statement (or an ``if`` of them) that only computes locals: no ``self`` written,
+    no method of ``self`` called, no random draw, no loop or nested function."""
+
+    if isinstance(s, cst.If):
+        parts = [*s.body.body] if isinstance(s.body, cst.IndentedBlock) else []
+        rest = s.orelse
+        if rest is not None:
+            parts.append(rest if isinstance(rest, cst.If) else None)
+            if isinstance(rest, cst.Else):
+                parts[-1:] = (
+                    list(rest.body.body) if isinstance(rest.body, cst.IndentedBlock) else [None]
+                )
+        if not parts or not all(p is not None and _local_only(p, edit) for p in parts):
+            return False
+        return not _draws(s.test, edit)
+    if not isinstance(s, cst.SimpleStatementLine):
+        return False
+    written, _read, calls = _uses(s, edit.memo())
+    return not written and not calls and not _draws(s, edit)
+
+
+def _draws(node: cst.CSTNode, edit: ClassEdit) -> bool:
+    """Does the code draw random numbers or build a module (whose init draws)? What
+    :func:`value_kind` calls random, as ML002 judges a buffer's value."""
+
+    for n in walk(node):
+        if not isinstance(n, cst.Call):
+            continue
+        q = edit.ctx.qualify(n.func) or ""
+        name = q.rsplit(".", 1)[-1] if q else getattr(getattr(n.func, "attr", None), "value", "")
+        if q in RANDOM_FACTORIES or INIT_KIND.get(name) == "random":
+            return True
+        if q.startswith("torch.nn.") and name[:1].isupper():
+            return True
+    return False
+
+
+def _local_names(edit: ClassEdit):
+    """``local(node)``: the names ``node`` reads that may be locals or arguments of
+    ``__init__`` (not ``self``, and not an imported module, a builtin or a class of the file
+    that ``__init__`` never assigns)."""
+    init = edit.init
+
+    def local(node: cst.CSTNode) -> set[str]:
+        out = set()
+        for name in names_in(node):
+            n = name.value
+            if n == "self":
+                continue
+            if n not in init.params and n not in init.local_values:
+                if (
+                    n in BUILTIN_NAMES
+                    or n in edit.ctx.facts.local_classes
+                    or edit.ctx.qualify(name) is not None
+                ):
+                    continue
+            out.add(n)
+        return out
+
+    return local
+
+
+def _mentions(s: cst.CSTNode, names: set[str], edit: ClassEdit) -> bool:
+    """Does ``s`` use one of ``names`` in a way that may change it? Indexing an argument that
+    ``__init__`` never assigns (``window_size[0]``, read to size a parameter) does not."""
+    init = edit.init
+    read_only = {
+        id(n.value)
+        for n in walk(s)
+        if isinstance(n, cst.Subscript)
+        and isinstance(n.value, cst.Name)
+        and n.value.value in init.params
+        and n.value.value not in init.local_values
+    }
+    return any(n.value in names and id(n) not in read_only for n in names_in(s))
+
+
+def _is_pass(s: cst.CSTNode) -> bool:
+    return isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Pass) for x in s.body)
+
+
+class _Slice:
+    """An ``if`` with, in each branch, only the statements that compute the locals a value
+    needs (and the locals those read). It cannot be told apart when a statement left out
+    mentions one of those locals (a call may change it), or one kept reads an attribute of
+    ``self`` that one left out writes."""
+
+    def __init__(self, edit: ClassEdit, local) -> None:
+        self.edit = edit
+        self.local = local
+        self.dropped_writes: set[str] = set()
+        self.kept_reads: set[str] = set()
+
+    def __call__(self, s: cst.If, need: set[str]) -> cst.If | None:
+        new = self.branch(s, need)
+        if not new or self.dropped_writes & self.kept_reads:
+            return None
+        return new
+
+    def block(self, stmts: Sequence[cst.BaseStatement], need: set[str]) -> list | None:
+        edit = self.edit
+        want = set(need)
+        out: list[cst.BaseStatement] = []
+        for st in reversed(stmts):
+            if binds(st, edit.ctx.qualify) & want:
+                if isinstance(st, cst.If) and not _local_only(st, edit):
+                    st = self.branch(st, want)
+                    if not st:
+                        return None
+                out.append(st)
+                want |= self.local(st)
+                self.kept_reads.update(_uses(st, edit.memo())[1])
+            elif _mentions(st, want, edit):
+                return None
+            else:
+                self.dropped_writes.update(_uses(st, edit.memo())[0])
+        out.reverse()
+        return out or [cst.SimpleStatementLine([cst.Pass()])]
+
+    def branch(self, node, need: set[str]):
+        """The sliced ``if``/``else`` (False: an ``else`` with nothing to copy; None: cannot)."""
+        if not isinstance(node.body, cst.IndentedBlock):
+            return None
+        body = self.block(node.body.body, need)
+        if body is None:
+            return None
+        if isinstance(node, cst.Else):
+            if all(_is_pass(b) for b in body):
+                return False  # ``else: raise ValueError(..)``: nothing to copy
+            return node.with_changes(body=node.body.with_changes(body=body))
+        rest = self.branch(node.orelse, need) if node.orelse is not None else False
+        if rest is None:
+            return None
+        self.kept_reads.update(_uses(node.test, self.edit.memo())[1])
+        return node.with_changes(
+            body=node.body.with_changes(body=body), orelse=rest if rest is not False else None
+        )
+
+
+def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) -> list:
+    """The statements of ``__init__`` that compute the locals ``value`` reads (swin's relative
+    position index: ``relative_coords = ..``, ``relative_coords[:, :, 0] += ..``, an ``if``
+    choosing the mesh), copied in order for the hook, and, last, ``value`` for the hook. The
+    constructor arguments they read are kept on ``self``; an argument the copied code assigns
+    anew is read back from ``self`` first. Raises :class:`Unfixable` (``why``) when a statement
+    that changes one of those locals does more than compute locals."""
+    body = edit.init_body
+    local = _local_names(edit)
+    need = local(value)
+    picked: list[int] = []
+    copies: dict[int, cst.BaseStatement] = {}
+    for i in range(index - 1, -1, -1):
+        s = body[i]
+        hit = binds(s, edit.ctx.qualify) & need
+        if not hit:
+            if (
+                need & {n.value for n in names_in(s)}
+                and not isinstance(s, cst.SimpleStatementLine)
+                and not _raises_only(s)
+            ):
+                raise Unfixable(why)
+            continue
+        # swin's ``if len(window_size) == 3:`` creates the bias table parameter and computes
+        # the index's locals, regunet's computes the sizes of a layer and the bias it gets:
+        # only the statements computing the locals needed are copied
+        sliced = _Slice(edit, local)(s, need) if isinstance(s, cst.If) else None
+        if sliced is not None and _local_only(sliced, edit):
+            s = sliced
+        elif not _local_only(s, edit):
+            raise Unfixable(why)
+        picked.append(i)
+        copies[i] = s
+        need |= local(s)
+    if not picked:
+        raise Unfixable(why)
+    picked.reverse()
+    bound: set[str] = set()
+    for i in picked:
+        bound |= binds(copies[i], edit.ctx.qualify)
+    if hook in edit.cls.methods:
+        mine = {n.value for n in walk(edit.cls.methods[hook].node.body) if isinstance(n, cst.Name)}
+        if mine & bound:
+            raise Unfixable(why)
+    first = body[picked[0]]
+    init = edit.init
+    prelude = []
+    for n in sorted(bound & set(init.params)):
+        # an argument the copied code assigns anew: kept as it is before the first copied line
+        attr, new = edit._attr_for(n, picked[0])
+        if new:
+            old = edit.replace.get(id(first))
+            current = old[1] if old else [first]
+            edit.replace[id(first)] = (first, [stmt(f"self.{attr} = {n}"), *current])
+        prelude.append(stmt(f"{n} = self.{attr}"))
+    out = [*prelude]
+    for i in picked:
+        new = edit.store_names(copies[i], first, picked[0], bound=bound)
+        out.append(new.with_changes(leading_lines=()))
+    out.append(edit.store_names(value, first, picked[0], bound=bound))
+    return out
