@@ -484,6 +484,21 @@ def test_torch_zip_record_with_a_broken_local_header_is_refused(tiny_ckpt, tmp_p
         open_checkpoint(bad)
 
 
+def test_torch_zip_entry_of_an_unknown_zip_version_is_refused(tiny_ckpt, tmp_path):
+    # found by the CI fuzz profile: a directory entry whose "version needed" byte reads 6.4
+    # made zipfile raise NotImplementedError, a crash instead of a CheckpointError
+    from metalint.loader import CheckpointError, open_checkpoint
+
+    src, _ = tiny_ckpt
+    data = bytearray(src.read_bytes())
+    data[data.rfind(b"PK\x01\x02") + 6] = 0x40
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"not a readable zip archive: zip file version 6.4"):
+        open_checkpoint(bad)
+    assert "\n" not in str(pytest.raises(CheckpointError, open_checkpoint, bad).value)
+
+
 def test_torch_zip_clean_loads(tiny_ckpt):
     import torch
 

@@ -129,7 +129,8 @@ def check_zip_records(path: str) -> None:
         zf = zipfile.ZipFile(path)
     except zipfile.BadZipFile:
         return
-    except (OSError, ValueError, EOFError) as exc:
+    except (OSError, ValueError, EOFError, NotImplementedError) as exc:
+        # NotImplementedError: a directory entry needing a zip version zipfile lacks
         raise CheckpointError(f"not a readable zip archive: {exc}", file=path) from None
     with zf:
         infos = zf.infolist()
