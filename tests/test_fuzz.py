@@ -1,6 +1,7 @@
 """The fuzz suite's CI profile: bench/fuzz.py's properties with a few inputs each.
 
-The long profile (thousands of inputs per part) is ``python bench/fuzz.py``; every input that
+The CI profile is derandomized (the same inputs on every run: CI must be reproducible); the long
+profile (thousands of fresh inputs per part) is ``python bench/fuzz.py``; every input that
 ever broke metalint is a regression test in ``tests/test_hostile_input.py``.
 """
 
@@ -24,7 +25,11 @@ def _fuzz():
 
 fuzz = _fuzz()
 CI = settings(
-    max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    max_examples=12,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
 )
 
 
@@ -68,7 +73,7 @@ def test_loader_refuses_or_matches_safetensors(data):
     assert fuzz.loader_outcome(data, "safetensors") in fuzz.LOADER_FINE
 
 
-@settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@settings(CI, max_examples=20)
 @given(fuzz.mutated_torch_zip())
 def test_loader_refuses_or_matches_torch_load(data):
     assert fuzz.loader_outcome(data, "torch") in fuzz.LOADER_FINE
