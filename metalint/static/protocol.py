@@ -1618,21 +1618,19 @@ class Protocols:
 
     def _members(self, cls: str, attr: str) -> set[str]:
         """The classes in the tree that ``self.attr`` of a ``cls`` is built as."""
-        out: set[str] = set()
-        for c in self.mro(cls):
-            summary = self.h.classes.get(c)
-            for q in (summary.protocol.get("members", {}) if summary else {}).get(attr, ()):
-                r = self.h.resolve(q)
-                if r is not None:
-                    out.add(r)
-        return out
+        return self._summary_classes(cls, "members", attr)
 
     def _held(self, cls: str, attr: str) -> set[str]:
         """The classes in the tree that the container ``self.attr`` of a ``cls`` holds."""
+        return self._summary_classes(cls, "elements", attr)
+
+    def _summary_classes(self, cls: str, table: str, attr: str) -> set[str]:
+        """The tree's classes named under ``attr`` in the protocol summary's ``table`` of
+        ``cls`` or any of its bases."""
         out: set[str] = set()
         for c in self.mro(cls):
             summary = self.h.classes.get(c)
-            for q in (summary.protocol.get("elements", {}) if summary else {}).get(attr, ()):
+            for q in (summary.protocol.get(table, {}) if summary else {}).get(attr, ()):
                 r = self.h.resolve(q)
                 if r is not None:
                     out.add(r)
