@@ -37,6 +37,7 @@ from metalint.fix.codemod import (
 )
 from metalint.fix.parameter_from_value import Value, empty_of, hook_body
 from metalint.fix.recompute import _draws, recompute_locals
+from metalint.static.construction import argument_of
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk
 from metalint.static.tensors import value_kind
@@ -97,6 +98,9 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     if "random" in effects:
         kind = "random"  # drawn by a helper of the file: drawn a second time in the hook
     optional = _may_be_none(full) or any(_may_be_none(s) for s in prelude)
+    arg = argument_of(value, edit.init)
+    if arg is not None and _param_may_be_none(edit.init.node, arg):
+        optional = True  # ``mask: Optional[Tensor] = None``: registered as None without one
     if optional:
         full = _tensor_branch(full)
     if kind == "random" and full is value and not optional and not dry:
@@ -123,6 +127,11 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
             "the random value is drawn a second time in the hook: eager values differ"
         )
     edit.use_hook(hook, index, body)
+    if arg is not None and kind is None:
+        return edit.rewrite(
+            f"Keep the caller's `{arg}` and copy it into buffer `{attr}` in `{hook}()`, "
+            "called from `__init__`"
+        )
     return edit.rewrite(f"Compute buffer `{attr}` in `{hook}()` and call it from `__init__`")
 
 
@@ -198,6 +207,24 @@ def _drawn_once(ctx, edit: ClassEdit, line, index, path, node, attr, hook) -> Re
         f"Register buffer `{attr}` from `torch.empty({shape})` and draw it in `{hook}()`, "
         "called from `__init__`"
     )
+
+
+def _param_may_be_none(fn: cst.FunctionDef, name: str) -> bool:
+    """Parameter ``name`` of ``fn`` defaults to ``None`` or is annotated as optional
+    (``Optional[Tensor]``, ``Tensor | None``): the buffer registered from it may be None."""
+    p = fn.params
+    for param in (*p.posonly_params, *p.params, *p.kwonly_params):
+        if param.name.value != name:
+            continue
+        if param.default is not None and _is_none(param.default):
+            return True
+        ann = param.annotation.annotation if param.annotation else None
+        return ann is not None and any(
+            _is_none(n) or (isinstance(n, cst.Name) and n.value == "Optional")
+            or (isinstance(n, cst.Attribute) and n.attr.value == "Optional")
+            for n in walk(ann)
+        )
+    return False
 
 
 def _is_none(e: cst.CSTNode) -> bool:

@@ -4,7 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.construction import computed, registrations
+from metalint.static.construction import Registration, argument_of, computed, registrations
 from metalint.static.model import ClassFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
@@ -23,8 +23,15 @@ class BufferFromValue(Rule):
 
     A buffer created with `torch.empty(...)` (nothing to lose), or one that a hook
     re-registers, copies into (`self.inv_freq.copy_(self._compute_inv_freq())`) or
-    re-assigns, is not reported. Nor is a buffer registered from a tensor passed in by the
-    caller.
+    re-assigns, is not reported.
+
+    A non-persistent buffer registered from a tensor the caller passes to `__init__`
+    (torch-geometric's `LinkPredDiversity`: `self.register_buffer('category', category,
+    persistent=False)`, also through a conversion such as `popularity.to(torch.float)`) is
+    reported too, unless a hook re-creates it: it is the caller's data. A persistent one is
+    not (a checkpoint holds it: timm's `BinaryCrossEntropy(pos_weight=...)`, PyG's
+    `SchNet(atomref=...)`; ML004 names it when the class has no hook at all), nor is a plain
+    attribute holding the caller's tensor (`to_empty()` leaves it as it was).
 
     Judged under the protocol that materialises the model (`[tool.metalint] protocol`), as
     ML001: the buffer is reported when it is lost under at least one model root that contains
@@ -40,7 +47,9 @@ class BufferFromValue(Rule):
     persistent buffer (the default) is restored when a checkpoint is loaded, but a model
     initialised from scratch on meta (pre-training, FSDP `reset_parameters`, Lightning
     `init_module(empty_init=True)`) keeps garbage — metalint reports both, and says which one
-    it is: the fix is the same.
+    it is: the fix is the same. A non-persistent buffer holding the caller's tensor (item
+    categories, popularity counts) silently becomes garbage: the metric computes on it
+    without an error.
 
     ## Example
     ```python
@@ -93,6 +102,14 @@ class BufferFromValue(Rule):
     (pretrained values loaded into it), is not fixed, nor one a function of the file computes by
     copying a tensor to the host (torch-geometric's `orthogonal_matrix`: `torch.linalg.qr(
     mat.cpu())`; under meta the hook would raise).
+
+    A buffer from the caller's tensor keeps that tensor on `self` (`self._category =
+    category`, as for any constructor argument a computation reads) and copies it in the hook
+    (`self.category.copy_(self._category)`), only where the buffer is a tensor when the
+    argument may be `None`. Eagerly the buffer is still the caller's tensor itself (safe); the
+    kept reference is the same object, so it costs no memory until the module is moved to
+    another device, where it keeps the caller's original alive. A caller's tensor that is
+    itself on meta has no data: the hook then raises rather than leave garbage.
     """
 
     code = "ML002"
@@ -283,6 +300,40 @@ class Attention(nn.Module):
             attn_mask = None
         self.register_buffer("attn_mask", attn_mask, persistent=False)  # ERROR
 """,
+        # torch-geometric's link-prediction metrics: a non-persistent buffer from the caller's
+        # tensor; the fix keeps it and copies it back in the hook
+        Invalid(
+            """
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+class LinkPredAveragePopularity(Module):
+    def __init__(self, k: int, popularity: Tensor) -> None:
+        super().__init__()
+        self.k = k
+        self.popularity: Tensor
+        self.register_buffer('popularity', popularity, persistent=False)  # ERROR
+""",
+            fixed="""
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+class LinkPredAveragePopularity(Module):
+    def __init__(self, k: int, popularity: Tensor) -> None:
+        super().__init__()
+        self.k = k
+        self.popularity: Tensor
+        self._popularity = popularity
+        self.register_buffer('popularity', popularity, persistent=False)  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.popularity.copy_(self._popularity)
+""",
+        ),
         # a hook exists but re-creates something else; a helper registers the buffer
         """
 import torch
@@ -310,6 +361,7 @@ class WindowAttention(nn.Module):
                 continue
             kind = computed(reg.value, self.qualify, reg.method)
             if kind not in ("value", "random"):
+                yield from self._from_argument(cls, reg)
                 continue
             if reg.persistent:
                 lost = (
@@ -342,3 +394,28 @@ class WindowAttention(nn.Module):
                 unless_recreated=(reg.attr,),
                 subject=(reg.attr,),
             )
+
+    def _from_argument(self, cls: ClassFacts, reg: Registration) -> Iterable[Finding]:
+        """A non-persistent buffer registered in ``__init__`` from a tensor the caller passed
+        (torch-geometric ``LinkPredDiversity``: ``self.register_buffer('category', category,
+        persistent=False)``): ``to_empty()`` replaces the caller's data with uninitialised
+        memory and no checkpoint holds it. A persistent one is left alone (a checkpoint
+        restores it: timm's ``BinaryCrossEntropy.pos_weight``, PyG ``SchNet.initial_atomref``;
+        ML004 names it when the class has no hook at all)."""
+        if reg.persistent or reg.method.name != "__init__":
+            return
+        arg = argument_of(reg.value, reg.method)
+        if arg is None:
+            return
+        yield Finding(
+            reg.node,
+            f"buffer `{reg.attr}` is registered from the argument `{arg}` (the caller's "
+            f"tensor) with `persistent=False`, and no reset hook re-creates it: after "
+            f"`to_empty()` it is uninitialised memory, and no checkpoint restores it: the "
+            f"caller's data is lost",
+            cls,
+            help=f"Keep the caller's tensor on `self` and copy it into `self.{reg.attr}` in "
+            "`reset_parameters()`",
+            unless_recreated=(reg.attr,),
+            subject=(reg.attr,),
+        )

@@ -4,7 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.construction import computed, is_legacy_sizes
+from metalint.static.construction import argument_of, computed, is_legacy_sizes
 from metalint.static.model import ClassFacts, construction
 from metalint.static.ownership import owned_tensors
 from metalint.static.rule import Finding, Rule
@@ -92,9 +92,9 @@ class MissingResetHook(Rule):
     The finding is reported once, on the `class` line, and names the tensors whose value is
     lost: those initialised in place during construction (`_reset_parameters()`,
     `nn.init.*_` in `__init__`), those that come from constructor arguments, and computed
-    buffers. Tensors already reported by ML001/ML002 (created from a value) are left to them —
-    their fix adds the missing `reset_parameters()` — so a dinov2 `LayerScale` gets one ML001
-    finding. A `torch.empty(...)` tensor that nothing in the class initialises (a device
+    buffers. Tensors already reported by ML001/ML002 (created from a value, or a
+    non-persistent buffer from a constructor argument) are left to them — their fix adds the
+    missing `reset_parameters()` — so a dinov2 `LayerScale` gets one ML001 finding. A `torch.empty(...)` tensor that nothing in the class initialises (a device
     anchor, or a table the parent initialises: ML010) is not counted: eager construction
     leaves it uninitialised too.
 
@@ -296,10 +296,17 @@ class RelPosBias(nn.Module):  # ERROR
     ]
 
     def _value_carrying(self, owned) -> bool:
-        """Created from a value: ML001 (parameters) or ML002 (buffers) reports it."""
+        """Created from a value, or a non-persistent buffer from an argument: ML001
+        (parameters) or ML002 (buffers) reports it."""
         value = owned.value
         if owned.kind == "parameter":
             return value_kind(value, self.qualify, owned.method) in ("value", "random")
+        if (
+            not owned.persistent
+            and owned.method.name == "__init__"
+            and argument_of(value, owned.method)
+        ):
+            return True  # a non-persistent buffer from an argument: ML002 reports it
         return computed(value, self.qualify, owned.method) in ("value", "random")
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:

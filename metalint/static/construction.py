@@ -104,6 +104,27 @@ def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Regist
                 yield Registration(attr, "buffer", call.node, value, method, not is_false(p), value)
 
 
+def argument_of(expr: cst.BaseExpression | None, method: MethodFacts) -> str | None:
+    """The parameter of ``method`` whose tensor ``expr`` hands on as the caller passed it:
+    ``category`` (never re-assigned in the method), or a conversion of it
+    (``category.long()``, ``popularity.to(dtype)``); None for anything computed.
+    torch-geometric's ``self.register_buffer('category', category, persistent=False)``."""
+    while (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value in CONVERSION_METHODS
+    ):
+        expr = expr.func.value
+    if (
+        isinstance(expr, cst.Name)
+        and expr.value != "self"
+        and expr.value in method.params
+        and not method.local_values.get(expr.value)
+    ):
+        return expr.value
+    return None
+
+
 def registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]:
     """:func:`tensor_registrations` less ``nn.Parameter()`` assignments with no data and
     ``self.register_parameter("res", None)`` (PyG's "no such parameter" in a branch)."""
