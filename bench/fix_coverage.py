@@ -154,6 +154,17 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "ViT": "in_channels=1, img_size=(16, 16), patch_size=(4, 4), hidden_size=16, "
         "mlp_dim=32, num_layers=1, num_heads=2, spatial_dims=2, classification=True",
     },
+    # Not here: ``GNN`` (graphgym: its ``cfg`` is None without the optional ``yacs``),
+    # ``GITMol``/``GITFormer`` (download SciBERT and a sentence encoder: no network).
+    "torch_geometric": {
+        # a two-type graph, author -> paper -> author; the caller's edges are real CPU data
+        # (the factory runs under ``torch.device("meta")``: a user's graph is built before)
+        "MetaPath2Vec": "edge_index_dict={"
+        "('author', 'writes', 'paper'): torch.tensor([[0, 1, 1], [0, 0, 1]], device='cpu'), "
+        "('paper', 'written_by', 'author'): torch.tensor([[0, 0, 1], [0, 1, 1]], device='cpu')}, "
+        "embedding_dim=8, metapath=[('author', 'writes', 'paper'), "
+        "('paper', 'written_by', 'author')], walk_length=2, context_size=2",
+    },
 }
 
 #: the module the probe builds those classes from (written into the copy, after the runs)

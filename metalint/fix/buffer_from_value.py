@@ -97,10 +97,8 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
         )
     if "random" in effects:
         kind = "random"  # drawn by a helper of the file: drawn a second time in the hook
-    optional = _may_be_none(full) or any(_may_be_none(s) for s in prelude)
     arg = argument_of(value, edit.init)
-    if arg is not None and _param_may_be_none(edit.init.node, arg):
-        optional = True  # ``mask: Optional[Tensor] = None``: registered as None without one
+    optional = _optional(edit, full, prelude, arg)
     if optional:
         full = _tensor_branch(full)
     if kind == "random" and full is value and not optional and not dry:
@@ -128,11 +126,19 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
         )
     edit.use_hook(hook, index, body)
     if arg is not None and kind is None:
-        return edit.rewrite(
-            f"Keep the caller's `{arg}` and copy it into buffer `{attr}` in `{hook}()`, "
-            "called from `__init__`"
-        )
-    return edit.rewrite(f"Compute buffer `{attr}` in `{hook}()` and call it from `__init__`")
+        what = f"Keep the caller's `{arg}` and copy it into buffer `{attr}` in `{hook}()`, called"
+    else:
+        what = f"Compute buffer `{attr}` in `{hook}()` and call it"
+    return edit.rewrite(f"{what} from `__init__`")
+
+
+def _optional(edit: ClassEdit, full, prelude, arg: str | None) -> bool:
+    """May the buffer be registered as None? Its value (or a statement computing it) chooses
+    None, or it is the caller's tensor from a parameter that may be None (``mask:
+    Optional[Tensor] = None``)."""
+    if _may_be_none(full) or any(_may_be_none(s) for s in prelude):
+        return True
+    return arg is not None and _param_may_be_none(edit.init.node, arg)
 
 
 def registered(attr: str) -> str:
@@ -220,7 +226,8 @@ def _param_may_be_none(fn: cst.FunctionDef, name: str) -> bool:
             return True
         ann = param.annotation.annotation if param.annotation else None
         return ann is not None and any(
-            _is_none(n) or (isinstance(n, cst.Name) and n.value == "Optional")
+            _is_none(n)
+            or (isinstance(n, cst.Name) and n.value == "Optional")
             or (isinstance(n, cst.Attribute) and n.attr.value == "Optional")
             for n in walk(ann)
         )
