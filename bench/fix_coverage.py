@@ -165,6 +165,20 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "embedding_dim=8, metapath=[('author', 'writes', 'paper'), "
         "('paper', 'written_by', 'author')], walk_length=2, context_size=2",
     },
+    # fair-esm builds from an argparse namespace and an alphabet. Not here: ``RobertaLMHead``
+    # (its ``weight`` is the caller's tied embedding: built alone, the probe counts it as its
+    # own) and ``SinusoidalPositionalEmbedding`` (its ``_float_tensor`` is an uninitialised
+    # ``torch.FloatTensor(1)`` device anchor in eager construction too).
+    "esm": {
+        "ProteinBertModel": "args=__import__('argparse').Namespace(arch='protein_bert_base', "
+        "layers=1, embed_dim=16, ffn_embed_dim=32, attention_heads=2, final_bias=True), "
+        "alphabet=__import__('esm').data.Alphabet.from_architecture('ESM-1')",
+        "MSATransformer": "args=__import__('argparse').Namespace(layers=1, embed_dim=16, "
+        "ffn_embed_dim=32, attention_heads=2, dropout=0.0, attention_dropout=0.0, "
+        "activation_dropout=0.0, max_tokens=2 ** 14, max_positions=32, "
+        "embed_positions_msa=True), "
+        "alphabet=__import__('esm').data.Alphabet.from_architecture('MSA Transformer')",
+    },
 }
 
 #: the module the probe builds those classes from (written into the copy, after the runs)

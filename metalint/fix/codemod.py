@@ -486,6 +486,16 @@ class ClassEdit:
         self.hook_append.setdefault(hook, []).extend(stmts)
 
     _hook_call_added: set = field(default_factory=set)
+    #: ids of the methods other than ``__init__`` holding a replaced statement (a helper that
+    #: ``__init__`` calls: esm1's ``_init_submodules_esm1()`` creating a parameter)
+    _replaced_methods: set = field(default_factory=set)
+
+    def replace_in_method(
+        self, method: cst.FunctionDef, line: cst.BaseStatement, new: list[cst.BaseStatement]
+    ) -> None:
+        """Replace statement ``line`` of ``method`` (not ``__init__``) by ``new``."""
+        self.replace[id(line)] = (line, new)
+        self._replaced_methods.add(id(method))
 
     def join_called_hook(self, hook: str, first: int, last: int, moved: set[int]) -> None:
         """The class already has ``hook()`` (a root ``init_weights()``: the library's, or one an
@@ -741,6 +751,11 @@ class ClassEdit:
         members = list(cls_node.body.body)
         out: list[cst.BaseStatement] = []
         for m in members:
+            if id(m) in self._replaced_methods and m is not init_node:
+                if m.name.value in self.hook_append:
+                    raise Unfixable(f"`{m.name.value}()` is both changed and extended")
+                out.append(m.visit(_ReplaceStatements(self.replace)))
+                continue
             if m is init_node:
                 out.append(new_init)
                 for hook, stmts in self.hook_append.items():

@@ -24,6 +24,7 @@ from metalint.fix.codemod import (
     _touches,
     _uses,
     guarded,
+    path_to,
     rng_free,
     stmt,
 )
@@ -141,12 +142,35 @@ def _take(edit: ClassEdit, body, moved, private: bool = False, index: int | None
     return stmts
 
 
+def _not_in_init(cls, node: cst.CSTNode) -> str:
+    """Why an init outside ``__init__`` is not moved, naming the method that holds it: in a
+    public builder (fairseq's ``build_output_projection()``, which esm's inverse-folding decoder
+    keeps) a subclass overriding the builder makes another child, and a hook initialising
+    the child would apply this init to it."""
+    where = next(
+        (
+            m.name
+            for m in cls.methods.values()
+            if m.name != "__init__" and path_to(m.node.body, node) is not None
+        ),
+        None,
+    )
+    if where is None:
+        return "the init is not in `__init__` itself"
+    if not where.startswith("_"):
+        return (
+            f"the init is in `{where}()`, a public method that `__init__` calls: a subclass "
+            "overriding it builds another child, which a hook's init would then change"
+        )
+    return f"the init is in `{where}()`, not in `__init__` itself"
+
+
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     body = edit.init_body
     index = edit.top_index_of(finding.node)
     if index < 0:
-        raise Unfixable("the init is not in `__init__` itself")
+        raise Unfixable(_not_in_init(cls, finding.node))
     if not init_only(body[index], ctx):
         if init_only(body[index], ctx, _any):
             return _children_first(ctx, edit)

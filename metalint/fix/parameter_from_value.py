@@ -42,6 +42,7 @@ from metalint.fix.codemod import (
     guarded,
     inline_locals,
     legacy_empty,
+    names_in,
     path_to,
     render,
     rng_free,
@@ -278,7 +279,20 @@ def hook_body(value: Value, x: str, names: tuple[str, str], kept) -> cst.BaseSta
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
-    index, line, path = edit.locate(finding.node)
+    try:
+        index, line, path = edit.locate(finding.node)
+    except Unfixable as exc:
+        helper = next(
+            (
+                m
+                for m in cls.methods.values()
+                if m.name != "__init__" and path_to(m.node.body, finding.node) is not None
+            ),
+            None,
+        )
+        if helper is None:
+            raise
+        return _plan_in_helper(ctx, edit, finding.node, helper, str(exc))
     attr, data_arg, guard = _parameter(ctx, finding.node, path)
     legacy = legacy_empty(ctx, edit, data_arg.value)
     if legacy is not None:
@@ -324,6 +338,105 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit.use_hook(hook, index, [body], random=value.random)
     return edit.rewrite(
         f"Create `{attr}` with `torch.empty({shape})` and set its value in `{hook}()`"
+    )
+
+
+_NESTING = (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+def _helper_call(edit: ClassEdit, name: str, why: str):
+    """The one statement ``self.<name>()`` of ``__init__`` (the only caller of ``name``): (its
+    line, the index of its top-level statement, the path down to it)."""
+    callers = sorted(m.name for m in edit.cls.methods.values() if name in m.self_calls)
+    if callers != ["__init__"]:
+        raise Unfixable(f"{why}: `{name}()` is called by `{callers[-1]}()`, not only `__init__`")
+    call_lines = [
+        n
+        for n in walk(edit.init.node.body)
+        if isinstance(n, cst.SimpleStatementLine)
+        and len(n.body) == 1
+        and isinstance(n.body[0], cst.Expr)
+        and isinstance(n.body[0].value, cst.Call)
+        and render(n.body[0].value.func).strip() == f"self.{name}"
+    ]
+    sites = [n for n in walk(edit.init.node.body) if isinstance(n, cst.Call)]
+    if len(call_lines) != 1 or sum(render(c.func).strip() == f"self.{name}" for c in sites) != 1:
+        raise Unfixable(f"{why}: `__init__` does not call `{name}()` once, as a statement")
+    found = edit._path(call_lines[0])
+    if found is None or any(isinstance(n, _NESTING) for n in found[1]):
+        raise Unfixable(f"{why}: `__init__` calls `{name}()` inside a loop, `with` or `try`")
+    return call_lines[0], found[0], found[1]
+
+
+def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -> Rewrite:
+    """The parameter is created in a private method that only ``__init__`` calls, once, as a
+    statement (esm1's ``_init_submodules_esm1()``, called in an ``else``:
+    ``self.embed_out = nn.Parameter(torch.zeros((self.alphabet_size, self.args.embed_dim)))``).
+    The method creates it with ``torch.empty`` and the class's ``reset_parameters()``, called at
+    the end of ``__init__``, sets the constant, where the parameter exists. Only deterministic
+    values whose hook reads no name (``zeros``, ``ones``, a literal fill): nothing then draws
+    at another point of construction, so eager values stay identical (safe)."""
+    name = helper.name
+    if not name.startswith("_"):
+        raise Unfixable(
+            f"{why}: it is set in `{name}()`, a public method (a subclass may override it, a "
+            "caller may call it again)"
+        )
+    call_line, call_index, call_path = _helper_call(edit, name, why)
+    memo = edit.memo()
+    path = path_to(helper.node.body, node)
+    if path is None or any(isinstance(n, _NESTING) for n in path):
+        raise Unfixable(f"{why}: the statement is inside a loop, `with`, `try` or nested function")
+    lines = [n for n in path if isinstance(n, cst.SimpleStatementLine)]
+    if not lines:
+        raise Unfixable(f"{why}: the value is not set by a simple statement")
+    line = lines[-1]
+    attr, data_arg, guard = _parameter(ctx, node, path)
+    value = Value(data_arg.value, ctx)
+    if value.random:
+        raise Unfixable(f"{why}: a random value would be drawn at another point of construction")
+    # nothing after the creation (the rest of the helper, then of __init__) touches it
+    tail: list[cst.BaseStatement] = []
+    for k in range(len(path) - 1, 0, -1):
+        block, child = path[k - 1], path[k]
+        if isinstance(block, cst.IndentedBlock):
+            body = list(block.body)
+            at = next((j for j, x in enumerate(body) if x is child), None)
+            if at is not None:
+                tail.extend(body[at + 1 :])
+    tail += edit.block_tail(call_line)
+    for x in tail:
+        called = _uses(x, memo)[2]
+        if _touches(x, attr, False, memo) or any(
+            _touches(m.node.body, attr, False, memo)
+            for c in called
+            for m in edit.cls.reachable(c)
+            if m.name != "__init__"
+        ):
+            raise Unfixable(
+                f"{why}: `self.{attr}` is used after it is created (line order matters)"
+            )
+    later = edit.used_after(attr, call_index)
+    if later:
+        raise Unfixable(f"{why}: {later}")
+
+    def kept(e: cst.BaseExpression) -> cst.BaseExpression:
+        if any(True for _ in names_in(e)):
+            raise Unfixable(f"{why}: the value reads names of `{name}()`")
+        return e
+
+    names = torch_spelling(ctx)
+    empty, shape = empty_of(value, names[0])
+    body = hook_body(value, f"self.{attr}", names, kept)
+    conditional = any(isinstance(n, cst.If) for n in (*path, *call_path))
+    if guard or conditional:
+        # made only on some paths (esm1b makes no `embed_out`; `embed_out_bias` may be None)
+        body = guarded(f"self._parameters.get({attr!r}) is not None", body)
+    edit.replace_in_method(helper.node, line, [line.deep_replace(data_arg.value, empty)])
+    hook = edit.choose_hook(call_index)
+    edit.use_hook(hook, call_index, [body])
+    return edit.rewrite(
+        f"Create `{attr}` with `torch.empty({shape})` in `{name}()` and set its value in `{hook}()`"
     )
 
 

@@ -91,6 +91,12 @@ class ParameterFromValue(Rule):
     again and copies it in: exact for a value that draws no random numbers, unsafe otherwise;
     a local changed in place after it is created (`coords[:, 0] += 1`) has the statements
     computing it copied, not its bare factory.
+    A constant parameter created in a private method that only `__init__` calls, once, as a
+    statement (fair-esm's `_init_submodules_esm1()`, called in an `else`: `embed_out =
+    nn.Parameter(torch.zeros(...))`) is created there with `torch.empty` and set in
+    `reset_parameters()`, guarded by the parameter being there (safe: `zeros`, `ones` and literal
+    fills draw nothing). A random value there, one whose hook would read the method's locals,
+    or one created in a public method (a builder a subclass overrides) is not fixed.
     """
 
     code = "ML001"
