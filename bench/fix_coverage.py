@@ -42,6 +42,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # metalint.fix.verify: the verdicts and their rule
 #: the findings issue 22's targets count (offered >= 90%, safe >= 70%)
 TARGETS = ("ML001", "ML002", "ML003", "ML007", "ML010")
 #: every rule with a codemod: ML008 (a constant read during construction) and ML009 (legacy
@@ -120,7 +121,8 @@ PROBE_SCRIPT = """
 import json, sys
 from metalint.fix.verify import verify_classes
 path, classes, timeout = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
-print(json.dumps([[v.cls, v.status, v.detail, v.lost] for v in verify_classes(path, classes, timeout=timeout)]))
+verdicts = verify_classes(path, classes, timeout=timeout)
+print(json.dumps([[v.cls, v.status, v.detail, v.lost, v.eager_raised] for v in verdicts]))
 """
 
 
@@ -215,17 +217,33 @@ def probe(python: str, root: Path, rel: str, classes: list[str], timeout: float)
         )
         return json.loads(r.stdout.strip().splitlines()[-1])
     except Exception as exc:  # a hung or crashed probe run: every class failed
-        return [[c, "failed", f"probe run failed: {exc}"[:200], []] for c in classes]
+        return [[c, "failed", f"probe run failed: {exc}"[:200], [], False] for c in classes]
 
 
-def probe_file(python: str, root: Path, rel: str, given: dict[str, bool], timeout: float):
+def probe_file(python: str, roots, rel: str, given: dict[str, bool], timeout: float) -> list:
     """Verdicts for the rewritten classes of one file: built from guessed arguments, or
-    (``given[cls]``) through the factory of :data:`ARGUMENTS`."""
-    runs = [
-        (module_of(rel), sorted(c for c, g in given.items() if not g)),
-        (FACTORIES, sorted(c for c, g in given.items() if g)),
-    ]
-    return [v for mod, cs in runs if cs for v in probe(python, root, mod, cs, timeout)]
+    (``given[cls]``) through the factory of :data:`ARGUMENTS`. ``roots``: the fixed copy and
+    the original; a class whose eager construction raised after the rewrite is built from the
+    original too, and fails when that one constructed (``fix --verify``'s rule: the rewrite
+    broke a working constructor, which "not constructed" would hide)."""
+    from metalint.fix.verify import Verdict, broke_construction
+
+    fixed, original = roots
+
+    def verdicts(root: Path, mod: str, classes: list[str]) -> list:
+        return [Verdict(*v) for v in probe(python, root, mod, classes, timeout)]
+
+    out = []
+    guessed = sorted(c for c, g in given.items() if not g)
+    if guessed:
+        mod = module_of(rel)
+        out += broke_construction(
+            verdicts(fixed, mod, guessed), lambda classes: verdicts(original, mod, classes)
+        )
+    given_args = sorted(c for c, g in given.items() if g)
+    if given_args:
+        out += verdicts(fixed, FACTORIES, given_args)
+    return out
 
 
 def measure(name: str, src: Path, python: str | None, probe_timeout: float) -> dict:
@@ -242,9 +260,10 @@ def left(root: Path, pkg: str, select: list[str]) -> Counter:
     return Counter(d["code"] for d in json.loads(r.stdout) if d["code"] in CODES)
 
 
-def probe_rewritten(name, python, a, fixes, named, bad, probe_timeout):
-    """Probe every rewritten class of the fixed copy ``a``: (verdict counts, failures, not
-    constructed). ``bad``: modules that did not import (before, after)."""
+def probe_rewritten(name, python, a, orig, fixes, named, bad, probe_timeout):
+    """Probe every rewritten class of the fixed copy ``a`` (``orig``: the original copy):
+    (verdict counts, failures, not constructed). ``bad``: modules that did not import (before,
+    after)."""
     bad_before, bad_after = bad
     by_file: dict[str, set[str]] = {}
     for f, _code, cls in fixes:
@@ -265,7 +284,8 @@ def probe_rewritten(name, python, a, fixes, named, bad, probe_timeout):
             )
             continue
         given = {c: c in table for c in classes}
-        for cls, status, detail, lost in probe_file(python, a, f, given, probe_timeout):
+        for v in probe_file(python, (a, orig), f, given, probe_timeout):
+            cls, status, detail, lost = v.cls, v.status, v.detail, v.lost
             verdicts[status] += 1
             if status == "failed":
                 failures.append(f"{f}:{cls}: {detail}"[:300])
@@ -346,7 +366,7 @@ def _measure(name, src, python, probe_timeout, work) -> dict:
     bad_after = import_failures(python, a, modules)
     out["stop_importing"] = {m: e for m, e in bad_after.items() if m not in bad_before}
     verdicts, failures, skipped = probe_rewritten(
-        name, python, a, fixes, named, (bad_before, bad_after), probe_timeout
+        name, python, a, orig, fixes, named, (bad_before, bad_after), probe_timeout
     )
     out["import_failed_before"] = bad_before
     out["probe"] = dict(verdicts)

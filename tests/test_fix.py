@@ -299,6 +299,76 @@ def test_verify_restores_the_original_when_the_probe_fails(tmp_path, monkeypatch
     assert rc == 1
 
 
+def test_verify_fails_a_rewrite_that_breaks_eager_construction(tmp_path, monkeypatch):
+    # timm BinaryCrossEntropy(pos_weight=None): a rewrite whose hook copied into a buffer that
+    # is None raised at construction; the probe only said "cannot construct", and the broken
+    # rewrite was kept as "not verified". The original, built from the same arguments, is
+    # probed: it constructed, so the rewrite failed and the file is restored.
+    from metalint.fix import verify
+
+    target = tmp_path / "layer_scale.py"
+    shutil.copy(ROOT / "fixtures" / "check" / "dinov2_layerscale.py", target)
+    before = target.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    seen = []
+
+    def probe(path, classes, **kw):
+        rewritten = "def reset_parameters" in Path(path).read_text()
+        seen.append(rewritten)
+        if rewritten:  # the rewrite made construction raise
+            why = "cannot construct: LayerScale(dim=16): eager construction raised TypeError"
+            return [verify.Verdict(c, "skipped", why, eager_raised=True) for c in classes]
+        return [verify.Verdict(c, "failed", "gamma lost", ("gamma",)) for c in classes]
+
+    monkeypatch.setattr(verify, "verify_classes", probe)
+    rc, out = _fix(tmp_path, verify=True)
+    assert seen[:2] == [True, False], seen  # the rewrite, then the original
+    assert "the rewrite broke eager construction" in out, out
+    assert "restored layer_scale.py" in out, out
+    assert target.read_bytes() == before
+    assert rc == 1
+
+
+def test_verify_keeps_a_rewrite_whose_original_did_not_construct_either(tmp_path, monkeypatch):
+    from metalint.fix import verify
+
+    target = tmp_path / "layer_scale.py"
+    shutil.copy(ROOT / "fixtures" / "check" / "dinov2_layerscale.py", target)
+    monkeypatch.chdir(tmp_path)
+    why = "cannot construct: LayerScale(dim=16): eager construction raised AssertionError"
+    monkeypatch.setattr(
+        verify,
+        "verify_classes",
+        lambda path, classes, **kw: [
+            verify.Verdict(c, "skipped", why, eager_raised=True) for c in classes
+        ],
+    )
+    rc, out = _fix(tmp_path, verify=True)
+    assert "not verified layer_scale.py:LayerScale" in out and "restored" not in out, out
+    assert "def reset_parameters" in target.read_text()
+
+
+def test_probe_says_when_eager_construction_raised(tmp_path):
+    pytest.importorskip("torch")
+    from metalint.fix.verify import verify_classes
+
+    (tmp_path / "m.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Raises(nn.Module):\n"
+        "    def __init__(self, d: int, w=None):\n"
+        "        super().__init__()\n"
+        "        self.register_buffer('w', w)\n"
+        "        self.w.copy_(torch.ones(d))\n\n\n"
+        "class Builds(nn.Module):\n"
+        "    def __init__(self, d: int):\n"
+        "        super().__init__()\n"
+        "        self.p = nn.Parameter(torch.ones(d))\n"
+    )
+    got = {v.cls: v for v in verify_classes(str(tmp_path / "m.py"), ["Raises", "Builds"])}
+    assert got["Raises"].status == "skipped" and got["Raises"].eager_raised, got
+    assert got["Builds"].status == "failed" and not got["Builds"].eager_raised, got
+
+
 # -- CLI ---------------------------------------------------------------------------------------
 def test_diff_without_write_changes_nothing(cli, tmp_path):
     target = tmp_path / "m.py"

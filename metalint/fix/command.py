@@ -198,11 +198,13 @@ def _echo_applied(d, verdict, echo, *, write: bool, show_fixes: bool) -> None:
 def _verify(ff, fixer, echo) -> list:
     """Probe the rewritten classes; restore the file when one fails, then retry without it.
     Returns the verdicts of the last probe run (for the per-finding summary)."""
-    from metalint.fix.verify import verify_classes
+    from metalint.fix.verify import broke_construction, verify_classes
 
+    hooks = fixer.settings.hooks
     excluded: set[str] = set()
     for attempt in range(3):
-        verdicts = verify_classes(str(ff.path), ff.classes, hooks=fixer.settings.hooks)
+        verdicts = verify_classes(str(ff.path), ff.classes, hooks=hooks)
+        verdicts = broke_construction(verdicts, lambda classes: _probe_original(ff, classes, hooks))
         failed = [v for v in verdicts if v.status == "failed"]
         for v in verdicts:
             if v.status == "passed":
@@ -233,6 +235,19 @@ def _verify(ff, fixer, echo) -> list:
     write_atomic(ff.path, ff.data, digest(ff.text.encode(ff.encoding)))
     ff.text, ff.applied, ff.after = ff.original, [], ff.before
     return []
+
+
+def _probe_original(ff, classes: list[str], hooks) -> list:
+    """The probe's verdicts on ``classes`` of ``ff`` as it was before the rewrite: the original
+    is put back on disk for the probe, then the rewrite again (each write atomic)."""
+    from metalint.fix.verify import verify_classes
+
+    written = ff.text.encode(ff.encoding)
+    write_atomic(ff.path, ff.data, digest(written))
+    try:
+        return verify_classes(str(ff.path), classes, hooks=hooks)
+    finally:
+        write_atomic(ff.path, written, digest(ff.data))
 
 
 @click.command("fix")

@@ -3,12 +3,17 @@
 The probe (``metalint.probe``) builds the class eagerly and on meta in a child process, runs its
 init and compares every tensor. A class passes when its own tensors all come back; a class the
 probe cannot construct (required arguments it cannot infer) is reported as not verified and
-its rewrite is kept; a class that fails, or a file that no longer imports, fails.
+its rewrite is kept; a class that fails, or a file that no longer imports, fails. A class
+whose eager construction raises after the rewrite, built from the arguments the probe guessed,
+is compared with the original class built from the same arguments
+(:func:`broke_construction`): when the original constructed, the rewrite broke construction
+and the class fails (a rewrite must never make a working constructor raise).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -19,6 +24,8 @@ class Verdict:
     detail: str = ""
     #: the class's own tensors that did not come back (a failure on them)
     lost: tuple[str, ...] = ()
+    #: skipped because the class raised when built from the probe's guessed arguments
+    eager_raised: bool = False
 
 
 def verify_classes(
@@ -44,7 +51,8 @@ def verify_classes(
             continue
         o = mine[0]
         if o.kind == "skip":
-            out.append(Verdict(cls, "skipped", o.message))
+            raised = o.stage == "eager construction"
+            out.append(Verdict(cls, "skipped", o.message, eager_raised=raised))
             continue
         if o.kind == "error":
             out.append(Verdict(cls, "failed", o.message))
@@ -71,4 +79,27 @@ def verify_classes(
                 )
                 detail = " ".join(str(detail).split())[:300]
             out.append(Verdict(cls, "failed", detail, tuple(sorted(own_broken))))
+    return out
+
+
+def broke_construction(
+    verdicts: list[Verdict], original: Callable[[list[str]], list[Verdict]]
+) -> list[Verdict]:
+    """``verdicts`` of a rewritten file, with each class whose eager construction raised after
+    the rewrite turned into a failure when ``original`` (the same probe of the file before the
+    rewrite, for those classes) built it: the guessed arguments are the same (a fix changes no
+    signature), so the rewrite made a working constructor raise. A class that raised before
+    too stays "not verified"."""
+    raised = [v.cls for v in verdicts if v.status == "skipped" and v.eager_raised]
+    if not raised:
+        return verdicts
+    before = {v.cls: v for v in original(raised)}
+    out = []
+    for v in verdicts:
+        b = before.get(v.cls)
+        if v.cls in raised and b is not None and not b.eager_raised and b.status != "skipped":
+            detail = f"the rewrite broke eager construction ({v.detail})"
+            out.append(Verdict(v.cls, "failed", detail))
+        else:
+            out.append(v)
     return out

@@ -33,6 +33,9 @@ class Outcome:
     message: str = ""
     site: tuple[str, int] | None = None  # where a crash happened, when known
     args: str = ""
+    #: for a skip: the stage that stopped the item ("eager construction": the class raised
+    #: when built from the arguments the probe guessed; empty when it was never built)
+    stage: str = ""
 
     def __post_init__(self) -> None:
         # one line, whatever the user's code raised (torchtune's ImportError spans several)
@@ -114,7 +117,15 @@ class _Progress:
             self.current = None
             self.done.append(ev["label"])
             if ev.get("skip"):
-                self.outcomes.append(Outcome(ev["label"], "skip", self.file, message=ev["skip"]))
+                self.outcomes.append(
+                    Outcome(
+                        ev["label"],
+                        "skip",
+                        self.file,
+                        message=ev["skip"],
+                        stage=ev.get("stage", ""),
+                    )
+                )
             else:
                 self.outcomes.append(
                     Outcome(ev["label"], "result", self.file, ev["result"], args=ev.get("args", ""))

@@ -71,6 +71,7 @@ def main() -> int:
                     label=item.label,
                     file=item.file,
                     skip=f"cannot construct: {item.qualname}{shown}: {exc}",
+                    stage="eager construction",
                 )
                 continue
             emit(event="error", label=item.label, message=str(exc), traceback="", file=item.file)
