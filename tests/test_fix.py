@@ -791,3 +791,39 @@ def test_a_hook_never_reads_a_plain_tensor_attribute(tmp_path, monkeypatch):
     m.to_empty(device="cpu")
     m.reset_parameters()  # copied from a meta tensor before: "Cannot copy out of meta tensor"
     assert m.one.item() == 1.0
+
+
+def test_an_init_in_one_branch_keeps_the_other_branches_values(tmp_path, monkeypatch):
+    """monai ``PatchEmbeddingBlock``: ``trunc_normal_(self.position_embeddings, ..)`` runs only
+    in the ``"learnable"`` branch; the ``"sincos"`` branch replaces the parameter with a fixed
+    table. The hook re-runs the init under the branch's condition: guarded by the tensor being
+    there, it overwrote the table with random values in every eager ``"sincos"`` build (fails
+    before, with ``--unsafe-fixes``); monai ``ViT``'s ``cls_token`` is drawn only when
+    ``classification`` (an argument, kept on ``self`` for the hook). Every branch builds the
+    same tensors before and after, and the fix is safe now (plain ``fix --write`` applies it:
+    fails before too)."""
+    torch = pytest.importorskip("torch")
+    src = ROOT / "fixtures" / "fix" / "branch_init.in.py"
+    a = _import(src, "_branch_before")
+    for unsafe in (False, True):
+        folder = tmp_path / f"unsafe{unsafe}"
+        folder.mkdir()
+        target = folder / "branch_init.py"
+        shutil.copy(src, target)
+        monkeypatch.chdir(folder)
+        _fix(folder, unsafe=unsafe)
+        hook = '    def reset_parameters(self):\n        if self.pos_embed_type == "learnable":\n'
+        assert hook in target.read_text(), unsafe
+        b = _import(target, f"_branch_after_{unsafe}")
+        builds = [
+            ("PatchEmbeddingBlock", {"pos_embed_type": k}) for k in ("none", "learnable", "sincos")
+        ]
+        builds += [("ViT", {"classification": c}) for c in (True, False)]
+        for cls, kind in builds:
+            torch.manual_seed(0)
+            ta = _tensors(getattr(a, cls)(**kind))
+            torch.manual_seed(0)
+            tb = _tensors(getattr(b, cls)(**kind))
+            assert ta.keys() == tb.keys(), kind
+            for k, v in ta.items():
+                assert torch.equal(v.detach(), tb[k].detach()), (unsafe, kind, k)

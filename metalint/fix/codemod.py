@@ -733,7 +733,13 @@ class ClassEdit:
             for top in self.init_body:
                 hit = self.replace.get(id(top))
                 if hit is not None and hit[0] is top:
-                    body.extend(_expand(top, top, hit[1]))
+                    new = top
+                    if nested and any(path_to(top, n) is not None for n in nested):
+                        # stores put before an ``if`` whose block also changes (ML003's
+                        # condition for the hook, read from an argument kept on ``self``)
+                        inner = {k: v for k, v in self.replace.items() if k not in tops}
+                        new = top.visit(_ReplaceStatements(inner))
+                    body.extend(_expand(top, new, hit[1]))
                 elif nested and any(path_to(top, n) is not None for n in nested):
                     new = top.visit(_ReplaceStatements(self.replace))
                     if isinstance(new, cst.FlattenSentinel):

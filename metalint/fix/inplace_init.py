@@ -23,8 +23,12 @@ from metalint.fix.codemod import (
     Unfixable,
     _touches,
     _uses,
+    binds,
+    expr,
     guarded,
+    names_in,
     path_to,
+    render,
     rng_free,
     stmt,
 )
@@ -252,13 +256,22 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
 
 
 def move_own_in_block(ctx: RuleContext, edit: ClassEdit, first, index: int, what: str) -> Rewrite:
-    """In-place init of own tensors inside a block of top-level statement ``index`` (timm
-    mvitv2's ``if rel_pos: self.rel_pos_h = nn.Parameter(torch.zeros(..))`` then
-    ``trunc_normal_tf_(self.rel_pos_h, std=0.02)``): the run of in-place init statements of
-    that block holding ``first`` moves, in order, into ``reset_parameters()``, each guarded by
-    its tensor being there (the block may not run); a value created before it stays (dead: on
-    meta it costs nothing). The draws keep their order when nothing after the run draws, else
-    unsafe. ``what`` starts the message."""
+    """In-place init of own tensors inside a block of top-level statement ``index``: the run of
+    in-place init statements of that block holding ``first`` moves, in order, into
+    ``reset_parameters()``, guarded so that it runs when the block ran:
+
+    - by its tensor being there, when the block creates it and nothing else does (timm
+      mvitv2's ``if rel_pos: self.rel_pos_h = nn.Parameter(torch.zeros(..))`` then
+      ``trunc_normal_tf_(self.rel_pos_h, std=0.02)``);
+    - else by the block's own condition, read again in the hook (monai ``PatchEmbeddingBlock``:
+      ``position_embeddings`` is made before the ``if``, ``trunc_normal_`` runs only in the
+      ``elif self.pos_embed_type == "learnable":`` branch, and the ``"sincos"`` branch
+      replaces it with a fixed table that a guard on the tensor being there would overwrite).
+
+    A value created before it stays (dead: on meta it costs nothing). When the hook is new and
+    ``__init__`` draws random numbers after the block, the hook is called right after the
+    block, so the draws keep their order; else it is called last (unsafe when something after
+    the run draws). ``what`` starts the message."""
     found = edit._path(first)
     block = found[1][-2] if found and len(found[1]) > 1 else None
     if not isinstance(block, cst.IndentedBlock):
@@ -284,27 +297,135 @@ def move_own_in_block(ctx: RuleContext, edit: ClassEdit, first, index: int, what
         later = edit.used_after(a, index)
         if later:
             raise Unfixable(later)
+    made_here = all(_created_on(found[1], run[0], a) and _made_once(edit, a) for a in attrs)
+    condition = None if made_here else _branch_condition(edit, found[1], index)
     moved = []
     for s in run:
         edit.replace[id(s)] = (s, [])
-        new = edit.store_names(s, s, index)
+        new = edit.store_names(s, s, index).with_changes(leading_lines=())
         written = _uses(s, memo)[0]
         if len(written) != 1:
             raise Unfixable("an in-place init statement writes several tensors")
         (a,) = written
         moved.append(
-            guarded(f"getattr(self, {a!r}, None) is not None", new.with_changes(leading_lines=()))
+            new
+            if condition is not None
+            else guarded(f"getattr(self, {a!r}, None) is not None", new)
         )
+    if condition is not None:
+        node = stmt("if True:\n    pass\n")
+        moved = [node.with_changes(test=condition, body=node.body.with_changes(body=moved))]
+    random = not all(rng_free(s, ctx) for s in run)
     if not all(rng_free(s, ctx) for s in after):
         edit.unsafe.append(
             "random draws move after other random draws of `__init__`: eager values differ"
         )
-    edit.use_hook(HOOK, index, moved, random=not all(rng_free(s, ctx) for s in run))
+    if (
+        random
+        and not edit.rng_free_after(index)
+        and HOOK not in edit.cls.methods
+        and not edit._taken(HOOK)
+        and edit.hook_calls(HOOK) == ([], False)
+    ):
+        # a new hook, called right after the block: the draws keep their order
+        edit.check_bases(HOOK)
+        _call_after(edit, index, False, HOOK)
+        edit._hook_call_added.add(HOOK)
+        random = False
+    edit.use_hook(HOOK, index, moved, random=random)
     n = len(run)
     return edit.rewrite(
         f"{what} {'that init' if n == 1 else f'those {n} init statements'} into `{HOOK}()`, "
         "in order"
     )
+
+
+def _created_on(path: list, line: cst.CSTNode, attr: str) -> bool:
+    """Is ``self.<attr>`` assigned in a block on ``path`` (from the top-level statement down
+    to ``line``) before the statement of that block that leads to ``line``?"""
+    for k in range(1, len(path)):
+        block, child = path[k - 1], path[k]
+        if isinstance(block, cst.IndentedBlock):
+            for st in block.body:
+                if st is child:
+                    break
+                if _creates(st, attr):
+                    return True
+    return False
+
+
+def _branch_condition(edit: ClassEdit, path: list, index: int) -> cst.BaseExpression:
+    """The condition under which the block at the end of ``path`` runs, as the hook reads it:
+    the tests of the ``if``/``elif`` chain on the path (``not`` the tests of the branches
+    before it, left out when they compare the same expression with another literal, as
+    ``elif self.pos_embed_type == "learnable":`` after ``if self.pos_embed_type == "none":``),
+    with the constructor arguments they read kept on ``self``. Raises :class:`Unfixable` when
+    the hook could not read it as ``__init__`` did."""
+    top = edit.init_body[index]
+    parts: list[tuple[cst.BaseExpression, bool]] = []
+    for k, n in enumerate(path[:-1]):
+        nxt = path[k + 1]
+        if isinstance(n, (cst.For, cst.While, cst.Try, cst.FunctionDef, cst.ClassDef)):
+            raise Unfixable("the in-place init is inside a loop, `try` or nested function")
+        if not isinstance(n, cst.If):
+            continue
+        if nxt is n.body:
+            parts = [p for p in parts if not _exclusive(p, n.test)]
+            parts.append((n.test, True))
+        elif nxt is n.orelse:
+            parts.append((n.test, False))
+    if not parts:
+        raise Unfixable("the in-place init is inside a block that is not a branch of an `if`")
+    memo = edit.memo()
+    written_here, _r, _c = _uses(top, memo)
+    bound = binds(top, edit.ctx.qualify) - {"self"}
+    for test, _pos in parts:
+        _w, read, calls = _uses(test, memo)
+        if (
+            calls
+            or not rng_free(test, edit.ctx)
+            or any(
+                isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute) for c in walk(test)
+            )
+        ):
+            # ``if self.mask.any():`` would read a tensor that ``to_empty()`` wiped
+            raise Unfixable("the block's condition calls a method or draws random numbers")
+        for a in sorted(read):
+            if a in written_here or edit.used_after(a, index, writes_only=True):
+                raise Unfixable(f"the block's condition reads `self.{a}`, which `__init__` changes")
+        if {x.value for x in names_in(test)} & bound:
+            raise Unfixable("the block's condition reads a local that the block changes")
+    code = " and ".join(
+        (f"({render(t)})" if len(parts) > 1 and isinstance(t, _LOOSE) else render(t))
+        if pos
+        else f"not ({render(t)})"
+        for t, pos in parts
+    )
+    return edit.store_names(expr(code), top, index)
+
+
+_LOOSE = (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)
+
+
+def _exclusive(earlier: tuple[cst.BaseExpression, bool], test: cst.BaseExpression) -> bool:
+    """Is the negated ``earlier`` test implied by ``test`` (``x == "none"`` when the branch's
+    test is ``x == "learnable"``)? Then it adds nothing to the branch's condition."""
+    t, positive = earlier
+    if positive:
+        return False
+
+    def eq(c):
+        if (
+            isinstance(c, cst.Comparison)
+            and len(c.comparisons) == 1
+            and isinstance(c.comparisons[0].operator, cst.Equal)
+            and isinstance(c.comparisons[0].comparator, (cst.SimpleString, cst.Integer))
+        ):
+            return render(c.left), c.comparisons[0].comparator.evaluated_value
+        return None
+
+    a, b = eq(t), eq(test)
+    return a is not None and b is not None and a[0] == b[0] and a[1] != b[1]
 
 
 ROOT_HOOK = ROOT_ENTRIES[0]
@@ -418,11 +539,11 @@ def _between(edit: ClassEdit, first: int, last: int, moved, runs) -> list:
     return out
 
 
-def _call_after(edit: ClassEdit, last: int, replaces: bool) -> None:
-    """Call the root hook in place of top-level statement ``last`` (``replaces``: it moved),
-    else right after it."""
+def _call_after(edit: ClassEdit, last: int, replaces: bool, hook: str = ROOT_HOOK) -> None:
+    """Call ``hook`` in place of top-level statement ``last`` (``replaces``: it moved), else
+    right after it."""
     body = edit.init_body
-    call = stmt(f"self.{ROOT_HOOK}()")
+    call = stmt(f"self.{hook}()")
     if replaces:
         s = body[last]
         call = call.with_changes(leading_lines=s.leading_lines)

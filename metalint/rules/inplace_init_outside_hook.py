@@ -404,7 +404,13 @@ class InplaceInitOutsideHook(Rule):
     calls it where the last moved statement was instead, so the draws keep their order. Own
     inits inside a block that also creates the tensors (`if rel_pos: self.rel_h =
     nn.Parameter(torch.zeros(..)); trunc_normal_(self.rel_h)`): the block's run of them moves,
-    in order, into `reset_parameters()`, each guarded by its tensor being there. A
+    in order, into `reset_parameters()`, each guarded by its tensor being there. Own inits in
+    a branch that does not create the tensor (monai `PatchEmbeddingBlock`: `trunc_normal_` of
+    the position embedding only under `elif self.pos_embed_type == "learnable":`, while the
+    `"sincos"` branch replaces it with a fixed table) move under the branch's own condition,
+    read again in the hook (constructor arguments kept on `self`; not fixable when `__init__`
+    changes what it reads); when later code draws random numbers and the hook is new, it is
+    called right after that `if`. A
     child's tensor (`self.head.weight`): every statement that only initialises own or
     children's tensors in place (an `if` whose branches all do, too) moves, in order, into a
     new root `init_weights()`, whose call takes the place of the last one; a child's init
