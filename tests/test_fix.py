@@ -159,7 +159,8 @@ def test_unsafe_fixes_keep_shapes_and_constants(path, tmp_path):
     except for random ones that moved after other draws."""
     pytest.importorskip("torch")
     out = path.with_name(path.name.replace(".in.py", ".out.py"))
-    exact = "layer_scales" not in path.name and "inplace" not in path.name
+    # device_copy: DiNTS' ``log_alpha_a`` is a random value ML001 draws again in the hook
+    exact = not any(k in path.name for k in ("layer_scales", "inplace", "device_copy"))
     assert _assert_same_eager(path, out, exact=exact) >= 1
 
 

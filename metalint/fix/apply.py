@@ -32,6 +32,10 @@ MAX_ROUNDS = 64
 FIX_BUDGET_FACTOR = 4
 
 
+#: codes whose fix rewrites a value in place, picked before the others of a class
+IN_PLACE_FIRST = ("ML008", "ML009")
+
+
 @dataclass
 class FileFix:
     path: Path
@@ -166,7 +170,12 @@ class Fixer:
         no overlapping lines."""
         picked: list[Diagnostic] = []
         rows: list[tuple[int, int]] = []
-        for d in sorted(diags, key=lambda d: d.sort_key):
+        # fixes that rewrite a value where ``__init__`` makes it (ML008's ``device="cpu"``,
+        # ML009's ``torch.empty`` and ``device=``) go first: a fix that later copies that value
+        # into a hook (ML001, ML002) then copies the rewritten one. monai DiNTS'
+        # ``torch.zeros(n).normal_(1, 0.01).to(self.device)`` copied first kept the copy of a
+        # meta tensor in the hook, which ``__init__`` calls under meta too.
+        for d in sorted(diags, key=lambda d: (d.code not in IN_PLACE_FIRST, d.sort_key)):
             if not self.applicable(d) or _related(d.symbol, broken):
                 continue
             why = self.blocked(d, h)

@@ -11,14 +11,37 @@ copies data and is left alone).
 Safe: the same allocation (shape, dtype, uninitialised contents), so whatever ``__init__`` or
 a hook then writes gives the same values; a tensor nothing writes holds whatever memory held in
 either version.
+
+A copy of a new tensor to the constructor's device, ``torch.ones(shape).to(self.device)`` with
+``device: str = "cpu"`` (monai DiNTS), raises under meta with that default: the tensor is
+created on that device instead, ``torch.ones(shape, device=self.device)``, which is what
+``__init__`` then holds in either version. Safe when nothing between the factory and the copy
+draws random numbers (the same values on any device); unsafe otherwise (``torch.zeros(n)
+.normal_(1, 0.01).to(self.device)``: a CUDA device draws other numbers than the CPU).
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, legacy_empty, render
+from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, legacy_empty, render, rng_free
 from metalint.static.rule import Finding, RuleContext
+from metalint.static.syntax import keyword
+from metalint.vocabulary import (
+    CONSTANT_FACTORIES,
+    DEVICE_COPY_METHODS,
+    EMPTY_FACTORIES,
+    INPLACE_METHODS,
+    RANDOM_FACTORIES,
+    TENSOR_METHODS,
+)
+
+#: factories that take ``device=`` and make a new tensor from sizes or data (not ``*_like``)
+_DEVICE_FACTORIES = frozenset(
+    q for q in CONSTANT_FACTORIES | RANDOM_FACTORIES | EMPTY_FACTORIES if not q.endswith("_like")
+)
+#: methods between the factory and the copy that keep the tensor where it is
+_KEEPS_DEVICE = (TENSOR_METHODS | INPLACE_METHODS) - DEVICE_COPY_METHODS - {"type_as", "new_empty"}
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -27,6 +50,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if not isinstance(node, cst.Call):
         raise Unfixable("not a call to a legacy constructor")
     _index, line, _path = edit.locate(node)
+    if isinstance(node.func, cst.Attribute) and node.func.attr.value == "to":
+        return _onto_factory(ctx, edit, node, line)
     empty = legacy_empty(ctx, edit, node)
     if empty is None:
         raise Unfixable(
@@ -37,4 +62,60 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     return edit.rewrite(
         f"Allocate with `{render(empty)}`: the legacy constructor allocates on the CPU even "
         'under `with torch.device("meta")`'
+    )
+
+
+def _onto_factory(ctx: RuleContext, edit: ClassEdit, node: cst.Call, line) -> Rewrite:
+    """``torch.ones(shape).to(self.device)`` -> ``torch.ones(shape, device=self.device)``."""
+    if (
+        len(node.args) != 1
+        or node.args[0].star
+        or (node.args[0].keyword is not None and node.args[0].keyword.value != "device")
+    ):
+        raise Unfixable("the copy takes other arguments than the device")
+    target = node.args[0].value
+    between: list[cst.Call] = []
+    cur = node.func.value
+    while True:
+        if not isinstance(cur, cst.Call):
+            raise Unfixable("the copied tensor is not made by a torch factory that takes `device=`")
+        if (ctx.qualify(cur.func) or "") in _DEVICE_FACTORIES:
+            break
+        if not (isinstance(cur.func, cst.Attribute) and cur.func.attr.value in _KEEPS_DEVICE):
+            raise Unfixable("the copied tensor is not made by a torch factory that takes `device=`")
+        between.append(cur)
+        cur = cur.func.value
+    root = cur
+    if keyword(root, "device") is not None or keyword(root, "out") is not None:
+        raise Unfixable(f"`{render(root.func)}` already names a device or an output")
+    if any(a.star for a in root.args):
+        raise Unfixable(f"`{render(root.func)}` takes `*args`/`**kwargs`: they may name a device")
+    arg = cst.Arg(
+        value=target,
+        keyword=cst.Name("device"),
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
+    args = list(root.args)
+    if args and isinstance(args[-1].comma, cst.Comma):
+        args.append(arg.with_changes(comma=args[-1].comma))
+    elif args:
+        args[-1] = args[-1].with_changes(
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        )
+        args.append(arg)
+    else:
+        args = [arg]
+    new_root = root.with_changes(args=args)
+    receiver = node.func.value
+    made = new_root if receiver is root else receiver.deep_replace(root, new_root)
+    edit.replace[id(line)] = (line, [line.deep_replace(node, made)])
+    if not rng_free(receiver, ctx):
+        edit.unsafe.append(
+            "random numbers are now drawn on that device: on a GPU they differ from the CPU's"
+        )
+    return edit.rewrite(
+        f"Create it with `{render(root.func)}(..., device={render(target)})` instead of copying "
+        "it there: a copy of a meta tensor raises"
     )

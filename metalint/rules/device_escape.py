@@ -4,12 +4,19 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.construction import BUFFER_CLASSES, is_legacy_sizes, is_tensor, real_device
+from metalint.static.construction import (
+    BUFFER_CLASSES,
+    is_legacy_sizes,
+    is_tensor,
+    off_meta,
+    real_device,
+)
 from metalint.static.model import ClassFacts, MethodFacts, calls_into_tree, construction
+from metalint.static.names import dotted
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import keyword, self_attr, short, string_value, walk
 from metalint.static.tensors import parameter_value
-from metalint.vocabulary import DEVICE_COPY_METHODS, LEGACY_CONSTRUCTORS
+from metalint.vocabulary import CPU_CONSTRUCTORS, DEVICE_COPY_METHODS, LEGACY_CONSTRUCTORS
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
@@ -18,6 +25,38 @@ def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
 
 def _mentions(tree: cst.CSTNode, name: str) -> bool:
     return any(isinstance(n, cst.Name) and n.value == name for n in walk(tree))
+
+
+def default_device(target, lineage: list[ClassFacts], method: MethodFacts) -> str | None:
+    """``device` (default "cpu")`` when ``target`` is a constructor argument whose default is
+    a real device (monai DiNTS' ``device: str = "cpu"``), or ``self.<x>`` that the ``__init__``
+    of the class or of a base class of the same file (``lineage``) sets to one: ``.to(target)``
+    of a tensor built on meta raises with that default. None when the default is ``None`` or
+    not a real device (``.to(None)`` keeps the tensor where it is)."""
+    for cls in lineage:
+        init = cls.init
+        if init is None:
+            continue
+        name = None
+        if isinstance(target, cst.Name):
+            if method is not init:
+                return None
+            name = target.value
+        elif isinstance(target, cst.Attribute) and dotted(target) == f"self.{target.attr.value}":
+            values = [a.value for a in init.assigns if a.target == f"self.{target.attr.value}"]
+            if not values:
+                continue  # set by a base class
+            if len(values) == 1 and isinstance(values[0], cst.Name):
+                name = values[0].value
+        if name is None or name not in init.params:
+            return None
+        for p in (*init.node.params.params, *init.node.params.kwonly_params):
+            if p.name.value == name and p.default is not None:
+                dev = real_device(p.default, lambda _n: None, None)
+                if dev is not None:
+                    return f'`{name}` (default "{dev}")'
+        return None
+    return None
 
 
 class DeviceEscape(Rule):
@@ -32,7 +71,10 @@ class DeviceEscape(Rule):
     to a tensor created in `__init__`, also in a module-level function of another file of the
     checked tree that construction calls (`masks.causal(n)` doing `.cuda()`, directly or
     through the functions it calls): the finding is at the call, and names the function and
-    line of the copy (`via` in JSON output).
+    line of the copy (`via` in JSON output). `.to(device)` counts when `device` is a
+    constructor argument whose default is a real device, or `self.device` set from one (monai
+    DiNTS: `device: str = "cpu"`, `torch.ones(shape).to(self.device)`): the default build on
+    meta raises.
 
     The rule follows where the value flows: a real-device tensor that is only a temporary
     input (`torch.linspace(0, rate, depth, device="cpu").tolist()` for drop-path rates, a
@@ -85,7 +127,12 @@ class DeviceEscape(Rule):
     (`torch.Tensor(values)` copies data: not rewritten). Safe: the same allocation (shape, dtype,
     uninitialised contents), so whatever a hook then writes gives the same values. Real-device
     factories and `.cpu()` are not rewritten (the constructor's `device` argument is ML012's
-    fix).
+    fix). A new tensor copied to the constructor's device, `torch.ones(shape).to(self.device)`,
+    is created there instead: `torch.ones(shape, device=self.device)`, the same tensor in
+    `__init__` eagerly. Safe when nothing between the factory and the copy draws random numbers;
+    unsafe otherwise (`torch.zeros(n).normal_(0, 0.01).to(self.device)`: a GPU draws other
+    numbers than the CPU). These fixes run before the others of their class, so that a value
+    another fix copies into a hook is the rewritten one.
     """
 
     code = "ML009"
@@ -94,6 +141,16 @@ class DeviceEscape(Rule):
     codemod = "metalint.fix.device_escape"
 
     VALID = [
+        # a copy to a device argument whose default is None keeps the tensor where it is
+        """
+import torch
+from torch import nn
+
+class Scheduler(nn.Module):
+    def __init__(self, n, device=None):
+        super().__init__()
+        self.register_buffer("timesteps", torch.arange(n).to(device), persistent=False)
+""",
         # device from the constructor; a CPU tensor used only for Python numbers (timm drop-path)
         """
 import torch
@@ -175,6 +232,35 @@ class PosIds(nn.Module):
         self.mask = torch.ones(n, n, device="cuda").triu(1)  # ERROR
         self.proj = nn.Linear(dim, dim, device="cpu")  # ERROR
 """,
+        # a copy to the constructor's device, whose default is a real one (monai DiNTS)
+        Invalid(
+            """
+import torch
+from torch import nn
+
+class TopologyConstruction(nn.Module):
+    def __init__(self, num_blocks, num_paths, device: str = "cpu"):
+        super().__init__()
+        self.device = device
+        arch_code_a = torch.ones((num_blocks, num_paths)).to(self.device)  # ERROR
+        self.cells = nn.ModuleList(
+            nn.Identity() for i in range(num_blocks) if arch_code_a[i, 0] == 1
+        )
+""",
+            fixed="""
+import torch
+from torch import nn
+
+class TopologyConstruction(nn.Module):
+    def __init__(self, num_blocks, num_paths, device: str = "cpu"):
+        super().__init__()
+        self.device = device
+        arch_code_a = torch.ones((num_blocks, num_paths), device=self.device)  # ERROR
+        self.cells = nn.ModuleList(
+            nn.Identity() for i in range(num_blocks) if arch_code_a[i, 0] == 1
+        )
+""",
+        ),
         # .cpu() / .to("cpu") of a tensor built on meta raises
         """
 import torch
@@ -214,6 +300,31 @@ class Table(nn.Module):
                         "compute it in `reset_parameters()`",
                         if_helper_reads=call.qualname,
                     )
+
+    def _copy_target(self, cls, method: MethodFacts, call) -> str | bool | None:
+        """Where a copy goes: None for ``.cpu()``/``.cuda()``/``.to(<real device>)``, the
+        description of :func:`default_device` for a constructor argument whose default is a
+        real device, False for anything else (not a copy this rule judges)."""
+        if call.method != "to":
+            return None
+        target = keyword(call.node, "device")
+        if target is None and call.node.args and call.node.args[0].keyword is None:
+            target = call.node.args[0].value
+        if real_device(target, self.qualify, method) is not None:
+            return None
+        return default_device(target, self._lineage(cls), method) or False
+
+    def _lineage(self, cls: ClassFacts | None) -> list[ClassFacts]:
+        """``cls`` and its base classes of the same file, nearest first."""
+        out: list[ClassFacts] = []
+        todo = [cls] if cls is not None else []
+        while todo:
+            c = todo.pop(0)
+            if c in out:
+                continue
+            out.append(c)
+            todo += [k for b in c.bases for k in self.ctx.facts.classes if k.fullname == b]
+        return out
 
     def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
         return (c.node for c in fn.calls if self._copy_out(None, fn, c) is not None)
@@ -258,15 +369,20 @@ class Table(nn.Module):
         func = call.node.func
         if not isinstance(func, cst.Attribute):
             return None
-        if call.method == "to":
-            target = keyword(call.node, "device")
-            if target is None and call.node.args and call.node.args[0].keyword is None:
-                target = call.node.args[0].value
-            if real_device(target, self.qualify, method) is None:
-                return None
+        default = self._copy_target(cls, method, call)
+        if default is False:
+            return None
         receiver = func.value
         if not is_tensor(receiver, self.qualify, method):
             return None
+        if default is not None and (
+            off_meta(receiver, self.qualify, method)
+            or any(
+                isinstance(n, cst.Call) and (self.qualify(n.func) or "") in CPU_CONSTRUCTORS
+                for n in walk(receiver)
+            )
+        ):
+            return None  # ``F.one_hot(torch.from_numpy(a)).to(self.device)``: on the CPU already
         # already on a real device (reported as an escape) or from a legacy constructor
         for n in walk(receiver):
             if isinstance(n, cst.Call) and (
@@ -279,6 +395,16 @@ class Table(nn.Module):
                 for n in walk(v):
                     if isinstance(n, cst.Call) and keyword(n, "device") is not None:
                         return None
+        if default is not None:
+            return Finding(
+                call.node,
+                f"`{short(call.node, 50)}` copies a tensor created in `{method.name}` to "
+                f"{default}: built on meta with that default it has no data and this raises "
+                '"Cannot copy out of meta tensor"',
+                cls,
+                help="Create the tensor on that device (`device=...` of its factory) instead "
+                "of copying it there",
+            )
         return Finding(
             call.node,
             f"`{short(call.node, 50)}` copies a tensor created in `{method.name}` to a real "
