@@ -5,7 +5,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from metalint.static.construction import TensorFunctions, is_tensor, off_meta, registrations
-from metalint.static.model import ClassFacts, construction
+from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short, string_value
 
@@ -27,7 +27,11 @@ class PlainTensorAttribute(Rule):
     unannotated with a tensor in every `return`. A tensor from a legacy constructor
     (`torch.Tensor()`, `torch.FloatTensor(table)`, `torch.from_numpy`), directly or returned by
     such a function, is not: it is built on the CPU even under meta (ML009 reports the
-    allocation of a direct one).
+    allocation of a direct one). Neither is one moved by `.to(device)` in a method that
+    construction calls without `device` (default `None`: monai's and diffusers'
+    `self.timesteps = torch.from_numpy(timesteps).to(device)` in `set_timesteps(n,
+    device=None)`, which `__init__` calls as `self.set_timesteps(n)`): `.to(None)` keeps it
+    on the CPU.
 
     A reset hook that re-creates the attribute does **not** silence this rule: the hook runs
     after `to_empty()` and builds the tensor on the default device, but `.to(device)`,
@@ -89,6 +93,23 @@ class PlainTensorAttribute(Rule):
     codemod = "metalint.fix.plain_tensor_attribute"
 
     VALID = [
+        # a CPU tensor from numpy, moved by a method that __init__ calls without a device:
+        # ``.to(None)`` keeps it on the CPU (monai's and diffusers' ``set_timesteps``)
+        """
+import numpy as np
+import torch
+from torch import nn
+
+class PNDMScheduler(nn.Module):
+    def __init__(self, num_train_timesteps=10):
+        super().__init__()
+        self.num_train_timesteps = num_train_timesteps
+        self.set_timesteps(num_train_timesteps)
+
+    def set_timesteps(self, num_inference_steps, device=None):
+        timesteps = np.arange(0, num_inference_steps).astype(np.int64)
+        self.timesteps = torch.from_numpy(timesteps).to(device)
+""",
         # a buffer, a parameter, numbers, a module, a tensor passed in, None
         """
 import math
@@ -319,7 +340,9 @@ class Attention(nn.Module):
                     continue
                 if not is_tensor(a.value, self.qualify, method, extra=extra):
                     continue
-                if off_meta(a.value, self.qualify, method, fns):
+                if off_meta(a.value, self.qualify, method, fns) or self._kept_on_cpu(
+                    a.value, method, cls, fns
+                ):
                     continue  # a CPU tensor even under meta (a legacy constructor)
                 reported.add(attr)
                 yield Finding(
@@ -332,3 +355,46 @@ class Attention(nn.Module):
                     "persistent=False)` and compute it in `reset_parameters()`",
                     subject=(attr,),
                 )
+
+    def _kept_on_cpu(self, value, method: MethodFacts, cls: ClassFacts, fns) -> bool:
+        """``torch.from_numpy(timesteps).to(device)`` in a method that construction calls without
+        ``device`` (default ``None``): monai's and diffusers' ``set_timesteps(n, device=None)``,
+        which ``__init__`` calls as ``self.set_timesteps(n)``. ``.to(None)`` keeps the CPU
+        tensor where it is, so it is not on meta."""
+        if not (
+            isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "to"
+            and len(value.args) == 1
+            and isinstance(value.args[0].value, cst.Name)
+            and method.name != "__init__"
+        ):
+            return False
+        name = value.args[0].value.value
+        params = list(method.node.params.params)[1:]
+        where = next((i for i, p in enumerate(params) if p.name.value == name), None)
+        if where is None:
+            kw = [p for p in method.node.params.kwonly_params if p.name.value == name]
+            if not kw or not _none(kw[0].default):
+                return False
+        elif not _none(params[where].default):
+            return False
+        calls = [
+            c
+            for m in construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
+            for c in m.calls
+            if c.receiver == "self" and c.method == method.name
+        ]
+        for c in calls:
+            args = c.node.args
+            if any(a.star for a in args) or any(
+                a.keyword is not None and a.keyword.value == name for a in args
+            ):
+                return False
+            if where is not None and sum(1 for a in args if a.keyword is None) > where:
+                return False
+        return bool(calls) and off_meta(value.func.value, self.qualify, method, fns)
+
+
+def _none(default) -> bool:
+    return isinstance(default, cst.Name) and default.value == "None"
