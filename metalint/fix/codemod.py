@@ -558,12 +558,20 @@ class ClassEdit:
 
     # -- storing values ----------------------------------------------------------------------
     def store_names(
-        self, value, before: cst.BaseStatement, index: int, bound=frozenset(), private=False
+        self,
+        value,
+        before: cst.BaseStatement,
+        index: int,
+        bound=frozenset(),
+        private=False,
+        not_tensors=frozenset(),
     ):
         """``value`` with the local names it reads replaced by ``self.<attr>``; the statements
         that store those attributes are inserted before ``before``. Names in ``bound`` are
         bound by the moved code itself (a loop variable) and stay as they are; ``private``
-        stores them as ``self._<name>`` (code applied to every module may test ``hasattr``)."""
+        stores them as ``self._<name>`` (code applied to every module may test ``hasattr``).
+        ``not_tensors``: attributes of ``self`` known not to be tensors (compared with a
+        string)."""
         init = self.init
         replace: dict[int, cst.BaseExpression] = {}
         stores: list[cst.BaseStatement] = []
@@ -604,6 +612,7 @@ class ClassEdit:
                 and isinstance(n.value, cst.Name)
                 and n.value.value == "self"
                 and id(n) not in modules
+                and n.attr.value not in not_tensors
                 and self.plain_tensor(n.attr.value)
             ):
                 raise Unfixable(

@@ -401,7 +401,22 @@ def _branch_condition(edit: ClassEdit, path: list, index: int) -> cst.BaseExpres
         else f"not ({render(t)})"
         for t, pos in parts
     )
-    return edit.store_names(expr(code), top, index)
+    # ``self.pos_embed_type == "learnable"``: compared with a string, it is no tensor (monai
+    # sets it from ``look_up_option(..)``, a function that may return anything)
+    strings = {
+        dotted(side)[5:]
+        for test, _pos in parts
+        for c in walk(test)
+        if isinstance(c, cst.Comparison) and len(c.comparisons) == 1
+        for side, other in (
+            (c.left, c.comparisons[0].comparator),
+            (c.comparisons[0].comparator, c.left),
+        )
+        if isinstance(other, cst.SimpleString)
+        and (dotted(side) or "").count(".") == 1
+        and (dotted(side) or "").startswith("self.")
+    }
+    return edit.store_names(expr(code), top, index, not_tensors=frozenset(strings))
 
 
 _LOOSE = (cst.BooleanOperation, cst.IfExp, cst.Lambda, cst.NamedExpr)
