@@ -523,6 +523,7 @@ FACTORY_KEYWORDS_DROPPED = {"requires_grad", "layout", "pin_memory", "memory_for
 #: calls that draw no random numbers (their constructors are deterministic)
 RNG_FREE_TORCH = frozenset(
     {
+        *LEGACY_CONSTRUCTORS,  # ``torch.Tensor()``: memory or a copy of data, never a draw
         "torch.empty",
         "torch.zeros",
         "torch.ones",

@@ -32,7 +32,7 @@ from metalint.fix.codemod import (
     rng_free,
     stmt,
 )
-from metalint.fix.parent_init import own_hook_first
+from metalint.fix.parent_init import own_hook_first, own_hook_last
 from metalint.fix.recompute import recompute_locals
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
@@ -594,6 +594,19 @@ def _children_first(ctx: RuleContext, edit: ClassEdit) -> Rewrite:
         return _children(ctx, edit, with_runs=False)
 
 
+def _root_hook(edit: ClassEdit, first: int, last: int, moved: set[int]):
+    """The root ``init_weights()`` that takes the statements ``first``..``last``: (the
+    statements that open it, the ``reset_parameters()`` call it replaces, to be called last
+    in it, or None). See :func:`own_hook_first` and :func:`own_hook_last`."""
+    if ROOT_HOOK in edit.cls.methods:
+        edit.join_called_hook(ROOT_HOOK, first, last, moved)
+        return [], None
+    if edit._taken(ROOT_HOOK):
+        raise Unfixable(f"`{ROOT_HOOK}` is already an attribute of `{edit.cls.name}`")
+    opening = own_hook_first(edit, first, last, moved)
+    return opening, None if opening else own_hook_last(edit, last, moved)
+
+
 def _children(ctx: RuleContext, edit: ClassEdit, with_runs: bool = True) -> Rewrite:
     """In-place init of children's tensors (``trunc_normal_(self.linear.weight, std=std)``):
     the parent's value for a child belongs in its root ``init_weights()``, which runs after the
@@ -607,13 +620,7 @@ def _children(ctx: RuleContext, edit: ClassEdit, with_runs: bool = True) -> Rewr
     runs = _block_runs(ctx, edit) if with_runs else []
     tops = sorted({*moved, *(i for i, _r, _k in runs)})
     first, last = tops[0], tops[-1]
-    opening = []
-    if ROOT_HOOK in edit.cls.methods:
-        edit.join_called_hook(ROOT_HOOK, first, last, set(moved))
-    elif edit._taken(ROOT_HOOK):
-        raise Unfixable(f"`{ROOT_HOOK}` is already an attribute of `{edit.cls.name}`")
-    else:
-        opening = own_hook_first(edit, first, last, set(moved))
+    opening, tail = _root_hook(edit, first, last, set(moved))
     attrs = {
         a
         for i in moved
@@ -649,7 +656,12 @@ def _children(ctx: RuleContext, edit: ClassEdit, with_runs: bool = True) -> Rewr
             stmts.extend(_take(edit, body, [i], private=True))
         except Unfixable as exc:
             stmts.extend(_recomputed(edit, i, str(exc)))
-    _call_after(edit, last, last in moved)
+    if tail is None:
+        _call_after(edit, last, last in moved)
+    else:  # called where reset_parameters() was, which it calls last
+        call = stmt(f"self.{ROOT_HOOK}()").with_changes(leading_lines=tail.leading_lines)
+        edit.replace[id(tail)] = (tail, [call])
+        stmts.append(stmt(f"self.{RESET_HOOK}()"))
     edit.hook_append[ROOT_HOOK] = [*opening, *stmts]
     n = len(moved) + sum(len(r) for _i, r, _k in runs)
     return edit.rewrite(

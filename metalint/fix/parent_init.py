@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, returns, stmt
+from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, _uses, returns, rng_free, stmt
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk
 from metalint.vocabulary import RESET_HOOK, ROOT_ENTRIES
@@ -89,18 +89,26 @@ def _in_init(edit: ClassEdit, node: cst.CSTNode, index: int, path) -> Rewrite:
         if isinstance(n, BLOCKS):
             raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
     first = []
+    tail = None
     if HOOK in edit.cls.methods:
         edit.join_called_hook(HOOK, index, index, set())
     else:
         _new_hook(edit)
         first = own_hook_first(edit, index, index, set())
+        tail = None if first else own_hook_last(edit, index, {index})
     edit.replace[id(moved)] = (moved, [])
     body = edit.store_names(moved, moved, index, bound=bound_names(moved), private=True)
     stores = edit.replace[id(moved)][1]
     # blank lines above go above the group, comments stay with the call (``_expand``)
-    call = stmt(f"self.{HOOK}()").with_changes(leading_lines=moved.leading_lines)
-    edit.replace[id(moved)] = (moved, [*stores, call])
-    edit.hook_append[HOOK] = [*first, body.with_changes(leading_lines=())]
+    at = moved if tail is None else tail
+    call = stmt(f"self.{HOOK}()").with_changes(leading_lines=at.leading_lines)
+    if tail is None:
+        edit.replace[id(moved)] = (moved, [*stores, call])
+    else:
+        edit.replace[id(moved)] = (moved, stores)
+        edit.replace[id(tail)] = (tail, [call])
+    last = [stmt(f"self.{RESET_HOOK}()")] if tail is not None else []
+    edit.hook_append[HOOK] = [*first, body.with_changes(leading_lines=()), *last]
     return edit.rewrite(f"Move the children's init into a root `{HOOK}()` called from `__init__`")
 
 
@@ -118,6 +126,48 @@ def own_hook_first(edit: ClassEdit, first: int, last: int, moved: set[int]) -> l
         return []  # called last (or not at all): it stays as it is
     edit.join_called_hook(reset, first, last, moved)
     return [stmt(f"self.{reset}()")]
+
+
+def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatement | None:
+    """A new root ``init_weights()`` in a class whose ``__init__`` calls its own
+    ``reset_parameters()`` later, once, as a statement (an earlier fix made it, called last:
+    monai regunet ``AffineHead``'s ``grid`` buffer, then the ``fc`` init moving to
+    ``init_weights()``). Under timm's protocol a module with an ``init_weights()`` is
+    initialised by it alone, so it ends calling ``reset_parameters()`` and ``__init__`` calls
+    it where ``reset_parameters()`` was: the moved init then runs later, which keeps eager
+    values only when nothing in between draws random numbers, calls a method, reads a tensor
+    (``.weight``, ``.bias``, ``.data``) or writes what the moved code reads. Returns the call
+    statement to replace (the caller puts the new call there and ``self.reset_parameters()``
+    last in the hook), or None."""
+    reset = RESET_HOOK
+    if reset not in edit.cls.methods:
+        return None
+    calls, nested = edit.hook_calls(reset)
+    if nested or len(calls) != 1 or calls[0] <= last:
+        return None
+    body = edit.init_body
+    memo = edit.memo()
+    reads: set[str] = set()
+    for i in moved:
+        reads |= _uses(body[i], memo)[1]
+    for i in range(last + 1, calls[0]):
+        if i in moved:
+            continue
+        s = body[i]
+        written, _read, methods = _uses(s, memo)
+        if (
+            not isinstance(s, cst.SimpleStatementLine)
+            or not rng_free(s, edit.ctx)
+            or methods
+            or written & reads
+            or any(
+                isinstance(n, cst.Attribute) and n.attr.value in ("weight", "bias", "data")
+                for n in walk(s)
+            )
+        ):
+            return None
+    edit._hook_call_added.add(HOOK)
+    return body[calls[0]]
 
 
 def _through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:

@@ -24,7 +24,9 @@ class PlainTensorAttribute(Rule):
     An alias of one of the class's own buffers or parameters (`self.original_inv_freq =
     self.inv_freq`) is reported too: `to_empty()` replaces the buffer, the alias keeps the meta
     tensor. So is the result of a function of the same file annotated `-> torch.Tensor`, or
-    unannotated with a tensor in every `return`. A tensor from a legacy constructor
+    unannotated with a tensor in every `return`, and of a method of the class annotated
+    `-> torch.Tensor` (monai regunet's `self.grid = self.get_reference_grid(image_size)`). A
+    tensor from a legacy constructor
     (`torch.Tensor()`, `torch.FloatTensor(table)`, `torch.from_numpy`), directly or returned by
     such a function, is not: it is built on the CPU even under meta (ML009 reports the
     allocation of a direct one). Neither is one moved by `.to(device)` in a method that
@@ -213,6 +215,21 @@ class Sampler:
 """,
     ]
     INVALID = [
+        # a method of the class annotated ``-> torch.Tensor`` (monai regunet's AffineHead)
+        """
+import torch
+from torch import nn
+
+class AffineHead(nn.Module):
+    def __init__(self, image_size):
+        super().__init__()
+        self.grid = self.get_reference_grid(image_size)  # ERROR
+
+    @staticmethod
+    def get_reference_grid(image_size) -> torch.Tensor:
+        mesh_points = [torch.arange(0, dim) for dim in image_size]
+        return torch.stack(torch.meshgrid(*mesh_points, indexing="ij"), dim=0).float()
+""",
         # nanoGPT-era mask and a scale tensor
         Invalid(
             """
@@ -312,24 +329,8 @@ class Attention(nn.Module):
             self._tensor_fns = TensorFunctions(self.ctx.module, self.ctx.qualify, self.ctx.facts)
         fns = self._tensor_fns
 
-        def extra(node: cst.BaseExpression) -> bool:
-            # self.original_inv_freq = self.inv_freq: an alias of a registered tensor, which
-            # to_empty() replaces while the alias keeps pointing at the meta tensor
-            if (
-                isinstance(node, cst.Attribute)
-                and isinstance(node.value, cst.Name)
-                and node.value.value == "self"
-                and node.attr.value in tensors
-            ):
-                return True
-            # create_sinusoidal_positions(...) defined in this file with ``-> torch.Tensor``
-            return (
-                isinstance(node, cst.Call)
-                and isinstance(node.func, cst.Name)
-                and node.func.value in fns
-            )
-
         tensors = {r.attr for r in registrations(list(cls.methods.values()), self.qualify)}
+        extra = self._vouch(cls, tensors, fns)
         reported: set[str] = set()
         for method in construction(cls, enter_hooks=False, hooks=self.ctx.hooks):
             for a in method.assigns:
@@ -355,6 +356,39 @@ class Attention(nn.Module):
                     "persistent=False)` and compute it in `reset_parameters()`",
                     subject=(attr,),
                 )
+
+    def _vouch(self, cls: ClassFacts, tensors: set[str], fns):
+        """``extra`` for :func:`is_tensor`: leaves this class knows are tensors."""
+
+        def extra(node: cst.BaseExpression) -> bool:
+            # self.original_inv_freq = self.inv_freq: an alias of a registered tensor, which
+            # to_empty() replaces while the alias keeps pointing at the meta tensor
+            if (
+                isinstance(node, cst.Attribute)
+                and isinstance(node.value, cst.Name)
+                and node.value.value == "self"
+                and node.attr.value in tensors
+            ):
+                return True
+            # create_sinusoidal_positions(...) defined in this file with ``-> torch.Tensor``
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
+                return node.func.value in fns
+            # a method of the class annotated ``-> torch.Tensor`` (monai regunet AffineHead's
+            # ``self.grid = self.get_reference_grid(image_size)``, a static method)
+            return isinstance(node, cst.Call) and self._tensor_method(cls, node.func)
+
+        return extra
+
+    def _tensor_method(self, cls: ClassFacts, func: cst.BaseExpression) -> bool:
+        if not (
+            isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value in ("self", cls.name)
+        ):
+            return False
+        m = cls.methods.get(func.attr.value)
+        returns = m.node.returns if m is not None else None
+        return returns is not None and self.qualify(returns.annotation) == "torch.Tensor"
 
     def _kept_on_cpu(self, value, method: MethodFacts, cls: ClassFacts, fns) -> bool:
         """``torch.from_numpy(timesteps).to(device)`` in a method that construction calls without
