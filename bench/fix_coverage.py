@@ -133,6 +133,9 @@ print(json.dumps([[v.cls, v.status, v.detail, v.lost, v.eager_raised] for v in v
 #: Not here: monai ``Transchex``/``MultiModal`` (they download BERT weights: no network).
 ARGUMENTS: dict[str, dict[str, str]] = {
     "monai": {
+        "AffineHead": "spatial_dims=2, image_size=[16, 16], decode_size=[4, 4], in_channels=4",
+        "DiNTS": "dints_space=TopologyInstance(channel_mul=0.25, num_blocks=2, num_depths=2, "
+        "spatial_dims=2), in_channels=1, num_classes=2, spatial_dims=2",
         "RetinaNetClassificationHead": "in_channels=16, num_anchors=2, num_classes=2, spatial_dims=2",
         "RetinaNetRegressionHead": "in_channels=16, num_anchors=2, spatial_dims=2",
         "VarNetBlock": "refinement_model=nn.Conv2d(2, 2, 1), spatial_dims=2",
