@@ -729,35 +729,41 @@ class ClassEdit:
         return False
 
     # -- build ---------------------------------------------------------------------------------
+    def _init_statements(self) -> list[cst.BaseStatement]:
+        """``__init__``'s body with the replacements made."""
+        # top-level statements are spliced directly; only a statement holding a replaced
+        # statement deeper down (inside an ``if``) is visited
+        body: list[cst.BaseStatement] = []
+        tops = {id(t) for t in self.init_body}
+        nested = [v[0] for k, v in self.replace.items() if k not in tops]
+        for top in self.init_body:
+            hit = self.replace.get(id(top))
+            if hit is not None and hit[0] is top:
+                new = top
+                if nested and any(path_to(top, n) is not None for n in nested):
+                    # stores put before an ``if`` whose block also changes (ML003's
+                    # condition for the hook, read from an argument kept on ``self``)
+                    inner = {k: v for k, v in self.replace.items() if k not in tops}
+                    new = top.visit(_ReplaceStatements(inner))
+                body.extend(_expand(top, new, hit[1]))
+            elif nested and any(path_to(top, n) is not None for n in nested):
+                new = top.visit(_ReplaceStatements(self.replace))
+                if isinstance(new, cst.FlattenSentinel):
+                    body.extend(new.nodes)
+                elif not isinstance(new, cst.RemovalSentinel):
+                    body.append(new)
+            else:
+                body.append(top)
+        return body
+
     def build(self) -> cst.ClassDef:
         cls_node = self.cls.node
         init_node = self.init.node
         new_init = init_node
         if self.replace:
-            # top-level statements are spliced directly; only a statement holding a replaced
-            # statement deeper down (inside an ``if``) is visited
-            body: list[cst.BaseStatement] = []
-            tops = {id(t) for t in self.init_body}
-            nested = [v[0] for k, v in self.replace.items() if k not in tops]
-            for top in self.init_body:
-                hit = self.replace.get(id(top))
-                if hit is not None and hit[0] is top:
-                    new = top
-                    if nested and any(path_to(top, n) is not None for n in nested):
-                        # stores put before an ``if`` whose block also changes (ML003's
-                        # condition for the hook, read from an argument kept on ``self``)
-                        inner = {k: v for k, v in self.replace.items() if k not in tops}
-                        new = top.visit(_ReplaceStatements(inner))
-                    body.extend(_expand(top, new, hit[1]))
-                elif nested and any(path_to(top, n) is not None for n in nested):
-                    new = top.visit(_ReplaceStatements(self.replace))
-                    if isinstance(new, cst.FlattenSentinel):
-                        body.extend(new.nodes)
-                    elif not isinstance(new, cst.RemovalSentinel):
-                        body.append(new)
-                else:
-                    body.append(top)
-            new_init = new_init.with_changes(body=new_init.body.with_changes(body=body))
+            new_init = new_init.with_changes(
+                body=new_init.body.with_changes(body=self._init_statements())
+            )
         if self.init_append:
             body = new_init.body
             new_init = new_init.with_changes(
