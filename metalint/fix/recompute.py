@@ -214,10 +214,23 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) ->
     bound: set[str] = set()
     for i in picked:
         bound |= binds(copies[i], edit.ctx.qualify)
+    out = _copies(edit, picked, copies, value, bound)
     if hook in edit.cls.methods:
         mine = {n.value for n in walk(edit.cls.methods[hook].node.body) if isinstance(n, cst.Name)}
         if mine & bound:
+            if _already_computed(edit, hook, out[:-1], bound):
+                # a second buffer of the same locals (timm DistributionBalancedLoss: freq_inv
+                # and logit_bias from one ``counts``; RoPE's cos and sin of one ``freqs``):
+                # the hook computes them already, as __init__ does; the value reads them there
+                return [out[-1]]
             raise Unfixable(why)
+    return out
+
+
+def _copies(edit: ClassEdit, picked: list[int], copies: dict, value, bound: set[str]) -> list:
+    """The hook's statements: the arguments the copied code assigns anew, read back from
+    ``self`` (kept before the first copied line), the copied statements, and last the value."""
+    body = edit.init_body
     first = body[picked[0]]
     init = edit.init
     prelude = []
@@ -235,3 +248,22 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) ->
         out.append(new.with_changes(leading_lines=()))
     out.append(edit.store_names(value, first, picked[0], bound=bound))
     return out
+
+
+def _already_computed(edit: ClassEdit, hook: str, stmts: list, bound: set[str]) -> bool:
+    """Does ``hook`` already hold ``stmts`` (the same code, one after the other), with no later
+    statement of it binding one of the locals ``bound`` again? Then those locals hold, at the
+    end of the hook, what ``__init__`` computed."""
+    have = list(edit.cls.methods[hook].node.body.body)
+
+    def text(s: cst.CSTNode) -> str:
+        return edit.ctx.module.code_for_node(s.with_changes(leading_lines=())).strip()
+
+    want = [text(s) for s in stmts]
+    got = [text(s) for s in have]
+    n = len(want)
+    for j in range(len(got) - n + 1):
+        if got[j : j + n] == want:
+            later = have[j + n :]
+            return not any(binds(s, edit.ctx.qualify) & bound for s in later)
+    return False
