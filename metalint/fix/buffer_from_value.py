@@ -98,7 +98,7 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     if "random" in effects:
         kind = "random"  # drawn by a helper of the file: drawn a second time in the hook
     arg = argument_of(value, edit.init)
-    optional = _optional(edit, full, prelude, arg)
+    optional = _optional(edit, value, full, prelude, arg)
     if optional:
         full = _tensor_branch(full)
     if kind == "random" and full is value and not optional and not dry:
@@ -132,13 +132,18 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     return edit.rewrite(f"{what} from `__init__`")
 
 
-def _optional(edit: ClassEdit, full, prelude, arg: str | None) -> bool:
+def _optional(edit: ClassEdit, value, full, prelude, arg: str | None) -> bool:
     """May the buffer be registered as None? Its value (or a statement computing it) chooses
-    None, or it is the caller's tensor from a parameter that may be None (``mask:
-    Optional[Tensor] = None``)."""
+    None, or it is a parameter that may be None (``mask: Optional[Tensor] = None``): the
+    caller's tensor itself, or the parameter's name reassigned only under an ``if`` (timm
+    ``BinaryCrossEntropy``: ``if pos_weight is not None: pos_weight = torch.tensor(...)``,
+    then ``register_buffer('pos_weight', pos_weight)``; the unguarded copy raised on the
+    default ``pos_weight=None``)."""
     if _may_be_none(full) or any(_may_be_none(s) for s in prelude):
         return True
-    return arg is not None and _param_may_be_none(edit.init.node, arg)
+    if arg is not None and _param_may_be_none(edit.init.node, arg):
+        return True
+    return isinstance(value, cst.Name) and _param_may_be_none(edit.init.node, value.value)
 
 
 def registered(attr: str) -> str:
