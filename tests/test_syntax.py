@@ -1,5 +1,6 @@
 """``syntax.children`` is libcst's ``node.children`` (same nodes, same order), without a visitor;
-``syntax.code_ranges`` is libcst's ``PositionProvider`` (same nodes, same ranges)."""
+``syntax.code_children`` the same less :data:`TRIVIA`, without reading the fields that can only
+hold trivia; ``syntax.code_ranges`` is libcst's ``PositionProvider`` (same nodes, same ranges)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from metalint.static.syntax import children, code_ranges, parse_valid_module, walk
+from metalint.static.syntax import (
+    TRIVIA,
+    children,
+    code_children,
+    code_ranges,
+    parse_valid_module,
+    walk,
+    walk_code,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "fixtures").rglob("*.py")) + sorted((ROOT / "metalint").rglob("*.py"))
@@ -58,6 +67,11 @@ def _same_everywhere(module: cst.Module) -> int:
         assert len(got) == len(expected) and all(a is b for a, b in zip(got, expected)), type(
             node
         ).__name__
+        code = [c for c in expected if type(c) not in TRIVIA]
+        got = code_children(node)
+        assert len(got) == len(code) and all(a is b for a, b in zip(got, code)), type(
+            node
+        ).__name__
         stack.extend(expected)
         n += 1
     return n
@@ -76,6 +90,14 @@ def test_walk_is_preorder_in_source_order() -> None:
     module = cst.parse_module("x = f(a, g(b)) if c else d\n")
     names = [n.value for n in walk(module) if isinstance(n, cst.Name)]
     assert names == ["x", "f", "a", "g", "b", "c", "d"]
+
+
+@pytest.mark.parametrize("source", [ODDITIES, "x = (  # c\n    a + -b,  # d\n)[0]\n"])
+def test_walk_code_is_walk_less_trivia(source: str) -> None:
+    module = cst.parse_module(source)
+    expected = [n for n in walk(module) if type(n) not in TRIVIA]
+    got = list(walk_code(module))
+    assert len(got) == len(expected) > 10 and all(a is b for a, b in zip(got, expected))
 
 
 @pytest.mark.parametrize("path", SOURCES[:40], ids=lambda p: p.name)

@@ -39,7 +39,7 @@ from metalint.fix.parameter_from_value import Value, empty_of, hook_body
 from metalint.fix.recompute import _draws, recompute_locals
 from metalint.static.construction import argument_of
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import string_value, walk
+from metalint.static.syntax import string_value, walk_code
 from metalint.static.tensors import value_kind
 from metalint.vocabulary import BUFFER_HOOK, HOST_READS
 
@@ -164,7 +164,7 @@ def _helper_effects(edit: ClassEdit, nodes, seen: set[str] | None = None) -> dic
     seen = set() if seen is None else seen
     out: dict[str, str] = {}
     for node in nodes:
-        for c in walk(node):
+        for c in walk_code(node):
             if not (isinstance(c, cst.Call) and isinstance(c.func, cst.Name)):
                 continue
             name = c.func.value
@@ -174,7 +174,7 @@ def _helper_effects(edit: ClassEdit, nodes, seen: set[str] | None = None) -> dic
             body = defs[name].body
             if _draws(body, edit):
                 out.setdefault("random", name)
-            for n in walk(body):
+            for n in walk_code(body):
                 if (
                     isinstance(n, cst.Call)
                     and isinstance(n.func, cst.Attribute)
@@ -260,10 +260,10 @@ def _may_be_none(node: cst.CSTNode) -> bool:
     index) and ``x is not None`` (a test) are no values."""
     indices = {
         id(x)
-        for s in walk(node)
+        for s in walk_code(node)
         if isinstance(s, (cst.SubscriptElement, cst.Comparison))
-        for x in walk(s)
+        for x in walk_code(s)
     }
     return any(
-        id(n) not in indices and (isinstance(n, cst.IfExp) or _is_none(n)) for n in walk(node)
+        id(n) not in indices and (isinstance(n, cst.IfExp) or _is_none(n)) for n in walk_code(node)
     )

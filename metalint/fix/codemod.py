@@ -19,7 +19,7 @@ from metalint.static.construction import is_tensor, registrations
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
-from metalint.static.syntax import children, walk
+from metalint.static.syntax import code_children, walk_code
 from metalint.static.tensors import inplace_write, value_kind
 from metalint.vocabulary import (
     BUFFER_HOOK,
@@ -71,7 +71,7 @@ def path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
         path.append(node)
         if node is target:
             return path
-        for child in reversed(children(node)):
+        for child in reversed(code_children(node)):
             stack.append((child, depth + 1))
     return None
 
@@ -91,7 +91,7 @@ def names_in(node: cst.CSTNode) -> Iterator[cst.Name]:
         node, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.NamedExpr)
     ):
         raise Unfixable("the value uses a lambda, comprehension or `:=`")
-    for child in children(node):
+    for child in code_children(node):
         yield from names_in(child)
 
 
@@ -116,7 +116,9 @@ def fill(template: str, **values: cst.BaseExpression) -> cst.BaseStatement:
     expressions keep their own text (comments, strings spanning lines) untouched."""
     node = stmt(template)
     for key, value in values.items():
-        target = next(n for n in walk(node) if isinstance(n, cst.Name) and n.value == f"__{key}__")
+        target = next(
+            n for n in walk_code(node) if isinstance(n, cst.Name) and n.value == f"__{key}__"
+        )
         node = node.deep_replace(target, value)
     return node
 
@@ -189,7 +191,7 @@ def _assign_uses(n: cst.Assign | cst.AugAssign | cst.AnnAssign, written: set[str
         return  # ``self.ema_w: torch.Tensor``: a declaration for type checkers, no write
     targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
     for t in targets:
-        for x in walk(t):
+        for x in walk_code(t):
             d = dotted(x) if isinstance(x, cst.Attribute) else None
             if d and d.startswith("self."):
                 written.add(d[5:].split(".", 1)[0])
@@ -208,7 +210,7 @@ def _uses(
     written: set[str] = set()
     read: set[str] = set()
     calls: set[str] = set()
-    for n in walk(node):
+    for n in walk_code(node):
         if isinstance(n, cst.Call):
             _call_uses(n, written, calls)
         elif isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
@@ -225,20 +227,20 @@ def _uses(
 
 def returns(node: cst.CSTNode) -> bool:
     """Is there a ``return`` in this body (not counting nested functions and classes)?"""
-    stack = list(children(node))
+    stack = list(code_children(node))
     while stack:
         n = stack.pop()
         if isinstance(n, cst.Return):
             return True
         if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
-        stack.extend(children(n))
+        stack.extend(code_children(n))
     return False
 
 
 def rng_free(node: cst.CSTNode, ctx: RuleContext) -> bool:
     """Does this statement certainly draw no random numbers? (conservative)"""
-    for n in walk(node):
+    for n in walk_code(node):
         if not isinstance(n, cst.Call):
             continue
         q = ctx.qualify(n.func)
@@ -296,7 +298,7 @@ class ClassEdit:
                 stack = [top]
                 while stack:
                     n = stack.pop()
-                    for c in children(n):
+                    for c in code_children(n):
                         parents[id(c)] = n
                         stack.append(c)
             index = (parents, tops, init.node)
@@ -417,7 +419,7 @@ class ClassEdit:
             for i, s in enumerate(self.init_body):
                 names = {
                     d[5:]
-                    for n in walk(s)
+                    for n in walk_code(s)
                     if isinstance(n, cst.Call) and (d := dotted(n.func) or "").startswith("self.")
                 }
                 if (
@@ -525,7 +527,7 @@ class ClassEdit:
                 or _uses(s, self.memo())[2]
                 or any(
                     isinstance(n, cst.Attribute) and n.attr.value in ("weight", "bias", "data")
-                    for n in walk(s)
+                    for n in walk_code(s)
                 )
             ):
                 raise Unfixable(
@@ -601,12 +603,12 @@ class ClassEdit:
         # ``self.cls_logits.weight``: an attribute of a module (a tensor has no ``.weight``)
         modules = {
             id(n.value)
-            for n in walk(value)
+            for n in walk_code(value)
             if isinstance(n, cst.Attribute)
             and n.attr.value not in TENSOR_METHODS
             and n.attr.value not in ("data", "T", "mT")
         }
-        for n in walk(value):
+        for n in walk_code(value):
             if (
                 isinstance(n, cst.Attribute)
                 and isinstance(n.value, cst.Name)
@@ -655,7 +657,7 @@ class ClassEdit:
             return depth <= 4
         if isinstance(v, (cst.List, cst.Tuple, cst.ListComp, cst.Dict, cst.DictComp, cst.Set)):
             return False  # a list of sizes (monai's ``self.window = [1 + 2 * r for r in ..]``)
-        for n in walk(v):
+        for n in walk_code(v):
             if isinstance(n, cst.Call):
                 q = self.ctx.qualify(n.func) or ""
                 name = getattr(n.func, "value", None) if isinstance(n.func, cst.Name) else None
@@ -924,7 +926,7 @@ def _size(e: cst.BaseExpression, init) -> bool:
         e.operator, (cst.Multiply, cst.Add, cst.FloorDivide, cst.Subtract)
     ):
         # an int times anything but a sequence literal is a size (``self.heads * out``)
-        if any(isinstance(x, _SEQUENCES) for x in walk(e)):
+        if any(isinstance(x, _SEQUENCES) for x in walk_code(e)):
             return False
         return _size(e.left, init) or _size(e.right, init)
     return isinstance(e, cst.Name) and _int_param(e.value, init)
@@ -989,7 +991,7 @@ def inline_locals(edit: ClassEdit, e: cst.BaseExpression, depth: int = 0) -> cst
         tensor = value_kind(v, edit.ctx.qualify, init) is not None or (
             # a list of numbers (``[1 for _ in range(n)]``, a shape) is kept on self as it is
             not isinstance(v, (cst.List, cst.Tuple, cst.ListComp))
-            and any(isinstance(x, cst.Call) for x in walk(v))
+            and any(isinstance(x, cst.Call) for x in walk_code(v))
         )
         if not tensor:
             continue  # a number: stored on self by store_names
@@ -1002,7 +1004,7 @@ def inline_locals(edit: ClassEdit, e: cst.BaseExpression, depth: int = 0) -> cst
         edit.locate(node)  # a local computed inside a loop or `with` cannot be inlined
         if any(
             n in binds(line, edit.ctx.qualify)
-            for line in walk(edit.init.node)
+            for line in walk_code(edit.init.node)
             if isinstance(line, cst.SimpleStatementLine) and node not in line.body
         ):
             # ``coords[:, 0] += 1`` / ``coords.view(-1).add_(1)``: its value is not the
@@ -1019,7 +1021,7 @@ def binds(s: cst.CSTNode, qualify) -> set[str]:
     ``zeros_(x)``, a view ``x.view(-1).zero_()``, ``torch.arange(n, out=x)``)."""
 
     out: set[str] = set()
-    for n in walk(s):
+    for n in walk_code(s):
         targets: list[cst.CSTNode] = []
         if isinstance(n, cst.Assign):
             targets = [t.target for t in n.targets]
@@ -1030,7 +1032,7 @@ def binds(s: cst.CSTNode, qualify) -> set[str]:
             if w is not None and w.chain[0] != "self":
                 out.add(w.chain[0])
         for t in targets:
-            for x in walk(t) if isinstance(t, (cst.Tuple, cst.List)) else [t]:
+            for x in walk_code(t) if isinstance(t, (cst.Tuple, cst.List)) else [t]:
                 while isinstance(x, (cst.Subscript, cst.Attribute)):
                     x = x.value
                 if isinstance(x, cst.Name):

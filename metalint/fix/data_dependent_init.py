@@ -44,7 +44,7 @@ from metalint.static.ownership import (
     truthiness_tensors,
 )
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import keyword, walk
+from metalint.static.syntax import keyword, walk_code
 from metalint.vocabulary import (
     CONSTANT_FACTORIES,
     DEVICE_COPY_METHODS,
@@ -283,11 +283,11 @@ def _uses(scope: cst.CSTNode, name: str) -> list[cst.Name]:
     a shape query (``t.shape``, ``t.size(0)``, ``len(t)``) is not a use of its value."""
     bound: set[int] = set()
     shape: set[int] = set()
-    for n in walk(scope):
+    for n in walk_code(scope):
         if isinstance(n, (cst.AssignTarget, cst.For, cst.CompFor)):
-            bound.update(id(x) for x in walk(n.target) if isinstance(x, cst.Name))
+            bound.update(id(x) for x in walk_code(n.target) if isinstance(x, cst.Name))
         elif isinstance(n, (cst.AugAssign, cst.AnnAssign)):
-            bound.update(id(x) for x in walk(n.target) if isinstance(x, cst.Name))
+            bound.update(id(x) for x in walk_code(n.target) if isinstance(x, cst.Name))
         elif isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name):
             if n.attr.value in SHAPE_ATTRIBUTES or n.attr.value in NOT_TENSOR_METHODS - set(
                 HOST_READS
@@ -298,7 +298,7 @@ def _uses(scope: cst.CSTNode, name: str) -> list[cst.Name]:
                 shape.add(id(n.args[0].value))
     return [
         n
-        for n in walk(scope)
+        for n in walk_code(scope)
         if isinstance(n, cst.Name)
         and n.value == name
         and id(n) not in bound
@@ -309,7 +309,7 @@ def _uses(scope: cst.CSTNode, name: str) -> list[cst.Name]:
 
 def _attribute_name(scope: cst.CSTNode, name: cst.Name) -> bool:
     """``x`` in ``self.x`` / ``t.x``, or a keyword name: not a variable."""
-    for n in walk(scope):
+    for n in walk_code(scope):
         if isinstance(n, cst.Attribute) and n.attr is name:
             return True
         if isinstance(n, cst.Arg) and n.keyword is name:
@@ -381,7 +381,7 @@ def _replace_calls(edit: ClassEdit, new: dict[int, cst.CSTNode], nodes=None) -> 
 
 
 def _nodes_by_id(edit: ClassEdit, new: dict[int, cst.CSTNode]) -> list[cst.CSTNode]:
-    return [n for n in walk(edit.init.node) if id(n) in new]
+    return [n for n in walk_code(edit.init.node) if id(n) in new]
 
 
 def _twin(ctx: RuleContext, edit: ClassEdit, chain: _Chain, shared: list[str], reads) -> Rewrite:
@@ -401,9 +401,9 @@ def _twin(ctx: RuleContext, edit: ClassEdit, chain: _Chain, shared: list[str], r
         )
         if line is None or len(line.body) != 1:
             raise Unfixable(f"`{name}` is not assigned by a statement of its own in `__init__`")
-        inner = {id(n): _on_cpu(n) for n in walk(value) if id(n) in roots}
+        inner = {id(n): _on_cpu(n) for n in walk_code(value) if id(n) in roots}
         if not inner or any(
-            isinstance(n, cst.Name) and n.value in chain.locals for n in walk(value)
+            isinstance(n, cst.Name) and n.value in chain.locals for n in walk_code(value)
         ):
             raise Unfixable(f"`{name}` is computed from other locals and also kept")
         twin = _free_name(init, f"{name}_cpu")
@@ -428,7 +428,7 @@ def _twin(ctx: RuleContext, edit: ClassEdit, chain: _Chain, shared: list[str], r
 
 
 def _free_name(init: MethodFacts, name: str) -> str:
-    taken = {n.value for n in walk(init.node) if isinstance(n, cst.Name)}
+    taken = {n.value for n in walk_code(init.node) if isinstance(n, cst.Name)}
     cand, i = name, 2
     while cand in taken:
         cand, i = f"{name}{i}", i + 1

@@ -36,7 +36,7 @@ from metalint.fix.parent_init import own_hook_first, own_hook_last
 from metalint.fix.recompute import recompute_locals
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import walk
+from metalint.static.syntax import walk_code
 from metalint.static.tensors import Write, inplace_write
 from metalint.vocabulary import INPLACE_METHODS, NO_GRAD_CONTEXTS, RESET_HOOK, ROOT_ENTRIES
 
@@ -215,7 +215,7 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
         {
             _attr_of(c, ctx)
             for i in moved
-            for c in walk(body[i])
+            for c in walk_code(body[i])
             if isinstance(c, cst.Call) and _init_call(c, ctx)
         }
         - {None}
@@ -459,7 +459,7 @@ def _child_of(s: cst.CSTNode, ctx: RuleContext) -> set[str]:
     """The children whose tensors an init-only statement writes (``g_proj`` for
     ``zeros_(self.g_proj.weight)``)."""
     out = set()
-    for c in walk(s):
+    for c in walk_code(s):
         if isinstance(c, cst.Call):
             w = _write(c, ctx)
             if w is not None and _child(w.target):
@@ -624,7 +624,7 @@ def _children(ctx: RuleContext, edit: ClassEdit, with_runs: bool = True) -> Rewr
     attrs = {
         a
         for i in moved
-        for c in walk(body[i])
+        for c in walk_code(body[i])
         if isinstance(c, cst.Call) and _init_call(c, ctx, _any)
         for a in [_attr_of(c, ctx)]
         if a

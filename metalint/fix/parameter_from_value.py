@@ -51,7 +51,7 @@ from metalint.fix.codemod import (
 )
 from metalint.fix.inplace_init import init_only, move_own, move_own_in_block, overwrites
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import string_value, walk
+from metalint.static.syntax import string_value, walk_code
 from metalint.vocabulary import (
     EMPTY_FACTORIES,
     FACTORY_DRAWS,
@@ -99,7 +99,7 @@ class Value:
 
     def __init__(self, data: cst.BaseExpression, ctx: RuleContext):
         self.data = data
-        calls = [n for n in walk(data) if isinstance(n, cst.Call)]
+        calls = [n for n in walk_code(data) if isinstance(n, cst.Call)]
         factories = [c for c in calls if ctx.qualify(c.func) in FACTORIES]
         if isinstance(data, cst.Name):
             raise Unfixable(
@@ -112,7 +112,7 @@ class Value:
         self.call = factories[0]
         self.factory = ctx.qualify(self.call.func)
         others = [
-            c for c in calls if c is not self.call and not any(c is n for n in walk(self.call))
+            c for c in calls if c is not self.call and not any(c is n for n in walk_code(self.call))
         ]
         if others:
             raise Unfixable(
@@ -195,9 +195,9 @@ class Value:
             and isinstance(d.operator, cst.Multiply)
             and not d.lpar
         ):
-            if d.left is self.call and not any(n is self.call for n in walk(d.right)):
+            if d.left is self.call and not any(n is self.call for n in walk_code(d.right)):
                 return d.right
-            if d.right is self.call and not any(n is self.call for n in walk(d.left)):
+            if d.right is self.call and not any(n is self.call for n in walk_code(d.left)):
                 return d.left
         return None
 
@@ -208,7 +208,7 @@ def _parameter(ctx: RuleContext, node: cst.CSTNode, path) -> tuple[str, cst.Arg,
     pcall = next(
         (
             n
-            for n in walk(node)
+            for n in walk_code(node)
             if isinstance(n, cst.Call) and ctx.qualify(n.func) in PARAMETER_CLASSES
         ),
         None,
@@ -484,7 +484,7 @@ def _recompute(ctx, edit: ClassEdit, attr, line, index, data, guard, names, why:
     numbers; a random one would be drawn a second time (unsafe)."""
 
     full = inline_locals(edit, data)
-    if any(isinstance(n, cst.Name) and n.value == "None" for n in walk(full)):
+    if any(isinstance(n, cst.Name) and n.value == "None" for n in walk_code(full)):
         raise Unfixable(why)
     for a in sorted(_uses(full)[1]):
         if edit.used_after(a, index, writes_only=True):

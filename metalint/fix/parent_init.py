@@ -32,7 +32,7 @@ import libcst as cst
 
 from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, _uses, returns, rng_free, stmt
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import walk
+from metalint.static.syntax import walk_code
 from metalint.vocabulary import RESET_HOOK, ROOT_ENTRIES
 
 CODE = "ML010"
@@ -43,7 +43,7 @@ BLOCKS = (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, 
 def bound_names(node: cst.CSTNode) -> set[str]:
     """Names the statement binds itself (loop targets, assignments, ``with ... as``)."""
     out: set[str] = set()
-    for n in walk(node):
+    for n in walk_code(node):
         targets: list[cst.CSTNode] = []
         if isinstance(n, (cst.For, cst.CompFor)):
             targets.append(n.target)
@@ -54,7 +54,7 @@ def bound_names(node: cst.CSTNode) -> set[str]:
         elif isinstance(n, cst.WithItem) and n.asname is not None:
             targets.append(n.asname.name)
         for t in targets:
-            for x in walk(t):
+            for x in walk_code(t):
                 if isinstance(x, cst.Name):
                     out.add(x.value)
     return out
@@ -172,7 +172,7 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
 
 def _through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:
     owner = next(
-        (m for m in edit.cls.methods.values() if any(n is node for n in walk(m.node))), None
+        (m for m in edit.cls.methods.values() if any(n is node for n in walk_code(m.node))), None
     )
     if owner is None:
         raise Unfixable("the init is not in a method of this class")

@@ -29,7 +29,7 @@ from metalint.static.construction import is_tensor
 from metalint.static.model import construction
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import is_none, walk
+from metalint.static.syntax import is_none, walk_code
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -57,7 +57,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
             isinstance(n, cst.Call)
             and isinstance(n.func, cst.Attribute)
             and n.func.attr.value == "__init__"
-            for n in walk(s)
+            for n in walk_code(s)
         )
     ]
     if not supers or supers[0] > index:
@@ -83,7 +83,7 @@ def _other_assignments(ctx, edit: ClassEdit, cls, node, target: str) -> Iterator
     """Why another assignment of ``target`` makes the rewrite unsafe (one reason each);
     raises :class:`Unfixable` when ``__init__`` assigns it before ``node``."""
     attr = target[5:]
-    order = {id(n): i for i, n in enumerate(walk(edit.init.node))}
+    order = {id(n): i for i, n in enumerate(walk_code(edit.init.node))}
     built = {m.name for m in construction(cls)} - {"__init__"}
     for m in cls.methods.values():
         for a in m.assigns:

@@ -17,7 +17,7 @@ from metalint.fix.codemod import (
     names_in,
     stmt,
 )
-from metalint.static.syntax import walk
+from metalint.static.syntax import walk_code
 from metalint.vocabulary import INIT_KIND, RANDOM_FACTORIES
 
 
@@ -60,7 +60,7 @@ def _draws(node: cst.CSTNode, edit: ClassEdit) -> bool:
     """Does the code draw random numbers or build a module (whose init draws)? What
     :func:`value_kind` calls random, as ML002 judges a buffer's value."""
 
-    for n in walk(node):
+    for n in walk_code(node):
         if not isinstance(n, cst.Call):
             continue
         q = edit.ctx.qualify(n.func) or ""
@@ -103,7 +103,7 @@ def _mentions(s: cst.CSTNode, names: set[str], edit: ClassEdit) -> bool:
     init = edit.init
     read_only = {
         id(n.value)
-        for n in walk(s)
+        for n in walk_code(s)
         if isinstance(n, cst.Subscript)
         and isinstance(n.value, cst.Name)
         and n.value.value in init.params
@@ -216,7 +216,9 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) ->
         bound |= binds(copies[i], edit.ctx.qualify)
     out = _copies(edit, picked, copies, value, bound)
     if hook in edit.cls.methods:
-        mine = {n.value for n in walk(edit.cls.methods[hook].node.body) if isinstance(n, cst.Name)}
+        mine = {
+            n.value for n in walk_code(edit.cls.methods[hook].node.body) if isinstance(n, cst.Name)
+        }
         if mine & bound:
             if _already_computed(edit, hook, out[:-1], bound):
                 # a second buffer of the same locals (timm DistributionBalancedLoss: freq_inv

@@ -14,17 +14,17 @@ from metalint.static.construction import (
 from metalint.static.model import ClassFacts, MethodFacts, calls_into_tree, construction
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, Invalid, Rule
-from metalint.static.syntax import keyword, self_attr, short, string_value, walk
+from metalint.static.syntax import keyword, self_attr, short, string_value, walk_code
 from metalint.static.tensors import parameter_value
 from metalint.vocabulary import CPU_CONSTRUCTORS, DEVICE_COPY_METHODS, LEGACY_CONSTRUCTORS
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
-    return any(n is node for n in walk(tree))
+    return any(n is node for n in walk_code(tree))
 
 
 def _mentions(tree: cst.CSTNode, name: str) -> bool:
-    return any(isinstance(n, cst.Name) and n.value == name for n in walk(tree))
+    return any(isinstance(n, cst.Name) and n.value == name for n in walk_code(tree))
 
 
 def default_device(target, lineage: list[ClassFacts], method: MethodFacts) -> str | None:
@@ -384,7 +384,7 @@ class Table(nn.Module):
         ):
             return None  # ``F.one_hot(torch.from_numpy(a)).to(self.device)``: on the CPU already
         # already on a real device (reported as an escape) or from a legacy constructor
-        for n in walk(receiver):
+        for n in walk_code(receiver):
             if isinstance(n, cst.Call) and (
                 keyword(n, "device") is not None
                 or (self.qualify(n.func) or "") in LEGACY_CONSTRUCTORS
@@ -392,7 +392,7 @@ class Table(nn.Module):
                 return None
         if isinstance(receiver, cst.Name):
             for _, v in method.local_values.get(receiver.value, ()):
-                for n in walk(v):
+                for n in walk_code(v):
                     if isinstance(n, cst.Call) and keyword(n, "device") is not None:
                         return None
         if default is not None:

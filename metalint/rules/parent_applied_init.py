@@ -18,7 +18,7 @@ from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
 from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
-from metalint.static.syntax import short, walk
+from metalint.static.syntax import short, walk_code
 from metalint.static.tensors import inplace_write
 from metalint.vocabulary import (
     MODULE_ITERATORS,
@@ -600,9 +600,9 @@ class Captioner(nn.Module):
         """The function ``local`` (nested in the method holding ``node``, or of the file)
         only calls each module's ``reset_parameters()``."""
         for m in cls.methods.values():
-            if not any(n is node for n in walk(m.node)):
+            if not any(n is node for n in walk_code(m.node)):
                 continue
-            for n in walk(m.node):
+            for n in walk_code(m.node):
                 if isinstance(n, cst.FunctionDef) and n.name.value == local and n is not m.node:
                     return calls_only_reset(n, self._own_hooks())
         for stmt in self.ctx.module.body:
@@ -734,7 +734,7 @@ def _norm_defaults_only(m: MethodFacts) -> bool:
         if name == "isinstance" and len(call.node.args) == 2:
             types = [
                 (dotted(n) or "").rsplit(".", 1)[-1]
-                for n in walk(call.node.args[1].value)
+                for n in walk_code(call.node.args[1].value)
                 if isinstance(n, (cst.Name, cst.Attribute)) and dotted(n)
             ]
             if not all("Norm" in t or t in ("nn", "torch") for t in types):

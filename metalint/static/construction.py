@@ -12,7 +12,14 @@ from dataclasses import dataclass
 import libcst as cst
 
 from metalint.static.model import MethodFacts, function_facts
-from metalint.static.syntax import children, is_false, is_none, keyword, string_value, walk
+from metalint.static.syntax import (
+    code_children,
+    is_false,
+    is_none,
+    keyword,
+    string_value,
+    walk_code,
+)
 from metalint.static.tensors import const_kind, local_value, parameter_value
 from metalint.vocabulary import (
     BUFFER_CLASSES,
@@ -148,7 +155,7 @@ def computed(
     if expr is None or depth > 3 or is_none(expr):
         return None
     found: set[str] = set()
-    for node in walk(expr):
+    for node in walk_code(expr):
         if isinstance(node, cst.Call):
             kind = _call_kind(node, qualify)
             if kind:
@@ -387,5 +394,5 @@ def _returned_values(fn: cst.FunctionDef) -> list[cst.BaseExpression | None] | N
             return None
         if isinstance(node, cst.Return):
             values.append(node.value)
-        stack.extend(children(node))
+        stack.extend(code_children(node))
     return values

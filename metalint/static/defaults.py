@@ -21,7 +21,7 @@ from metalint.static import constants
 from metalint.static.constants import UNKNOWN
 from metalint.static.model import CallSite, ClassFacts, MethodFacts
 from metalint.static.names import dotted
-from metalint.static.syntax import children, walk
+from metalint.static.syntax import code_children, walk_code
 from metalint.vocabulary import RESET_ONLY_CALLS
 
 
@@ -65,7 +65,7 @@ def _single_target(stmt: cst.CSTNode) -> tuple[str, cst.BaseExpression] | None:
 def _assigned_names(body: cst.CSTNode) -> set[str]:
     """Every dotted name assigned anywhere under ``body``."""
     out: set[str] = set()
-    for n in walk(body):
+    for n in walk_code(body):
         targets: list[cst.CSTNode] = []
         if isinstance(n, cst.Assign):
             targets = [t.target for t in n.targets]
@@ -74,7 +74,7 @@ def _assigned_names(body: cst.CSTNode) -> set[str]:
         elif isinstance(n, (cst.For, cst.CompFor)):
             targets = [n.target]
         for t in targets:
-            for x in walk(t):
+            for x in walk_code(t):
                 name = dotted(x) if isinstance(x, (cst.Name, cst.Attribute)) else None
                 if name:
                     out.add(name)
@@ -155,14 +155,14 @@ def _reached(stmt: cst.CSTNode, node: cst.CSTNode, env: dict[str, Any]) -> bool 
     if isinstance(stmt, cst.If):
         test = value_of(stmt.test, env)
         for block, wanted in ((stmt.body, True), (stmt.orelse, False)):
-            if block is None or not any(n is node for n in walk(block)):
+            if block is None or not any(n is node for n in walk_code(block)):
                 continue
             if test is not UNKNOWN and bool(test) != wanted:
                 return False
             inner = _reached(block, node, env)
             return True if inner is None else inner
         return None
-    for child in children(stmt):
+    for child in code_children(stmt):
         r = _reached(child, node, env)
         if r is not None:
             return r
@@ -210,7 +210,7 @@ def calls_only_reset(fn: cst.FunctionDef, hooks: tuple[str, ...] = ("reset_param
     """A function whose only calls are each module's own hook (``m.reset_parameters()``, or
     one of ``hooks``: timm MaxxVit's ``m.init_weights()``) and type checks."""
     resets = False
-    for c in walk(fn.body):
+    for c in walk_code(fn.body):
         if isinstance(c, cst.Call):
             name = c.func.attr.value if isinstance(c.func, cst.Attribute) else dotted(c.func)
             if name not in RESET_ONLY_CALLS and name not in hooks:

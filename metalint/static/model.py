@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from metalint.static.names import Aliases, dotted
-from metalint.static.syntax import TRIVIA, children
+from metalint.static.syntax import code_children
 from metalint.vocabulary import NO_GRAD_CONTEXTS, SKIPPED_METHOD_PREFIXES
 
 
@@ -186,7 +186,7 @@ class FactCollector:
             if leave is not None:
                 stack.append((node, leave))
             if visit is None or visit(self, node) is not False:
-                stack.extend((c, None) for c in reversed(children(node)) if type(c) not in TRIVIA)
+                stack.extend((c, None) for c in reversed(code_children(node)))
 
     # -- imports (module level and nested: both count) -------------------------------------
     def visit_Import(self, node: cst.Import) -> None:

@@ -13,7 +13,7 @@ import libcst as cst
 from metalint.static.construction import Registration, real_device, tensor_registrations
 from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
-from metalint.static.syntax import children, is_none, keyword
+from metalint.static.syntax import code_children, is_none, keyword
 from metalint.vocabulary import (
     BUFFER_CLASSES,
     CPU_CONSTRUCTORS,
@@ -75,7 +75,7 @@ def factory_calls(expr: cst.BaseExpression | None, qualify) -> list[cst.Call]:
             q = qualify(node.func)
             if q in EMPTY_FACTORIES or q in VALUE_FACTORIES or q in RANDOM_FACTORIES:
                 out.append(node)
-        stack.extend(children(node))
+        stack.extend(code_children(node))
     return out
 
 

@@ -302,10 +302,12 @@ def _held(call, method, ctx) -> set[str]:
     in the method (``levels = [...]``, ``levels.append(NestLevel(...))``, ``levels += [...]``)."""
     import libcst as cst
 
-    from metalint.static.syntax import walk
+    from metalint.static.syntax import walk_code
 
     def built(node) -> set[str]:
-        return {q for n in walk(node) if isinstance(n, cst.Call) if (q := _class_ref(n.func, ctx))}
+        return {
+            q for n in walk_code(node) if isinstance(n, cst.Call) if (q := _class_ref(n.func, ctx))
+        }
 
     out: set[str] = set()
     for arg in call.args:
@@ -325,14 +327,14 @@ def _list_fills(method, ctx) -> dict[str, list]:
     import libcst as cst
 
     from metalint.static.names import dotted
-    from metalint.static.syntax import walk
+    from metalint.static.syntax import walk_code
 
     memo = ctx.memo.setdefault(_list_fills, {})
     hit = memo.get(id(method.node))
     if hit is not None and hit[0] is method.node:
         return hit[1]
     fills: dict[str, list] = {}
-    for node in walk(method.node.body):
+    for node in walk_code(method.node.body):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
             if node.func.attr.value in _LIST_FILLERS and node.args:
                 fills.setdefault(dotted(node.func.value), []).append(node.args[-1].value)
@@ -462,13 +464,13 @@ def _builds_of(fn, ctx) -> tuple[set[str], set[str], list[str]]:
     import libcst as cst
 
     from metalint.static.names import dotted
-    from metalint.static.syntax import walk
+    from metalint.static.syntax import walk_code
 
     built: set[str] = set()
     calls: list[str] = []
     made: dict[str, str] = {}  # local name -> the class it holds
     installs: list = []  # (module, value)
-    for node in walk(fn.body):
+    for node in walk_code(fn.body):
         if isinstance(node, cst.Call):
             q = _class_ref(node.func, ctx)
             if q:
@@ -509,14 +511,14 @@ def _iterated(fn, param: str) -> tuple[str, ...]:
     import libcst as cst
 
     from metalint.static.names import dotted
-    from metalint.static.syntax import walk
+    from metalint.static.syntax import walk_code
 
     out = []
-    for loop in walk(fn.body):
+    for loop in walk_code(fn.body):
         if isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call):
             head = dotted(loop.iter.func) or ""
             if head.startswith(param + "."):
-                out += [n.value for n in walk(loop.target) if isinstance(n, cst.Name)]
+                out += [n.value for n in walk_code(loop.target) if isinstance(n, cst.Name)]
     return tuple(out)
 
 
@@ -629,10 +631,10 @@ def _applies_to_modules(fn, param: str, ctx) -> bool:
     import libcst as cst
 
     from metalint.static.names import dotted
-    from metalint.static.syntax import walk
+    from metalint.static.syntax import walk_code
     from metalint.static.tensors import inplace_write
 
-    for loop in walk(fn.body):
+    for loop in walk_code(fn.body):
         if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call):
             continue
         it = loop.iter
@@ -644,8 +646,8 @@ def _applies_to_modules(fn, param: str, ctx) -> bool:
         )
         if not over:
             continue
-        targets = {n.value for n in walk(loop.target) if isinstance(n, cst.Name)}
-        for call in walk(loop.body):
+        targets = {n.value for n in walk_code(loop.target) if isinstance(n, cst.Name)}
+        for call in walk_code(loop.body):
             if not isinstance(call, cst.Call):
                 continue
             w = inplace_write(call, ctx.qualify)
@@ -664,10 +666,10 @@ def _returned_functions(fn, ctx) -> list[str]:
     import libcst as cst
 
     from metalint.static.defaults import unwrap_partial
-    from metalint.static.syntax import walk
+    from metalint.static.syntax import walk_code
 
     out = set()
-    for node in walk(fn.body):
+    for node in walk_code(fn.body):
         if isinstance(node, cst.Return) and node.value is not None:
             q = ctx.qualify(unwrap_partial(node.value, ctx.qualify))
             q = q or _local_function(unwrap_partial(node.value, ctx.qualify), ctx)
@@ -767,7 +769,7 @@ def _block(stmts, param: str, ctx, fn=None) -> list:
     import libcst as cst
 
     from metalint.static.names import dotted
-    from metalint.static.syntax import walk
+    from metalint.static.syntax import walk_code
     from metalint.static.tensors import inplace_write
 
     out: list = []
@@ -793,7 +795,7 @@ def _block(stmts, param: str, ctx, fn=None) -> list:
                 and it.func.attr.value in _TENSOR_ITERATORS
                 and any(
                     isinstance(n, cst.Call) and inplace_write(n, ctx.qualify) is not None
-                    for n in walk(stmt.body)
+                    for n in walk_code(stmt.body)
                 )
             ):
                 out.append(["all"])  # for name, p in module.named_parameters(): init(p)
@@ -804,7 +806,7 @@ def _block(stmts, param: str, ctx, fn=None) -> list:
         elif isinstance(stmt, (cst.With, cst.Try)):
             out.extend(_block(_body_of(stmt), param, ctx, fn))
         elif not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-            for node in walk(stmt):
+            for node in walk_code(stmt):
                 item = _item(node, param, ctx)
                 if item is not None:
                     out.append(item)
@@ -850,12 +852,12 @@ def _local_value(fn, name: str, ctx) -> tuple[str, Any] | None:
     import libcst as cst
 
     from metalint.static.names import dotted
-    from metalint.static.syntax import walk
+    from metalint.static.syntax import walk_code
 
     def assigns(node) -> list:
         return [
             n
-            for n in walk(node)
+            for n in walk_code(node)
             if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))
             if any(
                 dotted(t) == name
@@ -891,7 +893,7 @@ def _listed_tensors(loop, param: str, ctx) -> list[list[str]]:
     of the module the loop writes in place, each as its attribute chain."""
     import libcst as cst
 
-    from metalint.static.syntax import chain, walk
+    from metalint.static.syntax import chain, walk_code
     from metalint.static.tensors import inplace_write
 
     it = loop.iter if isinstance(loop, cst.For) else None
@@ -900,7 +902,7 @@ def _listed_tensors(loop, param: str, ctx) -> list[list[str]]:
     chains = [chain(e.value) for e in it.elements]
     if not chains or not all(c and len(c) >= 2 and c[0] == param for c in chains):
         return []
-    for node in walk(loop.body):
+    for node in walk_code(loop.body):
         if isinstance(node, cst.Call):
             w = inplace_write(node, ctx.qualify)
             if w is not None and w.chain and w.chain[0] == loop.target.value:

@@ -13,10 +13,12 @@ does not need (a second visit of the tree; validating nodes of code CPython has 
 from __future__ import annotations
 
 import bisect
+import collections.abc
 import dataclasses
 import itertools
 import operator
 import re
+import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import libcst as cst
@@ -47,6 +49,10 @@ class _FieldOrder(cst.CSTVisitor):
 #: node type -> (getter of the fields in visiting order, getter of the other fields that may
 #: hold nodes, or None)
 _ORDER: dict[type, tuple[Callable, Callable | None]] = {}
+
+
+#: node type -> (the names of the fields in visiting order, of the others that may hold nodes)
+_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
 #: type -> whether it is a libcst node (``isinstance`` on libcst's abstract base is slow)
@@ -93,6 +99,7 @@ def _learn(node: cst.CSTNode) -> tuple[Callable, Callable | None]:
         f.name for f in dataclasses.fields(node) if f.name not in visited and _may_hold_node(f)
     )
     order = _ORDER[type(node)] = (_getter(visited), _getter(others) if others else None)
+    _FIELDS[type(node)] = (visited, others)
     return order
 
 
@@ -166,6 +173,99 @@ TRIVIA = frozenset(
 )
 
 
+#: type -> whether its instances are code nodes (a libcst node not in :data:`TRIVIA`)
+_IS_CODE: dict[type, bool] = {}
+
+
+def _is_code(value) -> bool:
+    t = type(value)
+    known = _IS_CODE.get(t)
+    if known is None:
+        known = _IS_CODE[t] = issubclass(t, cst.CSTNode) and t not in TRIVIA
+    return known
+
+
+def _only_trivia(annotation) -> bool:
+    """Whether a field so annotated holds no code node whatever its value: its node types
+    (``lpar: Sequence[LeftParen]``, ``comma: Comma | MaybeSentinel``, ``whitespace_after:
+    BaseParenthesizableWhitespace``), and every subclass of them, are :data:`TRIVIA`; the
+    rest of what it admits is no node (a string, a sentinel, None). An annotation not made
+    of classes (a forward reference, text) may hold anything."""
+    if annotation is None or annotation is type(None):
+        return True
+    if isinstance(annotation, type):
+        if not issubclass(annotation, cst.CSTNode):
+            return annotation in (str, bool, cst.MaybeSentinel)
+        todo, seen = [annotation], set()
+        while todo:
+            t = todo.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            if t not in TRIVIA:
+                return False
+            todo.extend(t.__subclasses__())
+        return True
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return all(type(a) is str for a in args)
+    if origin in (typing.Union, collections.abc.Sequence, list, tuple) and args:
+        return all(a is Ellipsis or _only_trivia(a) for a in args)
+    return False
+
+
+#: node type -> ``node -> its code children`` (see :func:`code_children`)
+_CODE_CHILDREN: dict[type, Callable] = {}
+
+
+def _learn_code(node: cst.CSTNode) -> Callable:
+    """The code-children getter of ``node``'s type: the fields of :func:`children`, in the
+    same order, less those that can only hold trivia (never read), as straight-line code.
+    When a field libcst's visit skipped the first time holds a node, libcst is asked (as
+    :func:`children` does)."""
+    t = type(node)
+    if t not in _FIELDS:
+        _learn(node)
+    visited, others = _FIELDS[t]
+    types = {f.name: f.type for f in dataclasses.fields(node)}
+    lines = ["def code_children(node):"]
+    for name in others:
+        lines += [
+            f"    v = node.{name}",
+            "    if v is not None and type(v) is not str and _holds_node(v):",
+            "        return [c for c in node.children if _is_code(c)]",
+        ]
+    lines.append("    out = []")
+    for name in visited:
+        if _only_trivia(types.get(name, object)):
+            continue
+        lines += [
+            f"    v = node.{name}",
+            "    k = _IS_CODE.get(type(v))",
+            "    if k is None:",
+            "        k = _is_code(v)",
+            "    if k:",
+            "        out.append(v)",
+            "    elif type(v) is tuple or type(v) is list:",
+            "        out.extend([c for c in v if _is_code(c)])",
+        ]
+    lines.append("    return out")
+    scope = {"_IS_CODE": _IS_CODE, "_is_code": _is_code, "_holds_node": _holds_node}
+    exec("\n".join(lines), scope)  # noqa: S102 (text built above from field names)
+    getter = _CODE_CHILDREN[t] = scope["code_children"]
+    return getter
+
+
+def code_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """``[c for c in children(node) if type(c) not in TRIVIA]``, without reading the fields
+    that can only hold trivia (two in three nodes of a typical statement)."""
+    getter = _CODE_CHILDREN.get(type(node))
+    if getter is None:
+        getter = _learn_code(node)
+    return getter(node)
+
+
 def walk_code(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """:func:`walk` without :data:`TRIVIA` (two in three nodes of a typical statement), for
     finding code nodes."""
@@ -173,7 +273,7 @@ def walk_code(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while stack:
         cur = stack.pop()
         yield cur
-        stack.extend(c for c in reversed(children(cur)) if type(c) not in TRIVIA)
+        stack.extend(reversed(code_children(cur)))
 
 
 def code_ranges(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:

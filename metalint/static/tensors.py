@@ -15,7 +15,7 @@ import libcst as cst
 from metalint.static.model import CallSite, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.results import HELPER_MARK
-from metalint.static.syntax import chain, keyword, number, self_attr, string_value, walk
+from metalint.static.syntax import chain, keyword, number, self_attr, string_value, walk_code
 from metalint.vocabulary import (
     EMPTY_FACTORIES,
     INIT_KIND,
@@ -52,7 +52,7 @@ def value_kind(
     if expr is None or depth > 3:
         return None
     found: set[str] = set()
-    for node in walk(expr):
+    for node in walk_code(expr):
         if isinstance(node, cst.Call):
             q = qualify(node.func)
             if q in EMPTY_FACTORIES:
@@ -373,7 +373,7 @@ def argument_writes(fn: MethodFacts, qualify, local: dict[str, str]) -> dict | N
         return None
     alias = {p: p for p in params}
     for _node, targets, it in fn.loops:
-        roots = {n.value for n in walk(it) if isinstance(n, cst.Name) and n.value in alias}
+        roots = {n.value for n in walk_code(it) if isinstance(n, cst.Name) and n.value in alias}
         if roots:
             for t in targets:
                 alias.setdefault(t, alias[next(iter(sorted(roots)))])
