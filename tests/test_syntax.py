@@ -69,9 +69,7 @@ def _same_everywhere(module: cst.Module) -> int:
         ).__name__
         code = [c for c in expected if type(c) not in TRIVIA]
         got = code_children(node)
-        assert len(got) == len(code) and all(a is b for a, b in zip(got, code)), type(
-            node
-        ).__name__
+        assert len(got) == len(code) and all(a is b for a, b in zip(got, code)), type(node).__name__
         stack.extend(expected)
         n += 1
     return n

@@ -234,7 +234,7 @@ def _param_may_be_none(fn: cst.FunctionDef, name: str) -> bool:
             _is_none(n)
             or (isinstance(n, cst.Name) and n.value == "Optional")
             or (isinstance(n, cst.Attribute) and n.attr.value == "Optional")
-            for n in walk(ann)
+            for n in walk_code(ann)
         )
     return False
 

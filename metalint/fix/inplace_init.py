@@ -385,7 +385,8 @@ def _branch_condition(edit: ClassEdit, path: list, index: int) -> cst.BaseExpres
             calls
             or not rng_free(test, edit.ctx)
             or any(
-                isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute) for c in walk(test)
+                isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute)
+                for c in walk_code(test)
             )
         ):
             # ``if self.mask.any():`` would read a tensor that ``to_empty()`` wiped
@@ -406,7 +407,7 @@ def _branch_condition(edit: ClassEdit, path: list, index: int) -> cst.BaseExpres
     strings = {
         dotted(side)[5:]
         for test, _pos in parts
-        for c in walk(test)
+        for c in walk_code(test)
         if isinstance(c, cst.Comparison) and len(c.comparisons) == 1
         for side, other in (
             (c.left, c.comparisons[0].comparator),

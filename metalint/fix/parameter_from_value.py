@@ -352,14 +352,14 @@ def _helper_call(edit: ClassEdit, name: str, why: str):
         raise Unfixable(f"{why}: `{name}()` is called by `{callers[-1]}()`, not only `__init__`")
     call_lines = [
         n
-        for n in walk(edit.init.node.body)
+        for n in walk_code(edit.init.node.body)
         if isinstance(n, cst.SimpleStatementLine)
         and len(n.body) == 1
         and isinstance(n.body[0], cst.Expr)
         and isinstance(n.body[0].value, cst.Call)
         and render(n.body[0].value.func).strip() == f"self.{name}"
     ]
-    sites = [n for n in walk(edit.init.node.body) if isinstance(n, cst.Call)]
+    sites = [n for n in walk_code(edit.init.node.body) if isinstance(n, cst.Call)]
     if len(call_lines) != 1 or sum(render(c.func).strip() == f"self.{name}" for c in sites) != 1:
         raise Unfixable(f"{why}: `__init__` does not call `{name}()` once, as a statement")
     found = edit._path(call_lines[0])

@@ -162,7 +162,7 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
             or written & reads
             or any(
                 isinstance(n, cst.Attribute) and n.attr.value in ("weight", "bias", "data")
-                for n in walk(s)
+                for n in walk_code(s)
             )
         ):
             return None

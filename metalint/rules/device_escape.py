@@ -379,7 +379,7 @@ class Table(nn.Module):
             off_meta(receiver, self.qualify, method)
             or any(
                 isinstance(n, cst.Call) and (self.qualify(n.func) or "") in CPU_CONSTRUCTORS
-                for n in walk(receiver)
+                for n in walk_code(receiver)
             )
         ):
             return None  # ``F.one_hot(torch.from_numpy(a)).to(self.device)``: on the CPU already
