@@ -907,3 +907,80 @@ def test_add_module_children_redrawn_by_the_root(tmp_path, head, root_std, lost)
     settings = Settings(root=tmp_path, select=["ML003"])
     found = run_check([pkg], settings, use_cache=False, workers=1).diagnostics
     assert [s for d in found for s in d.subject] == lost
+
+
+LIST_FILLS = """
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, depth, act=lambda: levels.append(Odd())):
+        super().__init__()
+        levels = [Stem()]
+        for i in range(depth):
+            levels.append(Level(i))
+            def extra():
+                levels.extend([Helper()])
+        levels += [Head()]
+        blocks, other = [], None
+        self.levels = nn.Sequential(*levels)
+
+    def forward(self, x):
+        levels.append(Never())
+
+class WithLocal(nn.Module):
+    def __init__(self):
+        super().__init__()
+        levels = []
+        class Local:
+            def make(self):
+                levels.insert(0, Hidden())
+        self.levels = nn.Sequential(*levels)
+"""
+
+
+def _walked_fills(method):
+    """:func:`_list_fills` as a walk of the method's body reads it (before the collector
+    recorded what it needs): name -> ids of the values."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.syntax import walk_code
+
+    out: dict = {}
+    for node in walk_code(method.node.body):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if node.func.attr.value in ("append", "extend", "insert") and node.args:
+                out.setdefault(dotted(node.func.value), set()).add(id(node.args[-1].value))
+        elif isinstance(node, (cst.Assign, cst.AugAssign)):
+            targets = node.targets if isinstance(node, cst.Assign) else [node]
+            for name in {dotted(t.target) for t in targets}:
+                out.setdefault(name, set()).add(id(node.value))
+    return out
+
+
+@pytest.mark.parametrize("elided", [True, False])
+def test_list_fills_are_what_a_walk_of_the_body_finds(elided):
+    """The collector's record of a method's calls and assignments gives the same list fills
+    as a walk of its body: not a call in a parameter's default, and (by a walk) what a class
+    nested in the body or a method the collector skips holds."""
+    import ast as pyast
+
+    from metalint.static.elide import elide
+    from metalint.static.model import collect
+    from metalint.static.protocol import _list_fills
+    from metalint.static.rule import RuleContext
+    from metalint.static.syntax import parse_valid_module
+
+    source = elide(LIST_FILLS, pyast.parse(LIST_FILLS), ()) if elided else LIST_FILLS
+    module = parse_valid_module(source)
+    facts = collect(module, "pkg.net")
+    ctx = RuleContext(facts, module, (), "net.py", LIST_FILLS)
+    for cls in facts.classes[:2]:
+        for method in cls.methods.values():
+            got = {k: {id(v) for v in vs} for k, vs in _list_fills(method, ctx).items()}
+            assert got == _walked_fills(method), (cls.name, method.name)
+    net, local = facts.classes[0].methods["__init__"], facts.classes[1].methods["__init__"]
+    assert net.body_calls is not None and not net.nested_class  # read from the collector
+    assert len(_list_fills(net, ctx)["levels"]) == 4  # Stem, Level, Helper, Head; not Odd
+    assert local.nested_class and len(_list_fills(local, ctx)["levels"]) == 2  # [], Hidden

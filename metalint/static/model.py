@@ -57,6 +57,13 @@ class MethodFacts:
     loops: list[tuple[cst.CSTNode, tuple[str, ...], cst.BaseExpression]] = field(
         default_factory=list
     )
+    #: every ``Assign`` and ``AugAssign`` statement, in visiting order
+    binds: list[cst.CSTNode] = field(default_factory=list)
+    #: ``calls[body_calls:]`` are the calls of the body (those before it are in decorators
+    #: and parameters); None when the collector did not read the body as a block
+    body_calls: int | None = None
+    #: the body defines a class, whose body the collector does not read
+    nested_class: bool = False
 
 
 @dataclass
@@ -202,6 +209,7 @@ class FactCollector:
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         if self.method is not None:
             # a class defined inside a method body is out of scope for the per-class rules
+            self.method.nested_class = True
             return False
         qual = ".".join([*self._qual_stack, node.name.value])
         fullname = f"{self.facts.module}.{qual}" if self.facts.module else qual
@@ -254,6 +262,11 @@ class FactCollector:
         body = self.class_stack[-1].node.body
         stmts = body.body if isinstance(body, cst.IndentedBlock) else ()
         return any(s is node for s in stmts)
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        m = self.method
+        if m is not None and m.body_calls is None and node is m.node.body:
+            m.body_calls = len(m.calls)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
         # outside a method only imports are facts (every other visit_ below is a no-op there):
@@ -329,6 +342,7 @@ class FactCollector:
     def visit_Assign(self, node: cst.Assign) -> None:
         if self.method is None:
             return
+        self.method.binds.append(node)
         for target in node.targets:
             self._record_target(node, target.target, node.value)
 
@@ -339,6 +353,7 @@ class FactCollector:
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if self.method is None:
             return
+        self.method.binds.append(node)
         name = dotted(node.target)
         if _is_self_chain(name) and name != "self":
             self.method.assigns.append(AttrAssign(node, name, node.value, augmented=True))
