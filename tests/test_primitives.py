@@ -128,3 +128,43 @@ def test_size_zero(expr, empty):
         return f"torch.{node.attr.value}" if isinstance(node, cst.Attribute) else None
 
     assert _size_zero(cst.parse_expression(expr), qualify) is empty
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "nn.Linear(dim, dim)",
+        "(mode.startswith('jax'))",
+        "mode.endswith(('a', 'b'))",
+        "self.mode.startswith(prefix)",
+        "startswith('x')",
+        "f(1)",
+        "dims[0]",
+        "'ab'[0]",
+        "1 + 2",
+        "depth * 2",
+        "(\n    a\n    + b\n)",
+        "1",
+        "'jax'",
+        "self.flag",
+        "not flag",
+        "mode == 'jax' or depth > 2",
+        "(1, 'a')",
+        "x if flag else y",
+    ],
+)
+def test_value_of_is_the_evaluation_of_the_rendered_text(expr):
+    """``value_of`` answers UNKNOWN for calls, subscripts and arithmetic without rendering
+    them: the same as evaluating their text, under any names."""
+    from metalint.static import constants
+    from metalint.static.defaults import UNKNOWN, code, value_of
+
+    node = cst.parse_expression(expr)
+    for env in (
+        {},
+        {"mode": "jax_impl", "prefix": "jax", "flag": True, "depth": 3, "dim": 4},
+        {"mode": "x", "self.mode": "jaxy", "prefix": "j", "self.flag": False, "a": 1, "b": 2},
+    ):
+        expected = constants.evaluate(constants.parse(code(node)), env)
+        got = value_of(node, env)
+        assert got == expected and (got is UNKNOWN) == (expected is UNKNOWN), env

@@ -30,9 +30,22 @@ def code(node: cst.CSTNode) -> str:
 
 
 def value_of(node: cst.BaseExpression | None, env: dict[str, Any]) -> Any:
-    if node is None:
+    if node is None or _never_constant(node):
         return UNKNOWN
     return constants.evaluate(constants.parse(code(node)), env)
+
+
+def _never_constant(node: cst.BaseExpression) -> bool:
+    """What :func:`constants.evaluate` answers UNKNOWN for whatever the names are worth,
+    told without rendering and parsing the node (``self.proj = nn.Linear(...)``, most of an
+    ``__init__``'s assignments): a subscript, an arithmetic operation, a call other than a
+    string's ``startswith``/``endswith``."""
+    if isinstance(node, cst.Call):
+        func = node.func
+        return not (
+            isinstance(func, cst.Attribute) and func.attr.value in ("startswith", "endswith")
+        )
+    return isinstance(node, (cst.Subscript, cst.BinaryOperation))
 
 
 def _param_defaults(fn: cst.FunctionDef, env: dict[str, Any]) -> dict[str, Any]:
