@@ -199,11 +199,7 @@ class ClassText:
         # the statement with a marker line for each statement of its body, then each marker
         # replaced by that statement's text
         inner = (*indents, module.default_indent if body.indent is None else body.indent)
-        markers = [
-            cst.SimpleStatementLine([cst.Expr(cst.Name(f"__metalint_piece_{i}__"))])
-            for i in range(len(body.body))
-        ]
-        stmt.with_changes(body=body.with_changes(body=markers))._codegen(state)
+        stmt.with_changes(body=body.with_changes(body=_markers(len(body.body))))._codegen(state)
         shell = "".join(state.tokens)
         out, at = [], 0
         for i, child in enumerate(body.body):
@@ -213,6 +209,18 @@ class ClassText:
             at = found + len(line)
         out.append(shell[at:])
         return "".join(out)
+
+
+#: ``__metalint_piece_<i>__`` marker statements, made once (nodes are immutable: a shell
+#: holds the same ones every time)
+_MARKERS: list[cst.SimpleStatementLine] = []
+
+
+def _markers(n: int) -> list[cst.SimpleStatementLine]:
+    while len(_MARKERS) < n:
+        name = f"__metalint_piece_{len(_MARKERS)}__"
+        _MARKERS.append(cst.SimpleStatementLine([cst.Expr(cst.Name(name))]))
+    return _MARKERS[:n]
 
 
 def class_text(ctx: RuleContext, top: cst.ClassDef) -> ClassText:
