@@ -560,6 +560,63 @@ def test_a_base_and_its_subclass_never_get_hooks_in_one_round(tmp_path, monkeypa
     assert base.total.item() == 0 and base.accum.item() == 0.0
 
 
+def test_the_callers_tensor_comes_back_after_to_empty(tmp_path, monkeypatch):
+    """torch-geometric's ``LinkPredDiversity(k, category)``: built on meta with the caller's
+    CPU tensor, ``to_empty()`` made ``category`` garbage. After the fix ``reset_parameters()``
+    copies the kept tensor back; a caller's tensor that is itself on meta has no data, and the
+    hook raises rather than leave garbage."""
+    torch = pytest.importorskip("torch")
+    import importlib.util
+
+    (tmp_path / "m.py").write_text(
+        "import torch\nfrom torch import Tensor\nfrom torch.nn import Module\n\n\n"
+        "class LinkPredDiversity(Module):\n"
+        "    def __init__(self, k: int, category: Tensor) -> None:\n"
+        "        super().__init__()\n"
+        "        self.k = k\n"
+        "        self.register_buffer('category', category, persistent=False)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    _fix(tmp_path, unsafe=False)
+    spec = importlib.util.spec_from_file_location("m_arg", tmp_path / "m.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    category = torch.tensor([0, 1, 1, 2])
+    eager = mod.LinkPredDiversity(2, category)
+    assert eager.category is category  # eagerly still the caller's tensor itself
+    with torch.device("meta"):
+        m = mod.LinkPredDiversity(2, category)
+    m.to_empty(device="cpu")
+    m.reset_parameters()
+    assert torch.equal(m.category, category)
+    with torch.device("meta"):
+        on_meta = mod.LinkPredDiversity(2, torch.tensor([0, 1, 1, 2]))
+    on_meta.to_empty(device="cpu")
+    with pytest.raises(NotImplementedError, match="meta"):
+        on_meta.reset_parameters()
+
+
+def test_an_init_in_a_public_builder_is_refused_with_its_name(tmp_path, monkeypatch):
+    """esm's inverse-folding decoder (fairseq's idiom): ``build_output_projection()`` builds a
+    child and initialises it. A subclass overriding the builder makes another child, so the
+    init stays; the reason names the method."""
+    src = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Decoder(nn.Module):\n"
+        "    def __init__(self, dim: int = 8, vocab: int = 5):\n"
+        "        super().__init__()\n"
+        "        self.build_output_projection(dim, vocab)\n\n"
+        "    def build_output_projection(self, dim, vocab):\n"
+        "        self.output_projection = nn.Linear(dim, vocab, bias=False)\n"
+        "        nn.init.normal_(self.output_projection.weight, mean=0, std=dim**-0.5)\n"
+    )
+    (tmp_path / "m.py").write_text(src)
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path)
+    assert (tmp_path / "m.py").read_text() == src
+    assert "the init is in `build_output_projection()`, a public method" in out, out
+
+
 def test_a_buffer_a_helper_draws_is_an_unsafe_fix(tmp_path, monkeypatch):
     """``self.register_buffer("f", gaussian_matrix(n))`` with ``gaussian_matrix`` drawing
     ``torch.randn``: the hook draws it a second time, so eager values differ. It was a safe

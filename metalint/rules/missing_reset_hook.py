@@ -151,6 +151,19 @@ class LayerScale(nn.Module):
         self.gamma = nn.Parameter(init_values * torch.ones(dim))
         self.register_buffer("index", torch.arange(dim), persistent=False)
 """,
+        # torch-geometric's LinkPredDiversity: a non-persistent buffer from the caller's tensor
+        # is ML002's (its fix adds the hook)
+        """
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+class LinkPredDiversity(Module):
+    def __init__(self, k: int, category: Tensor) -> None:
+        super().__init__()
+        self.k = k
+        self.register_buffer('category', category, persistent=False)
+""",
         # timm 1.0 LayerScale: a public reset_parameters
         """
 import torch
