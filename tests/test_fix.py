@@ -181,6 +181,35 @@ def test_randn_scale_rewrite_is_bitwise_identical():
         assert torch.equal(c, d)
 
 
+def test_parent_init_under_an_if_keeps_the_condition_in_the_hook(tmp_path, monkeypatch):
+    """timm Hiera's ``if weight_init != 'skip': init_fn = ...; named_apply(init_fn, self)``:
+    the hook used to read ``self._init_fn``, set only in that branch, so ``init_weights()`` on a
+    model built with ``weight_init='skip'`` (after ``to_empty()``) raised AttributeError."""
+    torch = pytest.importorskip("torch")
+    target = tmp_path / "hiera.py"
+    shutil.copy(ROOT / "fixtures" / "fix" / "init_in_if.in.py", target)
+    monkeypatch.chdir(tmp_path)
+    _fix(tmp_path, unsafe=False)
+    mod = _import(target, "_fixed_init_in_if")
+    with torch.device("meta"):
+        model = mod.TinyHiera(weight_init="skip")
+    model.to_empty(device="cpu")
+    model.init_weights()  # the same condition: nothing applied, nothing raised
+    for scheme in ("", "jax"):
+        torch.manual_seed(0)
+        eager = mod.TinyHiera(weight_init=scheme)
+        with torch.device("meta"):
+            model = mod.TinyHiera(weight_init=scheme)
+        model.to_empty(device="cpu")
+        torch.manual_seed(0)
+        for m in model.modules():
+            if hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+        model.init_weights()
+        assert torch.equal(model.head.weight, eager.head.weight)  # zeros under vit's law
+        assert torch.equal(model.head.bias, eager.head.bias)
+
+
 # -- acceptance: dinov2 LayerScale -------------------------------------------------------------
 def test_dinov2_layerscale_becomes_timm_shape(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")

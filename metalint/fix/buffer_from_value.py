@@ -36,7 +36,7 @@ from metalint.fix.codemod import (
     torch_spelling,
 )
 from metalint.fix.parameter_from_value import Value, empty_of, hook_body
-from metalint.fix.recompute import _draws, recompute_locals
+from metalint.fix.recompute import draws, recompute_locals
 from metalint.static.construction import argument_of
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
@@ -172,7 +172,7 @@ def _helper_effects(edit: ClassEdit, nodes, seen: set[str] | None = None) -> dic
                 continue
             seen.add(name)
             body = defs[name].body
-            if _draws(body, edit):
+            if draws(body, edit):
                 out.setdefault("random", name)
             for n in walk_code(body):
                 if (

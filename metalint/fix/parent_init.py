@@ -13,7 +13,8 @@ torchvision's ``for m in self.modules(): ...``) in ``__init__`` becomes a root
 After ``to_empty()`` the model's ``init_weights()`` runs after its children's own hooks
 (children first), so the parent's law wins, as it does eagerly. The statement stays where it
 ran (the call takes its place), so eager construction draws the same random numbers in the same
-order: the fix is safe. Constructor arguments the statement reads are kept on ``self`` under a private name
+order: the fix is safe. A statement alone in an ``if`` with the locals it reads (timm Hiera's
+``if weight_init != 'skip':``) moves with its ``if``. Constructor arguments the statement reads are kept on ``self`` under a private name
 (``self._zero_init_last``: the applied function may test ``hasattr(module, "zero_init_last")``).
 
 A private method of ``__init__``'s (``self._init_params()``) that applies the init is called
@@ -31,6 +32,7 @@ from __future__ import annotations
 import libcst as cst
 
 from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, _uses, returns, rng_free, stmt
+from metalint.fix.recompute import draws, local_only
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
 from metalint.vocabulary import RESET_HOOK, ROOT_ENTRIES
@@ -88,6 +90,7 @@ def _in_init(edit: ClassEdit, node: cst.CSTNode, index: int, path) -> Rewrite:
             break
         if isinstance(n, BLOCKS):
             raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
+    moved = _with_its_if(edit, moved, index)
     first = []
     tail = None
     if HOOK in edit.cls.methods:
@@ -110,6 +113,24 @@ def _in_init(edit: ClassEdit, node: cst.CSTNode, index: int, path) -> Rewrite:
     last = [stmt(f"self.{RESET_HOOK}()")] if tail is not None else []
     edit.hook_append[HOOK] = [*first, body.with_changes(leading_lines=()), *last]
     return edit.rewrite(f"Move the children's init into a root `{HOOK}()` called from `__init__`")
+
+
+def _with_its_if(edit: ClassEdit, moved: cst.BaseStatement, index: int) -> cst.BaseStatement:
+    """The top-level ``if`` of ``__init__`` holding ``moved`` when the rest of its block only
+    computes locals (timm Hiera/HieraDet: ``if weight_init != 'skip': init_fn = ...;
+    named_apply(init_fn, self)``): the hook gets the whole ``if``, so it tests the condition
+    as ``__init__`` did; moving the call alone left a hook reading ``self._init_fn``, which
+    the ``'skip'`` branch never set (``init_weights()`` then raised AttributeError). Else
+    ``moved`` itself."""
+    top = edit.init_body[index]
+    if not isinstance(top, cst.If) or top.orelse is not None:
+        return moved
+    if not isinstance(top.body, cst.IndentedBlock) or not any(s is moved for s in top.body.body):
+        return moved
+    others = [s for s in top.body.body if s is not moved]
+    if all(local_only(s, edit) for s in others) and not draws(top.test, edit):
+        return top
+    return moved
 
 
 def own_hook_first(edit: ClassEdit, first: int, last: int, moved: set[int]) -> list:

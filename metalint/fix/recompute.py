@@ -34,7 +34,7 @@ def _raises_only(s: cst.CSTNode) -> bool:
     )
 
 
-def _local_only(s: cst.CSTNode, edit: ClassEdit) -> bool:
+def local_only(s: cst.CSTNode, edit: ClassEdit) -> bool:
     """A statement (or an ``if`` of them) that only computes locals: no ``self`` written,
     no method of ``self`` called, no random draw, no loop or nested function."""
 
@@ -47,16 +47,16 @@ def _local_only(s: cst.CSTNode, edit: ClassEdit) -> bool:
                 parts[-1:] = (
                     list(rest.body.body) if isinstance(rest.body, cst.IndentedBlock) else [None]
                 )
-        if not parts or not all(p is not None and _local_only(p, edit) for p in parts):
+        if not parts or not all(p is not None and local_only(p, edit) for p in parts):
             return False
-        return not _draws(s.test, edit)
+        return not draws(s.test, edit)
     if not isinstance(s, cst.SimpleStatementLine):
         return False
     written, _read, calls = _uses(s, edit.memo())
-    return not written and not calls and not _draws(s, edit)
+    return not written and not calls and not draws(s, edit)
 
 
-def _draws(node: cst.CSTNode, edit: ClassEdit) -> bool:
+def draws(node: cst.CSTNode, edit: ClassEdit) -> bool:
     """Does the code draw random numbers or build a module (whose init draws)? What
     :func:`value_kind` calls random, as ML002 judges a buffer's value."""
 
@@ -140,7 +140,7 @@ class _Slice:
         out: list[cst.BaseStatement] = []
         for st in reversed(stmts):
             if binds(st, edit.ctx.qualify) & want:
-                if isinstance(st, cst.If) and not _local_only(st, edit):
+                if isinstance(st, cst.If) and not local_only(st, edit):
                     st = self.branch(st, want)
                     if not st:
                         return None
@@ -201,9 +201,9 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) ->
         # the index's locals, regunet's computes the sizes of a layer and the bias it gets:
         # only the statements computing the locals needed are copied
         sliced = _Slice(edit, local)(s, need) if isinstance(s, cst.If) else None
-        if sliced is not None and _local_only(sliced, edit):
+        if sliced is not None and local_only(sliced, edit):
             s = sliced
-        elif not _local_only(s, edit):
+        elif not local_only(s, edit):
             raise Unfixable(why)
         picked.append(i)
         copies[i] = s
