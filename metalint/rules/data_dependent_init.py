@@ -90,6 +90,19 @@ class DataDependentInit(Rule):
     summary = "Construction reads a tensor's value (`.item()`, `.tolist()`, `if t:`), which crashes on meta"
 
     VALID = [
+        # the same clamp of a local made on the CPU: its reads are fine under meta
+        """
+import torch
+import torch.nn as nn
+
+class BalancedLoss(nn.Module):
+    def __init__(self, class_counts, num_samples: int):
+        super().__init__()
+        counts = torch.as_tensor(class_counts, dtype=torch.float32, device="cpu")
+        counts = counts.clamp(1.0, num_samples - 1.0)
+        if (counts < 0).any():
+            raise ValueError("class_counts must be in [0, num_samples]")
+""",
         # Python numbers, and an explicit CPU tensor for a schedule
         """
 import torch
@@ -143,6 +156,21 @@ class Anchors(nn.Module):
 """,
     ]
     INVALID = [
+        # timm DistributionBalancedLoss: a check of counts that are then clamped in place of
+        # themselves (``counts = counts.clamp(...)`` reads the local: it is still meta)
+        """
+import torch
+import torch.nn as nn
+
+class BalancedLoss(nn.Module):
+    def __init__(self, class_counts, num_samples: int):
+        super().__init__()
+        counts = torch.as_tensor(class_counts, dtype=torch.float32)
+        if num_samples < 2 or (counts < 0).any():  # ERROR
+            raise ValueError("class_counts must be in [0, num_samples]")
+        counts = counts.clamp(1.0, num_samples - 1.0)
+        self.register_buffer("freq_inv", 1.0 / counts)
+""",
         # timm 0.9 ByobNet/CspNet: the schedule is computed by a module-level helper
         """
 import torch

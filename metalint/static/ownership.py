@@ -13,7 +13,7 @@ import libcst as cst
 from metalint.static.construction import Registration, real_device, tensor_registrations
 from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
-from metalint.static.syntax import code_children, is_none, keyword
+from metalint.static.syntax import code_children, is_none, keyword, walk_code
 from metalint.vocabulary import (
     BUFFER_CLASSES,
     CPU_CONSTRUCTORS,
@@ -85,14 +85,16 @@ def meta_tensor(
     method: MethodFacts | None,
     own: set[str] | None = None,
     depth: int = 0,
+    assumed: frozenset[str] = frozenset(),
 ) -> bool:
     """True only for expressions that certainly make a tensor that, under
     ``with torch.device("meta"):``, lives on meta (no data): torch factories without an explicit
     real device, arithmetic and methods on such tensors, locals and loop variables holding them,
-    own tensors in ``own``."""
+    own tensors in ``own``. ``assumed``: locals whose other assignments are being asked about
+    (see :func:`_meta_local`)."""
     if expr is None or depth > 6:
         return False
-    rec = lambda e: meta_tensor(e, qualify, method, own, depth + 1)  # noqa: E731
+    rec = lambda e: meta_tensor(e, qualify, method, own, depth + 1, assumed)  # noqa: E731
     if isinstance(expr, cst.Call):
         return _meta_call(expr, qualify, rec)
     if isinstance(expr, cst.Attribute):
@@ -114,7 +116,9 @@ def meta_tensor(
     if isinstance(expr, cst.Subscript):
         return rec(expr.value) or meta_tensor_sequence(expr.value, qualify, method, own, depth + 1)
     if isinstance(expr, cst.Name) and method is not None:
-        return _meta_local(expr, qualify, method, own, depth, rec)
+        if expr.value in assumed:
+            return True
+        return _meta_local(expr, qualify, method, own, depth, assumed)
     return False
 
 
@@ -150,13 +154,24 @@ def _meta_call(expr: cst.Call, qualify, rec) -> bool:
     return rec(expr.func.value)
 
 
-def _meta_local(expr: cst.Name, qualify, method: MethodFacts, own, depth: int, rec) -> bool:
-    """A local every assignment of which is a meta tensor, or a loop variable over one."""
+def _meta_local(
+    expr: cst.Name, qualify, method: MethodFacts, own, depth: int, assumed: frozenset[str]
+) -> bool:
+    """A local every assignment of which is a meta tensor, or a loop variable over one. An
+    assignment that reads the local itself (timm DistributionBalancedLoss: ``counts =
+    torch.as_tensor(...)``, then ``counts = counts.clamp(1., n - 1.)``) is meta when it keeps a
+    meta tensor meta: the local is assumed meta while it is asked (the other assignments decide;
+    the recursion used to run out of depth and call the local not meta)."""
+    rec = lambda e: meta_tensor(e, qualify, method, own, depth + 1, assumed)  # noqa: E731
     if expr.value in method.params:
         return False
     values = method.local_values.get(expr.value)
     if values:
-        return all(v is not expr and rec(v) for _, v in values)
+        inner = assumed | {expr.value}
+        return all(
+            v is not expr and meta_tensor(v, qualify, method, own, depth + 1, inner)
+            for _, v in values
+        ) and any(expr.value not in _names(v) for _, v in values)
     # a loop variable over a tensor: ``for r in torch.linspace(0, 1, n)``
     for _node, targets, it in method.loops:
         if (
@@ -166,6 +181,12 @@ def _meta_local(expr: cst.Name, qualify, method: MethodFacts, own, depth: int, r
         ):
             return True
     return False
+
+
+def _names(node: cst.CSTNode) -> set[str]:
+    """The names ``node`` reads (not attribute names: ``self.counts`` reads ``self``)."""
+    attrs = {id(n.attr) for n in walk_code(node) if isinstance(n, cst.Attribute)}
+    return {n.value for n in walk_code(node) if isinstance(n, cst.Name) and id(n) not in attrs}
 
 
 def meta_tensor_sequence(
