@@ -32,7 +32,7 @@ from metalint.fix.codemod import (
     rng_free,
     stmt,
 )
-from metalint.fix.parent_init import own_hook_first, own_hook_last
+from metalint.fix.parent_init import own_hook_first, own_hook_last, through_method
 from metalint.fix.recompute import recompute_locals
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
@@ -169,12 +169,49 @@ def _not_in_init(cls, node: cst.CSTNode) -> str:
     return f"the init is in `{where}()`, not in `__init__` itself"
 
 
+def _initialising_method(cls, node: cst.CSTNode, ctx: RuleContext):
+    """The public method holding ``node`` when all it does is initialise tensors in place
+    (open_clip ``TextTransformer.init_parameters()``: ``nn.init.normal_(...)`` of its own and
+    its children's tensors, in loops and ``if``s): it creates nothing, assigns no attribute and
+    registers nothing, so a root hook may call it again after ``to_empty()``. A builder that
+    also makes a child (fairseq's ``build_output_projection()``) is not one. None otherwise."""
+    method = next(
+        (
+            m
+            for m in cls.methods.values()
+            if m.name != "__init__" and path_to(m.node.body, node) is not None
+        ),
+        None,
+    )
+    if method is None or method.name.startswith("_"):
+        return None
+    for n in walk_code(method.node.body):
+        if isinstance(n, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+            if any(not isinstance(t, cst.Name) for t in targets):
+                return None  # self.x = ..., t[...] = ...
+        if isinstance(n, cst.Call):
+            name = getattr(n.func, "attr", None) or n.func
+            called = getattr(name, "value", "")
+            if called in ("register_buffer", "register_parameter", "add_module", "setattr"):
+                return None
+            q = ctx.qualify(n.func) or ""
+            if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1][:1].isupper():
+                return None  # builds a module or a Parameter
+    return method
+
+
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     body = edit.init_body
     index = edit.top_index_of(finding.node)
     if index < 0:
-        raise Unfixable(_not_in_init(cls, finding.node))
+        method = _initialising_method(cls, finding.node, ctx)
+        if method is None:
+            raise Unfixable(_not_in_init(cls, finding.node))
+        # open_clip TextTransformer.init_parameters(): called from a root hook, as ML010 does
+        # with a private method that applies the init
+        return through_method(edit, finding.node)
     if not init_only(body[index], ctx):
         if init_only(body[index], ctx, _any):
             return _children_first(ctx, edit)

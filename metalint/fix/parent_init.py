@@ -191,7 +191,7 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
     return body[calls[0]]
 
 
-def _through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:
+def through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:
     owner = next(
         (m for m in edit.cls.methods.values() if any(n is node for n in walk_code(m.node))), None
     )
@@ -207,10 +207,22 @@ def _through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:
     if any(p.default is None for p in owner.node.params.params[1:]) or returns(owner.node.body):
         raise Unfixable(f"`{owner.name}()` takes arguments or returns a value")
     _new_hook(edit)
-    line = edit.init_body[calls[0]]
-    call = stmt(f"self.{HOOK}()").with_changes(leading_lines=line.leading_lines)
-    edit.replace[id(line)] = (line, [call])
-    edit.hook_append[HOOK] = [stmt(f"self.{owner.name}()")]
+    # the class's own reset_parameters() (an earlier fix's) runs from the root hook too: under
+    # timm's protocol a module with an init_weights() is initialised by it alone (open_clip
+    # TextTransformer: ML002's attn_mask in reset_parameters(), init_parameters() here)
+    c = calls[0]
+    first = own_hook_first(edit, c, c, {c})
+    tail = None if first else own_hook_last(edit, c, {c})
+    line = edit.init_body[c]
+    at = line if tail is None else tail
+    call = stmt(f"self.{HOOK}()").with_changes(leading_lines=at.leading_lines)
+    if tail is None:
+        edit.replace[id(line)] = (line, [call])
+    else:
+        edit.replace[id(line)] = (line, [])
+        edit.replace[id(tail)] = (tail, [call])
+    last = [stmt(f"self.{RESET_HOOK}()")] if tail is not None else []
+    edit.hook_append[HOOK] = [*first, stmt(f"self.{owner.name}()"), *last]
     return edit.rewrite(f"Call `{owner.name}()` from a root `{HOOK}()` called from `__init__`")
 
 
@@ -218,6 +230,6 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     found = edit._path(finding.node)
     if found is None:
-        return _through_method(edit, finding.node)
+        return through_method(edit, finding.node)
     index, path = found
     return _in_init(edit, finding.node, index, path)
