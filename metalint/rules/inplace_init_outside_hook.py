@@ -420,9 +420,13 @@ class InplaceInitOutsideHook(Rule):
     an `if`) is recomputed before it by a copy of the statements computing it. Safe when the moved
     statements draw no random numbers, or no random draw of `__init__` comes between them and
     their new place; unsafe otherwise (same distribution, other values under the same seed).
-    Not fixable when the init is not in `__init__` itself, when a moved tensor is used later
-    in `__init__` (or, for children, between the moved statements), or when the class already
-    has an `init_weights()` (children).
+    An init in a method `__init__` calls once, as a statement, that only initialises tensors
+    (open_clip's `init_parameters()`: it creates, assigns and registers nothing) is called from
+    a new root `init_weights()` that takes the call's place and also runs the class's own
+    `reset_parameters()`; safe (the same draws in the same order). Not fixable when the init is
+    in any other method (fairseq's `build_output_projection()` also builds a child), when a
+    moved tensor is used later in `__init__` (or, for children, between the moved statements),
+    or when the class already has an `init_weights()` (children).
     """
 
     code = "ML003"
