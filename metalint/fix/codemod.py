@@ -255,6 +255,20 @@ def rng_free(node: cst.CSTNode, ctx: RuleContext) -> bool:
 
 
 # -- the class being edited ----------------------------------------------------------------------
+def statements_after(path: list[cst.CSTNode]) -> list[cst.BaseStatement]:
+    """The statements that follow the end of ``path`` (a path from a statement down to a node)
+    in each indented block it passes through, innermost first."""
+    out: list[cst.BaseStatement] = []
+    for k in range(len(path) - 1, 0, -1):
+        block, child = path[k - 1], path[k]
+        if isinstance(block, cst.IndentedBlock):
+            body = list(block.body)
+            at = next((j for j, s in enumerate(body) if s is child), None)
+            if at is not None:
+                out.extend(body[at + 1 :])
+    return out
+
+
 @dataclass
 class ClassEdit:
     """Edits of one class, expressed on the original nodes and applied at once by :meth:`build`."""
@@ -387,18 +401,7 @@ class ClassEdit:
         next top-level statement) do not see. An ``else`` of an ``if`` holding ``line`` does
         not run after it."""
         found = self._path(line)
-        if found is None:
-            return []
-        _i, path = found
-        out: list[cst.BaseStatement] = []
-        for k in range(len(path) - 1, 0, -1):
-            block, child = path[k - 1], path[k]
-            if isinstance(block, cst.IndentedBlock):
-                body = list(block.body)
-                at = next((j for j, s in enumerate(body) if s is child), None)
-                if at is not None:
-                    out.extend(body[at + 1 :])
-        return out
+        return [] if found is None else statements_after(found[1])
 
     # -- hooks ---------------------------------------------------------------------------------
     def hook_calls(self, hook: str) -> tuple[list[int], bool]:

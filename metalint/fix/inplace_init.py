@@ -146,19 +146,25 @@ def _take(edit: ClassEdit, body, moved, private: bool = False, index: int | None
     return stmts
 
 
-def _not_in_init(cls, node: cst.CSTNode) -> str:
-    """Why an init outside ``__init__`` is not moved, naming the method that holds it: in a
-    public builder (fairseq's ``build_output_projection()``, which esm's inverse-folding decoder
-    keeps) a subclass overriding the builder makes another child, and a hook initialising
-    the child would apply this init to it."""
-    where = next(
+def _holding_method(cls, node: cst.CSTNode):
+    """The method of ``cls`` other than ``__init__`` whose body holds ``node`` (None: none)."""
+    return next(
         (
-            m.name
+            m
             for m in cls.methods.values()
             if m.name != "__init__" and path_to(m.node.body, node) is not None
         ),
         None,
     )
+
+
+def _not_in_init(cls, node: cst.CSTNode) -> str:
+    """Why an init outside ``__init__`` is not moved, naming the method that holds it: in a
+    public builder (fairseq's ``build_output_projection()``, which esm's inverse-folding decoder
+    keeps) a subclass overriding the builder makes another child, and a hook initialising
+    the child would apply this init to it."""
+    method = _holding_method(cls, node)
+    where = method.name if method is not None else None
     if where is None:
         return "the init is not in `__init__` itself"
     if not where.startswith("_"):
@@ -175,14 +181,7 @@ def _initialising_method(cls, node: cst.CSTNode, ctx: RuleContext):
     its children's tensors, in loops and ``if``s): it creates nothing, assigns no attribute and
     registers nothing, so a root hook may call it again after ``to_empty()``. A builder that
     also makes a child (fairseq's ``build_output_projection()``) is not one. None otherwise."""
-    method = next(
-        (
-            m
-            for m in cls.methods.values()
-            if m.name != "__init__" and path_to(m.node.body, node) is not None
-        ),
-        None,
-    )
+    method = _holding_method(cls, node)
     if method is None or method.name.startswith("_"):
         return None
     for n in walk_code(method.node.body):

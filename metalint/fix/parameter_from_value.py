@@ -46,6 +46,7 @@ from metalint.fix.codemod import (
     path_to,
     render,
     rng_free,
+    statements_after,
     stmt,
     torch_spelling,
 )
@@ -396,15 +397,7 @@ def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -
     if value.random:
         raise Unfixable(f"{why}: a random value would be drawn at another point of construction")
     # nothing after the creation (the rest of the helper, then of __init__) touches it
-    tail: list[cst.BaseStatement] = []
-    for k in range(len(path) - 1, 0, -1):
-        block, child = path[k - 1], path[k]
-        if isinstance(block, cst.IndentedBlock):
-            body = list(block.body)
-            at = next((j for j, x in enumerate(body) if x is child), None)
-            if at is not None:
-                tail.extend(body[at + 1 :])
-    tail += edit.block_tail(call_line)
+    tail = statements_after(path) + edit.block_tail(call_line)
     for x in tail:
         called = _uses(x, memo)[2]
         if _touches(x, attr, False, memo) or any(
