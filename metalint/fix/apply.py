@@ -34,6 +34,10 @@ FIX_BUDGET_FACTOR = 4
 
 #: codes whose fix rewrites a value in place, picked before the others of a class
 IN_PLACE_FIRST = ("ML008", "ML009")
+#: the parent's init of its children, whose safe fix goes before the class's unsafe fix of an
+#: in-place init
+PARENT_INIT = "ML010"
+IN_PLACE_INIT = "ML003"
 
 
 @dataclass
@@ -175,7 +179,23 @@ class Fixer:
         # into a hook (ML001, ML002) then copies the rewritten one. monai DiNTS'
         # ``torch.zeros(n).normal_(1, 0.01).to(self.device)`` copied first kept the copy of a
         # meta tensor in the hook, which ``__init__`` calls under meta too.
-        for d in sorted(diags, key=lambda d: (d.code not in IN_PLACE_FIRST, d.sort_key)):
+        # an unsafe ML003 fix waits while its class has a safe fix of the parent's init (ML010):
+        # that fix leaves the statement where it ran and makes the root ``init_weights()``,
+        # which the class's in-place inits then join before or after it, in the order
+        # ``__init__`` ran them. timm Hiera/HieraDet: ML003 first moved the position
+        # embeddings' init into a new hook called after ``named_apply(init_fn, self)`` (their
+        # draws after its: unsafe) and left that init to be merged by hand.
+        parent_safe = {
+            d.symbol for d in diags if d.code == PARENT_INIT and _safe(d) and self.applicable(d)
+        }
+        for d in sorted(
+            diags,
+            key=lambda d: (
+                d.code not in IN_PLACE_FIRST,
+                d.code == IN_PLACE_INIT and d.symbol in parent_safe and not _safe(d),
+                d.sort_key,
+            ),
+        ):
             if not self.applicable(d) or _related(d.symbol, broken):
                 continue
             why = self.blocked(d, h)
@@ -232,6 +252,10 @@ def _ancestors(h: Hierarchy, fullname: str) -> set[str]:
                 seen.add(b)
                 stack.append(b)
     return seen
+
+
+def _safe(d: Diagnostic) -> bool:
+    return d.fix is not None and d.fix.applicability == Applicability.SAFE
 
 
 def _related(symbol: str | None, others) -> bool:

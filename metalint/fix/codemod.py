@@ -281,6 +281,8 @@ class ClassEdit:
     )
     init_append: list[cst.BaseStatement] = field(default_factory=list)
     hook_append: dict[str, list[cst.BaseStatement]] = field(default_factory=dict)
+    #: statements that open an existing hook (code that ran before ``__init__`` called it)
+    hook_prepend: dict[str, list[cst.BaseStatement]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     unsafe: list[str] = field(default_factory=list)
 
@@ -502,14 +504,19 @@ class ClassEdit:
         self.replace[id(line)] = (line, new)
         self._replaced_methods.add(id(method))
 
-    def join_called_hook(self, hook: str, first: int, last: int, moved: set[int]) -> None:
+    def join_called_hook(self, hook: str, first: int, last: int, moved: set[int]) -> int:
         """The class already has ``hook()`` (a root ``init_weights()``: the library's, or one an
-        earlier fix made) and ``__init__`` calls it once, as a statement, before top-level
-        statement ``first``. Code moved from ``first``..``last`` can join its end when the call
-        moves to where ``last`` was: the hook's init then runs in the same order, provided that
-        nothing between the old call and ``last`` draws random numbers, calls a method of
-        ``self`` or reads a tensor (``.weight``, ``.bias``, ``.data``). This removes the old
-        call; the caller puts the new one in place of ``last``. Raises :class:`Unfixable`."""
+        earlier fix made) and ``__init__`` calls it once, as a statement, at top-level statement
+        ``c``. Code moved from ``first``..``last`` joins it in the order ``__init__`` ran it:
+        what ran before the call opens the hook (the caller puts it in :attr:`hook_prepend`;
+        the call stays), what ran after ends it (the call moves to where ``last`` was; this
+        removes the old call, the caller puts the new one in place of ``last``). The init then
+        runs in the same order, provided that nothing that stays between the moved code and
+        the call draws random numbers, calls a method, reads a tensor (``.weight``, ``.bias``,
+        ``.data``), touches a tensor the moved code initialises or writes what the code that
+        now runs later reads. timm HieraDet: ``trunc_normal_(self.pos_embed, ...)`` right
+        before the ``if weight_init != 'skip': named_apply(...)`` that ML010's fix made the
+        root ``init_weights()``. Returns ``c``. Raises :class:`Unfixable`."""
         by_hand = f"`{self.cls.name}` already has an `{hook}()`: merge this init into it by hand"
         m = self.cls.methods.get(hook)
         if m is None or not isinstance(m.node.body, cst.IndentedBlock) or self.returns(m.node.body):
@@ -517,29 +524,47 @@ class ClassEdit:
         if any(p.default is None for p in m.node.params.params[1:]):
             raise Unfixable(by_hand)
         calls, nested = self.hook_calls(hook)
-        if nested or len(calls) != 1 or calls[0] >= first:
+        if nested or len(calls) != 1 or calls[0] in moved or calls[0] in (first, last):
             raise Unfixable(by_hand)
         c = calls[0]
-        for i in range(c + 1, last):
-            if i in moved:
+        memo = self.memo()
+        # the code that now runs later: the moved code before the call, the hook's own body
+        # when the call moves after it
+        later = [self.init_body[i] for i in sorted(moved) if i < c]
+        if last > c:
+            later.append(m.node.body)
+        reads: set[str] = set()
+        for node in later:
+            reads |= _uses(node, memo)[1]
+        inits: set[str] = set()
+        for i in moved:
+            inits |= _uses(self.init_body[i], memo)[0]
+        for i in range(min(first, c) + 1, max(last, c)):
+            if i in moved or i == c:
                 continue
             s = self.init_body[i]
+            written, read, methods = _uses(s, memo)
             if (
                 not isinstance(s, cst.SimpleStatementLine)
                 or not rng_free(s, self.ctx)
-                or _uses(s, self.memo())[2]
+                or methods
+                or written & reads
+                or (written | read) & inits
                 or any(
                     isinstance(n, cst.Attribute) and n.attr.value in ("weight", "bias", "data")
                     for n in walk_code(s)
                 )
             ):
+                where = "earlier" if c < first else "later"
                 raise Unfixable(
-                    f"{by_hand} (`__init__` calls it earlier, and code between draws random "
+                    f"{by_hand} (`__init__` calls it {where}, and code between draws random "
                     "numbers, calls a method or reads a tensor)"
                 )
-        old = self.init_body[c]
-        self.replace[id(old)] = (old, [])
-        self._hook_call_added.add(hook)
+        if last > c:
+            old = self.init_body[c]
+            self.replace[id(old)] = (old, [])
+            self._hook_call_added.add(hook)
+        return c
 
     def choose_hook(self, index: int, prefer: tuple[str, ...] = ()) -> str:
         """``reset_parameters`` when the class has one; else an existing public hook that
@@ -788,15 +813,20 @@ class ClassEdit:
                     if hook not in self.cls.methods:
                         out.append(_new_method(hook, stmts, init_node))
                 continue
+            name = m.name.value if isinstance(m, cst.FunctionDef) else None
             if (
-                isinstance(m, cst.FunctionDef)
-                and m.name.value in self.hook_append
-                and self.cls.methods.get(m.name.value)
-                and self.cls.methods[m.name.value].node is m
+                (name in self.hook_append or name in self.hook_prepend)
+                and self.cls.methods.get(name)
+                and self.cls.methods[name].node is m
             ):
-                stmts = self.hook_append[m.name.value]
+                stmts = self.hook_append.get(name, [])
                 body = m.body
                 kept = [s for s in body.body if not _is_pass(s)]
+                doc = kept[:1] if kept and _is_docstring(kept[0]) else []
+                opening = list(self.hook_prepend.get(name, []))
+                if opening:
+                    rest = kept[len(doc) :]
+                    kept = [*doc, *_join_with_blocks(opening + rest[:1]), *rest[1:]]
                 joined = [*kept[:-1], *_join_with_blocks(kept[-1:] + list(stmts))]
                 out.append(m.with_changes(body=body.with_changes(body=joined)))
                 continue
@@ -809,6 +839,15 @@ class ClassEdit:
         if self.unsafe:
             message += " (unsafe: " + "; ".join(dict.fromkeys(self.unsafe)) + ")"
         return Rewrite(new, app, message, next(reversed(self.hook_append), None))
+
+
+def _is_docstring(s: cst.BaseStatement) -> bool:
+    return (
+        isinstance(s, cst.SimpleStatementLine)
+        and len(s.body) == 1
+        and isinstance(s.body[0], cst.Expr)
+        and isinstance(s.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
 
 
 def _is_pass(s: cst.BaseStatement) -> bool:

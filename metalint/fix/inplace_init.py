@@ -213,14 +213,14 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         return through_method(edit, finding.node)
     if not init_only(body[index], ctx):
         if init_only(body[index], ctx, _any):
-            return _children_first(ctx, edit)
+            return _children_first(ctx, edit, keep=index)
         line = edit._path(finding.node)[1]
         own = [n for n in line if isinstance(n, cst.SimpleStatementLine)]
         if own and own[-1] is not body[index] and init_only(own[-1], ctx):
             return move_own_in_block(ctx, edit, own[-1], index, "Move")
         if own and init_only(own[-1], ctx, _child):
             if any(own[-1] in run for _i, run, _c in _block_runs(ctx, edit)):
-                return _children(ctx, edit)
+                return _children(ctx, edit, keep=index)
             raise Unfixable(
                 "the child's init is inside a block that does not make that child once: "
                 "whether the child exists does not tell whether the block ran"
@@ -622,42 +622,92 @@ def _recomputed(edit: ClassEdit, i: int, why: str) -> list:
     return out
 
 
-def _children_first(ctx: RuleContext, edit: ClassEdit) -> Rewrite:
+def _children_first(ctx: RuleContext, edit: ClassEdit, keep: int | None = None) -> Rewrite:
     """:func:`_children` for a top-level statement: with the runs inside blocks when they can
-    move, else without them (they stay where they are, as their own findings say)."""
+    move, else without them (they stay where they are, as their own findings say). ``keep``:
+    the top-level statement of the finding, which must move."""
     try:
-        return _children(ctx, ClassEdit(ctx, edit.cls))
+        return _children(ctx, ClassEdit(ctx, edit.cls), keep=keep)
     except Unfixable:
-        return _children(ctx, edit, with_runs=False)
+        return _children(ctx, edit, with_runs=False, keep=keep)
 
 
 def _root_hook(edit: ClassEdit, first: int, last: int, moved: set[int]):
     """The root ``init_weights()`` that takes the statements ``first``..``last``: (the
     statements that open it, the ``reset_parameters()`` call it replaces, to be called last
-    in it, or None). See :func:`own_hook_first` and :func:`own_hook_last`."""
+    in it, or None; the statement of ``__init__`` that calls an existing ``init_weights()``,
+    or None). See :func:`own_hook_first`, :func:`own_hook_last` and
+    :meth:`ClassEdit.join_called_hook`."""
     if ROOT_HOOK in edit.cls.methods:
-        edit.join_called_hook(ROOT_HOOK, first, last, moved)
-        return [], None
+        return [], None, edit.join_called_hook(ROOT_HOOK, first, last, moved)
     if edit._taken(ROOT_HOOK):
         raise Unfixable(f"`{ROOT_HOOK}` is already an attribute of `{edit.cls.name}`")
     opening = own_hook_first(edit, first, last, moved)
-    return opening, None if opening else own_hook_last(edit, last, moved)
+    return opening, None if opening else own_hook_last(edit, last, moved), None
 
 
-def _children(ctx: RuleContext, edit: ClassEdit, with_runs: bool = True) -> Rewrite:
+def _called_at(edit: ClassEdit) -> int | None:
+    """The top-level statement of ``__init__`` that calls an existing root ``init_weights()``
+    (the only call), or None."""
+    if ROOT_HOOK not in edit.cls.methods:
+        return None
+    calls, nested = edit.hook_calls(ROOT_HOOK)
+    return calls[0] if len(calls) == 1 and not nested else None
+
+
+def _joined(edit: ClassEdit, moved: list[int], runs: list, keep: int | None):
+    """The statements that move (``moved``, ``runs``) and :func:`_root_hook`'s answer for them.
+    When those after an existing call of ``init_weights()`` cannot join its end, the ones
+    before it alone, provided the finding's own statement ``keep`` is among them."""
+    tops = sorted({*moved, *(i for i, _r, _k in runs)})
+    try:
+        return moved, runs, _root_hook(edit, tops[0], tops[-1], set(moved))
+    except Unfixable:
+        c = _called_at(edit)
+        if c is None or keep is None or keep > c or not tops[0] < c < tops[-1]:
+            raise
+    moved = [i for i in moved if i < c]
+    runs = [r for r in runs if r[0] < c]
+    tops = [i for i in tops if i < c]
+    return moved, runs, _root_hook(edit, tops[0], tops[-1], set(moved))
+
+
+def _place_call(edit: ClassEdit, last: int, replaces: bool, tail, called: int | None) -> list:
+    """Call the root hook after the moved statement ``last``; what the hook then ends with."""
+    if called is not None and last < called:
+        return []  # the existing call stays where it is
+    if tail is None:
+        _call_after(edit, last, replaces)
+        return []
+    # called where reset_parameters() was, which it calls last
+    call = stmt(f"self.{ROOT_HOOK}()").with_changes(leading_lines=tail.leading_lines)
+    edit.replace[id(tail)] = (tail, [call])
+    return [stmt(f"self.{RESET_HOOK}()")]
+
+
+def _children(
+    ctx: RuleContext, edit: ClassEdit, with_runs: bool = True, keep: int | None = None
+) -> Rewrite:
     """In-place init of children's tensors (``trunc_normal_(self.linear.weight, std=std)``):
     the parent's value for a child belongs in its root ``init_weights()``, which runs after the
     children's own hooks. Every init-only statement moves there in order, and the call takes
     the place of the last one, so eager construction draws the same numbers in the same order.
     A run of them inside an ``if`` block that creates those children (:func:`_block_runs`)
-    moves too, guarded by the children being there; the call then follows that ``if``."""
+    moves too, guarded by the children being there; the call then follows that ``if``.
+
+    A class whose ``__init__`` already calls its ``init_weights()`` (ML010's fix of timm
+    HieraDet's ``named_apply``) gets the statements that ran before that call at the start of
+    the hook, and those after it at its end (:meth:`ClassEdit.join_called_hook`). When those
+    after it cannot join (HieraDet's head init follows ``self.fix_init_weight()``, a method
+    that changes the children), the ones before it still move, provided the finding's own
+    statement (``keep``) is among them; the others stay, as their own findings say."""
 
     body = edit.init_body
     moved = [i for i, s in enumerate(body) if init_only(s, ctx, _any)]
     runs = _block_runs(ctx, edit) if with_runs else []
+    moved, runs, (opening, tail, called) = _joined(edit, moved, runs, keep)
     tops = sorted({*moved, *(i for i, _r, _k in runs)})
     first, last = tops[0], tops[-1]
-    opening, tail = _root_hook(edit, first, last, set(moved))
     attrs = {
         a
         for i in moved
@@ -685,20 +735,19 @@ def _children(ctx: RuleContext, edit: ClassEdit, with_runs: bool = True) -> Rewr
             if j == i:
                 units.append((i, _guarded_run(_take(edit, run, range(len(run)), True, i), kids)))
     stmts = []
+    before = []  # what ran before an existing call: it opens the hook
     for i, guarded_run in units:
+        into = before if called is not None and i < called else stmts
         if guarded_run is not None:
-            stmts.append(guarded_run)
+            into.append(guarded_run)
             continue
         try:
-            stmts.extend(_take(edit, body, [i], private=True))
+            into.extend(_take(edit, body, [i], private=True))
         except Unfixable as exc:
-            stmts.extend(_recomputed(edit, i, str(exc)))
-    if tail is None:
-        _call_after(edit, last, last in moved)
-    else:  # called where reset_parameters() was, which it calls last
-        call = stmt(f"self.{ROOT_HOOK}()").with_changes(leading_lines=tail.leading_lines)
-        edit.replace[id(tail)] = (tail, [call])
-        stmts.append(stmt(f"self.{RESET_HOOK}()"))
+            into.extend(_recomputed(edit, i, str(exc)))
+    stmts.extend(_place_call(edit, last, last in moved, tail, called))
+    if before:
+        edit.hook_prepend[ROOT_HOOK] = before
     edit.hook_append[ROOT_HOOK] = [*opening, *stmts]
     n = len(moved) + sum(len(r) for _i, r, _k in runs)
     return edit.rewrite(

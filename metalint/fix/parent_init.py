@@ -22,8 +22,10 @@ from a new ``init_weights()`` in the same way. A class that already has an ``ini
 that ``__init__`` calls earlier (the library's, or one ML003's fix made for the children's
 tensors) gets the statement at its end, and the call moves to where the statement was, when
 nothing between draws random numbers, calls a method or reads a tensor: the init runs in the
-same order. Not fixable: a call already inside ``init_weights()`` (timm's protocol replays
-it), other classes with an ``init_weights()`` (merge by hand), and a statement inside a loop,
+same order. Its safe fix goes before an unsafe ML003 fix of the same class (``fix.apply``), so
+the in-place inits around the statement then join the new hook in the order they ran (timm
+HieraDet). Not fixable: a call already inside ``init_weights()`` (timm's protocol replays it),
+other classes with an ``init_weights()`` (merge by hand), and a statement inside a loop,
 ``with`` or ``try``.
 """
 
@@ -94,7 +96,11 @@ def _in_init(edit: ClassEdit, node: cst.CSTNode, index: int, path) -> Rewrite:
     first = []
     tail = None
     if HOOK in edit.cls.methods:
-        edit.join_called_hook(HOOK, index, index, set())
+        if edit.join_called_hook(HOOK, index, index, set()) > index:
+            raise Unfixable(
+                f"`{edit.cls.name}` already has an `{HOOK}()`, called later: merge this init "
+                "into it by hand"
+            )
     else:
         _new_hook(edit)
         first = own_hook_first(edit, index, index, set())

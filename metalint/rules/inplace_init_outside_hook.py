@@ -424,9 +424,15 @@ class InplaceInitOutsideHook(Rule):
     (open_clip's `init_parameters()`: it creates, assigns and registers nothing) is called from
     a new root `init_weights()` that takes the call's place and also runs the class's own
     `reset_parameters()`; safe (the same draws in the same order). Not fixable when the init is
-    in any other method (fairseq's `build_output_projection()` also builds a child), when a
-    moved tensor is used later in `__init__` (or, for children, between the moved statements),
-    or when the class already has an `init_weights()` (children).
+    in any other method (fairseq's `build_output_projection()` also builds a child), or when a
+    moved tensor is used later in `__init__` (or, for children, between the moved statements).
+    A class whose `__init__` already calls its `init_weights()` once (timm HieraDet, after
+    ML010's fix of `if weight_init != 'skip': named_apply(init_fn, self)`, which goes first):
+    the statements that ran before the call open the hook and those after it end it (the call
+    then moves to the last), in the order `__init__` ran them, so the fix stays safe; not
+    fixable when code left between them and the call draws random numbers, calls a method
+    (HieraDet's head rescale after `self.fix_init_weight()`), reads a tensor or touches the
+    moved tensors (merge by hand).
     """
 
     code = "ML003"
