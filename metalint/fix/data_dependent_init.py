@@ -15,7 +15,10 @@ path as the rule's ``meta_tensor``). Two shapes of rewrite:
 - a local also flows elsewhere (PyG's ``GaussianSmearing``: ``offset`` is read by
   ``(offset[1] - offset[0]).item()`` and registered as a buffer): a CPU twin
   ``offset_cpu = torch.linspace(..., device="cpu")`` is inserted after it and every read of
-  the local's value in ``__init__`` uses the twin; the buffer stays on meta.
+  the local's value in ``__init__`` uses the twin; the buffer stays on meta. A local
+  assigned again after the reads takes its twin from the assignment they see (timm
+  ``DistributionBalancedLoss``'s check of ``counts`` before ``counts = counts.clamp(...)``);
+  a condition's tensor (``if (counts < 0).any():``) is itself the read.
 
 Refused (reported with the reason): a factory that draws random numbers (a meta build does not
 advance the CPU generator as the eager one does, so the values read would differ), that
@@ -77,6 +80,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         raise Unfixable("the value is read outside `__init__`'s own body")
     own = own_tensor_names(cls, ctx.qualify)
     read = _read_tensor(node)
+    if read is None and _condition_part(node, ctx, init, own):
+        read = node  # ``if (counts < 0).any():``: the condition's tensor is itself the read
     if read is None or not meta_tensor(read, ctx.qualify, init, own):
         raise Unfixable("not a read of a tensor created in `__init__`")
     follow = _Follow(ctx, edit, own, node)
@@ -114,6 +119,16 @@ def _read_tensor(node: cst.CSTNode) -> cst.BaseExpression | None:
             return node.args[0].value
         return None
     return node if isinstance(node, cst.BaseExpression) else None
+
+
+def _condition_part(node: cst.CSTNode, ctx: RuleContext, init: MethodFacts, own) -> bool:
+    """Is ``node`` a tensor whose truth value a condition of ``__init__`` reads (what the rule
+    reports for ``if (counts < 0).any():``)?"""
+    return any(
+        part is node
+        for cond in init.conditions
+        for part in truthiness_tensors(cond, ctx.qualify, init, own)
+    )
 
 
 def _reads(ctx: RuleContext, init: MethodFacts, own) -> list[cst.BaseExpression]:
@@ -391,10 +406,7 @@ def _twin(ctx: RuleContext, edit: ClassEdit, chain: _Chain, shared: list[str], r
     inserts: list[tuple[cst.BaseStatement, cst.BaseStatement]] = []
     roots = {id(r) for r in chain.roots}
     for name in shared:
-        values = chain.locals[name]
-        if len(values) != 1:
-            raise Unfixable(f"the local `{name}` is assigned more than once and also kept")
-        at, value = values[0]
+        at, value = _reaching(edit, name, chain.locals[name], reads)
         line = next(
             (s for s in edit.init_body if isinstance(s, cst.SimpleStatementLine) and at in s.body),
             None,
@@ -425,6 +437,38 @@ def _twin(ctx: RuleContext, edit: ClassEdit, chain: _Chain, shared: list[str], r
         f'Read a copy of {names} created with `device="cpu"`: its value is read during '
         'construction, and under `torch.device("meta")` a factory without a device has no data'
     )
+
+
+def _reaching(edit: ClassEdit, name: str, values: list, reads) -> tuple:
+    """The one assignment of local ``name`` whose value every read of it sees: the only one,
+    or, for a local assigned again later (timm ``DistributionBalancedLoss``: ``counts =
+    torch.as_tensor(class_counts, ...)``, the check ``(counts < 0).any()``, then ``counts =
+    counts.clamp(...)``), the top-level statement of ``__init__`` that assigns it last before
+    the reads, when no assignment comes between it and them."""
+    if len(values) == 1:
+        return values[0]
+    tops = {id(t): i for i, t in enumerate(edit.init_body)}
+    where = []
+    for at, value in values:
+        line = next(
+            (t for t in edit.init_body if isinstance(t, cst.SimpleStatementLine) and at in t.body),
+            None,
+        )
+        if line is None:
+            raise Unfixable(f"the local `{name}` is assigned more than once and also kept")
+        where.append((tops[id(line)], at, value))
+    used = [
+        found[0]
+        for use in _uses(edit.init.node, name)
+        if _inside(use, reads) and (found := edit._path(use)) is not None
+    ]
+    if not used:
+        raise Unfixable(f"the local `{name}` is assigned more than once and also kept")
+    before = [w for w in where if w[0] < min(used)]
+    if not before or any(min(used) <= w[0] <= max(used) for w in where):
+        raise Unfixable(f"the local `{name}` is assigned more than once and also kept")
+    _i, at, value = max(before, key=lambda w: w[0])
+    return at, value
 
 
 def _free_name(init: MethodFacts, name: str) -> str:

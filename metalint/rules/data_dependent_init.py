@@ -76,9 +76,13 @@ class DataDependentInit(Rule):
     (registered as a buffer: torch-geometric's `GaussianSmearing` reads
     `(offset[1] - offset[0]).item()` and registers `offset`), a CPU twin
     `offset_cpu = torch.linspace(..., device="cpu")` is created after it and the reads use it:
-    the kept tensor stays on meta. The fix is safe: under the default CPU device the factory
-    made a CPU tensor already, so every value read and every tensor of the module is
-    bit-identical. Not fixed: a random draw (`torch.randperm(n).tolist()`: built on meta, the
+    the kept tensor stays on meta. A local assigned again after the reads (timm
+    `DistributionBalancedLoss`: `counts = torch.as_tensor(class_counts, dtype=torch.float32)`,
+    `if ... (counts < 0).any() ...: raise ValueError(...)`, then `counts = counts.clamp(...)`)
+    gets its twin from the assignment the reads see, so the check reads a CPU copy of the
+    caller's data. The fix is safe: under the default CPU device the factory made a CPU tensor
+    already, so every value read and every tensor of the module is bit-identical (a copy of
+    a caller's tensor on another device holds the same values). Not fixed: a random draw (`torch.randperm(n).tolist()`: built on meta, the
     CPU generator is not where it is eagerly, so the value read would differ), uninitialised
     memory, a factory that already names a device or takes `**kwargs`, a value read from the
     module's own tensors or a tensor argument, a read in a helper, a module moving itself.
