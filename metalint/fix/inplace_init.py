@@ -32,7 +32,12 @@ from metalint.fix.codemod import (
     rng_free,
     stmt,
 )
-from metalint.fix.parent_init import own_hook_first, own_hook_last, through_method
+from metalint.fix.parent_init import (
+    bound_names,
+    own_hook_first,
+    own_hook_last,
+    through_method,
+)
 from metalint.fix.recompute import recompute_locals
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
@@ -121,6 +126,18 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None) -> bool:
             and all(init_only(b, ctx, own) for b in body)
             and (rest is None or init_only(rest, ctx, own))
         )
+    if isinstance(s, cst.For):
+        # timm CrossVit: ``for i in range(self.num_branches): trunc_normal_(getattr(self,
+        # f'pos_embed_{i}'), std=.02)``: a loop over what the hook can read again
+        body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
+        return (
+            s.orelse is None
+            and s.asynchronous is None
+            and isinstance(s.target, cst.Name)
+            and _plain_iter(s.iter)
+            and bool(body)
+            and all(init_only(b, ctx, own) for b in body)
+        )
     if isinstance(s, cst.With):
         items_ok = all(
             ctx.qualify(i.item.func if isinstance(i.item, cst.Call) else i.item) in NO_GRAD_CONTEXTS
@@ -129,6 +146,19 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None) -> bool:
         body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
         return items_ok and bool(body) and all(init_only(b, ctx, own) for b in body)
     return False
+
+
+def _plain_iter(e: cst.BaseExpression) -> bool:
+    """``range(self.num_branches)``, ``range(len(sizes))``: an iterable of numbers computed
+    from names and attributes by ``range``/``len`` alone (the hook computes it again)."""
+    for n in walk_code(e):
+        if isinstance(n, cst.Call) and not (
+            isinstance(n.func, cst.Name) and n.func.value in ("range", "len")
+        ):
+            return False
+        if isinstance(n, (cst.Lambda, cst.ListComp, cst.GeneratorExp, cst.NamedExpr)):
+            return False
+    return isinstance(e, cst.Call)
 
 
 def _take(edit: ClassEdit, body, moved, private: bool = False, index: int | None = None) -> list:
@@ -140,7 +170,9 @@ def _take(edit: ClassEdit, body, moved, private: bool = False, index: int | None
     for i in moved:
         s = body[i]
         edit.replace[id(s)] = (s, [])
-        new = edit.store_names(s, s, i if index is None else index, private=private)
+        new = edit.store_names(
+            s, s, i if index is None else index, bound=bound_names(s), private=private
+        )
         lead = [line for line in getattr(new, "leading_lines", ()) if line.comment is not None]
         stmts.append(new.with_changes(leading_lines=lead))
     return stmts

@@ -421,6 +421,32 @@ def string_value(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def attribute_name(node: cst.BaseExpression) -> str | None:
+    """The attribute a ``getattr``/``setattr`` name argument names: a string literal that is
+    an identifier, or an f-string of identifier text and plain names (``f'pos_embed_{i}'``,
+    given as its text ``pos_embed_{i}``: one name per value of ``i``). None otherwise."""
+    value = string_value(node)
+    if value is not None:
+        return value if value.isidentifier() else None
+    if not isinstance(node, cst.FormattedString) or node.start not in ("f'", 'f"'):
+        return None
+    out = []
+    for part in node.parts:
+        if isinstance(part, cst.FormattedStringText) and re.fullmatch(r"\w*", part.value):
+            out.append(part.value)
+        elif (
+            isinstance(part, cst.FormattedStringExpression)
+            and isinstance(part.expression, cst.Name)
+            and part.conversion is None
+            and part.format_spec is None
+        ):
+            out.append("{" + part.expression.value + "}")
+        else:
+            return None
+    text = "".join(out)
+    return text if text and not text[0].isdigit() else None
+
+
 def number(node: cst.BaseExpression | None) -> float | None:
     """The value of a numeric literal (``2``, ``1e-6``, ``-0.5``), else None."""
     if isinstance(node, (cst.Integer, cst.Float)):

@@ -15,7 +15,15 @@ import libcst as cst
 from metalint.static.model import CallSite, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.results import HELPER_MARK
-from metalint.static.syntax import chain, keyword, number, self_attr, string_value, walk_code
+from metalint.static.syntax import (
+    attribute_name,
+    chain,
+    keyword,
+    number,
+    self_attr,
+    string_value,
+    walk_code,
+)
 from metalint.vocabulary import (
     EMPTY_FACTORIES,
     INIT_KIND,
@@ -191,7 +199,26 @@ def _written_chain(expr: cst.BaseExpression) -> list[str] | None:
         and expr.func.attr.value in VIEW_METHODS
     ):
         expr = expr.func.value
-    return chain(expr)
+    named = _getattr_chain(expr)
+    return named if named is not None else chain(expr)
+
+
+def _getattr_chain(expr: cst.BaseExpression) -> list[str] | None:
+    """``getattr(self, "cls_token")`` -> ``["self", "cls_token"]``; a name made in a loop
+    (timm CrossVit's ``getattr(self, f'pos_embed_{i}')``, set by ``setattr(self,
+    f'pos_embed_{i}', nn.Parameter(...))``) is its f-string's text, ``pos_embed_{i}``: the
+    same text in a hook names the same tensors. None for anything else."""
+    if not (
+        isinstance(expr, cst.Call)
+        and isinstance(expr.func, cst.Name)
+        and expr.func.value == "getattr"
+        and len(expr.args) == 2
+        and not any(a.star or a.keyword for a in expr.args)
+    ):
+        return None
+    parts = chain(expr.args[0].value)
+    name = attribute_name(expr.args[1].value)
+    return None if parts is None or name is None else [*parts, name]
 
 
 def _out_write(call: cst.Call) -> Write | None:
