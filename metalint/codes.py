@@ -77,7 +77,10 @@ PROBE_CODES: dict[str, tuple[str, str, str]] = {
         "the init entry point, its value differs from eager (exact comparison; `allclose` with "
         "rtol 1e-5 on another device). A tensor that no hook re-initialised still holds the "
         "probe's poison (NaN for floats, a sentinel for integers, the negation for bools) and "
-        "is reported here as *never re-initialised*. The diagnostic is located at the source "
+        "is reported here as *never re-initialised*. A tensor eager construction allocates "
+        "without values (`torch.empty`) and never writes has no value to lose: eagerly it is "
+        "uninitialised memory, as after `to_empty()`, so only its shape, dtype and "
+        "requires_grad are compared. The diagnostic is located at the source "
         "line that last wrote the tensor during eager construction.",
     ),
     "MP002": (

@@ -692,6 +692,12 @@ RANDOM_ATEN_OPS = frozenset(
 OVERWRITE_ATEN_OPS = frozenset({"fill_", "zero_", "copy_", "set_", "detach_", "resize_"}) | {
     op for op in RANDOM_ATEN_OPS if op.endswith("_")
 }
+#: aten ops that allocate a tensor without giving it values (``torch.empty``, ``empty_like``,
+#: ``new_empty``, the legacy ``torch.Tensor(3, 4)``): what nothing writes after them is
+#: uninitialised memory, eagerly as after ``to_empty()``
+UNINITIALISED_ATEN_OPS = frozenset(
+    {"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided", "empty_permuted"}
+)
 #: context managers under which writes are not recorded by autograd
 NO_GRAD_CONTEXTS = frozenset({"torch.no_grad", "torch.inference_mode"})
 #: ``metalint load --init``: how tensors a checkpoint lacks get their values

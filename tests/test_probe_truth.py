@@ -45,6 +45,57 @@ class ConstantScalarLost(nn.Module):
         self.fc = nn.Linear(2, 2)
 
 
+class CrossDecoder(nn.Module):
+    """open_clip's idiom: a projection allocated with ``torch.empty`` whose
+    ``init_parameters()`` nothing calls (nor any hook): eager construction leaves it as
+    uninitialised memory, exactly as ``to_empty()`` does, so there is no value to lose."""
+
+    def __init__(self, width=8, output_dim=4):
+        super().__init__()
+        self.ln_final = nn.LayerNorm(width)
+        self.text_projection = nn.Parameter(torch.empty(width, output_dim))
+        self.logit_bias = nn.Parameter(self.text_projection.new_empty(output_dim))
+
+    def init_parameters(self):
+        nn.init.normal_(self.text_projection, std=self.ln_final.normalized_shape[0] ** -0.5)
+
+
+class CrossDecoderInitialised(CrossDecoder):
+    """The same, with ``init_parameters()`` called by ``__init__``: a random value nothing
+    re-draws after ``to_empty()`` (no hook): lost."""
+
+    def __init__(self, width=8, output_dim=4):
+        super().__init__(width, output_dim)
+        self.init_parameters()
+
+
+class HalfWritten(nn.Module):
+    """``torch.empty`` of which ``__init__`` writes a slice: it has values, compared as ever."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(8))
+        with torch.no_grad():
+            self.w[:4].fill_(1.5)
+
+
+def test_a_tensor_nothing_initialises_eagerly_has_no_value_to_lose():
+    # fails before: text_projection and logit_bias lost (eager garbage vs the poison)
+    res = probe(CrossDecoder, device="cpu")
+    assert res.findings == [], res.findings
+
+
+def test_uninitialised_only_until_written():
+    res = probe(CrossDecoderInitialised, device="cpu")
+    assert [(f.code, f.message.split("`")[1]) for f in res.findings] == [
+        ("MP002", "text_projection")
+    ]
+    # the other half is garbage: deterministic or not depends on what the allocator reuses
+    res = probe(HalfWritten, device="cpu")
+    assert [f.message.split("`")[1] for f in res.findings] == ["w"]
+    assert res.findings[0].code in ("MP001", "MP002")
+
+
 def test_random_one_element_tensor_is_not_deterministic():
     res = probe(RandomScalar, device="cpu")
     assert res.findings == [], res.findings

@@ -7,7 +7,11 @@ fresh outputs of a functional/factory op; views write nothing) and records, per 
 - the innermost Python frame outside torch and metalint (``file``, ``line``, ``function``);
 - whether the value is *random*: a random op wrote it, or it was computed from a random value
   (taint propagation; ops that overwrite their destination - ``fill_``, ``zero_``, ``copy_``,
-  the random ops - do not inherit the destination's taint).
+  the random ops - do not inherit the destination's taint);
+- whether nothing wrote it since an op that allocates without values made it (``torch.empty``,
+  ``new_empty``, the legacy ``torch.Tensor(3, 4)``): *uninitialised* memory, which eager
+  construction leaves as garbage just as ``to_empty()`` does (open_clip's
+  ``MultimodalTransformer.text_projection``, whose ``init_parameters()`` nothing calls).
 
 The probe uses the taint to decide whether a tensor is compared exactly (deterministic) or
 statistically (random). :class:`EscapeDetector` is used during the meta build and records
@@ -26,7 +30,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from metalint.vocabulary import OVERWRITE_ATEN_OPS, RANDOM_ATEN_OPS
+from metalint.vocabulary import OVERWRITE_ATEN_OPS, RANDOM_ATEN_OPS, UNINITIALISED_ATEN_OPS
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _PROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -105,12 +109,14 @@ def _is_view(func) -> bool:
 
 
 class WriteRecorder(TorchDispatchMode):
-    """Per storage: the last user source line that wrote it, and whether it is random."""
+    """Per storage: the last user source line that wrote it, whether it is random, and
+    whether it is uninitialised (allocated without values, written by nothing since)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.site: dict[int, Site | None] = {}
         self.random: dict[int, bool] = {}
+        self.uninitialised: dict[int, bool] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -152,6 +158,8 @@ class WriteRecorder(TorchDispatchMode):
             if k is None:
                 continue
             self.site[k] = site
+            # any write, even of a slice, gives it values: only a fresh allocation is garbage
+            self.uninitialised[k] = not written and name in UNINITIALISED_ATEN_OPS
             if written and not rand and not _covers_storage(t):
                 # a partial overwrite (embedding padding row, a slice) keeps the rest's taint
                 self.random[k] = self.random.get(k, False)
@@ -163,6 +171,11 @@ class WriteRecorder(TorchDispatchMode):
         if k is None or k not in self.site:
             return None, None
         return self.site[k], self.random[k]
+
+    def never_written(self, t: torch.Tensor) -> bool:
+        """Was ``t`` allocated without values and written by nothing since (uninitialised)?"""
+        k = _storage_key(t)
+        return k is not None and self.uninitialised.get(k, False)
 
 
 @dataclass

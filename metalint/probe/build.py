@@ -159,6 +159,7 @@ def snapshot(
             e.site, rand = recorder.lookup(t)
             if e.stats is not None:
                 e.stats.random = bool(rand)
+                e.stats.uninitialised = recorder.never_written(t)
         entries[name] = e
         tensors[name] = t
     ties = [names for names in by_id.values() if len(names) > 1]

@@ -9,7 +9,9 @@ Deterministic tensors (no random op contributed to them, see :mod:`.attribute`, 
 value when eager construction runs again under another seed) are compared exactly: hash equality on the same device type, else ``allclose``
 (rtol 1e-5) on the kept copy or on the statistics. Random tensors are compared statistically (see
 ``_compare_distributions``): mean, std, and the whole law by a two-sample Kolmogorov-Smirnov
-test where the eager copy is kept, the range otherwise.
+test where the eager copy is kept, the range otherwise. A tensor eager construction left
+uninitialised (``Stats.uninitialised``: allocated without values, written by nothing) has no
+value to compare: only its shape, dtype, requires_grad and device are.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class Stats:
     max: float = 0.0
     digest: str = ""
     random: bool | None = None
+    #: eager construction allocated it without values and nothing wrote it (``torch.empty``
+    #: that no init ran on): garbage eagerly as after ``to_empty()``, no value to lose
+    uninitialised: bool = False
     copy: torch.Tensor | None = field(default=None, repr=False)
 
     @property
@@ -218,8 +223,8 @@ def compare(
         meta.append(f"requires_grad {eager.requires_grad} -> {deferred.requires_grad}")
     if meta:
         return Difference("MP008", "; ".join(meta))
-    if eager.numel == 0:
-        return None
+    if eager.numel == 0 or eager.uninitialised:
+        return None  # nothing to compare: eager holds no value either (uninitialised memory)
     code = "MP001" if eager.deterministic else "MP002"
     if poison_hit:
         return Difference(
