@@ -119,6 +119,67 @@ def test_kept_statements_are_not_rendered_again(monkeypatch):
     assert first > 0
 
 
+TRY_SOURCE = """\
+class Block(nn.Module):
+    def __init__(self, dim):  # the header's comment
+        super().__init__()
+        try:
+            import apex
+
+            self.norm = apex.Norm(dim)
+        except ImportError:  # no apex
+            self.norm = None
+        # between
+        else:
+            pass
+        finally:
+            self.dim = dim
+        with torch.no_grad():
+            self.w = nn.Parameter(torch.ones(dim))
+            # the with's footer
+
+    # the class's footer
+"""
+
+
+def test_an_edited_statements_head_is_cut_from_the_original(monkeypatch):
+    """A compound statement whose body alone a rewrite changes (the class, the edited
+    method, an edited branch) keeps the original's text around its body's statements: its
+    header (decorators, signature), footer and other clauses are not rendered again. Fails
+    before: they were rendered around marker statements."""
+    module, top = _top(TRY_SOURCE)
+    text = ClassText(module, top)
+    init = _init(top)
+    body = list(init.body.body)
+    trial, scope = body[1], body[2]
+    line = cst.parse_statement("self.reset_parameters()\n")
+    edits = [
+        _with_body(init, [*body, line]),
+        _with_body(init, [body[0], _with_body(trial, [*trial.body.body, line]), scope]),
+        _with_body(init, [*body[:2], _with_body(scope, [line, *scope.body.body])]),
+        _with_body(init, [*body[:2], _with_body(scope, [line])]),
+    ]
+    for new_init in edits:
+        new = _with_body(top, [new_init])
+        expected = module.code_for_node(new)
+        rendered = []
+        with monkeypatch.context() as patch:
+            for kind in (cst.Parameters, cst.ExceptHandler, cst.Finally, cst.Else, cst.WithItem):
+
+                def spy(self, state, _real=kind._codegen, **kwargs):
+                    rendered.append(type(self).__name__)
+                    return _real(self, state, **kwargs)
+
+                patch.setattr(kind, "_codegen", spy)
+            got = text.render(new)
+        assert got == expected
+        assert rendered == []
+    # a changed header is rendered: the new name
+    renamed = init.with_changes(name=cst.Name("build"))
+    new = _with_body(top, [renamed])
+    assert text.render(new) == module.code_for_node(new)
+
+
 HOOKS_SOURCE = """\
 import torch
 from torch import nn
@@ -161,3 +222,143 @@ def test_hook_calls_top_level_and_nested(hook, expected):
     assert edit.hook_calls(hook) == expected  # asked again: the same answer
     edit.hook_calls(hook)[0].append(99)  # a caller's list is its own
     assert edit.hook_calls(hook) == expected
+
+
+CUT_SOURCE = '''\
+import torch  # a module comment
+# above the first class
+
+
+@decorator(1)
+# between the decorators
+@decorator(2)
+class Block(nn.Module):  # trailing
+    """Doc."""
+    scale = 2; shift = 3
+
+    @property
+    # a comment in the decorators
+    def size(self): return self.scale
+
+    def __init__(self, dim, bias=True):
+        super().__init__()
+        # before the weight
+        self.weight = nn.Parameter(torch.randn(dim))
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(dim))
+            # the if's footer
+        # before the elif
+        elif dim > 2:
+            for i in range(2):
+                self.register_buffer(f"b{i}", torch.ones(dim))
+            else:
+                pass
+              # deeper than the block: the else's
+        else:
+            self.bias = None
+    # the method's? the class's
+        while False:
+            break
+        else:
+            x = 1
+        try:
+            import apex
+        except (ImportError,
+                ValueError) as e:  # two rows
+            apex = None
+
+        # before else
+        else:
+            pass
+        finally:  # a comment
+            # in finally
+            self.dim = dim
+        if dim: return
+        else:
+            self.z = 1
+        with torch.no_grad():
+            async def inner():
+                async with a as b:
+                    async for c in b:
+                        await c
+                # inner's footer
+
+    @torch.no_grad()
+    def forward(self, x):
+        # left out when elided
+        return x * self.weight
+
+    class Nested:
+        x = 1
+            # deeper
+        # the nested class's footer
+
+    # the class's footer
+# the next statement's
+x = 1
+
+
+class Last:
+    def f(self):
+        return 1
+        # last footer
+    # class footer
+# module footer'''
+
+
+@pytest.mark.parametrize("trailing", ["", "\n"], ids=["no-newline-at-end", "newline-at-end"])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+@pytest.mark.parametrize("indent", ["    ", "\t"])
+@pytest.mark.parametrize("elided", [False, True])
+def test_class_text_cut_from_source_is_the_rendered_one(trailing, newline, indent, elided):
+    """A class's text and its statements' spans, cut from the source at CPython's rows with
+    libcst's counts of each statement's leading lines and each block's footer, are what
+    rendering the class gives, comments at the end of a block at any indentation included."""
+    import ast
+
+    from metalint.fix.registry import _cut_from_source
+    from metalint.lines import split_lines
+    from metalint.static.elide import elide
+    from metalint.static.syntax import walk
+
+    source = (CUT_SOURCE + trailing).replace("    ", indent).replace("\n", newline)
+    tree = ast.parse(source)
+    text = elide(source, tree) if elided else source
+    assert ("return x * self.weight" not in text) == elided
+    module = cst.parse_module(text)
+    seen = 0
+    for top in module.body:
+        if not isinstance(top, cst.ClassDef):
+            continue
+        cut = _cut_from_source(module, top, tree, split_lines(text, keepends=True))
+        assert cut is not None
+        rendered = ClassText(module, top)
+        got = ClassText(module, top, cut)
+        assert got.text == rendered.text == module.code_for_node(top)
+        elifs = {id(n.orelse) for n in walk(top) if isinstance(n, cst.If)}
+        assert {k: v for k, v in rendered.spans.items() if k[0] not in elifs} == got.spans
+        assert [n for n, _ in got.compound] == [n for n, _ in rendered.compound]
+        line = cst.parse_statement("self.reset_parameters()\n")
+        for i, stmt in enumerate(top.body.body):
+            if isinstance(stmt, cst.FunctionDef) and isinstance(stmt.body, cst.IndentedBlock):
+                edited = _with_body(stmt, [*stmt.body.body[:-1], line, stmt.body.body[-1]])
+                members = list(top.body.body)
+                members[i] = edited
+                for new in (_with_body(top, members), _with_body(top, [*members, line])):
+                    assert got.render(new) == rendered.render(new) == module.code_for_node(new)
+        seen += 1
+    assert seen == 2
+
+
+def test_class_text_is_rendered_where_the_trees_do_not_pair_up():
+    import ast
+
+    from metalint.fix.registry import _cut_from_source
+    from metalint.lines import split_lines
+
+    source = "class A:\n    def f(self, x):\n        match x:\n            case 1:\n                pass\n"
+    module = cst.parse_module(source)
+    top = module.body[0]
+    assert _cut_from_source(module, top, ast.parse(source), split_lines(source, True)) is None
+    other = ast.parse("class A:\n    def f(self, x):\n        pass\n        pass\n")
+    assert _cut_from_source(module, top, other, split_lines(source, True)) is None

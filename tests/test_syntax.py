@@ -15,6 +15,7 @@ from metalint.static.syntax import (
     children,
     code_children,
     code_ranges,
+    node_text,
     parse_valid_module,
     walk,
     walk_code,
@@ -146,3 +147,40 @@ def test_code_ranges_match_libcst_on_project_sources(path):
 )
 def test_code_ranges_match_libcst_on_odd_text(source):
     _same_ranges(cst.parse_module(source))
+
+
+@pytest.mark.parametrize(
+    "source",
+    [ODDITIES, ODDITIES.replace("\n", "\r\n").replace("    ", "\t")],
+    ids=["every-construct", "crlf-tabs"],
+)
+def test_node_text_is_libcst_text(source):
+    """node_text renders every node as libcst's code_for_node does, at any indentation."""
+    from libcst._nodes.base import CSTCodegenError
+    from libcst._nodes.internal import CodegenState
+
+    module = cst.parse_module(source)
+    assert node_text(module, module.default_indent, module.default_newline) == source
+    plain = cst.Module([])
+    seen = 0
+    for node in walk(module):
+        try:
+            expected = plain.code_for_node(node)
+        except CSTCodegenError:  # a node libcst cannot render alone (an annotation)
+            with pytest.raises(CSTCodegenError):
+                node_text(node)
+            continue
+        assert node_text(node) == expected, type(node).__name__
+        seen += 1
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            state = CodegenState("  ", "\r\n")
+            state.indent_tokens = ["\t", "  "]
+            node._codegen(state)
+            assert node_text(node, "  ", "\r\n", ("\t", "  ")) == "".join(state.tokens)
+    assert seen > 300
+
+
+@pytest.mark.parametrize("path", SOURCES[:40], ids=lambda p: p.name)
+def test_node_text_on_project_sources(path):
+    module = cst.parse_module(path.read_text(encoding="utf-8"))
+    assert node_text(module, module.default_indent, module.default_newline) == module.code

@@ -19,7 +19,7 @@ from metalint.static.construction import is_tensor, registrations
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
-from metalint.static.syntax import code_children, walk_code
+from metalint.static.syntax import code_children, node_text, walk_code
 from metalint.static.tensors import inplace_write, value_kind
 from metalint.vocabulary import (
     BUFFER_HOOK,
@@ -50,7 +50,9 @@ class Rewrite:
 
 
 def render(node: cst.CSTNode, module: cst.Module | None = None) -> str:
-    return (module or cst.Module([])).code_for_node(node)
+    if module is None:
+        return node_text(node)
+    return node_text(node, module.default_indent, module.default_newline)
 
 
 def expr(code: str) -> cst.BaseExpression:

@@ -9,19 +9,20 @@ round of rewrites, so the edits it applies always come from the current text.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import importlib
+import itertools
 from types import ModuleType
 
 import libcst as cst
-from libcst._nodes.internal import CodegenState
 
 from metalint.diagnostics import Edit, Fix, Position
 from metalint.fix.codemod import Rewrite, Unfixable, path_to
 from metalint.lines import count_breaks, split_lines
 from metalint.rules import all_rules
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import code_ranges
+from metalint.static.syntax import TextState, code_ranges, node_text
 
 #: rule code -> module holding ``plan(ctx, cls, finding) -> Rewrite``: as each rule class
 #: names it (``Rule.codemod``)
@@ -146,61 +147,130 @@ _STATEMENTS = frozenset(
 )
 
 
-class _Pieces(CodegenState):
+class _Pieces(TextState):
     """A rendering that also keeps where each statement starts and ends in its tokens, with
-    the indentation it was rendered at."""
+    the indentation it was rendered at, and the compound statements with a body."""
 
     def __init__(self, module: cst.Module) -> None:
         super().__init__(module.default_indent, module.default_newline)
         self.spans: dict[tuple[int, tuple[str, ...]], list[int]] = {}
         self.open: list[list[int]] = []
+        self.compound: list[tuple[cst.CSTNode, tuple[str, ...]]] = []
 
     def before_codegen(self, node: cst.CSTNode) -> None:
         if type(node) in _STATEMENTS:
             span = [len(self.tokens), 0]
-            self.spans[id(node), tuple(self.indent_tokens)] = span
+            indents = tuple(self.indent_tokens)
+            self.spans[id(node), indents] = span
             self.open.append(span)
+            if type(node) in _HEADS:
+                self.compound.append((node, indents))
 
     def after_codegen(self, node: cst.CSTNode) -> None:
         if type(node) in _STATEMENTS:
             self.open.pop()[1] = len(self.tokens)
 
 
-class ClassText:
-    """A top-level class's text, rendered once, with where each of its statements (at any
-    depth) is in it. A rewrite of the class (codemods build it with ``with_changes``: the
-    statements they keep are the same objects) is rendered from those pieces: only its new
-    statements are rendered, each compound one as a shell around its kept statements."""
+#: compound statement type -> the fields that make its text besides its body
+_HEADS = {
+    t: tuple(f.name for f in dataclasses.fields(t) if f.name != "body")
+    for t in _STATEMENTS
+    if issubclass(t, cst.BaseCompoundStatement)
+}
 
-    def __init__(self, module: cst.Module, top: cst.ClassDef) -> None:
-        state = _Pieces(module)
-        top._codegen(state)
+
+def _head(stmt: cst.CSTNode, indents: tuple[str, ...]) -> tuple | None:
+    """What a compound statement with an indented body renders besides its body's
+    statements, as the identities of the nodes that render it: two statements with the same
+    head at the same indentation differ only in their body's statements."""
+    body = getattr(stmt, "body", None)
+    if not isinstance(body, cst.IndentedBlock) or not body.body:
+        return None
+    fields = _HEADS.get(type(stmt))
+    if fields is None:
+        return None
+    return (
+        type(stmt),
+        indents,
+        body.indent,
+        id(body.header),
+        id(body.footer),
+        *(id(getattr(stmt, f)) for f in fields),
+    )
+
+
+class ClassText:
+    """A top-level class's text, with where each of its statements (at any depth) is in it.
+    A rewrite of the class (codemods build it with ``with_changes``: the statements they keep
+    are the same objects) is rendered from those pieces: only its new statements are
+    rendered, each compound one as a shell around its kept statements (the shell's text cut
+    from the original statement's when only its body's statements differ: the class itself
+    and every method a rewrite edits).
+
+    The text and the pieces are cut from the source at CPython's rows (see
+    :func:`_cut_from_source`) where the module is libcst's parse of text CPython's tree
+    describes; else the class is rendered."""
+
+    def __init__(self, module: cst.Module, top: cst.ClassDef, cut: tuple | None = None) -> None:
         self.module = module
-        self.top = top  # keeps the ids of ``spans`` alive
-        self.tokens = state.tokens
-        self.spans = state.spans
-        self.text = "".join(self.tokens)
+        self.top = top  # keeps the ids of ``spans`` and ``compound`` alive
+        if cut is not None:
+            self.text, self.spans, self.compound = cut
+        else:
+            state = _Pieces(module)
+            top._codegen(state)
+            offsets = list(itertools.accumulate(map(len, state.tokens), initial=0))
+            self.text = "".join(state.tokens)
+            self.spans = {k: (offsets[a], offsets[b]) for k, (a, b) in state.spans.items()}
+            elifs = {id(n.orelse) for n, _ in state.compound if isinstance(n, cst.If)}
+            self.compound = [(n, at) for n, at in state.compound if id(n) not in elifs]
+        self.heads: dict[tuple, cst.CSTNode] | None = None
 
     def render(self, new: cst.ClassDef) -> str:
         """The text of ``new``, a rewrite of this class."""
         return self._statement(new, ())
 
+    def _original(self, stmt: cst.CSTNode, indents: tuple[str, ...]) -> cst.CSTNode | None:
+        """The statement of the class at ``indents`` with the same head as ``stmt``."""
+        if self.heads is None:
+            self.heads = {}
+            for node, at in self.compound:
+                head = _head(node, at)
+                if head is not None:
+                    self.heads.setdefault(head, node)
+        head = _head(stmt, indents)
+        return None if head is None else self.heads.get(head)
+
     def _statement(self, stmt: cst.CSTNode, indents: tuple[str, ...]) -> str:
         span = self.spans.get((id(stmt), indents))
         if span is not None:
-            return "".join(self.tokens[span[0] : span[1]])
+            return self.text[span[0] : span[1]]
         module = self.module
-        state = CodegenState(module.default_indent, module.default_newline)
-        state.indent_tokens = list(indents)
         body = getattr(stmt, "body", None)
         if not isinstance(body, cst.IndentedBlock) or not body.body:
-            stmt._codegen(state)
-            return "".join(state.tokens)
+            return node_text(stmt, module.default_indent, module.default_newline, indents)
+        inner = (*indents, module.default_indent if body.indent is None else body.indent)
+        original = self._original(stmt, indents)
+        if original is not None:
+            # the original's text around its body's statements, around this one's
+            whole = self.spans[id(original), indents]
+            first = self.spans[id(original.body.body[0]), inner]
+            last = self.spans[id(original.body.body[-1]), inner]
+            return "".join(
+                [
+                    self.text[whole[0] : first[0]],
+                    *(self._statement(child, inner) for child in body.body),
+                    self.text[last[1] : whole[1]],
+                ]
+            )
         # the statement with a marker line for each statement of its body, then each marker
         # replaced by that statement's text
-        inner = (*indents, module.default_indent if body.indent is None else body.indent)
-        stmt.with_changes(body=body.with_changes(body=_markers(len(body.body))))._codegen(state)
-        shell = "".join(state.tokens)
+        shell = node_text(
+            stmt.with_changes(body=body.with_changes(body=_markers(len(body.body)))),
+            module.default_indent,
+            module.default_newline,
+            indents,
+        )
         out, at = [], 0
         for i, child in enumerate(body.body):
             line = f"{''.join(inner)}__metalint_piece_{i}__{module.default_newline}"
@@ -209,6 +279,176 @@ class ClassText:
             at = found + len(line)
         out.append(shell[at:])
         return "".join(out)
+
+
+class _Mismatch(Exception):
+    """libcst's statements and CPython's do not pair up: the class is rendered instead."""
+
+
+def _cut_from_source(
+    module: cst.Module, top: cst.ClassDef, tree: ast.Module, lines: list[str]
+) -> tuple | None:
+    """What rendering ``top`` gives (its text, each statement's span in it, at each
+    indentation, and the compound statements), cut from ``lines``, the text ``module`` was
+    parsed from and ``tree`` describes (rows and statements shared: CPython's tree of the
+    file before elision, which keeps every row and whole kept functions; a function left
+    out is one statement of the same rows in both).
+
+    Each statement's text starts ``len(leading_lines)`` rows above its first row (its first
+    decorator's) in CPython's tree, and ends where the next statement of its block starts;
+    the last one of a block ends ``len(footer)`` rows above where its block ends (the next
+    clause's start, or its statement's end): libcst's own counts of the comment lines it
+    gives each statement and block, so nothing here decides where a comment belongs. None
+    when the two trees do not pair up (the class is rendered)."""
+    index = next((i for i, s in enumerate(module.body) if s is top), None)
+    name = top.name.value
+    same = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name]
+    ours = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
+    if index is None or len(same) != len(ours):
+        return None
+    node = ours[next(i for i, s in enumerate(same) if s is top)]
+    at = tree.body.index(node)
+    start = _code_row(node) - len(top.leading_lines)
+    if index + 1 < len(module.body):
+        if at + 1 >= len(tree.body):
+            return None
+        end = _code_row(tree.body[at + 1]) - len(module.body[index + 1].leading_lines) - 1
+    else:
+        end = len(lines) - len(module.footer)
+    if not 1 <= start <= end <= len(lines):
+        return None
+    rows = lines[start - 1 : end]
+    if not rows[-1].endswith(("\n", "\r")):
+        rows[-1] += module.default_newline  # the file's last line: libcst's render ends it
+    cut = _Cut(module, start, end, list(itertools.accumulate(map(len, rows), initial=0)))
+    try:
+        cut.place(top, node, (), start, end)
+    except _Mismatch:
+        return None
+    return "".join(rows), cut.spans, cut.compound
+
+
+class _Cut:
+    """Spans of statements in the rows ``start``..``end`` of the text (``offsets``: where each
+    of those rows starts in the class's text)."""
+
+    def __init__(self, module: cst.Module, start: int, end: int, offsets: list[int]) -> None:
+        self.default_indent = module.default_indent
+        self.start, self.end, self.offsets = start, end, offsets
+        self.spans: dict[tuple[int, tuple[str, ...]], tuple[int, int]] = {}
+        self.compound: list[tuple[cst.CSTNode, tuple[str, ...]]] = []
+
+    def place(self, stmt, node, indents: tuple[str, ...], first: int, last: int) -> None:
+        """``stmt`` (CPython's ``node``) stands on the rows ``first``..``last``."""
+        if not self.start <= first <= last + 1 <= self.end + 1:
+            raise _Mismatch
+        self.spans[id(stmt), indents] = (
+            self.offsets[first - self.start],
+            self.offsets[last + 1 - self.start],
+        )
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            self.compound.append((stmt, indents))
+            self.clauses(stmt, node, indents, last)
+
+    def block(self, body, nodes: list, indents: tuple[str, ...], last: int) -> None:
+        """Place the statements of an indented block ending on row ``last``."""
+        if not isinstance(body, cst.IndentedBlock):
+            return  # a one-line body: no statement in it has a span of its own
+        inner = (*indents, self.default_indent if body.indent is None else body.indent)
+        stmts, k, firsts = body.body, 0, []
+        for stmt in stmts:
+            n = len(stmt.body) if isinstance(stmt, cst.SimpleStatementLine) else 1
+            if k + n > len(nodes) or not _pairs(stmt, nodes[k]):
+                raise _Mismatch
+            firsts.append((_code_row(nodes[k]) - len(stmt.leading_lines), nodes[k]))
+            k += n
+        if k != len(nodes) or not stmts:
+            raise _Mismatch
+        for i, stmt in enumerate(stmts):
+            first, node = firsts[i]
+            end = firsts[i + 1][0] - 1 if i + 1 < len(stmts) else last - len(body.footer)
+            self.place(stmt, node, inner, first, end)
+
+    def clauses(self, stmt, node, indents: tuple[str, ...], last: int) -> None:
+        """Place the statements of every block of a compound statement ending on ``last``."""
+        if isinstance(stmt, cst.If) and isinstance(stmt.orelse, cst.If):
+            # elif: CPython's orelse is that one if
+            if len(node.orelse) != 1 or not isinstance(node.orelse[0], ast.If):
+                raise _Mismatch
+            self.block(
+                stmt.body,
+                node.body,
+                indents,
+                node.orelse[0].lineno - len(stmt.orelse.leading_lines) - 1,
+            )
+            self.clauses(stmt.orelse, node.orelse[0], indents, last)
+            return
+        parts: list[tuple] = [(stmt.body, node.body)]  # (block, CPython's statements)
+        starts: list[int] = []  # the first row of each part after the first
+        if isinstance(stmt, cst.Try):
+            if len(stmt.handlers) != len(node.handlers):
+                raise _Mismatch
+            for handler, theirs in zip(stmt.handlers, node.handlers):
+                parts.append((handler.body, theirs.body))
+                starts.append(theirs.lineno - len(handler.leading_lines))
+            clauses = ((stmt.orelse, node.orelse), (stmt.finalbody, node.finalbody))
+        elif isinstance(stmt, (cst.If, cst.For, cst.While)):
+            clauses = ((stmt.orelse, node.orelse),)
+        elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef, cst.With)):
+            clauses = ()
+        else:
+            raise _Mismatch  # match, try/except*: rendered
+        for clause, theirs in clauses:
+            if clause is not None:
+                parts.append((clause.body, theirs))
+                starts.append(_clause_start(clause, theirs))
+        for i, (body, nodes) in enumerate(parts):
+            self.block(body, nodes, indents, starts[i] - 1 if i < len(starts) else last)
+
+
+def _clause_start(clause, nodes: list) -> int:
+    """The first row of an ``else:``/``finally:`` clause (CPython has no row for it: the row
+    above the first row of its body's first statement, less the comment lines above it)."""
+    body = clause.body
+    if not isinstance(body, cst.IndentedBlock) or not body.body or not nodes:
+        raise _Mismatch
+    keyword = _code_row(nodes[0]) - len(body.body[0].leading_lines) - 1
+    return keyword - len(clause.leading_lines)
+
+
+#: libcst statement type -> CPython statement types it pairs with
+_PAIRS: dict[type, tuple[type, ...]] = {
+    cst.ClassDef: (ast.ClassDef,),
+    cst.FunctionDef: (ast.FunctionDef, ast.AsyncFunctionDef),
+    cst.If: (ast.If,),
+    cst.For: (ast.For, ast.AsyncFor),
+    cst.While: (ast.While,),
+    cst.Try: (ast.Try,),
+    cst.With: (ast.With, ast.AsyncWith),
+}
+
+
+def _pairs(stmt: cst.CSTNode, node: ast.stmt) -> bool:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return not isinstance(node, _COMPOUND_AST)
+    kinds = _PAIRS.get(type(stmt))
+    return kinds is not None and isinstance(node, kinds)
+
+
+_COMPOUND_AST = tuple(
+    t
+    for t in (
+        *{k for kinds in _PAIRS.values() for k in kinds},
+        getattr(ast, "Match", None),
+        getattr(ast, "TryStar", None),
+    )
+    if t is not None
+)
+
+
+def _code_row(node: ast.stmt) -> int:
+    """A statement's first row: its first decorator's, if it has any."""
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
 
 
 #: ``__metalint_piece_<i>__`` marker statements, made once (nodes are immutable: a shell
@@ -223,11 +463,19 @@ def _markers(n: int) -> list[cst.SimpleStatementLine]:
     return _MARKERS[:n]
 
 
-def class_text(ctx: RuleContext, top: cst.ClassDef) -> ClassText:
-    """``top``'s :class:`ClassText`, rendered on the first fix of a finding in it."""
+def class_text(ctx: RuleContext, top: cst.ClassDef, source: str | None = None) -> ClassText:
+    """``top``'s :class:`ClassText`, made on the first fix of a finding in it: cut from
+    ``source`` (the text ``ctx.module`` was parsed from) when CPython's tree of it is at hand
+    (``ctx.tree``), else rendered."""
     texts = ctx.memo.setdefault(ClassText, {})
     if id(top) not in texts:
-        texts[id(top)] = ClassText(ctx.module, top)
+        cut = None
+        if ctx.tree is not None and source is not None:
+            lines = ctx.memo.get(split_lines)
+            if lines is None or lines[0] is not source:
+                lines = ctx.memo[split_lines] = (source, split_lines(source, keepends=True))
+            cut = _cut_from_source(ctx.module, top, ctx.tree, lines[1])
+        texts[id(top)] = ClassText(ctx.module, top, cut)
     return texts[id(top)]
 
 
@@ -247,7 +495,7 @@ def fix_for(
         if pair is None:
             return None
         top, new_top = pair
-        texts = class_text(ctx, top)
+        texts = class_text(ctx, top, source)
         old = texts.text
         new = texts.render(new_top)
         if new == old:

@@ -18,7 +18,7 @@ from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
 from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
-from metalint.static.syntax import short, walk_code
+from metalint.static.syntax import node_text, short, walk_code
 from metalint.static.tensors import inplace_write
 from metalint.vocabulary import (
     MODULE_ITERATORS,
@@ -748,7 +748,7 @@ def _norm_defaults_only(m: MethodFacts) -> bool:
                 if name in ("constant_",) and len(args) > 1
                 else (args[0].value if name == "fill_" and args else None)
             )
-            if value is not None and cst.Module([]).code_for_node(value).strip() not in (
+            if value is not None and node_text(value).strip() not in (
                 "0",
                 "1",
                 "0.",

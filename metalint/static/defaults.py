@@ -21,12 +21,12 @@ from metalint.static import constants
 from metalint.static.constants import UNKNOWN
 from metalint.static.model import CallSite, ClassFacts, MethodFacts
 from metalint.static.names import dotted
-from metalint.static.syntax import code_children, walk_code
+from metalint.static.syntax import code_children, node_text, walk_code
 from metalint.vocabulary import RESET_ONLY_CALLS
 
 
 def code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
+    return node_text(node)
 
 
 def value_of(node: cst.BaseExpression | None, env: dict[str, Any]) -> Any:

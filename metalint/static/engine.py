@@ -34,6 +34,7 @@ from metalint.static.syntax import (
     TRIVIA,
     children,
     code_ranges,
+    node_text,
     parse_valid_module,
     walk,
     walk_code,
@@ -121,7 +122,10 @@ def _short_functions(
     defs = [s for s in module.body if isinstance(s, cst.FunctionDef)]
     texts = _body_texts(defs, source, tree)
     return [
-        (stmt, texts.get(i) or module.code_for_node(stmt.body))
+        (
+            stmt,
+            texts.get(i) or node_text(stmt.body, module.default_indent, module.default_newline),
+        )
         for i, stmt in enumerate(defs)
         if isinstance(stmt.body, cst.IndentedBlock) and len(stmt.body.body) <= HELPER_STATEMENTS
     ]
@@ -567,7 +571,7 @@ def _analyze(
         )
     result.parsed = True
     facts = collect(module, module_name, is_package)
-    ctx = RuleContext(facts, module, hooks, display, whole)
+    ctx = RuleContext(facts, module, hooks, display, whole, tree=tree)
     result.exports = dict(facts.aliases.names)
     result.exports.update(facts.local_classes)
     result.classes = [summarize(c, ctx) for c in facts.classes]

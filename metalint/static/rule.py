@@ -11,6 +11,7 @@ A rule reads the facts of one class (:class:`~metalint.static.model.ClassFacts`)
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -80,6 +81,9 @@ class RuleContext:
     hooks: tuple[str, ...]
     path: str
     source: str = ""  # the whole file's text (``module`` may have unread code elided)
+    #: CPython's tree of ``source`` when ``module`` is the parse of its elided text (every row
+    #: and every kept function the same in both), else None
+    tree: ast.Module | None = None
     #: what a layer above computes once per file (the fix registry's class renders); it
     #: lives as long as this context
     memo: dict = field(default_factory=dict)
