@@ -184,3 +184,44 @@ def test_node_text_is_libcst_text(source):
 def test_node_text_on_project_sources(path):
     module = cst.parse_module(path.read_text(encoding="utf-8"))
     assert node_text(module, module.default_indent, module.default_newline) == module.code
+
+
+def test_type_tests_name_only_leaf_node_classes():
+    """The hot paths test a node's class with ``type(x) is cst.C`` / ``type(x) in (cst.A, ...)``
+    (libcst's node classes are ABCs: each isinstance is a Python-level
+    ``ABCMeta.__instancecheck__``, ten times slower). That equals isinstance only for a class
+    with no subclasses: every class so named must be one (an abstract base, say
+    ``cst.BaseExpression``, must stay an isinstance)."""
+    import ast
+    import inspect
+
+    def named(node):
+        items = node.elts if isinstance(node, ast.Tuple) else [node]
+        for item in items:
+            if (
+                isinstance(item, ast.Attribute)
+                and isinstance(item.value, ast.Name)
+                and item.value.id == "cst"
+            ):
+                yield item.attr
+
+    seen = 0
+    for path in sorted((ROOT / "metalint").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (
+                isinstance(node, ast.Compare)
+                and isinstance(node.left, ast.Call)
+                and isinstance(node.left.func, ast.Name)
+                and node.left.func.id == "type"
+            ):
+                continue
+            for op, right in zip(node.ops, node.comparators):
+                if not isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
+                    continue
+                for name in named(right):
+                    kind = getattr(cst, name)
+                    where = f"{path.name}:{node.lineno}: cst.{name}"
+                    assert not inspect.isabstract(kind), where
+                    assert kind.__subclasses__() == [], where
+                    seen += 1
+    assert seen > 100

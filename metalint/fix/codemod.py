@@ -80,17 +80,22 @@ def path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
 
 def names_in(node: cst.CSTNode) -> Iterator[cst.Name]:
     """Name nodes that read a variable (not attribute names, not keyword names)."""
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         yield node
         return
-    if isinstance(node, cst.Attribute):
+    if type(node) is cst.Attribute:
         yield from names_in(node.value)
         return
-    if isinstance(node, cst.Arg):
+    if type(node) is cst.Arg:
         yield from names_in(node.value)
         return
-    if isinstance(
-        node, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.NamedExpr)
+    if type(node) in (
+        cst.Lambda,
+        cst.ListComp,
+        cst.SetComp,
+        cst.DictComp,
+        cst.GeneratorExp,
+        cst.NamedExpr,
     ):
         raise Unfixable("the value uses a lambda, comprehension or `:=`")
     for child in code_children(node):
@@ -213,11 +218,11 @@ def _uses(
     read: set[str] = set()
     calls: set[str] = set()
     for n in walk_code(node):
-        if isinstance(n, cst.Call):
+        if type(n) is cst.Call:
             _call_uses(n, written, calls)
-        elif isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+        elif type(n) in (cst.Assign, cst.AugAssign, cst.AnnAssign):
             _assign_uses(n, written)
-        elif isinstance(n, cst.Attribute):
+        elif type(n) is cst.Attribute:
             d = dotted(n)
             if d and d.startswith("self.") and "." not in d[5:]:
                 read.add(d[5:])
@@ -232,9 +237,9 @@ def returns(node: cst.CSTNode) -> bool:
     stack = list(code_children(node))
     while stack:
         n = stack.pop()
-        if isinstance(n, cst.Return):
+        if type(n) is cst.Return:
             return True
-        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        if type(n) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
             continue
         stack.extend(code_children(n))
     return False
@@ -361,12 +366,17 @@ class ClassEdit:
             raise Unfixable("the value is not set directly in `__init__`")
         i, path = found
         for n in path:
-            if isinstance(
-                n,
-                (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.Lambda),
+            if type(n) in (
+                cst.For,
+                cst.While,
+                cst.With,
+                cst.Try,
+                cst.FunctionDef,
+                cst.ClassDef,
+                cst.Lambda,
             ):
                 raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
-        lines = [n for n in path if isinstance(n, cst.SimpleStatementLine)]
+        lines = [n for n in path if type(n) is cst.SimpleStatementLine]
         if not lines:
             raise Unfixable("the value is not set by a simple statement")
         return i, lines[-1], path
@@ -427,13 +437,13 @@ class ClassEdit:
                 names = {
                     d[5:]
                     for n in walk_code(s)
-                    if isinstance(n, cst.Call) and (d := dotted(n.func) or "").startswith("self.")
+                    if type(n) is cst.Call and (d := dotted(n.func) or "").startswith("self.")
                 }
                 if (
-                    isinstance(s, cst.SimpleStatementLine)
+                    type(s) is cst.SimpleStatementLine
                     and len(s.body) == 1
-                    and isinstance(s.body[0], cst.Expr)
-                    and isinstance(s.body[0].value, cst.Call)
+                    and type(s.body[0]) is cst.Expr
+                    and type(s.body[0].value) is cst.Call
                     and (d := dotted(s.body[0].value.func) or "").startswith("self.")
                 ):
                     # the call of that hook is this statement; of any other, inside it
@@ -634,14 +644,14 @@ class ClassEdit:
         modules = {
             id(n.value)
             for n in walk_code(value)
-            if isinstance(n, cst.Attribute)
+            if type(n) is cst.Attribute
             and n.attr.value not in TENSOR_METHODS
             and n.attr.value not in ("data", "T", "mT")
         }
         for n in walk_code(value):
             if (
-                isinstance(n, cst.Attribute)
-                and isinstance(n.value, cst.Name)
+                type(n) is cst.Attribute
+                and type(n.value) is cst.Name
                 and n.value.value == "self"
                 and id(n) not in modules
                 and n.attr.value not in not_tensors
@@ -1034,22 +1044,22 @@ def inline_locals(edit: ClassEdit, e: cst.BaseExpression, depth: int = 0) -> cst
         node, v = values[-1]
         tensor = value_kind(v, edit.ctx.qualify, init) is not None or (
             # a list of numbers (``[1 for _ in range(n)]``, a shape) is kept on self as it is
-            not isinstance(v, (cst.List, cst.Tuple, cst.ListComp))
-            and any(isinstance(x, cst.Call) for x in walk_code(v))
+            not type(v) in (cst.List, cst.Tuple, cst.ListComp)
+            and any(type(x) is cst.Call for x in walk_code(v))
         )
         if not tensor:
             continue  # a number: stored on self by store_names
         if len(values) != 1:
             raise Unfixable(f"the local `{n}` is assigned more than once")
-        if isinstance(node, cst.Assign) and any(
-            isinstance(t.target, (cst.Tuple, cst.List)) for t in node.targets
+        if type(node) is cst.Assign and any(
+            type(t.target) in (cst.Tuple, cst.List) for t in node.targets
         ):
             raise Unfixable(f"the local `{n}` is unpacked from a call")
         edit.locate(node)  # a local computed inside a loop or `with` cannot be inlined
         if any(
             n in binds(line, edit.ctx.qualify)
             for line in walk_code(edit.init.node)
-            if isinstance(line, cst.SimpleStatementLine) and node not in line.body
+            if type(line) is cst.SimpleStatementLine and node not in line.body
         ):
             # ``coords[:, 0] += 1`` / ``coords.view(-1).add_(1)``: its value is not the
             # expression that created it
@@ -1067,18 +1077,18 @@ def binds(s: cst.CSTNode, qualify) -> set[str]:
     out: set[str] = set()
     for n in walk_code(s):
         targets: list[cst.CSTNode] = []
-        if isinstance(n, cst.Assign):
+        if type(n) is cst.Assign:
             targets = [t.target for t in n.targets]
-        elif isinstance(n, (cst.AugAssign, cst.AnnAssign)):
+        elif type(n) in (cst.AugAssign, cst.AnnAssign):
             targets = [n.target]
-        elif isinstance(n, cst.Call):
+        elif type(n) is cst.Call:
             w = inplace_write(n, qualify)
             if w is not None and w.chain[0] != "self":
                 out.add(w.chain[0])
         for t in targets:
-            for x in walk_code(t) if isinstance(t, (cst.Tuple, cst.List)) else [t]:
-                while isinstance(x, (cst.Subscript, cst.Attribute)):
+            for x in walk_code(t) if type(t) in (cst.Tuple, cst.List) else [t]:
+                while type(x) in (cst.Subscript, cst.Attribute):
                     x = x.value
-                if isinstance(x, cst.Name):
+                if type(x) is cst.Name:
                     out.add(x.value)
     return out

@@ -49,17 +49,17 @@ def bound_names(node: cst.CSTNode) -> set[str]:
     out: set[str] = set()
     for n in walk_code(node):
         targets: list[cst.CSTNode] = []
-        if isinstance(n, (cst.For, cst.CompFor)):
+        if type(n) in (cst.For, cst.CompFor):
             targets.append(n.target)
-        elif isinstance(n, cst.Assign):
+        elif type(n) is cst.Assign:
             targets.extend(t.target for t in n.targets)
-        elif isinstance(n, (cst.AnnAssign, cst.AugAssign)):
+        elif type(n) in (cst.AnnAssign, cst.AugAssign):
             targets.append(n.target)
-        elif isinstance(n, cst.WithItem) and n.asname is not None:
+        elif type(n) is cst.WithItem and n.asname is not None:
             targets.append(n.asname.name)
         for t in targets:
             for x in walk_code(t):
-                if isinstance(x, cst.Name):
+                if type(x) is cst.Name:
                     out.add(x.value)
     return out
 

@@ -302,7 +302,7 @@ def _cut_from_source(
     when the two trees do not pair up (the class is rendered)."""
     index = next((i for i, s in enumerate(module.body) if s is top), None)
     name = top.name.value
-    same = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name]
+    same = [s for s in module.body if type(s) is cst.ClassDef and s.name.value == name]
     ours = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name]
     if index is None or len(same) != len(ours):
         return None
@@ -346,18 +346,18 @@ class _Cut:
             self.offsets[first - self.start],
             self.offsets[last + 1 - self.start],
         )
-        if not isinstance(stmt, cst.SimpleStatementLine):
+        if not type(stmt) is cst.SimpleStatementLine:
             self.compound.append((stmt, indents))
             self.clauses(stmt, node, indents, last)
 
     def block(self, body, nodes: list, indents: tuple[str, ...], last: int) -> None:
         """Place the statements of an indented block ending on row ``last``."""
-        if not isinstance(body, cst.IndentedBlock):
+        if not type(body) is cst.IndentedBlock:
             return  # a one-line body: no statement in it has a span of its own
         inner = (*indents, self.default_indent if body.indent is None else body.indent)
         stmts, k, firsts = body.body, 0, []
         for stmt in stmts:
-            n = len(stmt.body) if isinstance(stmt, cst.SimpleStatementLine) else 1
+            n = len(stmt.body) if type(stmt) is cst.SimpleStatementLine else 1
             if k + n > len(nodes) or not _pairs(stmt, nodes[k]):
                 raise _Mismatch
             firsts.append((_code_row(nodes[k]) - len(stmt.leading_lines), nodes[k]))
@@ -371,7 +371,7 @@ class _Cut:
 
     def clauses(self, stmt, node, indents: tuple[str, ...], last: int) -> None:
         """Place the statements of every block of a compound statement ending on ``last``."""
-        if isinstance(stmt, cst.If) and isinstance(stmt.orelse, cst.If):
+        if type(stmt) is cst.If and type(stmt.orelse) is cst.If:
             # elif: CPython's orelse is that one if
             if len(node.orelse) != 1 or not isinstance(node.orelse[0], ast.If):
                 raise _Mismatch
@@ -385,16 +385,16 @@ class _Cut:
             return
         parts: list[tuple] = [(stmt.body, node.body)]  # (block, CPython's statements)
         starts: list[int] = []  # the first row of each part after the first
-        if isinstance(stmt, cst.Try):
+        if type(stmt) is cst.Try:
             if len(stmt.handlers) != len(node.handlers):
                 raise _Mismatch
             for handler, theirs in zip(stmt.handlers, node.handlers):
                 parts.append((handler.body, theirs.body))
                 starts.append(theirs.lineno - len(handler.leading_lines))
             clauses = ((stmt.orelse, node.orelse), (stmt.finalbody, node.finalbody))
-        elif isinstance(stmt, (cst.If, cst.For, cst.While)):
+        elif type(stmt) in (cst.If, cst.For, cst.While):
             clauses = ((stmt.orelse, node.orelse),)
-        elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef, cst.With)):
+        elif type(stmt) in (cst.FunctionDef, cst.ClassDef, cst.With):
             clauses = ()
         else:
             raise _Mismatch  # match, try/except*: rendered
@@ -410,7 +410,7 @@ def _clause_start(clause, nodes: list) -> int:
     """The first row of an ``else:``/``finally:`` clause (CPython has no row for it: the row
     above the first row of its body's first statement, less the comment lines above it)."""
     body = clause.body
-    if not isinstance(body, cst.IndentedBlock) or not body.body or not nodes:
+    if not type(body) is cst.IndentedBlock or not body.body or not nodes:
         raise _Mismatch
     keyword = _code_row(nodes[0]) - len(body.body[0].leading_lines) - 1
     return keyword - len(clause.leading_lines)
@@ -429,7 +429,7 @@ _PAIRS: dict[type, tuple[type, ...]] = {
 
 
 def _pairs(stmt: cst.CSTNode, node: ast.stmt) -> bool:
-    if isinstance(stmt, cst.SimpleStatementLine):
+    if type(stmt) is cst.SimpleStatementLine:
         return not isinstance(node, _COMPOUND_AST)
     kinds = _PAIRS.get(type(stmt))
     return kinds is not None and isinstance(node, kinds)

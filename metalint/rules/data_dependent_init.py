@@ -309,7 +309,7 @@ class SpeechEncoder(nn.Module):
 
     def _helper(self, call) -> MethodFacts | None:
         func = call.node.func
-        if not isinstance(func, cst.Name) or call.qualname is not None:
+        if not type(func) is cst.Name or call.qualname is not None:
             return None
         name = func.value
         if name not in self._helper_facts:
@@ -317,7 +317,7 @@ class SpeechEncoder(nn.Module):
                 (
                     s
                     for s in self.ctx.module.body
-                    if isinstance(s, cst.FunctionDef) and s.name.value == name
+                    if type(s) is cst.FunctionDef and s.name.value == name
                 ),
                 None,
             )
@@ -348,11 +348,11 @@ class SpeechEncoder(nn.Module):
         """The reads of a tensor's value in ``method``, each with how the message names it."""
         for call in method.calls:
             node = call.node
-            if call.method in HOST_READS and isinstance(node.func, cst.Attribute):
+            if call.method in HOST_READS and type(node.func) is cst.Attribute:
                 if meta_tensor(node.func.value, self.qualify, method, own):
                     yield node, f"`{short(node, 50)}`"
             elif (
-                isinstance(node.func, cst.Name)
+                type(node.func) is cst.Name
                 and node.func.value in SCALAR_CASTS
                 and call.qualname is None
                 and len(node.args) == 1
@@ -368,16 +368,16 @@ class SpeechEncoder(nn.Module):
         the end of a chain on ``self`` (``self.half().cuda()``); not ``self.to(torch.float16)``
         (a dtype alone converts meta tensors fine)."""
         func = call.node.func
-        if not isinstance(func, cst.Attribute) or func.attr.value not in ("to", "cuda", "cpu"):
+        if not type(func) is cst.Attribute or func.attr.value not in ("to", "cuda", "cpu"):
             return False
         inner = func.value
         while (
-            isinstance(inner, cst.Call)
-            and isinstance(inner.func, cst.Attribute)
+            type(inner) is cst.Call
+            and type(inner.func) is cst.Attribute
             and inner.func.attr.value in MODULE_CASTS
         ):
             inner = inner.func.value
-        if not (isinstance(inner, cst.Name) and inner.value == "self"):
+        if not (type(inner) is cst.Name and inner.value == "self"):
             return False
         if func.attr.value != "to":
             return True

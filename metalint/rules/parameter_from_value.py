@@ -328,7 +328,7 @@ class Block(nn.Module):
                             yield from self._check(cls, method, attr, call.node, args[1].value)
 
     def _check(self, cls, method, attr, node, value) -> Iterable[Finding]:
-        if isinstance(value, cst.IfExp):
+        if type(value) is cst.IfExp:
             # ``nn.Parameter(v * torch.ones(d)) if v > 0 else None`` (timm ConvNeXt's gamma)
             value = value.body if parameter_value(value.body, self.qualify) else value.orelse
         data = parameter_value(value, self.qualify)

@@ -603,10 +603,10 @@ class Captioner(nn.Module):
             if not any(n is node for n in walk_code(m.node)):
                 continue
             for n in walk_code(m.node):
-                if isinstance(n, cst.FunctionDef) and n.name.value == local and n is not m.node:
+                if type(n) is cst.FunctionDef and n.name.value == local and n is not m.node:
                     return calls_only_reset(n, self._own_hooks())
         for stmt in self.ctx.module.body:
-            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == local:
+            if type(stmt) is cst.FunctionDef and stmt.name.value == local:
                 return calls_only_reset(stmt, self._own_hooks())
         return False
 

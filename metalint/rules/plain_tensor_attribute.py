@@ -364,18 +364,18 @@ class Attention(nn.Module):
             # self.original_inv_freq = self.inv_freq: an alias of a registered tensor, which
             # to_empty() replaces while the alias keeps pointing at the meta tensor
             if (
-                isinstance(node, cst.Attribute)
-                and isinstance(node.value, cst.Name)
+                type(node) is cst.Attribute
+                and type(node.value) is cst.Name
                 and node.value.value == "self"
                 and node.attr.value in tensors
             ):
                 return True
             # create_sinusoidal_positions(...) defined in this file with ``-> torch.Tensor``
-            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
+            if type(node) is cst.Call and type(node.func) is cst.Name:
                 return node.func.value in fns
             # a method of the class annotated ``-> torch.Tensor`` (monai regunet AffineHead's
             # ``self.grid = self.get_reference_grid(image_size)``, a static method)
-            return isinstance(node, cst.Call) and self._tensor_method(cls, node.func)
+            return type(node) is cst.Call and self._tensor_method(cls, node.func)
 
         return extra
 

@@ -69,7 +69,7 @@ def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Regist
     ``self.register_parameter("w", p)``. ``value`` is None where the data is unknown."""
     for method in methods:
         for a in method.assigns:
-            if a.target.count(".") != 1 or a.augmented or not isinstance(a.value, cst.Call):
+            if a.target.count(".") != 1 or a.augmented or not type(a.value) is cst.Call:
                 continue
             attr = a.target.split(".")[1]
             q = qualify(a.value.func)
@@ -156,11 +156,11 @@ def computed(
         return None
     found: set[str] = set()
     for node in walk_code(expr):
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             kind = _call_kind(node, qualify)
             if kind:
                 found.add(kind)
-        elif isinstance(node, cst.Name) and depth < 3:
+        elif type(node) is cst.Name and depth < 3:
             # every value the local is given (``rel_pos = rel_pos[0] * w + rel_pos[1]`` is
             # still made from the first ``rel_pos``)
             for _stmt, inner in method.local_values.get(node.value, ()):
@@ -211,7 +211,7 @@ def is_tensor(
         return False
     if extra is not None and extra(expr):
         return True
-    if isinstance(expr, cst.Call):
+    if type(expr) is cst.Call:
         q = qualify(expr.func)
         if q is not None and q.startswith("torch."):
             if q in SEQUENCE_FUNCTIONS:
@@ -223,18 +223,18 @@ def is_tensor(
                 or q in TENSOR_FUNCTIONS
                 or q in LEGACY_CONSTRUCTORS
             )
-        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in TENSOR_METHODS:
+        if type(expr.func) is cst.Attribute and expr.func.attr.value in TENSOR_METHODS:
             return is_tensor(expr.func.value, qualify, method, depth + 1, extra)
         return False
-    if isinstance(expr, cst.BinaryOperation):
+    if type(expr) is cst.BinaryOperation:
         return is_tensor(expr.left, qualify, method, depth + 1, extra) or is_tensor(
             expr.right, qualify, method, depth + 1, extra
         )
-    if isinstance(expr, cst.UnaryOperation):
+    if type(expr) is cst.UnaryOperation:
         return is_tensor(expr.expression, qualify, method, depth + 1, extra)
-    if isinstance(expr, cst.Subscript):
+    if type(expr) is cst.Subscript:
         return is_tensor(expr.value, qualify, method, depth + 1, extra)
-    if isinstance(expr, cst.Name) and method is not None:
+    if type(expr) is cst.Name and method is not None:
         values = method.local_values.get(expr.value)
         # every assignment of the local must be a tensor (``x = None`` on a branch: unsure)
         return bool(values) and all(
@@ -388,11 +388,11 @@ def _returned_values(fn: cst.FunctionDef) -> list[cst.BaseExpression | None] | N
     stack: list[cst.CSTNode] = [fn.body]
     while stack:
         node = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        if type(node) in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
             continue
-        if isinstance(node, cst.Yield):
+        if type(node) is cst.Yield:
             return None
-        if isinstance(node, cst.Return):
+        if type(node) is cst.Return:
             values.append(node.value)
         stack.extend(code_children(node))
     return values

@@ -40,12 +40,10 @@ def _never_constant(node: cst.BaseExpression) -> bool:
     told without rendering and parsing the node (``self.proj = nn.Linear(...)``, most of an
     ``__init__``'s assignments): a subscript, an arithmetic operation, a call other than a
     string's ``startswith``/``endswith``."""
-    if isinstance(node, cst.Call):
+    if type(node) is cst.Call:
         func = node.func
-        return not (
-            isinstance(func, cst.Attribute) and func.attr.value in ("startswith", "endswith")
-        )
-    return isinstance(node, (cst.Subscript, cst.BinaryOperation))
+        return not (type(func) is cst.Attribute and func.attr.value in ("startswith", "endswith"))
+    return type(node) in (cst.Subscript, cst.BinaryOperation)
 
 
 def _param_defaults(fn: cst.FunctionDef, env: dict[str, Any]) -> dict[str, Any]:
@@ -80,15 +78,15 @@ def _assigned_names(body: cst.CSTNode) -> set[str]:
     out: set[str] = set()
     for n in walk_code(body):
         targets: list[cst.CSTNode] = []
-        if isinstance(n, cst.Assign):
+        if type(n) is cst.Assign:
             targets = [t.target for t in n.targets]
-        elif isinstance(n, (cst.AnnAssign, cst.AugAssign)):
+        elif type(n) in (cst.AnnAssign, cst.AugAssign):
             targets = [n.target]
-        elif isinstance(n, (cst.For, cst.CompFor)):
+        elif type(n) in (cst.For, cst.CompFor):
             targets = [n.target]
         for t in targets:
             for x in walk_code(t):
-                name = dotted(x) if isinstance(x, (cst.Name, cst.Attribute)) else None
+                name = dotted(x) if type(x) in (cst.Name, cst.Attribute) else None
                 if name:
                     out.add(name)
     return out
@@ -165,7 +163,7 @@ def _reached(stmt: cst.CSTNode, node: cst.CSTNode, env: dict[str, Any]) -> bool 
     """None: ``node`` is not under ``stmt``; otherwise whether it is reached."""
     if stmt is node:
         return True
-    if isinstance(stmt, cst.If):
+    if type(stmt) is cst.If:
         test = value_of(stmt.test, env)
         for block, wanted in ((stmt.body, True), (stmt.orelse, False)):
             if block is None or not any(n is node for n in walk_code(block)):
@@ -224,8 +222,8 @@ def calls_only_reset(fn: cst.FunctionDef, hooks: tuple[str, ...] = ("reset_param
     one of ``hooks``: timm MaxxVit's ``m.init_weights()``) and type checks."""
     resets = False
     for c in walk_code(fn.body):
-        if isinstance(c, cst.Call):
-            name = c.func.attr.value if isinstance(c.func, cst.Attribute) else dotted(c.func)
+        if type(c) is cst.Call:
+            name = c.func.attr.value if type(c.func) is cst.Attribute else dotted(c.func)
             if name not in RESET_ONLY_CALLS and name not in hooks:
                 return False  # most functions: at their first call
             resets = resets or name in hooks

@@ -89,7 +89,7 @@ def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
                 api = True
         for a in m.assigns:
             # self.x = nn.Linear(...) / nn.Parameter(...): only modules hold these
-            if isinstance(a.value, cst.Call):
+            if type(a.value) is cst.Call:
                 q = ctx.qualify(a.value.func) or ""
                 if q.startswith("torch.nn.") and not q.startswith("torch.nn.functional."):
                     api = True
@@ -119,7 +119,7 @@ def _short_functions(
 ) -> list[tuple[cst.FunctionDef, str]]:
     """The module-level functions of at most :data:`HELPER_STATEMENTS` statements, each with
     its body's text, for both summaries below (which only search it for calls and reads)."""
-    defs = [s for s in module.body if isinstance(s, cst.FunctionDef)]
+    defs = [s for s in module.body if type(s) is cst.FunctionDef]
     texts = _body_texts(defs, source, tree)
     return [
         (
@@ -127,7 +127,7 @@ def _short_functions(
             texts.get(i) or node_text(stmt.body, module.default_indent, module.default_newline),
         )
         for i, stmt in enumerate(defs)
-        if isinstance(stmt.body, cst.IndentedBlock) and len(stmt.body.body) <= HELPER_STATEMENTS
+        if type(stmt.body) is cst.IndentedBlock and len(stmt.body.body) <= HELPER_STATEMENTS
     ]
 
 
@@ -137,7 +137,7 @@ def _body_texts(defs: list[cst.FunctionDef], source: str, tree: ast.Module | Non
     for a search: from the ``:`` ending its header (nothing but blanks after it on that line)
     to the end of its last statement's line, when only blank lines follow up to the next
     statement (libcst gives the body the comments after it that are indented further)."""
-    if tree is None:
+    if tree is None or not defs:
         return {}
     nodes = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     if [d.name.value for d in defs] != [n.name for n in nodes]:

@@ -272,7 +272,7 @@ class FactCollector:
         # outside a method only imports are facts (every other visit_ below is a no-op there):
         # skip the rest, e.g. timm's module-level ``default_cfgs`` dicts
         return self.method is not None or any(
-            isinstance(s, (cst.Import, cst.ImportFrom)) for s in node.body
+            type(s) in (cst.Import, cst.ImportFrom) for s in node.body
         )
 
     # -- context -----------------------------------------------------------------------------
@@ -360,11 +360,11 @@ class FactCollector:
 
     def _record_target(self, stmt: cst.CSTNode, target: cst.BaseExpression, value) -> None:
         assert self.method is not None
-        if isinstance(target, (cst.Tuple, cst.List)):
-            values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
+        if type(target) in (cst.Tuple, cst.List):
+            values = value.elements if type(value) in (cst.Tuple, cst.List) else None
             for i, el in enumerate(target.elements):
                 v = values[i].value if values is not None and i < len(values) else None
-                if values is None and value is not None and isinstance(el.value, cst.Name):
+                if values is None and value is not None and type(el.value) is cst.Name:
                     # ``inv_freq, scale = rope_init_fn(...)``: a local unpacked from a call
                     # takes the whole value (its kind is what rules look at)
                     self.method.local_values.setdefault(el.value.value, []).append((stmt, value))
@@ -385,15 +385,15 @@ class FactCollector:
             return
         func = node.func
         method = receiver = None
-        if isinstance(func, cst.Attribute):
+        if type(func) is cst.Attribute:
             method = func.attr.value
             receiver = dotted(func.value)
             if receiver == "self":
                 self.method.self_calls.add(method)
             inner = func.value
             if (
-                isinstance(inner, cst.Call)
-                and isinstance(inner.func, cst.Name)
+                type(inner) is cst.Call
+                and type(inner.func) is cst.Name
                 and inner.func.value == "super"
             ):
                 self.method.super_calls.add(method)

@@ -36,10 +36,12 @@ def canonical(name: str) -> str:
 def dotted(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a Name/Attribute chain, else None."""
     parts: list[str] = []
-    while isinstance(node, cst.Attribute):
+    # ``type(...) is``: libcst's node classes are ABCs, whose isinstance is a Python call
+    # (Attribute and Name have no subclasses); this runs for every name a rule qualifies
+    while type(node) is cst.Attribute:
         parts.append(node.attr.value)
         node = node.value
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         parts.append(node.value)
         return ".".join(reversed(parts))
     return None

@@ -95,27 +95,27 @@ def meta_tensor(
     if expr is None or depth > 6:
         return False
     rec = lambda e: meta_tensor(e, qualify, method, own, depth + 1, assumed)  # noqa: E731
-    if isinstance(expr, cst.Call):
+    if type(expr) is cst.Call:
         return _meta_call(expr, qualify, rec)
-    if isinstance(expr, cst.Attribute):
+    if type(expr) is cst.Attribute:
         if expr.attr.value in TENSOR_ATTRIBUTES:
             return rec(expr.value)
-        if own and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+        if own and type(expr.value) is cst.Name and expr.value.value == "self":
             return expr.attr.value in own
         return False
-    if isinstance(expr, cst.BinaryOperation):
+    if type(expr) is cst.BinaryOperation:
         return rec(expr.left) or rec(expr.right)
-    if isinstance(expr, cst.UnaryOperation):
-        if isinstance(expr.operator, cst.Not):
+    if type(expr) is cst.UnaryOperation:
+        if type(expr.operator) is cst.Not:
             return False
         return rec(expr.expression)
-    if isinstance(expr, cst.Comparison):
-        if all(isinstance(t.operator, (cst.Is, cst.IsNot)) for t in expr.comparisons):
+    if type(expr) is cst.Comparison:
+        if all(type(t.operator) in (cst.Is, cst.IsNot) for t in expr.comparisons):
             return False
         return rec(expr.left) or any(rec(t.comparator) for t in expr.comparisons)
-    if isinstance(expr, cst.Subscript):
+    if type(expr) is cst.Subscript:
         return rec(expr.value) or meta_tensor_sequence(expr.value, qualify, method, own, depth + 1)
-    if isinstance(expr, cst.Name) and method is not None:
+    if type(expr) is cst.Name and method is not None:
         if expr.value in assumed:
             return True
         return _meta_local(expr, qualify, method, own, depth, assumed)
@@ -139,7 +139,7 @@ def _meta_call(expr: cst.Call, qualify, rec) -> bool:
             return False
         # any other torch function of a meta tensor: torch.exp(t), torch.cumsum(t, 0)
         return any(rec(a.value) for a in expr.args)
-    if not isinstance(expr.func, cst.Attribute):
+    if not type(expr.func) is cst.Attribute:
         return False
     name = expr.func.attr.value
     if name in NOT_TENSOR_METHODS:
@@ -211,10 +211,10 @@ def truthiness_tensors(
     expr: cst.BaseExpression, qualify, method: MethodFacts, own: set[str] | None = None
 ) -> Iterator[cst.BaseExpression]:
     """Parts of a condition whose truth value Python asks a tensor for (``bool(t)``)."""
-    if isinstance(expr, cst.BooleanOperation):
+    if type(expr) is cst.BooleanOperation:
         yield from truthiness_tensors(expr.left, qualify, method, own)
         yield from truthiness_tensors(expr.right, qualify, method, own)
-    elif isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+    elif type(expr) is cst.UnaryOperation and type(expr.operator) is cst.Not:
         yield from truthiness_tensors(expr.expression, qualify, method, own)
     elif meta_tensor(expr, qualify, method, own):
         yield expr

@@ -271,7 +271,7 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dic
                 if name:
                     attributes.add(name)
                 value = call.node.args[1].value if len(call.node.args) > 1 else None
-                q = _class_ref(value.func, ctx) if isinstance(value, cst.Call) else None
+                q = _class_ref(value.func, ctx) if type(value) is cst.Call else None
                 if name and q and call.method in _MODULE_REGISTERS:
                     members.setdefault(name, set()).add(q)  # self.add_module("l", Linear())
         for p in (*m.node.params.params, *m.node.params.kwonly_params):
@@ -282,10 +282,10 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dic
                 continue
             attr = a.target.split(".")[1]
             attributes.add(attr)
-            q = _class_ref(a.value.func, ctx) if isinstance(a.value, cst.Call) else None
+            q = _class_ref(a.value.func, ctx) if type(a.value) is cst.Call else None
             if q:
                 members.setdefault(attr, set()).add(q)
-            held = _held(a.value, m, ctx) if isinstance(a.value, cst.Call) else set()
+            held = _held(a.value, m, ctx) if type(a.value) is cst.Call else set()
             if held:
                 elements.setdefault(attr, set()).update(held)
     return children, attributes, members, _swapped_in(methods, ctx, children), elements
@@ -305,16 +305,14 @@ def _held(call, method, ctx) -> set[str]:
     from metalint.static.syntax import walk_code
 
     def built(node) -> set[str]:
-        return {
-            q for n in walk_code(node) if isinstance(n, cst.Call) if (q := _class_ref(n.func, ctx))
-        }
+        return {q for n in walk_code(node) if type(n) is cst.Call if (q := _class_ref(n.func, ctx))}
 
     out: set[str] = set()
     for arg in call.args:
         v = arg.value
-        if isinstance(v, (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)):
+        if type(v) in (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp):
             out |= built(v)
-        elif isinstance(v, cst.Name) and arg.star != "**" and arg.keyword is None:
+        elif type(v) is cst.Name and arg.star != "**" and arg.keyword is None:
             for value in _list_fills(method, ctx).get(v.value, ()):
                 out |= built(value)
     return out
@@ -342,18 +340,18 @@ def _list_fills(method, ctx) -> dict[str, list]:
     ):
         # a body the fact collector did not read whole: walk it
         nodes = list(walk_code(method.node.body))
-        calls = [n for n in nodes if isinstance(n, cst.Call)]
-        binds = [n for n in nodes if isinstance(n, (cst.Assign, cst.AugAssign))]
+        calls = [n for n in nodes if type(n) is cst.Call]
+        binds = [n for n in nodes if type(n) in (cst.Assign, cst.AugAssign)]
     else:  # what the collector recorded of the body (the order of a name's values is moot)
         calls = [c.node for c in method.calls[method.body_calls :]]
         binds = method.binds
     fills: dict[str, list] = {}
     for node in calls:
-        if isinstance(node.func, cst.Attribute):
+        if type(node.func) is cst.Attribute:
             if node.func.attr.value in _LIST_FILLERS and node.args:
                 fills.setdefault(dotted(node.func.value), []).append(node.args[-1].value)
     for node in binds:
-        targets = node.targets if isinstance(node, cst.Assign) else [node]
+        targets = node.targets if type(node) is cst.Assign else [node]
         for name in {dotted(t.target) for t in targets}:
             fills.setdefault(name, []).append(node.value)
     memo[id(method.node)] = (method.node, fills)
@@ -367,17 +365,14 @@ def _table_classes(node, ctx) -> set[str]:
     of the dict, list or tuple literal, since the key is a config value."""
     import libcst as cst
 
-    if isinstance(node, cst.Subscript):
+    kind = type(node)  # none of these has subclasses (isinstance of an ABC is slow)
+    if kind is cst.Subscript:
         table = node.value
-    elif (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value == "get"
-    ):
+    elif kind is cst.Call and type(node.func) is cst.Attribute and node.func.attr.value == "get":
         table = node.func.value
     else:
         return set()
-    if not isinstance(table, cst.Name):
+    if type(table) is not cst.Name:
         return set()
     values = _module_tables(ctx).get(table.value, ())
     return {q for v in values if (q := _class_ref(v, ctx))}
@@ -392,21 +387,21 @@ def _module_tables(ctx) -> dict[str, list]:
         return ctx.memo["module_tables"]
     tables: dict[str, list] = {}
     for stmt in ctx.module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
+        if not type(stmt) is cst.SimpleStatementLine:
             continue
         for small in stmt.body:
-            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            if type(small) is cst.Assign and len(small.targets) == 1:
                 target, value = small.targets[0].target, small.value
-            elif isinstance(small, cst.AnnAssign) and small.value is not None:
+            elif type(small) is cst.AnnAssign and small.value is not None:
                 target, value = small.target, small.value
             else:
                 continue
-            if not isinstance(target, cst.Name):
+            if not type(target) is cst.Name:
                 continue
-            if isinstance(value, cst.Dict):
-                items = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
-            elif isinstance(value, (cst.List, cst.Tuple)):
-                items = [e.value for e in value.elements if isinstance(e, cst.Element)]
+            if type(value) is cst.Dict:
+                items = [e.value for e in value.elements if type(e) is cst.DictElement]
+            elif type(value) in (cst.List, cst.Tuple):
+                items = [e.value for e in value.elements if type(e) is cst.Element]
             else:
                 tables.pop(target.value, None)
                 continue
@@ -431,7 +426,7 @@ def _swapped_in(methods: list, ctx, children: set[str]) -> dict[str, str]:
     for m in methods:
         for call in m.calls:
             func = call.node.func
-            if not isinstance(func, cst.Name) or func.value not in ctx.facts.local_functions:
+            if not type(func) is cst.Name or func.value not in ctx.facts.local_functions:
                 continue
             built, swaps = _function_builds(func.value, ctx)
             children |= built
@@ -485,7 +480,7 @@ def _builds_of(fn, ctx) -> tuple[set[str], set[str], list[str]]:
     made: dict[str, str] = {}  # local name -> the class it holds
     installs: list = []  # (module, value)
     for node in walk_code(fn.body):
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             q = _class_ref(node.func, ctx)
             if q:
                 built.add(q)
@@ -495,15 +490,15 @@ def _builds_of(fn, ctx) -> tuple[set[str], set[str], list[str]]:
                 installs.append((node.args[0].value, node.args[2].value))
             elif called.endswith(".add_module") and len(node.args) == 2:
                 installs.append((node.func.value, node.args[1].value))
-        elif isinstance(node, cst.Assign) and len(node.targets) == 1:
+        elif type(node) is cst.Assign and len(node.targets) == 1:
             target = node.targets[0].target
-            if isinstance(target, cst.Name) and isinstance(node.value, cst.Call):
+            if type(target) is cst.Name and type(node.value) is cst.Call:
                 q = _class_ref(node.value.func, ctx)
                 if q:
                     made[target.value] = q
             elif (
-                isinstance(target, cst.Subscript)
-                and isinstance(target.value, cst.Attribute)
+                type(target) is cst.Subscript
+                and type(target.value) is cst.Attribute
                 and target.value.attr.value == "_modules"
             ):
                 installs.append((target.value.value, node.value))
@@ -512,7 +507,7 @@ def _builds_of(fn, ctx) -> tuple[set[str], set[str], list[str]]:
     swaps = set()
     for module, value in installs:
         if (dotted(module) or "").split(".")[0] in into:
-            q = _class_ref(value.func, ctx) if isinstance(value, cst.Call) else None
+            q = _class_ref(value.func, ctx) if type(value) is cst.Call else None
             q = q or made.get(dotted(value) or "")
             if q:
                 swaps.add(q)
@@ -529,10 +524,10 @@ def _iterated(fn, param: str) -> tuple[str, ...]:
 
     out = []
     for loop in walk_code(fn.body):
-        if isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call):
+        if type(loop) is cst.For and type(loop.iter) is cst.Call:
             head = dotted(loop.iter.func) or ""
             if head.startswith(param + "."):
-                out += [n.value for n in walk_code(loop.target) if isinstance(n, cst.Name)]
+                out += [n.value for n in walk_code(loop.target) if type(n) is cst.Name]
     return tuple(out)
 
 
@@ -558,9 +553,10 @@ def _class_ref(node, ctx) -> str | None:
     any class of this file: transformers' ``xLSTMRMSNorm``)."""
     import libcst as cst
 
-    if isinstance(node, (cst.Name, cst.Attribute)):
-        last = node.value if isinstance(node, cst.Name) else node.attr.value
-        if last[:1].isupper() or (isinstance(node, cst.Name) and last in ctx.facts.local_classes):
+    kind = type(node)  # Name and Attribute have no subclasses (isinstance of an ABC is slow)
+    if kind is cst.Name or kind is cst.Attribute:
+        last = node.value if kind is cst.Name else node.attr.value
+        if last[:1].isupper() or (kind is cst.Name and last in ctx.facts.local_classes):
             return ctx.qualify(node)
     return None
 
@@ -649,7 +645,7 @@ def _applies_to_modules(fn, param: str, ctx) -> bool:
     from metalint.static.tensors import inplace_write
 
     for loop in walk_code(fn.body):
-        if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call):
+        if not type(loop) is cst.For or not type(loop.iter) is cst.Call:
             continue
         it = loop.iter
         name = dotted(it.func) or ""
@@ -660,9 +656,9 @@ def _applies_to_modules(fn, param: str, ctx) -> bool:
         )
         if not over:
             continue
-        targets = {n.value for n in walk_code(loop.target) if isinstance(n, cst.Name)}
+        targets = {n.value for n in walk_code(loop.target) if type(n) is cst.Name}
         for call in walk_code(loop.body):
-            if not isinstance(call, cst.Call):
+            if not type(call) is cst.Call:
                 continue
             w = inplace_write(call, ctx.qualify)
             if w is not None and w.chain and w.chain[0] in targets:
@@ -788,27 +784,27 @@ def _block(stmts, param: str, ctx, fn=None) -> list:
 
     out: list = []
     for stmt in stmts:
-        if isinstance(stmt, cst.If):
+        if type(stmt) is cst.If:
             orelse = stmt.orelse
-            if isinstance(orelse, cst.If):
+            if type(orelse) is cst.If:
                 other = _block([orelse], param, ctx, fn)
-            elif isinstance(orelse, cst.Else):
+            elif type(orelse) is cst.Else:
                 other = _block(_body_of(orelse), param, ctx, fn)
             else:
                 other = []
             body = _block(_body_of(stmt), param, ctx, fn)
             if body or other:
                 out.append(["if", _condition(stmt.test, param, ctx), body, other])
-        elif isinstance(stmt, (cst.For, cst.While)):
-            it = stmt.iter if isinstance(stmt, cst.For) else None
+        elif type(stmt) in (cst.For, cst.While):
+            it = stmt.iter if type(stmt) is cst.For else None
             listed = _listed_tensors(stmt, param, ctx)
             if (
-                isinstance(it, cst.Call)
-                and isinstance(it.func, cst.Attribute)
+                type(it) is cst.Call
+                and type(it.func) is cst.Attribute
                 and dotted(it.func.value) == param
                 and it.func.attr.value in _TENSOR_ITERATORS
                 and any(
-                    isinstance(n, cst.Call) and inplace_write(n, ctx.qualify) is not None
+                    type(n) is cst.Call and inplace_write(n, ctx.qualify) is not None
                     for n in walk_code(stmt.body)
                 )
             ):
@@ -817,9 +813,9 @@ def _block(stmts, param: str, ctx, fn=None) -> list:
                 out += [_write(names) for names in listed]
             else:
                 out.extend(_block(_body_of(stmt), param, ctx, fn))
-        elif isinstance(stmt, (cst.With, cst.Try)):
+        elif type(stmt) in (cst.With, cst.Try):
             out.extend(_block(_body_of(stmt), param, ctx, fn))
-        elif not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        elif not type(stmt) in (cst.FunctionDef, cst.ClassDef):
             for node in walk_code(stmt):
                 item = _item(node, param, ctx)
                 if item is not None:
@@ -872,12 +868,10 @@ def _local_value(fn, name: str, ctx) -> tuple[str, Any] | None:
         return [
             n
             for n in walk_code(node)
-            if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+            if type(n) in (cst.Assign, cst.AugAssign, cst.AnnAssign)
             if any(
                 dotted(t) == name
-                for t in (
-                    [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
-                )
+                for t in ([t.target for t in n.targets] if type(n) is cst.Assign else [n.target])
             )
         ]
 
@@ -932,23 +926,21 @@ def _item(node, param: str, ctx) -> list | None:
     from metalint.static.syntax import chain
     from metalint.static.tensors import inplace_write
 
-    if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-        targets = (
-            [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-        )
+    if type(node) in (cst.Assign, cst.AugAssign, cst.AnnAssign):
+        targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
         for t in targets:
             parts = chain(t)
             if parts and len(parts) >= 2 and parts[0] == param:
                 return _write(parts[1:])
         return None
-    if not isinstance(node, cst.Call):
+    if not type(node) is cst.Call:
         return None
     w = inplace_write(_getattr_as_attribute(node, param), ctx.qualify)
     if w is not None:
         return _write(list(w.chain[1:])) if len(w.chain) >= 2 and w.chain[0] == param else None
     func = node.func
     first = dotted(node.args[0].value) if node.args else None
-    if not isinstance(func, cst.Attribute):
+    if not type(func) is cst.Attribute:
         if first != param:
             return None
         q = ctx.qualify(func) or _local_function(func, ctx)
@@ -968,7 +960,7 @@ def _item(node, param: str, ctx) -> list | None:
         return ["base", ctx.qualify(recv), func.attr.value]
     if first != param:
         return None
-    if isinstance(recv, cst.Call) and dotted(recv.func) == "super":
+    if type(recv) is cst.Call and dotted(recv.func) == "super":
         return ["super", func.attr.value]
     if dotted(recv) == "self":
         return ["self", func.attr.value]

@@ -501,13 +501,13 @@ def chain(node: cst.BaseExpression | None) -> list[str] | None:
     """``self.layers[0].weight`` -> ``["self", "layers", "[]", "weight"]``; None if not a chain."""
     parts: list[str] = []
     while node is not None:
-        if isinstance(node, cst.Attribute):
+        if type(node) is cst.Attribute:
             parts.append(node.attr.value)
             node = node.value
-        elif isinstance(node, cst.Subscript):
+        elif type(node) is cst.Subscript:
             parts.append("[]")
             node = node.value
-        elif isinstance(node, cst.Name):
+        elif type(node) is cst.Name:
             parts.append(node.value)
             return list(reversed(parts))
         else:

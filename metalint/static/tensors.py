@@ -61,7 +61,7 @@ def value_kind(
         return None
     found: set[str] = set()
     for node in walk_code(expr):
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             q = qualify(node.func)
             if q in EMPTY_FACTORIES:
                 found.add("empty")
@@ -69,9 +69,9 @@ def value_kind(
                 found.add("random")
             elif q in VALUE_FACTORIES:
                 found.add("value")
-            elif isinstance(node.func, cst.Attribute) and node.func.attr.value in INPLACE_METHODS:
+            elif type(node.func) is cst.Attribute and node.func.attr.value in INPLACE_METHODS:
                 found.add("random" if node.func.attr.value.endswith(RANDOM_DRAWS) else "value")
-        elif isinstance(node, cst.Name) and method is not None and depth < 3:
+        elif type(node) is cst.Name and method is not None and depth < 3:
             # every value the local is given: ``rel_pos = (pos[0] - pos[1]).abs()`` then
             # ``rel_pos = rel_pos[0] * w + rel_pos[1]`` is still made from ``pos``
             for _stmt, inner in method.local_values.get(node.value, ()):
@@ -90,7 +90,7 @@ def value_kind(
 
 def parameter_value(expr: cst.BaseExpression | None, qualify) -> cst.BaseExpression | None:
     """The data argument of ``nn.Parameter(data, ...)``, or None if ``expr`` is not one."""
-    if isinstance(expr, cst.Call) and qualify(expr.func) in PARAMETER_CLASSES:
+    if type(expr) is cst.Call and qualify(expr.func) in PARAMETER_CLASSES:
         for arg in expr.args:
             if arg.keyword is None or arg.keyword.value == "data":
                 return arg.value
@@ -161,7 +161,7 @@ def inplace_write(call: cst.Call, qualify) -> Write | None:
     """
     func = call.func
     qualname = qualify(func)
-    receiver = _written_chain(func.value) if isinstance(func, cst.Attribute) else None
+    receiver = _written_chain(func.value) if type(func) is cst.Attribute else None
     if (
         receiver is not None
         and qualname is None
@@ -194,8 +194,8 @@ def _written_chain(expr: cst.BaseExpression) -> list[str] | None:
     """The chain a write of ``expr`` lands in: ``self.att`` for ``self.att.view(2, h, d)`` (a
     view shares the storage); None when ``expr`` is not a chain or a view of one."""
     while (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
+        type(expr) is cst.Call
+        and type(expr.func) is cst.Attribute
         and expr.func.attr.value in VIEW_METHODS
     ):
         expr = expr.func.value
