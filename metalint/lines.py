@@ -4,14 +4,17 @@ A line ends at ``\\n``, ``\\r\\n`` or ``\\r`` and nowhere else. ``str.splitlines
 at ``\\x0b \\x0c \\x1c \\x1d \\x1e \\x85 U+2028 U+2029``, which may stand inside a string or a
 comment: every row counted with it after such a character is off by one, and a fix would edit
 the wrong line. Every row and column of metalint (positions, ``# noqa``, fixes, the cache)
-comes from here or from CPython's own parser.
+comes from here or from CPython's own parser, and so does the encoding a file is read in (its
+coding cookie is on line 1 or 2 as the tokenizer counts them).
 """
 
 from __future__ import annotations
 
 import re
+import tokenize
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+_BYTE_LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 _BREAK = re.compile(r"\r\n|\r|\n")
 
 
@@ -35,3 +38,25 @@ def split_lines(text: str, keepends: bool = False) -> list[str]:
 def count_breaks(text: str, start: int = 0, end: int | None = None) -> int:
     """How many line breaks stand in ``text[start:end]`` (``\\r\\n`` counts once)."""
     return len(_BREAK.findall(text, start, len(text) if end is None else end))
+
+
+def source_encoding(data: bytes) -> str:
+    """The encoding CPython reads ``data`` in: its BOM or the coding cookie of its first two
+    lines, counted as the tokenizer counts them (``tokenize.detect_encoding`` on a file's
+    ``readline`` ends a line at ``\\n`` only, so in a file whose lines end at ``\\r`` it takes
+    the whole file for line 1). Raises ``SyntaxError`` as ``detect_encoding`` does."""
+    lines = iter(_BYTE_LINE.findall(data, 0, _two_lines_end(data)))
+    return tokenize.detect_encoding(lambda: next(lines, b""))[0]
+
+
+def _two_lines_end(data: bytes) -> int:
+    """Where the first two lines end (all of ``data`` when it has fewer)."""
+    breaks = 0
+    for m in _BREAK_BYTES.finditer(data):
+        breaks += 1
+        if breaks == 2:
+            return m.end()
+    return len(data)
+
+
+_BREAK_BYTES = re.compile(rb"\r\n|\r|\n")

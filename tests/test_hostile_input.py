@@ -126,6 +126,75 @@ def test_codecs_that_fail_their_own_way_are_ml900(cli, tmp_path, data):
     assert len(findings(r.output, "ML001")) == 1
 
 
+LS_BYTES = (
+    b"import torch\nfrom torch import nn\n\nclass LayerScale(nn.Module):\n"
+    b"    def __init__(self, dim, init_values=1e-5):\n        super().__init__()\n"
+    b"        self.gamma = nn.Parameter(init_values * torch.ones(dim))\n"
+)
+
+
+def _cr(data: bytes) -> bytes:
+    return data.replace(b"\n", b"\r")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        # cookies on the lines CPython counts in a file whose lines end at \r
+        _cr(b"# hi\n# coding: latin-1\nS = '\xe9'\n" + LS_BYTES),
+        _cr(b"# coding: latin-1\nS = '\xe9'\n" + LS_BYTES),
+        # not a cookie: line 1 is code, so line 2 is not read
+        _cr(b"x = 1\n# coding: latin-1\nS = '\xe9'\n" + LS_BYTES),
+        # bytes not valid UTF-8 in a comment (found by bench/fuzz.py, seed 1): CPython 3.11
+        # skips them, in a \r file or a \n one
+        _cr(LS_BYTES + b"# caf\xbe\xed\xc1 coding: punycode\n"),
+        LS_BYTES + b"# caf\xe9\n",
+    ],
+    ids=[
+        "cr-cookie-line-2",
+        "cr-cookie-line-1",
+        "cr-no-cookie",
+        "cr-comment-bytes",
+        "comment-bytes",
+    ],
+)
+def test_files_are_decoded_as_cpython_decodes_them(cli, tmp_path, data):
+    (tmp_path / "enc.py").write_bytes(data)
+    r = cli("check", "--no-cache", "enc.py")
+    try:
+        compile(data, "enc.py", "exec", dont_inherit=True)
+    except SyntaxError as cpython:
+        assert r.exit_code == 2
+        assert findings(r.output, "ML900") == [
+            f"enc.py:{cpython.lineno}:1: ML900 could not be checked: not valid source text "
+            f"({cpython.msg})"
+        ]
+    else:
+        assert r.exit_code == 1, r.output
+        assert len(findings(r.output, "ML001")) == 1 and not findings(r.output, "ML900")
+
+
+def test_fix_keeps_bytes_it_could_not_write_back(cli, tmp_path):
+    """A comment's bytes that are not valid UTF-8 read as U+FFFD: a rewrite would replace
+    them, so the file is left as it was, with one error naming it."""
+    path = tmp_path / "enc.py"
+    path.write_bytes(LS_BYTES + b"# caf\xe9\n")
+    r = cli("fix", "--no-cache", "--write", "enc.py")
+    assert r.exit_code == 2 and path.read_bytes() == LS_BYTES + b"# caf\xe9\n"
+    assert len(findings(r.output, "ML900")) == 1
+
+
+def test_fix_writes_back_in_the_cookies_encoding(cli, tmp_path):
+    path = tmp_path / "enc.py"
+    path.write_bytes(_cr(b"# hi\n# coding: latin-1\nS = '\xe9'\n" + LS_BYTES))
+    r = cli("fix", "--no-cache", "--write", "enc.py")
+    assert r.exit_code == 0, r.output
+    data = path.read_bytes()
+    assert data.startswith(b"# hi\r# coding: latin-1\rS = '\xe9'\r") and b"\n" not in data
+    assert "reset_parameters" in data.decode("latin-1")
+    compile(data, "enc.py", "exec", dont_inherit=True)
+
+
 # -- check: budget and crash isolation ----------------------------------------------------------
 
 #: CPython accepts it; libcst takes about a second per line

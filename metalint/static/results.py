@@ -7,14 +7,13 @@ imports them: :mod:`metalint.static.engine` computes these results and re-export
 from __future__ import annotations
 
 import ast
-import io
-import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from metalint.codes import ERROR_CODE
 from metalint.diagnostics import Diagnostic, Position
+from metalint.lines import source_encoding
 
 #: ``ClassSummary.hooks`` names an own tensor handed to a helper function as
 #: ``@helper#arg=attr`` (``glorot(self.att_src)`` ->
@@ -135,8 +134,9 @@ def decode(data: bytes, display: str) -> tuple[str | None, FileResult | None]:
     """The file's text, decoded as CPython decodes it, or ML900 with CPython's own message."""
     if b"\0" in data:
         return None, error_result(display, "could not be checked: binary file (contains NUL bytes)")
+    encoding = "utf-8"
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        encoding = source_encoding(data)
         return data.decode(encoding), None
     except (SyntaxError, LookupError, UnicodeError, ValueError) as exc:
         # any codec may fail in its own way (``undefined``, ``punycode``): CPython's message
@@ -148,6 +148,13 @@ def decode(data: bytes, display: str) -> tuple[str | None, FileResult | None]:
             reason, row = cpython.msg or reason, max(cpython.lineno or 1, 1)
         except Exception:  # noqa: BLE001 (keep our own reason)
             pass
+        else:
+            # CPython reads it: its tokenizer skips bytes of a comment that are not valid in
+            # the encoding (3.11); they read as U+FFFD here (``fix`` refuses to rewrite them)
+            try:
+                return data.decode(encoding, "replace"), None
+            except (LookupError, UnicodeError, ValueError):
+                pass
         return None, error_result(
             display, f"could not be checked: not valid source text ({reason})", row
         )
