@@ -94,6 +94,28 @@ class DataDependentInit(Rule):
     summary = "Construction reads a tensor's value (`.item()`, `.tolist()`, `if t:`), which crashes on meta"
 
     VALID = [
+        # peft BaseTuner: names that only feed each other through locals (a nested function
+        # strips a suffix from its string parameter) are no tensors
+        """
+import torch
+from torch import nn
+
+class Tuner(nn.Module):
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.lora = torch.nn.Parameter(torch.zeros(4))
+
+        def strip(name):
+            part = ".base"
+            while part in name:
+                prefix, _, suffix = name.rpartition(part)
+                name = prefix + suffix
+            return name
+
+        for name, _module in model.named_modules():
+            if strip(name) == "":
+                continue
+""",
         # the same clamp of a local made on the CPU: its reads are fine under meta
         """
 import torch

@@ -168,10 +168,16 @@ def _meta_local(
     values = method.local_values.get(expr.value)
     if values:
         inner = assumed | {expr.value}
+        # and one assignment is meta with nothing assumed: locals that only feed each other
+        # (peft ``prefix, _, suffix = name.rpartition(s)``, ``name = prefix + suffix``, where
+        # ``name`` is a parameter of a nested function) are no tensors
         return all(
             v is not expr and meta_tensor(v, qualify, method, own, depth + 1, inner)
             for _, v in values
-        ) and any(expr.value not in _names(v) for _, v in values)
+        ) and any(
+            expr.value not in _names(v) and meta_tensor(v, qualify, method, own, depth + 1)
+            for _, v in values
+        )
     # a loop variable over a tensor: ``for r in torch.linspace(0, 1, n)``
     for _node, targets, it in method.loops:
         if (
