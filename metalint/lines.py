@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import tokenize
+from itertools import islice
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 _BYTE_LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
@@ -45,18 +46,5 @@ def source_encoding(data: bytes) -> str:
     lines, counted as the tokenizer counts them (``tokenize.detect_encoding`` on a file's
     ``readline`` ends a line at ``\\n`` only, so in a file whose lines end at ``\\r`` it takes
     the whole file for line 1). Raises ``SyntaxError`` as ``detect_encoding`` does."""
-    lines = iter(_BYTE_LINE.findall(data, 0, _two_lines_end(data)))
+    lines = (m.group() for m in islice(_BYTE_LINE.finditer(data), 2))
     return tokenize.detect_encoding(lambda: next(lines, b""))[0]
-
-
-def _two_lines_end(data: bytes) -> int:
-    """Where the first two lines end (all of ``data`` when it has fewer)."""
-    breaks = 0
-    for m in _BREAK_BYTES.finditer(data):
-        breaks += 1
-        if breaks == 2:
-            return m.end()
-    return len(data)
-
-
-_BREAK_BYTES = re.compile(rb"\r\n|\r|\n")

@@ -15,6 +15,7 @@ from metalint.fix.codemod import (
     _uses,
     binds,
     names_in,
+    render,
     stmt,
 )
 from metalint.static.syntax import walk_code
@@ -259,7 +260,7 @@ def _already_computed(edit: ClassEdit, hook: str, stmts: list, bound: set[str]) 
     have = list(edit.cls.methods[hook].node.body.body)
 
     def text(s: cst.CSTNode) -> str:
-        return edit.ctx.module.code_for_node(s.with_changes(leading_lines=())).strip()
+        return render(s.with_changes(leading_lines=()), edit.ctx.module).strip()
 
     want = [text(s) for s in stmts]
     got = [text(s) for s in have]
