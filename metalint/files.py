@@ -312,7 +312,9 @@ class Cache:
             self.dirty = True
 
     def save(self) -> None:
-        if not self.dirty:
+        if not self.dirty:  # nothing to write; a killed run's temporary is still removed
+            if self.folder.is_dir():
+                self._remove_stale_temporaries()
             return
         tmp = None
         try:
@@ -340,7 +342,11 @@ class Cache:
     def _remove_stale_temporaries(self) -> None:
         """Temporary files a killed run left behind (a running one's are younger)."""
         now = time.time()
-        with os.scandir(self.folder) as it:
+        try:
+            it = os.scandir(self.folder)
+        except OSError:
+            return
+        with it:
             for entry in it:
                 if entry.name.startswith(".tmp-") and entry.name.endswith(".json"):
                     try:

@@ -438,6 +438,27 @@ def _signed(cache_file: Path, entries) -> bytes:
     )
 
 
+@pytest.mark.parametrize("hits", [False, True], ids=["run that writes", "run of cache hits"])
+def test_cache_temporary_a_killed_run_left_is_removed_once_stale(cli, tmp_path, hits):
+    from metalint.files import STALE_TMP_AGE
+
+    good_files(tmp_path, 2)
+    cli("check", ".")
+    folder = tmp_path / ".metalint_cache"
+    fresh, stale = folder / ".tmp-fresh.json", folder / ".tmp-stale.json"
+    for f in (fresh, stale):
+        f.write_bytes(b"metalint-cache half")
+    old = time.time() - STALE_TMP_AGE - 60
+    os.utime(stale, (old, old))
+    if not hits:  # an edit: this run writes the cache
+        (tmp_path / "good0.py").write_text(GOOD.format(i=7))
+    r = cli("check", ".")
+    assert r.exit_code == 1
+    # a live run's temporary (younger) is left alone, a killed one's removed, even by a run
+    # with nothing to write (fails before for it: only a run that wrote the cache cleaned up)
+    assert fresh.exists() and not stale.exists()
+
+
 def test_cache_of_any_other_shape_is_a_miss(cli, tmp_path):
     good_files(tmp_path, 2)
     (tmp_path / "bad.py").write_text("import torch\nx = (\n")
