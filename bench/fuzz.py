@@ -1,8 +1,8 @@
 """Fuzz metalint with hostile input: check, fix and the loader (issue 25).
 
-    python bench/fuzz.py [--examples N] [--parts check,fix,loader] [--seed S]
+    python bench/fuzz.py [--examples N] [--parts check,fix,loader,cache] [--seed S]
 
-Three parts, each driven by hypothesis (and hypothesmith for generated Python source):
+Four parts, each driven by hypothesis (and hypothesmith for generated Python source):
 
 - **check**: N sources (hypothesmith's grammar-generated files, and model classes mutated
   with hostile text: unbalanced and deep brackets, odd line separators, NUL, coding cookies,
@@ -20,6 +20,14 @@ Three parts, each driven by hypothesis (and hypothesmith for generated Python so
   naming the file) or return exactly what the reference reader returns
   (``safetensors.safe_open``; ``torch.load(weights_only=True)`` without mmap); accepting a file
   the reference refuses counts as malformed accepted.
+- **cache**: N/5 rounds over a folder of four files (findings, one across files, a clean file,
+  a file CPython rejects), each a list of steps: edits of the files, faults in the cache file
+  (truncated, a flipped bit, garbage, JSON of any shape plain or signed with a valid digest, an
+  entry with a value of another type or a key dropped, another settings key, a stale copy from
+  before an edit, deleted, a folder where the file was, a file where the folder was), and 2-3
+  concurrent runs with one SIGKILLed at a random moment. Every run that completes must print
+  what ``check --no-cache`` prints (same exit code), with no traceback and at most one warning;
+  the cache file is never torn; temporaries a killed run left are removed once stale.
 
 Prints one table of outcomes per part; every input that ever broke metalint is kept as a
 regression test in ``tests/test_hostile_input.py``. ``tests/test_fuzz.py`` runs the same
@@ -32,6 +40,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -480,6 +489,307 @@ def loader_outcome(data: bytes, kind: str) -> str:
     return "loaded (= reference)"
 
 
+# -- cache -------------------------------------------------------------------------------------
+
+#: the files a cache round checks, each in a few versions ``edit`` steps switch between: findings
+#: (one across files: ``b.py`` subclasses ``a.py``'s class), a clean file, a file CPython rejects
+CACHE_FILES = {
+    "a.py": [
+        SEEDS[0],
+        SEEDS[0].replace("init_values * torch.ones(dim)", "torch.empty(dim)"),
+        SEEDS[0] + "x = (\n",
+    ],
+    "b.py": [
+        "from a import LayerScale\n\nclass Big(LayerScale):\n    pass\n",
+        "import torch\nfrom a import LayerScale\n\n\nclass Big(LayerScale):\n"
+        "    def __init__(self, dim):\n        super().__init__(dim)\n"
+        "        self.extra = torch.nn.Parameter(torch.ones(dim))\n",
+    ],
+    "c.py": [SEEDS[1], SEEDS[1].replace("torch.zeros(dim)", "torch.zeros(dim) + 1"), ""],
+    "d.py": [SEEDS[2], "def f(:\n", "import torch\n# caf\xe9\n"],
+}
+
+_SPOILS = [
+    "truncate",
+    "flip",
+    "garbage",
+    "plain json",
+    "signed json",
+    "signed: a value of another type",
+    "signed: a key dropped",
+    "signed: another key",
+    "stale",
+    "deleted",
+    "file as folder",
+    "folder as file",
+]
+
+
+@st.composite
+def cache_step(draw) -> tuple:
+    kind = draw(st.sampled_from(["run", "edit", "edit", "spoil", "spoil", "spoil", "concurrent"]))
+    if kind == "edit":
+        name = draw(st.sampled_from(sorted(CACHE_FILES)))
+        return ("edit", name, draw(st.integers(0, len(CACHE_FILES[name]) - 1)))
+    if kind == "spoil":
+        # the seed of the mutation's own choices: a printed round replays as it ran
+        return ("spoil", draw(st.sampled_from(_SPOILS)), draw(st.integers(0, 2**32 - 1)))
+    if kind == "concurrent":
+        kill = draw(st.none() | st.floats(0.0, 1.5))
+        return ("concurrent", draw(st.integers(2, 3)), kill)
+    return ("run",)
+
+
+def cache_rounds():
+    """One round: a folder's files, then steps (edits, cache faults, concurrent and killed runs);
+    every run that completes must report what ``--no-cache`` reports."""
+    return st.lists(cache_step(), min_size=2, max_size=8)
+
+
+def _retype(value, rnd):
+    """A JSON value of another type than ``value`` (int and float, bool and int: one type)."""
+    kinds = {
+        "str": "x",
+        "int": 7,
+        "list": [],
+        "dict": {},
+        "null": None,
+    }
+    mine = (
+        "null"
+        if value is None
+        else "int"
+        if isinstance(value, (bool, int, float))
+        else "str"
+        if isinstance(value, str)
+        else "list"
+        if isinstance(value, list)
+        else "dict"
+    )
+    return kinds[rnd.choice(sorted(k for k in kinds if k != mine))]
+
+
+def _nodes(value, path=()):
+    """Every (path, value) of a JSON tree, ``None`` leaves left out (an optional field)."""
+    if value is None:
+        return
+    yield path, value
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for k, v in items:
+        yield from _nodes(v, (*path, k))
+
+
+def _spoil(folder: Path, how: str, rnd, snapshots: list[bytes]) -> None:
+    """Do fault ``how`` to the cache (``rnd`` makes its choices)."""
+    cache_dir = folder / ".metalint_cache"
+    files = _cache_files(folder)
+    if how == "folder as file":
+        if cache_dir.is_dir():
+            shutil.rmtree(cache_dir)
+        cache_dir.write_text("not a folder")
+    elif files and how in ("deleted", "file as folder"):
+        files[0].unlink()
+        if how == "file as folder":
+            files[0].mkdir()
+    elif files:
+        out = _spoiled(files[0].read_bytes(), files[0].stem, how, rnd, snapshots)
+        if out is not None:
+            files[0].write_bytes(out)
+
+
+def _signed(obj, key: str) -> bytes:
+    """A cache file holding ``obj`` whose first line is right for it (a valid digest)."""
+    from metalint.files import CACHE_MAGIC, Cache
+
+    raw = json.dumps(obj).encode()
+    return b" ".join((CACHE_MAGIC, key.encode(), Cache.digest(raw).encode())) + b"\n" + raw
+
+
+def _spoiled(data: bytes, key: str, how: str, rnd, snapshots: list[bytes]) -> bytes | None:
+    """The bytes of cache file ``data`` after fault ``how`` (None: the fault does not apply)."""
+    body = data.partition(b"\n")[2]
+    if how == "truncate":
+        return data[: rnd.randrange(len(data))]
+    if how == "flip":
+        at = rnd.randrange(len(data))
+        return data[:at] + bytes([data[at] ^ (1 << rnd.randrange(8))]) + data[at + 1 :]
+    if how == "garbage":
+        return rnd.randbytes(rnd.randrange(64))
+    if how == "plain json":
+        return json.dumps(_random_json(rnd)).encode()
+    if how == "signed json":
+        return _signed(_random_json(rnd), key)
+    if how == "signed: another key":
+        return _signed(json.loads(body), "0" * len(key))
+    if how == "stale":
+        return rnd.choice(snapshots) if snapshots else None
+    # a signed body whose entries differ from what this version writes
+    entries = json.loads(body)
+    nodes = [(p, v) for p, v in _nodes(entries) if len(p) >= 2]
+    if how == "signed: a key dropped":
+        nodes = [(p, v) for p, v in nodes if isinstance(p[-1], str)]
+    if not nodes:
+        return None
+    path, value = rnd.choice(nodes)
+    parent = entries
+    for k in path[:-1]:
+        parent = parent[k]
+    if how == "signed: a key dropped":
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = _retype(value, rnd)
+    return _signed(entries, key)
+
+
+def _random_json(rnd, depth=0):
+    kind = rnd.randrange(7 if depth < 3 else 5)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return rnd.choice([True, False])
+    if kind == 2:
+        return rnd.randrange(-3, 4)
+    if kind == 3:
+        return rnd.choice(["", "x", "a.py", "hash", "result"])
+    if kind == 4:
+        return rnd.random()
+    if kind == 5:
+        return [_random_json(rnd, depth + 1) for _ in range(rnd.randrange(3))]
+    return {
+        rnd.choice(["hash", "result", "x", "diagnostics"]): _random_json(rnd, depth + 1)
+        for _ in range(rnd.randrange(3))
+    }
+
+
+def _cache_files(folder: Path) -> list[Path]:
+    """The cache files a run wrote (temporaries left out)."""
+    cache_dir = folder / ".metalint_cache"
+    if not cache_dir.is_dir():
+        return []
+    return [
+        f
+        for f in sorted(cache_dir.glob("*.json"))
+        if f.is_file() and not f.name.startswith(".tmp-")
+    ]
+
+
+def _intact(cache: Path) -> bool:
+    """The file is whole: its first line holds the digest of the rest (never half-written)."""
+    from metalint.files import CACHE_MAGIC, Cache
+
+    head, _, body = cache.read_bytes().partition(b"\n")
+    return head == b" ".join((CACHE_MAGIC, cache.stem.encode(), Cache.digest(body).encode()))
+
+
+def _check_cmd(*extra: str) -> list[str]:
+    return [sys.executable, "-m", "metalint", "check", "-j", "2", *extra, "."]
+
+
+def _run_check(folder: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        _check_cmd(*extra), cwd=folder, capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+def _judge(r, want) -> str | None:
+    """What is wrong with a completed run, or None."""
+    if r.returncode not in (0, 1, 2) or "Traceback" in r.stderr:
+        return f"crash (exit {r.returncode}): {r.stderr.strip().splitlines()[-1:]}"
+    if (r.returncode, r.stdout) != (want.returncode, want.stdout):
+        return "results differ from --no-cache"
+    lines = r.stderr.strip().splitlines()
+    if len(lines) > 1 or any(not line.startswith("metalint: warning: cache not") for line in lines):
+        return f"more than one warning: {lines}"
+    return None
+
+
+def _concurrent(folder: Path, n: int, kill: float | None, want) -> str | None:
+    """``n`` runs at once, the first SIGKILLed after ``kill`` seconds: what went wrong, or None."""
+    import signal
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [
+        subprocess.Popen(
+            _check_cmd(),
+            cwd=folder,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(n)
+    ]
+    if kill is not None:
+        time.sleep(kill)
+        procs[0].send_signal(signal.SIGKILL)
+    problem = None
+    for i, p in enumerate(procs):
+        stdout, stderr = p.communicate(timeout=120)
+        if i == 0 and kill is not None and p.returncode == -signal.SIGKILL:
+            continue
+        done = subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr)
+        problem = problem or _judge(done, want)
+    if not all(_intact(f) for f in _cache_files(folder)):
+        problem = problem or "torn cache file"
+    return problem
+
+
+def _age_temporaries(folder: Path, want) -> str | None:
+    """Temporaries killed runs left, made older than a live run's: the next run removes them."""
+    cache_dir = folder / ".metalint_cache"
+    tmps = list(cache_dir.glob(".tmp-*.json")) if cache_dir.is_dir() else []
+    old = time.time() - 3600
+    for f in tmps:
+        os.utime(f, (old, old))
+    problem = _judge(_run_check(folder), want)
+    if not problem and any(f.exists() for f in tmps):
+        problem = "stray temporary left"
+    return problem
+
+
+def cache_round_outcomes(steps: list[tuple]) -> Counter:
+    """Run one round; count each step's outcome (failures are any outcome but 'ok: ...')."""
+    import random
+
+    out: Counter = Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for name, versions in CACHE_FILES.items():
+            Path(folder, name).write_text(versions[0])
+        snapshots: list[bytes] = []  # cache files of before an edit: stale ones to put back
+        _run_check(folder)  # a cache to spoil
+        want = _run_check(folder, "--no-cache")
+        for step in [*steps, ("age temporaries",), ("run",)]:
+            label = step[0]
+            if step[0] == "edit":
+                snapshots.extend(f.read_bytes() for f in _cache_files(folder))
+                Path(folder, step[1]).write_text(CACHE_FILES[step[1]][step[2]])
+                want = _run_check(folder, "--no-cache")
+                continue
+            if step[0] == "concurrent":
+                _, n, kill = step
+                problem = _concurrent(folder, n, kill, want)
+                label = f"concurrent ({n} runs{', one killed' if kill is not None else ''})"
+            elif step[0] == "age temporaries":
+                problem = _age_temporaries(folder, want)
+            else:
+                if step[0] == "spoil":
+                    _spoil(folder, step[1], random.Random(step[2]), snapshots)
+                    label = f"spoil ({step[1]})"
+                problem = _judge(_run_check(folder), want)
+            if problem:
+                print(f"cache: {problem}: {label}: {steps!r}", file=sys.stderr)
+            out[problem or f"ok: {label}"] += 1
+    return out
+
+
 # -- driver ------------------------------------------------------------------------------------
 
 
@@ -507,7 +817,7 @@ def collect(strategy, n: int, seed: int) -> list:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", type=int, default=1000, help="inputs per part")
-    ap.add_argument("--parts", default="check,fix,loader")
+    ap.add_argument("--parts", default="check,fix,loader,cache")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget", type=float, default=5.0, help="check's --file-time-budget")
     a = ap.parse_args()
@@ -544,6 +854,12 @@ def main() -> int:
                     print(f"loader {kind}: {outcome}: {data!r}", file=sys.stderr)
         ok = {f"{k}: {v}" for k in ("safetensors", "torch zip") for v in LOADER_FINE}
         failed |= _table("loader", counts, ok, t0)
+    if "cache" in parts:
+        t0 = time.monotonic()
+        counts = Counter()
+        for steps in collect(cache_rounds(), max(1, a.examples // 5), a.seed):
+            counts.update(cache_round_outcomes(steps))
+        failed |= _table("cache", counts, {k for k in counts if k.startswith("ok: ")}, t0)
     return 1 if failed else 0
 
 

@@ -77,3 +77,21 @@ def test_loader_refuses_or_matches_safetensors(data):
 @given(fuzz.mutated_torch_zip())
 def test_loader_refuses_or_matches_torch_load(data):
     assert fuzz.loader_outcome(data, "torch") in fuzz.LOADER_FINE
+
+
+# every fault once, an edit that makes one snapshot stale, then concurrent runs, one killed
+EVERY_FAULT = [
+    ("edit", "a.py", 1),
+    *(("spoil", how, i) for i, how in enumerate(fuzz._SPOILS)),
+    ("edit", "b.py", 1),
+    ("concurrent", 3, 0.4),
+    ("concurrent", 2, None),
+]
+
+
+@settings(CI, max_examples=2)
+@given(fuzz.cache_rounds())
+@example(EVERY_FAULT)
+def test_cache_faults_never_change_what_check_reports(steps):
+    counts = fuzz.cache_round_outcomes(steps)
+    assert counts and all(k.startswith("ok: ") for k in counts), counts
