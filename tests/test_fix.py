@@ -839,45 +839,55 @@ def test_every_rewritten_fixture_class_passes_the_probe(path, tmp_path, monkeypa
 
 
 def test_a_hook_never_reads_a_plain_tensor_attribute(tmp_path, monkeypatch):
-    """monai's ``Scheduler``: ``alphas_cumprod`` (ML007, then ML002) is computed from
-    ``self.alphas``, a plain tensor attribute that ``to_empty()`` leaves on meta. A hook copying
-    from it raises, so that value is not fixed (reason printed); ``self.one`` still is."""
+    """monai's ``Scheduler``: ``alphas_cumprod`` (ML007) is computed from ``self.alphas``, a
+    plain tensor attribute that ``to_empty()`` leaves on meta: a hook copying from it would
+    raise. The three tensors the ``if`` computes together become buffers at once and the hook
+    recomputes them from locals (it used to refuse, and the class failed the probe with all
+    three left on meta); on either branch (the betas alone, or a triple) the tensors come back
+    after ``to_empty()`` as eager construction made them."""
     torch = pytest.importorskip("torch")
     import importlib.util
 
     (tmp_path / "sched.py").write_text(
         "import torch\nimport torch.nn as nn\n\n\n"
-        "def _linear_beta(num_train_timesteps: int, beta_start: float = 1e-4, beta_end: float = 2e-2):\n"
-        "    return torch.linspace(beta_start, beta_end, num_train_timesteps, dtype=torch.float32)\n\n\n"
-        'NoiseSchedules = {"linear_beta": _linear_beta}\n\n\n'
+        "def ramp(n: int, lo: float = 1e-4, hi: float = 2e-2):\n"
+        "    return torch.linspace(lo, hi, n, dtype=torch.float32)\n\n\n"
+        "def triple(n: int, lo: float = 1e-4, hi: float = 2e-2):\n"
+        "    b = torch.linspace(lo, hi, n) ** 2\n"
+        "    return b, 1.0 - b, torch.cumprod(1.0 - b, dim=0)\n\n\n"
+        'TABLE = {"ramp": ramp, "triple": triple}\n\n\n'
         "class Scheduler(nn.Module):\n"
-        '    def __init__(self, num_train_timesteps: int = 10, schedule: str = "linear_beta", **schedule_args) -> None:\n'
+        '    def __init__(self, n: int = 10, kind: str = "ramp", **kw) -> None:\n'
         "        super().__init__()\n"
-        '        schedule_args["num_train_timesteps"] = num_train_timesteps\n'
-        "        noise_sched = NoiseSchedules[schedule](**schedule_args)\n"
-        "        if isinstance(noise_sched, tuple):\n"
-        "            self.betas, self.alphas, self.alphas_cumprod = noise_sched\n"
+        '        kw["n"] = n\n'
+        "        got = TABLE[kind](**kw)\n"
+        "        if isinstance(got, tuple):\n"
+        "            self.b, self.a, self.a_bar = got\n"
         "        else:\n"
-        "            self.betas = noise_sched\n"
-        "            self.alphas = 1.0 - self.betas\n"
-        "            self.alphas_cumprod = torch.cumprod(self.alphas, dim=0)\n"
-        "        self.num_train_timesteps = num_train_timesteps\n"
+        "            self.b = got\n"
+        "            self.a = 1.0 - self.b\n"
+        "            self.a_bar = torch.cumprod(self.a, dim=0)\n"
+        "        self.n = n\n"
         "        self.one = torch.tensor(1.0)\n"
     )
     monkeypatch.chdir(tmp_path)
     rc, out = _fix(tmp_path, unsafe=True)
     text = (tmp_path / "sched.py").read_text()
-    assert "self.alphas.copy_" not in text and "cumprod(self.alphas" in text
-    assert "the value reads `self.alphas`, a plain attribute that may be a tensor" in out, out
-    assert "self.one.copy_(" in text, text
+    hook = text[text.index("def reset_parameters") :]
+    assert "self.a.copy_(a)" in hook and "cumprod(a, dim=0)" in hook, text
+    assert "self.one.copy_(" in hook, text
     spec = importlib.util.spec_from_file_location("sched_fixed", tmp_path / "sched.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    with torch.device("meta"):
-        m = mod.Scheduler()
-    m.to_empty(device="cpu")
-    m.reset_parameters()  # copied from a meta tensor before: "Cannot copy out of meta tensor"
-    assert m.one.item() == 1.0
+    for kind in ("ramp", "triple"):
+        eager = mod.Scheduler(kind=kind)
+        with torch.device("meta"):
+            m = mod.Scheduler(kind=kind)
+        m.to_empty(device="cpu")
+        m.reset_parameters()  # copied from a meta tensor before: "Cannot copy out of meta tensor"
+        for name in ("b", "a", "a_bar", "one"):
+            assert torch.equal(getattr(m, name), getattr(eager, name)), (kind, name)
+        assert {"b", "a", "a_bar"} <= dict(m.named_buffers()).keys()
 
 
 def test_an_init_in_one_branch_keeps_the_other_branches_values(tmp_path, monkeypatch):

@@ -622,7 +622,7 @@ class ClassEdit:
             n = name.value
             if n == "self" or n in bound:
                 continue
-            if n not in init.params and n not in init.local_values:
+            if n not in init.arguments and n not in init.local_values:
                 if (
                     n in BUILTIN_NAMES
                     or self.ctx.qualify(name) is not None

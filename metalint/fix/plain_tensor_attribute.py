@@ -15,6 +15,14 @@ tensor (``register_buffer`` raises on an existing attribute), nor before ``super
 (no buffers yet), nor when ML002's fix could not then compute the value in a hook
 (:func:`metalint.fix.buffer_from_value.refusal`: a buffer no hook re-creates is uninitialised
 after ``to_empty()``, and the class would not pass the probe).
+
+When the attribute alone is refused and it is one of the tensors an ``if`` of ``__init__``
+computes together (monai ``Scheduler``: ``self.betas, self.alphas, self.alphas_cumprod =
+noise_sched``, else ``self.alphas = 1.0 - self.betas``, ``self.alphas_cumprod =
+torch.cumprod(self.alphas, dim=0)``: ``alphas_cumprod`` alone reads ``self.alphas``, which
+``to_empty()`` leaves on meta), all of them become buffers (:func:`_block`): registered as
+``None`` before the ``if``, which is kept, and re-computed by a copy of the ``if`` on locals in
+the hook. Unsafe: a buffer takes only tensors, and their type is not known here.
 """
 
 from __future__ import annotations
@@ -23,16 +31,42 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from metalint.fix.buffer_from_value import refusal
-from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, render, stmt
+from metalint.fix.buffer_from_value import _helper_effects, refusal
+from metalint.fix.codemod import (
+    ClassEdit,
+    Rewrite,
+    Unfixable,
+    _uses,
+    binds,
+    names_in,
+    render,
+    stmt,
+    torch_spelling,
+)
+from metalint.fix.recompute import draws, recompute_locals
 from metalint.static.construction import is_tensor
 from metalint.static.model import construction
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import is_none, walk_code
+from metalint.vocabulary import BUFFER_HOOK
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
+    try:
+        return _one(ctx, cls, finding)
+    except Unfixable as exc:
+        # the attribute is one of the tensors an ``if`` of ``__init__`` computes together
+        # (monai ``Scheduler``: ``self.betas, self.alphas, self.alphas_cumprod = noise_sched``,
+        # else ``self.alphas = 1.0 - self.betas``, ...): all of them become buffers at once
+        edit = ClassEdit(ctx, cls)
+        found = edit._path(finding.node)
+        if found is None or type(edit.init_body[found[0]]) is not cst.If:
+            raise
+        return _block(ctx, edit, cls, found[0], str(exc))
+
+
+def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     node = finding.node
     index, line, path = edit.locate(node)
@@ -142,3 +176,114 @@ def _exclusive(edit: ClassEdit, a: cst.CSTNode, b: cst.CSTNode) -> bool:
             if na is not nb and {id(na), id(nb)} <= {id(x.body), id(x.orelse)}:
                 return True
     return False
+
+
+def _block(ctx: RuleContext, edit: ClassEdit, cls, index: int, why: str) -> Rewrite:
+    """The ``if`` at ``index`` of ``__init__``, whose branches compute the same plain tensor
+    attributes (from each other and from locals), keeps its code: each attribute is first
+    registered as a ``None`` non-persistent buffer (assigning to a buffer's name sets the
+    buffer), and the hook runs a copy of the ``if`` on locals in place of the attributes, then
+    copies each into its buffer. Raises :class:`Unfixable` (``why``, the reason the one
+    attribute alone was refused) when the ``if`` does anything else."""
+    top = edit.init_body[index]
+    written, _read, calls = _uses(top, edit.memo())
+    group = [
+        a.target[5:]
+        for a in edit.init.assigns
+        if a.target.count(".") == 1 and edit.top_index_of(a.node) == index
+    ]
+    group = list(dict.fromkeys(group))
+    if calls or draws(top, edit) or not group or set(written) != set(group):
+        raise Unfixable(why)
+    for attr in group:
+        if not edit.plain_tensor(attr):
+            raise Unfixable(f"{why}; the `if` also sets `self.{attr}`, which is not a tensor")
+        if edit.used_after(attr, index, writes_only=True):
+            raise Unfixable(why)
+    _before_super(edit, index)
+    # set elsewhere in construction: the hook would not re-create what that code leaves
+    built = {m.name for m in construction(cls)}
+    for m in cls.methods.values():
+        for a in m.assigns:
+            if a.target.split(".")[1] not in group or m.name not in built:
+                continue
+            if m.name != "__init__" or edit.top_index_of(a.node) != index:
+                raise Unfixable(why)
+    # the hook's copy of the ``if``: locals in place of the attributes
+    attrs = {id(n.attr) for n in walk_code(edit.init.node) if isinstance(n, cst.Attribute)}
+    taken = {
+        n.value for n in walk_code(edit.init.node) if isinstance(n, cst.Name) and id(n) not in attrs
+    }
+    local: dict[str, str] = {}
+    for attr in group:
+        name = attr
+        while name in taken or name in local.values():
+            name += "_"
+        local[attr] = name
+    copy = top.visit(_AttrsToLocals(local)).with_changes(leading_lines=())
+    hook = edit.choose_hook(index, prefer=(BUFFER_HOOK,))
+    bound = binds(copy, ctx.qualify)
+    needed = [
+        n
+        for n in dict.fromkeys(x.value for x in names_in(copy))
+        if n not in bound and n in edit.init.local_values
+    ]
+    prelude: list[cst.BaseStatement] = []
+    if needed:
+        value = cst.Tuple([cst.Element(cst.Name(n)) for n in needed])
+        prelude = recompute_locals(edit, value, index, hook, why)[:-1]
+        for s in prelude:
+            bound |= binds(s, ctx.qualify)
+    copy = edit.store_names(copy, top, index, bound=bound | set(local.values()))
+    effects = _helper_effects(edit, [*prelude, copy])
+    if "host" in effects:
+        raise Unfixable(f"{why}; the `if` calls `{effects['host']}()`, which copies to the host")
+    if "random" in effects:
+        edit.unsafe.append(f"`{effects['random']}()` draws random numbers again in the hook")
+    torch_name, _ = torch_spelling(ctx)
+    copies = "\n".join(f"    self.{a}.copy_({local[a]})" for a in group)
+    body = stmt(f"with {torch_name}.no_grad():\n{copies}\n")
+    regs = [stmt(f'self.register_buffer("{a}", None, persistent=False)') for a in group]
+    old = edit.replace.get(id(top))
+    current = old[1] if old else [top]
+    edit.replace[id(top)] = (top, [*current[:-1], *regs, current[-1]])
+    edit.use_hook(hook, index, [*prelude, copy, body])
+    edit.unsafe.append(
+        "the `if` assigns its tensors values of a type not known here; a buffer only takes "
+        "tensors (or `None`)"
+    )
+    names = ", ".join(f"`{a}`" for a in group)
+    return edit.rewrite(
+        f"Register {names} as non-persistent buffers and re-compute them in `{hook}()`"
+    )
+
+
+def _before_super(edit: ClassEdit, index: int) -> None:
+    supers = [
+        i
+        for i, s in enumerate(edit.init_body)
+        if any(
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value == "__init__"
+            for n in walk_code(s)
+        )
+    ]
+    if not supers or supers[0] > index:
+        raise Unfixable("the tensor is assigned before `super().__init__()`")
+
+
+class _AttrsToLocals(cst.CSTTransformer):
+    """``self.<attr>`` -> the local chosen for it."""
+
+    def __init__(self, local: dict[str, str]):
+        self.local = local
+
+    def leave_Attribute(self, original_node, updated_node):
+        if (
+            isinstance(original_node.value, cst.Name)
+            and original_node.value.value == "self"
+            and original_node.attr.value in self.local
+        ):
+            return cst.Name(self.local[original_node.attr.value])
+        return updated_node

@@ -85,7 +85,7 @@ def _local_names(edit: ClassEdit):
             n = name.value
             if n == "self":
                 continue
-            if n not in init.params and n not in init.local_values:
+            if n not in init.arguments and n not in init.local_values:
                 if (
                     n in BUILTIN_NAMES
                     or n in edit.ctx.facts.local_classes
@@ -237,7 +237,7 @@ def _copies(edit: ClassEdit, picked: list[int], copies: dict, value, bound: set[
     first = body[picked[0]]
     init = edit.init
     prelude = []
-    for n in sorted(bound & set(init.params)):
+    for n in sorted(bound & init.arguments):
         # an argument the copied code assigns anew: kept as it is before the first copied line
         attr, new = edit._attr_for(n, picked[0])
         if new:

@@ -84,9 +84,19 @@ class PlainTensorAttribute(Rule):
     before the tensor (`register_buffer` refuses an existing attribute), before
     `super().__init__()`, when the assignment has several targets or shares its line with other
     statements, when the target is not an attribute of `self`, or when ML002's fix could not
-    then re-create the value in a hook (it reads a tensor kept as a plain attribute, monai
-    `Scheduler`'s `torch.cumprod(self.alphas, dim=0)`; a local computed by code a hook cannot
-    copy): registered, the buffer would be uninitialised after `to_empty()`.
+    then re-create the value in a hook (a local computed by code a hook cannot copy):
+    registered, the buffer would be uninitialised after `to_empty()`.
+
+    Tensors an `if` of `__init__` computes together, from each other (monai `Scheduler`:
+    `self.betas, self.alphas, self.alphas_cumprod = noise_sched`, else `self.alphas = 1.0 -
+    self.betas` and `self.alphas_cumprod = torch.cumprod(self.alphas, dim=0)`), become
+    buffers at once: each is registered as a `None` non-persistent buffer before the `if`,
+    which keeps its code (assigning to a buffer's name sets the buffer), and the hook runs a
+    copy of the `if` on locals in place of the attributes (the locals and arguments it reads
+    recomputed or kept on `self`), then copies each into its buffer. Unsafe: a buffer takes
+    only tensors, and what the `if` assigns is not known to be one. Not fixable when the `if`
+    also sets an attribute that is no tensor, calls a method of `self`, draws random numbers,
+    or its attributes are assigned elsewhere in `__init__` or by a method construction calls.
     """
 
     code = "ML007"

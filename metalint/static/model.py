@@ -57,6 +57,15 @@ class MethodFacts:
     loops: list[tuple[cst.CSTNode, tuple[str, ...], cst.BaseExpression]] = field(
         default_factory=list
     )
+
+    @property
+    def arguments(self) -> set[str]:
+        """Every parameter name, ``*args`` and ``**kwargs`` too (``params`` leaves those out):
+        monai ``Scheduler``'s ``**schedule_args``, which a hook recomputing ``__init__``'s
+        locals must keep like any other argument."""
+        star = [self.node.params.star_arg, self.node.params.star_kwarg]
+        return set(self.params) | {p.name.value for p in star if isinstance(p, cst.Param)}
+
     #: every ``Assign`` and ``AugAssign`` statement, in visiting order
     binds: list[cst.CSTNode] = field(default_factory=list)
     #: ``calls[body_calls:]`` are the calls of the body (those before it are in decorators
