@@ -924,3 +924,20 @@ def test_an_init_in_one_branch_keeps_the_other_branches_values(tmp_path, monkeyp
             assert ta.keys() == tb.keys(), kind
             for k, v in ta.items():
                 assert torch.equal(v.detach(), tb[k].detach()), (unsafe, kind, k)
+
+
+#: pairs whose every fix is safe: plain ``fix --write`` (no ``--unsafe-fixes``) gives the whole
+#: ``.out.py``, and ``test_safe_fixes_keep_eager_values`` proves it bit-identical eagerly
+ALL_SAFE = ("module_moves_itself",)
+
+
+@pytest.mark.parametrize("name", ALL_SAFE)
+def test_every_fix_of_these_pairs_is_safe(name, tmp_path, monkeypatch):
+    src = ROOT / "fixtures" / "fix" / f"{name}.in.py"
+    target = tmp_path / f"{name}.py"
+    shutil.copy(src, target)
+    monkeypatch.chdir(tmp_path)
+    _fix(tmp_path, unsafe=False)
+    assert target.read_text(encoding="utf-8") == src.with_name(f"{name}.out.py").read_text(
+        encoding="utf-8"
+    )

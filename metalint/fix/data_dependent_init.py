@@ -38,8 +38,17 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, path_to, render, stmt
+from metalint.fix.codemod import (
+    ClassEdit,
+    Rewrite,
+    Unfixable,
+    guarded,
+    path_to,
+    render,
+    stmt,
+)
 from metalint.static.model import MethodFacts
+from metalint.static.names import dotted
 from metalint.static.ownership import (
     meta_tensor,
     meta_tensor_sequence,
@@ -48,6 +57,7 @@ from metalint.static.ownership import (
 )
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import keyword, walk_code
+from metalint.static.tensors import META_GUARD
 from metalint.vocabulary import (
     CONSTANT_FACTORIES,
     DEVICE_COPY_METHODS,
@@ -78,6 +88,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     node = finding.node
     if edit._path(node) is None:
         raise Unfixable("the value is read outside `__init__`'s own body")
+    if _moves_self(node):
+        return _guard_move(edit, node)
     own = own_tensor_names(cls, ctx.qualify)
     read = _read_tensor(node)
     if read is None and _condition_part(node, ctx, init, own):
@@ -105,6 +117,44 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     return edit.rewrite(
         'Create the constant with `device="cpu"`: its value is read during construction, and '
         'under `torch.device("meta")` a factory without a device has no data'
+    )
+
+
+def _moves_self(node: cst.CSTNode) -> bool:
+    """``self.to(...)``, ``self.cuda(...)``, ``self.cpu()``: the module moving itself (what
+    the rule reports as such; a dtype-only ``self.to(torch.float16)`` is not reported)."""
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in DEVICE_COPY_METHODS
+        and dotted(node.func.value) is not None
+        and (dotted(node.func.value) == "self" or isinstance(node.func.value, cst.Call))
+    )
+
+
+def _guard_move(edit: ClassEdit, node: cst.Call) -> Rewrite:
+    """``self.to(self.device)`` at the end of ``__init__`` (peft's ``MontecloraSampler``)
+    runs only when no tensor of the module is on meta, as peft guards its own moves of adapters
+    (``if not any(p.device == meta for p in module.parameters()): module.to(weight.device)``).
+    Eagerly no tensor is on meta, so the move runs as before (safe); under
+    ``torch.device("meta")`` the copy, which raised, is skipped and the caller places the
+    module (``to_empty(device=...)``)."""
+    _index, line, _path = edit.locate(node)
+    if dotted(node.func.value) != "self":
+        raise Unfixable(
+            "the move is chained to a cast of the module (`self.half().cuda()`): skipping it on "
+            "meta would skip the cast too"
+        )
+    if not (
+        len(line.body) == 1 and isinstance(line.body[0], cst.Expr) and line.body[0].value is node
+    ):
+        raise Unfixable("the move is part of a larger statement")
+    inner = line.with_changes(leading_lines=())
+    new = guarded(META_GUARD, inner).with_changes(leading_lines=line.leading_lines)
+    edit.replace[id(line)] = (line, [new])
+    return edit.rewrite(
+        f"Run `{render(node)}` only when no tensor of the module is on meta: under "
+        '`torch.device("meta")` the caller places the module with `to_empty()`'
     )
 
 

@@ -426,3 +426,38 @@ def argument_writes(fn: MethodFacts, qualify, local: dict[str, str]) -> dict | N
     if not writes and not forwards:
         return None
     return {"params": params, "writes": sorted(writes), "forwards": [list(f) for f in forwards]}
+
+
+#: the test a fix of ML008 puts around a move of the module in ``__init__`` (``self.to(d)``):
+#: the move runs unless a tensor of the module is on meta
+META_GUARD = "not any(t.is_meta for t in (*self.parameters(), *self.buffers()))"
+
+
+def meta_test(test: cst.BaseExpression, method: MethodFacts) -> bool:
+    """Does a condition ask whether something is on the meta device? ``t.is_meta``,
+    ``p.device.type != "meta"``, ``p.device == torch.device("meta")``, or a name bound to
+    ``torch.device("meta")`` (peft: ``meta = torch.device("meta")``, then ``if not any(p.device
+    == meta for p in module.parameters()): module.to(weight.device)``)."""
+    for n in walk_code(test):
+        if isinstance(n, cst.Attribute) and n.attr.value == "is_meta":
+            return True
+        if isinstance(n, cst.SimpleString) and n.evaluated_value == "meta":
+            return True
+        if isinstance(n, cst.Name):
+            for _, v in method.local_values.get(n.value, ()):
+                if any(
+                    isinstance(x, cst.SimpleString) and x.evaluated_value == "meta"
+                    for x in walk_code(v)
+                ):
+                    return True
+    return False
+
+
+def meta_guarded(method: MethodFacts) -> set[int]:
+    """Ids of the calls of ``method`` inside an ``if`` whose test asks for the meta device
+    (:func:`meta_test`): the code decides by it, as peft's own moves of adapters do."""
+    out: set[int] = set()
+    for n in walk_code(method.node.body):
+        if isinstance(n, cst.If) and meta_test(n.test, method):
+            out.update(id(c) for c in walk_code(n) if isinstance(c, cst.Call))
+    return out
