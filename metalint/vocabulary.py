@@ -246,6 +246,8 @@ DEVICE_COPY_METHODS = frozenset({"cpu", "cuda", "to"})
 #: in-place draws from a distribution: ``normal_``, ``uniform_`` and the ones whose names end
 #: in them (``log_normal_``, ``trunc_normal_``)
 RANDOM_DRAWS = ("normal_", "uniform_")
+#: in-place inits that set every element of a new tensor (``torch.empty(n).normal_()``)
+CHAINED_INITS = (*RANDOM_DRAWS, "zero_", "fill_")
 #: the in-place draw that gives a random factory's values under the same seed
 FACTORY_DRAWS = {"torch.randn": "normal_", "torch.rand": "uniform_"}
 #: factories that set every element to one value: ``"const"`` is ``torch.full``'s fill value
@@ -462,6 +464,30 @@ SKIPPED_METHOD_PREFIXES = ("forward", "extra_repr", "__repr__", "_forward")
 #: calls an applied function may make and still be only "each module's own reset"
 RESET_ONLY_CALLS = frozenset({"reset_parameters", "hasattr", "getattr", "callable", "isinstance"})
 MODULE_API = ("register_buffer", "register_parameter", "register_module", "add_module", "apply")
+#: ``nn.Module`` methods that read or write every tensor of the module: a hook ``__init__`` calls
+#: after one of them no longer runs where the values were made (peft's
+#: ``MultitaskPromptEmbedding`` loads a checkpoint with ``self.load_state_dict(...)`` after
+#: drawing its parameters; a hook called at the end would draw over it)
+WHOLE_MODULE_METHODS = frozenset(
+    {
+        "load_state_dict",
+        "state_dict",
+        "to",
+        "to_empty",
+        "cuda",
+        "cpu",
+        "half",
+        "float",
+        "double",
+        "bfloat16",
+        "type",
+        "apply",
+        "parameters",
+        "named_parameters",
+        "buffers",
+        "named_buffers",
+    }
+)
 #: torch.nn layers whose own ``reset_parameters()`` sets ``weight`` to ones and ``bias`` to zeros
 NORM_LAYERS = frozenset(
     f"torch.nn.{n}"

@@ -22,16 +22,20 @@ from metalint.static.rule import RuleContext
 from metalint.static.syntax import code_children, node_text, walk_code
 from metalint.static.tensors import inplace_write, value_kind
 from metalint.vocabulary import (
+    BUFFER_CLASSES,
     BUFFER_HOOK,
     DETERMINISTIC_METHODS,
     INPLACE_METHODS,
     LEGACY_CONSTRUCTOR_DTYPES,
+    PARAMETER_CLASSES,
+    REGISTER_METHODS,
     RESET_HOOK,
     RNG_FREE_BUILTINS,
     RNG_FREE_TORCH,
     ROOT_ENTRIES,
     TENSOR_METHODS,
     TORCH_WITHOUT_RESET,
+    WHOLE_MODULE_METHODS,
 )
 
 BUILTIN_NAMES = frozenset(dir(builtins))
@@ -481,9 +485,11 @@ class ClassEdit:
         calls, nested = self.hook_calls(hook)
         if nested:
             raise Unfixable(f"`__init__` calls `{hook}()` inside a block")
+        right_after = False
         if any(c < after_index for c in calls):
-            raise Unfixable(f"`__init__` calls `{hook}()` before the value is created")
-        if not calls and hook not in self._hook_call_added:
+            self._call_later(hook, calls, after_index, stmts)
+            right_after = True
+        elif not calls and hook not in self._hook_call_added:
             if exists:
                 self.unsafe.append(
                     f"`__init__` now calls the existing `{hook}()`, which re-initialises its other tensors"
@@ -494,15 +500,120 @@ class ClassEdit:
                 call = stmt(f"self.{hook}()").with_changes(leading_lines=call_at.leading_lines)
                 done = self.replace.get(id(call_at), (call_at, []))[1]
                 self.replace[id(call_at)] = (call_at, [*done, call])
+            elif not exists and self._unsettled_after(after_index, random):
+                self._call_after(hook, after_index)
+                right_after = True
             else:
                 self.init_append.append(stmt(f"self.{hook}()"))
             self._hook_call_added.add(hook)
-        if random and not (self.rng_free_after(after_index)):
+        if random and not right_after and not self.rng_free_after(after_index):
             self.unsafe.append(
                 "the random value is now drawn at the end of `__init__`, after other random draws, "
                 "so eager values differ under the same seed (same distribution)"
             )
         self.hook_append.setdefault(hook, []).extend(stmts)
+
+    def _unsettled_after(self, index: int, random: bool) -> bool:
+        """Would a new hook called at the end of ``__init__`` run elsewhere than where the
+        value was made? Later top-level code draws random numbers (``random``: the hook's draws
+        would come after those) or uses every tensor of the module (``self.load_state_dict``,
+        ``self.half()``, also through a method of the class). Then the hook is called right
+        after statement ``index`` (:meth:`_call_after`), where ``__init__`` made the value."""
+        memo = self.memo()
+        later = self.init_body[index + 1 :]
+        # later children (``self.proj = nn.Linear(d, d)``, a method building them) may get
+        # in-place inits that a later fix moves into this hook, after their draws: the call
+        # then belongs at the end, where they are made (draws after draws: that fix says so)
+        if random and any(not rng_free(s, self.ctx) for s in later):
+            if not any(self._makes_children(s) for s in later):
+                return True
+        for s in later:
+            for name in _uses(s, memo)[2]:
+                if name in WHOLE_MODULE_METHODS:
+                    return True
+                for m in self.cls.reachable(name):
+                    if m.name != "__init__" and _uses(m.node.body, memo)[2] & WHOLE_MODULE_METHODS:
+                        return True
+        return False
+
+    def _makes_children(self, s: cst.CSTNode) -> bool:
+        """May statement ``s`` make a child module? A ``torch.nn`` class, a class of the file
+        that has bases, or a method of ``self`` (other than registering a tensor)."""
+        if _uses(s, self.memo())[2] - set(REGISTER_METHODS):
+            return True
+        classes = {c.name: c for c in self.ctx.facts.classes}
+        for n in walk_code(s):
+            if type(n) is not cst.Call:
+                continue
+            q = self.ctx.qualify(n.func) or ""
+            if (
+                q.startswith("torch.nn.")
+                and q.rsplit(".", 1)[-1][:1].isupper()
+                and q not in PARAMETER_CLASSES | BUFFER_CLASSES
+            ):
+                return True
+            name = n.func.value if type(n.func) is cst.Name else None
+            if name in classes and any(b not in ("object", "") for b in classes[name].bases):
+                return True
+        return False
+
+    def _call_after(self, hook: str, index: int) -> None:
+        """Call ``hook`` right after top-level statement ``index`` of ``__init__``."""
+        top = self.init_body[index]
+        old = self.replace.get(id(top))
+        current = old[1] if old else [top]
+        self.replace[id(top)] = (top, [*current, stmt(f"self.{hook}()")])
+        self._hook_call_added.add(hook)
+
+    def _call_later(self, hook: str, calls: list[int], index: int, stmts) -> None:
+        """``__init__`` calls ``hook`` (once, as a statement) before top-level statement
+        ``index`` makes the value the hook is now to set (peft's ``MontecloraSampler``: an
+        earlier fix called it right after the first parameter, before the sampler draws, and
+        the next parameter is made on the next line). The call moves right after ``index``
+        when the code between calls no method (registering a tensor aside), touches no tensor
+        the hook already sets and, if the hook draws, draws nothing: it then runs as before,
+        with the new value in the order ``__init__`` made it. Else it moves to the end of
+        ``__init__`` when no code after it calls a method or touches those tensors (unsafe
+        when the hook draws and that code draws too: the draws change order). Raises
+        :class:`Unfixable`."""
+        why = f"`__init__` calls `{hook}()` before the value is created"
+        if len(calls) != 1:
+            raise Unfixable(why)
+        memo = self.memo()
+        had = list(self.hook_append.get(hook, []))
+        if hook in self.cls.methods:
+            had.append(self.cls.methods[hook].node.body)
+        attrs: set[str] = set()
+        for node in had:
+            written, read, _ = _uses(node, memo)
+            attrs |= written | read
+        draws = not all(rng_free(n, self.ctx) for n in [*had, *stmts])
+        aside = set(REGISTER_METHODS) | {"add_module", "register_module"}
+
+        def touches(s: cst.CSTNode) -> bool:
+            written, read, methods = _uses(s, memo)
+            return bool((written | read) & attrs or methods - aside)
+
+        c = calls[0]
+        old = self.init_body[c]
+        between = self.init_body[c + 1 : index]
+        if not any(touches(s) for s in between) and not (
+            draws and not all(rng_free(s, self.ctx) for s in between)
+        ):
+            self.replace[id(old)] = (old, [])
+            self._call_after(hook, index)
+            return
+        rest = [s for i, s in enumerate(self.init_body) if i > c and i != index]
+        if any(touches(s) for s in rest):
+            raise Unfixable(why)
+        if draws and not all(rng_free(s, self.ctx) for s in rest):
+            self.unsafe.append(
+                f"`{hook}()` is now called at the end of `__init__`: its random draws come "
+                "after other random draws, so eager values differ under the same seed"
+            )
+        self.replace[id(old)] = (old, [])
+        self.init_append.append(stmt(f"self.{hook}()"))
+        self._hook_call_added.add(hook)
 
     _hook_call_added: set = field(default_factory=set)
     #: ids of the methods other than ``__init__`` holding a replaced statement (a helper that

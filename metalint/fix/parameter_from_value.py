@@ -54,11 +54,13 @@ from metalint.fix.inplace_init import init_only, move_own, move_own_in_block, ov
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
 from metalint.vocabulary import (
+    CHAINED_INITS,
     EMPTY_FACTORIES,
     FACTORY_DRAWS,
     FACTORY_KEYWORDS_DROPPED,
     FACTORY_KEYWORDS_KEPT,
     PARAMETER_CLASSES,
+    RANDOM_DRAWS,
     RANDOM_FACTORIES,
     RESET_HOOK,
     SHAPED_FACTORIES,
@@ -95,12 +97,31 @@ def _literal_shape(node: cst.BaseExpression) -> tuple[tuple[int, ...], bool] | N
     return None
 
 
+def _chained_init(data: cst.BaseExpression, ctx: RuleContext) -> cst.Call | None:
+    """``torch.empty(1, n, d, device=device).normal_()`` (peft's adaption prompt): the in-place
+    init (``normal_``, ``uniform_``, ``zero_``, ``fill_``) called on a new tensor of a
+    deterministic factory. The hook calls the same method on the parameter: the same draws
+    on a tensor of the same shape, dtype and device, so the same values."""
+    if (
+        isinstance(data, cst.Call)
+        and isinstance(data.func, cst.Attribute)
+        and data.func.attr.value in CHAINED_INITS
+        and isinstance(data.func.value, cst.Call)
+        and ctx.qualify(data.func.value.func) in FACTORIES - RANDOM_FACTORIES
+        and not data.lpar
+    ):
+        return data
+    return None
+
+
 class Value:
     """What the value expression is made of: one factory call and how it is combined."""
 
     def __init__(self, data: cst.BaseExpression, ctx: RuleContext):
         self.data = data
-        calls = [n for n in walk_code(data) if isinstance(n, cst.Call)]
+        #: ``factory(...).normal_(...)``: the in-place init chained on the new tensor
+        self.method = _chained_init(data, ctx)
+        calls = [n for n in walk_code(data) if isinstance(n, cst.Call) and n is not self.method]
         factories = [c for c in calls if ctx.qualify(c.func) in FACTORIES]
         if isinstance(data, cst.Name):
             raise Unfixable(
@@ -128,17 +149,22 @@ class Value:
             if a.star == "**"
             or (a.keyword is not None and a.keyword.value in FACTORY_KEYWORDS_KEPT)
         ]
+        #: ``torch.normal(mean, std, size)`` of two numbers: its mean and std
+        self.normal: tuple[cst.BaseExpression, cst.BaseExpression] | None = None
+        normal = ("mean", "std") if self.factory == "torch.normal" else ()
         unknown = (
             set(self.keywords)
             - FACTORY_KEYWORDS_KEPT
             - FACTORY_KEYWORDS_DROPPED
-            - {"size", "fill_value", "data"}
+            - {"size", "fill_value", "data", *normal}
         )
         if unknown:
             raise Unfixable(f"the factory takes `{sorted(unknown)[0]}=`: not rewritten")
         self.fill: cst.BaseExpression | None = None
         self.shape_args: list[cst.Arg]
-        if self.factory in SHAPED_FACTORIES:
+        if normal:
+            self._normal()
+        elif self.factory in SHAPED_FACTORIES:
             if self.factory == "torch.full":
                 size = (
                     self.positional[0].value
@@ -186,7 +212,26 @@ class Value:
             ]
         else:
             raise Unfixable(f"the shape of `{self.factory}(...)` is not derived statically")
-        self.random = self.factory in RANDOM_FACTORIES
+        self.random = self.factory in RANDOM_FACTORIES or (
+            self.method is not None and self.method.func.attr.value in RANDOM_DRAWS
+        )
+        if self.method is not None and self.call is not self.method.func.value:
+            raise Unfixable("the in-place init is not called on the new tensor itself")
+
+    def _normal(self) -> None:
+        """``torch.normal(mean=0, std=0.02, size=(...))`` (peft's multitask prompt): with two
+        numbers it is ``torch.empty(size).normal_(mean, std)``, what ``nn.init.normal_`` does to
+        the parameter (the same draws, bit for bit)."""
+        given = dict(zip(("mean", "std", "size"), (a.value for a in self.positional)))
+        given.update({k: a.value for k, a in self.keywords.items() if k in ("mean", "std", "size")})
+        if set(given) != {"mean", "std", "size"} or not all(
+            _number(given[k]) for k in ("mean", "std")
+        ):
+            raise Unfixable(
+                "`torch.normal` of tensors or without a size: its shape is not known statically"
+            )
+        self.normal = (given["mean"], given["std"])
+        self.shape_args = [cst.Arg(given["size"])]
 
     def scale(self) -> cst.BaseExpression | None:
         """``k`` when the value is ``factory * k`` or ``k * factory``."""
@@ -262,6 +307,13 @@ def hook_body(value: Value, x: str, names: tuple[str, str], kept) -> cst.BaseSta
     f = value.factory
     whole = value.data is value.call
     drawn = "generator" not in value.keywords
+    if value.method is not None:
+        m = value.method
+        call = kept(m.with_changes(func=m.func.with_changes(value=expr(x))))
+        return fill(f"with {torch_name}.no_grad():\n    __v__", v=call)
+    if whole and value.normal is not None:
+        mean, std = value.normal
+        return stmt(f"{nn_name}.init.normal_({x}, mean={render(mean)}, std={render(std)})")
     if whole and f == "torch.ones":
         return stmt(f"{nn_name}.init.ones_({x})")
     if whole and f == "torch.zeros":

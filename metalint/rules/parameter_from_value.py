@@ -76,8 +76,16 @@ class ParameterFromValue(Rule):
     `dtype=`/`device=`/`**kwargs`, no signature change) and sets its value in
     `reset_parameters()`, which `__init__` calls last, so eager construction gives the same
     tensors. Constants are exact; `torch.randn(s) * k` becomes `normal_().mul_(k)` (the same
-    draws), safe only when nothing after it in `__init__` draws random numbers. Calling an
-    existing `reset_parameters()` that `__init__` did not call is unsafe. A value that
+    draws), `torch.normal(mean, std, size)` of two numbers `nn.init.normal_(p, mean=, std=)`
+    and `torch.empty(...).normal_()` (peft's adaption prompt) the same in-place init on the
+    parameter: the same draws. When code after it in `__init__` draws random numbers and makes
+    no child module (peft's `MontecloraSampler` fills a noise bank), or uses every tensor of
+    the module (`self.load_state_dict(...)`: peft's multitask prompt loads a checkpoint over
+    its drawn factors), a new `reset_parameters()` is called right after the parameter, where
+    `__init__` made it (later parameters move the call down when the code between draws
+    nothing and calls no method): safe. Else it is called last, and a random value then
+    drawn after other draws is unsafe. Calling an existing `reset_parameters()` that
+    `__init__` did not call is unsafe. A value that
     `__init__` re-initialises in place later (timm's `torch.zeros` then
     `trunc_normal_(self.pos_embed)`) is dead: the fix moves the in-place init into
     `reset_parameters()` (ML003's fix) and keeps the value; inside an `if` block (mvitv2's
