@@ -32,16 +32,19 @@ from metalint.fix.codemod import (
     fill,
     guarded,
     inline_locals,
+    render,
     rng_free,
+    stmt,
     torch_spelling,
 )
 from metalint.fix.parameter_from_value import Value, empty_of, hook_body
-from metalint.fix.recompute import draws, recompute_locals
+from metalint.fix.recompute import draws, preceding, recompute_locals
 from metalint.static.construction import argument_of
+from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import string_value, walk_code
+from metalint.static.syntax import keyword, string_value, walk_code
 from metalint.static.tensors import value_kind
-from metalint.vocabulary import BUFFER_HOOK, HOST_READS
+from metalint.vocabulary import BUFFER_HOOK, HOST_READS, RESET_HOOK
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -81,14 +84,14 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
         raise Unfixable(f"`self.{attr}` is written later in its block (line order matters)")
     torch_name, _ = torch_spelling(ctx)
     kind = value_kind(value, ctx.qualify, edit.init)
-    hook = edit.choose_hook(index, prefer=(BUFFER_HOOK,))
+    hook = _buffer_hook(edit, index, node)
     prelude: list[cst.BaseStatement] = []
     try:
         full = inline_locals(edit, value)
     except Unfixable as exc:
         why = str(exc)
         full = value
-        prelude = recompute_locals(edit, value, index, hook, why)
+        prelude = recompute_locals(edit, value, index, hook, why, preceding(edit, path, index))
     effects = _helper_effects(edit, [full, *prelude])
     if "host" in effects:
         raise Unfixable(
@@ -111,9 +114,8 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
         value_node = edit.store_names(full, line, index)
     body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=value_node)
     if any(isinstance(n, cst.If) for n in path):
-        if prelude:
-            raise Unfixable("the buffer is registered inside an `if` and computed through locals")
-        body = guarded(registered(attr), body)
+        body = _in_block(edit, body, line, path, attr, prelude, index)
+        prelude = []
     elif optional:
         # a buffer that may be registered as ``None`` (monai's ``FocalLoss.class_weight``
         # without class weights) is copied into only where it is a tensor; the same code
@@ -130,6 +132,88 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     else:
         what = f"Compute buffer `{attr}` in `{hook}()` and call it"
     return edit.rewrite(f"{what} from `__init__`")
+
+
+def _buffer_hook(edit: ClassEdit, index: int, node) -> str:
+    hook = edit.choose_hook(index, prefer=(BUFFER_HOOK,))
+    return BUFFER_HOOK if hook == RESET_HOOK and _own_buffer_hook(edit, node) else hook
+
+
+def _own_buffer_hook(edit: ClassEdit, node) -> bool:
+    """Should a non-persistent buffer get a new ``init_non_persistent_buffers()`` rather than
+    the class's ``reset_parameters()``? When that hook returns early (peft's ``OrthLayer``:
+    ``if any(p.is_meta for p in params): return``), takes required arguments, or is not called
+    by ``__init__`` (calling it would re-initialise the parameters a caller sets up with its
+    own arguments: ``update_layer`` calls ``reset_parameters(init_weights=...)``)."""
+    persistent = keyword(node, "persistent") if isinstance(node, cst.Call) else None
+    if persistent is None or render(persistent).strip() != "False":
+        return False
+    if RESET_HOOK not in edit.cls.methods or edit._taken(BUFFER_HOOK):
+        return False
+    m = edit.cls.methods[RESET_HOOK].node
+    calls, nested = edit.hook_calls(RESET_HOOK)
+    return (
+        edit.returns(m.body)
+        or any(p.default is None for p in m.params.params[1:])
+        or (not calls and not nested)
+    )
+
+
+def _in_block(edit: ClassEdit, body, line, path, attr: str, prelude, index: int):
+    """The hook's code for a buffer registered inside an ``if``: guarded by the buffer being
+    there (exactly when the block ran), with the locals it was computed from (``prelude``)
+    computed again under the guard, and the other buffers the block registers from those
+    locals (``rows, cols = torch.triu_indices(n, n, 1)``, both registered) copied in the same
+    ``with``."""
+    if not prelude:
+        return guarded(registered(attr), body)
+    siblings = _siblings(edit, line, path, attr, prelude, index)
+    if siblings:
+        body = body.with_changes(body=body.body.with_changes(body=[*body.body.body, *siblings]))
+    node = guarded(registered(attr), body)
+    return node.with_changes(body=node.body.with_changes(body=[*prelude, body]))
+
+
+def _siblings(edit: ClassEdit, line, path, attr: str, prelude, index: int) -> list:
+    """``self.<b>.copy_(<local>)`` for each other buffer registered later in the block of
+    ``line`` straight from a local that the hook's copied statements (``prelude``) bind, with
+    nothing after its registration writing it: it is re-created by the same copy."""
+    from metalint.fix.codemod import binds
+
+    at = next((k for k, n in enumerate(path) if n is line), 0)
+    if at > 0 and isinstance(path[at - 1], cst.IndentedBlock):
+        block = path[at - 1].body
+    else:
+        block = edit.init_body
+    bound: set[str] = set()
+    for s in prelude:
+        bound |= binds(s, edit.ctx.qualify)
+    after = False
+    out = []
+    for s in block:
+        if s is line:
+            after = True
+            continue
+        if not after or not isinstance(s, cst.SimpleStatementLine) or len(s.body) != 1:
+            continue
+        call = s.body[0].value if isinstance(s.body[0], cst.Expr) else None
+        if not (
+            isinstance(call, cst.Call)
+            and dotted(call.func) == "self.register_buffer"
+            and len(call.args) >= 2
+            and isinstance(call.args[1].value, cst.Name)
+            and call.args[1].value.value in bound
+        ):
+            continue
+        other = string_value(call.args[0].value)
+        if other is None or other == attr:
+            continue
+        if edit.used_after(other, index, writes_only=True) or any(
+            _touches(t, other, True, edit.memo()) for t in edit.block_tail(s)
+        ):
+            continue
+        out.append(stmt(f"self.{other}.copy_({call.args[1].value.value})"))
+    return out
 
 
 def _optional(edit: ClassEdit, value, full, prelude, arg: str | None) -> bool:

@@ -175,20 +175,40 @@ class _Slice:
         )
 
 
-def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) -> list:
+def preceding(
+    edit: ClassEdit, path: list[cst.CSTNode], index: int
+) -> list[tuple[int, cst.CSTNode]]:
+    """The statements that ran before the statement at the end of ``path`` (a path from
+    top-level statement ``index`` of ``__init__`` down to it), in order, each with the index
+    of its top-level statement: the top-level statements before ``index``, then, in each block
+    ``path`` enters, the statements before the one it goes on into (peft's ``OrthLayer``:
+    ``if orth:`` makes ``rows, cols = torch.triu_indices(size, size, 1)`` and registers both)."""
+    out = [(i, s) for i, s in enumerate(edit.init_body[:index])]
+    for k in range(1, len(path) - 1):
+        block, child = path[k], path[k + 1]
+        if isinstance(block, cst.IndentedBlock):
+            for s in block.body:
+                if s is child:
+                    break
+                out.append((index, s))
+    return out
+
+
+def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str, before=None) -> list:
     """The statements of ``__init__`` that compute the locals ``value`` reads (swin's relative
     position index: ``relative_coords = ..``, ``relative_coords[:, :, 0] += ..``, an ``if``
     choosing the mesh), copied in order for the hook, and, last, ``value`` for the hook. The
     constructor arguments they read are kept on ``self``; an argument the copied code assigns
     anew is read back from ``self`` first. Raises :class:`Unfixable` (``why``) when a statement
     that changes one of those locals does more than compute locals."""
-    body = edit.init_body
+    if before is None:
+        before = [(i, s) for i, s in enumerate(edit.init_body[:index])]
     local = _local_names(edit)
     need = local(value)
     picked: list[int] = []
     copies: dict[int, cst.BaseStatement] = {}
-    for i in range(index - 1, -1, -1):
-        s = body[i]
+    for i in range(len(before) - 1, -1, -1):
+        s = before[i][1]
         hit = binds(s, edit.ctx.qualify) & need
         if not hit:
             if (
@@ -215,7 +235,7 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) ->
     bound: set[str] = set()
     for i in picked:
         bound |= binds(copies[i], edit.ctx.qualify)
-    out = _copies(edit, picked, copies, value, bound)
+    out = _copies(edit, picked, copies, value, bound, before)
     if hook in edit.cls.methods:
         mine = {
             n.value for n in walk_code(edit.cls.methods[hook].node.body) if isinstance(n, cst.Name)
@@ -230,16 +250,17 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str) ->
     return out
 
 
-def _copies(edit: ClassEdit, picked: list[int], copies: dict, value, bound: set[str]) -> list:
+def _copies(
+    edit: ClassEdit, picked: list[int], copies: dict, value, bound: set[str], before
+) -> list:
     """The hook's statements: the arguments the copied code assigns anew, read back from
     ``self`` (kept before the first copied line), the copied statements, and last the value."""
-    body = edit.init_body
-    first = body[picked[0]]
+    top, first = before[picked[0]]
     init = edit.init
     prelude = []
     for n in sorted(bound & init.arguments):
         # an argument the copied code assigns anew: kept as it is before the first copied line
-        attr, new = edit._attr_for(n, picked[0])
+        attr, new = edit._attr_for(n, top)
         if new:
             old = edit.replace.get(id(first))
             current = old[1] if old else [first]
@@ -247,9 +268,9 @@ def _copies(edit: ClassEdit, picked: list[int], copies: dict, value, bound: set[
         prelude.append(stmt(f"{n} = self.{attr}"))
     out = [*prelude]
     for i in picked:
-        new = edit.store_names(copies[i], first, picked[0], bound=bound)
+        new = edit.store_names(copies[i], first, top, bound=bound)
         out.append(new.with_changes(leading_lines=()))
-    out.append(edit.store_names(value, first, picked[0], bound=bound))
+    out.append(edit.store_names(value, first, top, bound=bound))
     return out
 
 

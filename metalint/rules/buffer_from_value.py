@@ -90,7 +90,14 @@ class BufferFromValue(Rule):
     method called, no random draw; an `if` of such statements and `if ...: raise` checks
     count), also for a local changed in place after it is created (`coords[:, 0] += 1`,
     `table.view(-1).add_(k)`); of an `if` that also does more (creates the relative position
-    bias table), only the statements computing the needed locals are copied. A buffer that may
+    bias table), only the statements computing the needed locals are copied. A buffer
+    registered inside an `if` block from locals that block computes (peft's `OrthLayer`: `if
+    orth:` computes `rows, cols = torch.triu_indices(size, size, 1)` and registers both) gets
+    those statements copied under the guard that the buffer is there, and the other buffers
+    the block registers from the same locals are copied in the same place. A non-persistent
+    buffer of a class whose `reset_parameters()` returns early, takes required arguments, or
+    is not called by `__init__` (an adapter's init that its tuner calls with its config) gets
+    a new `init_non_persistent_buffers()` instead. A buffer that may
     be `None` (`torch.as_tensor(w) if w is not None else None`) is copied into only where it is
     a tensor. Deterministic values are recomputed exactly (safe). A random value made by one
     factory whose shape is derived (`scale * torch.randn((3, n))`, a fixed Gaussian projection)
