@@ -121,7 +121,9 @@ class Fixer:
             r = h.resolve(b)
             if r is None:
                 return f"base class `{b}` is not among the checked files"
-            if h.hook_tensors(r, RESET_HOOK) is not None:
+            if h.hook_tensors(r, RESET_HOOK) is not None and RESET_HOOK not in me.hooks:
+                # a new hook would override the base's; one the class defines already does
+                # (peft's GloraEmptyPath overrides its base's abstract ``reset_parameters``)
                 return f"base class `{r}` has its own `reset_parameters()`"
         return None
 

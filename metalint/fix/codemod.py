@@ -490,7 +490,7 @@ class ClassEdit:
             self._call_later(hook, calls, after_index, stmts)
             right_after = True
         elif not calls and hook not in self._hook_call_added:
-            if exists:
+            if exists and not _does_nothing(self.cls.methods[hook].node.body):
                 self.unsafe.append(
                     f"`__init__` now calls the existing `{hook}()`, which re-initialises its other tensors"
                 )
@@ -962,6 +962,22 @@ class ClassEdit:
         if self.unsafe:
             message += " (unsafe: " + "; ".join(dict.fromkeys(self.unsafe)) + ")"
         return Rewrite(new, app, message, next(reversed(self.hook_append), None))
+
+
+def _does_nothing(body: cst.BaseSuite) -> bool:
+    """A method body of only ``pass``, ``...`` or a docstring (peft's ``GloraEmptyPath.
+    reset_parameters``): calling it changes nothing."""
+    if not isinstance(body, cst.IndentedBlock):
+        return False
+    return all(
+        isinstance(s, cst.SimpleStatementLine)
+        and all(
+            isinstance(x, cst.Pass)
+            or (isinstance(x, cst.Expr) and isinstance(x.value, (cst.Ellipsis, cst.SimpleString)))
+            for x in s.body
+        )
+        for s in body.body
+    )
 
 
 def _is_docstring(s: cst.BaseStatement) -> bool:

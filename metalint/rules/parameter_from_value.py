@@ -85,7 +85,7 @@ class ParameterFromValue(Rule):
     `__init__` made it (later parameters move the call down when the code between draws
     nothing and calls no method): safe. Else it is called last, and a random value then
     drawn after other draws is unsafe. Calling an existing `reset_parameters()` that
-    `__init__` did not call is unsafe. A value that
+    `__init__` did not call is unsafe, unless its body is empty (`pass`). A value that
     `__init__` re-initialises in place later (timm's `torch.zeros` then
     `trunc_normal_(self.pos_embed)`) is dead: the fix moves the in-place init into
     `reset_parameters()` (ML003's fix) and keeps the value; inside an `if` block (mvitv2's
