@@ -170,6 +170,17 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "embedding_dim=8, metapath=[('author', 'writes', 'paper'), "
         "('paper', 'written_by', 'author')], walk_length=2, context_size=2",
     },
+    # peft's adapters are built by its tuners from a config and the wrapped layer
+    "peft": {
+        "OFTRotationModule": "r=2, n_elements=6, block_size=4, in_features=8",
+        "MultitaskPromptEmbedding": "config=MultitaskPromptTuningConfig(task_type='CAUSAL_LM', "
+        "num_virtual_tokens=3, num_tasks=2, num_ranks=1, token_dim=16, "
+        "num_transformer_submodules=1), word_embeddings=torch.nn.Embedding(64, 16)",
+        "_BaseAdaptedAttention": "model_type='llama', adapter_len=3, "
+        "model=__import__('transformers').models.llama.modeling_llama.LlamaAttention("
+        "__import__('transformers').LlamaConfig(hidden_size=16, num_attention_heads=2, "
+        "num_key_value_heads=2, intermediate_size=32, vocab_size=64), layer_idx=0)",
+    },
     # fair-esm builds from an argparse namespace and an alphabet. Not here: ``RobertaLMHead``
     # (its ``weight`` is the caller's tied embedding: built alone, the probe counts it as its
     # own) and ``SinusoidalPositionalEmbedding`` (its ``_float_tensor`` is an uninitialised
