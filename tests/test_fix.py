@@ -928,7 +928,13 @@ def test_an_init_in_one_branch_keeps_the_other_branches_values(tmp_path, monkeyp
 
 #: pairs whose every fix is safe: plain ``fix --write`` (no ``--unsafe-fixes``) gives the whole
 #: ``.out.py``, and ``test_safe_fixes_keep_eager_values`` proves it bit-identical eagerly
-ALL_SAFE = ("adapter_prompts", "module_moves_itself", "abstract_base_hook", "indices_in_block")
+ALL_SAFE = (
+    "adapter_prompts",
+    "module_moves_itself",
+    "abstract_base_hook",
+    "indices_in_block",
+    "parameter_or_number",
+)
 
 
 @pytest.mark.parametrize("name", ALL_SAFE)

@@ -248,7 +248,9 @@ class Value:
         return None
 
 
-def _parameter(ctx: RuleContext, node: cst.CSTNode, path) -> tuple[str, cst.Arg, str | None]:
+def _parameter(
+    ctx: RuleContext, node: cst.CSTNode, path, cls=None
+) -> tuple[str, cst.Arg, str | None]:
     """(attribute, the ``data`` argument of its ``nn.Parameter(...)``, the guard the hook
     needs when the parameter may be ``None`` or is made in an ``if``)."""
     pcall = next(
@@ -280,9 +282,42 @@ def _parameter(ctx: RuleContext, node: cst.CSTNode, path) -> tuple[str, cst.Arg,
         ):
             raise Unfixable("the parameter is built inside a larger expression")
         guard = f"self.{attr} is not None"
+        if not all(_none_otherwise(n, pcall) for n in inner if isinstance(n, cst.IfExp)):
+            # ``nn.Parameter(torch.ones(d)) if mult_bias else 1.`` (x-transformers' GLU): the
+            # attribute is a number when it is no parameter
+            guard = _registered(attr)
     if any(isinstance(n, cst.If) for n in path):
         guard = f"getattr(self, {attr!r}, None) is not None"
+        if cls is not None and _assigned_otherwise(cls, attr, node):
+            # ``self.q_scale = self.k_scale = 1`` before ``if qk_norm: self.q_scale =
+            # nn.Parameter(...)`` (x-transformers' Attention): there whatever the branch
+            guard = _registered(attr)
     return attr, data_arg, guard
+
+
+def _registered(attr: str) -> str:
+    """The guard of a hook's init of a parameter that may not be there: it is registered as
+    one (``getattr(self, name, None) is not None`` also holds for a number the other path
+    set, and the init then raised on it: eager construction broke)."""
+    return f"self._parameters.get({attr!r}) is not None"
+
+
+def _none_otherwise(e: cst.IfExp, pcall: cst.Call) -> bool:
+    """Is the branch of ``e`` that does not build the parameter ``None``?"""
+    other = e.orelse if any(n is pcall for n in walk_code(e.body)) else e.body
+    return isinstance(other, cst.Name) and other.value == "None"
+
+
+def _assigned_otherwise(cls, attr: str, node: cst.CSTNode) -> bool:
+    """Does construction give ``self.<attr>`` a value other than ``None`` elsewhere than in
+    ``node``?"""
+    for m in cls.reachable("__init__") if cls.init is not None else []:
+        for a in m.assigns:
+            if a.target != f"self.{attr}" or a.node is node or path_to(a.node, node):
+                continue
+            if not (isinstance(a.value, cst.Name) and a.value.value == "None"):
+                return True
+    return False
 
 
 def empty_of(value: Value, torch_name: str) -> tuple[cst.BaseExpression, str]:
@@ -346,7 +381,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         if helper is None:
             raise
         return _plan_in_helper(ctx, edit, finding.node, helper, str(exc))
-    attr, data_arg, guard = _parameter(ctx, finding.node, path)
+    attr, data_arg, guard = _parameter(ctx, finding.node, path, cls)
     legacy = legacy_empty(ctx, edit, data_arg.value)
     if legacy is not None:
         edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, legacy)])
