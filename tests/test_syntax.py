@@ -4,6 +4,7 @@ hold trivia; ``syntax.code_ranges`` is libcst's ``PositionProvider`` (same nodes
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import libcst as cst
@@ -105,6 +106,54 @@ def test_parse_valid_module_builds_the_same_tree(path):
     fast, ref = parse_valid_module(source), cst.parse_module(source)
     assert fast.code == source
     assert fast.deep_equals(ref)
+
+
+def _node_classes() -> list[type]:
+    todo, seen = [cst.CSTNode], []
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in seen:
+                seen.append(sub)
+                todo.append(sub)
+    return seen
+
+
+def test_every_node_class_gets_an_init_like_its_dataclass_one():
+    parse_valid_module("x = 1\n")  # installs them
+    public = [
+        t
+        for t in vars(cst).values()
+        if isinstance(t, type) and issubclass(t, cst.CSTNode) and not inspect.isabstract(t)
+    ]
+    quick = [c for c in _node_classes() if hasattr(c.__dict__.get("__init__"), "__wrapped__")]
+    assert len(public) > 150 and set(public) <= set(quick)
+    for cls in quick:
+        ours, theirs = cls.__init__, cls.__init__.__wrapped__
+        assert inspect.signature(ours, follow_wrapped=False) == inspect.signature(theirs), cls
+    # a default factory makes a fresh value per node, as the dataclass's does
+    a, b = cst.Call(cst.Name("f")), cst.Call(cst.Name("f"))
+    ref = cst.Call.__init__.__wrapped__
+    c = object.__new__(cst.Call)
+    ref(c, cst.Name("f"))
+    assert a.deep_equals(c) and a.whitespace_after_func.deep_equals(cst.SimpleWhitespace(""))
+    assert a.whitespace_after_func is not b.whitespace_after_func
+
+
+@pytest.mark.parametrize("source", [ODDITIES, (ROOT / "metalint/static/protocol.py").read_text()])
+def test_quick_inits_build_the_tree_the_dataclass_inits_build(source):
+    quick = {c: c.__init__ for c in _node_classes() if hasattr(c.__init__, "__wrapped__")}
+    fast = parse_valid_module(source)
+    try:
+        for cls, init in quick.items():
+            cls.__init__ = init.__wrapped__
+        ref = cst.parse_module(source)
+    finally:
+        for cls, init in quick.items():
+            cls.__init__ = init
+    assert fast.code == ref.code == source
+    assert fast.deep_equals(ref)
+    kinds = {type(n) for n in walk(ref)}
+    assert len(kinds) > 60 and all(k in quick for k in kinds)
 
 
 def test_nodes_built_after_a_trusted_parse_are_validated():

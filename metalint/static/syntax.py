@@ -404,8 +404,70 @@ class _Ranges(Mapping):
 _NEWLINE = re.compile(r"\r\n?|\n")
 
 
-def _trusted(self) -> None:
-    """``CSTNode.__post_init__`` for a tree of code CPython has already parsed."""
+#: the globals of the ``__init__`` methods :func:`_quick_inits` gives libcst's node classes;
+#: ``TRUSTED`` is True while :func:`parse_valid_module` parses
+_INIT_SCOPE: dict = {"TRUSTED": False}
+
+
+def _quick_inits() -> None:
+    """Give each libcst node class an ``__init__`` that does what its dataclass ``__init__``
+    does (the same parameters, defaults and default factories, each field stored, then
+    ``__post_init__()``, which runs ``_validate()``) in less time: each field is stored by
+    its slot's own setter (the dataclass one calls ``object.__setattr__``, which looks the
+    name up again), and ``__post_init__()`` is left out while ``TRUSTED`` is set. A class
+    whose ``__init__`` is not that of a frozen, slotted dataclass of plain positional fields
+    keeps its own. Once per process."""
+    if "done" in _INIT_SCOPE:
+        return
+    _INIT_SCOPE["done"] = True
+    todo, seen, lines, classes = [cst.CSTNode], set(), [], []
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                todo.append(sub)
+        init = cls.__dict__.get("__init__")
+        code = getattr(init, "__code__", None)
+        if code is None or "__slots__" not in cls.__dict__ or not dataclasses.is_dataclass(cls):
+            continue
+        fields = dataclasses.fields(cls)
+        names = [f.name for f in fields]
+        slots = [cls.__dict__.get(n) for n in names]
+        defaults = init.__defaults__ or ()
+        if (
+            code.co_varnames[1 : code.co_argcount] != tuple(names)
+            or code.co_kwonlyargcount
+            or init.__kwdefaults__
+            or not all(type(s) is _SLOT for s in slots)
+        ):
+            continue
+        k = len(classes)
+        classes.append((cls, defaults))
+        lines.append(f"def init{k}({', '.join(['self', *names])}):")
+        for i, (f, slot) in enumerate(zip(fields, slots)):
+            if f.default_factory is not dataclasses.MISSING:
+                # the dataclass's default of this parameter is its "no value" marker
+                _INIT_SCOPE[f"marker{k}_{i}"] = defaults[i - len(names)]
+                _INIT_SCOPE[f"factory{k}_{i}"] = f.default_factory
+                lines.append(f"    if {f.name} is marker{k}_{i}: {f.name} = factory{k}_{i}()")
+            _INIT_SCOPE[f"set{k}_{i}"] = slot.__set__
+            lines.append(f"    set{k}_{i}(self, {f.name})")
+        if hasattr(cls, "__post_init__"):  # as the dataclass decides
+            lines += ["    if not TRUSTED:", "        self.__post_init__()"]
+        else:
+            lines.append("    pass")
+    exec("\n".join(lines), _INIT_SCOPE)  # noqa: S102 (text built above from field names)
+    for k, (cls, defaults) in enumerate(classes):
+        quick = _INIT_SCOPE[f"init{k}"]
+        quick.__defaults__ = defaults or None
+        quick.__qualname__ = f"{cls.__qualname__}.__init__"
+        quick.__annotations__ = cls.__init__.__annotations__
+        quick.__wrapped__ = cls.__init__  # the dataclass's (tests compare the two)
+        cls.__init__ = quick
+
+
+_SLOT = type(cst.Name.__dict__["value"])
 
 
 def parse_valid_module(source: str) -> cst.Module:
@@ -414,17 +476,14 @@ def parse_valid_module(source: str) -> cst.Module:
     Every node the parser builds runs ``_validate()`` from ``CSTNode.__post_init__``: a
     third of the parse, checking what the grammar already guarantees (libcst's own comment
     there says it would rather not validate parsed trees). For code known to be valid the
-    check is left out while the parser runs; nodes built at any other time are validated as
-    always."""
-    base = cst.CSTNode
-    saved = base.__dict__.get("__post_init__")
-    if saved is None:  # a libcst that validates elsewhere
-        return cst.parse_module(source)
-    base.__post_init__ = _trusted
+    check is left out while the parser runs (see :func:`_quick_inits`); nodes built at any
+    other time are validated as always."""
+    _quick_inits()
+    _INIT_SCOPE["TRUSTED"] = True
     try:
         return cst.parse_module(source)
     finally:
-        base.__post_init__ = saved
+        _INIT_SCOPE["TRUSTED"] = False
 
 
 # -- small questions about expressions, shared by the rules and the codemods ----------------
