@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import ast
-import functools
 import re
 from collections.abc import Iterable
 
@@ -217,7 +216,7 @@ def _no_op_by_default(
     return True
 
 
-def _law_names(cls: ClassFacts, method, code: str) -> dict[str, str]:
+def _law_names(cls: ClassFacts, method, calls_and_dicts) -> dict[str, str]:
     """How :func:`~metalint.static.tensors.law_text` reads the names of an init's arguments
     in ``method`` of ``cls``: ``config`` (a parameter) and ``self.config`` as the model's
     config; a parameter with a numeric default (timm ``NormLinear(..., std=0.02)``) as that
@@ -234,17 +233,16 @@ def _law_names(cls: ClassFacts, method, code: str) -> dict[str, str]:
         if default is None:
             continue
         if method.name == "__init__" and _default_kept(
-            cls.name, p.name.value, default, code, listed
+            cls.name, p.name.value, default, calls_and_dicts, listed
         ):
             names[p.name.value] = repr(default)
     return names
 
 
-def _default_kept(name: str, param: str, default: float, code: str, listed) -> bool:
-    """No call in ``code`` gives ``param`` of the class ``name`` another value than
+def _default_kept(name: str, param: str, default: float, parsed, listed) -> bool:
+    """No call in the file (``parsed``: its :func:`_calls_and_dicts`) gives ``param`` of the class ``name`` another value than
     ``default`` (see :func:`_law_names`): the class called, maybe through ``partial``, or
     ``super().__init__(...)`` of a subclass (any ``__init__`` call naming ``param``)."""
-    parsed = _calls_and_dicts(code)
     if parsed is None:
         return False
     calls, dicts = parsed
@@ -268,14 +266,8 @@ def _default_kept(name: str, param: str, default: float, code: str, listed) -> b
     return True
 
 
-@functools.lru_cache(maxsize=4)
-def _calls_and_dicts(code: str) -> tuple[list, list] | None:
-    """The calls of ``code`` and its assignments of a dict or call, in ``ast.walk`` order;
-    None when it does not parse. Parsed once per file (every class and parameter asks)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return None
+def _calls_and_dicts(tree: ast.AST) -> tuple[list, list]:
+    """The calls of ``tree`` and its assignments of a dict or call, in ``ast.walk`` order."""
     nodes = list(ast.walk(tree))
     dicts = [
         n for n in nodes if isinstance(n, ast.Assign) and isinstance(n.value, (ast.Dict, ast.Call))
@@ -741,6 +733,20 @@ class Model(nn.Module):
             self._parents_reset = reset_while_built(self.ctx)
         return self._parents_reset
 
+    def _file_calls(self) -> tuple[list, list] | None:
+        """:func:`_calls_and_dicts` of the whole file (elided code calls too), once per file:
+        of CPython's tree when the engine has it, else of a parse; None when it does not
+        parse."""
+        if not hasattr(self, "_calls"):
+            tree = self.ctx.tree
+            if tree is None:
+                try:
+                    tree = ast.parse(self.ctx.source or self.ctx.module.code)
+                except (SyntaxError, ValueError):
+                    tree = None
+            self._calls = None if tree is None else _calls_and_dicts(tree)
+        return self._calls
+
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
         for method in methods:
@@ -773,9 +779,7 @@ class Model(nn.Module):
                 child = "." in name
                 law: tuple = ()
                 if child:
-                    if not hasattr(self, "_code"):
-                        self._code = self.ctx.source or self.ctx.module.code
-                    names = _law_names(cls, method, self._code)
+                    names = _law_names(cls, method, self._file_calls())
                     text = init_law(call.node, self.qualify, lambda e: law_text(e, names))
                     held = _child_class(cls, methods, attr, self.qualify)
                     if text and held:
