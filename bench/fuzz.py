@@ -743,8 +743,9 @@ def _concurrent(folder: Path, n: int, kill: float | None, want) -> str | None:
     return problem
 
 
-def _age_temporaries(folder: Path, want) -> str | None:
-    """Temporaries killed runs left, made older than a live run's: the next run removes them."""
+def _age_temporaries(folder: Path, want) -> tuple[str | None, int]:
+    """Temporaries killed runs left, made older than a live run's: the next run removes them.
+    What went wrong (or None), and how many there were."""
     cache_dir = folder / ".metalint_cache"
     tmps = list(cache_dir.glob(".tmp-*.json")) if cache_dir.is_dir() else []
     old = time.time() - 3600
@@ -753,7 +754,7 @@ def _age_temporaries(folder: Path, want) -> str | None:
     problem = _judge(_run_check(folder), want)
     if not problem and any(f.exists() for f in tmps):
         problem = "stray temporary left"
-    return problem
+    return problem, len(tmps)
 
 
 def cache_round_outcomes(steps: list[tuple]) -> Counter:
@@ -780,7 +781,8 @@ def cache_round_outcomes(steps: list[tuple]) -> Counter:
                 problem = _concurrent(folder, n, kill, want)
                 label = f"concurrent ({n} runs{', one killed' if kill is not None else ''})"
             elif step[0] == "age temporaries":
-                problem = _age_temporaries(folder, want)
+                problem, left = _age_temporaries(folder, want)
+                label = "a killed run's temporaries removed once stale" if left else "run"
             else:
                 if step[0] == "spoil":
                     _spoil(folder, step[1], random.Random(step[2]), snapshots)
