@@ -890,6 +890,30 @@ def test_a_hook_never_reads_a_plain_tensor_attribute(tmp_path, monkeypatch):
         assert {"b", "a", "a_bar"} <= dict(m.named_buffers()).keys()
 
 
+def test_a_root_init_weights_alone_recreates_a_moved_value(tmp_path, monkeypatch):
+    """timm ``RotAttentionPool2d``: ``cls_token``'s zeros move into a new
+    ``reset_parameters()``; the class's own ``init_weights()``, which ``__init__`` does not call
+    and timm's root init runs per module, calls it first, so materialising with
+    ``init_weights()`` alone gives the token back (it stayed garbage before)."""
+    torch = pytest.importorskip("torch")
+    import importlib.util
+
+    src = ROOT / "fixtures" / "fix" / "token_with_root_init.in.py"
+    shutil.copy(src, tmp_path / "pool.py")
+    monkeypatch.chdir(tmp_path)
+    _fix(tmp_path, unsafe=False)
+    spec = importlib.util.spec_from_file_location("pool_fixed", tmp_path / "pool.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with torch.device("meta"):
+        m = mod.TokenAttentionPool()
+    m.to_empty(device="cpu")
+    with torch.no_grad():
+        m.cls_token.fill_(float("nan"))
+    m.init_weights()
+    assert torch.equal(m.cls_token, torch.zeros_like(m.cls_token))
+
+
 def test_an_init_in_one_branch_keeps_the_other_branches_values(tmp_path, monkeypatch):
     """monai ``PatchEmbeddingBlock``: ``trunc_normal_(self.position_embeddings, ..)`` runs only
     in the ``"learnable"`` branch; the ``"sincos"`` branch replaces the parameter with a fixed

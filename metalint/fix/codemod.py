@@ -16,7 +16,7 @@ import libcst as cst
 
 from metalint.diagnostics import Applicability
 from metalint.static.construction import is_tensor, registrations
-from metalint.static.model import ClassFacts, MethodFacts
+from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import code_children, node_text, walk_code
@@ -506,6 +506,8 @@ class ClassEdit:
             else:
                 self.init_append.append(stmt(f"self.{hook}()"))
             self._hook_call_added.add(hook)
+        if not exists and hook == RESET_HOOK:
+            self._root_calls_reset()
         if random and not right_after and not self.rng_free_after(after_index):
             self.unsafe.append(
                 "the random value is now drawn at the end of `__init__`, after other random draws, "
@@ -614,6 +616,26 @@ class ClassEdit:
         self.replace[id(old)] = (old, [])
         self.init_append.append(stmt(f"self.{hook}()"))
         self._hook_call_added.add(hook)
+    def _root_calls_reset(self) -> None:
+        """A new ``reset_parameters()`` in a class that already has a root ``init_weights()``
+        that construction does not call (timm ``RotAttentionPool2d``: its
+        ``init_weights(zero_init_last=False)`` inits the projections, ML001 moves
+        ``cls_token``'s zeros into a new ``reset_parameters()``): under timm's protocol a
+        module with an ``init_weights()`` is initialised by it alone, so ``init_weights()``
+        calls ``reset_parameters()`` first, as the root hooks the fixes make do
+        (:func:`metalint.fix.parent_init.own_hook_first`). Eager construction does not run
+        ``init_weights()``: nothing changes there."""
+        root = ROOT_ENTRIES[0]
+        if root not in self.cls.methods or root not in self.ctx.hooks:
+            return
+        if root in {m.name for m in construction(self.cls)}:
+            return  # ``__init__`` calls it: its own edits decide (choose_hook, own_hook_first)
+        method = self.cls.methods[root]
+        if RESET_HOOK in method.self_calls:
+            return
+        if not isinstance(method.node.body, cst.IndentedBlock) or self.returns(method.node.body):
+            raise Unfixable(f"`{root}()` returns early or is written on one line")
+        self.hook_prepend.setdefault(root, []).insert(0, stmt(f"self.{RESET_HOOK}()"))
 
     _hook_call_added: set = field(default_factory=set)
     #: ids of the methods other than ``__init__`` holding a replaced statement (a helper that

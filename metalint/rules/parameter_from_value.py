@@ -105,6 +105,11 @@ class ParameterFromValue(Rule):
     `reset_parameters()`, guarded by the parameter being there (safe: `zeros`, `ones` and literal
     fills draw nothing). A random value there, one whose hook would read the method's locals,
     or one created in a public method (a builder a subclass overrides) is not fixed.
+    A class that already has a root `init_weights()` that construction does not call (timm's
+    `RotAttentionPool2d`, initialised by its model's `named_apply`) gets `self.reset_parameters()`
+    as the first statement of it, as every fix's new hook does: under timm's protocol a module
+    with an `init_weights()` is initialised by it alone, and the moved value must come back
+    there too (eager construction never runs it: safe).
     """
 
     code = "ML001"
