@@ -411,6 +411,25 @@ VIEW_METHODS = frozenset(
         "detach",
     }
 )
+#: factories whose positional arguments are sizes (or the ends of a range): a tensor there is
+#: turned into a Python int, a read of its value (``torch.ones(torch.prod(win))``)
+SIZE_FACTORIES = frozenset(
+    {
+        "torch.empty",
+        "torch.zeros",
+        "torch.ones",
+        "torch.full",
+        "torch.rand",
+        "torch.randn",
+        "torch.randint",
+        "torch.arange",
+        "torch.eye",
+    }
+)
+#: tensor methods whose positional arguments are sizes (``t.view(n, 1)``, ``t.new_zeros(n)``)
+SIZE_METHODS = frozenset(
+    {"view", "reshape", "expand", "repeat", "new_empty", "new_zeros", "new_ones", "new_full"}
+)
 #: calls that return a tuple of tensors: iterating or indexing it gives tensors
 SEQUENCE_METHODS = frozenset({"split", "chunk", "unbind", "tensor_split"})
 SEQUENCE_FUNCTIONS = frozenset(

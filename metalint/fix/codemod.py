@@ -616,6 +616,7 @@ class ClassEdit:
         self.replace[id(old)] = (old, [])
         self.init_append.append(stmt(f"self.{hook}()"))
         self._hook_call_added.add(hook)
+
     def _root_calls_reset(self) -> None:
         """A new ``reset_parameters()`` in a class that already has a root ``init_weights()``
         that construction does not call (timm ``RotAttentionPool2d``: its

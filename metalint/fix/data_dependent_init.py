@@ -53,6 +53,7 @@ from metalint.static.ownership import (
     meta_tensor,
     meta_tensor_sequence,
     own_tensor_names,
+    size_tensors,
     truthiness_tensors,
 )
 from metalint.static.rule import Finding, RuleContext
@@ -94,6 +95,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     read = _read_tensor(node)
     if read is None and _condition_part(node, ctx, init, own):
         read = node  # ``if (counts < 0).any():``: the condition's tensor is itself the read
+    if read is None and any(part is node for part in _size_parts(ctx, init, own)):
+        read = node  # ``torch.ones(torch.prod(win))``: the size is itself the read
     if read is None or not meta_tensor(read, ctx.qualify, init, own):
         raise Unfixable("not a read of a tensor created in `__init__`")
     follow = _Follow(ctx, edit, own, node)
@@ -102,11 +105,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if not chain.roots:
         raise Unfixable("no factory of the value was found")
     reads = _reads(ctx, init, own)
-    shared = [
-        name
-        for name in chain.locals
-        if not all(_inside(use, reads) for use in _uses(init.node, name))
-    ]
+    only_read = _only_read(init, chain, reads)
+    shared = [name for name in chain.locals if name not in only_read]
     for name, loop in chain.loops.items():
         if not all(_inside(use, reads) for use in _uses(loop, name)):
             raise Unfixable(f"the loop variable `{name}` is kept, not only read")
@@ -158,6 +158,25 @@ def _guard_move(edit: ClassEdit, node: cst.Call) -> Rewrite:
     )
 
 
+def _only_read(init: MethodFacts, chain: _Chain, reads) -> set[str]:
+    """The locals of the chain whose every use is inside a read, or inside the value of
+    another such local (``win = torch.as_tensor(window)``, ``n = torch.prod(win)``, then only
+    ``torch.ones(n)`` and ``.view(n, 1)``: both are only read, and their factories can move
+    to the CPU in place)."""
+    found: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name in chain.locals:
+            if name in found:
+                continue
+            feeds = [v for other in found for _s, v in chain.locals[other]]
+            if all(_inside(use, reads) or _inside(use, feeds) for use in _uses(init.node, name)):
+                found.add(name)
+                changed = True
+    return found
+
+
 def _read_tensor(node: cst.CSTNode) -> cst.BaseExpression | None:
     """The tensor whose value ``node`` reads: ``t`` of ``t.item()`` / ``float(t)``, or the
     condition part itself (``if mask.any():``)."""
@@ -190,7 +209,13 @@ def _reads(ctx: RuleContext, init: MethodFacts, own) -> list[cst.BaseExpression]
             out.append(t)
     for cond in init.conditions:
         out.extend(truthiness_tensors(cond, ctx.qualify, init, own))
+    out.extend(_size_parts(ctx, init, own))
     return out
+
+
+def _size_parts(ctx: RuleContext, init: MethodFacts, own) -> list[cst.BaseExpression]:
+    """The tensors ``__init__`` passes as sizes (``torch.ones(n)``, ``t.view(n, 1)``)."""
+    return [p for call in init.calls for p in size_tensors(call.node, ctx.qualify, init, own)]
 
 
 @dataclass
@@ -471,9 +496,11 @@ def _twin(ctx: RuleContext, edit: ClassEdit, chain: _Chain, shared: list[str], r
         twin = _free_name(init, f"{name}_cpu")
         copy = stmt(f"{twin} = {render(value.visit(_Replace(inner)))}")
         inserts.append((line, copy))
-        for use in _uses(init.node, name):
-            if _inside(use, reads):
-                replace[id(use)] = cst.Name(twin)
+        used = [use for use in _uses(init.node, name) if _inside(use, reads)]
+        if not used:
+            raise Unfixable(f"`{name}` is kept and reaches the read through other locals")
+        for use in used:
+            replace[id(use)] = cst.Name(twin)
     # the reads (and the roots of non-shared locals) change in place, then the twins go in
     for r in chain.roots:
         if not any(path_to(v, r) is not None for n in shared for _s, v in chain.locals[n]):

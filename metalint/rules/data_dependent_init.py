@@ -11,7 +11,12 @@ from metalint.static.model import (
     construction,
     function_facts,
 )
-from metalint.static.ownership import meta_tensor, own_tensor_names, truthiness_tensors
+from metalint.static.ownership import (
+    meta_tensor,
+    own_tensor_names,
+    size_tensors,
+    truthiness_tensors,
+)
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
 from metalint.static.tensors import meta_guarded
@@ -28,8 +33,10 @@ class DataDependentInit(Rule):
     the *value* of a tensor that the meta context creates: `.item()`, `.tolist()`, `.numpy()`,
     `float(t)` / `int(t)` / `bool(t)`, a move of the module itself to a real device
     (`self.to(device)`, `self.cuda()`, `self.cpu()`: it copies every tensor, and a meta tensor
-    cannot be copied), or a tensor used as a condition (`if mask.any():`,
-    `assert (x > 0).all()`, `while t < n:`). Only expressions known to be tensors are
+    cannot be copied), a tensor used as a condition (`if mask.any():`,
+    `assert (x > 0).all()`, `while t < n:`), or a tensor used as a size
+    (`torch.ones(n)`, `torch.zeros([n, 1])`, `torch.arange(n)`, `t.view(n, *shape)`,
+    `t.new_zeros(n)`: torch turns it into a Python int). Only expressions known to be tensors are
     reported: torch factories without an explicit real device (`torch.linspace(...)`,
     `torch.tensor(...)`), arithmetic and methods on them, locals and loop variables holding
     them, and own buffers/parameters made from them. Shape queries (`t.shape`, `t.size(0)`,
@@ -81,7 +88,9 @@ class DataDependentInit(Rule):
     `DistributionBalancedLoss`: `counts = torch.as_tensor(class_counts, dtype=torch.float32)`,
     `if ... (counts < 0).any() ...: raise ValueError(...)`, then `counts = counts.clamp(...)`)
     gets its twin from the assignment the reads see, so the check reads a CPU copy of the
-    caller's data. The fix is safe: under the default CPU device the factory made a CPU tensor
+    caller's data. A local that only feeds reads through other locals (monai's
+    `win = torch.as_tensor(window)`, `n = torch.prod(win)`, then `torch.ones(n).view(n, 1)`)
+    gets `device="cpu"` in place like one read directly. The fix is safe: under the default CPU device the factory made a CPU tensor
     already, so every value read and every tensor of the module is bit-identical (a copy of
     a caller's tensor on another device holds the same values). Not fixed: a random draw (`torch.randperm(n).tolist()`: built on meta, the
     CPU generator is not where it is eagerly, so the value read would differ), uninitialised
@@ -207,6 +216,33 @@ class Anchors(nn.Module):
 """,
     ]
     INVALID = [
+        # monai's median filter: a tensor used as a size is turned into an int (a read)
+        Invalid(
+            """
+import torch
+import torch.nn as nn
+
+class MedianBlur(nn.Module):
+    def __init__(self, window=(3, 3)):
+        super().__init__()
+        sizes = torch.as_tensor(window)
+        numel = torch.prod(sizes)
+        kernel = torch.ones(numel)  # ERROR
+        self.kernel = kernel.view(numel, 1, *window)  # ERROR
+""",
+            fixed="""
+import torch
+import torch.nn as nn
+
+class MedianBlur(nn.Module):
+    def __init__(self, window=(3, 3)):
+        super().__init__()
+        sizes = torch.as_tensor(window, device="cpu")
+        numel = torch.prod(sizes)
+        kernel = torch.ones(numel)  # ERROR
+        self.kernel = kernel.view(numel, 1, *window)  # ERROR
+""",
+        ),
         # timm DistributionBalancedLoss: a check of counts that are then clamped in place of
         # themselves (``counts = counts.clamp(...)`` reads the local: it is still meta)
         """
@@ -411,6 +447,8 @@ class SpeechEncoder(nn.Module):
                 and meta_tensor(node.args[0].value, self.qualify, method, own)
             ):
                 yield node, f"`{short(node, 50)}`"
+            for part in size_tensors(node, self.qualify, method, own):
+                yield part, f"`{short(part, 30)}`, a size of `{short(node, 40)}`,"
         for cond in method.conditions:
             for part in truthiness_tensors(cond, self.qualify, method, own):
                 yield part, f"the condition `{short(part, 50)}` (a tensor's truth value)"

@@ -25,6 +25,8 @@ from metalint.vocabulary import (
     RANDOM_FACTORIES,
     SEQUENCE_FUNCTIONS,
     SEQUENCE_METHODS,
+    SIZE_FACTORIES,
+    SIZE_METHODS,
     TENSOR_ATTRIBUTES,
     VALUE_FACTORIES,
 )
@@ -224,6 +226,31 @@ def truthiness_tensors(
         yield from truthiness_tensors(expr.expression, qualify, method, own)
     elif meta_tensor(expr, qualify, method, own):
         yield expr
+
+
+def size_tensors(
+    call: cst.Call, qualify, method: MethodFacts, own: set[str] | None = None
+) -> Iterator[cst.BaseExpression]:
+    """Meta tensors a call takes as sizes (``torch.ones(n)``, ``torch.zeros([n, 1])``,
+    ``t.view(n, *shape)``, ``torch.arange(n)``): torch turns each into a Python int, which
+    reads its value (``Tensor.item() cannot be called on meta tensors``). monai
+    ``get_binary_kernel``: ``prod = torch.prod(win_size)``, ``torch.ones(prod)``."""
+    func = call.func
+    q = qualify(func)
+    if q in SIZE_FACTORIES:
+        pass
+    elif not (q is None and type(func) is cst.Attribute and func.attr.value in SIZE_METHODS):
+        return
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value != "size":
+            continue
+        value = arg.value
+        parts = (
+            [el.value for el in value.elements] if type(value) in (cst.List, cst.Tuple) else [value]
+        )
+        for part in parts:
+            if meta_tensor(part, qualify, method, own):
+                yield part
 
 
 def child_chain(parts: list[str] | None, own: set[str]) -> bool:
