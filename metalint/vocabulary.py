@@ -180,6 +180,28 @@ TENSOR_FUNCTIONS = frozenset(
         "torch.nn.functional.one_hot",
     }
 )
+#: torch functions whose input (first argument) must be a tensor: a number raises TypeError
+TENSOR_INPUT_FUNCTIONS = frozenset(
+    {
+        "torch.exp",
+        "torch.log",
+        "torch.sin",
+        "torch.cos",
+        "torch.sqrt",
+        "torch.rsqrt",
+        "torch.cumsum",
+        "torch.cumprod",
+        "torch.flatten",
+        "torch.clamp",
+        "torch.abs",
+        "torch.sigmoid",
+        "torch.tanh",
+        "torch.flip",
+        "torch.diag",
+        "torch.ones_like",
+        "torch.zeros_like",
+    }
+)
 #: methods that convert a tensor (dtype, device, layout, autograd) and keep its value:
 #: value-neutral for "is it computed?"
 CONVERSION_METHODS = frozenset(

@@ -53,17 +53,39 @@ from metalint.vocabulary import BUFFER_HOOK
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
+    # the attribute is one of the tensors an ``if`` of ``__init__`` computes together (monai
+    # ``Scheduler``: ``self.betas, self.alphas, self.alphas_cumprod = noise_sched``, else
+    # ``self.betas = noise_sched``, ``self.alphas = 1.0 - self.betas``, ...): all of them
+    # become buffers at once. First when the ``if`` sets it in several branches with others
+    # (one registered alone would stay a plain attribute in the other branch); else when the
+    # attribute alone is refused
+    edit = ClassEdit(ctx, cls)
+    found = edit._path(finding.node)
+    index = found[0] if found is not None else -1
+    block = index >= 0 and type(edit.init_body[index]) is cst.If
+    if block and _set_with_others(edit, index, finding.node):
+        try:
+            return _block(ctx, edit, cls, index, "")
+        except Unfixable:
+            edit = ClassEdit(ctx, cls)
     try:
         return _one(ctx, cls, finding)
     except Unfixable as exc:
-        # the attribute is one of the tensors an ``if`` of ``__init__`` computes together
-        # (monai ``Scheduler``: ``self.betas, self.alphas, self.alphas_cumprod = noise_sched``,
-        # else ``self.alphas = 1.0 - self.betas``, ...): all of them become buffers at once
-        edit = ClassEdit(ctx, cls)
-        found = edit._path(finding.node)
-        if found is None or type(edit.init_body[found[0]]) is not cst.If:
+        if not block:
             raise
-        return _block(ctx, edit, cls, found[0], str(exc))
+        return _block(ctx, ClassEdit(ctx, cls), cls, index, str(exc))
+
+
+def _set_with_others(edit: ClassEdit, index: int, node: cst.CSTNode) -> bool:
+    """Does the ``if`` at ``index`` set the attribute ``node`` assigns more than once (in
+    several branches), and other attributes too?"""
+    sets = [
+        a.target
+        for a in edit.init.assigns
+        if a.target.count(".") == 1 and edit.top_index_of(a.node) == index
+    ]
+    mine = {a.target for a in edit.init.assigns if a.node is node}
+    return len(set(sets)) > 1 and any(sets.count(t) > 1 for t in mine)
 
 
 def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -186,29 +208,7 @@ def _block(ctx: RuleContext, edit: ClassEdit, cls, index: int, why: str) -> Rewr
     copies each into its buffer. Raises :class:`Unfixable` (``why``, the reason the one
     attribute alone was refused) when the ``if`` does anything else."""
     top = edit.init_body[index]
-    written, _read, calls = _uses(top, edit.memo())
-    group = [
-        a.target[5:]
-        for a in edit.init.assigns
-        if a.target.count(".") == 1 and edit.top_index_of(a.node) == index
-    ]
-    group = list(dict.fromkeys(group))
-    if calls or draws(top, edit) or not group or set(written) != set(group):
-        raise Unfixable(why)
-    for attr in group:
-        if not edit.plain_tensor(attr):
-            raise Unfixable(f"{why}; the `if` also sets `self.{attr}`, which is not a tensor")
-        if edit.used_after(attr, index, writes_only=True):
-            raise Unfixable(why)
-    _before_super(edit, index)
-    # set elsewhere in construction: the hook would not re-create what that code leaves
-    built = {m.name for m in construction(cls)}
-    for m in cls.methods.values():
-        for a in m.assigns:
-            if a.target.split(".")[1] not in group or m.name not in built:
-                continue
-            if m.name != "__init__" or edit.top_index_of(a.node) != index:
-                raise Unfixable(why)
+    group = _group(edit, cls, index, why)
     # the hook's copy of the ``if``: locals in place of the attributes
     attrs = {id(n.attr) for n in walk_code(edit.init.node) if isinstance(n, cst.Attribute)}
     taken = {
@@ -256,6 +256,38 @@ def _block(ctx: RuleContext, edit: ClassEdit, cls, index: int, why: str) -> Rewr
     return edit.rewrite(
         f"Register {names} as non-persistent buffers and re-compute them in `{hook}()`"
     )
+
+
+def _group(edit: ClassEdit, cls, index: int, why: str) -> list[str]:
+    """The attributes the ``if`` at ``index`` sets, in order, when it does nothing else and
+    they may all become buffers re-created by a copy of it."""
+    top = edit.init_body[index]
+    written, _read, calls = _uses(top, edit.memo())
+    group = [
+        a.target[5:]
+        for a in edit.init.assigns
+        if a.target.count(".") == 1 and edit.top_index_of(a.node) == index
+    ]
+    group = list(dict.fromkeys(group))
+    if calls or draws(top, edit) or not group or set(written) != set(group):
+        raise Unfixable(why)
+    if any(is_none(a.value) for a in edit.init.assigns if edit.top_index_of(a.node) == index):
+        raise Unfixable(why)  # ``self.x = None`` in a branch: nothing to copy there
+    for attr in group:
+        if not edit.plain_tensor(attr):
+            raise Unfixable(f"{why}; the `if` also sets `self.{attr}`, which is not a tensor")
+        if edit.used_after(attr, index, writes_only=True):
+            raise Unfixable(why)
+    _before_super(edit, index)
+    # set elsewhere in construction: the hook would not re-create what that code leaves
+    built = {m.name for m in construction(cls)}
+    for m in cls.methods.values():
+        for a in m.assigns:
+            if a.target.split(".")[1] not in group or m.name not in built:
+                continue
+            if m.name != "__init__" or edit.top_index_of(a.node) != index:
+                raise Unfixable(why)
+    return group
 
 
 def _before_super(edit: ClassEdit, index: int) -> None:

@@ -8,6 +8,7 @@ from metalint.static.construction import TensorFunctions, is_tensor, off_meta, r
 from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short, string_value
+from metalint.vocabulary import TENSOR_INPUT_FUNCTIONS
 
 
 class PlainTensorAttribute(Rule):
@@ -33,7 +34,11 @@ class PlainTensorAttribute(Rule):
     construction calls without `device` (default `None`: monai's and diffusers'
     `self.timesteps = torch.from_numpy(timesteps).to(device)` in `set_timesteps(n,
     device=None)`, which `__init__` calls as `self.set_timesteps(n)`): `.to(None)` keeps it
-    on the CPU.
+    on the CPU. An attribute construction uses as a tensor is reported whatever it was
+    assigned (monai `Scheduler`'s `self.betas = noise_sched`, from a registry of schedule
+    functions): the input of a torch function that takes only a tensor
+    (`torch.cumprod(self.alphas, dim=0)`), and the attribute that number arithmetic made it
+    from (`self.alphas = 1.0 - self.betas`).
 
     A reset hook that re-creates the attribute does **not** silence this rule: the hook runs
     after `to_empty()` and builds the tensor on the default device, but `.to(device)`,
@@ -204,6 +209,18 @@ class Attention(nn.Module):
         self.mask = maybe_mask(n, causal)
         self.windows = window_sizes(n)
 """,
+        # numbers computed from each other: nothing uses them as tensors
+        """
+import math
+from torch import nn
+
+class Dropper(nn.Module):
+    def __init__(self, rate, table):
+        super().__init__()
+        self.rate = table[rate]
+        self.keep = 1.0 - self.rate
+        self.log_keep = math.log(self.keep)
+""",
         # assigning to a registered buffer writes the buffer
         """
 import torch
@@ -225,6 +242,23 @@ class Sampler:
 """,
     ]
     INVALID = [
+        # monai's schedulers: tensors from a registry of schedule functions (of no known
+        # type), used as tensors: ``torch.cumprod`` takes only a tensor, and a number minus
+        # the betas is that tensor
+        """
+import torch
+import torch.nn as nn
+
+SCHEDULES = {"linear": lambda n: torch.linspace(1e-4, 2e-2, n)}
+
+class NoiseSchedule(nn.Module):
+    def __init__(self, steps=10, kind="linear"):
+        super().__init__()
+        made = SCHEDULES[kind](steps)
+        self.betas = made  # ERROR
+        self.alphas = 1.0 - self.betas  # ERROR
+        self.alpha_bars = torch.cumprod(self.alphas, dim=0)  # ERROR
+""",
         # a method of the class annotated ``-> torch.Tensor`` (monai regunet's AffineHead)
         """
 import torch
@@ -341,15 +375,17 @@ class Attention(nn.Module):
 
         tensors = {r.attr for r in registrations(list(cls.methods.values()), self.qualify)}
         extra = self._vouch(cls, tensors, fns)
+        built = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
+        by_use = _tensors_by_use(built, self.qualify) - registered
         reported: set[str] = set()
-        for method in construction(cls, enter_hooks=False, hooks=self.ctx.hooks):
+        for method in built:
             for a in method.assigns:
-                if a.target.count(".") != 1 or a.augmented:
+                if a.target.count(".") != 1 or a.augmented or a.value is None:
                     continue
                 attr = a.target.split(".")[1]
                 if attr in registered or attr in reported:
                     continue
-                if not is_tensor(a.value, self.qualify, method, extra=extra):
+                if attr not in by_use and not is_tensor(a.value, self.qualify, method, extra=extra):
                     continue
                 if off_meta(a.value, self.qualify, method, fns) or self._kept_on_cpu(
                     a.value, method, cls, fns
@@ -438,6 +474,53 @@ class Attention(nn.Module):
             if where is not None and sum(1 for a in args if a.keyword is None) > where:
                 return False
         return bool(calls) and off_meta(value.func.value, self.qualify, method, fns)
+
+
+def _self_attr(e: cst.BaseExpression) -> str | None:
+    if type(e) is cst.Attribute and type(e.value) is cst.Name and e.value.value == "self":
+        return e.attr.value
+    return None
+
+
+def _tensors_by_use(methods: list[MethodFacts], qualify) -> set[str]:
+    """Attributes of ``self`` that construction uses as tensors, whatever they were assigned
+    (monai ``Scheduler``: ``self.betas = noise_sched``, from a registry of schedules):
+    the input of a torch function that takes only tensors (``torch.cumprod(self.alphas,
+    dim=0)``), and, back through an assignment of such an attribute, the one operand of
+    arithmetic with a number (``self.alphas = 1.0 - self.betas``: a number minus a number
+    is no tensor, and ``cumprod`` would raise)."""
+    found: set[str] = set()
+    for m in methods:
+        for call in m.calls:
+            node = call.node
+            if (
+                call.qualname in TENSOR_INPUT_FUNCTIONS
+                and node.args
+                and node.args[0].keyword is None
+            ):
+                attr = _self_attr(node.args[0].value)
+                if attr is not None:
+                    found.add(attr)
+    changed = True
+    while changed:
+        changed = False
+        for m in methods:
+            for a in m.assigns:
+                if a.target.count(".") != 1 or a.target[5:] not in found:
+                    continue
+                v = a.value
+                operand = None
+                if type(v) is cst.BinaryOperation:
+                    if type(v.left) in (cst.Integer, cst.Float):
+                        operand = _self_attr(v.right)
+                    elif type(v.right) in (cst.Integer, cst.Float):
+                        operand = _self_attr(v.left)
+                elif type(v) is cst.UnaryOperation and type(v.operator) is cst.Minus:
+                    operand = _self_attr(v.expression)
+                if operand is not None and operand not in found:
+                    found.add(operand)
+                    changed = True
+    return found
 
 
 def _none(default) -> bool:
