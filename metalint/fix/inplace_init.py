@@ -29,6 +29,7 @@ from metalint.fix.codemod import (
     names_in,
     path_to,
     render,
+    returns,
     rng_free,
     stmt,
 )
@@ -208,13 +209,14 @@ def _not_in_init(cls, node: cst.CSTNode) -> str:
 
 
 def _initialising_method(cls, node: cst.CSTNode, ctx: RuleContext):
-    """The public method holding ``node`` when all it does is initialise tensors in place
-    (open_clip ``TextTransformer.init_parameters()``: ``nn.init.normal_(...)`` of its own and
-    its children's tensors, in loops and ``if``s): it creates nothing, assigns no attribute and
-    registers nothing, so a root hook may call it again after ``to_empty()``. A builder that
-    also makes a child (fairseq's ``build_output_projection()``) is not one. None otherwise."""
+    """The method holding ``node`` when all it does is initialise tensors in place (open_clip
+    ``TextTransformer.init_parameters()``: ``nn.init.normal_(...)`` of its own and its
+    children's tensors, in loops and ``if``s; PyTorch's ``MultiheadAttention._reset_parameters()``
+    and the attention layers that copy it): it creates nothing, assigns no attribute and
+    registers nothing, so a hook may call it again after ``to_empty()``. A builder that also
+    makes a child (fairseq's ``build_output_projection()``) is not one. None otherwise."""
     method = _holding_method(cls, node)
-    if method is None or method.name.startswith("_"):
+    if method is None:
         return None
     for n in walk_code(method.node.body):
         if isinstance(n, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
@@ -232,6 +234,34 @@ def _initialising_method(cls, node: cst.CSTNode, ctx: RuleContext):
     return method
 
 
+def _only_own(method, ctx: RuleContext) -> bool:
+    """Does every in-place write of ``method`` initialise a tensor of this module itself (none
+    of a child's: the parent's law for a child belongs in the root ``init_weights()``)?"""
+    writes = [_write(n, ctx) for n in walk_code(method.node.body) if type(n) is cst.Call]
+    return all(w is None or _own(w.target) for w in writes)
+
+
+def _method_into_reset(edit: ClassEdit, method) -> Rewrite:
+    """A method of this module's own in-place inits (``self._reset_parameters()``), called by
+    ``__init__`` once as a statement: ``reset_parameters()`` calls it and takes its call's
+    place, the protocol of every module's own hook (FSDP's, and timm's before its root hook).
+    ``__init__`` runs the same code in the same order: safe."""
+    calls, nested = edit.hook_calls(method.name)
+    if nested or len(calls) != 1:
+        raise Unfixable(f"`__init__` does not call `{method.name}()` once, as a statement")
+    if any(p.default is None for p in method.node.params.params[1:]) or returns(method.node.body):
+        raise Unfixable(f"`{method.name}()` takes arguments or returns a value")
+    if HOOK in edit.cls.methods:
+        raise Unfixable(
+            f"`{edit.cls.name}` already has a `{HOOK}()`: call `{method.name}()` from it by hand"
+        )
+    if edit._taken(HOOK):
+        raise Unfixable(f"`{HOOK}` is already an attribute of `{edit.cls.name}`")
+    c = calls[0]
+    edit.use_hook(HOOK, c, [stmt(f"self.{method.name}()")], call_at=edit.init_body[c])
+    return edit.rewrite(f"Call `{method.name}()` from `{HOOK}()`, called where it was")
+
+
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     body = edit.init_body
@@ -240,6 +270,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         method = _initialising_method(cls, finding.node, ctx)
         if method is None:
             raise Unfixable(_not_in_init(cls, finding.node))
+        if _only_own(method, ctx):
+            return _method_into_reset(edit, method)
         # open_clip TextTransformer.init_parameters(): called from a root hook, as ML010 does
         # with a private method that applies the init
         return through_method(edit, finding.node)
