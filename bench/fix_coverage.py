@@ -132,6 +132,16 @@ print(json.dumps([[v.cls, v.status, v.detail, v.lost, v.eager_raised] for v in v
 #: in the namespace of the class's module. Only the arguments change; the probe is the same.
 #: Not here: monai ``Transchex``/``MultiModal`` (they download BERT weights: no network).
 ARGUMENTS: dict[str, dict[str, str]] = {
+    "e3nn": {
+        "BatchNorm": 'irreps="4x0e + 2x1o"',
+        "_Layer": "h_in=4, h_out=3, act=None, var_in=1, var_out=1",
+        "NormActivation": 'irreps_in="2x0e + 1x1o", scalar_nonlinearity=torch.tanh',
+        "Linear": 'irreps_in="2x0e + 1x1o", irreps_out="3x0e + 1x1o"',
+        "TensorProduct": 'irreps_in1="1x0e + 1x1o", irreps_in2="1x0e", irreps_out="1x0e + 1x1o", '
+        'instructions=[(0, 0, 0, "uvw", True), (1, 0, 1, "uvw", True)]',
+        "SO3Grid": "lmax=2, resolution=4",
+        "LowPassFilter": "scale=2.0",
+    },
     "monai": {
         "AffineHead": "spatial_dims=2, image_size=[16, 16], decode_size=[4, 4], in_channels=4",
         "DiNTS": "dints_space=TopologyInstance(channel_mul=0.25, num_blocks=2, num_depths=2, "
