@@ -29,12 +29,12 @@ from metalint.fix.codemod import (
     names_in,
     path_to,
     render,
-    returns,
     rng_free,
     stmt,
 )
 from metalint.fix.parent_init import (
     bound_names,
+    called_once,
     own_hook_first,
     own_hook_last,
     through_method,
@@ -246,18 +246,13 @@ def _method_into_reset(edit: ClassEdit, method) -> Rewrite:
     ``__init__`` once as a statement: ``reset_parameters()`` calls it and takes its call's
     place, the protocol of every module's own hook (FSDP's, and timm's before its root hook).
     ``__init__`` runs the same code in the same order: safe."""
-    calls, nested = edit.hook_calls(method.name)
-    if nested or len(calls) != 1:
-        raise Unfixable(f"`__init__` does not call `{method.name}()` once, as a statement")
-    if any(p.default is None for p in method.node.params.params[1:]) or returns(method.node.body):
-        raise Unfixable(f"`{method.name}()` takes arguments or returns a value")
+    c = called_once(edit, method)
     if HOOK in edit.cls.methods:
         raise Unfixable(
             f"`{edit.cls.name}` already has a `{HOOK}()`: call `{method.name}()` from it by hand"
         )
     if edit._taken(HOOK):
         raise Unfixable(f"`{HOOK}` is already an attribute of `{edit.cls.name}`")
-    c = calls[0]
     edit.use_hook(HOOK, c, [stmt(f"self.{method.name}()")], call_at=edit.init_body[c])
     return edit.rewrite(f"Call `{method.name}()` from `{HOOK}()`, called where it was")
 

@@ -197,6 +197,17 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
     return body[calls[0]]
 
 
+def called_once(edit: ClassEdit, method) -> int:
+    """The top-level statement of ``__init__`` that calls ``method`` (which a hook may call
+    again: no arguments, no return value), the only call of it in ``__init__``."""
+    calls, nested = edit.hook_calls(method.name)
+    if nested or len(calls) != 1:
+        raise Unfixable(f"`__init__` does not call `{method.name}()` once, as a statement")
+    if any(p.default is None for p in method.node.params.params[1:]) or returns(method.node.body):
+        raise Unfixable(f"`{method.name}()` takes arguments or returns a value")
+    return calls[0]
+
+
 def through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:
     owner = next(
         (m for m in edit.cls.methods.values() if any(n is node for n in walk_code(m.node))), None
@@ -207,16 +218,11 @@ def through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:
         raise Unfixable(
             f"it is in the root hook `{HOOK}()`: materialise with `to_empty()` then `{HOOK}()`"
         )
-    calls, nested = edit.hook_calls(owner.name)
-    if nested or len(calls) != 1:
-        raise Unfixable(f"`__init__` does not call `{owner.name}()` once, as a statement")
-    if any(p.default is None for p in owner.node.params.params[1:]) or returns(owner.node.body):
-        raise Unfixable(f"`{owner.name}()` takes arguments or returns a value")
+    c = called_once(edit, owner)
     _new_hook(edit)
     # the class's own reset_parameters() (an earlier fix's) runs from the root hook too: under
     # timm's protocol a module with an init_weights() is initialised by it alone (open_clip
     # TextTransformer: ML002's attn_mask in reset_parameters(), init_parameters() here)
-    c = calls[0]
     first = own_hook_first(edit, c, c, {c})
     tail = None if first else own_hook_last(edit, c, {c})
     line = edit.init_body[c]

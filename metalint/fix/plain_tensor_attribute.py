@@ -105,19 +105,7 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     attr = target[5:]
     if len(line.body) != 1:
         raise Unfixable("the assignment shares its line with other statements")
-    # register_buffer needs Module.__init__ to have run
-    supers = [
-        i
-        for i, s in enumerate(edit.init_body)
-        if any(
-            isinstance(n, cst.Call)
-            and isinstance(n.func, cst.Attribute)
-            and n.func.attr.value == "__init__"
-            for n in walk_code(s)
-        )
-    ]
-    if not supers or supers[0] > index:
-        raise Unfixable("the tensor is assigned before `super().__init__()`")
+    _before_super(edit, index)
     why = refusal(ctx, cls, node, attr, node.value)
     if why:
         # a buffer no hook re-creates is uninitialised after ``to_empty()``: no better than a
@@ -291,6 +279,7 @@ def _group(edit: ClassEdit, cls, index: int, why: str) -> list[str]:
 
 
 def _before_super(edit: ClassEdit, index: int) -> None:
+    """``register_buffer`` needs ``Module.__init__`` to have run before statement ``index``."""
     supers = [
         i
         for i, s in enumerate(edit.init_body)
