@@ -958,6 +958,7 @@ ALL_SAFE = (
     "abstract_base_hook",
     "indices_in_block",
     "parameter_or_number",
+    "helper_window",
 )
 
 

@@ -29,15 +29,24 @@ from metalint.fix.codemod import (
     Rewrite,
     Unfixable,
     _touches,
+    _uses,
     fill,
     guarded,
     inline_locals,
+    names_in,
     render,
     rng_free,
+    statements_after,
     stmt,
     torch_spelling,
 )
-from metalint.fix.parameter_from_value import Value, empty_of, hook_body
+from metalint.fix.parameter_from_value import (
+    Value,
+    empty_of,
+    helper_of,
+    helper_statement,
+    hook_body,
+)
 from metalint.fix.recompute import draws, preceding, recompute_locals
 from metalint.static.construction import argument_of
 from metalint.static.names import dotted
@@ -50,13 +59,25 @@ from metalint.vocabulary import BUFFER_HOOK, HOST_READS, RESET_HOOK
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     node = finding.node
-    index, line, path = edit.locate(node)
     if not (isinstance(node, cst.Call) and node.args and len(node.args) >= 2):
         raise Unfixable("not a `register_buffer(name, value)` call")
     attr = string_value(node.args[0].value)
     if attr is None:
         raise Unfixable("the buffer's name is not a string literal")
-    return _compute(ctx, edit, node, attr, node.args[1].value, index, line, path)
+    return _located(ctx, edit, node, attr, node.args[1].value)
+
+
+def _located(ctx, edit: ClassEdit, node, attr: str, value, dry=False) -> Rewrite | None:
+    """:func:`_compute` for a registration in ``__init__``, :func:`_in_helper` for one in a
+    private method that ``__init__`` calls."""
+    try:
+        index, line, path = edit.locate(node)
+    except Unfixable as exc:
+        helper = helper_of(edit.cls, node)
+        if helper is None:
+            raise
+        return _in_helper(ctx, edit, node, attr, value, helper, str(exc))
+    return _compute(ctx, edit, node, attr, value, index, line, path, dry=dry)
 
 
 def refusal(ctx: RuleContext, cls, node: cst.CSTNode, attr: str, value) -> str | None:
@@ -64,13 +85,80 @@ def refusal(ctx: RuleContext, cls, node: cst.CSTNode, attr: str, value) -> str |
     could). ML007's fix asks it first: registering a plain attribute as a buffer whose value
     no hook re-creates leaves it uninitialised after ``to_empty()`` (DiNTS's ``arch_code_a``
     chosen by an ``if``, monai ``Scheduler.alphas_cumprod`` read from a plain tensor)."""
-    edit = ClassEdit(ctx, cls)
     try:
-        index, line, path = edit.locate(node)
-        _compute(ctx, edit, node, attr, value, index, line, path, dry=True)
+        _located(ctx, ClassEdit(ctx, cls), node, attr, value, dry=True)
     except Unfixable as exc:
         return str(exc)
     return None
+
+
+def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -> Rewrite:
+    """The buffer is registered in a private method that only ``__init__`` calls, once, as a
+    statement (speechbrain ``LiGRU_Layer._init_drop()``: ``self.register_buffer(
+    "drop_mask_te", torch.tensor([1.0]).float())``). The method stays as it is; the hook
+    computes the same value again, from the method's locals inlined, and copies it into the
+    buffer, as :func:`_compute` does for a registration in ``__init__``. Safe when the value
+    draws nothing (the same value, copied at the end of ``__init__``); a value that draws or
+    calls a child module (its dropout: ``self.drop(torch.ones(n, h))``) is drawn a second time
+    (unsafe). Refused when the value reads an argument of the method, or an attribute that
+    is written after the registration (the hook would read another value)."""
+    call_line, call_index, call_path, line, path = helper_statement(edit, node, helper, why)
+    memo = edit.memo()
+    tail = statements_after(path) + edit.block_tail(call_line)
+    if any(_touches(x, attr, True, memo) for x in tail):
+        raise Unfixable(f"{why}: `self.{attr}` is written later (line order matters)")
+    later = edit.used_after(attr, call_index, writes_only=True)
+    if later:
+        raise Unfixable(f"{why}: {later}")
+    full = inline_locals(edit, value, method=helper)
+    for name in names_in(full):
+        if name.value != "self" and (
+            name.value in helper.arguments or name.value in helper.local_values
+        ):
+            raise Unfixable(f"{why}: the value reads `{name.value}`, a name of `{helper.name}()`")
+    for a in sorted(_uses(full)[1]):
+        if any(_touches(x, a, True, memo) for x in tail) or edit.used_after(
+            a, call_index, writes_only=True
+        ):
+            raise Unfixable(f"{why}: the value reads `self.{a}`, which is set again later")
+    edit.refuse_plain_reads(full)
+    if _may_be_none(full):
+        raise Unfixable(f"{why}: the buffer may be registered as `None`")
+    effects = _helper_effects(edit, [full])
+    if "host" in effects:
+        raise Unfixable(
+            f"the value calls `{effects['host']}()`, which copies a tensor to the host "
+            "(`.cpu()`, `.item()`, ...): under meta the hook would raise"
+        )
+    children = [
+        a
+        for n in walk_code(full)
+        if type(n) is cst.Call
+        and (a := dotted(n.func) or "").startswith("self.")
+        and a.count(".") == 1
+        and a[5:] not in edit.cls.methods
+    ]
+    random = (
+        value_kind(full, ctx.qualify) == "random"
+        or "random" in effects
+        or draws(full, edit)
+        or bool(children)
+    )
+    torch_name, _ = torch_spelling(ctx)
+    hook = _buffer_hook(edit, call_index, node)
+    body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=full)
+    if any(isinstance(n, cst.If) for n in (*path, *call_path)):
+        body = guarded(registered(attr), body)
+    if random:
+        drawn = f" (`{children[0]}(...)` may draw: a dropout)" if children else ""
+        edit.unsafe.append(
+            f"the random value is drawn a second time in the hook{drawn}: eager values differ"
+        )
+    edit.use_hook(hook, call_index, [body], random=random)
+    return edit.rewrite(
+        f"Compute buffer `{attr}` (registered in `{helper.name}()`) in `{hook}()` and call it "
+        "from `__init__`"
+    )
 
 
 def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dry=False):

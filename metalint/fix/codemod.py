@@ -280,6 +280,10 @@ def statements_after(path: list[cst.CSTNode]) -> list[cst.BaseStatement]:
     return out
 
 
+#: statements whose body may run several times, or not where they stand
+NESTING = (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
 @dataclass
 class ClassEdit:
     """Edits of one class, expressed on the original nodes and applied at once by :meth:`build`."""
@@ -369,17 +373,8 @@ class ClassEdit:
         if found is None:
             raise Unfixable("the value is not set directly in `__init__`")
         i, path = found
-        for n in path:
-            if type(n) in (
-                cst.For,
-                cst.While,
-                cst.With,
-                cst.Try,
-                cst.FunctionDef,
-                cst.ClassDef,
-                cst.Lambda,
-            ):
-                raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
+        if any(type(n) in NESTING for n in path):
+            raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
         lines = [n for n in path if type(n) is cst.SimpleStatementLine]
         if not lines:
             raise Unfixable("the value is not set by a simple statement")
@@ -774,6 +769,17 @@ class ClassEdit:
                 if new:
                     stores.append(stmt(f"self.{attr} = {n}"))
             replace[id(name)] = self_attr_expr(chosen[n])
+        self.refuse_plain_reads(value, not_tensors)
+        if stores:
+            old = self.replace.get(id(before))
+            current = old[1] if old else [before]
+            self.replace[id(before)] = (before, stores + current)
+        return substitute(value, replace)
+
+    def refuse_plain_reads(self, value, not_tensors=frozenset()) -> None:
+        """Raise :class:`Unfixable` when ``value`` reads ``self.<attr>``, a plain attribute
+        that may be a tensor (:meth:`plain_tensor`): a hook computing ``value`` after
+        ``to_empty()`` would find it on ``meta``."""
         # ``self.cls_logits.weight``: an attribute of a module (a tensor has no ``.weight``)
         modules = {
             id(n.value)
@@ -795,11 +801,6 @@ class ClassEdit:
                     f"the value reads `self.{n.attr.value}`, a plain attribute that may be a "
                     "tensor: it stays on `meta` after `to_empty()`, so the hook would raise"
                 )
-        if stores:
-            old = self.replace.get(id(before))
-            current = old[1] if old else [before]
-            self.replace[id(before)] = (before, stores + current)
-        return substitute(value, replace)
 
     def plain_tensor(self, attr: str, depth: int = 0) -> bool:
         """May ``self.<attr>`` be a tensor that is neither parameter nor buffer (monai's
@@ -1180,11 +1181,15 @@ def _paren(e: cst.BaseExpression) -> cst.BaseExpression:
     return e
 
 
-def inline_locals(edit: ClassEdit, e: cst.BaseExpression, depth: int = 0) -> cst.BaseExpression:
-    """``e`` with the local tensors it reads replaced by the expressions that computed them."""
+def inline_locals(
+    edit: ClassEdit, e: cst.BaseExpression, depth: int = 0, method: MethodFacts | None = None
+) -> cst.BaseExpression:
+    """``e`` with the local tensors it reads replaced by the expressions that computed them.
+    ``method``: the locals are those of that method (a helper ``__init__`` calls), not of
+    ``__init__``; then every local is inlined, numbers too: nothing stores them on ``self``."""
     if depth > 4:
         raise Unfixable("the value is computed through too many local variables")
-    init = edit.init
+    init = edit.init if method is None else method
     replace = {}
     for name in list(names_in(e)):
         n = name.value
@@ -1197,7 +1202,7 @@ def inline_locals(edit: ClassEdit, e: cst.BaseExpression, depth: int = 0) -> cst
             not type(v) in (cst.List, cst.Tuple, cst.ListComp)
             and any(type(x) is cst.Call for x in walk_code(v))
         )
-        if not tensor:
+        if not tensor and method is None:
             continue  # a number: stored on self by store_names
         if len(values) != 1:
             raise Unfixable(f"the local `{n}` is assigned more than once")
@@ -1205,16 +1210,19 @@ def inline_locals(edit: ClassEdit, e: cst.BaseExpression, depth: int = 0) -> cst
             type(t.target) in (cst.Tuple, cst.List) for t in node.targets
         ):
             raise Unfixable(f"the local `{n}` is unpacked from a call")
-        edit.locate(node)  # a local computed inside a loop or `with` cannot be inlined
+        if method is None:
+            edit.locate(node)  # a local computed inside a loop or `with` cannot be inlined
+        elif (at := path_to(method.node.body, node)) is None or any(type(x) in NESTING for x in at):
+            raise Unfixable(f"the local `{n}` is computed inside a loop, `with` or `try`")
         if any(
             n in binds(line, edit.ctx.qualify)
-            for line in walk_code(edit.init.node)
+            for line in walk_code(init.node)
             if type(line) is cst.SimpleStatementLine and node not in line.body
         ):
             # ``coords[:, 0] += 1`` / ``coords.view(-1).add_(1)``: its value is not the
             # expression that created it
             raise Unfixable(f"the local `{n}` is changed in place")
-        inlined = inline_locals(edit, v, depth + 1)
+        inlined = inline_locals(edit, v, depth + 1, method)
         replace[id(name)] = inlined if name is e else _paren(inlined)
     return substitute(e, replace)
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import libcst as cst
 
 from metalint.fix.codemod import (
+    NESTING,
     ClassEdit,
     Rewrite,
     Unfixable,
@@ -370,14 +371,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     try:
         index, line, path = edit.locate(finding.node)
     except Unfixable as exc:
-        helper = next(
-            (
-                m
-                for m in cls.methods.values()
-                if m.name != "__init__" and path_to(m.node.body, finding.node) is not None
-            ),
-            None,
-        )
+        helper = helper_of(cls, finding.node)
         if helper is None:
             raise
         return _plan_in_helper(ctx, edit, finding.node, helper, str(exc))
@@ -429,9 +423,6 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     )
 
 
-_NESTING = (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.Lambda)
-
-
 def _helper_call(edit: ClassEdit, name: str, why: str):
     """The one statement ``self.<name>()`` of ``__init__`` (the only caller of ``name``): (its
     line, the index of its top-level statement, the path down to it)."""
@@ -451,9 +442,43 @@ def _helper_call(edit: ClassEdit, name: str, why: str):
     if len(call_lines) != 1 or sum(render(c.func).strip() == f"self.{name}" for c in sites) != 1:
         raise Unfixable(f"{why}: `__init__` does not call `{name}()` once, as a statement")
     found = edit._path(call_lines[0])
-    if found is None or any(isinstance(n, _NESTING) for n in found[1]):
+    if found is None or any(isinstance(n, NESTING) for n in found[1]):
         raise Unfixable(f"{why}: `__init__` calls `{name}()` inside a loop, `with` or `try`")
     return call_lines[0], found[0], found[1]
+
+
+def helper_of(cls, node: cst.CSTNode):
+    """The method other than ``__init__`` whose body holds ``node``, or None."""
+    return next(
+        (
+            m
+            for m in cls.methods.values()
+            if m.name != "__init__" and path_to(m.node.body, node) is not None
+        ),
+        None,
+    )
+
+
+def helper_statement(edit: ClassEdit, node: cst.CSTNode, helper, why: str):
+    """``node`` is in ``helper``, a private method that only ``__init__`` calls, once, as a
+    statement, and in a simple statement outside any loop, ``with`` or ``try`` of it: (the
+    call's line, the index of its top-level statement of ``__init__``, the path down to the
+    call, the statement line holding ``node``, the path from the helper's body down to
+    ``node``). Raises :class:`Unfixable` (``why``: the reason of the plain fix) otherwise."""
+    name = helper.name
+    if not name.startswith("_"):
+        raise Unfixable(
+            f"{why}: it is set in `{name}()`, a public method (a subclass may override it, a "
+            "caller may call it again)"
+        )
+    call_line, call_index, call_path = _helper_call(edit, name, why)
+    path = path_to(helper.node.body, node)
+    if path is None or any(isinstance(n, NESTING) for n in path):
+        raise Unfixable(f"{why}: the statement is inside a loop, `with`, `try` or nested function")
+    lines = [n for n in path if isinstance(n, cst.SimpleStatementLine)]
+    if not lines:
+        raise Unfixable(f"{why}: the value is not set by a simple statement")
+    return call_line, call_index, call_path, lines[-1], path
 
 
 def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -> Rewrite:
@@ -465,20 +490,8 @@ def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -
     values whose hook reads no name (``zeros``, ``ones``, a literal fill): nothing then draws
     at another point of construction, so eager values stay identical (safe)."""
     name = helper.name
-    if not name.startswith("_"):
-        raise Unfixable(
-            f"{why}: it is set in `{name}()`, a public method (a subclass may override it, a "
-            "caller may call it again)"
-        )
-    call_line, call_index, call_path = _helper_call(edit, name, why)
+    call_line, call_index, call_path, line, path = helper_statement(edit, node, helper, why)
     memo = edit.memo()
-    path = path_to(helper.node.body, node)
-    if path is None or any(isinstance(n, _NESTING) for n in path):
-        raise Unfixable(f"{why}: the statement is inside a loop, `with`, `try` or nested function")
-    lines = [n for n in path if isinstance(n, cst.SimpleStatementLine)]
-    if not lines:
-        raise Unfixable(f"{why}: the value is not set by a simple statement")
-    line = lines[-1]
     attr, data_arg, guard = _parameter(ctx, node, path)
     value = Value(data_arg.value, ctx)
     if value.random:

@@ -43,6 +43,7 @@ from metalint.fix.codemod import (
     stmt,
     torch_spelling,
 )
+from metalint.fix.parameter_from_value import helper_of, helper_statement
 from metalint.fix.recompute import draws, recompute_locals
 from metalint.static.construction import is_tensor
 from metalint.static.model import construction
@@ -91,7 +92,17 @@ def _set_with_others(edit: ClassEdit, index: int, node: cst.CSTNode) -> bool:
 def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     node = finding.node
-    index, line, path = edit.locate(node)
+    helper = None
+    try:
+        index, line, path = edit.locate(node)
+    except Unfixable as exc:
+        # set in a private method that ``__init__`` calls once (speechbrain ``SincConv.
+        # _init_sinc_conv()``'s Hamming window ``self.window_``): registered there, and ML002's
+        # fix then computes it in a hook (``refusal`` asks it first)
+        helper = helper_of(cls, node)
+        if helper is None:
+            raise
+        index, line = helper_statement(edit, node, helper, str(exc))[1:4:2]
     if isinstance(node, cst.Assign):
         if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Attribute):
             raise Unfixable("the tensor is assigned with several targets")
@@ -115,28 +126,42 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     new_line = line.with_changes(
         body=[stmt(f'self.register_buffer("{attr}", {value}, persistent=False)').body[0]]
     )
-    edit.replace[id(line)] = (line, [new_line])
-    for why in _other_assignments(ctx, edit, cls, node, target):
+    if helper is None:
+        edit.replace[id(line)] = (line, [new_line])
+    else:
+        edit.replace_in_method(helper.node, line, [new_line])
+    for why in _other_assignments(ctx, edit, cls, node, target, index, helper):
         edit.unsafe.append(why)
     return edit.rewrite(
         f'Register `{attr}` with `self.register_buffer("{attr}", ..., persistent=False)`'
     )
 
 
-def _other_assignments(ctx, edit: ClassEdit, cls, node, target: str) -> Iterator[str]:
+def _other_assignments(
+    ctx, edit: ClassEdit, cls, node, target: str, index: int, helper=None
+) -> Iterator[str]:
     """Why another assignment of ``target`` makes the rewrite unsafe (one reason each);
-    raises :class:`Unfixable` when ``__init__`` assigns it before ``node``."""
+    raises :class:`Unfixable` when ``__init__`` assigns it before ``node`` (before the call of
+    ``helper``, the method holding ``node``, at top-level statement ``index``, or earlier in
+    that method)."""
     attr = target[5:]
     order = {id(n): i for i, n in enumerate(walk_code(edit.init.node))}
+    at = node if helper is None else edit.init_body[index]
+    inside = {id(n): i for i, n in enumerate(walk_code(helper.node))} if helper else {}
     built = {m.name for m in construction(cls)} - {"__init__"}
     for m in cls.methods.values():
         for a in m.assigns:
             if a.node is node or not (a.target == target or a.target.startswith(target + ".")):
                 continue
+            if helper is not None and m is helper and inside[id(a.node)] < inside[id(node)]:
+                raise Unfixable(
+                    f"`{m.name}()` sets `self.{attr}` earlier: `register_buffer` refuses an "
+                    "existing attribute"
+                )
             if m.name == "__init__":
-                if _exclusive(edit, a.node, node):
+                if helper is None and _exclusive(edit, a.node, node):
                     continue
-                if order.get(id(a.node), -1) < order[id(node)]:
+                if order.get(id(a.node), -1) < order[id(at)]:
                     raise Unfixable(
                         f"`__init__` sets `self.{attr}` earlier: `register_buffer` refuses an "
                         "existing attribute"
@@ -146,7 +171,7 @@ def _other_assignments(ctx, edit: ClassEdit, cls, node, target: str) -> Iterator
                 if not calls:
                     yield f"`{m.name}()`, which construction calls, also assigns `self.{attr}`"
                     continue
-                if min(calls) < edit.top_index_of(node):
+                if m is not helper and min(calls) < index:
                     raise Unfixable(
                         f"`__init__` calls `{m.name}()`, which sets `self.{attr}`, earlier: "
                         "`register_buffer` refuses an existing attribute"

@@ -110,6 +110,14 @@ class BufferFromValue(Rule):
     copying a tensor to the host (torch-geometric's `orthogonal_matrix`: `torch.linalg.qr(
     mat.cpu())`; under meta the hook would raise).
 
+    A buffer registered in a private method that only `__init__` calls, once, as a statement
+    (speechbrain's `_init_drop()` registering its dropout masks) keeps its registration there;
+    the hook computes the value again, the method's locals inlined, and copies it in: safe for
+    a value that draws nothing, unsafe for one that draws or calls a child module (its
+    `self.drop(torch.ones(n, h))` is drawn a second time). Not fixed when the method is public
+    (a subclass may override it), or the value reads an argument of the method or an attribute
+    set again after the registration (`__init__` making `self.drop` anew after the call).
+
     A buffer from the caller's tensor keeps that tensor on `self` (`self._category =
     category`, as for any constructor argument a computation reads) and copies it in the hook
     (`self.category.copy_(self._category)`), only where the buffer is a tensor when the

@@ -90,7 +90,10 @@ class PlainTensorAttribute(Rule):
     `super().__init__()`, when the assignment has several targets or shares its line with other
     statements, when the target is not an attribute of `self`, or when ML002's fix could not
     then re-create the value in a hook (a local computed by code a hook cannot copy):
-    registered, the buffer would be uninitialised after `to_empty()`.
+    registered, the buffer would be uninitialised after `to_empty()`. A tensor set in a private
+    method that only `__init__` calls, once, as a statement (speechbrain `SincConv.
+    _init_sinc_conv()`'s Hamming window) is registered there; ML002's fix then computes it in
+    the hook.
 
     Tensors an `if` of `__init__` computes together, from each other (monai `Scheduler`:
     `self.betas, self.alphas, self.alphas_cumprod = noise_sched`, else `self.alphas = 1.0 -
