@@ -452,6 +452,61 @@ SIZE_FACTORIES = frozenset(
 SIZE_METHODS = frozenset(
     {"view", "reshape", "expand", "repeat", "new_empty", "new_zeros", "new_ones", "new_full"}
 )
+#: ops whose output's shape depends on the values of their input: they have no meta kernel
+#: (``NotImplementedError`` for ``aten::nonzero``, ``aten::_unique2``, ...), so running one on a
+#: meta tensor during construction stops the meta build. ``torch.where`` with one argument is
+#: ``nonzero``; ``repeat_interleave`` is one only when its repeats are a tensor and no
+#: ``output_size`` is given (e3nn ``LowPassFilter``'s ``x[x.abs() <= 1]`` is ``nonzero`` too)
+VALUE_SHAPED_FUNCTIONS = frozenset(
+    {
+        "torch.nonzero",
+        "torch.argwhere",
+        "torch.masked_select",
+        "torch.unique",
+        "torch.unique_consecutive",
+        "torch.bincount",
+    }
+)
+VALUE_SHAPED_METHODS = frozenset(
+    {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount"}
+)
+#: calls that make a boolean tensor from tensors (a mask: ``t[mask]`` is ``nonzero``)
+BOOLEAN_FUNCTIONS = frozenset(
+    {
+        "torch.isnan",
+        "torch.isinf",
+        "torch.isfinite",
+        "torch.isclose",
+        "torch.logical_and",
+        "torch.logical_or",
+        "torch.logical_not",
+        "torch.logical_xor",
+        "torch.eq",
+        "torch.ne",
+        "torch.lt",
+        "torch.le",
+        "torch.gt",
+        "torch.ge",
+    }
+)
+BOOLEAN_METHODS = frozenset(
+    {
+        "bool",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "logical_xor",
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+    }
+)
 #: calls that return a tuple of tensors: iterating or indexing it gives tensors
 SEQUENCE_METHODS = frozenset({"split", "chunk", "unbind", "tensor_split"})
 SEQUENCE_FUNCTIONS = frozenset(

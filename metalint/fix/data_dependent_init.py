@@ -53,8 +53,7 @@ from metalint.static.ownership import (
     meta_tensor,
     meta_tensor_sequence,
     own_tensor_names,
-    size_tensors,
-    truthiness_tensors,
+    value_reads,
 )
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import keyword, walk_code
@@ -66,7 +65,6 @@ from metalint.vocabulary import (
     HOST_READS,
     NOT_TENSOR_METHODS,
     RANDOM_FACTORIES,
-    SCALAR_CASTS,
     TENSOR_ATTRIBUTES,
 )
 
@@ -92,13 +90,15 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if _moves_self(node):
         return _guard_move(edit, node)
     own = own_tensor_names(cls, ctx.qualify)
-    read = _read_tensor(node)
-    if read is None and _condition_part(node, ctx, init, own):
-        read = node  # ``if (counts < 0).any():``: the condition's tensor is itself the read
-    if read is None and any(part is node for part in _size_parts(ctx, init, own)):
-        read = node  # ``torch.ones(torch.prod(win))``: the size is itself the read
-    if read is None or not meta_tensor(read, ctx.qualify, init, own):
+    found = next((r for r in value_reads(init, ctx.qualify, own) if r.node is node), None)
+    if found is None:
         raise Unfixable("not a read of a tensor created in `__init__`")
+    if found.kind in ("shape", "mask"):
+        raise Unfixable(
+            "an op whose output's shape depends on the values (`nonzero`, a boolean mask): "
+            "compute the whole value on the CPU by hand"
+        )
+    read = found.tensor
     follow = _Follow(ctx, edit, own, node)
     follow(read)
     chain = follow.chain
@@ -177,45 +177,9 @@ def _only_read(init: MethodFacts, chain: _Chain, reads) -> set[str]:
     return found
 
 
-def _read_tensor(node: cst.CSTNode) -> cst.BaseExpression | None:
-    """The tensor whose value ``node`` reads: ``t`` of ``t.item()`` / ``float(t)``, or the
-    condition part itself (``if mask.any():``)."""
-    if isinstance(node, cst.Call):
-        f = node.func
-        if isinstance(f, cst.Attribute) and f.attr.value in HOST_READS:
-            return f.value
-        if isinstance(f, cst.Name) and f.value in SCALAR_CASTS and len(node.args) == 1:
-            return node.args[0].value
-        return None
-    return node if isinstance(node, cst.BaseExpression) else None
-
-
-def _condition_part(node: cst.CSTNode, ctx: RuleContext, init: MethodFacts, own) -> bool:
-    """Is ``node`` a tensor whose truth value a condition of ``__init__`` reads (what the rule
-    reports for ``if (counts < 0).any():``)?"""
-    return any(
-        part is node
-        for cond in init.conditions
-        for part in truthiness_tensors(cond, ctx.qualify, init, own)
-    )
-
-
 def _reads(ctx: RuleContext, init: MethodFacts, own) -> list[cst.BaseExpression]:
-    """Every expression of ``__init__`` whose value is read (what the rule reports there)."""
-    out: list[cst.BaseExpression] = []
-    for call in init.calls:
-        t = _read_tensor(call.node)
-        if t is not None and meta_tensor(t, ctx.qualify, init, own):
-            out.append(t)
-    for cond in init.conditions:
-        out.extend(truthiness_tensors(cond, ctx.qualify, init, own))
-    out.extend(_size_parts(ctx, init, own))
-    return out
-
-
-def _size_parts(ctx: RuleContext, init: MethodFacts, own) -> list[cst.BaseExpression]:
-    """The tensors ``__init__`` passes as sizes (``torch.ones(n)``, ``t.view(n, 1)``)."""
-    return [p for call in init.calls for p in size_tensors(call.node, ctx.qualify, init, own)]
+    """Every tensor of ``__init__`` whose value is read (what the rule reports there)."""
+    return [r.tensor for r in value_reads(init, ctx.qualify, own)]
 
 
 @dataclass

@@ -11,16 +11,10 @@ from metalint.static.model import (
     construction,
     function_facts,
 )
-from metalint.static.ownership import (
-    meta_tensor,
-    own_tensor_names,
-    size_tensors,
-    truthiness_tensors,
-)
+from metalint.static.ownership import own_tensor_names, value_reads
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
 from metalint.static.tensors import meta_guarded
-from metalint.vocabulary import HOST_READS, SCALAR_CASTS
 
 #: module methods that return the module itself, converted (``self.half().cuda()``)
 MODULE_CASTS = frozenset({"half", "float", "double", "bfloat16", "to", "train", "eval"})
@@ -36,7 +30,11 @@ class DataDependentInit(Rule):
     cannot be copied), a tensor used as a condition (`if mask.any():`,
     `assert (x > 0).all()`, `while t < n:`), or a tensor used as a size
     (`torch.ones(n)`, `torch.zeros([n, 1])`, `torch.arange(n)`, `t.view(n, *shape)`,
-    `t.new_zeros(n)`: torch turns it into a Python int). Only expressions known to be tensors are
+    `t.new_zeros(n)`: torch turns it into a Python int), or an op whose output's shape depends on
+    the values (`t.nonzero()`, `torch.unique(t)`, `torch.where(mask)`, `t.masked_select(m)`,
+    `t.bincount()`, `t.repeat_interleave(counts)` without `output_size`, and indexing by a boolean
+    mask, `x[x.abs() <= 1]`, as e3nn's `LowPassFilter` does: none has a meta kernel). Only
+    expressions known to be tensors are
     reported: torch factories without an explicit real device (`torch.linspace(...)`,
     `torch.tensor(...)`), arithmetic and methods on them, locals and loop variables holding
     them, and own buffers/parameters made from them. Shape queries (`t.shape`, `t.size(0)`,
@@ -95,7 +93,9 @@ class DataDependentInit(Rule):
     a caller's tensor on another device holds the same values). Not fixed: a random draw (`torch.randperm(n).tolist()`: built on meta, the
     CPU generator is not where it is eagerly, so the value read would differ), uninitialised
     memory, a factory that already names a device or takes `**kwargs`, a value read from the
-    module's own tensors or a tensor argument, a read in a helper.
+    module's own tensors or a tensor argument, a read in a helper, an op whose output's shape
+    depends on the values (the tensors it makes are usually kept: compute the whole value on the
+    CPU by hand).
 
     A module moving itself (`self.to(self.device)` at the end of `__init__`, peft's
     `MontecloraSampler`) is put under the guard peft writes for its own moves of adapters:
@@ -174,6 +174,25 @@ class ViT(nn.Module):
         dpr = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
         cpu_dpr = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
         self.blocks = nn.ModuleList(nn.Dropout(p) for p in dpr)
+""",
+        # value-shaped ops on CPU tensors, integer indices, a repeat count that is an int,
+        # ``output_size`` given, ``torch.where`` with three arguments: all fine on meta
+        """
+import torch
+from torch import nn
+
+class Lattice(nn.Module):
+    def __init__(self, size, idx):
+        super().__init__()
+        r = torch.linspace(-1, 1, size, device="cpu")
+        kept = r[r.abs() <= 1].nonzero()
+        t = torch.linspace(-1, 1, size)
+        a = t[torch.arange(2)]
+        b = t.repeat_interleave(2)
+        c = t[:2].repeat_interleave(torch.tensor([1, 2]), output_size=3)
+        d = torch.where(t > 0, t, 0.0)
+        e = t[idx]
+        self.register_buffer("grid", a.sum() + b.sum() + c.sum() + d + e.sum())
 """,
         # shape queries work on meta; a tensor argument's value is unknown (not reported)
         """
@@ -336,6 +355,26 @@ class WindowAttention(nn.Module):
         for r in torch.linspace(0, 1, window):
             self.rates = int(r)  # ERROR
 """,
+        # e3nn LowPassFilter: a lattice cut by a boolean mask, and other ops whose output's
+        # shape depends on the values (no meta kernel: ``aten::nonzero``, ``aten::_unique2``)
+        """
+import torch
+from torch import nn
+
+class LowPassFilter(nn.Module):
+    def __init__(self, size, steps=(1, 1, 1), counts=(1, 2)):
+        super().__init__()
+        r = torch.linspace(-1, 1, size)
+        x = r * steps[0] / min(steps)
+        x = x[x.abs() <= 1]  # ERROR
+        keep = (r > 0) & ~torch.isnan(r)
+        y = r[keep]  # ERROR
+        index = ((r < 1) & (r > 0)).nonzero().T  # ERROR
+        levels = torch.unique(torch.round(r * 4))  # ERROR
+        rep = r[:2].repeat_interleave(torch.tensor(counts))  # ERROR
+        where = torch.where(r > 0)  # ERROR
+        self.register_buffer("kernel", torch.exp(-x.pow(2)))
+""",
         # an audio encoder that moves itself at the end of __init__
         """
 import torch
@@ -434,24 +473,22 @@ class SpeechEncoder(nn.Module):
 
     def _read_nodes(self, method, own) -> Iterable[tuple[cst.CSTNode, str]]:
         """The reads of a tensor's value in ``method``, each with how the message names it."""
-        for call in method.calls:
-            node = call.node
-            if call.method in HOST_READS and type(node.func) is cst.Attribute:
-                if meta_tensor(node.func.value, self.qualify, method, own):
-                    yield node, f"`{short(node, 50)}`"
-            elif (
-                type(node.func) is cst.Name
-                and node.func.value in SCALAR_CASTS
-                and call.qualname is None
-                and len(node.args) == 1
-                and meta_tensor(node.args[0].value, self.qualify, method, own)
-            ):
+        for read in value_reads(method, self.qualify, own):
+            node = read.node
+            if read.kind in ("host", "cast"):
                 yield node, f"`{short(node, 50)}`"
-            for part in size_tensors(node, self.qualify, method, own):
-                yield part, f"`{short(part, 30)}`, a size of `{short(node, 40)}`,"
-        for cond in method.conditions:
-            for part in truthiness_tensors(cond, self.qualify, method, own):
-                yield part, f"the condition `{short(part, 50)}` (a tensor's truth value)"
+            elif read.kind == "size":
+                yield node, f"`{short(node, 30)}`, a size of `{short(read.site, 40)}`,"
+            elif read.kind == "shape":
+                yield (
+                    node,
+                    f"`{short(read.site, 50)}` (an op whose output's shape depends on the values "
+                    f"of `{short(node, 30)}`; it has no meta kernel)",
+                )
+            elif read.kind == "mask":
+                yield node, f"indexing by the boolean mask `{short(node, 40)}` (`nonzero`)"
+            else:
+                yield node, f"the condition `{short(node, 50)}` (a tensor's truth value)"
 
     def _moves_self(self, call) -> bool:
         """``self.to(device)``, ``self.to(device=d)``, ``self.cuda()``, ``self.cpu()``, also at

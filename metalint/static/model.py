@@ -38,6 +38,11 @@ class AttrAssign:
     augmented: bool = False
 
 
+#: index expressions that may be a boolean mask (a comparison, ``&``/``|``/``~`` of masks, a
+#: local or a call holding one)
+_MASK_SYNTAX = (cst.Comparison, cst.BinaryOperation, cst.UnaryOperation, cst.Name, cst.Call)
+
+
 @dataclass
 class MethodFacts:
     name: str
@@ -57,6 +62,8 @@ class MethodFacts:
     loops: list[tuple[cst.CSTNode, tuple[str, ...], cst.BaseExpression]] = field(
         default_factory=list
     )
+    #: subscripts whose index may be a boolean mask (``x[x.abs() <= 1]``, ``t[mask]``, ``t[~m]``)
+    masked: list[cst.Subscript] = field(default_factory=list)
 
     @property
     def arguments(self) -> set[str]:
@@ -322,6 +329,13 @@ class FactCollector:
         self.loop -= 1
         if self._for_stack and self._for_stack[-1] is original_node:
             self._for_stack.pop()
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if self.method is not None and any(
+            type(el.slice) is cst.Index and type(el.slice.value) in _MASK_SYNTAX
+            for el in node.slice
+        ):
+            self.method.masked.append(node)
 
     def visit_CompFor(self, node: cst.CompFor) -> None:
         if self.method is not None:

@@ -7,6 +7,7 @@ ML010, ML011, ML012). Works on the facts of :mod:`metalint.static.model`; never 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -15,20 +16,26 @@ from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
 from metalint.static.syntax import code_children, is_none, keyword, walk_code
 from metalint.vocabulary import (
+    BOOLEAN_FUNCTIONS,
+    BOOLEAN_METHODS,
     BUFFER_CLASSES,
     CPU_CONSTRUCTORS,
     EMPTY_FACTORIES,
+    HOST_READS,
     NOT_TENSOR_FUNCTIONS,
     NOT_TENSOR_METHODS,
     PARAMETER_CLASSES,
     PARAMETER_CONTAINERS,
     RANDOM_FACTORIES,
+    SCALAR_CASTS,
     SEQUENCE_FUNCTIONS,
     SEQUENCE_METHODS,
     SIZE_FACTORIES,
     SIZE_METHODS,
     TENSOR_ATTRIBUTES,
     VALUE_FACTORIES,
+    VALUE_SHAPED_FUNCTIONS,
+    VALUE_SHAPED_METHODS,
 )
 
 
@@ -251,6 +258,127 @@ def size_tensors(
         for part in parts:
             if meta_tensor(part, qualify, method, own):
                 yield part
+
+
+@dataclass(frozen=True)
+class ValueRead:
+    """Construction reading a meta tensor's value (ML008's finding, and what its fix follows
+    back to the factories): ``node`` is where it is read, ``tensor`` the tensor read, ``kind``
+    how: ``host`` (``t.item()``, ``t.tolist()``, ``t.numpy()``), ``cast`` (``float(t)``),
+    ``size`` (``torch.ones(n)``), ``condition`` (``if t.any():``), ``shape`` (an op whose
+    output's shape depends on the values: ``t.nonzero()``), ``mask`` (``x[x > 0]``)."""
+
+    node: cst.CSTNode
+    tensor: cst.BaseExpression
+    kind: str
+    #: the call or subscript the read is part of (``torch.ones(n)`` for ``n``)
+    site: cst.CSTNode
+
+
+def value_reads(method: MethodFacts, qualify, own: set[str] | None = None) -> Iterator[ValueRead]:
+    """Every read of a meta tensor's value in ``method``, in the order ML008 reports them."""
+    for call in method.calls:
+        node = call.node
+        func = node.func
+        if call.method in HOST_READS and type(func) is cst.Attribute:
+            if meta_tensor(func.value, qualify, method, own):
+                yield ValueRead(node, func.value, "host", node)
+        elif (
+            type(func) is cst.Name
+            and func.value in SCALAR_CASTS
+            and call.qualname is None
+            and len(node.args) == 1
+            and meta_tensor(node.args[0].value, qualify, method, own)
+        ):
+            yield ValueRead(node, node.args[0].value, "cast", node)
+        for part in size_tensors(node, qualify, method, own):
+            yield ValueRead(part, part, "size", node)
+        for part in value_shaped_tensors(node, qualify, method, own):
+            yield ValueRead(part, part, "shape", node)
+    for sub in method.masked:
+        for part in mask_tensors(sub, qualify, method, own):
+            yield ValueRead(part, part, "mask", sub)
+    for cond in method.conditions:
+        for part in truthiness_tensors(cond, qualify, method, own):
+            yield ValueRead(part, part, "condition", cond)
+
+
+def value_shaped_tensors(
+    call: cst.Call, qualify, method: MethodFacts, own: set[str] | None = None
+) -> Iterator[cst.BaseExpression]:
+    """Meta tensors a call runs an op on whose output's shape depends on their values
+    (``t.nonzero()``, ``torch.unique(t)``, ``torch.where(mask)``, ``torch.masked_select(t, m)``,
+    ``t.repeat_interleave(counts)``): no such op has a meta kernel, so the meta build raises
+    (``NotImplementedError: ... aten::nonzero``). Each part is yielded once."""
+    func = call.func
+    q = qualify(func)
+    args = [a for a in call.args if a.keyword is None]
+    if q in VALUE_SHAPED_FUNCTIONS or (q == "torch.where" and len(call.args) == 1):
+        parts = [a.value for a in args[:2]]
+    elif q is None and type(func) is cst.Attribute and func.attr.value in VALUE_SHAPED_METHODS:
+        parts = [func.value, *(a.value for a in args[:1])]
+    elif q == "torch.repeat_interleave" or (
+        q is None and type(func) is cst.Attribute and func.attr.value == "repeat_interleave"
+    ):
+        if keyword(call, "output_size") is not None:
+            return
+        repeats = keyword(call, "repeats")
+        if repeats is None:
+            rest = args[1:] if q == "torch.repeat_interleave" else args
+            repeats = rest[0].value if rest else None
+        parts = [repeats] if repeats is not None else []
+    else:
+        return
+    for part in parts:
+        if meta_tensor(part, qualify, method, own):
+            yield part
+            return
+
+
+def mask_tensors(
+    subscript: cst.Subscript, qualify, method: MethodFacts, own: set[str] | None = None
+) -> Iterator[cst.BaseExpression]:
+    """Boolean meta tensors a subscript indexes with (e3nn ``LowPassFilter``:
+    ``x = x[x.abs() <= 1]``): indexing by a mask is ``nonzero``, which has no meta kernel."""
+    for el in subscript.slice:
+        if type(el.slice) is not cst.Index:
+            continue
+        index = el.slice.value
+        if _boolean(index, qualify, method) and meta_tensor(index, qualify, method, own):
+            yield index
+
+
+def _boolean(expr: cst.BaseExpression, qualify, method: MethodFacts, depth: int = 0) -> bool:
+    """``expr`` certainly makes a boolean tensor when it makes a tensor: a comparison (not
+    ``is``), ``&``/``|``/``^``/``~`` of such, a boolean torch function or method, a local every
+    assignment of which is one."""
+    if depth > 4:
+        return False
+    rec = lambda e: _boolean(e, qualify, method, depth + 1)  # noqa: E731
+    t = type(expr)
+    if t is cst.Comparison:
+        return not any(
+            type(c.operator) in (cst.Is, cst.IsNot, cst.In, cst.NotIn) for c in expr.comparisons
+        )
+    if t is cst.BinaryOperation:
+        return type(expr.operator) in (cst.BitAnd, cst.BitOr, cst.BitXor) and (
+            rec(expr.left) and rec(expr.right)
+        )
+    if t is cst.UnaryOperation:
+        return type(expr.operator) is cst.BitInvert and rec(expr.expression)
+    if t is cst.Call:
+        q = qualify(expr.func)
+        if q in BOOLEAN_FUNCTIONS:
+            return True
+        return (
+            q is None
+            and type(expr.func) is cst.Attribute
+            and expr.func.attr.value in BOOLEAN_METHODS
+        )
+    if t is cst.Name:
+        values = method.local_values.get(expr.value)
+        return bool(values) and all(v is not expr and rec(v) for _, v in values)
+    return False
 
 
 def child_chain(parts: list[str] | None, own: set[str]) -> bool:
