@@ -67,6 +67,9 @@ class Fix:
     edits: tuple[Edit, ...] = ()
     #: the init hook the fix puts code in (``reset_parameters``), if any
     hook: str | None = None
+    #: the init hook the fix that must follow it puts code in: ML007's fix registers a buffer
+    #: whose value ML002's fix then re-creates there, the next round
+    then_hook: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -76,6 +79,8 @@ class Fix:
         }
         if self.hook is not None:
             out["hook"] = self.hook
+        if self.then_hook is not None:
+            out["then_hook"] = self.then_hook
         return out
 
     @classmethod
@@ -87,6 +92,7 @@ class Fix:
             data.get("message", ""),
             tuple(Edit.from_json(e) for e in data.get("edits", ())),
             data.get("hook"),
+            data.get("then_hook"),
         )
 
 

@@ -511,6 +511,84 @@ def test_file_changed_since_read_is_not_written(cli, tmp_path, monkeypatch):
     assert target.read_text() == edited
 
 
+def test_a_buffer_whose_recompute_the_tree_refuses_is_not_registered(tmp_path, monkeypatch):
+    # monai DiNTS's idiom: ``TopologyConstruction.arch_code_a`` is a plain CPU tensor, which
+    # survives ``to_empty()``; registered as a buffer whose value ML002's fix may not
+    # re-create (a subclass defines its own ``reset_parameters()``) it is garbage after it.
+    # ML007's fix asks the tree the question ML002's asks. Fails before: the attribute was
+    # registered, and ML002's fix then refused
+    (tmp_path / "m.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Topology(nn.Module):\n"
+        "    def __init__(self, num_blocks=2, num_depths=2):\n"
+        "        super().__init__()\n"
+        "        code2out = []\n"
+        "        for m in range(num_depths):\n"
+        "            code2out.extend([m, m, m])\n"
+        "        self.code2out = code2out[1:-1]\n"
+        "        arch_code_a = torch.ones((num_blocks, len(self.code2out)), device='cpu')\n"
+        "        self.arch_code_a = arch_code_a\n\n\n"
+        "class Search(Topology):\n"
+        "    def __init__(self, num_blocks=2, num_depths=2):\n"
+        "        super().__init__(num_blocks, num_depths)\n"
+        "        self.log_alpha_a = nn.Parameter(torch.empty(num_blocks, len(self.code2out)))\n"
+        "        self.reset_parameters()\n\n"
+        "    def reset_parameters(self):\n"
+        "        nn.init.normal_(self.log_alpha_a, 0, 0.01)\n"
+    )
+    before = (tmp_path / "m.py").read_bytes()
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path)
+    assert (tmp_path / "m.py").read_bytes() == before
+    assert (
+        "ML007 `arch_code_a` is a tensor stored as a plain attribute" in out
+        and "[not fixed: the buffer's value would be re-created in `reset_parameters()` by "
+        "ML002's fix, which is refused: subclass `m.Search` defines its own "
+        "`reset_parameters()`]"
+        in out
+    ), out
+
+
+def test_a_buffer_waits_for_the_hook_its_subclass_gets_in_the_same_run(tmp_path, monkeypatch):
+    # monai DiNTS exactly: ``TopologySearch``'s own ``reset_parameters()`` is made by the fix
+    # of its architecture weights, in the run that would register ``arch_code_a``. ML007's
+    # fix yields to it (kin classes) and is then refused. Fails before: both fixes went in
+    # one round, and ML002's fix was then refused (the probe failed DiNTS)
+    (tmp_path / "m.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Topology(nn.Module):\n"
+        "    def __init__(self, num_blocks=2, num_depths=2):\n"
+        "        super().__init__()\n"
+        "        self.code2out = [m for m in range(num_depths) for _ in range(3)][1:-1]\n"
+        "        arch_code_a = torch.ones((num_blocks, len(self.code2out)), device='cpu')\n"
+        "        self.arch_code_a = arch_code_a\n\n\n"
+        "class Search(Topology):\n"
+        "    def __init__(self, num_blocks=2, num_depths=2):\n"
+        "        super().__init__(num_blocks, num_depths)\n"
+        "        self.log_alpha_a = nn.Parameter(\n"
+        "            torch.zeros(num_blocks, len(self.code2out)).normal_(0, 0.01)\n"
+        "        )\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path)
+    text = (tmp_path / "m.py").read_text()
+    assert "self.arch_code_a = arch_code_a" in text and "register_buffer" not in text, text
+    assert "    def reset_parameters(self):\n        with torch.no_grad():\n" in text, text
+    assert "subclass `m.Search` defines its own `reset_parameters()`]" in out, out
+
+
+def test_the_tree_refuses_a_hook_with_one_typed_answer():
+    # ML007's fix and the fixes that put code in a hook ask ``hook_refusal``: its kinds
+    from metalint.fix.apply import HookRefusal
+
+    why = HookRefusal("subclass_hook", "m.Search", "reset_parameters")
+    assert str(why) == "subclass `m.Search` defines its own `reset_parameters()`"
+    assert why.follow_up().endswith("which is refused: " + str(why))
+    assert str(HookRefusal("base_unknown", "x.Base", "reset_parameters")) == (
+        "base class `x.Base` is not among the checked files"
+    )
+
+
 def test_a_rewrite_that_does_not_parse_is_never_kept(tmp_path, monkeypatch):
     from metalint.fix import registry
 

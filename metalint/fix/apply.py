@@ -102,29 +102,18 @@ class Fixer:
         return diags, Hierarchy(results)
 
     def blocked(self, d: Diagnostic, h: Hierarchy) -> str | None:
-        """Why the whole tree forbids this fix (None: it does not)."""
-        hook = d.fix.hook if d.fix is not None else None
-        if hook is None or d.condition is None:
-            return None  # the fix puts nothing in a hook
-        me = h.classes.get(d.condition.cls)
-        if me is None:
+        """Why the whole tree forbids this fix (None: it does not): the hook it puts code in,
+        or the hook the fix that must follow it does (ML007's buffer, whose value ML002's fix
+        computes next round: registered and then left uncomputed, it is uninitialised after
+        ``to_empty()``, worse than the plain attribute it was)."""
+        if d.fix is None or d.condition is None:
             return None
-        for other in h.classes.values():
-            if other.fullname == me.fullname:
-                continue
-            defined = getattr(other, "methods", None) or other.hooks
-            if me.fullname in h.bases(other.fullname) and hook in defined:
-                return f"subclass `{other.fullname}` defines its own `{hook}()`"
-        for b in me.bases:
-            if b.startswith("torch.nn."):
-                continue
-            r = h.resolve(b)
-            if r is None:
-                return f"base class `{b}` is not among the checked files"
-            if h.hook_tensors(r, RESET_HOOK) is not None and RESET_HOOK not in me.hooks:
-                # a new hook would override the base's; one the class defines already does
-                # (peft's GloraEmptyPath overrides its base's abstract ``reset_parameters``)
-                return f"base class `{r}` has its own `reset_parameters()`"
+        if d.fix.hook is not None:
+            why = hook_refusal(h, d.condition.cls, d.fix.hook)
+            return None if why is None else str(why)
+        if d.fix.then_hook is not None:
+            why = hook_refusal(h, d.condition.cls, d.fix.then_hook)
+            return None if why is None else f"{why.follow_up()}"
         return None
 
     def applicable(self, d: Diagnostic) -> bool:
@@ -175,6 +164,7 @@ class Fixer:
         """The fixes of one round: applicable, not forbidden by the tree, at most one per class,
         no overlapping lines."""
         picked: list[Diagnostic] = []
+        waiting: list[Diagnostic] = []  # fixes whose follow-up puts code in a hook
         rows: list[tuple[int, int]] = []
         # fixes that rewrite a value where ``__init__`` makes it (ML008's ``device="cpu"``,
         # ML009's ``torch.empty`` and ``device=``) go first: a fix that later copies that value
@@ -204,7 +194,7 @@ class Fixer:
             if why:
                 ff.refused[(d.code, d.start.row, d.symbol or "")] = why
                 continue
-            if any(_related(d.symbol, {p.symbol}) for p in picked):
+            if any(_related(d.symbol, {p.symbol}) for p in (*picked, *waiting)):
                 continue
             if any(_kin(h, d, p) for p in picked):
                 # a base class and its subclass both given a hook in one round: neither saw
@@ -215,8 +205,20 @@ class Fixer:
             span = (min(e.start.row for e in d.fix.edits), max(e.end.row for e in d.fix.edits))
             if any(not (span[1] < a or b < span[0]) for a, b in rows):
                 continue
-            picked.append(d)
             rows.append(span)
+            if d.fix.hook is None and d.fix.then_hook is not None:
+                waiting.append(d)
+            else:
+                picked.append(d)
+        # a fix whose follow-up puts code in a hook (ML007's: ML002's fix, next round) yields
+        # to a fix of a kin class that puts code in one now, wherever it stands in the file:
+        # next round ``blocked`` then answers for the follow-up with that hook in place. monai
+        # ``TopologyConstruction.arch_code_a`` became a buffer in the round its subclass
+        # ``TopologySearch`` got its own ``reset_parameters()``; ML002's fix was then refused
+        # and the buffer left uninitialised after ``to_empty()`` (the probe failed DiNTS).
+        for d in waiting:
+            if not any(_kin(h, d, p) for p in picked):
+                picked.append(d)
         return picked
 
     def _give_up(self, ff: FileFix, why: str) -> FileFix:
@@ -236,13 +238,73 @@ class Fixer:
         return REASONS.get((ff.display, d.code, d.start.row))
 
 
+@dataclass(frozen=True)
+class HookRefusal:
+    """Why the tree forbids putting code in ``hook`` of a class: ``kind`` is
+    ``"subclass_hook"`` (``other``, a subclass, defines its own ``hook``: a new one would
+    never run for it), ``"base_unknown"`` (base class ``other`` is not among the checked
+    files) or ``"base_hook"`` (base class ``other`` has its own ``reset_parameters()``, which
+    a new one would override)."""
+
+    kind: str
+    other: str
+    hook: str
+
+    def __str__(self) -> str:
+        if self.kind == "subclass_hook":
+            return f"subclass `{self.other}` defines its own `{self.hook}()`"
+        if self.kind == "base_unknown":
+            return f"base class `{self.other}` is not among the checked files"
+        return f"base class `{self.other}` has its own `{RESET_HOOK}()`"
+
+    def follow_up(self) -> str:
+        """The reason of a fix whose follow-up (ML002's fix) would be refused for this."""
+        return (
+            f"the buffer's value would be re-created in `{self.hook}()` by ML002's fix, which "
+            f"is refused: {self}"
+        )
+
+
+def hook_refusal(h: Hierarchy, cls: str, hook: str) -> HookRefusal | None:
+    """Why the whole tree forbids a fix putting code in ``hook`` of class ``cls`` (None: it
+    does not). One answer for a fix that puts code there (ML001, ML002, ML003, ...) and for
+    ML007's, whose buffer ML002's fix re-creates there the next round."""
+    me = h.classes.get(cls)
+    if me is None:
+        return None
+    for other in h.classes.values():
+        if other.fullname == me.fullname:
+            continue
+        defined = getattr(other, "methods", None) or other.hooks
+        if me.fullname in h.bases(other.fullname) and hook in defined:
+            return HookRefusal("subclass_hook", other.fullname, hook)
+    for b in me.bases:
+        if b.startswith("torch.nn."):
+            continue
+        r = h.resolve(b)
+        if r is None:
+            return HookRefusal("base_unknown", b, hook)
+        if h.hook_tensors(r, RESET_HOOK) is not None and RESET_HOOK not in me.hooks:
+            # a new hook would override the base's; one the class defines already does
+            # (peft's GloraEmptyPath overrides its base's abstract ``reset_parameters``)
+            return HookRefusal("base_hook", r, hook)
+    return None
+
+
 def _kin(h: Hierarchy, a: Diagnostic, b: Diagnostic) -> bool:
-    """Do fixes ``a`` and ``b`` both put code in a hook, of classes one of which inherits from
-    the other?"""
-    if None in (a.condition, b.condition) or not (a.fix and a.fix.hook and b.fix and b.fix.hook):
+    """Do fixes ``a`` and ``b`` both put code in a hook (or their follow-ups do), of classes one
+    of which inherits from the other?"""
+    if None in (a.condition, b.condition) or not (_hook_of(a) and _hook_of(b)):
         return False
     x, y = a.condition.cls, b.condition.cls
     return x != y and (x in _ancestors(h, y) or y in _ancestors(h, x))
+
+
+def _hook_of(d: Diagnostic) -> str | None:
+    """The hook ``d``'s fix puts code in, or its follow-up does (ML007's: ML002's)."""
+    if d.fix is None:
+        return None
+    return d.fix.hook or d.fix.then_hook
 
 
 def _ancestors(h: Hierarchy, fullname: str) -> set[str]:

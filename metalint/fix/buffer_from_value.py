@@ -223,19 +223,32 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
 
 
 def _buffer_hook(edit: ClassEdit, index: int, node) -> str:
+    persistent = keyword(node, "persistent") if isinstance(node, cst.Call) else None
+    return _hook_for(edit, index, persistent is not None and render(persistent).strip() == "False")
+
+
+def recompute_hook(ctx: RuleContext, cls, node: cst.CSTNode) -> str:
+    """The hook this fix would compute the value of ``node`` (a plain attribute's assignment
+    in ``__init__``) in once ML007's fix registered it as a non-persistent buffer: the hook
+    whose refusal by the tree (:func:`metalint.fix.apply.hook_refusal`) refuses ML007's fix."""
+    edit = ClassEdit(ctx, cls)
+    index, _line, _path = edit.locate(node)
+    return _hook_for(edit, index, non_persistent=True)
+
+
+def _hook_for(edit: ClassEdit, index: int, non_persistent: bool) -> str:
     hook = edit.choose_hook(index, prefer=(BUFFER_HOOK,))
-    return BUFFER_HOOK if hook == RESET_HOOK and _own_buffer_hook(edit, node) else hook
+    if hook == RESET_HOOK and non_persistent and _own_buffer_hook(edit):
+        return BUFFER_HOOK
+    return hook
 
 
-def _own_buffer_hook(edit: ClassEdit, node) -> bool:
+def _own_buffer_hook(edit: ClassEdit) -> bool:
     """Should a non-persistent buffer get a new ``init_non_persistent_buffers()`` rather than
     the class's ``reset_parameters()``? When that hook returns early (peft's ``OrthLayer``:
     ``if any(p.is_meta for p in params): return``), takes required arguments, or is not called
     by ``__init__`` (calling it would re-initialise the parameters a caller sets up with its
     own arguments: ``update_layer`` calls ``reset_parameters(init_weights=...)``)."""
-    persistent = keyword(node, "persistent") if isinstance(node, cst.Call) else None
-    if persistent is None or render(persistent).strip() != "False":
-        return False
     if RESET_HOOK not in edit.cls.methods or edit._taken(BUFFER_HOOK):
         return False
     m = edit.cls.methods[RESET_HOOK].node

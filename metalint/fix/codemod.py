@@ -51,6 +51,8 @@ class Rewrite:
     applicability: Applicability
     message: str
     hook: str | None = None  # the init hook the rewrite puts code in
+    #: the hook the fix that must follow it puts code in (ML007's: ML002's, the next round)
+    then_hook: str | None = None
 
 
 def render(node: cst.CSTNode, module: cst.Module | None = None) -> str:

@@ -14,7 +14,12 @@ method that construction calls. Not fixable when ``__init__`` assigns the attrib
 tensor (``register_buffer`` raises on an existing attribute), nor before ``super().__init__()``
 (no buffers yet), nor when ML002's fix could not then compute the value in a hook
 (:func:`metalint.fix.buffer_from_value.refusal`: a buffer no hook re-creates is uninitialised
-after ``to_empty()``, and the class would not pass the probe).
+after ``to_empty()``, and the class would not pass the probe), nor when the checked tree would
+refuse that fix's hook (a subclass defining its own ``reset_parameters()``, a base class outside
+the checked files: :func:`metalint.fix.apply.hook_refusal`, the answer the fixes putting code in
+a hook get). The fix names that hook (``then_hook``) and yields to a fix of a base or subclass
+that puts code in one in the same round, so the answer sees it (monai DiNTS: ``TopologySearch``
+gets its own ``reset_parameters()`` in the run that would register its base's ``arch_code_a``).
 
 When the attribute alone is refused and it is one of the tensors an ``if`` of ``__init__``
 computes together (monai ``Scheduler``: ``self.betas, self.alphas, self.alphas_cumprod =
@@ -31,7 +36,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from metalint.fix.buffer_from_value import _helper_effects, refusal
+from metalint.fix.buffer_from_value import _helper_effects, recompute_hook, refusal
 from metalint.fix.codemod import (
     ClassEdit,
     Rewrite,
@@ -132,9 +137,13 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         edit.replace_in_method(helper.node, line, [new_line])
     for why in _other_assignments(ctx, edit, cls, node, target, index, helper):
         edit.unsafe.append(why)
-    return edit.rewrite(
+    rewrite = edit.rewrite(
         f'Register `{attr}` with `self.register_buffer("{attr}", ..., persistent=False)`'
     )
+    # ML002's fix computes the value in this hook next round: the tree refuses this fix when
+    # it would refuse that one (a subclass defining its own hook: monai ``TopologySearch``)
+    rewrite.then_hook = recompute_hook(ctx, cls, node)
+    return rewrite
 
 
 def _other_assignments(

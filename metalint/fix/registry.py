@@ -509,4 +509,5 @@ def fix_for(
     except Exception as exc:
         _remember(ctx.path, code, row, f"the rewrite failed: {type(exc).__name__}: {exc}")
         return None
-    return Fix(result.applicability, result.message, line_edits(old, new, shift), result.hook)
+    edits = line_edits(old, new, shift)
+    return Fix(result.applicability, result.message, edits, result.hook, result.then_hook)
