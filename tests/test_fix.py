@@ -1079,3 +1079,35 @@ def test_a_value_shaped_op_is_reported_and_not_rewritten(tmp_path, monkeypatch):
     with pytest.raises(NotImplementedError):
         with torch.device("meta"):
             _import(tmp_path / "m.py", "lowpass").LowPassFilter()
+
+
+@pytest.mark.parametrize(
+    "code, free",
+    [
+        # e3nn's mask: the pairs are read from outside, ``mul``, ``l``, ``p`` are its own
+        ("torch.cat([torch.ones(mul * (2 * l + 1)) for mul, (l, p) in irreps])", ["irreps"]),
+        ("{k: v * scale for k, v in pairs if k != skip}", ["scale", "pairs", "skip"]),
+        ("[y * n for x in rows for y in x]", ["rows", "n"]),
+        ("sum(a for a in [b for b in bs]) + a", ["bs", "a"]),
+    ],
+)
+def test_a_comprehension_reads_only_its_free_names(code, free):
+    # fails before: every comprehension was refused ("the value uses a lambda, comprehension")
+    import libcst as cst
+
+    from metalint.fix.codemod import names_in
+
+    got = [n.value for n in names_in(cst.parse_expression(code))]
+    assert sorted(set(got) - {"torch", "sum"}) == sorted(free)
+
+
+@pytest.mark.parametrize(
+    "code", ["[x for x in x]", "[(y := v) for v in vs]", "[f for f in (lambda: 1,)]"]
+)
+def test_a_comprehension_with_one_name_two_meanings_is_refused(code):
+    import libcst as cst
+
+    from metalint.fix.codemod import Unfixable, names_in
+
+    with pytest.raises(Unfixable):
+        list(names_in(cst.parse_expression(code)))

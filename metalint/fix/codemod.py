@@ -95,17 +95,44 @@ def names_in(node: cst.CSTNode) -> Iterator[cst.Name]:
     if type(node) is cst.Arg:
         yield from names_in(node.value)
         return
-    if type(node) in (
-        cst.Lambda,
-        cst.ListComp,
-        cst.SetComp,
-        cst.DictComp,
-        cst.GeneratorExp,
-        cst.NamedExpr,
-    ):
-        raise Unfixable("the value uses a lambda, comprehension or `:=`")
+    if type(node) in _COMPREHENSIONS:
+        yield from _free_names(node)
+        return
+    if type(node) in (cst.Lambda, cst.NamedExpr):
+        raise Unfixable("the value uses a lambda or `:=`")
     for child in code_children(node):
         yield from names_in(child)
+
+
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def _free_names(comp: cst.CSTNode) -> Iterator[cst.Name]:
+    """The names a comprehension reads from the code around it (e3nn's ``torch.cat([
+    torch.ones(mul * (2 * l + 1)) for mul, (l, p) in irreps])``: ``irreps``), not those its own
+    ``for`` clauses bind (``mul``, ``l``, ``p``), which a hook's copy binds again. A bound name
+    also read from outside (``[x for x in x]``) is refused: one name, two meanings."""
+    bound: set[str] = set()
+    clause = comp.for_in
+    while clause is not None:
+        bound |= {n.value for n in walk_code(clause.target) if type(n) is cst.Name}
+        clause = clause.inner_for_in
+    outer = list(names_in(comp.for_in.iter))  # the first iterable runs outside its scope
+    if any(n.value in bound for n in outer):
+        raise Unfixable("a comprehension's variable is also read from outside it")
+    yield from outer
+    inner = [child for child in code_children(comp) if child is not comp.for_in]
+    clause = comp.for_in
+    while clause is not None:
+        inner.append(clause.target)
+        inner.extend(i.test for i in clause.ifs)
+        if clause.inner_for_in is not None:
+            inner.append(clause.inner_for_in.iter)
+        clause = clause.inner_for_in
+    for part in inner:
+        for n in names_in(part):
+            if n.value not in bound:
+                yield n
 
 
 class _Substitute(cst.CSTTransformer):
