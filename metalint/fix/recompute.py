@@ -35,6 +35,24 @@ def _raises_only(s: cst.CSTNode) -> bool:
     )
 
 
+def _writes_seen(s: cst.CSTNode) -> bool:
+    """Does :func:`binds` see every local ``s`` may bind? A simple statement, or an ``if``
+    of them (``if "padding" not in kwargs: kwargs["padding"] = tuple(s // 2 for s in
+    lattice.shape[:3])``, e3nn's ``Convolution``: reads ``lattice``, binds only ``kwargs``);
+    a loop, ``with``, ``try`` or nested function binds names it cannot see."""
+    if isinstance(s, cst.SimpleStatementLine) or _raises_only(s):
+        return True
+    if isinstance(s, cst.If):
+        body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
+        if not body or not all(_writes_seen(b) for b in body):
+            return False
+        return s.orelse is None or _writes_seen(s.orelse)
+    if isinstance(s, cst.Else):
+        body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
+        return bool(body) and all(_writes_seen(b) for b in body)
+    return False
+
+
 def local_only(s: cst.CSTNode, edit: ClassEdit) -> bool:
     """A statement (or an ``if`` of them) that only computes locals: no ``self`` written,
     no method of ``self`` called, no random draw, no loop or nested function."""
@@ -211,11 +229,7 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str, be
         s = before[i][1]
         hit = binds(s, edit.ctx.qualify) & need
         if not hit:
-            if (
-                need & {n.value for n in names_in(s)}
-                and not isinstance(s, cst.SimpleStatementLine)
-                and not _raises_only(s)
-            ):
+            if need & {n.value for n in names_in(s)} and not _writes_seen(s):
                 raise Unfixable(why)
             continue
         # swin's ``if len(window_size) == 3:`` creates the bias table parameter and computes
@@ -241,11 +255,15 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str, be
             n.value for n in walk_code(edit.cls.methods[hook].node.body) if isinstance(n, cst.Name)
         }
         if mine & bound:
-            if _already_computed(edit, hook, out[:-1], bound):
+            done = _already_computed(edit, hook, out[:-1], bound)
+            if done:
                 # a second buffer of the same locals (timm DistributionBalancedLoss: freq_inv
                 # and logit_bias from one ``counts``; RoPE's cos and sin of one ``freqs``):
-                # the hook computes them already, as __init__ does; the value reads them there
-                return [out[-1]]
+                # the hook computes them already, as __init__ does; the value reads them there.
+                # When it computes only the first of them (e3nn's voxel ``Convolution``: the
+                # ``lattice`` buffer's locals, then ``emb = soft_one_hot_linspace(lattice...)``
+                # for the ``emb`` buffer), the rest follow them, at the end of the hook
+                return out[done:]
             raise Unfixable(why)
     return out
 
@@ -274,10 +292,11 @@ def _copies(
     return out
 
 
-def _already_computed(edit: ClassEdit, hook: str, stmts: list, bound: set[str]) -> bool:
-    """Does ``hook`` already hold ``stmts`` (the same code, one after the other), with no later
-    statement of it binding one of the locals ``bound`` again? Then those locals hold, at the
-    end of the hook, what ``__init__`` computed."""
+def _already_computed(edit: ClassEdit, hook: str, stmts: list, bound: set[str]) -> int:
+    """How many of ``stmts``, from the first, ``hook`` already holds (the same code, one after
+    the other), with no later statement of it binding one of the locals ``bound`` again (0:
+    none, or some are bound again). Those locals then hold, at the end of the hook, what
+    ``__init__`` computed, and the rest of ``stmts`` can follow there."""
     have = list(edit.cls.methods[hook].node.body.body)
 
     def text(s: cst.CSTNode) -> str:
@@ -285,9 +304,11 @@ def _already_computed(edit: ClassEdit, hook: str, stmts: list, bound: set[str]) 
 
     want = [text(s) for s in stmts]
     got = [text(s) for s in have]
-    n = len(want)
-    for j in range(len(got) - n + 1):
-        if got[j : j + n] == want:
-            later = have[j + n :]
-            return not any(binds(s, edit.ctx.qualify) & bound for s in later)
-    return False
+    best = 0
+    for j in range(len(got)):
+        n = 0
+        while n < len(want) and j + n < len(got) and got[j + n] == want[n]:
+            n += 1
+        if n > best and not any(binds(s, edit.ctx.qualify) & bound for s in have[j + n :]):
+            best = n
+    return best
