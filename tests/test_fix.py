@@ -1111,3 +1111,30 @@ def test_a_comprehension_with_one_name_two_meanings_is_refused(code):
 
     with pytest.raises(Unfixable):
         list(names_in(cst.parse_expression(code)))
+
+
+def test_nothing_is_kept_on_self_before_super_init(tmp_path, monkeypatch):
+    # gpytorch's Interval computes its bounds before ``super().__init__()``: the buffers'
+    # hook would need the caller's ``lower_bound`` kept on ``self`` there, a new plain tensor
+    # attribute set before ``Module.__init__`` (ML007 reported it in the fixed file). Fails
+    # before: ``self._lower_bound = lower_bound`` was inserted above ``dtype = ...``
+    src = (
+        "import math\n\nimport torch\nfrom torch import nn\n\n\n"
+        "class Interval(nn.Module):\n"
+        "    def __init__(self, lower_bound, upper_bound):\n"
+        "        dtype = torch.get_default_dtype()\n"
+        "        lower_bound = torch.as_tensor(lower_bound).to(dtype)\n"
+        "        upper_bound = torch.as_tensor(upper_bound).to(dtype)\n"
+        "        if type(self) is Interval:\n"
+        "            min_bound = torch.min(lower_bound)\n"
+        "            if min_bound == -math.inf:\n"
+        "                raise ValueError('use a derived class')\n"
+        "        super().__init__()\n"
+        "        self.register_buffer('lower_bound', lower_bound)\n"
+        "        self.register_buffer('upper_bound', upper_bound)\n"
+    )
+    (tmp_path / "m.py").write_text(src)
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path)
+    assert (tmp_path / "m.py").read_text() == src
+    assert "the value is computed before `super().__init__()`" in out, out

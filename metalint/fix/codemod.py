@@ -800,6 +800,7 @@ class ClassEdit:
             replace[id(name)] = self_attr_expr(chosen[n])
         self.refuse_plain_reads(value, not_tensors)
         if stores:
+            self.check_after_super(index)
             old = self.replace.get(id(before))
             current = old[1] if old else [before]
             self.replace[id(before)] = (before, stores + current)
@@ -830,6 +831,32 @@ class ClassEdit:
                     f"the value reads `self.{n.attr.value}`, a plain attribute that may be a "
                     "tensor: it stays on `meta` after `to_empty()`, so the hook would raise"
                 )
+
+    def super_index(self) -> int | None:
+        """The index of the first top-level statement of ``__init__`` that calls an
+        ``__init__`` (``super().__init__()``, ``nn.Module.__init__(self)``); None: none does."""
+        for i, s in enumerate(self.init_body):
+            if any(
+                isinstance(n, cst.Call)
+                and isinstance(n.func, cst.Attribute)
+                and n.func.attr.value == "__init__"
+                for n in walk_code(s)
+            ):
+                return i
+        return None
+
+    def check_after_super(self, index: int) -> None:
+        """Raise :class:`Unfixable` when statement ``index`` runs before ``super().__init__()``:
+        what a fix keeps on ``self`` there would be set before ``Module.__init__`` (gpytorch's
+        ``Interval`` computes its bounds first, from arguments a float or a tensor: kept on
+        ``self`` before it, the argument became a new plain tensor attribute, which ML007
+        reported in the fixed file)."""
+        first = self.super_index()
+        if first is not None and index < first:
+            raise Unfixable(
+                "the value is computed before `super().__init__()`: nothing can be kept on "
+                "`self` there"
+            )
 
     def plain_tensor(self, attr: str, depth: int = 0) -> bool:
         """May ``self.<attr>`` be a tensor that is neither parameter nor buffer (monai's

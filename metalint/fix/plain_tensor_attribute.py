@@ -314,17 +314,8 @@ def _group(edit: ClassEdit, cls, index: int, why: str) -> list[str]:
 
 def _before_super(edit: ClassEdit, index: int) -> None:
     """``register_buffer`` needs ``Module.__init__`` to have run before statement ``index``."""
-    supers = [
-        i
-        for i, s in enumerate(edit.init_body)
-        if any(
-            isinstance(n, cst.Call)
-            and isinstance(n.func, cst.Attribute)
-            and n.func.attr.value == "__init__"
-            for n in walk_code(s)
-        )
-    ]
-    if not supers or supers[0] > index:
+    first = edit.super_index()
+    if first is None or first > index:
         raise Unfixable("the tensor is assigned before `super().__init__()`")
 
 

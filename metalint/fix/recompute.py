@@ -280,6 +280,7 @@ def _copies(
         # an argument the copied code assigns anew: kept as it is before the first copied line
         attr, new = edit._attr_for(n, top)
         if new:
+            edit.check_after_super(top)
             old = edit.replace.get(id(first))
             current = old[1] if old else [first]
             edit.replace[id(first)] = (first, [stmt(f"self.{attr} = {n}"), *current])
