@@ -140,6 +140,8 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "TensorProduct": 'irreps_in1="1x0e + 1x1o", irreps_in2="1x0e", irreps_out="1x0e + 1x1o", '
         'instructions=[(0, 0, 0, "uvw", True), (1, 0, 1, "uvw", True)]',
         "SO3Grid": "lmax=2, resolution=4",
+        "ToS2Grid": "lmax=2, res=(6, 7)",
+        "FromS2Grid": "res=(6, 7), lmax=2",
         "LowPassFilter": "scale=2.0",
     },
     "monai": {
