@@ -52,6 +52,7 @@ from metalint.fix.codemod import (
     torch_spelling,
 )
 from metalint.fix.inplace_init import init_only, move_own, move_own_in_block, overwrites
+from metalint.fix.recompute import preceding, recompute_locals
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
 from metalint.vocabulary import (
@@ -402,7 +403,9 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     try:
         value = Value(data_arg.value, ctx)
     except Unfixable as exc:
-        return _recompute(ctx, edit, attr, line, index, data_arg.value, guard, names, str(exc))
+        return _recompute(
+            ctx, edit, attr, (index, line, path), data_arg.value, guard, names, str(exc)
+        )
 
     empty, shape = empty_of(value, names[0])
     edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, empty)])
@@ -569,28 +572,40 @@ def _overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int,
     )
 
 
-def _recompute(ctx, edit: ClassEdit, attr, line, index, data, guard, names, why: str):
+def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     """No shape can be derived (``torch.tensor(spatial_sigma[0])``, a local computed from
     factories, ``torch.arange(n).float()``): the creation stays as it is (on meta it costs
     nothing and has the right shape and dtype) and the hook computes the same value again and
     copies it in, as ML002's fix does for buffers. Exact for a value that draws no random
-    numbers; a random one would be drawn a second time (unsafe)."""
-
-    full = inline_locals(edit, data)
-    if any(isinstance(n, cst.Name) and n.value == "None" for n in walk_code(full)):
+    numbers; a random one would be drawn a second time (unsafe). A value computed through a
+    local assigned more than once (gpytorch's variational distributions: ``mean_init =
+    torch.zeros(n)``, then ``mean_init = mean_init.repeat(*batch_shape, 1)``) is computed by
+    copies of the statements that compute its locals, in order, as ML002's fix does
+    (:func:`recompute_locals`); not inside an ``if``."""
+    index, line, path = where
+    hook = edit.choose_hook(index)
+    prelude: list[cst.BaseStatement] = []
+    try:
+        full = inline_locals(edit, data)
+    except Unfixable as exc:
+        if any(isinstance(n, cst.If) for n in path):
+            raise
+        full = data
+        prelude = recompute_locals(edit, data, index, hook, str(exc), preceding(edit, path, index))
+    code = [full, *prelude]
+    if any(isinstance(n, cst.Name) and n.value == "None" for c in code for n in walk_code(c)):
         raise Unfixable(why)
-    for a in sorted(_uses(full)[1]):
+    for a in sorted(set().union(*(_uses(c)[1] for c in code))):
         if edit.used_after(a, index, writes_only=True):
             raise Unfixable(f"{why}; the value reads `self.{a}`, which changes later")
-    value = edit.store_names(full, line, index)
+    value = prelude.pop() if prelude else edit.store_names(full, line, index)
     body = fill(f"with {names[0]}.no_grad():\n    self.{attr}.copy_(__v__)", v=value)
     if guard:
         body = guarded(guard, body)
-    if not rng_free(full, ctx):
+    if not all(rng_free(c, ctx) for c in code):
         edit.unsafe.append(
             "the value may draw random numbers: it is drawn a second time in the hook, so "
             "eager values differ"
         )
-    hook = edit.choose_hook(index)
-    edit.use_hook(hook, index, [body])
+    edit.use_hook(hook, index, [*prelude, body])
     return edit.rewrite(f"Compute `{attr}` again in `{hook}()` and copy it in")
