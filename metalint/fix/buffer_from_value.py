@@ -232,7 +232,15 @@ def recompute_hook(ctx: RuleContext, cls, node: cst.CSTNode) -> str:
     in ``__init__``) in once ML007's fix registered it as a non-persistent buffer: the hook
     whose refusal by the tree (:func:`metalint.fix.apply.hook_refusal`) refuses ML007's fix."""
     edit = ClassEdit(ctx, cls)
-    index, _line, _path = edit.locate(node)
+    try:
+        index = edit.locate(node)[0]
+    except Unfixable as exc:
+        helper = helper_of(edit.cls, node)
+        if helper is None:
+            raise
+        # set in a private method ``__init__`` calls (speechbrain ``SincConv._init_sinc_conv``):
+        # the hook is chosen at the call, as :func:`_in_helper` does
+        index = helper_statement(edit, node, helper, str(exc))[1]
     return _hook_for(edit, index, non_persistent=True)
 
 
