@@ -140,6 +140,12 @@ LEGACY_CONSTRUCTORS = frozenset(
 #: ``nn.Buffer(t)`` (torch >= 2.5) registers a buffer when assigned to a module attribute
 BUFFER_CLASSES = frozenset({"torch.nn.Buffer"})
 PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.UninitializedParameter"})
+#: ``LinearNoBias = partial(nn.Linear, bias=False)`` at module level: a call of the name
+#: constructs the class (x-transformers), when the partial binds only keywords
+PARTIAL_FUNCTIONS = frozenset({"functools.partial"})
+#: keywords a partial may bind and still construct "that class" as a call site reads it:
+#: one binding these (``partial(nn.Linear, device="cpu")``) hides where the module is made
+PARTIAL_HIDDEN_KEYWORDS = frozenset({"device", "dtype"})
 #: torch functions that return a tensor computed from tensors (for "is this clearly a tensor")
 TENSOR_FUNCTIONS = frozenset(
     {

@@ -219,3 +219,33 @@ def test_methods_no_rule_reads_are_left_out_with_their_signatures():
     ):
         assert out[at[text]].strip() == text
     _same(source)
+
+
+def test_a_partial_of_a_class_over_several_lines_is_kept():
+    # a call of `Norm` builds an `nn.LayerNorm` (x-transformers' `LinearNoBias`): left out, the
+    # name would be an unknown function whose result may be a tensor, and the fix refused
+    source = textwrap.dedent(
+        """
+        from functools import partial
+        import torch
+        from torch import nn
+
+        Norm = partial(
+            nn.LayerNorm,
+            eps=1e-6,
+        )
+
+        def init_(layer):
+            nn.init.constant_(layer.weight, 0.5)
+
+        class Block(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.norm = Norm(dim)
+                init_(self.norm)
+        """
+    )
+    assert "nn.LayerNorm" in elide(source, ast.parse(source))
+    _same(source)
+    (d,) = analyze_source(source, "m.py", "pkg.m", **PIPELINE).to_json()["diagnostics"]
+    assert (d["code"], d["fix"] is not None) == ("ML003", True)

@@ -984,3 +984,60 @@ def test_list_fills_are_what_a_walk_of_the_body_finds(elided):
     assert net.body_calls is not None and not net.nested_class  # read from the collector
     assert len(_list_fills(net, ctx)["levels"]) == 4  # Stem, Level, Helper, Head; not Odd
     assert local.nested_class and len(_list_fills(local, ctx)["levels"]) == 2  # [], Hidden
+
+
+# -- a module-level partial of a class constructs that class (x-transformers' LinearNoBias) --
+PARTIAL_LAYERS = """
+from functools import partial
+import torch
+from torch import nn
+
+class Scale(nn.Module):
+    def __init__(self, dim, init_value=1e-5):
+        super().__init__()
+        self.gamma = nn.Parameter(init_value * torch.ones(dim))
+
+SmallScale = partial(Scale, init_value=1e-6)
+"""
+# no torch word: CPython's tree reads this file's exports (the libcst parse is skipped)
+PARTIAL_REEXPORT = """
+import functools as ft
+from pkg.layers import Scale
+TinyScale = ft.partial(Scale, init_value=1e-7)
+PinnedScale = ft.partial(Scale, 8)
+"""
+PARTIAL_MODEL = """
+from torch import nn
+from pkg.layers import SmallScale
+from pkg.aliases import TinyScale, PinnedScale
+
+class {name}(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.scale = {alias}(dim)
+        self.head = nn.Linear(dim, dim)
+
+    def init_weights(self):
+        nn.init.zeros_(self.head.weight)
+"""
+
+
+@pytest.mark.parametrize(
+    "alias, root",
+    [
+        ("SmallScale", "pkg.model.Net"),  # a partial in the file that defines the class
+        ("TinyScale", "pkg.model.Net"),  # `functools.partial` under an alias, another file
+        ("PinnedScale", None),  # a positional argument: not known to build the class
+    ],
+)
+def test_a_partial_of_a_class_is_a_child_of_the_class_that_calls_it(tmp_path, alias, root):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "layers.py").write_text(textwrap.dedent(PARTIAL_LAYERS))
+    (pkg / "aliases.py").write_text(textwrap.dedent(PARTIAL_REEXPORT))
+    (pkg / "model.py").write_text(textwrap.dedent(PARTIAL_MODEL).format(name="Net", alias=alias))
+    got = [(d.symbol, d.protocol, d.root) for d in _found(pkg) if d.symbol == "Scale"]
+    # judged under the root that builds it (whose `init_weights()` does not re-create the
+    # gamma); a class no root is known to build is judged on its own
+    assert got == [("Scale", "root init_weights" if root else RESET, root)]

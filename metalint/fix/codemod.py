@@ -16,7 +16,7 @@ import libcst as cst
 
 from metalint.diagnostics import Applicability
 from metalint.static.construction import is_tensor, registrations
-from metalint.static.model import ClassFacts, MethodFacts, construction
+from metalint.static.model import ClassFacts, MethodFacts, builds_module, construction
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import code_children, node_text, walk_code
@@ -886,6 +886,12 @@ class ClassEdit:
     def _may_be_tensor(self, v: cst.BaseExpression, method: MethodFacts, depth: int) -> bool:
         if depth > 4 or is_tensor(v, self.ctx.qualify, method):
             return depth <= 4
+        if type(v) is cst.Call and builds_module(self.ctx.qualify(v.func), self.ctx.facts):
+            return False  # a module, whatever its arguments (``default(dim_out, dim_in)``)
+        if type(v) is cst.IfExp:  # its value is one of its branches, never its test
+            return self._may_be_tensor(v.body, method, depth) or self._may_be_tensor(
+                v.orelse, method, depth
+            )
         if isinstance(v, (cst.List, cst.Tuple, cst.ListComp, cst.Dict, cst.DictComp, cst.Set)):
             return False  # a list of sizes (monai's ``self.window = [1 + 2 * r for r in ..]``)
         for n in walk_code(v):
@@ -896,6 +902,8 @@ class ClassEdit:
                     continue
                 if name in self.ctx.facts.local_classes:
                     continue
+                if name in self.ctx.facts.aliases.constructors:
+                    continue  # ``LinearNoBias = partial(nn.Linear, ...)``: builds a class
                 return True  # an unknown function (a noise schedule) may return a tensor
             if isinstance(n, cst.Attribute) and dotted(n.value) == "self":
                 if self.plain_tensor(n.attr.value, depth + 1):

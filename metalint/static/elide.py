@@ -187,13 +187,23 @@ def _module_level(body: list[ast.stmt], lines: list[str], spans: list) -> None:
             continue  # compound statements may hold imports and classes (``if TYPE_CHECKING:``)
         if node.end_lineno - node.lineno < 2:
             continue  # a short statement costs less to parse than to leave out
-        if _class_table(node):
+        if _class_table(node) or _partial(node):
             continue  # ``ATTENTION_CLASSES = {"eager": Attention, ...}``: construction picks from it
         alone = (i == 0 or body[i - 1].end_lineno < node.lineno) and (
             i + 1 == len(body) or body[i + 1].lineno > node.end_lineno
         )
         if alone and _starts_line(node, lines):
             spans.append((node.lineno, node.end_lineno))
+
+
+def _partial(node: ast.stmt) -> bool:
+    """``LinearNoBias = partial(nn.Linear, bias=False)`` over several lines: a call of the name
+    builds the class (:func:`metalint.static.names.partial_class`)."""
+    value = node.value if isinstance(node, ast.Assign) else None
+    func = value.func if isinstance(value, ast.Call) else None
+    return (isinstance(func, ast.Name) and func.id == "partial") or (
+        isinstance(func, ast.Attribute) and func.attr == "partial"
+    )
 
 
 def _class_table(node: ast.stmt) -> bool:

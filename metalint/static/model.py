@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from metalint.static.names import Aliases, dotted
+from metalint.static.names import Aliases, dotted, partial_class, torch_module_class
 from metalint.static.syntax import code_children
 from metalint.vocabulary import NO_GRAD_CONTEXTS, SKIPPED_METHOD_PREFIXES
 
@@ -164,6 +164,21 @@ class FileFacts:
     local_functions: dict[str, str] = field(default_factory=dict)
 
 
+def builds_module(name: str | None, facts: FileFacts, depth: int = 0) -> bool:
+    """Does a call of the class qualified as ``name`` certainly make a module, never a tensor:
+    a module class of ``torch.nn``, or a class of this file with such a base (through other
+    classes of the file)? ``LinearNoBias(...)`` qualifies to ``torch.nn.Linear`` when the file
+    binds ``LinearNoBias = partial(nn.Linear, bias = False)``."""
+    if name is None or depth > 8:
+        return False
+    if torch_module_class(name):
+        return True
+    for cls in facts.classes:
+        if cls.fullname == name:
+            return any(builds_module(b, facts, depth + 1) for b in cls.bases)
+    return False
+
+
 #: node type -> the collector's (visit, leave) hooks for it (None: no hook)
 _HOOKS: dict[type, tuple] = {}
 
@@ -285,11 +300,41 @@ class FactCollector:
             m.body_calls = len(m.calls)
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
-        # outside a method only imports are facts (every other visit_ below is a no-op there):
-        # skip the rest, e.g. timm's module-level ``default_cfgs`` dicts
-        return self.method is not None or any(
-            type(s) in (cst.Import, cst.ImportFrom) for s in node.body
-        )
+        # outside a method only imports and module-level partials of a class are facts
+        # (every other visit_ below is a no-op there): skip the rest, e.g. timm's
+        # module-level ``default_cfgs`` dicts
+        if self.method is not None:
+            return True
+        if not self.class_stack:
+            for s in node.body:
+                if type(s) is cst.Assign:
+                    self._module_assign(s)
+        return any(type(s) in (cst.Import, cst.ImportFrom) for s in node.body)
+
+    def _module_assign(self, node: cst.Assign) -> None:
+        """``LinearNoBias = partial(nn.Linear, bias = False)`` (x-transformers): the name
+        qualifies to the class (:func:`~metalint.static.names.partial_class`). The last
+        binding wins, as for imports; another binding of a partial's name makes it unknown."""
+        aliases = self.facts.aliases
+        made = None
+        value = node.value
+        if (
+            len(node.targets) == 1
+            and type(node.targets[0].target) is cst.Name
+            and type(value) is cst.Call
+            and value.args
+            and value.args[0].keyword is None
+            and not value.args[0].star
+        ):
+            rest = [a.keyword.value if a.keyword and not a.star else None for a in value.args[1:]]
+            made = partial_class(self.qualify(value.func), self.qualify(value.args[0].value), rest)
+        for target in node.targets:
+            for name in _target_names(target.target):
+                if made is not None:
+                    aliases.names[name] = aliases.constructors[name] = made
+                elif name in aliases.constructors:
+                    if aliases.names.get(name) == aliases.constructors.pop(name):
+                        del aliases.names[name]
 
     # -- context -----------------------------------------------------------------------------
     def visit_With(self, node: cst.With) -> None:
@@ -462,4 +507,8 @@ def function_facts(fn: cst.FunctionDef, facts: FileFacts) -> MethodFacts:
 def collect(module: cst.Module, module_name: str, is_package: bool = False) -> FileFacts:
     facts = FileFacts(module_name, Aliases(module_name, is_package))
     FactCollector(facts).run(module)
+    aliases = facts.aliases
+    for name, made in list(aliases.constructors.items()):
+        if aliases.names.get(name) != made:
+            del aliases.constructors[name]  # imported or defined again after the partial
     return facts

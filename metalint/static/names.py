@@ -7,9 +7,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import libcst as cst
+
+from metalint.vocabulary import (
+    BUFFER_CLASSES,
+    PARAMETER_CLASSES,
+    PARTIAL_FUNCTIONS,
+    PARTIAL_HIDDEN_KEYWORDS,
+)
 
 # Public spellings for the same object: private module paths fold to the public name.
 _CANONICAL_PREFIXES = (
@@ -71,13 +79,53 @@ def _resolve_relative(module: str, is_package: bool, level: int, target: str | N
     return ".".join(base)
 
 
+def partial_class(
+    func: str | None, target: str | None, keywords: Sequence[str | None]
+) -> str | None:
+    """What a call of ``NAME`` constructs when the module binds ``NAME = func(target, ...)``
+    with ``func`` qualified to ``functools.partial`` (x-transformers' ``LinearNoBias =
+    partial(nn.Linear, bias = False)``): ``target``, the qualified class, or None.
+
+    Only a capitalised name (a class, as construction reads one: ``Block(...)``), outside
+    torch only ``torch.nn.<Module>`` (not ``Parameter``/``Buffer``: tensors), and only when the
+    partial binds keywords alone (``keywords``: the name of each argument after ``target``,
+    None for a positional or starred one): a positional argument would shift the call's own,
+    ``**kwargs`` hides what it binds, and a bound ``device``/``dtype`` hides where the module
+    is made (a call site reads those from its own keywords)."""
+    if func not in PARTIAL_FUNCTIONS or not target:
+        return None
+    if any(k is None or k in PARTIAL_HIDDEN_KEYWORDS for k in keywords):
+        return None
+    if not target.rpartition(".")[2][:1].isupper():
+        return None
+    if target.startswith("torch.") and not torch_module_class(target):
+        return None
+    return target
+
+
+def torch_module_class(name: str) -> bool:
+    """Is the qualified ``name`` a module class of ``torch.nn`` (``torch.nn.Linear``), not a
+    tensor class (``torch.nn.Parameter``, ``torch.nn.Buffer``)?"""
+    return (
+        name.startswith("torch.nn.")
+        and name.count(".") == 2
+        and name[9:10].isupper()
+        and name not in PARAMETER_CLASSES
+        and name not in BUFFER_CLASSES
+    )
+
+
 class Aliases:
-    """Local name -> qualified dotted name, filled from import statements."""
+    """Local name -> qualified dotted name, filled from import statements, and from the
+    module-level partials of a class (:func:`partial_class`: a call of the name constructs
+    the class, so it qualifies to it; ``constructors`` lists those names)."""
 
     def __init__(self, module: str, is_package: bool = False) -> None:
         self.module = module
         self.is_package = is_package
         self.names: dict[str, str] = {}
+        #: module-level partials of a class: name -> the class (also in ``names``)
+        self.constructors: dict[str, str] = {}
 
     def add_import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -125,28 +173,73 @@ class Aliases:
         return canonical(f"{full}.{rest}" if rest else full)
 
 
+def _ast_partial(node, out: dict[str, str]) -> str | None:
+    """:func:`partial_class` of ``NAME = partial(Cls, k=v)`` read from CPython's tree, its
+    names qualified by the exports found so far (``out``)."""
+    import ast
+
+    def qualify(e) -> str | None:
+        parts = []
+        while isinstance(e, ast.Attribute):
+            parts.append(e.attr)
+            e = e.value
+        if not isinstance(e, ast.Name) or e.id not in out:
+            return None
+        return canonical(".".join([out[e.id], *reversed(parts)]))
+
+    value = node.value
+    if (
+        len(node.targets) != 1
+        or not isinstance(node.targets[0], ast.Name)
+        or not isinstance(value, ast.Call)
+        or not value.args
+        or isinstance(value.args[0], ast.Starred)
+    ):
+        return None
+    rest = [None] * (len(value.args) - 1) + [k.arg for k in value.keywords]
+    return partial_class(qualify(value.func), qualify(value.args[0]), rest)
+
+
+def _ast_imports(node, out: dict[str, str], module: str, is_package: bool) -> None:
+    import ast
+
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            if a.asname:
+                out[a.asname] = a.name
+            else:
+                top = a.name.split(".")[0]
+                out[top] = top
+        return
+    mod = node.module
+    if node.level:
+        mod = _resolve_relative(module, is_package, node.level, mod)
+    if not mod:
+        return
+    for a in node.names:
+        if a.name != "*":
+            out[a.asname or a.name] = f"{mod}.{a.name}"
+
+
 def exports_from_ast(tree, module: str, is_package: bool) -> dict[str, str]:
-    """Top-level import aliases of a file that was not parsed with libcst (``ast`` tree)."""
+    """Top-level import aliases of a file that was not parsed with libcst (``ast`` tree),
+    its classes and its module-level partials of a class (:func:`partial_class`)."""
     import ast
 
     out: dict[str, str] = {}
+    partials: dict[str, str] = {}
     for node in tree.body:
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    out[a.asname] = a.name
-                else:
-                    top = a.name.split(".")[0]
-                    out[top] = top
-        elif isinstance(node, ast.ImportFrom):
-            mod = node.module
-            if node.level:
-                mod = _resolve_relative(module, is_package, node.level, mod)
-            if not mod:
-                continue
-            for a in node.names:
-                if a.name != "*":
-                    out[a.asname or a.name] = f"{mod}.{a.name}"
+        if isinstance(node, ast.Assign):
+            # the last binding of a name wins, as for imports; another binding of a partial's
+            # name makes it unknown (one of an imported name changes nothing, as before)
+            made = _ast_partial(node, out)
+            for n in (n for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)):
+                if made is not None:
+                    out[n.id] = partials[n.id] = made
+                elif out.get(n.id, 0) == partials.get(n.id):
+                    del out[n.id]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            _ast_imports(node, out, module, is_package)
         elif isinstance(node, ast.ClassDef):
             out[node.name] = f"{module}.{node.name}" if module else node.name
     return out

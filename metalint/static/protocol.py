@@ -550,13 +550,17 @@ def _host_class(arg, method, methods: list, ctx) -> str:
 
 def _class_ref(node, ctx) -> str | None:
     """The qualified name of ``Block`` / ``layers.Block`` (a capitalised name: maybe a class;
-    any class of this file: transformers' ``xLSTMRMSNorm``)."""
+    any class of this file: transformers' ``xLSTMRMSNorm``; a module-level partial of a class:
+    timm's ``_SE_LAYER = partial(SqueezeExcite, ...)``)."""
     import libcst as cst
 
     kind = type(node)  # Name and Attribute have no subclasses (isinstance of an ABC is slow)
     if kind is cst.Name or kind is cst.Attribute:
         last = node.value if kind is cst.Name else node.attr.value
-        if last[:1].isupper() or (kind is cst.Name and last in ctx.facts.local_classes):
+        if last[:1].isupper() or (
+            kind is cst.Name
+            and (last in ctx.facts.local_classes or last in ctx.facts.aliases.constructors)
+        ):
             return ctx.qualify(node)
     return None
 
