@@ -306,19 +306,19 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
             # alone: the own init joins it (with any children's init, in order)
             return _children_first(ctx, edit)
 
-    attrs = sorted(
-        {
-            _attr_of(c, ctx)
-            for i in moved
-            for c in walk_code(body[i])
-            if isinstance(c, cst.Call) and _init_call(c, ctx)
-        }
-        - {None}
-    )
+    # each tensor's first moved init: what runs before it (recbole's CompositePrior creates
+    # `logvar_prior` after `mu_prior`'s init, then inits it) sees no init of it, moved or not
+    since: dict[str, int] = {}
+    for i in moved:
+        for c in walk_code(body[i]):
+            if isinstance(c, cst.Call) and _init_call(c, ctx):
+                a = _attr_of(c, ctx)
+                if a is not None:
+                    since.setdefault(a, i)
     for i, s in enumerate(body):
         if i > first and i not in moved:
-            for a in attrs:
-                hit = _touches(s, a, False, edit.memo())
+            for a in sorted(since):
+                hit = _touches(s, a, False, edit.memo()) if i > since[a] else None
                 if hit:
                     raise Unfixable(
                         f"`self.{a}` is {hit} later in `__init__`, after its in-place init"
