@@ -513,6 +513,11 @@ BOOLEAN_METHODS = frozenset(
         "ge",
     }
 )
+#: what a tensor tells without its values (``t.shape``, ``t.size(0)``): the same on ``meta``
+#: and for any values, so code that reads only these sees no difference when the values are
+#: set later, by a hook
+METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "is_meta", "layout"})
+METADATA_METHODS = frozenset({"size", "dim", "ndimension", "numel", "nelement", "element_size"})
 #: calls that return a tuple of tensors: iterating or indexing it gives tensors
 SEQUENCE_METHODS = frozenset({"split", "chunk", "unbind", "tensor_split"})
 SEQUENCE_FUNCTIONS = frozenset(

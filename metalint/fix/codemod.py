@@ -27,12 +27,15 @@ from metalint.vocabulary import (
     DETERMINISTIC_METHODS,
     INPLACE_METHODS,
     LEGACY_CONSTRUCTOR_DTYPES,
+    METADATA_ATTRIBUTES,
+    METADATA_METHODS,
     PARAMETER_CLASSES,
     REGISTER_METHODS,
     RESET_HOOK,
     RNG_FREE_BUILTINS,
     RNG_FREE_TORCH,
     ROOT_ENTRIES,
+    TENSOR_ATTRIBUTES,
     TENSOR_METHODS,
     TORCH_WITHOUT_RESET,
     WHOLE_MODULE_METHODS,
@@ -193,6 +196,47 @@ def _touches(
     if attr in written:
         return "written"
     return None if writes_only or attr not in read else "read"
+
+
+def sets_metadata(node: cst.CSTNode, attr: str) -> bool:
+    """Is ``node`` a statement that only sets Python attributes of the tensor ``self.<attr>``,
+    none of its values (speechbrain's ``self.slope.requiresGrad = True`` after
+    ``self.slope = nn.Parameter(torch.ones(n))``)? A hook that sets the values in place keeps
+    the object, so such a statement sees and leaves the same tensor either way."""
+    if type(node) is not cst.SimpleStatementLine:
+        return False
+    for small in node.body:
+        if type(small) is not cst.Assign or _touches(small.value, attr, False):
+            return False
+        for t in small.targets:
+            target = t.target
+            if (
+                type(target) is not cst.Attribute
+                or dotted(target.value) != f"self.{attr}"
+                or target.attr.value in TENSOR_ATTRIBUTES
+            ):
+                return False
+    return True
+
+
+def reads_metadata_only(node: cst.CSTNode, attr: str) -> bool:
+    """Does ``node`` read only what the tensor ``self.<attr>`` tells without its values
+    (``torch.zeros(self.r_weight.shape)``, speechbrain's quaternion convolutions;
+    ``self.w.size(0)``), and write nothing of it? Such code sees the same either way when the
+    values are set later, by a hook."""
+    uses = [n for n in walk_code(node) if type(n) is cst.Attribute]
+    whole = {id(n) for n in uses if dotted(n) == f"self.{attr}"}
+    if not whole or attr in _uses(node)[0]:
+        return False
+    meta = {id(n.value) for n in uses if n.attr.value in METADATA_ATTRIBUTES}
+    meta |= {
+        id(n.func.value)
+        for n in walk_code(node)
+        if type(n) is cst.Call
+        and type(n.func) is cst.Attribute
+        and n.func.attr.value in METADATA_METHODS
+    }
+    return whole <= meta
 
 
 def _self_attr(d: str | None) -> str | None:
@@ -413,13 +457,19 @@ class ClassEdit:
         found = self._path(stmt_node)
         return -1 if found is None else found[0]
 
-    def used_after(self, attr: str, index: int, *, writes_only: bool = False) -> str | None:
+    def used_after(
+        self, attr: str, index: int, *, writes_only: bool = False, tensor: bool = False
+    ) -> str | None:
         """Does ``__init__`` (or a method it calls) touch ``self.<attr>`` after top-level
         statement ``index``? Then moving its value to the end of ``__init__`` would change what
-        that code sees (or be overwritten by it). Returns a description, or None."""
+        that code sees (or be overwritten by it). Returns a description, or None. ``tensor``:
+        ``self.<attr>`` is a tensor whose values the hook sets in place, so a statement that
+        only sets its Python attributes (:func:`sets_metadata`) does not count."""
         memo = self.memo()
         methods: set[str] = set()
         for s in self.init_body[index + 1 :]:
+            if tensor and (sets_metadata(s, attr) or reads_metadata_only(s, attr)):
+                continue
             hit = _touches(s, attr, writes_only, memo)
             if hit:
                 return f"`self.{attr}` is {hit} later in `__init__` (line order matters)"

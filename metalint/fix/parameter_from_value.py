@@ -45,14 +45,17 @@ from metalint.fix.codemod import (
     legacy_empty,
     names_in,
     path_to,
+    reads_metadata_only,
     render,
     rng_free,
+    sets_metadata,
     statements_after,
     stmt,
     torch_spelling,
 )
 from metalint.fix.inplace_init import init_only, move_own, move_own_in_block, overwrites
 from metalint.fix.recompute import preceding, recompute_locals
+from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
 from metalint.vocabulary import (
@@ -384,12 +387,17 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
             f"Allocate `{attr}` with `{render(legacy)}`: the legacy constructor allocates on "
             'the CPU even under `with torch.device("meta")`'
         )
-    later = edit.used_after(attr, index)
+    later = edit.used_after(attr, index, tensor=True)
+    tail = edit.block_tail(line)
+    if later and not edit.used_after(attr, index, writes_only=True, tensor=True):
+        # only read later: the read sees the value `__init__` makes, which a hook would not
+        raise Unfixable(_read_later(ctx, edit, attr, index, later))
     if later:
         return _overwritten_later(ctx, edit, attr, index, later)
-    tail = edit.block_tail(line)
     for s in tail:
-        if _touches(s, attr, False, edit.memo()):
+        if _touches(s, attr, False, edit.memo()) and not (
+            sets_metadata(s, attr) or reads_metadata_only(s, attr)
+        ):
             if init_only(s, ctx) and overwrites(s, attr, ctx):
                 return move_own_in_block(
                     ctx,
@@ -424,6 +432,27 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     return edit.rewrite(
         f"Create `{attr}` with `torch.empty({shape})` and set its value in `{hook}()`"
     )
+
+
+def _read_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, why: str) -> str:
+    """Why a value that code after it in ``__init__`` reads stays unfixed: ``why``, naming
+    the call it is handed to when that call may also write it (speechbrain's complex and
+    quaternion convolutions: ``affect_conv_init(self.real_weight, ...)``, a function of
+    another file that sets ``.data``)."""
+    for s in edit.init_body[index + 1 :]:
+        for n in walk_code(s):
+            if not isinstance(n, cst.Call):
+                continue
+            q = ctx.qualify(n.func) or ""
+            if q.startswith("torch.") and not q.endswith("_"):
+                continue
+            for a in n.args:
+                if dotted(a.value) in (f"self.{attr}", f"self.{attr}.data"):
+                    return (
+                        f"`self.{attr}` is handed to `{render(n.func).strip()}()` later in "
+                        "`__init__`, which may set its value (line order matters)"
+                    )
+    return why
 
 
 def _helper_call(edit: ClassEdit, name: str, why: str):
