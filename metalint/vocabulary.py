@@ -19,6 +19,9 @@ RANDOM_FACTORIES = frozenset(
         "torch.multinomial",
     }
 )
+#: modules whose functions draw from a host random generator (numpy's global one, Python's):
+#: code that calls one again draws other numbers, as a torch draw would
+HOST_RANDOM_MODULES = ("numpy.random.", "random.")
 #: window functions: ``torch.hann_window(n)`` and ``torch.signal.windows.hann(n)``
 WINDOW_FACTORIES = (
     "torch.hann_window",
@@ -518,6 +521,11 @@ BOOLEAN_METHODS = frozenset(
 #: set later, by a hook
 METADATA_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "is_meta", "layout"})
 METADATA_METHODS = frozenset({"size", "dim", "ndimension", "numel", "nelement", "element_size"})
+#: bases from outside torch that define no reset hook and no tensors (``class
+#: Regularizer(nn.Module, ABC)``): a fix may add a hook to a class deriving from them
+HOOKLESS_BASES = frozenset(
+    {"abc.ABC", "typing.Generic", "typing.Protocol", "typing_extensions.Protocol", "object"}
+)
 #: calls that return a tuple of tensors: iterating or indexing it gives tensors
 SEQUENCE_METHODS = frozenset({"split", "chunk", "unbind", "tensor_split"})
 SEQUENCE_FUNCTIONS = frozenset(

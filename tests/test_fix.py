@@ -1138,3 +1138,81 @@ def test_nothing_is_kept_on_self_before_super_init(tmp_path, monkeypatch):
     rc, out = _fix(tmp_path)
     assert (tmp_path / "m.py").read_text() == src
     assert "the value is computed before `super().__init__()`" in out, out
+
+
+@pytest.mark.parametrize(
+    "draw",
+    ["np.random.randn(n_modes, dim)", "[[random.gauss(0, 1)] * dim for _ in range(n_modes)]"],
+)
+def test_a_numpy_or_python_draw_is_no_safe_fix(tmp_path, monkeypatch, draw):
+    """normflows ``GaussianMixture``: ``loc = np.random.randn(n_modes, dim)`` when no ``loc``
+    is given, then a buffer from it. A hook that computes it again draws from numpy's (or
+    Python's) generator a second time, so eager values differ under the same seed: plain
+    ``fix --write`` applied it as safe before."""
+    src = (
+        "import random\n\nimport numpy as np\nimport torch\nfrom torch import nn\n\n\n"
+        "class GaussianMixture(nn.Module):\n"
+        "    def __init__(self, n_modes=2, dim=3, loc=None):\n"
+        "        super().__init__()\n"
+        "        if loc is None:\n"
+        f"            loc = {draw}\n"
+        '        self.register_buffer("loc", torch.tensor(loc))\n'
+    )
+    (tmp_path / "m.py").write_text(src)
+    monkeypatch.chdir(tmp_path)
+    _fix(tmp_path, unsafe=False)
+    assert (tmp_path / "m.py").read_text() == src
+
+
+def test_a_local_the_value_calls_a_tensor_method_on_is_not_kept_on_self(tmp_path, monkeypatch):
+    """kornia ``ExplicitSpacialEncoding``: ``emb = spatial_kernel_embedding(kind, grid)`` (a
+    function of another module), ``if do_gmask: emb = emb * self.gmask``, then
+    ``register_buffer("emb", emb.unsqueeze(0))``. The fix kept
+    ``emb`` as ``self._emb`` for the hook: built on meta that plain attribute is a meta tensor
+    ``to_empty()`` does not touch, and the hook's copy raised ("Cannot copy out of meta
+    tensor"). ``emb.unsqueeze(0)`` says ``emb`` is a tensor: refused, with the reason."""
+    src = (
+        "import torch\nfrom torch import nn\n\nfrom kernels import spatial_kernel_embedding\n\n\n"
+        "class ExplicitSpacialEncoding(nn.Module):\n"
+        "    def __init__(self, kernel_type: str = 'cart', fmap_size: int = 4, gmask=True):\n"
+        "        super().__init__()\n"
+        "        emb = spatial_kernel_embedding(kernel_type, fmap_size)\n"
+        "        if gmask:\n"
+        "            emb = emb * 2.0\n"
+        '        self.register_buffer("emb", emb.unsqueeze(0))\n'
+    )
+    (tmp_path / "m.py").write_text(src)
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path, paths=[tmp_path / "m.py"])
+    assert (tmp_path / "m.py").read_text() == src
+    assert "the value reads the local tensor `emb` (`emb.unsqueeze()`)" in out, out
+
+
+def test_generic_and_abstract_bases_are_resolved(tmp_path, monkeypatch):
+    """pykeen: ``class Regularizer(nn.Module, ABC)`` and ``class QuatEInteraction(
+    Interaction[FloatTensor, FloatTensor, FloatTensor])``. ``abc.ABC`` defines no hook, so the
+    first is fixed (it was refused: "base class `abc.ABC` is not among the checked files");
+    the generic base is the class it subscripts, whose own ``reset_parameters()`` a new hook
+    would override, which is the reason given (it was "base class `?`")."""
+    src = (
+        "from abc import ABC\nfrom typing import Generic, TypeVar\n\nimport torch\n"
+        "from torch import nn\n\nT = TypeVar('T')\n\n\n"
+        "class Regularizer(nn.Module, ABC):\n"
+        "    def __init__(self, weight: float = 1.0):\n"
+        "        super().__init__()\n"
+        '        self.register_buffer("weight", torch.as_tensor(weight))\n\n\n'
+        "class Interaction(nn.Module, Generic[T]):\n"
+        "    def reset_parameters(self):\n"
+        "        pass\n\n\n"
+        "class QuatEInteraction(Interaction[torch.Tensor]):\n"
+        "    def __init__(self, dim: int = 4):\n"
+        "        super().__init__()\n"
+        '        self.register_buffer("table", torch.eye(dim))\n'
+    )
+    (tmp_path / "m.py").write_text(src)
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path)
+    text = (tmp_path / "m.py").read_text()
+    assert "self.weight.copy_(torch.as_tensor(self._weight))" in text, text
+    assert "base class `m.Interaction` has its own `reset_parameters()`" in out, out
+    assert "`?`" not in out and "abc.ABC" not in out, out

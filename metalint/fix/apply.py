@@ -25,7 +25,7 @@ from metalint.report import ERROR_CODE, TOO_COMPLEX_CODE, is_error
 from metalint.rules import all_rules
 from metalint.static.engine import FileResult, analyze_source
 from metalint.static.hierarchy import Hierarchy
-from metalint.vocabulary import RESET_HOOK
+from metalint.vocabulary import HOOKLESS_BASES, RESET_HOOK
 
 MAX_ROUNDS = 64
 #: CPU seconds the fix loop of one file may spend, as a multiple of the file time budget
@@ -279,7 +279,7 @@ def hook_refusal(h: Hierarchy, cls: str, hook: str) -> HookRefusal | None:
         if me.fullname in h.bases(other.fullname) and hook in defined:
             return HookRefusal("subclass_hook", other.fullname, hook)
     for b in me.bases:
-        if b.startswith("torch.nn."):
+        if b.startswith("torch.nn.") or b in HOOKLESS_BASES:
             continue
         r = h.resolve(b)
         if r is None:

@@ -47,7 +47,7 @@ from metalint.fix.parameter_from_value import (
     helper_statement,
     hook_body,
 )
-from metalint.fix.recompute import draws, preceding, recompute_locals
+from metalint.fix.recompute import draws, preceding, recompute_locals, registered
 from metalint.static.construction import argument_of
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
@@ -148,7 +148,7 @@ def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -
     hook = _buffer_hook(edit, call_index, node)
     body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=full)
     if any(isinstance(n, cst.If) for n in (*path, *call_path)):
-        body = guarded(registered(attr), body)
+        body = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
     if random:
         drawn = f" (`{children[0]}(...)` may draw: a dropout)" if children else ""
         edit.unsafe.append(
@@ -275,11 +275,11 @@ def _in_block(edit: ClassEdit, body, line, path, attr: str, prelude, index: int)
     locals (``rows, cols = torch.triu_indices(n, n, 1)``, both registered) copied in the same
     ``with``."""
     if not prelude:
-        return guarded(registered(attr), body)
+        return guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
     siblings = _siblings(edit, line, path, attr, prelude, index)
     if siblings:
         body = body.with_changes(body=body.body.with_changes(body=[*body.body.body, *siblings]))
-    node = guarded(registered(attr), body)
+    node = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
     return node.with_changes(body=node.body.with_changes(body=[*prelude, body]))
 
 
@@ -339,15 +339,6 @@ def _optional(edit: ClassEdit, value, full, prelude, arg: str | None) -> bool:
     return isinstance(value, cst.Name) and _param_may_be_none(edit.init.node, value.value)
 
 
-def registered(attr: str) -> str:
-    """The guard of a hook copying into a buffer registered inside an ``if``: the buffer is
-    registered and holds a tensor. ``getattr(self, name, None) is not None`` also held for the
-    other branch's plain tensor (monai SABlock: ``else: self.causal_mask = torch.Tensor()``),
-    and the copy then recomputed the value from ``torch.ones(None, None)``: eager construction
-    raised TypeError."""
-    return f"self._buffers.get({attr!r}) is not None"
-
-
 def _helper_effects(edit: ClassEdit, nodes, seen: set[str] | None = None) -> dict[str, str]:
     """What the module-level functions of the file that ``nodes`` call (and the ones they call)
     do that a hook cannot repeat as ``__init__`` did: ``"random"`` (a draw: PyG's
@@ -397,7 +388,7 @@ def _drawn_once(ctx, edit: ClassEdit, line, index, path, node, attr, hook) -> Re
     new_line = line.deep_replace(arg, arg.with_changes(value=empty))
     body = hook_body(value, f"self.{attr}", names, lambda e: edit.store_names(e, line, index))
     if any(isinstance(n, cst.If) for n in path):
-        body = guarded(registered(attr), body)
+        body = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
     old = edit.replace.get(id(line))
     current = old[1] if old else [line]
     edit.replace[id(line)] = (line, [new_line if s is line else s for s in current])

@@ -826,6 +826,15 @@ class ClassEdit:
         replace: dict[int, cst.BaseExpression] = {}
         stores: list[cst.BaseStatement] = []
         chosen: dict[str, str] = {}
+        # locals the value calls a tensor method on (``emb.unsqueeze(0)``): tensors
+        tensor_receivers = {
+            n.func.value.value: n.func.attr.value
+            for n in walk_code(value)
+            if type(n) is cst.Call
+            and type(n.func) is cst.Attribute
+            and type(n.func.value) is cst.Name
+            and n.func.attr.value in TENSOR_METHODS
+        }
         for name in list(names_in(value)):
             n = name.value
             if n == "self" or n in bound:
@@ -842,18 +851,36 @@ class ClassEdit:
                 for _, v in init.local_values[n]:
                     if value_kind(v, self.ctx.qualify, init):
                         raise Unfixable(f"the value reads the local tensor `{n}`")
+                if n in tensor_receivers:
+                    # kornia ``ExplicitSpacialEncoding``: ``emb = spatial_kernel_embedding(..)``,
+                    # ``register_buffer("emb", emb.unsqueeze(0))``; kept as ``self._emb`` the
+                    # tensor stayed on meta, and the hook's copy raised after ``to_empty()``
+                    raise Unfixable(
+                        f"the value reads the local tensor `{n}` (`{n}.{tensor_receivers[n]}()`)"
+                    )
             if n not in chosen:
                 attr, new = self._attr_for(n, index, private)
                 chosen[n] = attr
                 if new:
-                    stores.append(stmt(f"self.{attr} = {n}"))
+                    stores.append((n, stmt(f"self.{attr} = {n}")))
             replace[id(name)] = self_attr_expr(chosen[n])
         self.refuse_plain_reads(value, not_tensors)
         if stores:
             self.check_after_super(index)
-            old = self.replace.get(id(before))
-            current = old[1] if old else [before]
-            self.replace[id(before)] = (before, stores + current)
+        # an argument is stored before the top-level statement that holds ``before``: the
+        # hook's guard may hold on another path than the block ``before`` is in (mace
+        # ``BesselBasis``: ``if trainable: self.w = nn.Parameter(v)`` / ``else:
+        # self.register_buffer("w", v)``; the store inside the ``if`` was missing on the
+        # default path and eager construction raised AttributeError)
+        top = self.init_body[index] if index < len(self.init_body) else before
+        places: dict[int, tuple[cst.CSTNode, list]] = {}
+        for n, store in stores:
+            at = top if n in init.arguments and n not in init.local_values else before
+            places.setdefault(id(at), (at, []))[1].append(store)
+        for at, new in places.values():
+            old = self.replace.get(id(at))
+            current = old[1] if old else [at]
+            self.replace[id(at)] = (at, new + current)
         return substitute(value, replace)
 
     def refuse_plain_reads(self, value, not_tensors=frozenset()) -> None:
@@ -979,7 +1006,10 @@ class ClassEdit:
                         t = dotted(small.targets[0].target)
                         if t and t.startswith("self.") and t.count(".") == 1:
                             return t[5:], False
+        top = self.init_body[index] if index < len(self.init_body) else None
         for stored in self.replace.values():
+            if stored[0] is not top and not any(stored[0] is s for s in self.init_body[:index]):
+                continue  # a store inside a block: not there on every path
             for s in stored[1]:
                 code = render(s).strip()
                 if code.endswith(f" = {name}") and code.startswith("self."):
@@ -1320,6 +1350,11 @@ def inline_locals(
             continue  # a number: stored on self by store_names
         if len(values) != 1:
             raise Unfixable(f"the local `{n}` is assigned more than once")
+        if n in init.arguments:
+            # ``if loc is None: loc = np.random.randn(n, d)`` (normflows ``GaussianMixture``):
+            # the caller's ``loc`` is its value on the other path; inlining the assignment
+            # dropped it
+            raise Unfixable(f"the argument `{n}` is assigned again in `__init__`")
         if type(node) is cst.Assign and any(
             type(t.target) in (cst.Tuple, cst.List) for t in node.targets
         ):

@@ -54,7 +54,7 @@ from metalint.fix.codemod import (
     torch_spelling,
 )
 from metalint.fix.inplace_init import init_only, move_own, move_own_in_block, overwrites
-from metalint.fix.recompute import preceding, recompute_locals
+from metalint.fix.recompute import preceding, recompute_locals, registered
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
@@ -290,21 +290,14 @@ def _parameter(
         if not all(_none_otherwise(n, pcall) for n in inner if isinstance(n, cst.IfExp)):
             # ``nn.Parameter(torch.ones(d)) if mult_bias else 1.`` (x-transformers' GLU): the
             # attribute is a number when it is no parameter
-            guard = _registered(attr)
+            guard = registered(cls, ctx.qualify, attr, "parameter")
     if any(isinstance(n, cst.If) for n in path):
         guard = f"getattr(self, {attr!r}, None) is not None"
         if cls is not None and _assigned_otherwise(cls, attr, node):
             # ``self.q_scale = self.k_scale = 1`` before ``if qk_norm: self.q_scale =
             # nn.Parameter(...)`` (x-transformers' Attention): there whatever the branch
-            guard = _registered(attr)
+            guard = registered(cls, ctx.qualify, attr, "parameter")
     return attr, data_arg, guard
-
-
-def _registered(attr: str) -> str:
-    """The guard of a hook's init of a parameter that may not be there: it is registered as
-    one (``getattr(self, name, None) is not None`` also holds for a number the other path
-    set, and the init then raised on it: eager construction broke)."""
-    return f"self._parameters.get({attr!r}) is not None"
 
 
 def _none_otherwise(e: cst.IfExp, pcall: cst.Call) -> bool:

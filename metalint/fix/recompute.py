@@ -18,8 +18,11 @@ from metalint.fix.codemod import (
     render,
     stmt,
 )
+from metalint.static.construction import tensor_registrations
+from metalint.static.model import construction
 from metalint.static.syntax import walk_code
-from metalint.vocabulary import INIT_KIND, RANDOM_FACTORIES
+from metalint.static.tensors import random_draw
+from metalint.vocabulary import INIT_KIND
 
 
 def _raises_only(s: cst.CSTNode) -> bool:
@@ -72,7 +75,43 @@ def local_only(s: cst.CSTNode, edit: ClassEdit) -> bool:
     if not isinstance(s, cst.SimpleStatementLine):
         return False
     written, _read, calls = _uses(s, edit.memo())
-    return not written and not calls and not draws(s, edit)
+    return not written and all(computes_only(edit, c) for c in calls) and not draws(s, edit)
+
+
+def computes_only(edit: ClassEdit, name: str, depth: int = 0) -> bool:
+    """Is ``self.<name>(...)`` a method of the class that only computes and returns values:
+    it writes nothing on ``self``, draws nothing, and calls only such methods? kornia's
+    ``TinyViT`` attention: ``indices, offsets = self.build_attention_bias(resolution)`` (a
+    ``@staticmethod``); a hook can call it again and get the same values."""
+    method = edit.cls.methods.get(name)
+    if method is None or depth > 3 or name.startswith("__"):
+        return False
+    body = method.node.body
+    written, _read, calls = _uses(body, edit.memo())
+    if written or draws(body, edit):
+        return False
+    if any(isinstance(n, (cst.Global, cst.Nonlocal)) for n in walk_code(body)):
+        return False
+    return all(c != name and computes_only(edit, c, depth + 1) for c in calls)
+
+
+def registered(cls, qualify, attr: str, kind: str) -> str:
+    """The guard of a hook's write into a tensor that construction may not make: it is there,
+    registered as a ``kind`` ("buffer" or "parameter"), or as either when construction makes
+    it both ways (normflows ``GaussianMixture``: ``if trainable: self.loc = nn.Parameter(t)``,
+    ``else: self.register_buffer("loc", t)``; the buffer-only guard left the parameter, the
+    default, to `to_empty()`'s garbage, and `check` counted it re-created).
+    ``getattr(self, name, None) is not None`` also holds for a plain value the other branch
+    sets (monai ``SABlock``: ``else: self.causal_mask = torch.Tensor()``; x-transformers'
+    ``self.q_scale = 1``), and the write then raised on it."""
+    kinds = {kind}
+    if cls is not None:
+        kinds |= {
+            r.kind for r in tensor_registrations(construction(cls), qualify) if r.attr == attr
+        }
+    return " or ".join(
+        f"self._{k}s.get({attr!r}) is not None" for k in ("buffer", "parameter") if k in kinds
+    )
 
 
 def draws(node: cst.CSTNode, edit: ClassEdit) -> bool:
@@ -84,7 +123,7 @@ def draws(node: cst.CSTNode, edit: ClassEdit) -> bool:
             continue
         q = edit.ctx.qualify(n.func) or ""
         name = q.rsplit(".", 1)[-1] if q else getattr(getattr(n.func, "attr", None), "value", "")
-        if q in RANDOM_FACTORIES or INIT_KIND.get(name) == "random":
+        if random_draw(q) or INIT_KIND.get(name) == "random":
             return True
         if q.startswith("torch.nn.") and name[:1].isupper():
             return True

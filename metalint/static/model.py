@@ -254,7 +254,12 @@ class FactCollector:
         for arg in node.bases:
             if arg.keyword is not None:
                 continue
-            bases.append(self.qualify(arg.value) or (dotted(arg.value) or "?"))
+            base = arg.value
+            if type(base) is cst.Subscript:
+                # a generic base (pykeen ``Interaction[FloatTensor, FloatTensor, FloatTensor]``,
+                # ``Generic[T]``): the class it subscripts
+                base = base.value
+            bases.append(self.qualify(base) or (dotted(base) or "?"))
         cls = ClassFacts(node.name.value, qual, fullname, node, bases)
         self.facts.classes.append(cls)
         self.class_stack.append(cls)

@@ -26,6 +26,7 @@ from metalint.static.syntax import (
 )
 from metalint.vocabulary import (
     EMPTY_FACTORIES,
+    HOST_RANDOM_MODULES,
     INIT_KIND,
     INIT_METHOD_ALIASES,
     INIT_SIGNATURES,
@@ -53,6 +54,15 @@ def local_value(method: MethodFacts, name: str, before: cst.CSTNode | None = Non
     return values[-1][1]
 
 
+def random_draw(qualname: str | None) -> bool:
+    """Does a call of ``qualname`` draw random numbers: a torch random factory, or a function
+    of numpy's or Python's random module (normflows ``GaussianMixture``:
+    ``loc = np.random.randn(n_modes, dim)``; a hook drawing it again gives other values)?"""
+    return qualname is not None and (
+        qualname in RANDOM_FACTORIES or qualname.startswith(HOST_RANDOM_MODULES)
+    )
+
+
 def value_kind(
     expr: cst.BaseExpression | None, qualify, method: MethodFacts | None = None, depth: int = 0
 ) -> str | None:
@@ -65,7 +75,7 @@ def value_kind(
             q = qualify(node.func)
             if q in EMPTY_FACTORIES:
                 found.add("empty")
-            elif q in RANDOM_FACTORIES:
+            elif random_draw(q):
                 found.add("random")
             elif q in VALUE_FACTORIES:
                 found.add("value")
