@@ -52,7 +52,10 @@ FIX_LINE = re.compile(r"^fix (?P<file>[^:]+):(?P<row>\d+): (?P<code>ML\d+) \[(?P
 
 
 def metalint(args, cwd, timeout=3600):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
     return subprocess.run(
         [sys.executable, "-m", "metalint", *args],
         cwd=cwd,

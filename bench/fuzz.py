@@ -694,7 +694,10 @@ def _check_cmd(*extra: str) -> list[str]:
 
 
 def _run_check(folder: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
     return subprocess.run(
         _check_cmd(*extra), cwd=folder, capture_output=True, text=True, timeout=120, env=env
     )
@@ -716,7 +719,10 @@ def _concurrent(folder: Path, n: int, kill: float | None, want) -> str | None:
     """``n`` runs at once, the first SIGKILLed after ``kill`` seconds: what went wrong, or None."""
     import signal
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
     procs = [
         subprocess.Popen(
             _check_cmd(),
