@@ -233,6 +233,20 @@ class Anchors(nn.Module):
         t = torch.LongTensor(sizes)
         self.n = int(t.max())
 """,
+        # an audio codec's conv reads its argument before making a tensor of it: the caller's
+        # int
+        """
+import torch
+from torch import nn
+
+class CausalConv(nn.Module):
+    def __init__(self, kernel_size, stride=1, dilation=1):
+        super().__init__()
+        if stride > 1 and dilation > 1:
+            raise ValueError("stride and dilation")
+        stride = torch.tensor(stride, dtype=torch.int64)
+        self.register_buffer("stride", stride, persistent=False)
+""",
     ]
     INVALID = [
         # monai's median filter: a tensor used as a size is turned into an int (a read)
@@ -374,6 +388,37 @@ class LowPassFilter(nn.Module):
         rep = r[:2].repeat_interleave(torch.tensor(counts))  # ERROR
         where = torch.where(r > 0)  # ERROR
         self.register_buffer("kernel", torch.exp(-x.pow(2)))
+""",
+        # a normalizing flow's affine layer validates its arguments after making them
+        # tensors (the argument is assigned again on every path before it is read)
+        """
+import torch
+from torch import nn
+
+class AffineTransform(nn.Module):
+    def __init__(self, shift=0.0, scale=1.0):
+        super().__init__()
+        shift, scale = map(torch.as_tensor, (shift, scale))
+        if not (scale > 0.0).all():  # ERROR
+            raise ValueError("Scale must be strictly positive.")
+        self.register_buffer("_shift", shift)
+        self.register_buffer("_scale", scale)
+""",
+        # a coupling layer's mask, made on both branches, then counted
+        """
+import torch
+from torch import nn
+
+class Coupling(nn.Module):
+    def __init__(self, features, mask=None):
+        super().__init__()
+        if mask is None:
+            mask = torch.arange(features) % 2 == 1
+        else:
+            mask = torch.as_tensor(mask, dtype=bool)
+        n = mask.sum().item()  # ERROR
+        self.register_buffer("mask", mask)
+        self.net = nn.Linear(n, features - n)
 """,
         # an audio encoder that moves itself at the end of __init__
         """

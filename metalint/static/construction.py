@@ -235,6 +235,8 @@ def is_tensor(
     if type(expr) is cst.Subscript:
         return is_tensor(expr.value, qualify, method, depth + 1, extra)
     if type(expr) is cst.Name and method is not None:
+        if method.holds_argument(expr):
+            return False  # what the caller passed
         values = method.local_values.get(expr.value)
         # every assignment of the local must be a tensor (``x = None`` on a branch: unsure)
         return bool(values) and all(

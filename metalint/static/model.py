@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from metalint.static.names import Aliases, dotted, partial_class, torch_module_class
-from metalint.static.syntax import code_children
+from metalint.static.syntax import code_children, walk_code
 from metalint.vocabulary import NO_GRAD_CONTEXTS, SKIPPED_METHOD_PREFIXES
 
 
@@ -72,6 +72,26 @@ class MethodFacts:
         locals must keep like any other argument."""
         star = [self.node.params.star_arg, self.node.params.star_kwarg]
         return set(self.params) | {p.name.value for p in star if isinstance(p, cst.Param)}
+
+    def holds_argument(self, name: cst.Name) -> bool:
+        """Does ``name``, read in this method, certainly hold what the caller passed: it names
+        an argument, and it is read before any statement of the body assigns it again
+        (transformers ``MimiConv1d`` reads ``stride`` before ``stride = torch.tensor(...)``:
+        the caller's int)? Read after such a statement it holds what the method made, on
+        every path or on some (nflows ``PointwiseAffineTransform``: ``shift, scale =
+        map(torch.as_tensor, (shift, scale))``, then ``if not (scale > 0.0).all():``; kornia
+        ``SpatialSoftArgmax2d``: ``if temperature is None: temperature = torch.tensor(1.0)``):
+        its assignments decide, as any local's do."""
+        if name.value not in self.params:
+            return False
+        mine = {id(stmt) for stmt, _ in self.local_values.get(name.value, ())}
+        for line in self.node.body.body:
+            nodes = list(walk_code(line))
+            if any(n is name for n in nodes):
+                return True
+            if any(id(n) in mine for n in nodes):
+                return False
+        return True
 
     #: every ``Assign`` and ``AugAssign`` statement, in visiting order
     binds: list[cst.CSTNode] = field(default_factory=list)

@@ -135,6 +135,9 @@ def _meta_call(expr: cst.Call, qualify, rec) -> bool:
     """A call that makes a meta tensor: a torch factory without a real device, a torch function
     or a tensor method of a meta tensor."""
     q = qualify(expr.func)
+    if q is None and len(expr.args) >= 2 and _factory_call(expr, qualify):
+        # ``shift, scale = map(torch.as_tensor, (shift, scale))``: each item a factory's
+        return True
     if q is not None and q.startswith("torch."):
         if q in CPU_CONSTRUCTORS or q in NOT_TENSOR_FUNCTIONS:
             return False
@@ -172,19 +175,21 @@ def _meta_local(
     meta tensor meta: the local is assumed meta while it is asked (the other assignments decide;
     the recursion used to run out of depth and call the local not meta)."""
     rec = lambda e: meta_tensor(e, qualify, method, own, depth + 1, assumed)  # noqa: E731
-    if expr.value in method.params:
-        return False
     values = method.local_values.get(expr.value)
+    if method.holds_argument(expr):
+        return False  # the caller's value: a tensor it passes lives where the caller made it
     if values:
         inner = assumed | {expr.value}
         # and one assignment is meta with nothing assumed: locals that only feed each other
         # (peft ``prefix, _, suffix = name.rpartition(s)``, ``name = prefix + suffix``, where
-        # ``name`` is a parameter of a nested function) are no tensors
+        # ``name`` is a parameter of a nested function) are no tensors; a factory is meta
+        # whatever it reads (nflows ``scale = torch.as_tensor(scale)``)
         return all(
             v is not expr and meta_tensor(v, qualify, method, own, depth + 1, inner)
             for _, v in values
         ) and any(
-            expr.value not in _names(v) and meta_tensor(v, qualify, method, own, depth + 1)
+            (expr.value not in _names(v) or _factory_call(v, qualify))
+            and meta_tensor(v, qualify, method, own, depth + 1)
             for _, v in values
         )
     # a loop variable over a tensor: ``for r in torch.linspace(0, 1, n)``
@@ -196,6 +201,17 @@ def _meta_local(
         ):
             return True
     return False
+
+
+def _factory_call(expr: cst.BaseExpression, qualify) -> bool:
+    """``torch.as_tensor(x)``, ``map(torch.as_tensor, xs)``: makes a new tensor whatever it
+    reads."""
+    if type(expr) is not cst.Call:
+        return False
+    q = qualify(expr.func)
+    if q is None and type(expr.func) is cst.Name and expr.func.value == "map" and expr.args:
+        q = qualify(expr.args[0].value)
+    return q in EMPTY_FACTORIES or q in VALUE_FACTORIES or q in RANDOM_FACTORIES
 
 
 def _names(node: cst.CSTNode) -> set[str]:
