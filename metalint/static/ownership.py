@@ -101,7 +101,7 @@ def meta_tensor(
     real device, arithmetic and methods on such tensors, locals and loop variables holding them,
     own tensors in ``own``. ``assumed``: locals whose other assignments are being asked about
     (see :func:`_meta_local`)."""
-    if expr is None or depth > 6:
+    if expr is None or depth > 10:
         return False
     rec = lambda e: meta_tensor(e, qualify, method, own, depth + 1, assumed)  # noqa: E731
     if type(expr) is cst.Call:
@@ -224,7 +224,7 @@ def meta_tensor_sequence(
     expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, own=None, depth: int = 0
 ) -> bool:
     """``t.split(sizes)``, ``torch.meshgrid(a, b)``: a tuple of meta tensors."""
-    if not isinstance(expr, cst.Call) or depth > 6:
+    if not isinstance(expr, cst.Call) or depth > 10:
         return False
     q = qualify(expr.func)
     if q in SEQUENCE_FUNCTIONS:
