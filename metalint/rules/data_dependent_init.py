@@ -404,6 +404,29 @@ class AffineTransform(nn.Module):
         self.register_buffer("_shift", shift)
         self.register_buffer("_scale", scale)
 """,
+        # a vision transformer's attention bias table, built by a static method through a
+        # chain of locals; torch.unique has no meta kernel
+        """
+import torch
+from torch import nn
+
+class Attention(nn.Module):
+    def __init__(self, heads=2, resolution=(4, 4)):
+        super().__init__()
+        indices, n = self.build_attention_bias(resolution)
+        self.attention_biases = nn.Parameter(torch.zeros(heads, n))
+        self.register_buffer("attention_bias_idxs", indices, persistent=False)
+
+    @staticmethod
+    def build_attention_bias(resolution):
+        H, W = resolution
+        rows = torch.arange(H)
+        rr = rows.repeat_interleave(W)
+        dr = (rr[:, None] - rr[None, :]).abs()
+        keys = dr * W + dr
+        unique_keys, inverse = torch.unique(keys, return_inverse=True)  # ERROR
+        return inverse.view(H * W, H * W), unique_keys.numel()
+""",
         # a coupling layer's mask, made on both branches, then counted
         """
 import torch
