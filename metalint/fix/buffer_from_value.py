@@ -47,7 +47,14 @@ from metalint.fix.parameter_from_value import (
     helper_statement,
     hook_body,
 )
-from metalint.fix.recompute import draws, preceding, recompute_locals, registered
+from metalint.fix.recompute import (
+    Drawn,
+    drawn_tail,
+    draws,
+    preceding,
+    recompute_locals,
+    registered,
+)
 from metalint.static.construction import argument_of
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
@@ -179,7 +186,10 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     except Unfixable as exc:
         why = str(exc)
         full = value
-        prelude = recompute_locals(edit, value, index, hook, why, preceding(edit, path, index))
+        try:
+            prelude = recompute_locals(edit, value, index, hook, why, preceding(edit, path, index))
+        except Drawn as drawn:
+            return edit.rewrite(drawn_tail(edit, drawn.index, hook, why))
     effects = _helper_effects(edit, [full, *prelude])
     if "host" in effects:
         raise Unfixable(

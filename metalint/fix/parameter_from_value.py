@@ -54,7 +54,7 @@ from metalint.fix.codemod import (
     torch_spelling,
 )
 from metalint.fix.inplace_init import init_only, move_own, move_own_in_block, overwrites
-from metalint.fix.recompute import preceding, recompute_locals, registered
+from metalint.fix.recompute import Drawn, drawn_tail, preceding, recompute_locals, registered
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
@@ -610,10 +610,14 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     try:
         full = inline_locals(edit, data)
     except Unfixable as exc:
+        before = preceding(edit, path, index)
+        try:
+            prelude = recompute_locals(edit, data, index, hook, str(exc), before)
+        except Drawn as drawn:
+            return edit.rewrite(drawn_tail(edit, drawn.index, hook, str(exc)))
         if any(isinstance(n, cst.If) for n in path):
             raise
         full = data
-        prelude = recompute_locals(edit, data, index, hook, str(exc), preceding(edit, path, index))
     code = [full, *prelude]
     if any(isinstance(n, cst.Name) and n.value == "None" for c in code for n in walk_code(c)):
         raise Unfixable(why)

@@ -14,15 +14,18 @@ from metalint.fix.codemod import (
     Unfixable,
     _uses,
     binds,
+    fill,
     names_in,
     render,
+    rng_free,
     stmt,
+    torch_spelling,
 )
 from metalint.static.construction import tensor_registrations
 from metalint.static.model import construction
 from metalint.static.syntax import walk_code
 from metalint.static.tensors import random_draw
-from metalint.vocabulary import INIT_KIND
+from metalint.vocabulary import HOST_RANDOM_MODULES, INIT_KIND
 
 
 def _raises_only(s: cst.CSTNode) -> bool:
@@ -56,9 +59,10 @@ def _writes_seen(s: cst.CSTNode) -> bool:
     return False
 
 
-def local_only(s: cst.CSTNode, edit: ClassEdit) -> bool:
+def local_only(s: cst.CSTNode, edit: ClassEdit, random: bool = False) -> bool:
     """A statement (or an ``if`` of them) that only computes locals: no ``self`` written,
-    no method of ``self`` called, no random draw, no loop or nested function."""
+    no method of ``self`` called, no random draw (``random``: draws allowed, torch's own only),
+    no loop or nested function."""
 
     if isinstance(s, cst.If):
         parts = [*s.body.body] if isinstance(s.body, cst.IndentedBlock) else []
@@ -69,30 +73,41 @@ def local_only(s: cst.CSTNode, edit: ClassEdit) -> bool:
                 parts[-1:] = (
                     list(rest.body.body) if isinstance(rest.body, cst.IndentedBlock) else [None]
                 )
-        if not parts or not all(p is not None and local_only(p, edit) for p in parts):
+        if not parts or not all(p is not None and local_only(p, edit, random) for p in parts):
             return False
-        return not draws(s.test, edit)
+        return not _draws(s.test, edit, random)
     if not isinstance(s, cst.SimpleStatementLine):
         return False
     written, _read, calls = _uses(s, edit.memo())
-    return not written and all(computes_only(edit, c) for c in calls) and not draws(s, edit)
+    return (
+        not written
+        and all(computes_only(edit, c, random=random) for c in calls)
+        and not _draws(s, edit, random)
+    )
 
 
-def computes_only(edit: ClassEdit, name: str, depth: int = 0) -> bool:
+def _draws(node: cst.CSTNode, edit: ClassEdit, random: bool) -> bool:
+    """``draws`` where no draw is allowed; where torch's draws are (``random``), does the
+    code draw from numpy's or Python's generators, or build a module?"""
+    return draws(node, edit, host_only=random)
+
+
+def computes_only(edit: ClassEdit, name: str, depth: int = 0, random: bool = False) -> bool:
     """Is ``self.<name>(...)`` a method of the class that only computes and returns values:
-    it writes nothing on ``self``, draws nothing, and calls only such methods? kornia's
-    ``TinyViT`` attention: ``indices, offsets = self.build_attention_bias(resolution)`` (a
-    ``@staticmethod``); a hook can call it again and get the same values."""
+    it writes nothing on ``self``, draws nothing (``random``: torch's draws allowed), and calls
+    only such methods? kornia's ``TinyViT`` attention: ``indices, offsets =
+    self.build_attention_bias(resolution)`` (a ``@staticmethod``); a hook can call it again
+    and get the same values."""
     method = edit.cls.methods.get(name)
     if method is None or depth > 3 or name.startswith("__"):
         return False
     body = method.node.body
     written, _read, calls = _uses(body, edit.memo())
-    if written or draws(body, edit):
+    if written or _draws(body, edit, random):
         return False
     if any(isinstance(n, (cst.Global, cst.Nonlocal)) for n in walk_code(body)):
         return False
-    return all(c != name and computes_only(edit, c, depth + 1) for c in calls)
+    return all(c != name and computes_only(edit, c, depth + 1, random) for c in calls)
 
 
 def registered(cls, qualify, attr: str, kind: str) -> str:
@@ -114,9 +129,10 @@ def registered(cls, qualify, attr: str, kind: str) -> str:
     )
 
 
-def draws(node: cst.CSTNode, edit: ClassEdit) -> bool:
+def draws(node: cst.CSTNode, edit: ClassEdit, host_only: bool = False) -> bool:
     """Does the code draw random numbers or build a module (whose init draws)? What
-    :func:`value_kind` calls random, as ML002 judges a buffer's value."""
+    :func:`value_kind` calls random, as ML002 judges a buffer's value. ``host_only``: only
+    draws that torch's generator state does not hold (numpy's, Python's) and modules."""
 
     for n in walk_code(node):
         if not isinstance(n, cst.Call):
@@ -124,7 +140,8 @@ def draws(node: cst.CSTNode, edit: ClassEdit) -> bool:
         q = edit.ctx.qualify(n.func) or ""
         name = q.rsplit(".", 1)[-1] if q else getattr(getattr(n.func, "attr", None), "value", "")
         if random_draw(q) or INIT_KIND.get(name) == "random":
-            return True
+            if not host_only or q.startswith(HOST_RANDOM_MODULES):
+                return True
         if q.startswith("torch.nn.") and name[:1].isupper():
             return True
     return False
@@ -278,6 +295,10 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str, be
         if sliced is not None and local_only(sliced, edit):
             s = sliced
         elif not local_only(s, edit):
+            top = before[i][0]
+            if top < len(edit.init_body) and s is edit.init_body[top]:
+                if local_only(s, edit, random=True):
+                    raise Drawn(why, top)
             raise Unfixable(why)
         picked.append(i)
         copies[i] = s
@@ -352,3 +373,165 @@ def _already_computed(edit: ClassEdit, hook: str, stmts: list, bound: set[str]) 
         if n > best and not any(binds(s, edit.ctx.qualify) & bound for s in have[j + n :]):
             best = n
     return best
+
+
+class Drawn(Unfixable):
+    """:func:`recompute_locals` met top-level statement ``index`` of ``__init__``, which
+    computes a local the value needs by drawing random numbers from torch's generators: a hook
+    computing it again gets other values, unless it is the only place that draws them
+    (:func:`drawn_tail`)."""
+
+    def __init__(self, why: str, index: int) -> None:
+        super().__init__(why)
+        self.index = index
+
+
+def drawn_tail(edit: ClassEdit, start: int, hook: str, why: str) -> str:
+    """The tensors ``__init__`` registers, from top-level statement ``start`` (it draws the
+    locals they are computed from) to its end, computed again in ``hook`` in the same order,
+    from one draw: normflows' Glow ``Invertible1x1Conv``: ``Q, _ = torch.linalg.qr(
+    torch.randn(n, n))``, then ``P, L, U = torch.lu_unpack(*Q.lu())`` under ``if use_lu:``,
+    the buffer ``P``, the parameters ``L``, ``log_S`` and ``U`` made from them, else
+    ``W = nn.Parameter(Q)``. Each tensor recomputed on its own would draw ``Q`` once per
+    tensor (``P`` and ``L`` from different matrices). The hook holds the copied statements
+    (locals computed as ``__init__`` computes them, an ``if`` on the same condition) with each
+    registration of a tensor made from those locals turned into a copy into it. ``__init__``
+    keeps its statements (they give each tensor its shape and dtype; on meta they cost
+    nothing), its drawing statements under ``torch.random.fork_rng()``: they give back the
+    generator's state, and the hook, called at the end of ``__init__``, draws from the state
+    they drew from, so eager tensors are bit-identical when nothing else in between draws.
+    Registrations that read none of those locals are left to their own fix; other statements
+    that touch none of them stay in ``__init__`` alone (the fix is unsafe when one may draw).
+    Returns what the
+    rewrite says it does; raises :class:`Unfixable` (``why``) when a statement of the tail
+    is neither a registration, nor computes only locals, nor leaves them alone."""
+    tail = _Tail(edit, start, why)
+    hook_body = tail.block(edit.init_body[start:], True)
+    if not tail.made or not tail.forked:
+        raise Unfixable(why)
+    first = edit.init_body[start]
+    out = [edit.store_names(s, first, start, bound=tail.bound) for s in hook_body]
+    for s in tail.forked:
+        old = edit.replace.get(id(s))
+        current = old[1] if old else [s]
+        wrapped = stmt(f"with {tail.torch}.random.fork_rng():\n    pass")
+        wrapped = wrapped.with_changes(
+            body=wrapped.body.with_changes(body=[s.with_changes(leading_lines=())]),
+            leading_lines=s.leading_lines,
+        )
+        edit.replace[id(s)] = (s, [wrapped if c is s else c for c in current])
+    # the copied statements and values draw nothing (``draws``, as for any recomputed local);
+    # the others may
+    if not all(rng_free(s, edit.ctx) for s in tail.staying):
+        edit.unsafe.append(
+            "other random draws follow the drawn locals in `__init__`: the hook draws them "
+            "after those, so eager values differ under the same seed (same distribution)"
+        )
+    existing = edit.cls.methods.get(hook)
+    if any(not rng_free(s, edit.ctx) for s in edit.hook_append.get(hook, [])) or (
+        existing is not None and not rng_free(existing.node.body, edit.ctx)
+    ):
+        edit.unsafe.append(
+            f"`{hook}()` draws other random numbers before the drawn locals: eager values "
+            "differ under the same seed (same distribution)"
+        )
+    edit.use_hook(hook, len(edit.init_body) - 1, out, random=True)
+    names = ", ".join(f"`{a}`" for a in tail.made)
+    return (
+        f"Compute {names} again in `{hook}()` from one draw of the locals they are made "
+        f"from (drawn in `__init__` under `{tail.torch}.random.fork_rng()`), called at the "
+        "end of `__init__`"
+    )
+
+
+class _Tail:
+    """The hook's copy of the statements of :func:`drawn_tail`: ``made`` (the tensors copied
+    into), ``forked`` (the drawing statements), ``staying`` (the statements left alone)."""
+
+    def __init__(self, edit: ClassEdit, start: int, why: str) -> None:
+        self.edit = edit
+        self.why = why
+        self.torch = torch_spelling(edit.ctx)[0]
+        self.bound: set[str] = set()
+        for s in edit.init_body[start:]:
+            self.bound |= binds(s, edit.ctx.qualify)
+        self.local = _local_names(edit)
+        self.regs = {
+            id(r.node): r for r in tensor_registrations(construction(edit.cls), edit.ctx.qualify)
+        }
+        self.forked: list[cst.BaseStatement] = []
+        self.staying: list[cst.BaseStatement] = []
+        self.made: list[str] = []
+        self._copies: set[int] = set()
+
+    def registration(self, s: cst.SimpleStatementLine):
+        return next((self.regs[id(n)] for n in walk_code(s) if id(n) in self.regs), None)
+
+    def block(self, stmts, top: bool) -> list:
+        out: list[cst.BaseStatement] = []
+        for s in stmts:
+            if isinstance(s, cst.If):
+                if _draws(s.test, self.edit, False):
+                    raise Unfixable(self.why)
+                new = self.branch(s)
+                if new is not None:
+                    out.append(new)
+            elif not isinstance(s, cst.SimpleStatementLine):
+                raise Unfixable(self.why)
+            elif self.registration(s) is not None:
+                self.copy(s, out)
+            else:
+                self.other(s, top, out)
+        return out
+
+    def other(self, s: cst.SimpleStatementLine, top: bool, out: list) -> None:
+        edit = self.edit
+        if local_only(s, edit):
+            out.append(s)
+        elif top and local_only(s, edit, random=True):
+            out.append(s)
+            self.forked.append(s)
+        elif (binds(s, edit.ctx.qualify) | self.local(s)) & self.bound:
+            raise Unfixable(self.why)
+        else:
+            self.staying.append(s)  # ``self.act = nn.ReLU()``: it stays in ``__init__`` alone
+
+    def copy(self, s: cst.SimpleStatementLine, out: list) -> None:
+        """A registration: a copy into its tensor when it reads the drawn locals."""
+        r = self.registration(s)
+        if len(s.body) != 1 or not self.local(r.value or s) & self.bound:
+            # reads none of the drawn locals: its own fix, if any
+            if r.value is None or draws(r.value, self.edit):
+                self.staying.append(s)
+            return
+        if r.value is None or _draws(r.value, self.edit, False):
+            raise Unfixable(self.why)
+        copy = fill(f"self.{r.attr}.copy_(__v__)", v=r.value)
+        if out and id(out[-1]) in self._copies:
+            # the copies of one block under one ``no_grad()``
+            w = out.pop()
+            copy = w.with_changes(body=w.body.with_changes(body=[*w.body.body, copy]))
+        else:
+            w = stmt(f"with {self.torch}.no_grad():\n    pass")
+            copy = w.with_changes(
+                body=w.body.with_changes(body=[copy]), leading_lines=s.leading_lines
+            )
+        self._copies.add(id(copy))
+        out.append(copy)
+        self.made.append(r.attr)
+
+    def branch(self, node):
+        """The ``if`` (or ``else``) with its blocks copied; None: nothing in it to copy."""
+        if not isinstance(node.body, cst.IndentedBlock):
+            raise Unfixable(self.why)
+        body = self.block(node.body.body, False)
+        rest = None
+        if isinstance(node, cst.If) and node.orelse is not None:
+            rest = self.branch(node.orelse)
+        if not body and rest is None:
+            return None
+        body = body or [cst.SimpleStatementLine([cst.Pass()])]
+        new = node.with_changes(body=node.body.with_changes(body=body))
+        if isinstance(node, cst.If):
+            new = new.with_changes(orelse=rest)
+        return new
