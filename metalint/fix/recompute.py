@@ -60,9 +60,9 @@ def _writes_seen(s: cst.CSTNode) -> bool:
 
 
 def local_only(s: cst.CSTNode, edit: ClassEdit, random: bool = False) -> bool:
-    """A statement (or an ``if`` of them) that only computes locals: no ``self`` written,
-    no method of ``self`` called, no random draw (``random``: draws allowed, torch's own only),
-    no loop or nested function."""
+    """A statement (or an ``if`` or a ``for`` loop over one name, of them) that only computes
+    locals: no ``self`` written, no method of ``self`` called, no random draw (``random``:
+    draws allowed, torch's own only), no other loop or nested function."""
 
     if isinstance(s, cst.If):
         parts = [*s.body.body] if isinstance(s.body, cst.IndentedBlock) else []
@@ -76,6 +76,19 @@ def local_only(s: cst.CSTNode, edit: ClassEdit, random: bool = False) -> bool:
         if not parts or not all(p is not None and local_only(p, edit, random) for p in parts):
             return False
         return not _draws(s.test, edit, random)
+    if isinstance(s, cst.For):
+        # ``for i in range(self.ndim): inv_perm_[perm_[i]] = i`` (normflows' ``Uniform
+        # Gaussian``, ``PeriodicFeaturesCat``: an inverse permutation written in place)
+        body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
+        return (
+            loop_target(s) is not None
+            and s.orelse is None
+            and s.asynchronous is None
+            and bool(body)
+            and all(local_only(b, edit, random) for b in body)
+            and not any(isinstance(n, (cst.Break, cst.Continue)) for n in walk_code(s))
+            and not _draws(s.iter, edit, random)
+        )
     if not isinstance(s, cst.SimpleStatementLine):
         return False
     written, _read, calls = _uses(s, edit.memo())
@@ -84,6 +97,11 @@ def local_only(s: cst.CSTNode, edit: ClassEdit, random: bool = False) -> bool:
         and all(computes_only(edit, c, random=random) for c in calls)
         and not _draws(s, edit, random)
     )
+
+
+def loop_target(s: cst.For) -> str | None:
+    """The name a ``for`` loop binds, when it binds one name."""
+    return s.target.value if isinstance(s.target, cst.Name) else None
 
 
 def _draws(node: cst.CSTNode, edit: ClassEdit, random: bool) -> bool:
@@ -302,13 +320,14 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str, be
             raise Unfixable(why)
         picked.append(i)
         copies[i] = s
-        need |= local(s)
+        need |= local(s) - {loop_target(n) for n in walk_code(s) if isinstance(n, cst.For)}
     if not picked:
         raise Unfixable(why)
     picked.reverse()
     bound: set[str] = set()
     for i in picked:
         bound |= binds(copies[i], edit.ctx.qualify)
+        bound |= {loop_target(n) for n in walk_code(copies[i]) if isinstance(n, cst.For)}
     out = _copies(edit, picked, copies, value, bound, before)
     if hook in edit.cls.methods:
         mine = {
