@@ -89,6 +89,15 @@ def local_only(s: cst.CSTNode, edit: ClassEdit, random: bool = False) -> bool:
             and not any(isinstance(n, (cst.Break, cst.Continue)) for n in walk_code(s))
             and not _draws(s.iter, edit, random)
         )
+    if isinstance(s, cst.FunctionDef):
+        # nflows' ``HouseholderSequence``: ``def tile(a, dim, n_tile): ...`` in ``__init__``,
+        # then ``qv = tile(torch.eye(n // 2, features), 0, 2)``: a function of its arguments
+        return (
+            not s.decorators
+            and "self" not in {n.value for n in names_in(s)}
+            and not any(isinstance(n, (cst.Global, cst.Nonlocal)) for n in walk_code(s))
+            and not _draws(s, edit, random)
+        )
     if not isinstance(s, cst.SimpleStatementLine):
         return False
     written, _read, calls = _uses(s, edit.memo())
@@ -97,6 +106,55 @@ def local_only(s: cst.CSTNode, edit: ClassEdit, random: bool = False) -> bool:
         and all(computes_only(edit, c, random=random) for c in calls)
         and not _draws(s, edit, random)
     )
+
+
+def _imports(s: cst.CSTNode) -> bool:
+    """``import numpy as np`` as a statement of ``__init__``."""
+    return isinstance(s, cst.SimpleStatementLine) and all(
+        isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body
+    )
+
+
+def _binds(s: cst.CSTNode, edit: ClassEdit) -> set[str]:
+    """:func:`binds`, and the names a nested ``def`` or an ``import`` in ``__init__`` binds
+    (a ``def`` binds its name only: what it assigns is its own)."""
+    if isinstance(s, cst.FunctionDef):
+        return {s.name.value}
+    out = binds(s, edit.ctx.qualify)
+    for n in walk_code(s):
+        if isinstance(n, (cst.Import, cst.ImportFrom)) and not isinstance(n.names, cst.ImportStar):
+            for a in n.names:
+                name = a.asname.name if a.asname is not None else a.name
+                while isinstance(name, cst.Attribute):
+                    name = name.value
+                if isinstance(name, cst.Name):
+                    out.add(name.value)
+    return out
+
+
+def _reads(s: cst.CSTNode, edit: ClassEdit, local, imported: set[str]) -> set[str]:
+    """The locals ``s`` reads that earlier statements may compute: ``local(s)``, the names an
+    ``import`` in ``__init__`` binds, less what ``s`` binds for itself (a loop's name; a
+    nested ``def``'s arguments and its own locals)."""
+    out = local(s) | ({n.value for n in names_in(s)} & imported)
+    return out - _own(s, edit)
+
+
+def _own(s: cst.CSTNode, edit: ClassEdit) -> set[str]:
+    """The names ``s`` binds for itself: a loop's name; a nested ``def``'s name, arguments
+    and locals."""
+    if not isinstance(s, cst.FunctionDef):
+        return {loop_target(n) for n in walk_code(s) if isinstance(n, cst.For)}
+    own = {p.name.value for p in walk_code(s.params) if isinstance(p, cst.Param)}
+    own |= binds(s.body, edit.ctx.qualify) | {s.name.value}
+    own |= {
+        t.value
+        for n in walk_code(s)
+        if isinstance(n, (cst.CompFor, cst.For))
+        for t in walk_code(n.target)
+        if isinstance(t, cst.Name)
+    }
+    return own
 
 
 def loop_target(s: cst.For) -> str | None:
@@ -296,12 +354,13 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str, be
     if before is None:
         before = [(i, s) for i, s in enumerate(edit.init_body[:index])]
     local = _local_names(edit)
-    need = local(value)
+    imported = set().union(*(_binds(s, edit) for s in edit.init_body if _imports(s)))
+    need = _reads(value, edit, local, imported)
     picked: list[int] = []
     copies: dict[int, cst.BaseStatement] = {}
     for i in range(len(before) - 1, -1, -1):
         s = before[i][1]
-        hit = binds(s, edit.ctx.qualify) & need
+        hit = _binds(s, edit) & need
         if not hit:
             if need & {n.value for n in names_in(s)} and not _writes_seen(s):
                 raise Unfixable(why)
@@ -320,14 +379,13 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str, be
             raise Unfixable(why)
         picked.append(i)
         copies[i] = s
-        need |= local(s) - {loop_target(n) for n in walk_code(s) if isinstance(n, cst.For)}
+        need |= _reads(s, edit, local, imported)
     if not picked:
         raise Unfixable(why)
     picked.reverse()
     bound: set[str] = set()
     for i in picked:
-        bound |= binds(copies[i], edit.ctx.qualify)
-        bound |= {loop_target(n) for n in walk_code(copies[i]) if isinstance(n, cst.For)}
+        bound |= _binds(copies[i], edit) | _own(copies[i], edit)
     out = _copies(edit, picked, copies, value, bound, before)
     if hook in edit.cls.methods:
         mine = {
@@ -367,7 +425,9 @@ def _copies(
     out = [*prelude]
     for i in picked:
         new = edit.store_names(copies[i], first, top, bound=bound)
-        out.append(new.with_changes(leading_lines=()))
+        # a nested ``def`` keeps a blank line before it
+        lines = (cst.EmptyLine(indent=False),) if isinstance(new, cst.FunctionDef) else ()
+        out.append(new.with_changes(leading_lines=lines))
     out.append(edit.store_names(value, first, top, bound=bound))
     return out
 
