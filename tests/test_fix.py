@@ -1216,3 +1216,32 @@ def test_generic_and_abstract_bases_are_resolved(tmp_path, monkeypatch):
     assert "self.weight.copy_(torch.as_tensor(self._weight))" in text, text
     assert "base class `m.Interaction` has its own `reset_parameters()`" in out, out
     assert "`?`" not in out and "abc.ABC" not in out, out
+
+
+def test_drawn_locals_followed_by_other_draws_are_an_unsafe_fix(cli, tmp_path):
+    # normflows' Glow matrix, then a child that draws its own init: the hook's draw of `Q`
+    # now comes after the child's, so eager values differ (same law); numpy's draws are not
+    # put back by `fork_rng()`: refused
+    src = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Mix(nn.Module):\n"
+        "    def __init__(self, n: int = 4):\n"
+        "        super().__init__()\n"
+        "        Q, _ = torch.linalg.qr(torch.randn(n, n))\n"
+        "        self.W = nn.Parameter(Q)\n"
+        "        self.proj = nn.Linear(n, n)\n"
+    )
+    (tmp_path / "m.py").write_text(src)
+    r = cli("fix", "--no-cache", "--select", "ML001", "--write", "m.py")
+    assert "fixable with --unsafe-fixes" in r.output, r.output
+    r = cli("fix", "--no-cache", "--select", "ML001", "--write", "--unsafe-fixes", "m.py")
+    out = (tmp_path / "m.py").read_text()
+    assert "with torch.random.fork_rng():" in out and "self.W.copy_(Q)" in out, out
+
+    (tmp_path / "n.py").write_text(
+        src.replace("torch.randn(n, n)", "torch.as_tensor(np.random.randn(n, n))")
+        .replace("self.proj = nn.Linear(n, n)\n", "")
+        .replace("import torch\n", "import numpy as np\nimport torch\n")
+    )
+    r = cli("fix", "--no-cache", "--select", "ML001", "--diff", "--unsafe-fixes", "n.py")
+    assert "fork_rng" not in r.output and "not fixed" in r.output, r.output

@@ -534,6 +534,7 @@ class _Tail:
         self.bound: set[str] = set()
         for s in edit.init_body[start:]:
             self.bound |= binds(s, edit.ctx.qualify)
+        self.bound.discard("self")  # ``self.W = ...``: an attribute, not a local
         self.local = _local_names(edit)
         self.regs = {
             id(r.node): r for r in tensor_registrations(construction(edit.cls), edit.ctx.qualify)
