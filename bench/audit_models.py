@@ -535,6 +535,55 @@ def _peft_build(root: str):
     return peft.get_peft_model(LlamaForCausalLM(cfg), _PEFT[root](peft))
 
 
+# ----------------------------------------------------------------------------- torchvision
+
+#: torchvision models as a user builds them (``get_model(name, weights=None)``), each family
+#: once, small ones where a family has sizes: classification, video, detection, segmentation,
+#: optical flow; they initialise themselves in ``__init__`` (no protocol of their own)
+_TORCHVISION = {
+    name: {"weights": None, **extra}
+    for name, extra in [
+        ("resnet18", {}),
+        ("mobilenet_v3_small", {}),
+        ("efficientnet_b0", {}),
+        ("efficientnet_v2_s", {}),
+        ("convnext_tiny", {}),
+        ("regnet_y_400mf", {}),
+        ("densenet121", {}),
+        ("googlenet", {"init_weights": True}),
+        ("inception_v3", {"init_weights": True}),
+        ("shufflenet_v2_x0_5", {}),
+        ("squeezenet1_1", {}),
+        ("mnasnet0_5", {}),
+        ("vgg11", {}),
+        ("alexnet", {}),
+        ("vit_b_32", {}),
+        ("swin_t", {}),
+        ("swin_v2_t", {}),
+        ("maxvit_t", {}),
+        ("r3d_18", {}),
+        ("s3d", {}),
+        ("mvit_v2_s", {}),
+        ("swin3d_t", {}),
+        ("fasterrcnn_mobilenet_v3_large_320_fpn", {"weights_backbone": None}),
+        ("maskrcnn_resnet50_fpn", {"weights_backbone": None}),
+        ("keypointrcnn_resnet50_fpn", {"weights_backbone": None}),
+        ("retinanet_resnet50_fpn", {"weights_backbone": None}),
+        ("fcos_resnet50_fpn", {"weights_backbone": None}),
+        ("ssdlite320_mobilenet_v3_large", {"weights_backbone": None}),
+        ("deeplabv3_mobilenet_v3_large", {"weights_backbone": None}),
+        ("lraspp_mobilenet_v3_large", {"weights_backbone": None}),
+        ("raft_small", {}),
+    ]
+}
+
+
+def _torchvision_build(root: str):
+    import torchvision.models as m
+
+    return m.get_model(root, **_TORCHVISION[root])
+
+
 # ----------------------------------------------------------------------------- tiny (smoke)
 
 
@@ -558,6 +607,7 @@ BUILDERS: dict[str, tuple[str, Callable[[str], object]]] = {
     "torch_geometric": ("torch_geometric", _pyg_build),
     "monai": ("monai", _monai_build),
     "peft": ("peft", _peft_build),
+    "torchvision": ("torchvision", _torchvision_build),
     "tiny": ("tinylib", _tiny_build),
 }
 
@@ -579,6 +629,7 @@ def list_roots(library: str, every: int = 1, limit: int | None = None) -> dict:
         "torch_geometric": list(_PYG),
         "monai": list(_MONAI),
         "peft": list(_PEFT),
+        "torchvision": list(_TORCHVISION),
         "tiny": TINY_ROOTS,
     }[library]
     names = names[::every][:limit]
