@@ -219,6 +219,23 @@ class Fixer:
         for d in waiting:
             if not any(_kin(h, d, p) for p in picked):
                 picked.append(d)
+        # the parent's init of its children (ML010) waits while another class of the file gets
+        # a hook this round: the root ``init_weights()`` it makes re-initialises the children's
+        # tensors, so next round ``check`` no longer reports the ones their own fixes had yet
+        # to move, and a child's new ``reset_parameters()`` would restore only the tensors
+        # fixed before. torchvision MViT: ``PositionalEncoding`` got a hook for
+        # ``class_token`` in the round MViT got ``init_weights()``, and lost ``spatial_pos``,
+        # ``temporal_pos`` and ``class_pos`` after ``to_empty()`` (the probe failed it).
+        if any(d.code != PARENT_INIT and _hook_of(d) for d in picked):
+            picked = [
+                d
+                for d in picked
+                if d.code != PARENT_INIT
+                or not any(
+                    p.code != PARENT_INIT and _hook_of(p) and not _related(p.symbol, {d.symbol})
+                    for p in picked
+                )
+            ]
         return picked
 
     def _give_up(self, ff: FileFix, why: str) -> FileFix:
