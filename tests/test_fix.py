@@ -1245,3 +1245,16 @@ def test_drawn_locals_followed_by_other_draws_are_an_unsafe_fix(cli, tmp_path):
     )
     r = cli("fix", "--no-cache", "--select", "ML001", "--diff", "--unsafe-fixes", "n.py")
     assert "fork_rng" not in r.output and "not fixed" in r.output, r.output
+
+
+def test_a_block_reading_a_tensors_values_stays_and_says_why(tmp_path, monkeypatch):
+    """The whole `if` around a child's init moves into the root init_weights() only when its
+    tests and locals read the children's structure (torchvision VisionTransformer's conv
+    stem); a local computed from a weight's values stays, and the refusal names it."""
+    target = tmp_path / "vit.py"
+    shutil.copy(ROOT / "fixtures" / "fix" / "structure_branch.in.py", target)
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path, write=False)
+    assert "the block computes `scale` from more than the configuration of the children" in out
+    assert "+    def init_weights(self) -> None:" in out, out
+    assert "Would fix 8 errors (1 remaining; 1 unfixable)" in out, out

@@ -1041,3 +1041,75 @@ def test_a_partial_of_a_class_is_a_child_of_the_class_that_calls_it(tmp_path, al
     # judged under the root that builds it (whose `init_weights()` does not re-create the
     # gamma); a class no root is known to build is judged on its own
     assert got == [("Scale", "root init_weights" if root else RESET, root)]
+
+
+STRUCTURE = """
+import math
+import torch
+from torch import nn
+"""
+
+
+@pytest.mark.parametrize(
+    "test, structure",
+    [
+        ("isinstance(self.conv_proj, nn.Conv2d)", True),
+        (
+            "self.conv_proj.conv_last is not None and isinstance(self.conv_proj.conv_last, nn.Conv2d)",
+            True,
+        ),
+        ("self.conv_proj.bias is None", True),
+        (
+            'hasattr(self.heads, "pre_logits") and not isinstance(self.heads.pre_logits, nn.Linear)',
+            True,
+        ),
+        ('getattr(self.heads, "head", None) is not None', True),
+        ('"Norm" in self.norm.__class__.__name__', True),
+        ("self.use_bias", False),  # the truth of a value (a tensor's, maybe)
+        ("self.proj.weight.sum() > 0", False),
+        ("self.scale > 0", False),
+        ("isinstance(x, nn.Conv2d)", False),  # not the module's structure
+    ],
+)
+def test_structure_test_is_the_hook_conditions_answer(test, structure):
+    """torchvision VisionTransformer: the tests its __init__ puts around its children's init
+    are read as the init hooks' conditions are (`_condition`); a test of a value is not."""
+    import libcst as cst
+
+    from metalint.static.model import collect
+    from metalint.static.protocol import structure_test
+    from metalint.static.rule import RuleContext
+    from metalint.static.syntax import parse_valid_module
+
+    module = parse_valid_module(STRUCTURE)
+    ctx = RuleContext(collect(module, "pkg.vit"), module, (), "vit.py", STRUCTURE)
+    assert structure_test(cst.parse_expression(test), ctx) is structure
+
+
+@pytest.mark.parametrize(
+    "value, structure",
+    [
+        (
+            "self.conv_proj.in_channels * self.conv_proj.kernel_size[0] * self.conv_proj.kernel_size[1]",
+            True,
+        ),
+        ("math.sqrt(2.0 / self.conv_proj.conv_last.out_channels)", True),
+        ("self.heads.pre_logits.in_features", True),
+        ("self.proj.weight.abs().max()", False),
+        ("self.proj.bias", False),
+        ("self.proj.weight.data", False),
+        ("self.hidden_dim", False),  # an attribute of the module itself: a plain tensor, maybe
+        ("torch.tensor(3.0)", False),
+    ],
+)
+def test_structure_value_reads_only_the_childrens_configuration(value, structure):
+    import libcst as cst
+
+    from metalint.static.model import collect
+    from metalint.static.protocol import structure_value
+    from metalint.static.rule import RuleContext
+    from metalint.static.syntax import parse_valid_module
+
+    module = parse_valid_module(STRUCTURE)
+    ctx = RuleContext(collect(module, "pkg.vit"), module, (), "vit.py", STRUCTURE)
+    assert structure_value(cst.parse_expression(value), ctx) is structure

@@ -41,6 +41,7 @@ from metalint.fix.parent_init import (
 )
 from metalint.fix.recompute import recompute_locals
 from metalint.static.names import dotted
+from metalint.static.protocol import structure_test, structure_value
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
 from metalint.static.tensors import Write, inplace_write
@@ -108,9 +109,15 @@ def overwrites(s: cst.CSTNode, attr: str, ctx: RuleContext) -> bool:
     )
 
 
-def init_only(s: cst.CSTNode, ctx: RuleContext, own=None) -> bool:
+def init_only(s: cst.CSTNode, ctx: RuleContext, own=None, structure: bool = True) -> bool:
     """Does the statement only initialise tensors in place (``own``: which tensors count)?
-    An ``if`` counts when every branch does."""
+    An ``if`` counts when every branch does; a branch whose tests (all of them, from the top
+    ``if`` down) ask only about the structure of the module and its children
+    (:func:`structure_test`) may also compute local numbers from the children's configuration
+    (:func:`structure_value`) for its inits: torchvision ``VisionTransformer``'s ``if
+    isinstance(self.conv_proj, nn.Conv2d): fan_in = self.conv_proj.in_channels * ...``, then
+    ``trunc_normal_(self.conv_proj.weight, std=math.sqrt(1 / fan_in))``. ``structure``: the
+    tests above this statement are all such tests."""
     own = own or _own
     if isinstance(s, cst.SimpleStatementLine):
         return all(
@@ -122,10 +129,14 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None) -> bool:
     if isinstance(s, (cst.If, cst.Else)) and own is _any:
         body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
         rest = getattr(s, "orelse", None)
+        here = structure and (isinstance(s, cst.Else) or structure_test(s.test, ctx))
         return (
             bool(body)
-            and all(init_only(b, ctx, own) for b in body)
-            and (rest is None or init_only(rest, ctx, own))
+            and any(not _structure_local(b, ctx) for b in body)
+            and all(
+                init_only(b, ctx, own, here) or (here and _structure_local(b, ctx)) for b in body
+            )
+            and (rest is None or init_only(rest, ctx, own, here))
         )
     if isinstance(s, cst.For):
         # timm CrossVit: ``for i in range(self.num_branches): trunc_normal_(getattr(self,
@@ -147,6 +158,48 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None) -> bool:
         body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
         return items_ok and bool(body) and all(init_only(b, ctx, own) for b in body)
     return False
+
+
+def _why_not_block(top: cst.CSTNode, ctx: RuleContext) -> str:
+    """Why a block holding a child's init does not move whole into the root hook."""
+    if isinstance(top, cst.If):
+        for n in walk_code(top):
+            if isinstance(n, cst.If) and not structure_test(n.test, ctx):
+                return (
+                    f"the child's init is inside `if {render(n.test)}:`, a test of more than the "
+                    "structure of the module and its children, and the block does not make "
+                    "that child once: whether the child exists does not tell whether it ran"
+                )
+        for n in walk_code(top):
+            if (
+                isinstance(n, cst.SimpleStatementLine)
+                and len(n.body) == 1
+                and isinstance(n.body[0], cst.Assign)
+                and not _structure_local(n, ctx)
+            ):
+                return (
+                    f"the block computes `{render(n.body[0].targets[0].target)}` from more than "
+                    "the configuration of the children (a tensor's values, maybe): a hook "
+                    "would not compute it again to the same value"
+                )
+    return (
+        "the child's init is inside a block that does not make that child once: "
+        "whether the child exists does not tell whether the block ran"
+    )
+
+
+def _structure_local(s: cst.CSTNode, ctx: RuleContext) -> bool:
+    """``fan_in = self.conv_proj.in_channels * ...``: one local name given a number computed
+    from the children's configuration (:func:`structure_value`)."""
+    if not (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1):
+        return False
+    a = s.body[0]
+    return (
+        isinstance(a, cst.Assign)
+        and len(a.targets) == 1
+        and isinstance(a.targets[0].target, cst.Name)
+        and structure_value(a.value, ctx)
+    )
 
 
 def _plain_iter(e: cst.BaseExpression) -> bool:
@@ -280,10 +333,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         if own and init_only(own[-1], ctx, _child):
             if any(own[-1] in run for _i, run, _c in _block_runs(ctx, edit)):
                 return _children(ctx, edit, keep=index)
-            raise Unfixable(
-                "the child's init is inside a block that does not make that child once: "
-                "whether the child exists does not tell whether the block ran"
-            )
+            raise Unfixable(_why_not_block(body[index], ctx))
         raise Unfixable(
             "the statement does more than initialise this module's own tensors in place "
             "(a child's tensor belongs in the model's `init_weights()`)"

@@ -1029,6 +1029,101 @@ def _condition(test, param: str, ctx) -> list:
     return ["?"]
 
 
+def structure_test(test, ctx) -> bool:
+    """Does an ``if`` test of construction ask only about the structure of the module and its
+    children, in the spellings :func:`_condition` reads in an init hook: ``isinstance(self.x,
+    T)``, ``hasattr``/``getattr(self.x, "y")``, ``self.x.y is (not) None``, tests on a class
+    name, joined by ``and``/``or``/``not``? Such a test reads no tensor's values, so a hook
+    evaluates it again to the same answer (torchvision ``VisionTransformer``: ``if
+    isinstance(self.conv_proj, nn.Conv2d):`` ... ``elif self.conv_proj.conv_last is not None
+    and isinstance(self.conv_proj.conv_last, nn.Conv2d):``). A bare ``if self.x:`` asks a
+    value for its truth (a tensor's, maybe): not structure."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+
+    if isinstance(test, cst.BooleanOperation):
+        return structure_test(test.left, ctx) and structure_test(test.right, ctx)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return structure_test(test.expression, ctx)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        left = test.left
+        if isinstance(left, cst.Call) and dotted(left.func) == "getattr" and left.args:
+            left = left.args[0].value
+        if isinstance(comp.operator, (cst.Is, cst.IsNot)) and dotted(comp.comparator) == "None":
+            # ``self.x.bias is not None``: whether it is there, never what it holds
+            return _self_chain(dotted(left))
+        else:
+            subject = _class_subject(comp.comparator) or _class_subject(left)
+    elif isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.args:
+        subject = dotted(test.args[0].value)
+    else:
+        return False
+    return _self_chain(subject) and _condition(test, subject, ctx)[0] != "?"
+
+
+def _self_chain(name: str | None) -> bool:
+    return name is not None and (name == "self" or name.startswith("self."))
+
+
+#: functions of numbers a configuration expression may call (``math.sqrt(1 / fan_in)``)
+_NUMBER_FUNCTIONS = frozenset({"int", "float", "len", "min", "max", "abs", "round"})
+
+
+def structure_value(expr, ctx) -> bool:
+    """Is ``expr`` a number computed from the configuration of the module's children only
+    (torchvision ``VisionTransformer``: ``fan_in = self.conv_proj.in_channels *
+    self.conv_proj.kernel_size[0] * self.conv_proj.kernel_size[1]``): literals, arithmetic,
+    constant indexing, ``math`` functions and a few builtins of numbers, and attributes of a
+    child (``self.child.attr``, ``attr`` none of a tensor's leaves)? It reads no tensor's
+    values, so a hook computes it again to the same number."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.vocabulary import TENSOR_ATTRIBUTES, TENSOR_LEAVES
+
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(expr, cst.BinaryOperation):
+        return structure_value(expr.left, ctx) and structure_value(expr.right, ctx)
+    if isinstance(expr, cst.UnaryOperation) and not isinstance(expr.operator, cst.Not):
+        return structure_value(expr.expression, ctx)
+    if isinstance(expr, cst.Subscript):
+        return (
+            len(expr.slice) == 1
+            and isinstance(expr.slice[0].slice, cst.Index)
+            and isinstance(expr.slice[0].slice.value, cst.Integer)
+            and structure_value(expr.value, ctx)
+        )
+    if isinstance(expr, cst.Call):
+        q = (ctx.qualify(expr.func) or dotted(expr.func) or "").removeprefix("builtins.")
+        return (
+            (q.startswith("math.") or q in _NUMBER_FUNCTIONS)
+            and all(a.keyword is None and not a.star for a in expr.args)
+            and all(structure_value(a.value, ctx) for a in expr.args)
+        )
+    name = dotted(expr) or ""
+    parts = name.split(".")
+    return (
+        isinstance(expr, cst.Attribute)
+        and len(parts) >= 3
+        and parts[0] == "self"
+        and parts[-1] not in TENSOR_LEAVES
+        and not set(parts) & TENSOR_ATTRIBUTES
+    )
+
+
+def _class_subject(node) -> str | None:
+    """``self.x`` of ``self.x.__class__.__name__`` (the right side of ``"N" in ...``)."""
+    from metalint.static.names import dotted
+
+    name = dotted(node) or ""
+    if name.endswith(".__class__.__name__"):
+        return name[: -len(".__class__.__name__")]
+    return None
+
+
 def _call_condition(test, param: str, ctx) -> list | None:
     """``isinstance(module, (A, B))``, ``hasattr(module, "x")`` / ``getattr(module, "x", ...)``."""
     import libcst as cst
