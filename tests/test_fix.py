@@ -1257,4 +1257,5 @@ def test_a_block_reading_a_tensors_values_stays_and_says_why(tmp_path, monkeypat
     rc, out = _fix(tmp_path, write=False)
     assert "the block computes `scale` from more than the configuration of the children" in out
     assert "+    def init_weights(self) -> None:" in out, out
-    assert "Would fix 8 errors (1 remaining; 1 unfixable)" in out, out
+    assert "`fan_in`, computed in a block that moves into the hook, is read later" in out, out
+    assert "Would fix 8 errors (2 remaining; 2 unfixable)" in out, out

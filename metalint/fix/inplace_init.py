@@ -794,6 +794,20 @@ def _place_call(edit: ClassEdit, last: int, replaces: bool, tail, called: int | 
     return [stmt(f"self.{RESET_HOOK}()")]
 
 
+def _locals_stay_bound(body, moved: list[int]) -> None:
+    """Raise :class:`Unfixable` when a local that a moving ``if`` block computes (``fan_in``)
+    is read by a statement of ``__init__`` that stays: it would be unbound there."""
+    for i in moved:
+        made = bound_names(body[i]) if isinstance(body[i], cst.If) else set()
+        for j in range(i + 1, len(body)):
+            read = {n.value for n in names_in(body[j])} & made
+            if read and j not in moved:
+                raise Unfixable(
+                    f"`{sorted(read)[0]}`, computed in a block that moves into the hook, is "
+                    "read later in `__init__`"
+                )
+
+
 def _children(
     ctx: RuleContext, edit: ClassEdit, with_runs: bool = True, keep: int | None = None
 ) -> Rewrite:
@@ -827,6 +841,7 @@ def _children(
     }
     for _i, run, kids in runs:
         attrs |= kids
+    _locals_stay_bound(body, moved)
     between = _between(edit, first, last, moved, runs)
     for s, exempt in between:
         for a in sorted(attrs - exempt):
