@@ -1037,6 +1037,7 @@ ALL_SAFE = (
     "indices_in_block",
     "parameter_or_number",
     "helper_window",
+    "flows_initialize_args",
 )
 
 

@@ -31,10 +31,12 @@ from metalint.fix.codemod import (
     render,
     rng_free,
     stmt,
+    torch_spelling,
 )
 from metalint.fix.parent_init import (
     bound_names,
     called_once,
+    hook_call,
     own_hook_first,
     own_hook_last,
     through_method,
@@ -45,7 +47,13 @@ from metalint.static.protocol import structure_test, structure_value
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
 from metalint.static.tensors import Write, inplace_write
-from metalint.vocabulary import INPLACE_METHODS, NO_GRAD_CONTEXTS, RESET_HOOK, ROOT_ENTRIES
+from metalint.vocabulary import (
+    INPLACE_METHODS,
+    NO_GRAD_CONTEXTS,
+    PARAMETER_CLASSES,
+    RESET_HOOK,
+    ROOT_ENTRIES,
+)
 
 HOOK = RESET_HOOK
 
@@ -107,6 +115,36 @@ def overwrites(s: cst.CSTNode, attr: str, ctx: RuleContext) -> bool:
         and w.target in (f"self.{attr}", f"self.{attr}.data")
         and w.kind not in (None, "storage")
     )
+
+
+def sets_every_element(body, attr: str, ctx: RuleContext) -> bool:
+    """Do the statements ``body`` set every element of ``self.<attr>`` on every path before
+    anything reads it (nflows ``LULinear._initialize(identity_init)``: ``init.zeros_`` in one
+    branch of an ``if``, ``init.uniform_`` in the other)? Then the value it had before does
+    not matter. Conservative: a statement that calls another method of ``self`` may read it."""
+    for s in body:
+        if isinstance(s, cst.SimpleStatementLine) and overwrites(s, attr, ctx):
+            return True
+        written, read, methods = _uses(s)
+        if isinstance(s, cst.If):
+            blocks, node, tests_free = [], s, True
+            while isinstance(node, cst.If):
+                tests_free &= not (_touches(node.test, attr, False) or _uses(node.test)[2])
+                blocks.append(node.body)
+                node = node.orelse
+            if tests_free and isinstance(node, cst.Else):
+                blocks.append(node.body)
+                if all(
+                    isinstance(b, cst.IndentedBlock) and sets_every_element(b.body, attr, ctx)
+                    for b in blocks
+                ):
+                    return True
+        if isinstance(s, cst.With) and isinstance(s.body, cst.IndentedBlock):
+            if sets_every_element(s.body.body, attr, ctx):
+                return True
+        if attr in written or attr in read or methods:
+            return False
+    return False
 
 
 def init_only(s: cst.CSTNode, ctx: RuleContext, own=None, structure: bool = True) -> bool:
@@ -261,7 +299,7 @@ def _not_in_init(cls, node: cst.CSTNode) -> str:
     return f"the init is in `{where}()`, not in `__init__` itself"
 
 
-def _initialising_method(cls, node: cst.CSTNode, ctx: RuleContext):
+def initialising_method(cls, node: cst.CSTNode, ctx: RuleContext):
     """The method holding ``node`` when all it does is initialise tensors in place (open_clip
     ``TextTransformer.init_parameters()``: ``nn.init.normal_(...)`` of its own and its
     children's tensors, in loops and ``if``s; PyTorch's ``MultiheadAttention._reset_parameters()``
@@ -287,27 +325,82 @@ def _initialising_method(cls, node: cst.CSTNode, ctx: RuleContext):
     return method
 
 
-def _only_own(method, ctx: RuleContext) -> bool:
+def only_own(method, ctx: RuleContext) -> bool:
     """Does every in-place write of ``method`` initialise a tensor of this module itself (none
     of a child's: the parent's law for a child belongs in the root ``init_weights()``)?"""
     writes = [_write(n, ctx) for n in walk_code(method.node.body) if type(n) is cst.Call]
     return all(w is None or _own(w.target) for w in writes)
 
 
-def _method_into_reset(edit: ClassEdit, method) -> Rewrite:
+def method_into_reset(edit: ClassEdit, method) -> Rewrite:
     """A method of this module's own in-place inits (``self._reset_parameters()``), called by
     ``__init__`` once as a statement: ``reset_parameters()`` calls it and takes its call's
     place, the protocol of every module's own hook (FSDP's, and timm's before its root hook).
     ``__init__`` runs the same code in the same order: safe."""
-    c = called_once(edit, method)
+    c = called_once(edit, method, arguments=True)
     if HOOK in edit.cls.methods:
         raise Unfixable(
             f"`{edit.cls.name}` already has a `{HOOK}()`: call `{method.name}()` from it by hand"
         )
     if edit._taken(HOOK):
         raise Unfixable(f"`{HOOK}` is already an attribute of `{edit.cls.name}`")
-    edit.use_hook(HOOK, c, [stmt(f"self.{method.name}()")], call_at=edit.init_body[c])
+    line = edit.init_body[c]
+    call = hook_call(edit, method, c)
+    _empty_before(edit, method, c)
+    edit.use_hook(HOOK, c, [call], call_at=line)
     return edit.rewrite(f"Call `{method.name}()` from `{HOOK}()`, called where it was")
+
+
+def _empty_before(edit: ClassEdit, method, c: int) -> list[str]:
+    """The parameters ``__init__`` creates from a constant (``nn.Parameter(torch.zeros(n))``,
+    a top-level statement before ``c``, the call of ``method``) that nothing reads before
+    ``method`` sets every element of them on every path (:func:`sets_every_element`; nflows
+    ``LULinear``'s ``lower_entries``, ``upper_entries``, ``unconstrained_upper_diag``) are
+    created with ``torch.empty``: the constant was never seen, so eager values stay the same
+    (no factory that draws is replaced), and on meta nothing is computed. Returns their names."""
+    from metalint.fix.parameter_from_value import Value, empty_of
+
+    ctx = edit.ctx
+    body = edit.init_body
+    memo = edit.memo()
+    done = []
+    for i in range(c):
+        s = body[i]
+        if not (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1):
+            continue
+        small = s.body[0]
+        if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+            continue
+        attr = dotted(small.targets[0].target) or ""
+        if not attr.startswith("self.") or attr.count(".") != 1:
+            continue
+        attr = attr[5:]
+        pcall = small.value
+        if not (
+            isinstance(pcall, cst.Call)
+            and ctx.qualify(pcall.func) in PARAMETER_CLASSES
+            and len(pcall.args) == 1
+            and pcall.args[0].keyword is None
+            and not pcall.args[0].star
+        ):
+            continue
+        data = pcall.args[0].value
+        try:
+            value = Value(data, ctx)
+        except Unfixable:
+            continue
+        if value.random or value.factory == "torch.empty" or value.data is not value.call:
+            continue
+        if any(
+            _touches(body[j], attr, False, memo) or _uses(body[j], memo)[2] for j in range(i + 1, c)
+        ):
+            continue
+        if id(s) in edit.replace or not sets_every_element(method.node.body.body, attr, ctx):
+            continue
+        empty, _shape = empty_of(value, torch_spelling(ctx)[0])
+        edit.replace[id(s)] = (s, [s.deep_replace(data, empty)])
+        done.append(attr)
+    return done
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -315,11 +408,11 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     body = edit.init_body
     index = edit.top_index_of(finding.node)
     if index < 0:
-        method = _initialising_method(cls, finding.node, ctx)
+        method = initialising_method(cls, finding.node, ctx)
         if method is None:
             raise Unfixable(_not_in_init(cls, finding.node))
-        if _only_own(method, ctx):
-            return _method_into_reset(edit, method)
+        if only_own(method, ctx):
+            return method_into_reset(edit, method)
         # open_clip TextTransformer.init_parameters(): called from a root hook, as ML010 does
         # with a private method that applies the init
         return through_method(edit, finding.node)

@@ -53,7 +53,16 @@ from metalint.fix.codemod import (
     stmt,
     torch_spelling,
 )
-from metalint.fix.inplace_init import init_only, move_own, move_own_in_block, overwrites
+from metalint.fix.inplace_init import (
+    init_only,
+    initialising_method,
+    method_into_reset,
+    move_own,
+    move_own_in_block,
+    only_own,
+    overwrites,
+    sets_every_element,
+)
 from metalint.fix.recompute import Drawn, drawn_tail, preceding, recompute_locals, registered
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
@@ -575,6 +584,9 @@ def _overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int,
     for j in range(index + 1, len(body)):
         s = body[j]
         if _touches(s, attr, False, memo) is None:
+            helper = _initialised_by(ctx, edit, j, attr)
+            if helper is not None and not methods:
+                return method_into_reset(edit, helper)
             methods |= _uses(s, memo)[2]
             continue
         if not (init_only(s, ctx) and overwrites(s, attr, ctx)):
@@ -592,6 +604,27 @@ def _overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int,
         f"`{attr}` is re-initialised in place later in `__init__`: move its in-place init "
         "(with the class's others, in order) into `reset_parameters()`",
     )
+
+
+def _initialised_by(ctx: RuleContext, edit: ClassEdit, j: int, attr: str):
+    """The private method that statement ``j`` of ``__init__`` calls (``self._initialize(
+    identity_init)``, nflows ``LULinear``) when it only initialises this module's own tensors
+    in place and sets every element of ``self.<attr>`` on every path: ML003's fix (a
+    ``reset_parameters()`` calling it, the parameter created with ``torch.empty``) is this
+    one's too. None otherwise."""
+    s = edit.init_body[j]
+    called = _uses(s, edit.memo())[2]
+    if len(called) != 1 or edit.hook_calls(next(iter(called))) != ([j], False):
+        return None
+    method = edit.cls.methods.get(next(iter(called)))
+    if method is None or not method.name.startswith("_") or method.name == "__init__":
+        return None
+    body = method.node.body
+    if not isinstance(body, cst.IndentedBlock) or not sets_every_element(body.body, attr, ctx):
+        return None
+    if initialising_method(edit.cls, body.body[0], ctx) is not method or not only_own(method, ctx):
+        return None
+    return method
 
 
 def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):

@@ -33,7 +33,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, _uses, returns, rng_free, stmt
+from metalint.fix.codemod import (
+    ClassEdit,
+    Rewrite,
+    Unfixable,
+    _uses,
+    render,
+    returns,
+    rng_free,
+    stmt,
+)
 from metalint.fix.recompute import draws, local_only
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
@@ -197,15 +206,49 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
     return body[calls[0]]
 
 
-def called_once(edit: ClassEdit, method) -> int:
+def called_once(edit: ClassEdit, method, arguments: bool = False) -> int:
     """The top-level statement of ``__init__`` that calls ``method`` (which a hook may call
-    again: no arguments, no return value), the only call of it in ``__init__``."""
+    again: no return value; no arguments, or with ``arguments`` ones :func:`hook_call` can
+    pass again), the only call of it in ``__init__``."""
     calls, nested = edit.hook_calls(method.name)
     if nested or len(calls) != 1:
         raise Unfixable(f"`__init__` does not call `{method.name}()` once, as a statement")
-    if any(p.default is None for p in method.node.params.params[1:]) or returns(method.node.body):
+    if returns(method.node.body) or (
+        not arguments and any(p.default is None for p in method.node.params.params[1:])
+    ):
         raise Unfixable(f"`{method.name}()` takes arguments or returns a value")
     return calls[0]
+
+
+def hook_call(edit: ClassEdit, method, c: int) -> cst.BaseStatement:
+    """The statement a hook runs to call ``method`` as ``__init__``'s statement ``c`` does,
+    which the caller replaces (``use_hook(call_at=...)``). Its arguments are passed again
+    (nflows ``LULinear.__init__``: ``self._initialize(identity_init)``): the ``__init__``
+    arguments and locals they read are kept on ``self`` the way every fix keeps them
+    (:meth:`ClassEdit.store_names`, stored where the call was), so the hook calls
+    ``self._initialize(self.identity_init)``. Refused: ``*args``/``**kwargs``, an argument
+    that calls something (the hook would call it again) and one reading ``self.<attr>``
+    written later in ``__init__`` (the hook would pass another value)."""
+    line = edit.init_body[c]
+    call = line.body[0].value
+    if not call.args:
+        return stmt(f"self.{method.name}()")
+    name = method.name
+    for a in call.args:
+        if a.star:
+            raise Unfixable(f"`__init__` calls `{name}()` with `{a.star}` arguments")
+        for n in walk_code(a.value):
+            if isinstance(n, cst.Call):
+                raise Unfixable(
+                    f"`__init__` passes `{render(a.value).strip()}` to `{name}()`: the hook "
+                    "would call it again"
+                )
+        for attr in sorted(_uses(a.value)[1]):
+            later = edit.used_after(attr, c, writes_only=True)
+            if later:
+                raise Unfixable(f"`{name}()` is passed `self.{attr}`: {later}")
+    edit.replace[id(line)] = (line, [])
+    return edit.store_names(line, line, c).with_changes(leading_lines=())
 
 
 def through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:
