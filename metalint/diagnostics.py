@@ -70,6 +70,9 @@ class Fix:
     #: the init hook the fix that must follow it puts code in: ML007's fix registers a buffer
     #: whose value ML002's fix then re-creates there, the next round
     then_hook: str | None = None
+    #: the fix to apply instead when a base class has its own ``reset_parameters()`` (which
+    #: only the whole tree tells): its new hook calls the base's first
+    over_base_hook: Fix | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -81,6 +84,8 @@ class Fix:
             out["hook"] = self.hook
         if self.then_hook is not None:
             out["then_hook"] = self.then_hook
+        if self.over_base_hook is not None:
+            out["over_base_hook"] = self.over_base_hook.to_json()
         return out
 
     @classmethod
@@ -93,6 +98,7 @@ class Fix:
             tuple(Edit.from_json(e) for e in data.get("edits", ())),
             data.get("hook"),
             data.get("then_hook"),
+            cls.from_json(data.get("over_base_hook")),
         )
 
 

@@ -1038,6 +1038,7 @@ ALL_SAFE = (
     "parameter_or_number",
     "helper_window",
     "flows_initialize_args",
+    "flows_base_hook",
 )
 
 
@@ -1260,3 +1261,18 @@ def test_a_block_reading_a_tensors_values_stays_and_says_why(tmp_path, monkeypat
     assert "+    def init_weights(self) -> None:" in out, out
     assert "`fan_in`, computed in a block that moves into the hook, is read later" in out, out
     assert "Would fix 8 errors (2 remaining; 2 unfixable)" in out, out
+
+
+def test_the_fix_extending_a_base_hook_survives_the_cache(tmp_path):
+    """``Fix.over_base_hook`` (the rewrite applied when the tree shows that a base class has
+    its own ``reset_parameters()``) goes through the cache's JSON and comes back the same: a
+    cached run offers the same fixes as a fresh one."""
+    from metalint.diagnostics import Fix
+
+    src = (ROOT / "fixtures" / "fix" / "flows_base_hook.in.py").read_text(encoding="utf-8")
+    (tmp_path / "m.py").write_text(src, encoding="utf-8")
+    fixes = [d.fix for d in _check_codes(tmp_path) if d.symbol == "LULinear" and d.fix]
+    assert fixes and all(f.over_base_hook is not None for f in fixes), fixes
+    for f in fixes:
+        assert "super().reset_parameters()" in "".join(e.content for e in f.over_base_hook.edits)
+        assert Fix.from_json(f.to_json()) == f

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import libcst as cst
@@ -191,6 +191,15 @@ class Fixer:
             if not self.applicable(d) or _related(d.symbol, broken):
                 continue
             why = self.blocked(d, h)
+            if why and d.fix.over_base_hook is not None and d.condition is not None:
+                # a base class has its own reset_parameters(): the fix whose hook extends it
+                refusal = hook_refusal(h, d.condition.cls, d.fix.hook)
+                if refusal is not None and refusal.kind == "base_hook":
+                    alternative = replace(d, fix=d.fix.over_base_hook)
+                    if self.applicable(alternative) and not hook_refusal(
+                        h, d.condition.cls, d.fix.hook, extends_base=True
+                    ):
+                        d, why = alternative, None
             if why:
                 ff.refused[(d.code, d.start.row, d.symbol or "")] = why
                 continue
@@ -282,10 +291,14 @@ class HookRefusal:
         )
 
 
-def hook_refusal(h: Hierarchy, cls: str, hook: str) -> HookRefusal | None:
+def hook_refusal(
+    h: Hierarchy, cls: str, hook: str, extends_base: bool = False
+) -> HookRefusal | None:
     """Why the whole tree forbids a fix putting code in ``hook`` of class ``cls`` (None: it
     does not). One answer for a fix that puts code there (ML001, ML002, ML003, ...) and for
-    ML007's, whose buffer ML002's fix re-creates there the next round."""
+    ML007's, whose buffer ML002's fix re-creates there the next round. ``extends_base``: the
+    new hook calls the base's first (``Fix.over_base_hook``): a base's own hook does not
+    forbid it."""
     me = h.classes.get(cls)
     if me is None:
         return None
@@ -301,7 +314,11 @@ def hook_refusal(h: Hierarchy, cls: str, hook: str) -> HookRefusal | None:
         r = h.resolve(b)
         if r is None:
             return HookRefusal("base_unknown", b, hook)
-        if h.hook_tensors(r, RESET_HOOK) is not None and RESET_HOOK not in me.hooks:
+        if (
+            h.hook_tensors(r, RESET_HOOK) is not None
+            and RESET_HOOK not in me.hooks
+            and not extends_base
+        ):
             # a new hook would override the base's; one the class defines already does
             # (peft's GloraEmptyPath overrides its base's abstract ``reset_parameters``)
             return HookRefusal("base_hook", r, hook)

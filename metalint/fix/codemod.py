@@ -56,6 +56,9 @@ class Rewrite:
     hook: str | None = None  # the init hook the rewrite puts code in
     #: the hook the fix that must follow it puts code in (ML007's: ML002's, the next round)
     then_hook: str | None = None
+    #: the rewrite to apply instead when a base class (of another file: only the whole tree
+    #: tells) has its own ``reset_parameters()``: a new hook that extends the base's
+    over_base_hook: Rewrite | None = None
 
 
 def render(node: cst.CSTNode, module: cst.Module | None = None) -> str:

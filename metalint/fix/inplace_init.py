@@ -48,6 +48,7 @@ from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
 from metalint.static.tensors import Write, inplace_write
 from metalint.vocabulary import (
+    HOOKLESS_BASES,
     INPLACE_METHODS,
     NO_GRAD_CONTEXTS,
     PARAMETER_CLASSES,
@@ -348,7 +349,63 @@ def method_into_reset(edit: ClassEdit, method) -> Rewrite:
     call = hook_call(edit, method, c)
     _empty_before(edit, method, c)
     edit.use_hook(HOOK, c, [call], call_at=line)
-    return edit.rewrite(f"Call `{method.name}()` from `{HOOK}()`, called where it was")
+    done = edit.rewrite(f"Call `{method.name}()` from `{HOOK}()`, called where it was")
+    if any(not b.startswith("torch.nn.") and b not in HOOKLESS_BASES for b in edit.cls.bases):
+        done.over_base_hook = _over_base_hook(ClassEdit(edit.ctx, edit.cls), method)
+    return done
+
+
+def _over_base_hook(edit: ClassEdit, method) -> Rewrite | None:
+    """:func:`method_into_reset` for a class whose base (of another file: the tree tells, see
+    :func:`metalint.fix.apply.hook_refusal`) has its own ``reset_parameters()``, which the
+    base's ``__init__`` calls (nflows ``LULinear``/``QRLinear``/``SVDLinear`` of ``Linear``,
+    whose ``bias`` ML001's fix initialises there). The new hook extends the base's, as a
+    maintainer writes it: ``super().reset_parameters()`` first, then the method, guarded by
+    the last parameter the class makes before the call, because the base's ``__init__`` calls
+    the overriding hook before this class made its tensors (calling the method there raised
+    AttributeError). ``__init__`` keeps calling the method itself where it did (the arguments
+    kept on ``self`` for the hook): calling the hook there would run the base's init a
+    second time, a second draw where it draws. Eager construction runs the same code in the
+    same order: safe. None when no parameter of the class can guard it."""
+    try:
+        c = called_once(edit, method, arguments=True)
+        if HOOK in edit.cls.methods or edit._taken(HOOK):
+            return None
+        body = edit.init_body
+        written = _uses(method.node.body)[0]
+        last = None
+        for i in range(edit.super_index() or 0, c):
+            s = body[i]
+            if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1:
+                small = s.body[0]
+                target = dotted(small.targets[0].target) if isinstance(small, cst.Assign) else None
+                if (
+                    target
+                    and target.startswith("self.")
+                    and target[5:] in written
+                    and isinstance(small.value, cst.Call)
+                    and edit.ctx.qualify(small.value.func) in PARAMETER_CLASSES
+                ):
+                    last = target[5:]
+        if last is None:
+            return None
+        line = body[c]
+        call = hook_call(edit, method, c)
+        stores = edit.replace.get(id(line), (line, []))[1]
+        edit.replace[id(line)] = (line, [*stores, line])
+        _empty_before(edit, method, c)
+        base = edit.cls.bases[0].rsplit(".", 1)[-1]
+        guard = stmt(
+            f'if hasattr(self, "{last}"):  # not yet when {base}.__init__() calls it'
+            f"\n    {render(call).strip()}\n"
+        )
+        edit.hook_append[HOOK] = [stmt(f"super().{HOOK}()"), guard]
+        return edit.rewrite(
+            f"Call `{method.name}()` from a `{HOOK}()` that extends the base's, guarded: the "
+            "base's `__init__` calls it first"
+        )
+    except Unfixable:
+        return None
 
 
 def _empty_before(edit: ClassEdit, method, c: int) -> list[str]:

@@ -490,6 +490,17 @@ def fix_for(
         if isinstance(result, str):
             _remember(ctx.path, code, row, result)
         return None
+    fix = _fix_of(code, ctx, finding, row, source, result)
+    if fix is not None and result.over_base_hook is not None:
+        alternative = _fix_of(code, ctx, finding, row, source, result.over_base_hook)
+        if alternative is not None:
+            fix = dataclasses.replace(fix, over_base_hook=alternative)
+    return fix
+
+
+def _fix_of(
+    code: str, ctx: RuleContext, finding: Finding, row: int, source: str | None, result: Rewrite
+) -> Fix | None:
     try:
         pair = class_rewrite(ctx, finding, result)
         if pair is None:

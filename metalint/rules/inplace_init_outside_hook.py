@@ -415,7 +415,16 @@ class InplaceInitOutsideHook(Rule):
     An init in a method `__init__` calls once, as a statement, that only initialises tensors
     (open_clip's `init_parameters()`: it creates, assigns and registers nothing) is called from
     a new root `init_weights()` that takes the call's place and also runs the class's own
-    `reset_parameters()`; safe (the same draws in the same order). Not fixable when the init is
+    `reset_parameters()`; safe (the same draws in the same order). A private method of only
+    the module's own inits (nflows `LULinear._initialize(identity_init)`) is called from a new
+    `reset_parameters()` that takes the call's place, its arguments passed again (the
+    constructor arguments and locals they read kept on `self`; not fixable when an argument
+    calls something or reads an attribute set later), and the parameters it sets on every path
+    are made with `torch.empty`. When a base class has its own `reset_parameters()` (nflows
+    `Linear`, after ML001's fix of its `bias`), the new hook extends it:
+    `super().reset_parameters()` first, then the method, guarded by the class's last parameter
+    (the base's `__init__` calls the hook before it exists), and `__init__` keeps calling the
+    method itself (the base's init is not run twice); safe. Not fixable when the init is
     in any other method (fairseq's `build_output_projection()` also builds a child), or when a
     moved tensor is used later in `__init__` (or, for children, between the moved statements).
     A class whose `__init__` already calls its `init_weights()` once (timm HieraDet, after
