@@ -415,8 +415,6 @@ def _empty_before(edit: ClassEdit, method, c: int) -> list[str]:
     ``LULinear``'s ``lower_entries``, ``upper_entries``, ``unconstrained_upper_diag``) are
     created with ``torch.empty``: the constant was never seen, so eager values stay the same
     (no factory that draws is replaced), and on meta nothing is computed. Returns their names."""
-    from metalint.fix.parameter_from_value import Value, empty_of
-
     ctx = edit.ctx
     body = edit.init_body
     memo = edit.memo()
@@ -442,11 +440,13 @@ def _empty_before(edit: ClassEdit, method, c: int) -> list[str]:
         ):
             continue
         data = pcall.args[0].value
-        try:
-            value = Value(data, ctx)
-        except Unfixable:
-            continue
-        if value.random or value.factory == "torch.empty" or value.data is not value.call:
+        # ``torch.zeros(n)``/``torch.ones(n)`` with positional sizes only: a constant, no draw
+        if not (
+            isinstance(data, cst.Call)
+            and ctx.qualify(data.func) in ("torch.zeros", "torch.ones")
+            and data.args
+            and all(a.keyword is None and not a.star for a in data.args)
+        ):
             continue
         if any(
             _touches(body[j], attr, False, memo) or _uses(body[j], memo)[2] for j in range(i + 1, c)
@@ -454,7 +454,8 @@ def _empty_before(edit: ClassEdit, method, c: int) -> list[str]:
             continue
         if id(s) in edit.replace or not sets_every_element(method.node.body.body, attr, ctx):
             continue
-        empty, _shape = empty_of(value, torch_spelling(ctx)[0])
+        shape = ", ".join(render(a.value) for a in data.args)
+        empty = expr(f"{torch_spelling(ctx)[0]}.empty({shape})")
         edit.replace[id(s)] = (s, [s.deep_replace(data, empty)])
         done.append(attr)
     return done
