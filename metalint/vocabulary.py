@@ -93,6 +93,9 @@ VALUE_FACTORIES = CONSTANT_FACTORIES | {
     "torch.scalar_tensor",
     "torch.asarray",
 }
+#: every torch factory that makes a new tensor whatever it reads (on meta under the device
+#: context unless given a real device)
+TENSOR_FACTORIES = EMPTY_FACTORIES | VALUE_FACTORIES | RANDOM_FACTORIES
 #: in-place tensor methods that set values
 INPLACE_METHODS = frozenset(
     {

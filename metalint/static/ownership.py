@@ -20,20 +20,18 @@ from metalint.vocabulary import (
     BOOLEAN_METHODS,
     BUFFER_CLASSES,
     CPU_CONSTRUCTORS,
-    EMPTY_FACTORIES,
     HOST_READS,
     NOT_TENSOR_FUNCTIONS,
     NOT_TENSOR_METHODS,
     PARAMETER_CLASSES,
     PARAMETER_CONTAINERS,
-    RANDOM_FACTORIES,
     SCALAR_CASTS,
     SEQUENCE_FUNCTIONS,
     SEQUENCE_METHODS,
     SIZE_FACTORIES,
     SIZE_METHODS,
     TENSOR_ATTRIBUTES,
-    VALUE_FACTORIES,
+    TENSOR_FACTORIES,
     VALUE_SHAPED_FUNCTIONS,
     VALUE_SHAPED_METHODS,
 )
@@ -82,7 +80,7 @@ def factory_calls(expr: cst.BaseExpression | None, qualify) -> list[cst.Call]:
         node = stack.pop()
         if isinstance(node, cst.Call):
             q = qualify(node.func)
-            if q in EMPTY_FACTORIES or q in VALUE_FACTORIES or q in RANDOM_FACTORIES:
+            if q in TENSOR_FACTORIES:
                 out.append(node)
         stack.extend(code_children(node))
     return out
@@ -143,7 +141,7 @@ def _meta_call(expr: cst.Call, qualify, rec) -> bool:
             return False
         if real_device(keyword(expr, "device"), qualify, None):
             return False
-        if q in EMPTY_FACTORIES or q in VALUE_FACTORIES or q in RANDOM_FACTORIES:
+        if q in TENSOR_FACTORIES:
             return True
         if q.startswith(
             ("torch.nn.", "torch.cuda.", "torch.distributed.", "torch.jit.", "torch.utils.")
@@ -211,7 +209,7 @@ def _factory_call(expr: cst.BaseExpression, qualify) -> bool:
     q = qualify(expr.func)
     if q is None and type(expr.func) is cst.Name and expr.func.value == "map" and expr.args:
         q = qualify(expr.args[0].value)
-    return q in EMPTY_FACTORIES or q in VALUE_FACTORIES or q in RANDOM_FACTORIES
+    return q in TENSOR_FACTORIES
 
 
 def _names(node: cst.CSTNode) -> set[str]:
