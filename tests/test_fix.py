@@ -1276,3 +1276,33 @@ def test_the_fix_extending_a_base_hook_survives_the_cache(tmp_path):
     for f in fixes:
         assert "super().reset_parameters()" in "".join(e.content for e in f.over_base_hook.edits)
         assert Fix.from_json(f.to_json()) == f
+
+
+def test_early_return_hook_runs_on_every_path(tmp_path, monkeypatch):
+    """vector-quantize-pytorch's ``Codebook`` (``if not affine_param: return`` before its
+    affine buffers) was refused ("`__init__` returns early"). Now the hook is called before
+    the early return and at the end; the buffers after the return are set only where they
+    exist. Built on meta, moved with ``to_empty()`` and reset, both paths give the eager
+    values (fails before: no ``reset_parameters()`` was written)."""
+    torch = pytest.importorskip("torch")
+    target = tmp_path / "early.py"
+    shutil.copy(ROOT / "fixtures" / "fix" / "early_return.in.py", target)
+    monkeypatch.chdir(tmp_path)
+    _fix(tmp_path, unsafe=False)
+    mod = _import(target, "_fixed_early_return")
+    for cls, kwargs in (
+        (mod.Codebook, {"affine_param": False, "kmeans_init": True}),
+        (mod.Codebook, {"affine_param": True}),
+        (mod.ResidualVQ, {"shared_codebook": False}),
+        (
+            mod.ResidualVQ,
+            {"shared_codebook": True, "beam_score_quantizer_weights": [0.5, 2.0, 3.0]},
+        ),
+    ):
+        eager = cls(**kwargs)
+        with torch.device("meta"):
+            model = cls(**kwargs)
+        model.to_empty(device="cpu")
+        model.reset_parameters()
+        for name, b in eager.named_buffers():
+            assert torch.equal(b, model.get_buffer(name)), (cls.__name__, kwargs, name)

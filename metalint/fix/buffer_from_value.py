@@ -154,7 +154,7 @@ def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -
     torch_name, _ = torch_spelling(ctx)
     hook = _buffer_hook(edit, call_index, node)
     body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=full)
-    if any(isinstance(n, cst.If) for n in (*path, *call_path)):
+    if any(isinstance(n, cst.If) for n in path) or edit.conditional(call_path, call_index):
         body = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
     if random:
         drawn = f" (`{children[0]}(...)` may draw: a dropout)" if children else ""
@@ -211,7 +211,7 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     else:
         value_node = edit.store_names(full, line, index)
     body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=value_node)
-    if any(isinstance(n, cst.If) for n in path):
+    if edit.conditional(path, index):
         body = _in_block(edit, body, line, path, attr, prelude, index)
         prelude = []
     elif optional:
@@ -397,7 +397,7 @@ def _drawn_once(ctx, edit: ClassEdit, line, index, path, node, attr, hook) -> Re
     arg = node.args[1]
     new_line = line.deep_replace(arg, arg.with_changes(value=empty))
     body = hook_body(value, f"self.{attr}", names, lambda e: edit.store_names(e, line, index))
-    if any(isinstance(n, cst.If) for n in path):
+    if edit.conditional(path, index):
         body = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
     old = edit.replace.get(id(line))
     current = old[1] if old else [line]

@@ -325,6 +325,52 @@ def returns(node: cst.CSTNode) -> bool:
     return False
 
 
+def _return_count(node: cst.CSTNode) -> int:
+    """How many ``return`` statements this body holds (not counting nested functions and
+    classes)."""
+    count = 0
+    stack = list(code_children(node))
+    while stack:
+        n = stack.pop()
+        if type(n) is cst.Return:
+            count += 1
+        elif type(n) not in (cst.FunctionDef, cst.ClassDef, cst.Lambda):
+            stack.extend(code_children(n))
+    return count
+
+
+def _early_return(s: cst.CSTNode) -> cst.SimpleStatementLine | None:
+    """The bare ``return`` line ending ``if cond: ... return`` (no ``else``; the ``return``
+    its last statement, returning nothing), a top-level statement of ``__init__``; None when
+    ``s`` is not such an ``if``."""
+    if type(s) is not cst.If or s.orelse is not None or type(s.body) is not cst.IndentedBlock:
+        return None
+    last = s.body.body[-1] if s.body.body else None
+    if type(last) is not cst.SimpleStatementLine or len(last.body) != 1:
+        return None
+    ret = last.body[0]
+    if type(ret) is not cst.Return:
+        return None
+    if ret.value is not None and not (type(ret.value) is cst.Name and ret.value.value == "None"):
+        return None
+    return last
+
+
+def _bare_self_call(s: cst.CSTNode) -> str | None:
+    """``name`` for the statement ``self.<name>()`` (no arguments)."""
+    if (
+        type(s) is cst.SimpleStatementLine
+        and len(s.body) == 1
+        and type(s.body[0]) is cst.Expr
+        and type(s.body[0].value) is cst.Call
+        and not s.body[0].value.args
+        and (d := dotted(s.body[0].value.func) or "").startswith("self.")
+        and d.count(".") == 1
+    ):
+        return d[5:]
+    return None
+
+
 def rng_free(node: cst.CSTNode, ctx: RuleContext) -> bool:
     """Does this statement certainly draw no random numbers? (conservative)"""
     for n in walk_code(node):
@@ -422,6 +468,34 @@ class ClassEdit:
             hit = memo[id(body)] = (returns(body), body)
         return hit[0]
 
+    def early_returns(self) -> list[tuple[int, cst.SimpleStatementLine]] | None:
+        """The early returns of ``__init__``: (index of the top-level ``if cond: ...
+        return``, its ``return`` line), in order; None when ``__init__`` returns otherwise
+        (from a nested block, with a value, in an ``else``). vector-quantize-pytorch's
+        ``Codebook``: ``if not affine_param: return`` before the affine buffers."""
+        init = self.init
+        found = getattr(init, "_early_returns", None)
+        if found is None or found[1] is not init.node:
+            out = [(i, r) for i, s in enumerate(self.init_body) if (r := _early_return(s))]
+            if _return_count(init.node.body) != len(out) or any(
+                _return_count(self.init_body[i]) != 1 for i, _ in out
+            ):
+                out = None
+            found = init._early_returns = (out, init.node)
+        return found[0]
+
+    def after_return(self, index: int) -> bool:
+        """Does top-level statement ``index`` of ``__init__`` run only when an early return
+        before it did not (its tensors are then made on some paths only)?"""
+        rets = self.early_returns()
+        return bool(rets) and index > rets[0][0]
+
+    def conditional(self, path, index: int) -> bool:
+        """Is the statement at the end of ``path`` (in top-level statement ``index``) run on
+        some paths only: inside an ``if``, or after an early return? The hook then guards
+        what it sets by the tensor being there."""
+        return any(type(n) is cst.If for n in path) or self.after_return(index)
+
     def memo(self) -> dict:
         """What :func:`_uses` worked out for this class's statements (kept with its facts)."""
         memo = getattr(self.cls, "_uses_memo", None)
@@ -515,9 +589,18 @@ class ClassEdit:
             tops: dict[str, list[int]] = {}
             nested: set[str] = set()
             for i, s in enumerate(self.init_body):
+                scan = [s]
+                if _early_return(s) is not None:
+                    # ``self.<hook>()`` right before an early return (see :meth:`use_hook`)
+                    # is that hook's call on that path, not a call inside a block
+                    stmts = list(s.body.body[:-1])
+                    while stmts and _bare_self_call(stmts[-1]):
+                        stmts.pop()
+                    scan = [s.test, *stmts]
                 names = {
                     d[5:]
-                    for n in walk_code(s)
+                    for x in scan
+                    for n in walk_code(x)
                     if type(n) is cst.Call and (d := dotted(n.func) or "").startswith("self.")
                 }
                 if (
@@ -562,6 +645,7 @@ class ClassEdit:
         calls, nested = self.hook_calls(hook)
         if nested:
             raise Unfixable(f"`__init__` calls `{hook}()` inside a block")
+        rets = self._early_hook_calls(hook, after_index, stmts, calls, call_at)
         right_after = False
         if any(c < after_index for c in calls):
             self._call_later(hook, calls, after_index, stmts)
@@ -571,9 +655,11 @@ class ClassEdit:
                 self.unsafe.append(
                     f"`__init__` now calls the existing `{hook}()`, which re-initialises its other tensors"
                 )
-            if self.returns(self.init.node.body):
+            if rets is None and self.returns(self.init.node.body):
                 raise Unfixable("`__init__` returns early")
-            if call_at is not None:
+            if rets:
+                self._call_on_every_path(hook, rets, exists, after_index, random)
+            elif call_at is not None:
                 call = stmt(f"self.{hook}()").with_changes(leading_lines=call_at.leading_lines)
                 done = self.replace.get(id(call_at), (call_at, []))[1]
                 self.replace[id(call_at)] = (call_at, [*done, call])
@@ -591,6 +677,43 @@ class ClassEdit:
                 "so eager values differ under the same seed (same distribution)"
             )
         self.hook_append.setdefault(hook, []).extend(stmts)
+
+    def _early_hook_calls(self, hook: str, after_index: int, stmts, calls, call_at):
+        """:meth:`early_returns` when ``hook`` can run on every path of an ``__init__`` that
+        returns early (vector-quantize-pytorch's ``Codebook``: ``if not affine_param:
+        return`` before its affine buffers): ``__init__`` calls it before each early return
+        and at its end, so what ``stmts`` set after an early return must be guarded by the
+        tensor being there (:meth:`conditional`). None (no simple early returns) or []
+        (none). Raises :class:`Unfixable` when the hook would miss a path or set a tensor
+        that path never made."""
+        rets = self.early_returns()
+        if not rets:
+            return rets
+        why = "`__init__` returns early"
+        if call_at is not None:
+            raise Unfixable(why)
+        if self.after_return(after_index) and not all(
+            type(x) is cst.If and x.orelse is None for x in stmts
+        ):
+            raise Unfixable(f"{why} before the value is made, and the hook would not check it")
+        if calls and hook not in self._hook_call_added:
+            # an earlier fix called it: at the end, and before each early return
+            for i, _ in rets:
+                before = self.init_body[i].body.body[:-1]
+                if not any(_bare_self_call(b) == hook for b in before):
+                    raise Unfixable(why)
+            if any(c != len(self.init_body) - 1 for c in calls):
+                raise Unfixable(why)
+        return rets
+
+    def _call_on_every_path(self, hook: str, rets, exists: bool, index: int, random: bool):
+        """Call ``hook`` before each early return of ``__init__`` and at its end."""
+        if not exists and self._unsettled_after(index, random):
+            raise Unfixable("`__init__` returns early")
+        for _, line in rets:
+            done = self.replace.get(id(line), (line, [line]))[1]
+            self.replace[id(line)] = (line, [stmt(f"self.{hook}()"), *done])
+        self.init_append.append(stmt(f"self.{hook}()"))
 
     def _unsettled_after(self, index: int, random: bool) -> bool:
         """Would a new hook called at the end of ``__init__`` run elsewhere than where the

@@ -263,7 +263,7 @@ class Value:
 
 
 def _parameter(
-    ctx: RuleContext, node: cst.CSTNode, path, cls=None
+    ctx: RuleContext, node: cst.CSTNode, path, cls=None, after_return: bool = False
 ) -> tuple[str, cst.Arg, str | None]:
     """(attribute, the ``data`` argument of its ``nn.Parameter(...)``, the guard the hook
     needs when the parameter may be ``None`` or is made in an ``if``)."""
@@ -300,7 +300,7 @@ def _parameter(
             # ``nn.Parameter(torch.ones(d)) if mult_bias else 1.`` (x-transformers' GLU): the
             # attribute is a number when it is no parameter
             guard = registered(cls, ctx.qualify, attr, "parameter")
-    if any(isinstance(n, cst.If) for n in path):
+    if any(isinstance(n, cst.If) for n in path) or after_return:
         guard = f"getattr(self, {attr!r}, None) is not None"
         if cls is not None and _assigned_otherwise(cls, attr, node):
             # ``self.q_scale = self.k_scale = 1`` before ``if qk_norm: self.q_scale =
@@ -381,7 +381,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         if helper is None:
             raise
         return _plan_in_helper(ctx, edit, finding.node, helper, str(exc))
-    attr, data_arg, guard = _parameter(ctx, finding.node, path, cls)
+    attr, data_arg, guard = _parameter(ctx, finding.node, path, cls, edit.after_return(index))
     legacy = legacy_empty(ctx, edit, data_arg.value)
     if legacy is not None:
         edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, legacy)])
@@ -555,7 +555,9 @@ def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -
     names = torch_spelling(ctx)
     empty, shape = empty_of(value, names[0])
     body = hook_body(value, f"self.{attr}", names, kept)
-    conditional = any(isinstance(n, cst.If) for n in (*path, *call_path))
+    conditional = any(isinstance(n, cst.If) for n in path) or edit.conditional(
+        call_path, call_index
+    )
     if guard or conditional:
         # made only on some paths (esm1b makes no `embed_out`; `embed_out_bias` may be None)
         body = guarded(f"self._parameters.get({attr!r}) is not None", body)

@@ -97,7 +97,10 @@ class BufferFromValue(Rule):
     the block registers from the same locals are copied in the same place. A non-persistent
     buffer of a class whose `reset_parameters()` returns early, takes required arguments, or
     is not called by `__init__` (an adapter's init that its tuner calls with its config) gets
-    a new `init_non_persistent_buffers()` instead. A buffer that may
+    a new `init_non_persistent_buffers()` instead. An `__init__` that returns early
+    (vector-quantize-pytorch's `Codebook`: `if not affine_param: return` before its affine
+    buffers) calls the hook before that `return` and at its end; a buffer registered after
+    the `return` is copied into only where it is there. A buffer that may
     be `None` (`torch.as_tensor(w) if w is not None else None`) is copied into only where it is
     a tensor. Deterministic values are recomputed exactly (safe). A random value made by one
     factory whose shape is derived (`scale * torch.randn((3, n))`, a fixed Gaussian projection)
