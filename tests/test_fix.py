@@ -1306,3 +1306,40 @@ def test_early_return_hook_runs_on_every_path(tmp_path, monkeypatch):
         model.reset_parameters()
         for name, b in eager.named_buffers():
             assert torch.equal(b, model.get_buffer(name)), (cls.__name__, kwargs, name)
+
+
+def test_recomputed_loops_reraise_and_kept_locals(tmp_path, monkeypatch):
+    """Refused before ("the local `conv_tensor` is changed in place", "the local `_levels` is
+    assigned more than once", "the value uses a lambda or `:=`"): torchani's ``_ChemModule``
+    (``for i, znum in enumerate(atomic_numbers): conv_tensor[znum] = i``), vector-quantize-
+    pytorch's ``LatentQuantize`` (``try: _levels = _levels.repeat(d)`` / ``except
+    RuntimeError as e: raise e``) and ``LFQ`` (locals kept on ``self``, one computed through a
+    lambda). After ``to_empty()`` the hook gives every buffer its eager value (fails before:
+    no hook)."""
+    torch = pytest.importorskip("torch")
+    for name in ("recompute_loops_and_reraise", "kept_locals"):
+        shutil.copy(ROOT / "fixtures" / "fix" / f"{name}.in.py", tmp_path / f"{name}.py")
+    monkeypatch.chdir(tmp_path)
+    _fix(tmp_path, unsafe=False)
+    loops = _import(tmp_path / "recompute_loops_and_reraise.py", "_fixed_loops_reraise")
+    kept = _import(tmp_path / "kept_locals.py", "_fixed_kept_locals")
+    for cls, kwargs in (
+        (loops.ChemModule, {"symbols": ("O", "H")}),
+        (loops.ChemModuleOverTensor, {}),
+        (loops.LatentQuantize, {"levels": 5, "codebook_dim": 3}),
+        (kept.LFQ, {"codebook_size": 8}),
+        (kept.LFQ, {"dim": 3, "codebook_size": None}),
+    ):
+        eager = cls(**kwargs)
+        with torch.device("meta"):
+            model = cls(**kwargs)
+        model.to_empty(device="cpu")
+        model.reset_parameters()
+        for b, v in eager.named_buffers():
+            assert torch.equal(v, model.get_buffer(b)), (cls.__name__, kwargs, b)
+    # torchani's loop over a tensor with symbols given: eager construction, as before
+    eager = loops.ChemModuleOverTensor(symbols=("C", "N"))
+    assert eager._conv_tensor[6].item() == 0 and eager._conv_tensor[7].item() == 1
+    eager._conv_tensor.zero_()
+    eager.reset_parameters()
+    assert eager._conv_tensor[6].item() == 0 and eager._conv_tensor[7].item() == 1

@@ -182,7 +182,7 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     hook = _buffer_hook(edit, index, node)
     prelude: list[cst.BaseStatement] = []
     try:
-        full = inline_locals(edit, value)
+        full = inline_locals(edit, value, index=index)
     except Unfixable as exc:
         why = str(exc)
         full = value

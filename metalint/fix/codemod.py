@@ -1140,7 +1140,10 @@ class ClassEdit:
                 code = render(s).strip()
                 if code.endswith(f" = {name}") and code.startswith("self."):
                     return code.split(" ", 1)[0][5:], False
-        for cand in (f"_{name}",) if private else (name, f"_{name}"):
+        # torchani's ``_ChemModule`` has a ``symbols`` property and a ``_symbols``
+        for cand in (
+            (f"_{name}", f"_init_{name}") if private else (name, f"_{name}", f"_init_{name}")
+        ):
             if not self._taken(cand):
                 return cand, True
         raise Unfixable(f"no free attribute name to keep `{name}`")
@@ -1452,11 +1455,20 @@ def _paren(e: cst.BaseExpression) -> cst.BaseExpression:
 
 
 def inline_locals(
-    edit: ClassEdit, e: cst.BaseExpression, depth: int = 0, method: MethodFacts | None = None
+    edit: ClassEdit,
+    e: cst.BaseExpression,
+    depth: int = 0,
+    method: MethodFacts | None = None,
+    index: int | None = None,
 ) -> cst.BaseExpression:
     """``e`` with the local tensors it reads replaced by the expressions that computed them.
     ``method``: the locals are those of that method (a helper ``__init__`` calls), not of
-    ``__init__``; then every local is inlined, numbers too: nothing stores them on ``self``."""
+    ``__init__``; then every local is inlined, numbers too: nothing stores them on ``self``.
+    ``index``: the top-level statement of ``__init__`` that reads ``e``; a local assigned
+    once that ``__init__`` already keeps on ``self`` before it (``self.codebook_dim =
+    codebook_dim``) is left for :meth:`ClassEdit.store_names`, which reads that attribute
+    (vector-quantize-pytorch's ``LFQ``: ``codebook_dim`` comes from ``codebook_size =
+    default(codebook_size, lambda: 2 ** dim)``, which no hook can inline)."""
     if depth > 4:
         raise Unfixable("the value is computed through too many local variables")
     init = edit.init if method is None else method
@@ -1467,6 +1479,8 @@ def inline_locals(
         if not values or n == "self":
             continue
         node, v = values[-1]
+        if method is None and index is not None and _kept_on_self(edit, n, index):
+            continue
         tensor = value_kind(v, edit.ctx.qualify, init) is not None or (
             # a list of numbers (``[1 for _ in range(n)]``, a shape) is kept on self as it is
             not type(v) in (cst.List, cst.Tuple, cst.ListComp)
@@ -1497,9 +1511,45 @@ def inline_locals(
             # ``coords[:, 0] += 1`` / ``coords.view(-1).add_(1)``: its value is not the
             # expression that created it
             raise Unfixable(f"the local `{n}` is changed in place")
-        inlined = inline_locals(edit, v, depth + 1, method)
+        inlined = inline_locals(edit, v, depth + 1, method, index)
         replace[id(name)] = inlined if name is e else _paren(inlined)
     return substitute(e, replace)
+
+
+def _kept_on_self(edit: ClassEdit, n: str, index: int) -> bool:
+    """Is local ``n`` kept on ``self`` by a top-level ``self.<attr> = n`` before statement
+    ``index``, after every assignment of ``n`` (an argument too: ``codebook_size =
+    default(codebook_size, ...)``, then ``self.codebook_size = codebook_size``), and never
+    changed in place? That attribute then holds the value ``n`` has at ``index``."""
+    init = edit.init
+    values = init.local_values.get(n, ())
+    nodes = [node for node, _ in values]
+    last = -1
+    for node in nodes:
+        found = edit._path(node)
+        if found is None or any(type(x) in NESTING for x in found[1]):
+            return False
+        last = max(last, found[0])
+    if any(
+        n in binds(line, edit.ctx.qualify)
+        for line in walk_code(init.node)
+        if type(line) is cst.SimpleStatementLine and not any(x in line.body for x in nodes)
+    ):
+        return False
+    for i, s in enumerate(edit.init_body[:index]):
+        if i <= last or type(s) is not cst.SimpleStatementLine:
+            continue
+        for small in s.body:
+            if (
+                type(small) is cst.Assign
+                and len(small.targets) == 1
+                and type(small.value) is cst.Name
+                and small.value.value == n
+                and (t := dotted(small.targets[0].target) or "").startswith("self.")
+                and t.count(".") == 1
+            ):
+                return True
+    return False
 
 
 def binds(s: cst.CSTNode, qualify) -> set[str]:

@@ -41,6 +41,29 @@ def _raises_only(s: cst.CSTNode) -> bool:
     )
 
 
+def _reraises(s: cst.CSTNode) -> bool:
+    """``try: ... except E as e: raise e`` with no ``else`` or ``finally``: each handler only
+    raises again (vector-quantize-pytorch's ``LatentQuantize``: ``try: _levels =
+    _levels.repeat(codebook_dim)`` / ``except RuntimeError as e: raise e``). Where its body
+    does not raise it is its body; where it does, ``__init__`` raises too."""
+    return (
+        isinstance(s, cst.Try)
+        and s.orelse is None
+        and s.finalbody is None
+        and isinstance(s.body, cst.IndentedBlock)
+        and bool(s.handlers)
+        and all(
+            isinstance(h.body, cst.IndentedBlock)
+            and all(
+                isinstance(b, cst.SimpleStatementLine)
+                and all(isinstance(x, cst.Raise) for x in b.body)
+                for b in h.body.body
+            )
+            for h in s.handlers
+        )
+    )
+
+
 def _writes_seen(s: cst.CSTNode) -> bool:
     """Does :func:`binds` see every local ``s`` may bind? A simple statement, or an ``if``
     of them (``if "padding" not in kwargs: kwargs["padding"] = tuple(s // 2 for s in
@@ -48,6 +71,8 @@ def _writes_seen(s: cst.CSTNode) -> bool:
     a loop, ``with``, ``try`` or nested function binds names it cannot see."""
     if isinstance(s, cst.SimpleStatementLine) or _raises_only(s):
         return True
+    if _reraises(s):
+        return all(_writes_seen(b) for b in s.body.body)
     if isinstance(s, cst.If):
         body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
         if not body or not all(_writes_seen(b) for b in body):
@@ -76,12 +101,16 @@ def local_only(s: cst.CSTNode, edit: ClassEdit, random: bool = False) -> bool:
         if not parts or not all(p is not None and local_only(p, edit, random) for p in parts):
             return False
         return not _draws(s.test, edit, random)
+    if _reraises(s):
+        return all(local_only(b, edit, random) for b in s.body.body)
     if isinstance(s, cst.For):
         # ``for i in range(self.ndim): inv_perm_[perm_[i]] = i`` (normflows' ``Uniform
-        # Gaussian``, ``PeriodicFeaturesCat``: an inverse permutation written in place)
+        # Gaussian``, ``PeriodicFeaturesCat``: an inverse permutation written in place);
+        # torchani's ``_ChemModule``: ``for i, znum in enumerate(atomic_numbers):
+        # conv_tensor[znum] = i``
         body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
         return (
-            loop_target(s) is not None
+            loop_targets(s) is not None
             and s.orelse is None
             and s.asynchronous is None
             and bool(body)
@@ -144,7 +173,14 @@ def _own(s: cst.CSTNode, edit: ClassEdit) -> set[str]:
     """The names ``s`` binds for itself: a loop's name; a nested ``def``'s name, arguments
     and locals."""
     if not isinstance(s, cst.FunctionDef):
-        return {loop_target(n) for n in walk_code(s) if isinstance(n, cst.For)}
+        own = {
+            name for n in walk_code(s) if isinstance(n, cst.For) for name in loop_targets(n) or ()
+        }
+        # ``except RuntimeError as e: raise e``: ``e`` is the handler's own
+        for n in walk_code(s):
+            if isinstance(n, cst.ExceptHandler) and n.name is not None:
+                own |= {x.value for x in walk_code(n.name.name) if isinstance(x, cst.Name)}
+        return own
     own = {p.name.value for p in walk_code(s.params) if isinstance(p, cst.Param)}
     own |= binds(s.body, edit.ctx.qualify) | {s.name.value}
     own |= {
@@ -157,9 +193,17 @@ def _own(s: cst.CSTNode, edit: ClassEdit) -> set[str]:
     return own
 
 
-def loop_target(s: cst.For) -> str | None:
-    """The name a ``for`` loop binds, when it binds one name."""
-    return s.target.value if isinstance(s.target, cst.Name) else None
+def loop_targets(s: cst.For) -> set[str] | None:
+    """The names a ``for`` loop binds: one name, or a tuple of names (``for i, znum in
+    enumerate(atomic_numbers)``); None for other targets (an attribute, a subscript)."""
+    t = s.target
+    if isinstance(t, cst.Name):
+        return {t.value}
+    if isinstance(t, (cst.Tuple, cst.List)) and all(
+        isinstance(e.value, cst.Name) for e in t.elements
+    ):
+        return {e.value.value for e in t.elements}
+    return None
 
 
 def _draws(node: cst.CSTNode, edit: ClassEdit, random: bool) -> bool:
@@ -388,9 +432,12 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str, be
         bound |= _binds(copies[i], edit) | _own(copies[i], edit)
     out = _copies(edit, picked, copies, value, bound, before)
     if hook in edit.cls.methods:
-        mine = {
-            n.value for n in walk_code(edit.cls.methods[hook].node.body) if isinstance(n, cst.Name)
-        }
+        body = edit.cls.methods[hook].node.body
+        # the locals of the hook: ``self.atomic_numbers.copy_(..)`` binds no ``atomic_numbers``
+        # (torchani's ``_ChemModule``: its ``conv_tensor`` is computed from the local
+        # ``atomic_numbers``, also a buffer the hook already copies into)
+        attrs = {id(n.attr) for n in walk_code(body) if isinstance(n, cst.Attribute)}
+        mine = {n.value for n in walk_code(body) if isinstance(n, cst.Name) and id(n) not in attrs}
         if mine & bound:
             done = _already_computed(edit, hook, out[:-1], bound)
             if done:

@@ -89,12 +89,15 @@ class BufferFromValue(Rule):
     them copied into the hook, in order, when they only compute locals (no `self` written, no
     method called, no random draw; an `if` of such statements and `if ...: raise` checks
     count), also for a local changed in place after it is created (`coords[:, 0] += 1`,
-    `table.view(-1).add_(k)`); of an `if` that also does more (creates the relative position
+    `table.view(-1).add_(k)`, a `for i, z in enumerate(numbers)` loop writing it, a `try` whose
+    handlers only raise again); of an `if` that also does more (creates the relative position
     bias table), only the statements computing the needed locals are copied. A buffer
     registered inside an `if` block from locals that block computes (peft's `OrthLayer`: `if
     orth:` computes `rows, cols = torch.triu_indices(size, size, 1)` and registers both) gets
     those statements copied under the guard that the buffer is there, and the other buffers
-    the block registers from the same locals are copied in the same place. A non-persistent
+    the block registers from the same locals are copied in the same place. A local that
+    `__init__` keeps on `self` as it is (`self.codebook_dim = codebook_dim`, after its last
+    assignment) is read from that attribute, not inlined. A non-persistent
     buffer of a class whose `reset_parameters()` returns early, takes required arguments, or
     is not called by `__init__` (an adapter's init that its tuner calls with its config) gets
     a new `init_non_persistent_buffers()` instead. An `__init__` that returns early
