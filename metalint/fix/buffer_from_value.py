@@ -30,6 +30,7 @@ from metalint.fix.codemod import (
     Unfixable,
     _touches,
     _uses,
+    expr,
     fill,
     guarded,
     inline_locals,
@@ -59,7 +60,7 @@ from metalint.static.construction import argument_of
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import keyword, string_value, walk_code
-from metalint.static.tensors import value_kind
+from metalint.static.tensors import inplace_write, value_kind
 from metalint.vocabulary import BUFFER_HOOK, HOST_READS, RESET_HOOK
 
 
@@ -184,12 +185,10 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     try:
         full = inline_locals(edit, value, index=index)
     except Unfixable as exc:
-        why = str(exc)
-        full = value
-        try:
-            prelude = recompute_locals(edit, value, index, hook, why, preceding(edit, path, index))
-        except Drawn as drawn:
-            return edit.rewrite(drawn_tail(edit, drawn.index, hook, why))
+        done = _not_inlined(ctx, edit, value, attr, line, path, index, hook, str(exc))
+        if isinstance(done, Rewrite):
+            return done
+        full, prelude = value, done
     effects = _helper_effects(edit, [full, *prelude])
     if "host" in effects:
         raise Unfixable(
@@ -230,6 +229,100 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     else:
         what = f"Compute buffer `{attr}` in `{hook}()` and call it"
     return edit.rewrite(f"{what} from `__init__`")
+
+
+def _not_inlined(ctx, edit: ClassEdit, value, attr: str, line, path, index: int, hook, why):
+    """The statements computing the value's locals, copied for the hook (or a rewrite), when
+    they cannot be inlined: an in-place init moved (:func:`_init_moved`), else
+    :func:`recompute_locals`, else one draw for the drawn tail (:func:`drawn_tail`)."""
+    moved = _init_moved(ctx, edit, value, attr, line, path, index, hook, why)
+    if moved is not None:
+        return moved
+    try:
+        return recompute_locals(edit, value, index, hook, why, preceding(edit, path, index))
+    except Drawn as drawn:
+        return edit.rewrite(drawn_tail(edit, drawn.index, hook, why))
+
+
+def _init_moved(ctx, edit: ClassEdit, value, attr: str, line, path, index: int, hook, why):
+    """A local made by ``torch.empty(shape)``, initialised in place by one call and then
+    registered (vector-quantize-pytorch's ``LFQ``: ``orthogonal_rot = torch.empty(d, d)``,
+    ``nn.init.orthogonal_(orthogonal_rot)``, ``register_buffer('orthogonal_rot',
+    orthogonal_rot)``, all under ``if orthogonal_rotation:``): the init call moves into the
+    hook, on the buffer (``nn.init.orthogonal_(self.orthogonal_rot)``), guarded where the
+    buffer is made on some paths only. The registration keeps the same empty tensor, and the
+    hook draws the same numbers from the same generator state when nothing draws in between
+    (the hook is then called right after the statement, :meth:`ClassEdit.use_hook`); else
+    unsafe. None when the value is not made that way."""
+    if not isinstance(value, cst.Name):
+        return None
+    name = value.value
+    at = next((k for k, n in enumerate(path) if n is line), 0)
+    block = path[at - 1].body if at > 0 and isinstance(path[at - 1], cst.IndentedBlock) else None
+    if block is None:
+        block = edit.init_body
+    stmts = list(block)
+    if line not in stmts:
+        return None
+    before = stmts[: stmts.index(line)]
+    made = [
+        k
+        for k, s in enumerate(before)
+        if isinstance(s, cst.SimpleStatementLine)
+        and len(s.body) == 1
+        and isinstance(s.body[0], cst.Assign)
+        and len(s.body[0].targets) == 1
+        and isinstance(s.body[0].targets[0].target, cst.Name)
+        and s.body[0].targets[0].target.value == name
+    ]
+    values = edit.init.local_values.get(name, ())
+    if len(made) != 1 or len(values) != 1:
+        return None
+    made_value = before[made[0]].body[0].value
+    if not (isinstance(made_value, cst.Call) and ctx.qualify(made_value.func) == "torch.empty"):
+        return None
+    rest = before[made[0] + 1 :]
+    mentions = [s for s in rest if name in {n.value for n in names_in(s)}]
+    if len(mentions) != 1:
+        return None
+    init = mentions[0]
+    if not (
+        isinstance(init, cst.SimpleStatementLine)
+        and len(init.body) == 1
+        and isinstance(init.body[0], cst.Expr)
+        and isinstance(init.body[0].value, cst.Call)
+    ):
+        return None
+    call = init.body[0].value
+    w = inplace_write(call, ctx.qualify)
+    if w is None or w.chain != (name,):
+        return None
+    if sum(1 for n in names_in(call) if n.value == name) != 1:
+        return None
+    target = next(n for n in names_in(call) if n.value == name)
+    if any(
+        name in {n.value for n in names_in(s)}
+        for s in [*edit.block_tail(line), *edit.init_body[index + 1 :]]
+    ):
+        return None  # the local is read again after its registration
+    moved = call.deep_replace(target, expr(f"self.{attr}"))
+    moved = edit.store_names(moved, init, index)
+    body = stmt(render(cst.SimpleStatementLine([cst.Expr(moved)])))
+    if edit.conditional(path, index):
+        body = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
+    edit.replace[id(init)] = (init, [])
+    between = [*before[before.index(init) + 1 :], *edit.block_tail(line)]
+    random = draws(call, edit) or not rng_free(call, ctx)
+    if random and not all(rng_free(s, ctx) for s in between):
+        edit.unsafe.append(
+            "the in-place init now runs in the hook, after other random draws of its block: "
+            "eager values differ under the same seed (same distribution)"
+        )
+    edit.use_hook(hook, index, [body], random=random)
+    return edit.rewrite(
+        f"Register buffer `{attr}` from its `torch.empty(...)` and initialise it in place in "
+        f"`{hook}()`, called from `__init__`"
+    )
 
 
 def _buffer_hook(edit: ClassEdit, index: int, node) -> str:

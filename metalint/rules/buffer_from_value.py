@@ -97,7 +97,11 @@ class BufferFromValue(Rule):
     those statements copied under the guard that the buffer is there, and the other buffers
     the block registers from the same locals are copied in the same place. A local that
     `__init__` keeps on `self` as it is (`self.codebook_dim = codebook_dim`, after its last
-    assignment) is read from that attribute, not inlined. A non-persistent
+    assignment) is read from that attribute, not inlined. A local made by `torch.empty(shape)`
+    and initialised in place by one call before it is registered (vector-quantize-pytorch's
+    `LFQ`: `nn.init.orthogonal_(orthogonal_rot)`) is registered as it is, and the init call
+    moves into the hook, on the buffer: the same draws from the same generator state when
+    nothing draws in between (safe), else unsafe. A non-persistent
     buffer of a class whose `reset_parameters()` returns early, takes required arguments, or
     is not called by `__init__` (an adapter's init that its tuner calls with its config) gets
     a new `init_non_persistent_buffers()` instead. An `__init__` that returns early
