@@ -422,6 +422,9 @@ class ClassEdit:
     hook_prepend: dict[str, list[cst.BaseStatement]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     unsafe: list[str] = field(default_factory=list)
+    #: the value stays where ``__init__`` makes it and ``use_hook`` adds no call of the hook:
+    #: the hook re-creates it for the protocol only (:meth:`keeps_value`)
+    keep_value: bool = False
 
     @property
     def init(self) -> MethodFacts:
@@ -632,19 +635,13 @@ class ClassEdit:
         self.check_bases(hook)
         exists = hook in self.cls.methods
         if exists:
-            body = self.cls.methods[hook].node.body
-            if not isinstance(body, cst.IndentedBlock):
-                raise Unfixable(f"`{hook}` is written on one line")
-            if self.returns(self.cls.methods[hook].node.body):
-                raise Unfixable(f"`{hook}` returns early")
-            if any(
-                len(p.name.value) and p.default is None
-                for p in self.cls.methods[hook].node.params.params[1:]
-            ):
-                raise Unfixable(f"`{hook}` takes required arguments")
+            self._check_existing_hook(hook)
         calls, nested = self.hook_calls(hook)
         if nested:
             raise Unfixable(f"`__init__` calls `{hook}()` inside a block")
+        if self.keep_value:
+            self._keep_in_hook(hook, exists, stmts)
+            return
         rets = self._early_hook_calls(hook, after_index, stmts, calls, call_at)
         right_after = False
         if any(c < after_index for c in calls):
@@ -672,10 +669,7 @@ class ClassEdit:
         if not exists and hook == RESET_HOOK:
             self._root_calls_reset()
         if random and not right_after and not self.rng_free_after(after_index):
-            self.unsafe.append(
-                "the random value is now drawn at the end of `__init__`, after other random draws, "
-                "so eager values differ under the same seed (same distribution)"
-            )
+            self.unsafe.append(_drawn_later(hook, bool(calls)))
         self.hook_append.setdefault(hook, []).extend(stmts)
 
     def _early_hook_calls(self, hook: str, after_index: int, stmts, calls, call_at):
@@ -714,6 +708,41 @@ class ClassEdit:
             done = self.replace.get(id(line), (line, [line]))[1]
             self.replace[id(line)] = (line, [stmt(f"self.{hook}()"), *done])
         self.init_append.append(stmt(f"self.{hook}()"))
+
+    def _check_existing_hook(self, hook: str) -> None:
+        """Raise :class:`Unfixable` when the class's own ``hook`` cannot take more code."""
+        body = self.cls.methods[hook].node.body
+        if not isinstance(body, cst.IndentedBlock):
+            raise Unfixable(f"`{hook}` is written on one line")
+        if self.returns(body):
+            raise Unfixable(f"`{hook}` returns early")
+        if any(
+            len(p.name.value) and p.default is None
+            for p in self.cls.methods[hook].node.params.params[1:]
+        ):
+            raise Unfixable(f"`{hook}` takes required arguments")
+
+    def _keep_in_hook(self, hook: str, exists: bool, stmts: list[cst.BaseStatement]) -> None:
+        """:meth:`use_hook` for a value kept in ``__init__``: no call is added."""
+        self.keeps_value(hook)
+        if not exists:
+            self._root_calls_reset()
+        self.hook_append.setdefault(hook, []).extend(stmts)
+
+    def keeps_value(self, hook: str) -> None:
+        """Can a value stay where ``__init__`` makes it, with ``hook`` re-creating it for the
+        protocol only? The draw (or constant) stays in ``__init__`` (under ``with
+        torch.device("meta")`` it allocates nothing), so eager construction runs exactly as
+        before; ``hook`` must then be ``reset_parameters()``, which every protocol runs after
+        ``to_empty()``, and ``__init__`` must not call it (it would make the value a second
+        time). Raises :class:`Unfixable` otherwise."""
+        if hook != RESET_HOOK:
+            raise Unfixable(f"the value would be re-created in `{hook}()`, not `{RESET_HOOK}()`")
+        calls, nested = self.hook_calls(hook)
+        if calls or nested or hook in self._hook_call_added:
+            raise Unfixable(
+                f"`__init__` calls `{hook}()`: a value kept in `__init__` would be made twice"
+            )
 
     def _unsettled_after(self, index: int, random: bool) -> bool:
         """Would a new hook called at the end of ``__init__`` run elsewhere than where the
@@ -1259,6 +1288,21 @@ class ClassEdit:
         if self.unsafe:
             message += " (unsafe: " + "; ".join(dict.fromkeys(self.unsafe)) + ")"
         return Rewrite(new, app, message, next(reversed(self.hook_append), None))
+
+
+def _drawn_later(hook: str, called: bool) -> str:
+    """Why a random value moved into ``hook`` changes eager values: ``called``, ``__init__``
+    already calls the hook after other draws (and a value kept in ``__init__`` would be drawn
+    twice: :meth:`ClassEdit.keeps_value`); else the new call comes at its end."""
+    if called:
+        return (
+            f"the random value is now drawn in `{hook}()`, which `__init__` already calls after "
+            "other random draws, so eager values differ under the same seed (same distribution)"
+        )
+    return (
+        "the random value is now drawn at the end of `__init__`, after other random draws, "
+        "so eager values differ under the same seed (same distribution)"
+    )
 
 
 def _does_nothing(body: cst.BaseSuite) -> bool:

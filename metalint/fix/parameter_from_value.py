@@ -23,13 +23,17 @@ Safety (eager construction under the same seed gives the same tensors):
 - ``torch.empty`` gets the factory's own ``dtype=``/``device=``/``**kwargs`` and nothing else:
   no signature changes (under ``with torch.device("meta")`` a factory without a device lands on
   meta; adding ``device``/``dtype`` arguments is ML012's fix);
-- calling an existing ``reset_parameters()`` that ``__init__`` did not call is unsafe.
+- calling an existing ``reset_parameters()`` that ``__init__`` did not call is unsafe;
+- when the rewrite is unsafe or refused for what follows the value in ``__init__``, the value
+  stays where it is and a ``reset_parameters()`` that ``__init__`` does not call re-creates it
+  for the protocol (:func:`plan`): eager construction is unchanged, so that is safe.
 """
 
 from __future__ import annotations
 
 import libcst as cst
 
+from metalint.diagnostics import Applicability
 from metalint.fix.codemod import (
     NESTING,
     ClassEdit,
@@ -373,16 +377,48 @@ def hook_body(value: Value, x: str, names: tuple[str, str], kept) -> cst.BaseSta
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
-    edit = ClassEdit(ctx, cls)
+    """The dinov2 rewrite (``torch.empty`` + the hook called at the end of ``__init__``); when
+    that is unsafe or refused because of what ``__init__`` does after the value (draws of
+    later children, reads of the value, an existing ``reset_parameters()`` it does not call),
+    the value kept where it is and re-created by a ``reset_parameters()`` that ``__init__``
+    does not call (:func:`_plan_kept`), when that is possible."""
+    try:
+        rewrite = _plan(ctx, cls, finding, ClassEdit(ctx, cls))
+    except Unfixable as exc:
+        refused: Unfixable | None = exc
+        rewrite = None
+    else:
+        refused = None
+        if rewrite.applicability is Applicability.SAFE:
+            return rewrite
+    try:
+        kept = _plan(ctx, cls, finding, ClassEdit(ctx, cls, keep_value=True))
+    except Unfixable:
+        kept = None
+    if kept is not None and kept.applicability is Applicability.SAFE:
+        return kept
+    if rewrite is not None:
+        return rewrite
+    assert refused is not None
+    raise refused
+
+
+def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
+    """One rewrite; with ``edit.keep_value``, the value stays in ``__init__`` (eager
+    construction runs exactly as before: LinearAttention's ``self.mem_kv = nn.Parameter(
+    torch.randn(...))`` of denoising-diffusion-pytorch, drawn before the convolutions made
+    after it) and a ``reset_parameters()`` that ``__init__`` does not call re-creates it for
+    the protocol. Code after it may only read its shape or dtype, as for the plain rewrite."""
+    keep = edit.keep_value
     try:
         index, line, path = edit.locate(finding.node)
     except Unfixable as exc:
         helper = helper_of(cls, finding.node)
-        if helper is None:
+        if helper is None or keep:
             raise
         return _plan_in_helper(ctx, edit, finding.node, helper, str(exc))
     attr, data_arg, guard = _parameter(ctx, finding.node, path, cls, edit.after_return(index))
-    legacy = legacy_empty(ctx, edit, data_arg.value)
+    legacy = None if keep else legacy_empty(ctx, edit, data_arg.value)
     if legacy is not None:
         edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, legacy)])
         return edit.rewrite(
@@ -391,6 +427,9 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         )
     later = edit.used_after(attr, index, tensor=True)
     tail = edit.block_tail(line)
+    if keep:
+        _kept_unused_later(ctx, edit, attr, index, later, tail)
+        tail = []
     if later and not edit.used_after(attr, index, writes_only=True, tensor=True):
         # only read later: the read sees the value `__init__` makes, which a hook would not
         raise Unfixable(_read_later(ctx, edit, attr, index, later))
@@ -418,13 +457,17 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         )
 
     empty, shape = empty_of(value, names[0])
-    edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, empty)])
+    if not keep:
+        edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, empty)])
 
     # the hook: re-create the value
     body = hook_body(value, f"self.{attr}", names, lambda e: edit.store_names(e, line, index))
     if guard:
         body = guarded(guard, body)
-    hook = edit.choose_hook(index)
+    hook = HOOK if keep else edit.choose_hook(index)
+    if keep:
+        edit.use_hook(hook, index, [body])
+        return edit.rewrite(_kept_message(attr, hook))
     if value.random and not all(rng_free(s, ctx) for s in tail):
         edit.unsafe.append(
             "the random value is now drawn at the end of `__init__`, after other random draws, "
@@ -433,6 +476,27 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit.use_hook(hook, index, [body], random=value.random)
     return edit.rewrite(
         f"Create `{attr}` with `torch.empty({shape})` and set its value in `{hook}()`"
+    )
+
+
+def _kept_unused_later(ctx, edit: ClassEdit, attr: str, index: int, later, tail) -> None:
+    """Raise :class:`Unfixable` when code after a kept value uses more than its shape: what it
+    computes from the value (later_init's ``self.twice = nn.Parameter(self.gamma.detach() *
+    2)``) would still be lost (the class would fail the probe), and what it writes the hook
+    would not replay."""
+    if later:
+        raise Unfixable(_read_later(ctx, edit, attr, index, later))
+    for s in tail:
+        if _touches(s, attr, False, edit.memo()) and not (
+            sets_metadata(s, attr) or reads_metadata_only(s, attr)
+        ):
+            raise Unfixable(f"`self.{attr}` is used later in its block (line order matters)")
+
+
+def _kept_message(attr: str, hook: str) -> str:
+    return (
+        f"Keep `{attr}`'s value in `__init__` (eager construction unchanged) and re-create it in "
+        f"a `{hook}()` for the protocol (not called by `__init__`)"
     )
 
 
@@ -640,7 +704,8 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     copies of the statements that compute its locals, in order, as ML002's fix does
     (:func:`recompute_locals`); not inside an ``if``."""
     index, line, path = where
-    hook = edit.choose_hook(index)
+    keep = edit.keep_value
+    hook = HOOK if keep else edit.choose_hook(index)
     prelude: list[cst.BaseStatement] = []
     try:
         full = inline_locals(edit, data)
@@ -649,6 +714,8 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
         try:
             prelude = recompute_locals(edit, data, index, hook, str(exc), before)
         except Drawn as drawn:
+            if keep:
+                raise
             return edit.rewrite(drawn_tail(edit, drawn.index, hook, str(exc)))
         if any(isinstance(n, cst.If) for n in path):
             raise
@@ -663,6 +730,9 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     body = fill(f"with {names[0]}.no_grad():\n    self.{attr}.copy_(__v__)", v=value)
     if guard:
         body = guarded(guard, body)
+    if keep:
+        edit.use_hook(hook, index, [*prelude, body])
+        return edit.rewrite(_kept_message(attr, hook))
     if not all(rng_free(c, ctx) for c in code):
         edit.unsafe.append(
             "the value may draw random numbers: it is drawn a second time in the hook, so "

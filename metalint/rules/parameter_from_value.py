@@ -83,8 +83,14 @@ class ParameterFromValue(Rule):
     the module (`self.load_state_dict(...)`: peft's multitask prompt loads a checkpoint over
     its drawn factors), a new `reset_parameters()` is called right after the parameter, where
     `__init__` made it (later parameters move the call down when the code between draws
-    nothing and calls no method): safe. Else it is called last, and a random value then
-    drawn after other draws is unsafe. Calling an existing `reset_parameters()` that
+    nothing and calls no method): safe. Else (later children draw: denoising-diffusion-pytorch's
+    `LinearAttention` draws `mem_kv` before its convolutions) the value stays where `__init__`
+    makes it (on meta it allocates nothing) and a `reset_parameters()` that `__init__` does not
+    call re-creates it for the protocol: eager construction is unchanged (safe), and `check`
+    reports nothing, since the protocol's hook re-creates it. The same holds for a class with
+    a `reset_parameters()` that `__init__` does not call, and for a value drawn again by the
+    hook (a random value through a local). Where `__init__` already calls `reset_parameters()`
+    after other draws, the value is drawn there: unsafe. Calling an existing `reset_parameters()` that
     `__init__` did not call is unsafe, unless its body is empty (`pass`). A value that
     `__init__` re-initialises in place later (timm's `torch.zeros` then
     `trunc_normal_(self.pos_embed)`) is dead: the fix moves the in-place init into
