@@ -109,6 +109,45 @@ def test_window_and_index_factories_make_values(expr):
 
 
 @pytest.mark.parametrize(
+    "expr, number",
+    [
+        ("self._levels.prod().item()", True),  # vector-quantize-pytorch's FSQ codebook_size
+        ("grid_out.shape[-1]", True),  # neuralop's DiscreteContinuousConv2d n_out
+        ("x.size(0) * k", True),
+        ("x.numel() // 2", True),
+        ("int(v)", True),
+        ("len(levels) * k", True),
+        ("math.prod(levels)", True),
+        ("k ** -0.5", True),  # an argument annotated int
+        ("x.size()", False),  # a torch.Size
+        ("x.shape[1:]", False),
+        ("x.prod()", False),  # a tensor
+        ("x * k", False),
+        ("v", False),  # an argument without annotation: the caller may pass a tensor
+        ("schedule(k)", False),  # an unknown function
+    ],
+)
+def test_python_numbers(expr, number):
+    """``is_number``: the one answer to "is this certainly a Python number" (a size kept on
+    ``self`` that a hook's value reads is then no plain tensor attribute); never for a tensor
+    or for what an unknown function returns."""
+    from metalint.static.construction import is_number, is_tensor
+
+    source = (
+        "import math\n" + HEADER + "class M(nn.Module):\n"
+        "    def __init__(self, v, k: int, levels, grid_out):\n"
+        "        x = torch.ones(3, 4)\n"
+        f"        w = {expr}\n"
+    )
+    facts = collect(cst.parse_module(source), "m")
+    method = facts.classes[0].methods["__init__"]
+    (value,) = [v for _, v in method.local_values["w"]]
+    qualify = facts.aliases.qualify
+    assert is_number(value, qualify, method) is number
+    assert not (number and is_tensor(value, qualify, method))
+
+
+@pytest.mark.parametrize(
     "expr, empty",
     [
         ("torch.empty(0)", True),

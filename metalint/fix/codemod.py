@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from metalint.diagnostics import Applicability
-from metalint.static.construction import is_tensor, registrations
+from metalint.static.construction import is_number, is_tensor, registrations
 from metalint.static.model import ClassFacts, MethodFacts, builds_module, construction
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
@@ -1118,8 +1118,12 @@ class ClassEdit:
     def _may_be_tensor(self, v: cst.BaseExpression, method: MethodFacts, depth: int) -> bool:
         if depth > 4 or is_tensor(v, self.ctx.qualify, method):
             return depth <= 4
-        if type(v) is cst.Call and builds_module(self.ctx.qualify(v.func), self.ctx.facts):
-            return False  # a module, whatever its arguments (``default(dim_out, dim_in)``)
+        if is_number(v, self.ctx.qualify, method) or (
+            type(v) is cst.Call and builds_module(self.ctx.qualify(v.func), self.ctx.facts)
+        ):
+            # a Python number (``x.item()``, ``grid.shape[-1]``, ``int(...)``), or a module,
+            # whatever its arguments (``default(dim_out, dim_in)``)
+            return False
         if type(v) is cst.IfExp:  # its value is one of its branches, never its test
             return self._may_be_tensor(v.body, method, depth) or self._may_be_tensor(
                 v.orelse, method, depth

@@ -34,6 +34,7 @@ from metalint.vocabulary import (
     RANDOM_DRAWS,
     RANDOM_FACTORIES,
     REAL_DEVICES,
+    SCALAR_CASTS,
     SEQUENCE_FUNCTIONS,
     TENSOR_FUNCTIONS,
     TENSOR_METHODS,
@@ -242,6 +243,72 @@ def is_tensor(
         return bool(values) and all(
             v is not expr and is_tensor(v, qualify, method, depth + 1, extra) for _, v in values
         )
+    return False
+
+
+#: methods of a tensor that give a Python number (``x.item()``, ``x.numel()``; ``x.size(0)``
+#: with an argument)
+NUMBER_METHODS = frozenset({"item", "numel", "nelement", "dim", "ndimension", "element_size"})
+
+
+def is_number(
+    expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, depth: int = 0
+) -> bool:
+    """True only for expressions that certainly evaluate to a Python number, never a tensor: a
+    literal, ``x.item()`` (vector-quantize-pytorch's ``self._levels.prod().item()``),
+    ``x.shape[-1]`` / ``x.size(0)`` / ``x.numel()`` / ``x.ndim`` (neuralop's
+    ``self.n_out = grid_out.shape[-1]``), ``int(...)`` / ``float(...)`` / ``len(...)``, a
+    ``math`` function, arithmetic of those, an argument annotated ``int``/``float`` and read as
+    the caller passed it, a local every value of which is one."""
+    if expr is None or depth > 4:
+        return False
+    t = type(expr)
+    if t in (cst.Integer, cst.Float, cst.Imaginary):
+        return True
+    if t is cst.Call:
+        f = expr.func
+        if type(f) is cst.Attribute and not any(a.star for a in expr.args):
+            if f.attr.value in NUMBER_METHODS:
+                return True
+            if f.attr.value == "size" and len(expr.args) == 1 and expr.args[0].keyword is None:
+                return True
+        if type(f) is cst.Name and f.value in (*SCALAR_CASTS, "len") and qualify(f) is None:
+            return True
+        q = qualify(f) or ""
+        return q.startswith("math.") and q != "math.nan"
+    if t is cst.Subscript:
+        v = expr.value
+        shape = (type(v) is cst.Attribute and v.attr.value == "shape") or (
+            type(v) is cst.Call
+            and type(v.func) is cst.Attribute
+            and v.func.attr.value == "size"
+            and not v.args
+        )
+        return shape and all(type(e.slice) is cst.Index for e in expr.slice)
+    if t is cst.Attribute:
+        return expr.attr.value == "ndim"
+    if t is cst.BinaryOperation:
+        return is_number(expr.left, qualify, method, depth + 1) and is_number(
+            expr.right, qualify, method, depth + 1
+        )
+    if t is cst.UnaryOperation:
+        return is_number(expr.expression, qualify, method, depth + 1)
+    if t is cst.Name and method is not None:
+        if method.holds_argument(expr):
+            return _annotated_number(expr.value, method)
+        values = method.local_values.get(expr.value)
+        return bool(values) and all(
+            v is not expr and is_number(v, qualify, method, depth + 1) for _, v in values
+        )
+    return False
+
+
+def _annotated_number(name: str, method: MethodFacts) -> bool:
+    params = method.node.params
+    for p in (*params.params, *params.kwonly_params, *params.posonly_params):
+        if p.name.value == name and p.annotation is not None:
+            a = p.annotation.annotation
+            return type(a) is cst.Name and a.value in ("int", "float")
     return False
 
 
