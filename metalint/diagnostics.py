@@ -73,6 +73,9 @@ class Fix:
     #: the fix to apply instead when a base class has its own ``reset_parameters()`` (which
     #: only the whole tree tells): its new hook calls the base's first
     over_base_hook: Fix | None = None
+    #: the value stays where ``__init__`` makes it and a hook ``__init__`` does not call
+    #: re-creates it: another fix of the class goes first (it may move the value instead)
+    kept: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -86,6 +89,8 @@ class Fix:
             out["then_hook"] = self.then_hook
         if self.over_base_hook is not None:
             out["over_base_hook"] = self.over_base_hook.to_json()
+        if self.kept:
+            out["kept"] = True
         return out
 
     @classmethod
@@ -99,6 +104,7 @@ class Fix:
             data.get("hook"),
             data.get("then_hook"),
             cls.from_json(data.get("over_base_hook")),
+            bool(data.get("kept", False)),
         )
 
 

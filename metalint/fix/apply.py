@@ -184,6 +184,11 @@ class Fixer:
             diags,
             key=lambda d: (
                 d.code not in IN_PLACE_FIRST,
+                # a value kept in ``__init__`` waits for its class's other fixes: next round
+                # it may be moved by them instead of re-created by a second hook (timm
+                # HieraDet's position embeddings join the root ``init_weights()`` that ML010's
+                # fix makes, in the order ``__init__`` ran them)
+                d.fix is not None and d.fix.kept,
                 d.code == IN_PLACE_INIT and d.symbol in parent_safe and not _safe(d),
                 d.sort_key,
             ),

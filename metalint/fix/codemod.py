@@ -59,6 +59,9 @@ class Rewrite:
     #: the rewrite to apply instead when a base class (of another file: only the whole tree
     #: tells) has its own ``reset_parameters()``: a new hook that extends the base's
     over_base_hook: Rewrite | None = None
+    #: the value stays in ``__init__``, re-created by a hook it does not call
+    #: (:attr:`ClassEdit.keep_value`)
+    kept: bool = False
 
 
 def render(node: cst.CSTNode, module: cst.Module | None = None) -> str:
@@ -1291,7 +1294,8 @@ class ClassEdit:
         app = Applicability.UNSAFE if self.unsafe else Applicability.SAFE
         if self.unsafe:
             message += " (unsafe: " + "; ".join(dict.fromkeys(self.unsafe)) + ")"
-        return Rewrite(new, app, message, next(reversed(self.hook_append), None))
+        hook = next(reversed(self.hook_append), None)
+        return Rewrite(new, app, message, hook, kept=self.keep_value)
 
 
 def _drawn_later(hook: str, called: bool) -> str:

@@ -521,4 +521,6 @@ def _fix_of(
         _remember(ctx.path, code, row, f"the rewrite failed: {type(exc).__name__}: {exc}")
         return None
     edits = line_edits(old, new, shift)
-    return Fix(result.applicability, result.message, edits, result.hook, result.then_hook)
+    return Fix(
+        result.applicability, result.message, edits, result.hook, result.then_hook, kept=result.kept
+    )
