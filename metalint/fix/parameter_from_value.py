@@ -379,28 +379,30 @@ def hook_body(value: Value, x: str, names: tuple[str, str], kept) -> cst.BaseSta
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     """The dinov2 rewrite (``torch.empty`` + the hook called at the end of ``__init__``); when
     that is unsafe or refused because of what ``__init__`` does after the value (draws of
-    later children, reads of the value, an existing ``reset_parameters()`` it does not call),
-    the value kept where it is and re-created by a ``reset_parameters()`` that ``__init__``
-    does not call (:func:`_plan_kept`), when that is possible."""
+    later children, an existing ``reset_parameters()`` it does not call), the value kept where
+    it is and re-created by a ``reset_parameters()`` that ``__init__`` does not call
+    (:func:`_kept`), when that is possible. (No exception is kept in a local: with its
+    traceback it would hold the syntax tree in a reference cycle.)"""
     try:
         rewrite = _plan(ctx, cls, finding, ClassEdit(ctx, cls))
-    except Unfixable as exc:
-        refused: Unfixable | None = exc
-        rewrite = None
-    else:
-        refused = None
-        if rewrite.applicability is Applicability.SAFE:
-            return rewrite
+    except Unfixable:
+        kept = _kept(ctx, cls, finding)
+        if kept is None:
+            raise
+        return kept
+    if rewrite.applicability is Applicability.SAFE:
+        return rewrite
+    kept = _kept(ctx, cls, finding)
+    return rewrite if kept is None else kept
+
+
+def _kept(ctx: RuleContext, cls, finding: Finding) -> Rewrite | None:
+    """The safe rewrite that keeps the value in ``__init__``, or None."""
     try:
         kept = _plan(ctx, cls, finding, ClassEdit(ctx, cls, keep_value=True))
     except Unfixable:
-        kept = None
-    if kept is not None and kept.applicability is Applicability.SAFE:
-        return kept
-    if rewrite is not None:
-        return rewrite
-    assert refused is not None
-    raise refused
+        return None
+    return kept if kept.applicability is Applicability.SAFE else None
 
 
 def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
