@@ -581,6 +581,21 @@ PUBLIC_HOOKS = (RESET_HOOK, ROOT_ENTRIES[0], BUFFER_HOOK)
 SKIPPED_METHOD_PREFIXES = ("forward", "extra_repr", "__repr__", "_forward")
 #: calls an applied function may make and still be only "each module's own reset"
 RESET_ONLY_CALLS = frozenset({"reset_parameters", "hasattr", "getattr", "callable", "isinstance"})
+#: what ``torch.nn.Module`` itself defines (its methods, ``training`` and the dicts ``__init__``
+#: makes): a fix keeping a local on ``self`` never takes these names (torchani's
+#: ``ANINetworks(modules)``: ``self.modules = modules`` shadowed ``Module.modules()``)
+MODULE_MEMBERS = frozenset(
+    """add_module apply bfloat16 buffers call_super_init children compile cpu cuda double
+    dump_patches eval extra_repr float forward get_buffer get_extra_state get_parameter
+    get_submodule half ipu load_state_dict modules mtia named_buffers named_children
+    named_modules named_parameters parameters register_backward_hook register_buffer
+    register_forward_hook register_forward_pre_hook register_full_backward_hook
+    register_full_backward_pre_hook register_load_state_dict_post_hook
+    register_load_state_dict_pre_hook register_module register_parameter
+    register_state_dict_post_hook register_state_dict_pre_hook requires_grad_ set_extra_state
+    set_submodule share_memory state_dict to to_empty train type xpu zero_grad training
+    _parameters _buffers _modules _non_persistent_buffers_set _version""".split()
+)
 MODULE_API = ("register_buffer", "register_parameter", "register_module", "add_module", "apply")
 #: ``nn.Module`` methods that read or write every tensor of the module: a hook ``__init__`` calls
 #: after one of them no longer runs where the values were made (peft's

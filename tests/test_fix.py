@@ -1371,3 +1371,43 @@ def test_recomputed_loops_reraise_and_kept_locals(tmp_path, monkeypatch):
     eager._conv_tensor.zero_()
     eager.reset_parameters()
     assert eager._conv_tensor[6].item() == 0 and eager._conv_tensor[7].item() == 1
+
+
+def test_a_kept_argument_never_takes_a_name_of_a_base_or_of_module(tmp_path, monkeypatch):
+    """torchani: ``AtomicOneHot(symbols)`` and ``SingleNN(symbols)`` kept their argument as
+    ``self.symbols``, a read-only property of their base (eager construction raised
+    AttributeError: can't set attribute), and ``ANINetworks(modules)`` as ``self.modules``,
+    which shadowed ``nn.Module.modules()``. ``symbols`` is kept as ``_symbols``; ``modules``
+    and ``_modules`` are both ``nn.Module``'s, so ``modules`` is kept as ``_init_modules``
+    (fails before)."""
+    pytest.importorskip("torch")
+    import importlib.util
+
+    (tmp_path / "m.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Container(nn.Module):\n"
+        "    @property\n"
+        "    def symbols(self):\n"
+        "        return ('H', 'C')\n\n\n"
+        "class SingleNN(Container):\n"
+        "    def __init__(self, symbols=('H', 'C')):\n"
+        "        super().__init__()\n"
+        "        numbers = torch.tensor([len(e) for e in symbols], dtype=torch.long)\n"
+        '        self.register_buffer("atomic_numbers", numbers, persistent=False)\n\n\n'
+        "class Networks(nn.Module):\n"
+        "    def __init__(self, modules=('H', 'C')):\n"
+        "        super().__init__()\n"
+        "        numbers = torch.tensor([len(e) for e in modules], dtype=torch.long)\n"
+        '        self.register_buffer("atomic_numbers", numbers, persistent=False)\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path)
+    text = (tmp_path / "m.py").read_text()
+    assert "self._init_modules = modules" in text, out
+    assert "self.symbols = symbols" not in text and "self.modules = modules" not in text, text
+    assert "self._symbols = symbols" in text and "self._modules " not in text, text
+    spec = importlib.util.spec_from_file_location("m_kept", tmp_path / "m.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.SingleNN().atomic_numbers.tolist() == [1, 1]
+    assert len(list(mod.Networks().modules())) == 1

@@ -29,6 +29,7 @@ from metalint.vocabulary import (
     LEGACY_CONSTRUCTOR_DTYPES,
     METADATA_ATTRIBUTES,
     METADATA_METHODS,
+    MODULE_MEMBERS,
     PARAMETER_CLASSES,
     REGISTER_METHODS,
     RESET_HOOK,
@@ -1180,38 +1181,32 @@ class ClassEdit:
         for cand in (
             (f"_{name}", f"_init_{name}") if private else (name, f"_{name}", f"_init_{name}")
         ):
-            if not self._taken(cand):
+            if not self._taken(cand, inherited=True):
                 return cand, True
         raise Unfixable(f"no free attribute name to keep `{name}`")
 
-    def _taken(self, attr: str) -> bool:
-        if attr in self.cls.methods:
+    def _taken(self, attr: str, inherited: bool = False) -> bool:
+        """Is ``attr`` a name the class already uses (a method, a property, an attribute, a
+        registered tensor)? ``inherited``: or a base of this file, or ``nn.Module`` (asked for
+        a new attribute, not a hook, which may override a base's): torchani's
+        ``AtomicOneHot`` kept its ``symbols`` argument as ``self.symbols``, a read-only
+        property of its base ``_ChemModule`` (eager construction raised AttributeError), and
+        ``ANINetworks`` its ``modules`` as ``self.modules``, shadowing ``Module.modules()``."""
+        if not inherited:
+            return _uses_name(self.cls, attr)
+        if attr in MODULE_MEMBERS:
             return True
-        for m in self.cls.methods.values():
-            for a in m.assigns:
-                if a.target == f"self.{attr}" or a.target.startswith(f"self.{attr}."):
-                    return True
-            for c in m.calls:
-                if c.receiver == "self" and c.method in (
-                    "register_buffer",
-                    "register_parameter",
-                    "add_module",
-                    "register_module",
-                ):
-                    if c.node.args and isinstance(c.node.args[0].value, cst.SimpleString):
-                        if c.node.args[0].value.evaluated_value == attr:
-                            return True
-        # a class-level attribute
-        for s in (
-            self.cls.node.body.body if isinstance(self.cls.node.body, cst.IndentedBlock) else ()
-        ):
-            if isinstance(s, cst.SimpleStatementLine):
-                for small in s.body:
-                    if isinstance(small, (cst.Assign, cst.AnnAssign)):
-                        targets = small.targets if isinstance(small, cst.Assign) else [small]
-                        for t in targets:
-                            if dotted(t.target) == attr:
-                                return True
+        by_name = {c.fullname: c for c in self.ctx.facts.classes}
+        seen: set[str] = set()
+        todo = [self.cls]
+        while todo:
+            c = todo.pop()
+            if c.fullname in seen:
+                continue
+            seen.add(c.fullname)
+            if _uses_name(c, attr):
+                return True
+            todo.extend(by_name[b] for b in c.bases if b in by_name)
         return False
 
     # -- build ---------------------------------------------------------------------------------
@@ -1311,6 +1306,36 @@ def _drawn_later(hook: str, called: bool) -> str:
         "the random value is now drawn at the end of `__init__`, after other random draws, "
         "so eager values differ under the same seed (same distribution)"
     )
+
+
+def _uses_name(cls: ClassFacts, attr: str) -> bool:
+    """Does class ``cls`` itself use the name ``attr`` (see :meth:`ClassEdit._taken`)?"""
+    if attr in cls.methods:
+        return True
+    for m in cls.methods.values():
+        for a in m.assigns:
+            if a.target == f"self.{attr}" or a.target.startswith(f"self.{attr}."):
+                return True
+        for c in m.calls:
+            if c.receiver == "self" and c.method in (
+                "register_buffer",
+                "register_parameter",
+                "add_module",
+                "register_module",
+            ):
+                if c.node.args and isinstance(c.node.args[0].value, cst.SimpleString):
+                    if c.node.args[0].value.evaluated_value == attr:
+                        return True
+    # a class-level attribute
+    for s in cls.node.body.body if isinstance(cls.node.body, cst.IndentedBlock) else ():
+        if isinstance(s, cst.SimpleStatementLine):
+            for small in s.body:
+                if isinstance(small, (cst.Assign, cst.AnnAssign)):
+                    targets = small.targets if isinstance(small, cst.Assign) else [small]
+                    for t in targets:
+                        if dotted(t.target) == attr:
+                            return True
+    return False
 
 
 def _does_nothing(body: cst.BaseSuite) -> bool:
