@@ -25,6 +25,7 @@ from metalint.vocabulary import (
     BUFFER_CLASSES,
     BUFFER_HOOK,
     DETERMINISTIC_METHODS,
+    HOOKLESS_BASES,
     INPLACE_METHODS,
     LEGACY_CONSTRUCTOR_DTYPES,
     METADATA_ATTRIBUTES,
@@ -635,7 +636,11 @@ class ClassEdit:
     ) -> None:
         """Put ``stmts`` at the end of ``hook`` (created when missing) and make sure ``__init__``
         calls the hook after statement ``after_index``: at the end of ``__init__``, or where the
-        top-level statement ``call_at`` (which this edit replaces) was, when the call is new."""
+        top-level statement ``call_at`` (which this edit replaces) was, when the call is new.
+        A class whose ``reset_parameters()`` extends its base's (:meth:`_extending_base`) gets
+        its new code in the private method that hook calls, guarded, and ``__init__`` calls."""
+        if hook == RESET_HOOK and OWN_RESET in self.cls.methods:
+            hook = OWN_RESET
         self.check_bases(hook)
         exists = hook in self.cls.methods
         if exists:
@@ -946,10 +951,11 @@ class ClassEdit:
         return c
 
     def choose_hook(self, index: int, prefer: tuple[str, ...] = ()) -> str:
-        """``reset_parameters`` when the class has one; else an existing public hook that
+        """``reset_parameters`` when the class has one (the private method a hook extending a
+        base's calls, when it has that); else an existing public hook that
         ``__init__`` already calls after statement ``index`` (``init_weights``: extending it
         keeps every tensor in one hook); else a new ``reset_parameters``."""
-        for hook in (*prefer, RESET_HOOK):
+        for hook in (*prefer, OWN_RESET, RESET_HOOK):
             if hook in self.cls.methods:
                 return hook
         for hook in (ROOT_ENTRIES[0], BUFFER_HOOK):
@@ -1290,7 +1296,128 @@ class ClassEdit:
         if self.unsafe:
             message += " (unsafe: " + "; ".join(dict.fromkeys(self.unsafe)) + ")"
         hook = next(reversed(self.hook_append), None)
-        return Rewrite(new, app, message, hook, kept=self.keep_value)
+        done = Rewrite(new, app, message, hook, kept=self.keep_value)
+        done.over_base_hook = self._extending_base(new, app, message)
+        return done
+
+    def _extending_base(
+        self, new: cst.ClassDef, app: Applicability, message: str
+    ) -> Rewrite | None:
+        """The rewrite to apply instead of ``new`` (which gives the class a new
+        ``reset_parameters()``) when the tree shows that a base class (of this file or another)
+        has its own ``reset_parameters()``: the new hook would override the base's. What a
+        maintainer writes then: the moved code goes into a private method (``__init__`` calls
+        it where it called the new hook), and ``reset_parameters()`` extends the base's::
+
+            def reset_parameters(self):
+                super().reset_parameters()
+                if hasattr(self, "_exponents"):  # not yet when BasePairPotential.__init__() calls it
+                    self.__reset_own_tensors()
+
+        The base's ``__init__`` may call the hook (torchani ``_ChemModule``, which ML002's fix
+        of ``atomic_numbers`` gives a ``reset_parameters()`` called last; neuralop
+        ``DiscreteContinuousConv``, whose ``weight`` ML001's fix draws there): virtual dispatch
+        runs the override before this class made its tensors, so the private method is
+        guarded by the last tensor ``__init__`` registers before calling it. ``__init__`` does
+        not call the hook itself: that would run the base's init a second time (a second
+        random draw where the base draws). The method's name is private to the class (name
+        mangling): a subclass extending this hook in turn has its own. Eager construction runs
+        the same code in the same order as ``new`` does (same applicability). None when the
+        class defines or calls ``reset_parameters()`` already, has only torch bases, or no
+        tensor of it can guard the method."""
+        hook = RESET_HOOK
+        if hook not in self.hook_append or hook in self.cls.methods:
+            return None
+        bases = [
+            b for b in self.cls.bases if not b.startswith("torch.nn.") and b not in HOOKLESS_BASES
+        ]
+        if not bases:
+            return None
+        calls, nested = self.hook_calls(hook)
+        if calls or nested or self._taken(OWN_RESET) or self.super_index() is None:
+            return None
+        members = list(new.body.body)
+        where = {m.name.value: i for i, m in enumerate(members) if isinstance(m, cst.FunctionDef)}
+        if "__init__" not in where or hook not in where:
+            return None
+        swap = _SwapCall(hook, OWN_RESET)
+        init = members[where["__init__"]].visit(swap)
+        if not swap.swapped or not isinstance(init.body, cst.IndentedBlock):
+            return None
+        body = list(init.body.body)
+        own = members[where[hook]]
+        written, read, _ = _uses(own.body)
+        first = None
+        for i, s in enumerate(body):
+            if isinstance(s, cst.SimpleStatementLine) and any(
+                isinstance(x, cst.Expr) and _calls_self(x.value, OWN_RESET) for x in s.body
+            ):
+                first = i
+                break
+        if first is None:
+            return None  # called inside a block only
+        start = next(
+            i
+            for i, s in enumerate(body)
+            if any(
+                isinstance(n, cst.Call)
+                and isinstance(n.func, cst.Attribute)
+                and n.func.attr.value == "__init__"
+                for n in walk_code(s)
+            )
+        )
+        last = None
+        for s in body[start + 1 : first]:
+            for small in s.body if isinstance(s, cst.SimpleStatementLine) else ():
+                made = self._made_tensor(small)
+                if made is not None and made in written | read:
+                    last = made
+        if last is None:
+            return None
+        base = bases[0].rsplit(".", 1)[-1]
+        returns = " -> None" if own.returns is not None else ""
+        reset = stmt(
+            f"def {hook}(self){returns}:\n"
+            f"    super().{hook}()\n"
+            f'    if hasattr(self, "{last}"):  # not yet when {base}.__init__() calls it\n'
+            f"        self.{OWN_RESET}()\n"
+        ).with_changes(leading_lines=own.leading_lines)
+        private = own.with_changes(
+            name=cst.Name(OWN_RESET), leading_lines=[cst.EmptyLine(indent=False)]
+        )
+        members[where["__init__"]] = init
+        members[where[hook] : where[hook] + 1] = [reset, private]
+        out = new.with_changes(body=new.body.with_changes(body=members))
+        return Rewrite(
+            out,
+            app,
+            f"{message}, in a private method that a `{hook}()` extending the base's calls",
+            hook,
+            kept=self.keep_value,
+        )
+
+    def _made_tensor(self, small: cst.BaseSmallStatement) -> str | None:
+        """``x`` for ``self.x = nn.Parameter(...)`` / ``nn.Buffer(...)`` and
+        ``self.register_buffer("x", ...)`` / ``self.register_parameter("x", ...)``."""
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            attr = _self_attr(dotted(small.targets[0].target))
+            v = small.value
+            if (
+                attr
+                and isinstance(v, cst.Call)
+                and self.ctx.qualify(v.func) in PARAMETER_CLASSES | BUFFER_CLASSES
+            ):
+                return attr
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            call = small.value
+            d = dotted(call.func) or ""
+            if (
+                d in ("self.register_buffer", "self.register_parameter")
+                and call.args
+                and isinstance(call.args[0].value, cst.SimpleString)
+            ):
+                return call.args[0].value.evaluated_value
+        return None
 
 
 def _drawn_later(hook: str, called: bool) -> str:
@@ -1336,6 +1463,29 @@ def _uses_name(cls: ClassFacts, attr: str) -> bool:
                         if dotted(t.target) == attr:
                             return True
     return False
+
+
+#: the private method a ``reset_parameters()`` that extends a base's calls (name-mangled: each
+#: class of a hierarchy keeps its own)
+OWN_RESET = "__reset_own_tensors"
+
+
+def _calls_self(node: cst.CSTNode, name: str) -> bool:
+    """Is ``node`` the call ``self.<name>()`` (no arguments)?"""
+    return isinstance(node, cst.Call) and not node.args and dotted(node.func) == f"self.{name}"
+
+
+class _SwapCall(cst.CSTTransformer):
+    """``self.<old>()`` -> ``self.<new>()``, counting them."""
+
+    def __init__(self, old: str, new: str):
+        self.old, self.new, self.swapped = old, new, 0
+
+    def leave_Call(self, original_node, updated_node):
+        if _calls_self(original_node, self.old):
+            self.swapped += 1
+            return updated_node.with_changes(func=expr(f"self.{self.new}"))
+        return updated_node
 
 
 def _does_nothing(body: cst.BaseSuite) -> bool:

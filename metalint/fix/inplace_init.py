@@ -351,7 +351,8 @@ def method_into_reset(edit: ClassEdit, method) -> Rewrite:
     edit.use_hook(HOOK, c, [call], call_at=line)
     done = edit.rewrite(f"Call `{method.name}()` from `{HOOK}()`, called where it was")
     if any(not b.startswith("torch.nn.") and b not in HOOKLESS_BASES for b in edit.cls.bases):
-        done.over_base_hook = _over_base_hook(ClassEdit(edit.ctx, edit.cls), method)
+        alternative = _over_base_hook(ClassEdit(edit.ctx, edit.cls), method)
+        done.over_base_hook = alternative or done.over_base_hook
     return done
 
 

@@ -120,6 +120,17 @@ class BufferFromValue(Rule):
     copying a tensor to the host (torch-geometric's `orthogonal_matrix`: `torch.linalg.qr(
     mat.cpu())`; under meta the hook would raise).
 
+    When a base class has its own `reset_parameters()` (torchani's `_ChemModule` after this
+    fix of its `atomic_numbers`, neuralop's `DiscreteContinuousConv` after ML001's fix of its
+    `weight`: both called by the base's `__init__`), a new hook would override it. The code
+    then goes into a private method `__reset_own_tensors()` (name-mangled: each class of a
+    hierarchy keeps its own) that `__init__` calls where it would have called the hook, and
+    the new `reset_parameters()` extends the base's: `super().reset_parameters()`, then the
+    method, guarded by the class's last tensor registered before the call (the base's
+    `__init__` calls the override before the subclass made it). `__init__` does not call the
+    hook itself, which would run the base's init again (a second random draw where it draws).
+    Later fixes of the class add to that method. The same for ML001, ML003 and ML007.
+
     A buffer registered in a private method that only `__init__` calls, once, as a statement
     (speechbrain's `_init_drop()` registering its dropout masks) keeps its registration there;
     the hook computes the value again, the method's locals inlined, and copies it in: safe for
