@@ -639,8 +639,7 @@ class ClassEdit:
         top-level statement ``call_at`` (which this edit replaces) was, when the call is new.
         A class whose ``reset_parameters()`` extends its base's (:meth:`_extending_base`) gets
         its new code in the private method that hook calls, guarded, and ``__init__`` calls."""
-        if hook == RESET_HOOK and OWN_RESET in self.cls.methods:
-            hook = OWN_RESET
+        hook = self._own_reset(hook)
         self.check_bases(hook)
         exists = hook in self.cls.methods
         if exists:
@@ -752,6 +751,11 @@ class ClassEdit:
             raise Unfixable(
                 f"`__init__` calls `{hook}()`: a value kept in `__init__` would be made twice"
             )
+
+    def _own_reset(self, hook: str) -> str:
+        """The private method that the class's ``reset_parameters()`` (extending a base's)
+        calls, when ``hook`` is that hook: new code goes there, guarded as it is."""
+        return OWN_RESET if hook == RESET_HOOK and OWN_RESET in self.cls.methods else hook
 
     def _unsettled_after(self, index: int, random: bool) -> bool:
         """Would a new hook called at the end of ``__init__`` run elsewhere than where the
