@@ -93,6 +93,13 @@ VALUE_FACTORIES = CONSTANT_FACTORIES | {
     "torch.scalar_tensor",
     "torch.asarray",
 }
+#: factories that take ``device=`` and make a new tensor from sizes or data (not ``*_like``)
+DEVICE_FACTORIES = frozenset(
+    q for q in CONSTANT_FACTORIES | RANDOM_FACTORIES | EMPTY_FACTORIES if not q.endswith("_like")
+)
+#: random factories that sample a tensor's values (``torch.normal(mean, std)``): the new
+#: tensor is where the tensor read is
+SAMPLERS = frozenset({"torch.normal", "torch.bernoulli", "torch.multinomial"})
 #: every torch factory that makes a new tensor whatever it reads (on meta under the device
 #: context unless given a real device)
 TENSOR_FACTORIES = EMPTY_FACTORIES | VALUE_FACTORIES | RANDOM_FACTORIES

@@ -1428,3 +1428,37 @@ def test_a_kept_argument_never_takes_a_name_of_a_base_or_of_module(tmp_path, mon
     spec.loader.exec_module(mod)
     assert mod.SingleNN().atomic_numbers.tolist() == [1, 1]
     assert len(list(mod.Networks().modules())) == 1
+
+
+#: what torch says when a hook mixes a tensor of the module with one made elsewhere
+_DEVICE_MIX = ("not on the expected device", "Expected all tensors to be on the same device")
+
+
+@pytest.mark.parametrize("path", PAIRS, ids=lambda p: p.name[: -len(".in.py")])
+def test_every_hook_makes_its_tensors_where_the_module_is(path):
+    """Each rewritten class built eagerly, moved with ``to_empty(device="meta")`` (a device
+    other than the default one, as ``to_empty(device="cuda")`` is) and re-initialised by its
+    hooks: a hook that mixes the module's tensors with new ones made without ``device=``
+    (vector-quantize-pytorch's ``LFQ``: ``torch.arange(n)[..., None] & self.mask``) raises
+    there, as it does on a GPU. Other errors of a hook on meta (a value read) are not this
+    test's business."""
+    torch = pytest.importorskip("torch")
+    out = path.with_name(path.name[: -len(".in.py")] + ".out.py")
+    mod = _import(out, f"_device_{out.stem.replace('.', '_')}")
+    for name, cls in _module_classes(mod):
+        try:
+            model = cls()
+        except Exception:
+            continue  # needs arguments: the probe test builds it with its own
+        model.to_empty(device="meta")
+        hooks = [m.reset_parameters for m in model.modules() if hasattr(m, "reset_parameters")]
+        if callable(getattr(model, "init_weights", None)):
+            hooks.append(model.init_weights)
+        for hook in hooks:
+            try:
+                with torch.no_grad():
+                    hook()
+            except Exception as e:  # noqa: BLE001 - only a device mix is a failure here
+                assert not any(m in str(e) for m in _DEVICE_MIX), (
+                    f"{name}: {hook.__qualname__}: {e}"
+                )

@@ -25,6 +25,7 @@ from metalint.vocabulary import (
     BUFFER_CLASSES,
     BUFFER_HOOK,
     DETERMINISTIC_METHODS,
+    DEVICE_FACTORIES,
     HOOKLESS_BASES,
     INPLACE_METHODS,
     LEGACY_CONSTRUCTOR_DTYPES,
@@ -37,6 +38,7 @@ from metalint.vocabulary import (
     RNG_FREE_BUILTINS,
     RNG_FREE_TORCH,
     ROOT_ENTRIES,
+    SAMPLERS,
     TENSOR_ATTRIBUTES,
     TENSOR_METHODS,
     TORCH_WITHOUT_RESET,
@@ -1272,7 +1274,7 @@ class ClassEdit:
                 out.append(new_init)
                 for hook, stmts in self.hook_append.items():
                     if hook not in self.cls.methods:
-                        out.append(_new_method(hook, stmts, init_node))
+                        out.append(_new_method(hook, self.on_module_device(stmts), init_node))
                 continue
             name = m.name.value if isinstance(m, cst.FunctionDef) else None
             if (
@@ -1280,7 +1282,7 @@ class ClassEdit:
                 and self.cls.methods.get(name)
                 and self.cls.methods[name].node is m
             ):
-                stmts = self.hook_append.get(name, [])
+                stmts = self.on_module_device(self.hook_append.get(name, []))
                 body = m.body
                 kept = [s for s in body.body if not _is_pass(s)]
                 doc = kept[:1] if kept and _is_docstring(kept[0]) else []
@@ -1293,6 +1295,66 @@ class ClassEdit:
                 continue
             out.append(m)
         return cls_node.with_changes(body=cls_node.body.with_changes(body=out))
+
+    def on_module_device(self, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+        """A hook's new statements with the tensors they make put on the module's device
+        when they compute with one of its tensors. ``to_empty(device="cuda")`` moves the
+        module's tensors; a factory without ``device=`` still makes its tensor on the CPU, and
+        ``torch.arange(n)[..., None] & self.mask`` (vector-quantize-pytorch's ``LFQ``, where
+        ``__init__`` made both on the default device) raises. A tensor of the module only
+        written (``self.b.copy_(torch.arange(n))``: ``copy_`` crosses devices; an in-place
+        init) or only measured (``self.w.shape``, ``self.w is not None``) does not count."""
+        own = {r.attr for r in registrations(construction(self.cls), self.ctx.qualify)}
+        written: set[int] = set()
+        measured: set[int] = set()
+        for n in (x for s in stmts for x in walk_code(s)):
+            if type(n) is cst.Attribute and n.attr.value in METADATA_ATTRIBUTES | METADATA_METHODS:
+                measured.add(id(n.value))
+            if type(n) is cst.Comparison and all(
+                type(c.operator) in (cst.Is, cst.IsNot) for c in n.comparisons
+            ):  # ``if self.output_mask is not None:``, the guard of an optional buffer
+                measured.update(id(x) for x in (n.left, *(c.comparator for c in n.comparisons)))
+            if type(n) is cst.Call and inplace_write(n, self.ctx.qualify) is not None:
+                target = n.func.value if type(n.func) is cst.Attribute else None
+                if type(n.func) is not cst.Attribute or n.func.attr.value not in INPLACE_METHODS:
+                    target = n.args[0].value if n.args else None
+                written.update(id(x) for x in walk_code(target) if target is not None)
+        read = next(
+            (
+                n.attr.value
+                for s in stmts
+                for n in walk_code(s)
+                if type(n) is cst.Attribute
+                and type(n.value) is cst.Name
+                and n.value.value == "self"
+                and n.attr.value in own
+                and id(n) not in written | measured
+            ),
+            None,
+        )
+        if read is None:
+            return stmts
+        device = expr(f"self.{read}.device")
+        qualify = self.ctx.qualify
+
+        class _OnDevice(cst.CSTTransformer):
+            def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+                if (qualify(original.func) or "") not in DEVICE_FACTORIES - SAMPLERS or any(
+                    a.star or (a.keyword is not None and a.keyword.value == "device")
+                    for a in original.args
+                ):
+                    return updated
+                arg = cst.Arg(
+                    value=device,
+                    keyword=cst.Name("device"),
+                    equal=cst.AssignEqual(
+                        whitespace_before=cst.SimpleWhitespace(""),
+                        whitespace_after=cst.SimpleWhitespace(""),
+                    ),
+                )
+                return updated.with_changes(args=[*updated.args, arg])
+
+        return [s.visit(_OnDevice()) for s in stmts]
 
     def rewrite(self, message: str) -> Rewrite:
         new = self.build()

@@ -28,18 +28,12 @@ from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, legacy_empty, re
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import keyword
 from metalint.vocabulary import (
-    CONSTANT_FACTORIES,
     DEVICE_COPY_METHODS,
-    EMPTY_FACTORIES,
+    DEVICE_FACTORIES,
     INPLACE_METHODS,
-    RANDOM_FACTORIES,
     TENSOR_METHODS,
 )
 
-#: factories that take ``device=`` and make a new tensor from sizes or data (not ``*_like``)
-_DEVICE_FACTORIES = frozenset(
-    q for q in CONSTANT_FACTORIES | RANDOM_FACTORIES | EMPTY_FACTORIES if not q.endswith("_like")
-)
 #: methods between the factory and the copy that keep the tensor where it is
 _KEEPS_DEVICE = (TENSOR_METHODS | INPLACE_METHODS) - DEVICE_COPY_METHODS - {"type_as", "new_empty"}
 
@@ -79,7 +73,7 @@ def _onto_factory(ctx: RuleContext, edit: ClassEdit, node: cst.Call, line) -> Re
     while True:
         if not isinstance(cur, cst.Call):
             raise Unfixable("the copied tensor is not made by a torch factory that takes `device=`")
-        if (ctx.qualify(cur.func) or "") in _DEVICE_FACTORIES:
+        if (ctx.qualify(cur.func) or "") in DEVICE_FACTORIES:
             break
         if not (isinstance(cur.func, cst.Attribute) and cur.func.attr.value in _KEEPS_DEVICE):
             raise Unfixable("the copied tensor is not made by a torch factory that takes `device=`")
