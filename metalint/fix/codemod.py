@@ -1335,26 +1335,7 @@ class ClassEdit:
         if read is None:
             return stmts
         device = expr(f"self.{read}.device")
-        qualify = self.ctx.qualify
-
-        class _OnDevice(cst.CSTTransformer):
-            def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-                if (qualify(original.func) or "") not in DEVICE_FACTORIES - SAMPLERS or any(
-                    a.star or (a.keyword is not None and a.keyword.value == "device")
-                    for a in original.args
-                ):
-                    return updated
-                arg = cst.Arg(
-                    value=device,
-                    keyword=cst.Name("device"),
-                    equal=cst.AssignEqual(
-                        whitespace_before=cst.SimpleWhitespace(""),
-                        whitespace_after=cst.SimpleWhitespace(""),
-                    ),
-                )
-                return updated.with_changes(args=[*updated.args, arg])
-
-        return [s.visit(_OnDevice()) for s in stmts]
+        return [s.visit(_OnDevice(device, self.ctx.qualify)) for s in stmts]
 
     def rewrite(self, message: str) -> Rewrite:
         new = self.build()
@@ -1616,6 +1597,31 @@ class _ReplaceStatements(cst.CSTTransformer):
         if len(new) == 1:
             return new[0]
         return cst.FlattenSentinel(new)
+
+
+class _OnDevice(cst.CSTTransformer):
+    """Torch factories without ``device=`` given ``device=<device>`` (a class of the module, not
+    of a method: a class made per call would hold the syntax tree in a reference cycle)."""
+
+    def __init__(self, device: cst.BaseExpression, qualify) -> None:
+        super().__init__()
+        self.device = device
+        self.qualify = qualify
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if (self.qualify(original.func) or "") not in DEVICE_FACTORIES - SAMPLERS or any(
+            a.star or (a.keyword is not None and a.keyword.value == "device") for a in original.args
+        ):
+            return updated
+        arg = cst.Arg(
+            value=self.device,
+            keyword=cst.Name("device"),
+            equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""),
+                whitespace_after=cst.SimpleWhitespace(""),
+            ),
+        )
+        return updated.with_changes(args=[*updated.args, arg])
 
 
 def _new_method(
