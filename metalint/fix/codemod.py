@@ -1599,6 +1599,30 @@ class _ReplaceStatements(cst.CSTTransformer):
         return cst.FlattenSentinel(new)
 
 
+def with_device(call: cst.Call, device: cst.BaseExpression) -> cst.Call:
+    """``call`` with ``device=<device>`` added as its last argument (after a trailing comma
+    when there is one): ML008's ``device="cpu"``, ML009's ``device=self.device``, a hook's
+    ``device=self.mask.device``."""
+    arg = cst.Arg(
+        value=device,
+        keyword=cst.Name("device"),
+        equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
+        ),
+    )
+    args = list(call.args)
+    if args and isinstance(args[-1].comma, cst.Comma):
+        args.append(arg.with_changes(comma=args[-1].comma))
+    elif args:
+        args[-1] = args[-1].with_changes(
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        )
+        args.append(arg)
+    else:
+        args = [arg]
+    return call.with_changes(args=args)
+
+
 class _OnDevice(cst.CSTTransformer):
     """Torch factories without ``device=`` given ``device=<device>`` (a class of the module, not
     of a method: a class made per call would hold the syntax tree in a reference cycle)."""
@@ -1613,15 +1637,7 @@ class _OnDevice(cst.CSTTransformer):
             a.star or (a.keyword is not None and a.keyword.value == "device") for a in original.args
         ):
             return updated
-        arg = cst.Arg(
-            value=self.device,
-            keyword=cst.Name("device"),
-            equal=cst.AssignEqual(
-                whitespace_before=cst.SimpleWhitespace(""),
-                whitespace_after=cst.SimpleWhitespace(""),
-            ),
-        )
-        return updated.with_changes(args=[*updated.args, arg])
+        return with_device(updated, self.device)
 
 
 def _new_method(

@@ -46,6 +46,7 @@ from metalint.fix.codemod import (
     path_to,
     render,
     stmt,
+    with_device,
 )
 from metalint.static.model import MethodFacts
 from metalint.static.names import dotted
@@ -377,23 +378,7 @@ def _inside(node: cst.CSTNode, reads: list[cst.BaseExpression]) -> bool:
 
 def _on_cpu(call: cst.Call) -> cst.Call:
     """``call`` with ``device="cpu"`` added as its last argument."""
-    arg = cst.Arg(
-        value=cst.SimpleString('"cpu"'),
-        keyword=cst.Name("device"),
-        equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        ),
-    )
-    args = list(call.args)
-    if not args:
-        return call.with_changes(args=[arg])
-    last = args[-1]
-    if isinstance(last.comma, cst.Comma):  # a trailing comma: the new argument goes after it
-        args.append(arg.with_changes(comma=last.comma))
-    else:
-        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-        args.append(arg)
-    return call.with_changes(args=args)
+    return with_device(call, cst.SimpleString('"cpu"'))
 
 
 class _Replace(cst.CSTTransformer):

@@ -24,7 +24,15 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import ClassEdit, Rewrite, Unfixable, legacy_empty, render, rng_free
+from metalint.fix.codemod import (
+    ClassEdit,
+    Rewrite,
+    Unfixable,
+    legacy_empty,
+    render,
+    rng_free,
+    with_device,
+)
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import keyword
 from metalint.vocabulary import (
@@ -84,24 +92,7 @@ def _onto_factory(ctx: RuleContext, edit: ClassEdit, node: cst.Call, line) -> Re
         raise Unfixable(f"`{render(root.func)}` already names a device or an output")
     if any(a.star for a in root.args):
         raise Unfixable(f"`{render(root.func)}` takes `*args`/`**kwargs`: they may name a device")
-    arg = cst.Arg(
-        value=target,
-        keyword=cst.Name("device"),
-        equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        ),
-    )
-    args = list(root.args)
-    if args and isinstance(args[-1].comma, cst.Comma):
-        args.append(arg.with_changes(comma=args[-1].comma))
-    elif args:
-        args[-1] = args[-1].with_changes(
-            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        )
-        args.append(arg)
-    else:
-        args = [arg]
-    new_root = root.with_changes(args=args)
+    new_root = with_device(root, target)
     receiver = node.func.value
     made = new_root if receiver is root else receiver.deep_replace(root, new_root)
     edit.replace[id(line)] = (line, [line.deep_replace(node, made)])
