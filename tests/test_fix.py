@@ -1082,6 +1082,7 @@ ALL_SAFE = (
     "flows_base_hook",
     "chem_base_hook",
     "disco_base_hook",
+    "vit_sincos_unpacked",
 )
 
 
@@ -1156,6 +1157,27 @@ def test_a_comprehension_with_one_name_two_meanings_is_refused(code):
 
     with pytest.raises(Unfixable):
         list(names_in(cst.parse_expression(code)))
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("def pair(t):\n    return t if isinstance(t, tuple) else (t, t)\n", True),
+        ("def pair(t):\n    return [t, t]\n", True),
+        ("def pair(t):\n    t = torch.tensor(t)\n    return t, t\n", False),
+        ("def pair(t):\n    return torch.tensor(t), t\n", False),
+        ("def pair(t):\n    return (*t,)\n", False),
+        ("def pair(t):\n    yield t\n", False),
+        ("def pair(t):\n    return\n", False),
+    ],
+)
+def test_a_helper_that_hands_back_its_arguments(code, expected):
+    """``pair(image_size)`` is a tensor only where its argument is one (vit-pytorch)."""
+    import libcst as cst
+
+    from metalint.static.construction import repackages_arguments
+
+    assert repackages_arguments(cst.parse_module(code), "pair") is expected
 
 
 def test_nothing_is_kept_on_self_before_super_init(tmp_path, monkeypatch):

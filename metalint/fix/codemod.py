@@ -15,7 +15,12 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from metalint.diagnostics import Applicability
-from metalint.static.construction import is_number, is_tensor, registrations
+from metalint.static.construction import (
+    is_number,
+    is_tensor,
+    registrations,
+    repackages_arguments,
+)
 from metalint.static.model import ClassFacts, MethodFacts, builds_module, construction
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
@@ -1152,10 +1157,14 @@ class ClassEdit:
                 name = getattr(n.func, "value", None) if isinstance(n.func, cst.Name) else None
                 if q.startswith(("torch.", "math.", "numpy.")) or name in BUILTIN_NAMES:
                     continue
-                if name in self.ctx.facts.local_classes:
+                # a class of the file, ``LinearNoBias = partial(nn.Linear, ...)`` (builds a
+                # class), ``pair(image_size)`` (its arguments, read below)
+                if (
+                    name in self.ctx.facts.local_classes
+                    or name in self.ctx.facts.aliases.constructors
+                    or (name is not None and repackages_arguments(self.ctx.module, name))
+                ):
                     continue
-                if name in self.ctx.facts.aliases.constructors:
-                    continue  # ``LinearNoBias = partial(nn.Linear, ...)``: builds a class
                 return True  # an unknown function (a noise schedule) may return a tensor
             if isinstance(n, cst.Attribute) and dotted(n.value) == "self":
                 if self.plain_tensor(n.attr.value, depth + 1):

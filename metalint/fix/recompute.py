@@ -23,6 +23,7 @@ from metalint.fix.codemod import (
 )
 from metalint.static.construction import tensor_registrations
 from metalint.static.model import construction
+from metalint.static.names import dotted
 from metalint.static.syntax import walk_code
 from metalint.static.tensors import random_draw
 from metalint.vocabulary import HOST_RANDOM_MODULES, INIT_KIND
@@ -369,6 +370,22 @@ class _Slice:
         )
 
 
+def _local_targets(s: cst.CSTNode) -> cst.SimpleStatementLine | None:
+    """``self.patch_size = patch_height, patch_width = pair(patch_size)`` (vit-pytorch's
+    ``SimpleViT``): one value bound to attributes of ``self`` and to locals. The hook needs the
+    locals only: the statement without its ``self.<attr>`` targets (the value is computed once
+    either way, and ``__init__`` has set the attributes). None for other statements."""
+    if type(s) is not cst.SimpleStatementLine or len(s.body) != 1:
+        return None
+    a = s.body[0]
+    if type(a) is not cst.Assign:
+        return None
+    kept = [t for t in a.targets if not (dotted(t.target) or "").startswith("self.")]
+    if len(kept) in (0, len(a.targets)):
+        return None
+    return s.with_changes(body=[a.with_changes(targets=kept)])
+
+
 def preceding(
     edit: ClassEdit, path: list[cst.CSTNode], index: int
 ) -> list[tuple[int, cst.CSTNode]]:
@@ -412,7 +429,10 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str, be
         # swin's ``if len(window_size) == 3:`` creates the bias table parameter and computes
         # the index's locals, regunet's computes the sizes of a layer and the bias it gets:
         # only the statements computing the locals needed are copied
-        sliced = _Slice(edit, local)(s, need) if isinstance(s, cst.If) else None
+        if isinstance(s, cst.If):
+            sliced = _Slice(edit, local)(s, need)
+        else:
+            sliced = _local_targets(s)
         if sliced is not None and local_only(sliced, edit):
             s = sliced
         elif not local_only(s, edit):

@@ -451,6 +451,51 @@ class TensorFunctions:
         return all(is_tensor(v, self._qualify, local) for v in values)
 
 
+def repackages_arguments(module: cst.Module, name: str) -> bool:
+    """Is ``name`` a top-level function of ``module`` that only hands back its arguments, as
+    they are or in a tuple or list, whatever its tests (vit-pytorch's ``def pair(t): return t
+    if isinstance(t, tuple) else (t, t)``)? Its result is a tensor only where an argument is
+    one. It must not assign to any name."""
+    fn = next(
+        (s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None
+    )
+    values = _returned_values(fn) if fn is not None and not fn.decorators else None
+    if not values:
+        return False
+    params = {p.name.value for p in walk_code(fn.params) if isinstance(p, cst.Param)}
+    if any(isinstance(n, _BINDING) for n in walk_code(fn.body)):
+        return False
+
+    def handed(v) -> bool:
+        if isinstance(v, cst.Name):
+            return v.value in params
+        if isinstance(v, (cst.Tuple, cst.List)):
+            return all(
+                not isinstance(e, cst.StarredElement) and handed(e.value) for e in v.elements
+            )
+        if isinstance(v, cst.IfExp):
+            return handed(v.body) and handed(v.orelse)
+        return False
+
+    return all(v is not None and handed(v) for v in values)
+
+
+_BINDING = (
+    cst.Assign,
+    cst.AugAssign,
+    cst.AnnAssign,
+    cst.NamedExpr,
+    cst.For,
+    cst.With,
+    cst.Global,
+    cst.Nonlocal,
+    cst.Import,
+    cst.ImportFrom,
+    cst.FunctionDef,
+    cst.ClassDef,
+)
+
+
 def _returned_values(fn: cst.FunctionDef) -> list[cst.BaseExpression | None] | None:
     """What each ``return`` of ``fn`` returns (None for a bare return); None for a generator."""
     values: list[cst.BaseExpression | None] = []
