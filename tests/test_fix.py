@@ -1083,6 +1083,7 @@ ALL_SAFE = (
     "chem_base_hook",
     "disco_base_hook",
     "vit_sincos_unpacked",
+    "value_then_branch_init",
 )
 
 

@@ -199,6 +199,37 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None, structure: bool = True
     return False
 
 
+def init_in_branch(ctx: RuleContext, edit: ClassEdit, attr: str, index: int) -> int | None:
+    """The first top-level statement of ``__init__`` after ``index`` that touches
+    ``self.<attr>``, when it is an ``if`` that only initialises this module's own tensors in
+    place, on some paths only (vit-pytorch's ``GoldenGatePoPENd``: ``self.learned_bias =
+    nn.Parameter(torch.zeros(heads, dim_head))``, then ``if init_learned_bias_uniform:
+    self.learned_bias.uniform_(-2. * pi, 0.)``), writes no other tensor, calls no method, and
+    nothing after it (nor a method ``__init__`` calls) uses more than the tensor's shape. The
+    value is then not dead (the other path keeps it): a hook re-creating it must run the ``if``
+    after it, moved there. The ``if`` reads no other attribute of ``self`` (the hook would read
+    it later), and its tests read none. None otherwise."""
+    body = edit.init_body
+    memo = edit.memo()
+    j = next((k for k in range(index + 1, len(body)) if _touches(body[k], attr, False, memo)), None)
+    if j is None or any(_uses(body[k], memo)[2] for k in range(index + 1, j)):
+        return None
+    s = body[j]
+    if not (isinstance(s, cst.If) and init_only(s, ctx, _any)):
+        return None
+    _written, read, calls = _uses(s, memo)
+    if calls or read - {attr}:
+        return None  # a tensor it reads may change before the hook
+    if any(any(_uses(n.test)[:2]) for n in walk_code(s) if isinstance(n, cst.If)):
+        # ``if self.pos_embed is not None:`` asks about the module (timm): ML003's own fix
+        return None
+    writes = [_write(n, ctx) for n in walk_code(s) if isinstance(n, cst.Call)]
+    writes = [w for w in writes if w is not None]
+    if not writes or not all(_own(w.target) and w.own == attr for w in writes):
+        return None  # another tensor's value, created before the `if`, would be lost
+    return None if edit.used_after(attr, j, tensor=True) else j
+
+
 def _why_not_block(top: cst.CSTNode, ctx: RuleContext) -> str:
     """Why a block holding a child's init does not move whole into the root hook."""
     if isinstance(top, cst.If):
@@ -254,7 +285,7 @@ def _plain_iter(e: cst.BaseExpression) -> bool:
     return isinstance(e, cst.Call)
 
 
-def _take(edit: ClassEdit, body, moved, private: bool = False, index: int | None = None) -> list:
+def take(edit: ClassEdit, body, moved, private: bool = False, index: int | None = None) -> list:
     """Remove the ``moved`` statements of ``__init__``; their copies for a hook, the local names
     they read stored on ``self`` (``private``: under a private name), with only the comment
     lines above them. ``index``: the top-level statement of ``__init__`` holding them, when
@@ -543,7 +574,7 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
             edit.unsafe.append(
                 "random draws move after other random draws of `__init__`: eager values differ"
             )
-    stmts = _take(edit, body, moved)
+    stmts = take(edit, body, moved)
     # stores that replaced a removed statement keep its blank lines
     edit.use_hook(HOOK, last, stmts, call_at=call_at)
     n = len(moved)
@@ -1009,7 +1040,7 @@ def _children(
             units.append((i, None))
         for j, run, kids in runs:
             if j == i:
-                units.append((i, _guarded_run(_take(edit, run, range(len(run)), True, i), kids)))
+                units.append((i, _guarded_run(take(edit, run, range(len(run)), True, i), kids)))
     stmts = []
     before = []  # what ran before an existing call: it opens the hook
     for i, guarded_run in units:
@@ -1018,7 +1049,7 @@ def _children(
             into.append(guarded_run)
             continue
         try:
-            into.extend(_take(edit, body, [i], private=True))
+            into.extend(take(edit, body, [i], private=True))
         except Unfixable as exc:
             into.extend(_recomputed(edit, i, str(exc)))
     stmts.extend(_place_call(edit, last, last in moved, tail, called))

@@ -58,6 +58,7 @@ from metalint.fix.codemod import (
     torch_spelling,
 )
 from metalint.fix.inplace_init import (
+    init_in_branch,
     init_only,
     initialising_method,
     method_into_reset,
@@ -66,6 +67,7 @@ from metalint.fix.inplace_init import (
     only_own,
     overwrites,
     sets_every_element,
+    take,
 )
 from metalint.fix.recompute import Drawn, drawn_tail, preceding, recompute_locals, registered
 from metalint.static.names import dotted
@@ -429,6 +431,9 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
         )
     later = edit.used_after(attr, index, tensor=True)
     tail = edit.block_tail(line)
+    # first set on some paths only, by an `if`: the hook re-creates the value, then runs it
+    branch = init_in_branch(ctx, edit, attr, index) if later and not keep else None
+    later = later if branch is None else None
     if keep:
         _kept_unused_later(ctx, edit, attr, index, later, tail)
         tail = []
@@ -437,23 +442,15 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
         raise Unfixable(_read_later(ctx, edit, attr, index, later))
     if later:
         return _overwritten_later(ctx, edit, attr, index, later)
-    for s in tail:
-        if _touches(s, attr, False, edit.memo()) and not (
-            sets_metadata(s, attr) or reads_metadata_only(s, attr)
-        ):
-            if init_only(s, ctx) and overwrites(s, attr, ctx):
-                return move_own_in_block(
-                    ctx,
-                    edit,
-                    s,
-                    index,
-                    f"`{attr}` is re-initialised in place later in its block: move",
-                )
-            raise Unfixable(f"`self.{attr}` is used later in its block (line order matters)")
+    moved = _used_in_block(ctx, edit, attr, index, tail)
+    if moved is not None:
+        return moved
     names = torch_spelling(ctx)
     try:
         value = Value(data_arg.value, ctx)
     except Unfixable as exc:
+        if branch is not None:
+            raise Unfixable(f"`self.{attr}` is initialised in place later in an `if`: {exc}")
         return _recompute(
             ctx, edit, attr, (index, line, path), data_arg.value, guard, names, str(exc)
         )
@@ -475,10 +472,52 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
             "the random value is now drawn at the end of `__init__`, after other random draws, "
             "so eager values differ under the same seed (same distribution)"
         )
+    if branch is not None:
+        return _with_branch(ctx, edit, attr, index, branch, hook, body, value.random, shape)
     edit.use_hook(hook, index, [body], random=value.random)
     return edit.rewrite(
         f"Create `{attr}` with `torch.empty({shape})` and set its value in `{hook}()`"
     )
+
+
+def _with_branch(ctx, edit: ClassEdit, attr, index: int, j: int, hook, body, random, shape):
+    """The hook sets the value (``body``), then runs the ``if`` at top-level statement ``j``
+    of ``__init__`` (:func:`init_in_branch`), moved there: the same inits in the same order.
+    The hook is called after ``j``; a random value drawn there, after draws between its
+    statement and ``j``, is an unsafe fix."""
+    between = edit.init_body[index + 1 : j]
+    if random and not all(rng_free(s, ctx) for s in between):
+        edit.unsafe.append(
+            "the random value is now drawn after the statements that follow it in `__init__`, "
+            "after other random draws, so eager values differ under the same seed"
+        )
+    moved = take(edit, edit.init_body, [j])
+    draws = random or not rng_free(edit.init_body[j], ctx)
+    edit.use_hook(hook, j, [body, *moved], random=draws)
+    return edit.rewrite(
+        f"Create `{attr}` with `torch.empty({shape})`, set its value in `{hook}()` and move "
+        "the `if` that initialises it in place on some paths after it"
+    )
+
+
+def _used_in_block(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, tail):
+    """ML003's rewrite when a statement later in the value's block (``tail``) re-initialises
+    all of it in place (the value is dead); None when none uses more than its metadata.
+    Raises :class:`Unfixable` when one uses it otherwise."""
+    for s in tail:
+        if _touches(s, attr, False, edit.memo()) and not (
+            sets_metadata(s, attr) or reads_metadata_only(s, attr)
+        ):
+            if init_only(s, ctx) and overwrites(s, attr, ctx):
+                return move_own_in_block(
+                    ctx,
+                    edit,
+                    s,
+                    index,
+                    f"`{attr}` is re-initialised in place later in its block: move",
+                )
+            raise Unfixable(f"`self.{attr}` is used later in its block (line order matters)")
+    return None
 
 
 def _kept_unused_later(ctx, edit: ClassEdit, attr: str, index: int, later, tail) -> None:
