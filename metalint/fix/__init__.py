@@ -21,7 +21,7 @@ Safety model:
 - Refused (reported with the reason): a shape that cannot be derived statically, a value read or
   overwritten later in ``__init__``, a base class with its own ``reset_parameters()`` or outside
   the checked files, a subclass overriding the hook, code in loops/``with``/``try``, locals
-  assigned twice or unpacked from calls, ``None``-or-tensor buffers, a root ``init_weights()``
+  unpacked from a random draw, ``None``-or-tensor buffers, a root ``init_weights()``
   that ``__init__`` calls with code between that draws random numbers or reads tensors.
 - Writes: each round's result must parse (libcst and ``compile``); files are written atomically
   (temp file in the same folder, fsync, mode kept, ``os.replace``) only if their bytes are still
