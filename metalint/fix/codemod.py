@@ -1177,9 +1177,14 @@ class ClassEdit:
 
     def _attr_for(self, name: str, index: int, private: bool = False) -> tuple[str, bool]:
         """An attribute that holds local ``name``: an existing ``self.x = name`` before the
-        statement, else a free attribute name. (attr, needs a new store)"""
+        statement, else a free attribute name. (attr, needs a new store). A store before a
+        statement that assigns ``name`` again holds its old value: not that one."""
+        last = max(
+            (i for i, s in enumerate(self.init_body[:index]) if name in binds(s, self.ctx.qualify)),
+            default=-1,
+        )
         for i, s in enumerate(self.init_body[:index]):
-            if isinstance(s, cst.SimpleStatementLine):
+            if i > last and isinstance(s, cst.SimpleStatementLine):
                 for small in s.body:
                     if (
                         isinstance(small, cst.Assign)
@@ -1192,7 +1197,9 @@ class ClassEdit:
                             return t[5:], False
         top = self.init_body[index] if index < len(self.init_body) else None
         for stored in self.replace.values():
-            if stored[0] is not top and not any(stored[0] is s for s in self.init_body[:index]):
+            if stored[0] is not top and not any(
+                stored[0] is s for s in self.init_body[last + 1 : index]
+            ):
                 continue  # a store inside a block: not there on every path
             for s in stored[1]:
                 code = render(s).strip()
@@ -1814,6 +1821,8 @@ def inline_locals(
             continue  # a number: stored on self by store_names
         if len(values) != 1:
             raise Unfixable(f"the local `{n}` is assigned more than once")
+        if method is None and _validated_argument(edit, n, node, v, index):
+            continue  # kept on self as it is at ``index`` by store_names
         if n in init.arguments:
             # ``if loc is None: loc = np.random.randn(n, d)`` (normflows ``GaussianMixture``):
             # the caller's ``loc`` is its value on the other path; inlining the assignment
@@ -1838,6 +1847,36 @@ def inline_locals(
         inlined = inline_locals(edit, v, depth + 1, method, index)
         replace[id(name)] = inlined if name is e else _paren(inlined)
     return substitute(e, replace)
+
+
+def _validated_argument(edit: ClassEdit, n: str, node, v, index: int | None) -> bool:
+    """Is ``n`` an argument that ``__init__`` assigns again exactly once, by a top-level
+    statement ``n = <value>`` before statement ``index``, to a value that makes no tensor, and
+    never changes in place (torchani's ``charges = self._validate_elem_seq("charges",
+    charges)``, then ``register_buffer("_charges", torch.tensor(charges))``)? Its value at
+    ``index`` is then the validated one on every path: kept on ``self`` as it is there
+    (:meth:`ClassEdit.store_names`), eager construction runs the same statements. Inlining
+    the assignment would read the caller's value back under the same name, and one assigned
+    inside an ``if`` (normflows ``GaussianMixture``: ``if loc is None: loc = ...``) is the
+    caller's on the other path: both refused."""
+    init = edit.init
+    if n not in init.arguments or index is None or type(node) is not cst.Assign:
+        return False
+    if len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:
+        return False
+    if value_kind(v, edit.ctx.qualify, init) is not None:
+        return False
+    found = edit._path(node)
+    if found is None or found[0] >= index:
+        return False
+    top = edit.init_body[found[0]]
+    if type(top) is not cst.SimpleStatementLine or node not in top.body:
+        return False
+    return not any(
+        n in binds(line, edit.ctx.qualify)
+        for line in walk_code(init.node)
+        if type(line) is cst.SimpleStatementLine and line is not top
+    )
 
 
 def _kept_on_self(edit: ClassEdit, n: str, index: int) -> bool:
