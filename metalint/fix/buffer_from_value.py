@@ -47,6 +47,7 @@ from metalint.fix.parameter_from_value import (
     helper_of,
     helper_statement,
     hook_body,
+    overwritten_later,
 )
 from metalint.fix.recompute import (
     Drawn,
@@ -174,7 +175,9 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     ``dry``: only whether it can be made (no random value's single draw is planned)."""
     later = edit.used_after(attr, index, writes_only=True)
     if later:
-        raise Unfixable(later)
+        # re-initialised in place later (kornia's ``Similarity``: ``register_buffer("rot",
+        # torch.zeros(1))``, then ``self.reset_model()`` does ``zeros_(self.rot)``): ML003's fix
+        return overwritten_later(ctx, edit, attr, index, later)
     tail = edit.block_tail(line)
     if any(_touches(s, attr, True, edit.memo()) for s in tail):
         raise Unfixable(f"`self.{attr}` is written later in its block (line order matters)")

@@ -441,7 +441,7 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
         # only read later: the read sees the value `__init__` makes, which a hook would not
         raise Unfixable(_read_later(ctx, edit, attr, index, later))
     if later:
-        return _overwritten_later(ctx, edit, attr, index, later)
+        return overwritten_later(ctx, edit, attr, index, later)
     moved = _used_in_block(ctx, edit, attr, index, tail)
     if moved is not None:
         return moved
@@ -679,7 +679,7 @@ def path_between(root: cst.CSTNode, target: cst.CSTNode):
     return path_to(root, target)
 
 
-def _overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, why: str):
+def overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, why: str):
     """The value is dead: the next statement of ``__init__`` that uses ``self.<attr>``
     re-initialises all of it in place (timm's ``self.pos_embed = nn.Parameter(torch.zeros(..))``
     then ``trunc_normal_(self.pos_embed, std=.02)``). The fix is ML003's: the in-place inits
@@ -694,7 +694,8 @@ def _overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int,
             helper = _initialised_by(ctx, edit, j, attr)
             if helper is not None and not methods:
                 return method_into_reset(edit, helper)
-            methods |= _uses(s, memo)[2]
+            # the class's own methods (``self.register_buffer("shift", ...)`` is not one)
+            methods |= _uses(s, memo)[2] & edit.cls.methods.keys()
             continue
         if not (init_only(s, ctx) and overwrites(s, attr, ctx)):
             raise Unfixable(why)
@@ -714,17 +715,19 @@ def _overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int,
 
 
 def _initialised_by(ctx: RuleContext, edit: ClassEdit, j: int, attr: str):
-    """The private method that statement ``j`` of ``__init__`` calls (``self._initialize(
-    identity_init)``, nflows ``LULinear``) when it only initialises this module's own tensors
-    in place and sets every element of ``self.<attr>`` on every path: ML003's fix (a
+    """The method that statement ``j`` of ``__init__`` calls (``self._initialize(
+    identity_init)``, nflows ``LULinear``; kornia's ``Homography.reset_model()``:
+    ``torch.nn.init.eye_(self.model)``) when it only initialises this module's own tensors in
+    place and sets every element of ``self.<attr>`` on every path: ML003's fix (a
     ``reset_parameters()`` calling it, the parameter created with ``torch.empty``) is this
-    one's too. None otherwise."""
+    one's too, for a public method as for a private one (ML003's fix calls either). None
+    otherwise."""
     s = edit.init_body[j]
     called = _uses(s, edit.memo())[2]
     if len(called) != 1 or edit.hook_calls(next(iter(called))) != ([j], False):
         return None
     method = edit.cls.methods.get(next(iter(called)))
-    if method is None or not method.name.startswith("_") or method.name == "__init__":
+    if method is None or method.name == "__init__":
         return None
     body = method.node.body
     if not isinstance(body, cst.IndentedBlock) or not sets_every_element(body.body, attr, ctx):
