@@ -1485,3 +1485,86 @@ def test_every_hook_makes_its_tensors_where_the_module_is(path):
                 assert not any(m in str(e) for m in _DEVICE_MIX), (
                     f"{name}: {hook.__qualname__}: {e}"
                 )
+
+
+def test_a_sibling_buffer_converted_by_its_own_line_is_not_copied_raw(tmp_path, monkeypatch):
+    """nnAudio's ``iSTFT``: ``kernel_sin, kernel_cos, .. = fourier_kernels(..)`` (numpy
+    arrays), each converted by its own ``kernel_x = torch.tensor(kernel_x, ..)``, both
+    registered in one ``else``. The hook for ``kernel_sin`` used to copy ``kernel_cos`` as a
+    sibling from the unpacked local (a numpy array: ``copy_`` raised, eager construction
+    broke). Now a sibling is copied only from a local ``__init__`` binds once; whatever the
+    hook does, eager construction and the hook give the values ``__init__`` made."""
+    pytest.importorskip("torch")
+    (tmp_path / "istft.py").write_text(
+        "import math\n\nimport torch\nfrom torch import nn\n\n\n"
+        "def fourier_kernels(n_fft):  # host lists, as numpy arrays would be\n"
+        "    k = [[i * j / n_fft for j in range(n_fft)] for i in range(n_fft)]\n"
+        "    sin = [[math.sin(2 * math.pi * x) for x in row] for row in k]\n"
+        "    cos = [[math.cos(2 * math.pi * x) for x in row] for row in k]\n"
+        "    return sin, cos, None, None, [1.0] * n_fft\n\n\n"
+        "class InverseSTFT(nn.Module):\n"
+        "    def __init__(self, n_fft=8, trainable_kernels=False):\n"
+        "        super().__init__()\n"
+        "        self.n_fft = n_fft\n"
+        "        kernel_sin, kernel_cos, _, _, window_mask = fourier_kernels(n_fft)\n"
+        "        kernel_sin = torch.tensor(kernel_sin, dtype=torch.float).unsqueeze(-1)\n"
+        "        kernel_cos = torch.tensor(kernel_cos, dtype=torch.float).unsqueeze(-1)\n"
+        "        if trainable_kernels:\n"
+        "            kernel_sin = nn.Parameter(kernel_sin)\n"
+        "            kernel_cos = nn.Parameter(kernel_cos)\n"
+        '            self.register_parameter("kernel_sin", kernel_sin)\n'
+        '            self.register_parameter("kernel_cos", kernel_cos)\n'
+        "        else:\n"
+        '            self.register_buffer("kernel_sin", kernel_sin)\n'
+        '            self.register_buffer("kernel_cos", kernel_cos)\n'
+    )
+    before = _import(tmp_path / "istft.py", "istft_before")
+    eager = {k: v.clone() for k, v in before.InverseSTFT().state_dict().items()}
+    monkeypatch.chdir(tmp_path)
+    _fix(tmp_path, unsafe=True)
+    text = (tmp_path / "istft.py").read_text()
+    assert "reset_parameters" in text, text
+    after = _import(tmp_path / "istft.py", "istft_after")
+    m = after.InverseSTFT()
+    for k, v in m.state_dict().items():
+        assert v.equal(eager[k]), k
+    m.reset_parameters()
+    for k, v in m.state_dict().items():
+        assert v.equal(eager[k]), k
+    if "self.kernel_cos.copy_" in text:
+        hook = text[text.index("def reset_parameters") :]
+        assert "kernel_cos = torch.tensor(kernel_cos" in hook, text
+
+
+def test_a_new_root_init_weights_never_leaves_reset_parameters_behind(tmp_path, monkeypatch):
+    """x-transformers' ``TPREncoder``: ``binding``'s zeros move into a ``reset_parameters()``
+    called last; the embeddings' ``normal_`` come before child modules that draw. A new
+    ``init_weights()`` for them could neither open nor end with ``reset_parameters()``, and
+    under the root protocol (``init_weights()`` alone initialises the module) ``binding``
+    became garbage. That move is refused now; every class of the result that has an
+    ``init_weights()`` has it call ``reset_parameters()``."""
+    pytest.importorskip("torch")
+    (tmp_path / "tpr.py").write_text(
+        "import torch\nfrom torch import nn\nfrom torch.nn import Parameter\n\n\n"
+        "class RoleEncoder(nn.Module):\n"
+        "    def __init__(self, dim=4, num_fillers=4, filler_dim=3, role_dim=5, mlp_dim=8):\n"
+        "        super().__init__()\n"
+        "        self.filler_emb = nn.Embedding(num_fillers, filler_dim)\n"
+        "        self.role_emb = nn.Embedding(2, role_dim)\n"
+        "        self.binding = Parameter(torch.zeros(dim, filler_dim, role_dim))\n"
+        "        self.bias = Parameter(torch.zeros(dim))\n\n"
+        "        torch.nn.init.normal_(self.filler_emb.weight, std=0.05)\n"
+        "        torch.nn.init.normal_(self.role_emb.weight, std=0.05)\n\n"
+        "        self.mlp = None\n"
+        "        if mlp_dim is not None:\n"
+        "            self.mlp = nn.Sequential(nn.Linear(dim, mlp_dim), nn.Linear(mlp_dim, dim))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path, unsafe=True)
+    text = (tmp_path / "tpr.py").read_text()
+    assert "torch.empty(dim, filler_dim, role_dim)" in text, text
+    if "def init_weights" in text:
+        hook = text[text.index("def init_weights") :]
+        assert "self.reset_parameters()" in hook, text
+    else:
+        assert "ML003" in out and "would be lost under the root protocol" in out, out

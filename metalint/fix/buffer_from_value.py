@@ -403,6 +403,11 @@ def _siblings(edit: ClassEdit, line, path, attr: str, prelude, index: int) -> li
     bound: set[str] = set()
     for s in prelude:
         bound |= binds(s, edit.ctx.qualify)
+    # a local bound again outside the copied statements (nnAudio's ``iSTFT``: ``kernel_sin,
+    # kernel_cos, .. = create_fourier_kernels(..)``, then each converted by its own
+    # ``kernel_cos = torch.tensor(kernel_cos, ..)``) holds at its registration a value the
+    # prelude does not compute: only a local the whole ``__init__`` binds once is copied
+    once = {n for n in bound if _binding_statements(edit, n) == 1}
     after = False
     out = []
     for s in block:
@@ -417,7 +422,7 @@ def _siblings(edit: ClassEdit, line, path, attr: str, prelude, index: int) -> li
             and dotted(call.func) == "self.register_buffer"
             and len(call.args) >= 2
             and isinstance(call.args[1].value, cst.Name)
-            and call.args[1].value.value in bound
+            and call.args[1].value.value in once
         ):
             continue
         other = string_value(call.args[0].value)
@@ -429,6 +434,22 @@ def _siblings(edit: ClassEdit, line, path, attr: str, prelude, index: int) -> li
             continue
         out.append(stmt(f"self.{other}.copy_({call.args[1].value.value})"))
     return out
+
+
+def _binding_statements(edit: ClassEdit, name: str) -> int:
+    """How many simple statements (and ``for`` targets) of ``__init__`` bind local ``name``."""
+    from metalint.fix.codemod import binds
+
+    n = 0
+    for top in edit.init_body:
+        for node in walk_code(top):
+            if isinstance(node, cst.SimpleStatementLine):
+                n += sum(name in binds(small, edit.ctx.qualify) for small in node.body)
+            elif isinstance(node, cst.For):
+                n += any(
+                    isinstance(t, cst.Name) and t.value == name for t in walk_code(node.target)
+                )
+    return n
 
 
 def _optional(edit: ClassEdit, value, full, prelude, arg: str | None) -> bool:

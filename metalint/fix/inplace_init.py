@@ -935,7 +935,18 @@ def _root_hook(edit: ClassEdit, first: int, last: int, moved: set[int]):
     if edit._taken(ROOT_HOOK):
         raise Unfixable(f"`{ROOT_HOOK}` is already an attribute of `{edit.cls.name}`")
     opening = own_hook_first(edit, first, last, moved)
-    return opening, None if opening else own_hook_last(edit, last, moved), None
+    tail = None if opening else own_hook_last(edit, last, moved)
+    if not opening and tail is None and edit.hook_calls(RESET_HOOK)[0]:
+        # x-transformers' ``TPREncoder``: ``binding``'s zeros moved into a
+        # ``reset_parameters()`` called last, the embeddings' init before child modules that
+        # draw: a new ``init_weights()`` could neither open nor end with that call, and under
+        # the root protocol, where it alone initialises the module, ``binding`` would be lost
+        raise Unfixable(
+            f"`__init__` calls `{RESET_HOOK}()` after code that draws random numbers or calls a "
+            f"method: a new `{ROOT_HOOK}()` could not call it, and the module's own tensors "
+            "would be lost under the root protocol"
+        )
+    return opening, tail, None
 
 
 def _called_at(edit: ClassEdit) -> int | None:
