@@ -1568,3 +1568,46 @@ def test_a_new_root_init_weights_never_leaves_reset_parameters_behind(tmp_path, 
         assert "self.reset_parameters()" in hook, text
     else:
         assert "ML003" in out and "would be lost under the root protocol" in out, out
+
+
+def test_an_attribute_built_by_a_class_of_another_module_is_not_a_tensor(tmp_path, monkeypatch):
+    """e3nn's ``BatchNorm``: ``self.irreps = o3.Irreps(irreps)`` (a class of another module,
+    a tuple of irreducible representations) and ``running_mean = torch.zeros(num_scalar)``
+    with ``num_scalar`` counted from ``self.irreps``. Any unknown call used to count as "may
+    return a tensor", so the buffer was refused ("a plain attribute that may be a tensor");
+    a call spelled as a class builds an instance of that class. The hook reads
+    ``self.irreps`` and gives back the eager values."""
+    pytest.importorskip("torch")
+    (tmp_path / "eq").mkdir()
+    (tmp_path / "eq" / "__init__.py").write_text("")
+    (tmp_path / "eq" / "o3.py").write_text(
+        "class Irreps(tuple):\n"
+        "    def __new__(cls, spec):\n"
+        "        return super().__new__(cls, [(int(m), int(l)) for m, l in spec])\n\n"
+        "    @property\n"
+        "    def dim(self):\n"
+        "        return sum(m * (2 * l + 1) for m, l in self)\n"
+    )
+    (tmp_path / "norm.py").write_text(
+        "import torch\nfrom torch import nn\n\nfrom eq import o3\n\n\n"
+        "class EquivariantNorm(nn.Module):\n"
+        "    def __init__(self, irreps=((4, 0), (2, 1))):\n"
+        "        super().__init__()\n"
+        "        self.irreps = o3.Irreps(irreps)\n"
+        "        num_scalar = sum(mul for mul, l in self.irreps if l == 0)\n"
+        '        self.register_buffer("running_mean", torch.zeros(num_scalar))\n'
+        '        self.register_buffer("running_var", torch.ones(self.irreps.dim))\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc, out = _fix(tmp_path, unsafe=True)
+    assert "may be a tensor" not in out, out
+    text = (tmp_path / "norm.py").read_text()
+    assert "def reset_parameters" in text and "self.running_mean" in text, text
+    after = _import(tmp_path / "norm.py", "norm_after")
+    m = after.EquivariantNorm()
+    m.running_mean.fill_(7.0)
+    m.running_var.fill_(7.0)
+    m.reset_parameters()
+    assert m.running_mean.eq(0).all() and m.running_mean.shape == (4,)
+    assert m.running_var.eq(1).all() and m.running_var.shape == (10,)

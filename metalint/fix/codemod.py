@@ -1157,14 +1157,10 @@ class ClassEdit:
                 name = getattr(n.func, "value", None) if isinstance(n.func, cst.Name) else None
                 if q.startswith(("torch.", "math.", "numpy.")) or name in BUILTIN_NAMES:
                     continue
-                # a class of the file, ``LinearNoBias = partial(nn.Linear, ...)`` (builds a
-                # class), ``pair(image_size)`` (its arguments, read below)
-                if (
-                    name in self.ctx.facts.local_classes
-                    or name in self.ctx.facts.aliases.constructors
-                    or (name is not None and repackages_arguments(self.ctx.module, name))
+                if self._builds_instance(n, q, name) or (
+                    name is not None and repackages_arguments(self.ctx.module, name)
                 ):
-                    continue
+                    continue  # ``pair(image_size)``: its arguments, read below
                 return True  # an unknown function (a noise schedule) may return a tensor
             if isinstance(n, cst.Attribute) and dotted(n.value) == "self":
                 if self.plain_tensor(n.attr.value, depth + 1):
@@ -1174,6 +1170,19 @@ class ClassEdit:
                     if lv is not v and self._may_be_tensor(lv, method, depth + 1):
                         return True
         return False
+
+    def _builds_instance(self, call: cst.Call, q: str, name: str | None) -> bool:
+        """Does ``call`` build an instance of a class that is not a tensor: a class of the
+        file, a ``partial`` of one (``LinearNoBias = partial(nn.Linear, ...)``), or an
+        imported name spelled as a class (e3nn's ``self.irreps = o3.Irreps(irreps)``; a tensor
+        subclass is torch's, judged before)? A name the file binds otherwise (a ``partial``
+        that binds ``device=``) is not known to build anything."""
+        facts = self.ctx.facts
+        if name in facts.local_classes or name in facts.aliases.constructors:
+            return True
+        spelled = dotted(call.func) or ""
+        imported = spelled.split(".")[0] in facts.aliases.names
+        return imported and _class_name(q or spelled)
 
     def _attr_for(self, name: str, index: int, private: bool = False) -> tuple[str, bool]:
         """An attribute that holds local ``name``: an existing ``self.x = name`` before the
@@ -1913,6 +1922,13 @@ def _kept_on_self(edit: ClassEdit, n: str, index: int) -> bool:
             ):
                 return True
     return False
+
+
+def _class_name(name: str) -> bool:
+    """Is the last part of a dotted name spelled as a class (``Irreps``, ``o3.Irreps``), by
+    Python's convention: a capital first letter and a lower-case letter (not ``N`` or ``MAX``)?"""
+    last = name.rpartition(".")[2]
+    return bool(last) and last[0].isupper() and any(c.islower() for c in last)
 
 
 def binds(s: cst.CSTNode, qualify) -> set[str]:
