@@ -51,6 +51,7 @@ from metalint.fix.parameter_from_value import (
 )
 from metalint.fix.recompute import (
     Drawn,
+    _mentions,
     drawn_tail,
     draws,
     preceding,
@@ -185,10 +186,11 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     kind = value_kind(value, ctx.qualify, edit.init)
     hook = _buffer_hook(edit, index, node)
     prelude: list[cst.BaseStatement] = []
+    covered: set[str] = set()
     try:
         full = inline_locals(edit, value, index=index)
     except Unfixable as exc:
-        done = _not_inlined(ctx, edit, value, attr, line, path, index, hook, str(exc))
+        done, covered = _with_siblings(ctx, edit, value, attr, line, path, index, hook, str(exc))
         if isinstance(done, Rewrite):
             return done
         full, prelude = value, done
@@ -214,7 +216,7 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
         value_node = edit.store_names(full, line, index)
     body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=value_node)
     if edit.conditional(path, index):
-        body = _in_block(edit, body, line, path, attr, prelude, index)
+        body = _in_block(edit, body, line, path, attr, prelude, index, covered)
         prelude = []
     elif optional:
         # a buffer that may be registered as ``None`` (monai's ``FocalLoss.class_weight``
@@ -234,15 +236,35 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     return edit.rewrite(f"{what} from `__init__`")
 
 
-def _not_inlined(ctx, edit: ClassEdit, value, attr: str, line, path, index: int, hook, why):
+def _with_siblings(ctx, edit: ClassEdit, value, attr: str, line, path, index: int, hook, why):
+    """:func:`_not_inlined`, computing in a block (``if``) the locals the later buffers of that
+    block are registered from too (:func:`_sibling_locals`), when it can; with those locals."""
+    covered = _sibling_locals(edit, line, path, attr) if edit.conditional(path, index) else set()
+    if covered:
+        try:
+            done = _not_inlined(ctx, edit, value, attr, line, path, index, hook, why, covered)
+            return done, covered
+        except Unfixable:
+            pass
+    return _not_inlined(ctx, edit, value, attr, line, path, index, hook, why), set()
+
+
+def _not_inlined(
+    ctx, edit: ClassEdit, value, attr: str, line, path, index: int, hook, why, also=frozenset()
+):
     """The statements computing the value's locals, copied for the hook (or a rewrite), when
     they cannot be inlined: an in-place init moved (:func:`_init_moved`), else
-    :func:`recompute_locals`, else one draw for the drawn tail (:func:`drawn_tail`)."""
+    :func:`recompute_locals` (computing the locals ``also`` too), else one draw for the drawn
+    tail (:func:`drawn_tail`)."""
     moved = _init_moved(ctx, edit, value, attr, line, path, index, hook, why)
     if moved is not None:
         return moved
+    before = preceding(edit, path, index)
+    if also:
+        # no drawn tail: a draw refuses, and the caller asks again without ``also``
+        return recompute_locals(edit, value, index, hook, why, before, also)
     try:
-        return recompute_locals(edit, value, index, hook, why, preceding(edit, path, index))
+        return recompute_locals(edit, value, index, hook, why, before)
     except Drawn as drawn:
         return edit.rewrite(drawn_tail(edit, drawn.index, hook, why))
 
@@ -374,82 +396,75 @@ def _own_buffer_hook(edit: ClassEdit) -> bool:
     )
 
 
-def _in_block(edit: ClassEdit, body, line, path, attr: str, prelude, index: int):
+def _in_block(edit: ClassEdit, body, line, path, attr: str, prelude, index: int, covered=()):
     """The hook's code for a buffer registered inside an ``if``: guarded by the buffer being
     there (exactly when the block ran), with the locals it was computed from (``prelude``)
-    computed again under the guard, and the other buffers the block registers from those
-    locals (``rows, cols = torch.triu_indices(n, n, 1)``, both registered) copied in the same
-    ``with``."""
+    computed again under the guard, and the other buffers the block registers from the locals
+    ``covered`` (``rows, cols = torch.triu_indices(n, n, 1)``, both registered) copied in the
+    same ``with``."""
     if not prelude:
         return guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
-    siblings = _siblings(edit, line, path, attr, prelude, index)
+    siblings = _siblings(edit, line, path, attr, covered, index)
     if siblings:
         body = body.with_changes(body=body.body.with_changes(body=[*body.body.body, *siblings]))
     node = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
     return node.with_changes(body=node.body.with_changes(body=[*prelude, body]))
 
 
-def _siblings(edit: ClassEdit, line, path, attr: str, prelude, index: int) -> list:
-    """``self.<b>.copy_(<local>)`` for each other buffer registered later in the block of
-    ``line`` straight from a local that the hook's copied statements (``prelude``) bind, with
-    nothing after its registration writing it: it is re-created by the same copy."""
-    from metalint.fix.codemod import binds
-
+def _later_registrations(edit: ClassEdit, line, path, attr: str):
+    """``(other, local)`` for each other buffer registered later in the block of ``line``
+    straight from a local that no statement in between mentions (nothing changes it there)."""
     at = next((k for k, n in enumerate(path) if n is line), 0)
     if at > 0 and isinstance(path[at - 1], cst.IndentedBlock):
         block = path[at - 1].body
     else:
         block = edit.init_body
-    bound: set[str] = set()
-    for s in prelude:
-        bound |= binds(s, edit.ctx.qualify)
-    # a local bound again outside the copied statements (nnAudio's ``iSTFT``: ``kernel_sin,
-    # kernel_cos, .. = create_fourier_kernels(..)``, then each converted by its own
-    # ``kernel_cos = torch.tensor(kernel_cos, ..)``) holds at its registration a value the
-    # prelude does not compute: only a local the whole ``__init__`` binds once is copied
-    once = {n for n in bound if _binding_statements(edit, n) == 1}
     after = False
-    out = []
+    between: list[cst.CSTNode] = []
     for s in block:
         if s is line:
             after = True
             continue
-        if not after or not isinstance(s, cst.SimpleStatementLine) or len(s.body) != 1:
+        if not after:
             continue
-        call = s.body[0].value if isinstance(s.body[0], cst.Expr) else None
-        if not (
+        call = None
+        if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1:
+            call = s.body[0].value if isinstance(s.body[0], cst.Expr) else None
+        if (
             isinstance(call, cst.Call)
             and dotted(call.func) == "self.register_buffer"
             and len(call.args) >= 2
             and isinstance(call.args[1].value, cst.Name)
-            and call.args[1].value.value in once
+            and (other := string_value(call.args[0].value)) not in (None, attr)
+            and not any(_mentions(t, {call.args[1].value.value}, edit) for t in between)
         ):
-            continue
-        other = string_value(call.args[0].value)
-        if other is None or other == attr:
+            yield s, other, call.args[1].value.value
+        between.append(s)
+
+
+def _sibling_locals(edit: ClassEdit, line, path, attr: str) -> set[str]:
+    """The locals later buffers of the block of ``line`` are registered from
+    (:func:`_later_registrations`): the hook computes them with the buffer's own."""
+    return {local for _s, _other, local in _later_registrations(edit, line, path, attr)}
+
+
+def _siblings(edit: ClassEdit, line, path, attr: str, covered, index: int) -> list:
+    """``self.<b>.copy_(<local>)`` for each other buffer registered later in the block of
+    ``line`` straight from a local the hook's copied statements compute as ``__init__`` has it
+    there (``covered``: :func:`recompute_locals` was asked for them; a local merely bound by
+    those statements may be converted later by one not copied: nnAudio's ``iSTFT`` unpacks
+    ``kernel_sin, kernel_cos`` and converts each with its own ``torch.tensor(..)`` line), with
+    nothing after its registration writing it: it is re-created by the same copy."""
+    out = []
+    for s, other, local in _later_registrations(edit, line, path, attr):
+        if local not in covered:
             continue
         if edit.used_after(other, index, writes_only=True) or any(
             _touches(t, other, True, edit.memo()) for t in edit.block_tail(s)
         ):
             continue
-        out.append(stmt(f"self.{other}.copy_({call.args[1].value.value})"))
+        out.append(stmt(f"self.{other}.copy_({local})"))
     return out
-
-
-def _binding_statements(edit: ClassEdit, name: str) -> int:
-    """How many simple statements (and ``for`` targets) of ``__init__`` bind local ``name``."""
-    from metalint.fix.codemod import binds
-
-    n = 0
-    for top in edit.init_body:
-        for node in walk_code(top):
-            if isinstance(node, cst.SimpleStatementLine):
-                n += sum(name in binds(small, edit.ctx.qualify) for small in node.body)
-            elif isinstance(node, cst.For):
-                n += any(
-                    isinstance(t, cst.Name) and t.value == name for t in walk_code(node.target)
-                )
-    return n
 
 
 def _optional(edit: ClassEdit, value, full, prelude, arg: str | None) -> bool:

@@ -370,20 +370,62 @@ class _Slice:
         )
 
 
-def _local_targets(s: cst.CSTNode) -> cst.SimpleStatementLine | None:
+def _local_targets(s: cst.CSTNode, edit: ClassEdit) -> cst.SimpleStatementLine | None:
     """``self.patch_size = patch_height, patch_width = pair(patch_size)`` (vit-pytorch's
     ``SimpleViT``): one value bound to attributes of ``self`` and to locals. The hook needs the
     locals only: the statement without its ``self.<attr>`` targets (the value is computed once
-    either way, and ``__init__`` has set the attributes). None for other statements."""
+    either way, and ``__init__`` has set the attributes). An unpacking with attributes of
+    ``self`` among its names (nnAudio's ``cqt_kernels, self.kernel_width, lenghts, freqs =
+    create_cqt_kernels(...)``) binds ``_`` in their place, when ``__init__`` never reads
+    ``_``. None for other statements."""
     if type(s) is not cst.SimpleStatementLine or len(s.body) != 1:
         return None
     a = s.body[0]
     if type(a) is not cst.Assign:
         return None
     kept = [t for t in a.targets if not (dotted(t.target) or "").startswith("self.")]
-    if len(kept) in (0, len(a.targets)):
+    if not kept:
         return None
-    return s.with_changes(body=[a.with_changes(targets=kept)])
+    unpacked = [t.with_changes(target=_unpacked_locals(t.target)) for t in kept]
+    if len(kept) == len(a.targets) and all(
+        u.target is t.target for u, t in zip(unpacked, kept, strict=True)
+    ):
+        return None
+    if any(u.target is not t.target for u, t in zip(unpacked, kept, strict=True)) and _reads_dummy(
+        edit
+    ):
+        return None
+    return s.with_changes(body=[a.with_changes(targets=unpacked)])
+
+
+def _unpacked_locals(t: cst.BaseAssignTargetExpression) -> cst.BaseAssignTargetExpression:
+    """An unpacking target with each ``self.<attr>`` in it (nested, starred) replaced by ``_``;
+    ``t`` itself when it has none."""
+    if type(t) not in (cst.Tuple, cst.List):
+        return t
+    elements = []
+    for el in t.elements:
+        v = el.value
+        if (dotted(v) or "").startswith("self."):
+            v = cst.Name("_")
+        else:
+            v = _unpacked_locals(v)
+        elements.append(el if v is el.value else el.with_changes(value=v))
+    if all(e is o for e, o in zip(elements, t.elements, strict=True)):
+        return t
+    return t.with_changes(elements=elements)
+
+
+def _reads_dummy(edit: ClassEdit) -> bool:
+    """Does ``__init__`` read ``_`` (other than as a target it binds)?"""
+    targets = set()
+    for n in walk_code(edit.init.node):
+        if type(n) is cst.Assign:
+            targets |= {id(x) for t in n.targets for x in walk_code(t.target)}
+    return any(
+        type(n) is cst.Name and n.value == "_" and id(n) not in targets
+        for n in walk_code(edit.init.node)
+    )
 
 
 def preceding(
@@ -405,18 +447,22 @@ def preceding(
     return out
 
 
-def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str, before=None) -> list:
+def recompute_locals(
+    edit: ClassEdit, value, index: int, hook: str, why: str, before=None, also=frozenset()
+) -> list:
     """The statements of ``__init__`` that compute the locals ``value`` reads (swin's relative
     position index: ``relative_coords = ..``, ``relative_coords[:, :, 0] += ..``, an ``if``
     choosing the mesh), copied in order for the hook, and, last, ``value`` for the hook. The
     constructor arguments they read are kept on ``self``; an argument the copied code assigns
     anew is read back from ``self`` first. Raises :class:`Unfixable` (``why``) when a statement
-    that changes one of those locals does more than compute locals."""
+    that changes one of those locals does more than compute locals. ``also``: other locals the
+    copied statements compute too (those other buffers of the same block are registered
+    from)."""
     if before is None:
         before = [(i, s) for i, s in enumerate(edit.init_body[:index])]
     local = _local_names(edit)
     imported = set().union(*(_binds(s, edit) for s in edit.init_body if _imports(s)))
-    need = _reads(value, edit, local, imported)
+    need = _reads(value, edit, local, imported) | set(also)
     picked: list[int] = []
     copies: dict[int, cst.BaseStatement] = {}
     for i in range(len(before) - 1, -1, -1):
@@ -432,7 +478,7 @@ def recompute_locals(edit: ClassEdit, value, index: int, hook: str, why: str, be
         if isinstance(s, cst.If):
             sliced = _Slice(edit, local)(s, need)
         else:
-            sliced = _local_targets(s)
+            sliced = _local_targets(s, edit)
         if sliced is not None and local_only(sliced, edit):
             s = sliced
         elif not local_only(s, edit):
