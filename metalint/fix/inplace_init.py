@@ -199,6 +199,50 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None, structure: bool = True
     return False
 
 
+def rescales(stmts, ctx: RuleContext, full: set[str] | None = None) -> str | None:
+    """The first own tensor that a call of ``stmts`` (a node or a list, in order) changes from
+    its old values (``self.gain.data.mul_(0.5)``, ``add_``, ``clamp_``: a tensor method of no
+    init kind, not ``copy_``) before one of them sets all of it, and not in ``full`` (tensors a hook
+    sets already); None when there is none. A hook running such a statement alone would
+    change uninitialised memory."""
+    full = set(full or ())
+    for s in stmts if isinstance(stmts, list) else [stmts]:
+        for n in walk_code(s):
+            w = _write(n, ctx) if isinstance(n, cst.Call) else None
+            if w is None or not _own(w.target) or w.own is None:
+                continue
+            if w.kind is None and w.method and w.name != "copy_" and w.own not in full:
+                return w.own
+            if w.kind != "storage":
+                full.add(w.own)
+    return None
+
+
+def _set_by_hook(edit: ClassEdit, ctx: RuleContext) -> set[str]:
+    """The own tensors the class's ``reset_parameters()`` sets (as :func:`rescales` counts)."""
+    method = edit.cls.methods.get(HOOK)
+    if method is None:
+        return set()
+    out: set[str] = set()
+    for n in walk_code(method.node.body):
+        w = _write(n, ctx) if isinstance(n, cst.Call) else None
+        if w is not None and _own(w.target) and w.own and w.kind != "storage":
+            if w.kind is not None or w.name == "copy_":
+                out.add(w.own)
+    return out
+
+
+def _refuse_rescaling(edit: ClassEdit, ctx: RuleContext, stmts) -> None:
+    """Raise :class:`Unfixable` when the statements moving into the hook change a tensor's
+    values that no hook sets first (:func:`rescales`)."""
+    a = rescales(list(stmts), ctx, _set_by_hook(edit, ctx))
+    if a is not None:
+        raise Unfixable(
+            f"the in-place init changes `self.{a}`'s values (it reads them), and no hook makes "
+            "them first: moved alone it would change uninitialised memory"
+        )
+
+
 def init_in_branch(ctx: RuleContext, edit: ClassEdit, attr: str, index: int) -> int | None:
     """The first top-level statement of ``__init__`` after ``index`` that touches
     ``self.<attr>``, when it is an ``if`` that only initialises this module's own tensors in
@@ -215,6 +259,9 @@ def init_in_branch(ctx: RuleContext, edit: ClassEdit, attr: str, index: int) -> 
     if j is None or any(_uses(body[k], memo)[2] for k in range(index + 1, j)):
         return None
     s = body[j]
+    if isinstance(s, cst.SimpleStatementLine) and init_only(s, ctx) and rescales(s, ctx) == attr:
+        # ``self.gain.data.mul_(0.5)``: it changes the value, which a hook must make first
+        return None if edit.used_after(attr, j, tensor=True) else j
     if not (isinstance(s, cst.If) and init_only(s, ctx, _any)):
         return None
     _written, read, calls = _uses(s, memo)
@@ -374,6 +421,7 @@ def method_into_reset(edit: ClassEdit, method) -> Rewrite:
         raise Unfixable(
             f"`{edit.cls.name}` already has a `{HOOK}()`: call `{method.name}()` from it by hand"
         )
+    _refuse_rescaling(edit, edit.ctx, [method.node.body])
     if edit._taken(HOOK):
         raise Unfixable(f"`{HOOK}` is already an attribute of `{edit.cls.name}`")
     line = edit.init_body[c]
@@ -531,6 +579,7 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
     last moved statement was instead (the draws keep their order)."""
     body = edit.init_body
     moved = [i for i, s in enumerate(body) if init_only(s, ctx)]
+    _refuse_rescaling(edit, ctx, [body[i] for i in moved])
     first, last = moved[0], moved[-1]
     calls, nested = edit.hook_calls(ROOT_HOOK)
     if ROOT_HOOK in edit.cls.methods and HOOK not in edit.cls.methods:

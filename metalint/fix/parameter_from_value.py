@@ -496,7 +496,7 @@ def _with_branch(ctx, edit: ClassEdit, attr, index: int, j: int, hook, body, ran
     edit.use_hook(hook, j, [body, *moved], random=draws)
     return edit.rewrite(
         f"Create `{attr}` with `torch.empty({shape})`, set its value in `{hook}()` and move "
-        "the `if` that initialises it in place on some paths after it"
+        "the in-place init that follows it (on some paths, or changing its values) after it"
     )
 
 
