@@ -103,6 +103,13 @@ SAMPLERS = frozenset({"torch.normal", "torch.bernoulli", "torch.multinomial"})
 #: every torch factory that makes a new tensor whatever it reads (on meta under the device
 #: context unless given a real device)
 TENSOR_FACTORIES = EMPTY_FACTORIES | VALUE_FACTORIES | RANDOM_FACTORIES
+#: methods of a Python list, dict or set that change it in place (``kernels.append(k)``): the
+#: local they are called on is written, as ``x[0] = ..`` writes it (``sort``: only as a bare
+#: statement, its value dropped; a tensor's ``x.sort()`` makes a new one)
+CONTAINER_MUTATORS = frozenset(
+    {"append", "extend", "insert", "remove", "pop", "clear", "reverse", "update", "setdefault"}
+    | {"popitem", "discard"}
+)
 #: in-place tensor methods that set values
 INPLACE_METHODS = frozenset(
     {

@@ -1611,3 +1611,151 @@ def test_an_attribute_built_by_a_class_of_another_module_is_not_a_tensor(tmp_pat
     m.reset_parameters()
     assert m.running_mean.eq(0).all() and m.running_mean.shape == (4,)
     assert m.running_var.eq(1).all() and m.running_var.shape == (10,)
+
+
+@pytest.mark.parametrize(
+    "code, bound",
+    [
+        ("kernels.append(kernel)", {"kernels"}),
+        ("groups[0].extend(xs)", {"groups"}),
+        ("taps.insert(0, t)", {"taps"}),
+        ("bank += [h]", {"bank"}),
+        ("bank[i] = h", {"bank"}),
+        ("del bank[0]", {"bank"}),
+        ("sizes.sort()", {"sizes"}),
+        ("vals, idx = x.sort()", {"vals", "idx"}),
+        ("self.filters.append(h)", {"self"}),
+    ],
+)
+def test_binds_sees_a_container_changed_in_place(code, bound):
+    # julius's ``ResampleFrac``: ``kernels.append(kernel)`` in a loop was no write of
+    # ``kernels``, so the hook inlined ``torch.stack([])``. Fails before for the method calls
+    # and ``del``.
+    import libcst as cst
+
+    from metalint.fix.codemod import binds
+
+    assert binds(cst.parse_statement(code), lambda _: None) == bound
+
+
+_FILLED_IN_HELPER = (
+    "import torch\nfrom torch import nn\n\n\n"
+    "class Phases(nn.Module):\n"
+    "    def __init__(self, n=3, same=False):\n"
+    "        super().__init__()\n"
+    "        self.n = n\n"
+    "        self.same = same\n"
+    "        self._init_phases()\n\n"
+    "    def _init_phases(self):\n"
+    "        if self.same:\n"
+    "            return\n"
+    "        phases = []\n"
+    "        for p in range(self.n):\n"
+    "            phases.append(torch.linspace(0, 1, 5) * (p + 1))\n"
+    '        self.register_buffer("phases", torch.stack(phases))\n'
+)
+
+
+def test_a_list_filled_in_a_helper_is_computed_again_under_the_early_return(tmp_path, monkeypatch):
+    # julius's ``ResampleFrac``: the hook stacked an empty list (the loop filling it was not
+    # copied), and read a ``self.kernel`` that the method's early return never registered:
+    # eager construction raised for equal rates. Fails before on both counts.
+    torch = pytest.importorskip("torch")
+    (tmp_path / "m.py").write_text(_FILLED_IN_HELPER)
+    monkeypatch.chdir(tmp_path)
+    _fix(tmp_path)
+    got = (tmp_path / "m.py").read_text()
+    assert "torch.stack([])" not in got and "phases.append(" in got.split("def reset_parameters")[1]
+    assert "if self._buffers.get('phases') is not None:" in got
+    mod = _import(tmp_path / "m.py", "_filled_in_helper")
+    assert "phases" not in dict(mod.Phases(same=True).named_buffers())
+    (tmp_path / "orig.py").write_text(_FILLED_IN_HELPER)
+    before = _import(tmp_path / "orig.py", "_filled_in_helper_orig")
+    assert torch.equal(mod.Phases().phases, before.Phases().phases)
+    m = mod.Phases()
+    m.to_empty(device="cpu")
+    m.reset_parameters()
+    assert torch.equal(m.phases, before.Phases().phases)
+
+
+def test_a_helper_loop_reading_its_argument_is_refused_with_its_reason(tmp_path, monkeypatch):
+    src = (
+        _FILLED_IN_HELPER.replace("_init_phases()", "_init_phases(5)")
+        .replace("_init_phases(self)", "_init_phases(self, size)")
+        .replace("torch.linspace(0, 1, 5)", "torch.linspace(0, 1, size)")
+    )
+    (tmp_path / "m.py").write_text(src)
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path)
+    assert (tmp_path / "m.py").read_text() == src
+    assert (
+        "[not fixed: the value is not set directly in `__init__`: the local `phases` is "
+        "changed in place: the value reads `size`, a name of `_init_phases()`]" in out
+    ), out
+
+
+@pytest.mark.parametrize(
+    "fill",
+    [
+        "bank.append(torch.full((2,), float(c)))",
+        "bank += [torch.full((2,), float(c))]",
+        "bank.extend([torch.full((2,), float(c))])",
+    ],
+)
+def test_a_local_list_of_tensors_is_never_kept_on_self(fill, tmp_path, monkeypatch):
+    # julius's ``LowPassFilters``: ``self._filters = filters`` kept the list for the hook; on
+    # meta its tensors stayed there, and the hook raised "Cannot copy out of meta tensor".
+    # Fails before: the list was kept on self.
+    torch = pytest.importorskip("torch")
+    src = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Bank(nn.Module):\n"
+        "    def __init__(self, cutoffs=(1, 2, 3)):\n"
+        "        super().__init__()\n"
+        "        bank = []\n"
+        "        for c in cutoffs:\n"
+        f"            {fill}\n"
+        '        self.register_buffer("bank", torch.stack(bank))\n'
+    )
+    (tmp_path / "m.py").write_text(src)
+    monkeypatch.chdir(tmp_path)
+    _fix(tmp_path)
+    got = (tmp_path / "m.py").read_text()
+    assert "= bank\n" not in got and "self._bank" not in got, got
+    mod = _import(tmp_path / "m.py", f"_bank_{abs(hash(fill))}")
+    with torch.device("meta"):
+        m = mod.Bank()
+    m.to_empty(device="cpu")
+    m.reset_parameters()
+    assert torch.equal(m.bank, torch.tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]))
+
+
+@pytest.mark.parametrize(
+    "value, tensor",
+    [
+        ("[torch.hann_window(n) for n in (3, 5)]", True),
+        ("[1 + 2 * r for r in range(3)]", False),
+        ("(torch.ones(2), 3)", True),
+        ("[3, 4]", False),
+    ],
+)
+def test_a_container_of_tensors_may_be_a_tensor(value, tensor):
+    # a list of factory calls kept as a plain attribute stays on meta as a tensor does;
+    # before, every container literal was taken for a list of sizes
+    import libcst as cst
+
+    from metalint.fix.codemod import ClassEdit
+    from metalint.static.model import collect
+    from metalint.static.rule import RuleContext
+
+    src = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        f"        self.held = {value}\n"
+    )
+    module = cst.parse_module(src)
+    facts = collect(module, "m")
+    edit = ClassEdit(RuleContext(facts, module, (), "m.py"), facts.classes[0])
+    assert edit.plain_tensor("held") is tensor

@@ -44,6 +44,7 @@ from metalint.fix.codemod import (
 from metalint.fix.parameter_from_value import (
     Value,
     empty_of,
+    helper_conditional,
     helper_of,
     helper_statement,
     hook_body,
@@ -120,21 +121,36 @@ def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -
     later = edit.used_after(attr, call_index, writes_only=True)
     if later:
         raise Unfixable(f"{why}: {later}")
-    full = inline_locals(edit, value, method=helper)
-    for name in names_in(full):
-        if name.value != "self" and (
-            name.value in helper.arguments or name.value in helper.local_values
-        ):
-            raise Unfixable(f"{why}: the value reads `{name.value}`, a name of `{helper.name}()`")
-    for a in sorted(_uses(full)[1]):
+    hook = _buffer_hook(edit, call_index, node)
+    prelude: list[cst.BaseStatement] = []
+    try:
+        full = inline_locals(edit, value, method=helper)
+    except Unfixable as exc:
+        # ``kernels = []`` filled in a loop (julius's ``ResampleFrac._init_kernels()``): the
+        # hook computes it again, as the method does
+        before = preceding(edit, path, call_index, helper=True)
+        prelude = recompute_locals(
+            edit, value, call_index, hook, f"{why}: {exc}", before, method=helper
+        )
+        full = prelude.pop()
+    else:
+        for name in names_in(full):
+            if name.value != "self" and (
+                name.value in helper.arguments or name.value in helper.local_values
+            ):
+                raise Unfixable(
+                    f"{why}: the value reads `{name.value}`, a name of `{helper.name}()`"
+                )
+    code = [*prelude, full]
+    for a in sorted(set().union(*(_uses(c)[1] for c in code))):
         if any(_touches(x, a, True, memo) for x in tail) or edit.used_after(
             a, call_index, writes_only=True
         ):
             raise Unfixable(f"{why}: the value reads `self.{a}`, which is set again later")
     edit.refuse_plain_reads(full)
-    if _may_be_none(full):
+    if any(_may_be_none(c) for c in code):
         raise Unfixable(f"{why}: the buffer may be registered as `None`")
-    effects = _helper_effects(edit, [full])
+    effects = _helper_effects(edit, code)
     if "host" in effects:
         raise Unfixable(
             f"the value calls `{effects['host']}()`, which copies a tensor to the host "
@@ -142,29 +158,32 @@ def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -
         )
     children = [
         a
-        for n in walk_code(full)
+        for c in code
+        for n in walk_code(c)
         if type(n) is cst.Call
         and (a := dotted(n.func) or "").startswith("self.")
         and a.count(".") == 1
         and a[5:] not in edit.cls.methods
     ]
     random = (
-        value_kind(full, ctx.qualify) == "random"
+        any(value_kind(c, ctx.qualify) == "random" for c in code)
         or "random" in effects
-        or draws(full, edit)
+        or any(draws(c, edit) for c in code)
         or bool(children)
     )
     torch_name, _ = torch_spelling(ctx)
-    hook = _buffer_hook(edit, call_index, node)
     body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=full)
-    if any(isinstance(n, cst.If) for n in path) or edit.conditional(call_path, call_index):
+    if helper_conditional(edit, helper, path, call_path, call_index):
         body = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
+        body = body.with_changes(body=body.body.with_changes(body=[*prelude, *body.body.body]))
+    else:
+        body = [*prelude, body]
     if random:
         drawn = f" (`{children[0]}(...)` may draw: a dropout)" if children else ""
         edit.unsafe.append(
             f"the random value is drawn a second time in the hook{drawn}: eager values differ"
         )
-    edit.use_hook(hook, call_index, [body], random=random)
+    edit.use_hook(hook, call_index, body if isinstance(body, list) else [body], random=random)
     return edit.rewrite(
         f"Compute buffer `{attr}` (registered in `{helper.name}()`) in `{hook}()` and call it "
         "from `__init__`"

@@ -29,6 +29,7 @@ from metalint.static.tensors import inplace_write, value_kind
 from metalint.vocabulary import (
     BUFFER_CLASSES,
     BUFFER_HOOK,
+    CONTAINER_MUTATORS,
     DETERMINISTIC_METHODS,
     DEVICE_FACTORIES,
     HOOKLESS_BASES,
@@ -1027,6 +1028,12 @@ class ClassEdit:
                 for _, v in init.local_values[n]:
                     if value_kind(v, self.ctx.qualify, init):
                         raise Unfixable(f"the value reads the local tensor `{n}`")
+                if changed_in_place(init, n, self.ctx.qualify) and self._may_be_tensor(
+                    name, init, 0
+                ):
+                    # julius's ``LowPassFilters``: ``filters.append(filter_)`` in a loop; kept
+                    # as ``self._filters`` its tensors stayed on meta, and the hook raised
+                    raise Unfixable(f"the value reads `{n}`, filled in place with tensors")
                 if n in tensor_receivers:
                     # kornia ``ExplicitSpacialEncoding``: ``emb = spatial_kernel_embedding(..)``,
                     # ``register_buffer("emb", emb.unsqueeze(0))``; kept as ``self._emb`` the
@@ -1149,8 +1156,10 @@ class ClassEdit:
             return self._may_be_tensor(v.body, method, depth) or self._may_be_tensor(
                 v.orelse, method, depth
             )
-        if isinstance(v, (cst.List, cst.Tuple, cst.ListComp, cst.Dict, cst.DictComp, cst.Set)):
-            return False  # a list of sizes (monai's ``self.window = [1 + 2 * r for r in ..]``)
+        if type(v) in CONTAINERS:
+            # a list of sizes (monai's ``self.window = [1 + 2 * r for r in ..]``) is none; a
+            # list of tensors (``[torch.zeros(n) for _ in ..]``) stays on meta as one does
+            return any(self._may_be_tensor(e, method, depth + 1) for e in _elements(v))
         for n in walk_code(v):
             if isinstance(n, cst.Call):
                 q = self.ctx.qualify(n.func) or ""
@@ -1166,9 +1175,8 @@ class ClassEdit:
                 if self.plain_tensor(n.attr.value, depth + 1):
                     return True
             if isinstance(n, cst.Name) and n is not getattr(v, "func", None):
-                for _, lv in method.local_values.get(n.value, ()):
-                    if lv is not v and self._may_be_tensor(lv, method, depth + 1):
-                        return True
+                if self._local_may_be_tensor(n.value, v, method, depth):
+                    return True
         return False
 
     def _builds_instance(self, call: cst.Call, q: str, name: str | None) -> bool:
@@ -1183,6 +1191,13 @@ class ClassEdit:
         spelled = dotted(call.func) or ""
         imported = spelled.split(".")[0] in facts.aliases.names
         return imported and _class_name(q or spelled)
+
+    def _local_may_be_tensor(self, n: str, v, method: MethodFacts, depth: int) -> bool:
+        """May local ``n`` of ``method``, read by ``v``, hold a tensor: a value it is given
+        may be one, or one put into it in place (``filters = []`` filled by
+        ``filters.append(filter_)``, julius's ``LowPassFilters``)?"""
+        values = [lv for _, lv in method.local_values.get(n, ()) if lv is not v]
+        return any(self._may_be_tensor(x, method, depth + 1) for x in [*values, *fills(method, n)])
 
     def _attr_for(self, name: str, index: int, private: bool = False) -> tuple[str, bool]:
         """An attribute that holds local ``name``: an existing ``self.x = name`` before the
@@ -1821,10 +1836,17 @@ def inline_locals(
         node, v = values[-1]
         if method is None and index is not None and _kept_on_self(edit, n, index):
             continue
-        tensor = value_kind(v, edit.ctx.qualify, init) is not None or (
-            # a list of numbers (``[1 for _ in range(n)]``, a shape) is kept on self as it is
-            not type(v) in (cst.List, cst.Tuple, cst.ListComp)
-            and any(type(x) is cst.Call for x in walk_code(v))
+        changed = changed_in_place(init, n, edit.ctx.qualify)
+        tensor = (
+            value_kind(v, edit.ctx.qualify, init) is not None
+            or (
+                # a list of numbers (``[1 for _ in range(n)]``, a shape) is kept on self as it is
+                not type(v) in (cst.List, cst.Tuple, cst.ListComp)
+                and any(type(x) is cst.Call for x in walk_code(v))
+            )
+            # a list filled later (``filters = []``, ``filters.append(f)``): it may hold
+            # tensors, which kept on self stay on meta (julius's ``LowPassFilters``)
+            or (changed and type(v) in CONTAINERS)
         )
         if not tensor and method is None:
             continue  # a number: stored on self by store_names
@@ -1845,13 +1867,9 @@ def inline_locals(
             edit.locate(node)  # a local computed inside a loop or `with` cannot be inlined
         elif (at := path_to(method.node.body, node)) is None or any(type(x) in NESTING for x in at):
             raise Unfixable(f"the local `{n}` is computed inside a loop, `with` or `try`")
-        if any(
-            n in binds(line, edit.ctx.qualify)
-            for line in walk_code(init.node)
-            if type(line) is cst.SimpleStatementLine and node not in line.body
-        ):
-            # ``coords[:, 0] += 1`` / ``coords.view(-1).add_(1)``: its value is not the
-            # expression that created it
+        if changed:
+            # ``coords[:, 0] += 1`` / ``coords.view(-1).add_(1)`` / ``kernels.append(k)``: its
+            # value is not the expression that created it
             raise Unfixable(f"the local `{n}` is changed in place")
         inlined = inline_locals(edit, v, depth + 1, method, index)
         replace[id(name)] = inlined if name is e else _paren(inlined)
@@ -1902,11 +1920,7 @@ def _kept_on_self(edit: ClassEdit, n: str, index: int) -> bool:
         if found is None or any(type(x) in NESTING for x in found[1]):
             return False
         last = max(last, found[0])
-    if any(
-        n in binds(line, edit.ctx.qualify)
-        for line in walk_code(init.node)
-        if type(line) is cst.SimpleStatementLine and not any(x in line.body for x in nodes)
-    ):
+    if changed_in_place(init, n, edit.ctx.qualify):
         return False
     for i, s in enumerate(edit.init_body[:index]):
         if i <= last or type(s) is not cst.SimpleStatementLine:
@@ -1931,10 +1945,62 @@ def _class_name(name: str) -> bool:
     return bool(last) and last[0].isupper() and any(c.islower() for c in last)
 
 
+#: literals of a Python container a later statement may fill (``filters = []``)
+CONTAINERS = (cst.List, cst.Tuple, cst.ListComp, cst.Dict, cst.DictComp, cst.Set, cst.SetComp)
+
+
+def changed_in_place(method: MethodFacts, n: str, qualify) -> bool:
+    """Does a statement of ``method`` other than the assignments of local ``n`` write it
+    (:func:`binds`: ``n[0] = ..``, ``n.add_(1)``, ``n.append(x)``)? Its value is then not
+    the expression that made it."""
+    nodes = [node for node, _ in method.local_values.get(n, ())]
+    return any(
+        n in binds(line, qualify)
+        for line in walk_code(method.node)
+        if type(line) is cst.SimpleStatementLine and not any(x in line.body for x in nodes)
+    )
+
+
+def _elements(v: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values a container literal holds (a comprehension: its element)."""
+    if type(v) in (cst.ListComp, cst.SetComp):
+        return [v.elt]
+    if type(v) is cst.DictComp:
+        return [v.value]
+    return [e.value for e in v.elements]
+
+
+def fills(method: MethodFacts, n: str) -> Iterator[cst.BaseExpression]:
+    """The values statements of ``method`` put into the container local ``n`` in place: what
+    ``n.append(x)`` / ``n.extend(xs)`` / ``n.insert(i, x)`` / ``n.update(..)`` pass, ``x``
+    of ``n[i] = x`` and of ``n += x``."""
+    for node in walk_code(method.node):
+        if type(node) is cst.Call:
+            f = node.func
+            if (
+                type(f) is cst.Attribute
+                and f.attr.value in CONTAINER_MUTATORS
+                and type(f.value) is cst.Name
+                and f.value.value == n
+            ):
+                yield from (a.value for a in node.args)
+        elif type(node) in (cst.Assign, cst.AugAssign):
+            aug = type(node) is cst.AugAssign
+            for t in [node.target] if aug else [t.target for t in node.targets]:
+                into = aug or type(t) is cst.Subscript  # ``n = x`` is no fill
+                while type(t) is cst.Subscript:
+                    t = t.value
+                if into and type(t) is cst.Name and t.value == n:
+                    yield node.value
+
+
 def binds(s: cst.CSTNode, qualify) -> set[str]:
-    """Local names a statement assigns or writes in place: the targets of ``x = ..`` and
-    ``x[0] += ..``, and the tensor :func:`inplace_write` says a call writes (``x.mul_(2)``,
-    ``zeros_(x)``, a view ``x.view(-1).zero_()``, ``torch.arange(n, out=x)``)."""
+    """Local names a statement assigns or writes in place: the targets of ``x = ..``,
+    ``x[0] += ..`` and ``del x[0]``, the tensor :func:`inplace_write` says a call writes
+    (``x.mul_(2)``, ``zeros_(x)``, a view ``x.view(-1).zero_()``, ``torch.arange(n, out=x)``),
+    and the list, dict or set a method changes in place (``kernels.append(kernel)``,
+    ``groups[0].extend(..)``; ``x.sort()`` as a statement): julius's ``ResampleFrac`` fills
+    ``kernels = []`` in a loop, and a hook that took ``[]`` for its value stacked nothing."""
 
     out: set[str] = set()
     for n in walk_code(s):
@@ -1943,7 +2009,16 @@ def binds(s: cst.CSTNode, qualify) -> set[str]:
             targets = [t.target for t in n.targets]
         elif type(n) in (cst.AugAssign, cst.AnnAssign):
             targets = [n.target]
+        elif type(n) is cst.Del:
+            targets = [n.target]
+        elif type(n) is cst.Expr and type(n.value) is cst.Call:
+            f = n.value.func
+            if type(f) is cst.Attribute and f.attr.value == "sort":
+                targets = [f.value]
         elif type(n) is cst.Call:
+            f = n.func
+            if type(f) is cst.Attribute and f.attr.value in CONTAINER_MUTATORS:
+                targets = [f.value]
             w = inplace_write(n, qualify)
             if w is not None and w.chain[0] != "self":
                 out.add(w.chain[0])

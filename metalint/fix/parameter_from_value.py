@@ -620,6 +620,19 @@ def helper_statement(edit: ClassEdit, node: cst.CSTNode, helper, why: str):
     return call_line, call_index, call_path, lines[-1], path
 
 
+def helper_conditional(edit: ClassEdit, helper, path, call_path, call_index: int) -> bool:
+    """Is the statement at the end of ``path`` (from the body of ``helper``, which ``__init__``
+    calls at top-level statement ``call_index`` by ``call_path``) run on some paths only:
+    inside an ``if`` of the method, after a ``return`` of it (julius's ``ResampleFrac.
+    _init_kernels()``: ``if self.old_sr == self.new_sr: return`` registers no ``kernel``), or
+    called so? A hook then sets what it makes only where it is there."""
+    return (
+        any(isinstance(n, cst.If) for n in path)
+        or edit.returns(helper.node.body)
+        or edit.conditional(call_path, call_index)
+    )
+
+
 def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -> Rewrite:
     """The parameter is created in a private method that only ``__init__`` calls, once, as a
     statement (esm1's ``_init_submodules_esm1()``, called in an ``else``:
@@ -660,10 +673,7 @@ def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -
     names = torch_spelling(ctx)
     empty, shape = empty_of(value, names[0])
     body = hook_body(value, f"self.{attr}", names, kept)
-    conditional = any(isinstance(n, cst.If) for n in path) or edit.conditional(
-        call_path, call_index
-    )
-    if guard or conditional:
+    if guard or helper_conditional(edit, helper, path, call_path, call_index):
         # made only on some paths (esm1b makes no `embed_out`; `embed_out_bias` may be None)
         body = guarded(f"self._parameters.get({attr!r}) is not None", body)
     edit.replace_in_method(helper.node, line, [line.deep_replace(data_arg.value, empty)])

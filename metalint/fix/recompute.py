@@ -268,11 +268,11 @@ def draws(node: cst.CSTNode, edit: ClassEdit, host_only: bool = False) -> bool:
     return False
 
 
-def _local_names(edit: ClassEdit):
+def _local_names(edit: ClassEdit, method=None):
     """``local(node)``: the names ``node`` reads that may be locals or arguments of
-    ``__init__`` (not ``self``, and not an imported module, a builtin or a class of the file
-    that ``__init__`` never assigns)."""
-    init = edit.init
+    ``__init__`` (of ``method``, where given) (not ``self``, and not an imported module, a
+    builtin or a class of the file that it never assigns)."""
+    init = edit.init if method is None else method
 
     def local(node: cst.CSTNode) -> set[str]:
         out = set()
@@ -428,16 +428,26 @@ def _reads_dummy(edit: ClassEdit) -> bool:
     )
 
 
+def _narrowed(edit: ClassEdit, local, s: cst.CSTNode, need: set[str], method):
+    """``s`` cut down to what computes the locals ``need`` (an ``if`` sliced, not in a
+    ``method``; a statement without its ``self`` targets), or None."""
+    if isinstance(s, cst.If):
+        return None if method else _Slice(edit, local)(s, need)
+    return _local_targets(s, edit)
+
+
 def preceding(
-    edit: ClassEdit, path: list[cst.CSTNode], index: int
+    edit: ClassEdit, path: list[cst.CSTNode], index: int, helper: bool = False
 ) -> list[tuple[int, cst.CSTNode]]:
     """The statements that ran before the statement at the end of ``path`` (a path from
     top-level statement ``index`` of ``__init__`` down to it), in order, each with the index
     of its top-level statement: the top-level statements before ``index``, then, in each block
     ``path`` enters, the statements before the one it goes on into (peft's ``OrthLayer``:
-    ``if orth:`` makes ``rows, cols = torch.triu_indices(size, size, 1)`` and registers both)."""
-    out = [(i, s) for i, s in enumerate(edit.init_body[:index])]
-    for k in range(1, len(path) - 1):
+    ``if orth:`` makes ``rows, cols = torch.triu_indices(size, size, 1)`` and registers both).
+    ``helper``: ``path`` goes down from the body of that method, which ``__init__`` calls at
+    top-level statement ``index``: the statements of it that ran before."""
+    out = [] if helper else [(i, s) for i, s in enumerate(edit.init_body[:index])]
+    for k in range(len(path) - 1):
         block, child = path[k], path[k + 1]
         if isinstance(block, cst.IndentedBlock):
             for s in block.body:
@@ -448,7 +458,14 @@ def preceding(
 
 
 def recompute_locals(
-    edit: ClassEdit, value, index: int, hook: str, why: str, before=None, also=frozenset()
+    edit: ClassEdit,
+    value,
+    index: int,
+    hook: str,
+    why: str,
+    before=None,
+    also=frozenset(),
+    method=None,
 ) -> list:
     """The statements of ``__init__`` that compute the locals ``value`` reads (swin's relative
     position index: ``relative_coords = ..``, ``relative_coords[:, :, 0] += ..``, an ``if``
@@ -457,11 +474,14 @@ def recompute_locals(
     anew is read back from ``self`` first. Raises :class:`Unfixable` (``why``) when a statement
     that changes one of those locals does more than compute locals. ``also``: other locals the
     copied statements compute too (those other buffers of the same block are registered
-    from)."""
+    from). ``method``: ``value`` and the statements ``before`` it are of that private method,
+    which ``__init__`` calls (julius's ``ResampleFrac._init_kernels()``: ``kernels = []``
+    filled in a loop); the copies may read none of its arguments."""
     if before is None:
         before = [(i, s) for i, s in enumerate(edit.init_body[:index])]
-    local = _local_names(edit)
-    imported = set().union(*(_binds(s, edit) for s in edit.init_body if _imports(s)))
+    local = _local_names(edit, method)
+    body = edit.init_body if method is None else method.node.body.body
+    imported = set().union(*(_binds(s, edit) for s in body if _imports(s)))
     need = _reads(value, edit, local, imported) | set(also)
     picked: list[int] = []
     copies: dict[int, cst.BaseStatement] = {}
@@ -475,15 +495,12 @@ def recompute_locals(
         # swin's ``if len(window_size) == 3:`` creates the bias table parameter and computes
         # the index's locals, regunet's computes the sizes of a layer and the bias it gets:
         # only the statements computing the locals needed are copied
-        if isinstance(s, cst.If):
-            sliced = _Slice(edit, local)(s, need)
-        else:
-            sliced = _local_targets(s, edit)
+        sliced = _narrowed(edit, local, s, need, method)
         if sliced is not None and local_only(sliced, edit):
             s = sliced
         elif not local_only(s, edit):
             top = before[i][0]
-            if top < len(edit.init_body) and s is edit.init_body[top]:
+            if not method and top < len(edit.init_body) and s is edit.init_body[top]:
                 if local_only(s, edit, random=True):
                     raise Drawn(why, top)
             raise Unfixable(why)
@@ -496,7 +513,12 @@ def recompute_locals(
     bound: set[str] = set()
     for i in picked:
         bound |= _binds(copies[i], edit) | _own(copies[i], edit)
-    out = _copies(edit, picked, copies, value, bound, before)
+    if method is None:
+        out = _copies(edit, picked, copies, value, bound, before)
+    else:
+        out = [copies[i].with_changes(leading_lines=()) for i in picked] + [value]
+        names = (set(method.arguments) | set(method.local_values)) - bound
+        _reads_only_own(edit, out, lambda c: _reads(c, edit, local, imported) & names, why, method)
     if hook in edit.cls.methods:
         body = edit.cls.methods[hook].node.body
         # the locals of the hook: ``self.atomic_numbers.copy_(..)`` binds no ``atomic_numbers``
@@ -516,6 +538,17 @@ def recompute_locals(
                 return out[done:]
             raise Unfixable(why)
     return out
+
+
+def _reads_only_own(edit: ClassEdit, code: list, free, why: str, method) -> None:
+    """Raise :class:`Unfixable` when the copies of the statements of ``method`` read a name of
+    it they do not compute (``free(c)``: an argument; a function of the module is still there
+    in the hook), or a plain attribute that may be a tensor."""
+    for c in code:
+        read = free(c)
+        if read:
+            raise Unfixable(f"{why}: the value reads `{min(read)}`, a name of `{method.name}()`")
+        edit.refuse_plain_reads(c)
 
 
 def _copies(
