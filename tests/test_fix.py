@@ -1084,6 +1084,8 @@ ALL_SAFE = (
     "disco_base_hook",
     "vit_sincos_unpacked",
     "value_then_branch_init",
+    "kernels_filled_in_helper",
+    "filter_list_locals",
 )
 
 
