@@ -1761,3 +1761,30 @@ def test_a_container_of_tensors_may_be_a_tensor(value, tensor):
     facts = collect(module, "m")
     edit = ClassEdit(RuleContext(facts, module, (), "m.py"), facts.classes[0])
     assert edit.plain_tensor("held") is tensor
+
+
+def test_a_number_argument_kept_on_self_never_becomes_a_buffer(tmp_path, monkeypatch):
+    """compressai's ``GaussianConditional(scale_table, scale_bound: float = 0.11)``: ML002's
+    fix keeps ``scale_bound`` on ``self`` for its hook; ``__init__`` replaces it by
+    ``self.scale_table[0]`` on one path, so ML007 then saw a plain attribute that may be a
+    tensor and registered it as a buffer: with the default (a float) ``register_buffer``
+    raised and eager construction broke. An argument the signature declares a number is
+    refused by ML007's fix."""
+    pytest.importorskip("torch")
+    (tmp_path / "cond.py").write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Conditional(nn.Module):\n"
+        "    def __init__(self, scale_table=None, scale_bound: float = 0.11):\n"
+        "        super().__init__()\n"
+        "        if scale_bound is None and scale_table:\n"
+        "            scale_bound = self.scale_table[0]\n"
+        '        self.register_buffer("scale_table", torch.tensor(scale_table or [1.0]))\n'
+        '        self.register_buffer("scale_bound", torch.tensor([float(scale_bound)]))\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    _fix(tmp_path, unsafe=True)
+    text = (tmp_path / "cond.py").read_text()
+    assert 'register_buffer("_scale_bound"' not in text, text
+    after = _import(tmp_path / "cond.py", "cond_after")
+    m = after.Conditional()
+    assert m.scale_bound.item() == pytest.approx(0.11)

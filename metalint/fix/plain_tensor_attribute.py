@@ -94,6 +94,30 @@ def _set_with_others(edit: ClassEdit, index: int, node: cst.CSTNode) -> bool:
     return len(set(sets)) > 1 and any(sets.count(t) > 1 for t in mine)
 
 
+_NUMBER_TYPES = frozenset({"int", "float", "bool", "Optional[int]", "Optional[float]"})
+
+
+def _number_argument(edit: ClassEdit, value: cst.BaseExpression) -> None:
+    """Raise :class:`Unfixable` when ``value`` is an argument of ``__init__`` that its signature
+    declares a number (compressai's ``GaussianConditional(scale_bound: float = 0.11)``, which
+    ``__init__`` replaces by a tensor element on one path, kept on ``self`` by an earlier fix):
+    ``register_buffer`` raises for a number, so eager construction would break."""
+    if type(value) is not cst.Name:
+        return
+    for p in (*edit.init.node.params.params, *edit.init.node.params.kwonly_params):
+        if p.name.value != value.value:
+            continue
+        ann = p.annotation
+        declared = ann is not None and render(ann.annotation).strip() in _NUMBER_TYPES
+        default = p.default
+        if type(default) is cst.UnaryOperation:
+            default = default.expression
+        if declared or type(default) in (cst.Integer, cst.Float):
+            raise Unfixable(
+                f"`{value.value}` is declared a number in the signature: a buffer would refuse it"
+            )
+
+
 def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     node = finding.node
@@ -122,6 +146,7 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if len(line.body) != 1:
         raise Unfixable("the assignment shares its line with other statements")
     _before_super(edit, index)
+    _number_argument(edit, node.value)
     why = refusal(ctx, cls, node, attr, node.value)
     if why:
         # a buffer no hook re-creates is uninitialised after ``to_empty()``: no better than a
