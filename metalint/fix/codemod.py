@@ -1740,12 +1740,20 @@ def small_statement(node: cst.CSTNode, path: list[cst.CSTNode]) -> cst.BaseSmall
 # -- legacy constructors ------------------------------------------------------------------------
 
 
+def init_param(init, name: str) -> cst.Param | None:
+    """The parameter ``name`` of ``__init__`` (positional or keyword-only), or None."""
+    params = (*init.node.params.params, *init.node.params.kwonly_params)
+    return next((p for p in params if p.name.value == name), None)
+
+
 def _int_param(name: str, init) -> bool:
     """Is ``name`` a parameter of ``__init__`` annotated ``int``?"""
-    for p in (*init.node.params.params, *init.node.params.kwonly_params):
-        if p.name.value == name and p.annotation is not None:
-            return render(p.annotation.annotation).strip() == "int"
-    return False
+    p = init_param(init, name)
+    return (
+        p is not None
+        and p.annotation is not None
+        and (render(p.annotation.annotation).strip() == "int")
+    )
 
 
 _SEQUENCES = (cst.List, cst.Tuple, cst.ListComp, cst.SimpleString, cst.FormattedString)

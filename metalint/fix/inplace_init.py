@@ -199,37 +199,43 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None, structure: bool = True
     return False
 
 
+def _own_writes(node: cst.CSTNode, ctx: RuleContext):
+    """The in-place writes of this module's own tensors in ``node``, in order (not ``set_``)."""
+    for n in walk_code(node):
+        w = _write(n, ctx) if isinstance(n, cst.Call) else None
+        if w is not None and _own(w.target) and w.own and w.kind != "storage":
+            yield w
+
+
+def _changes_values(w: Write) -> bool:
+    """Does the write compute the tensor's new values from its old ones (``mul_``, ``add_``,
+    ``clamp_``: a tensor method of no init kind, not ``copy_``)?"""
+    return w.kind is None and w.method and w.name != "copy_"
+
+
 def rescales(stmts, ctx: RuleContext, full: set[str] | None = None) -> str | None:
     """The first own tensor that a call of ``stmts`` (a node or a list, in order) changes from
-    its old values (``self.gain.data.mul_(0.5)``, ``add_``, ``clamp_``: a tensor method of no
-    init kind, not ``copy_``) before one of them sets all of it, and not in ``full`` (tensors a hook
-    sets already); None when there is none. A hook running such a statement alone would
-    change uninitialised memory."""
+    its old values (``self.gain.data.mul_(0.5)``: :func:`_changes_values`) before one of them
+    sets all of it, and not in ``full`` (tensors a hook sets already); None when there is
+    none. A hook running such a statement alone would change uninitialised memory."""
     full = set(full or ())
     for s in stmts if isinstance(stmts, list) else [stmts]:
-        for n in walk_code(s):
-            w = _write(n, ctx) if isinstance(n, cst.Call) else None
-            if w is None or not _own(w.target) or w.own is None:
-                continue
-            if w.kind is None and w.method and w.name != "copy_" and w.own not in full:
+        for w in _own_writes(s, ctx):
+            if _changes_values(w) and w.own not in full:
                 return w.own
-            if w.kind != "storage":
-                full.add(w.own)
+            full.add(w.own)
     return None
 
 
 def _set_by_hook(edit: ClassEdit, ctx: RuleContext) -> set[str]:
-    """The own tensors the class's ``reset_parameters()`` sets (as :func:`rescales` counts)."""
+    """The own tensors the class's ``reset_parameters()`` sets from no old values (an init of
+    a kind, or ``copy_``)."""
     method = edit.cls.methods.get(HOOK)
     if method is None:
         return set()
-    out: set[str] = set()
-    for n in walk_code(method.node.body):
-        w = _write(n, ctx) if isinstance(n, cst.Call) else None
-        if w is not None and _own(w.target) and w.own and w.kind != "storage":
-            if w.kind is not None or w.name == "copy_":
-                out.add(w.own)
-    return out
+    return {
+        w.own for w in _own_writes(method.node.body, ctx) if w.kind is not None or w.name == "copy_"
+    }
 
 
 def _refuse_rescaling(edit: ClassEdit, ctx: RuleContext, stmts) -> None:

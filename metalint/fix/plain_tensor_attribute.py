@@ -43,6 +43,7 @@ from metalint.fix.codemod import (
     Unfixable,
     _uses,
     binds,
+    init_param,
     names_in,
     render,
     stmt,
@@ -102,20 +103,15 @@ def _number_argument(edit: ClassEdit, value: cst.BaseExpression) -> None:
     declares a number (compressai's ``GaussianConditional(scale_bound: float = 0.11)``, which
     ``__init__`` replaces by a tensor element on one path, kept on ``self`` by an earlier fix):
     ``register_buffer`` raises for a number, so eager construction would break."""
-    if type(value) is not cst.Name:
+    p = init_param(edit.init, value.value) if type(value) is cst.Name else None
+    if p is None:
         return
-    for p in (*edit.init.node.params.params, *edit.init.node.params.kwonly_params):
-        if p.name.value != value.value:
-            continue
-        ann = p.annotation
-        declared = ann is not None and render(ann.annotation).strip() in _NUMBER_TYPES
-        default = p.default
-        if type(default) is cst.UnaryOperation:
-            default = default.expression
-        if declared or type(default) in (cst.Integer, cst.Float):
-            raise Unfixable(
-                f"`{value.value}` is declared a number in the signature: a buffer would refuse it"
-            )
+    declared = p.annotation is not None and render(p.annotation.annotation).strip() in _NUMBER_TYPES
+    default = p.default.expression if type(p.default) is cst.UnaryOperation else p.default
+    if declared or type(default) in (cst.Integer, cst.Float):
+        raise Unfixable(
+            f"`{value.value}` is declared a number in the signature: a buffer would refuse it"
+        )
 
 
 def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
