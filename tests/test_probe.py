@@ -183,6 +183,40 @@ def test_multihead_attention_is_a_true_finding():
     assert {"`in_proj_weight`", "`in_proj_bias`"} <= names
 
 
+def test_a_value_that_is_nan_eagerly_is_judged_against_another_poison():
+    """whisper's ``sinusoids(n_ctx, channels=2)`` divides by ``channels // 2 - 1 == 0``: the
+    eager buffer is all NaN, like the NaN poison. Re-created by the hook it passes; when
+    nothing re-creates it, it is still reported lost (the poison was then a finite value)."""
+    import torch
+    from torch import nn
+
+    from metalint.probe.build import probe
+
+    def table(n: int) -> torch.Tensor:
+        return torch.arange(n) / torch.zeros(n) * 0.0  # 0/0 and k/0 * 0: all NaN
+
+    class Kept(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("table", table(4), persistent=False)
+            self.reset_parameters()
+
+        def reset_parameters(self) -> None:
+            with torch.no_grad():
+                self.table.copy_(table(4))
+
+    class Lost(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("table", table(4), persistent=False)
+
+    assert torch.isnan(table(4)).all()
+    kept = probe(Kept, init="reset_parameters")
+    assert kept.status == "passed" and kept.findings == [], kept.findings
+    lost = probe(Lost, init="reset_parameters")
+    assert lost.status == "failed" and "table" in lost.findings[0].message, lost.findings
+
+
 def test_init_weights_missing_is_setup_error(layers):
     from metalint.probe.build import ProbeSetupError, probe
 

@@ -684,9 +684,24 @@ class ClassEdit:
             self._hook_call_added.add(hook)
         if not exists and hook == RESET_HOOK:
             self._root_calls_reset()
-        if random and not right_after and not self.rng_free_after(after_index):
+        # the hook's own draws ran after this value eagerly (enformer's ``Attention``:
+        # ``rel_pos_bias`` fixed on one pass, ``rel_content_bias`` made before it on the next):
+        # the new draw opens the hook, so the draws keep their order
+        opens = (
+            random
+            and exists
+            and all(c > after_index for c in calls)
+            and not rng_free(self.cls.methods[hook].node.body, self.ctx)
+        )
+        later = [
+            s
+            for j, s in enumerate(self.init_body[after_index + 1 :], after_index + 1)
+            if not (opens and j in calls)
+        ]
+        if random and not right_after and not all(rng_free(s, self.ctx) for s in later):
             self.unsafe.append(_drawn_later(hook, bool(calls)))
-        self.hook_append.setdefault(hook, []).extend(stmts)
+        into = self.hook_prepend if opens else self.hook_append
+        into.setdefault(hook, []).extend(stmts)
 
     def _early_hook_calls(self, hook: str, after_index: int, stmts, calls, call_at):
         """:meth:`early_returns` when ``hook`` can run on every path of an ``__init__`` that

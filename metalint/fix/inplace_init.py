@@ -910,10 +910,14 @@ def _guarded_run(stmts: list, kids: frozenset) -> cst.BaseStatement:
     return node.with_changes(body=node.body.with_changes(body=stmts))
 
 
-def _between(edit: ClassEdit, first: int, last: int, moved, runs) -> list:
+def _between(edit: ClassEdit, first: int, last: int, moved, runs, inits=None) -> list:
     """What runs after a moved init and before the new call: (statement, the children it may
-    touch: those a run later in its block initialises, created before it)."""
+    touch: those a run later in its block initialises, created before it, and those whose
+    every moved init comes after it (``inits``: child -> indices of the statements that
+    initialise it), as sine's ``self.concept_embedding = nn.Embedding(..)`` between the init
+    of ``item_embedding`` and its own: it runs before them eagerly and before the hook)."""
     body = edit.init_body
+    inits = inits or {}
     out: list[tuple[cst.CSTNode, frozenset]] = []
     for i in range(first, last + 1):
         if i in moved:
@@ -921,7 +925,8 @@ def _between(edit: ClassEdit, first: int, last: int, moved, runs) -> list:
         mine = [(r, k) for j, r, k in runs if j == i]
         if not mine:
             if i > first:
-                out.append((body[i], frozenset()))
+                later = frozenset(a for a, at in inits.items() if min(at) > i)
+                out.append((body[i], later))
             continue
         in_runs = {id(st) for r, _k in mine for st in r}
         kids = frozenset().union(*(k for _r, k in mine))
@@ -1080,18 +1085,17 @@ def _children(
     moved, runs, (opening, tail, called) = _joined(edit, moved, runs, keep)
     tops = sorted({*moved, *(i for i, _r, _k in runs)})
     first, last = tops[0], tops[-1]
-    attrs = {
-        a
-        for i in moved
-        for c in walk_code(body[i])
-        if isinstance(c, cst.Call) and _init_call(c, ctx, _any)
-        for a in [_attr_of(c, ctx)]
-        if a
-    }
-    for _i, run, kids in runs:
-        attrs |= kids
+    inits: dict[str, set[int]] = {}
+    for i in moved:
+        for c in walk_code(body[i]):
+            if isinstance(c, cst.Call) and _init_call(c, ctx, _any) and _attr_of(c, ctx):
+                inits.setdefault(_attr_of(c, ctx), set()).add(i)
+    for i, _run, kids in runs:
+        for a in kids:
+            inits.setdefault(a, set()).add(i)
+    attrs = set(inits)
     _locals_stay_bound(body, moved)
-    between = _between(edit, first, last, moved, runs)
+    between = _between(edit, first, last, moved, runs, inits)
     for s, exempt in between:
         for a in sorted(attrs - exempt):
             if _touches(s, a, False, edit.memo()):

@@ -589,6 +589,9 @@ def _poison_hit(t: torch.Tensor, st: compare.Stats, eager: compare.Stats | None)
     if st.numel == 0 or st.device == "meta":
         return False
     if t.is_floating_point() or t.is_complex():
+        value = compare.float_poison(t.dtype, eager)
+        if value == value:  # eager holds NaN: the poison was the largest finite value
+            return st.nonfinite == 0 and st.min == st.max == value
         return st.nan == st.numel
     if t.dtype == torch.bool:
         if eager is not None and eager.copy is not None and tuple(t.shape) == eager.shape:

@@ -129,13 +129,22 @@ def tensor_stats(t: torch.Tensor, *, keep_copy: bool = True) -> Stats:
     return st
 
 
+def float_poison(dtype: torch.dtype, eager: Stats | None) -> float:
+    """NaN, unless eager construction already holds NaN there (whisper's ``sinusoids(n_ctx,
+    2)`` divides by ``channels // 2 - 1 == 0``): then the dtype's largest finite value, so
+    that a tensor nothing re-initialises still differs from eager."""
+    if eager is not None and eager.nan and not dtype.is_complex:
+        return torch.finfo(dtype).max
+    return math.nan
+
+
 def poison_(t: torch.Tensor, eager: Stats | None) -> None:
     """Fill ``t`` so that a tensor that nothing re-initialises is certain to differ from eager."""
     with torch.no_grad():
         if t.numel() == 0 or t.device.type == "meta":
             return
         if _is_float(t):
-            t.fill_(math.nan)
+            t.fill_(float_poison(t.dtype, eager))
         elif t.dtype == torch.bool:
             if eager is not None and eager.copy is not None and tuple(t.shape) == eager.shape:
                 t.copy_(~eager.copy.to(torch.bool))
