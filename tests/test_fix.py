@@ -1788,3 +1788,23 @@ def test_a_number_argument_kept_on_self_never_becomes_a_buffer(tmp_path, monkeyp
     after = _import(tmp_path / "cond.py", "cond_after")
     m = after.Conditional()
     assert m.scale_bound.item() == pytest.approx(0.11)
+
+
+def test_a_local_given_a_tensor_attribute_is_not_kept(tmp_path, monkeypatch):
+    """The counterpart of fixtures/fix/config_given_numbers: a config given a tensor as an
+    attribute holds that tensor (on meta under a meta build): the fix refuses to keep it."""
+    (tmp_path / "m.py").write_text(
+        "from types import SimpleNamespace\n\nimport torch\nfrom torch import nn\n\n\n"
+        "def load_config():\n    return SimpleNamespace(hidden_size=16, std=0.02)\n\n\n"
+        "class QueryFormer(nn.Module):\n"
+        "    def __init__(self, n: int = 4):\n"
+        "        super().__init__()\n"
+        "        config = load_config()\n"
+        "        config.table = torch.ones(n)\n"
+        "        self.query = nn.Parameter(torch.zeros(1, n, config.hidden_size))\n"
+        "        self.query.data.normal_(mean=0.0, std=config.std)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path, write=True)
+    assert "filled in place with tensors" in out, out
+    assert "self.config = config" not in (tmp_path / "m.py").read_text()

@@ -25,7 +25,7 @@ from metalint.report import ERROR_CODE, TOO_COMPLEX_CODE, is_error
 from metalint.rules import all_rules
 from metalint.static.engine import FileResult, analyze_source
 from metalint.static.hierarchy import Hierarchy
-from metalint.vocabulary import HOOKLESS_BASES, RESET_HOOK
+from metalint.vocabulary import HOOKLESS_BASES, RESET_HOOK, ROOT_ENTRIES
 
 MAX_ROUNDS = 64
 #: CPU seconds the fix loop of one file may spend, as a multiple of the file time budget
@@ -190,6 +190,13 @@ class Fixer:
                 # fix makes, in the order ``__init__`` ran them)
                 d.fix is not None and d.fix.kept,
                 d.code == IN_PLACE_INIT and d.symbol in parent_safe and not _safe(d),
+                # the parent's init of its children (the root ``init_weights()``) waits for the
+                # class's own tensors' fixes (``reset_parameters()``): made after them, it
+                # calls that hook as timm's protocol needs (``own_hook_last``). enformer's
+                # ``Attention``: its new ``init_weights()``, called early in ``__init__``,
+                # never called the ``reset_parameters()`` made next round, and under the
+                # root's protocol ``rel_content_bias``/``rel_pos_bias`` were lost.
+                d.fix is not None and d.fix.hook == ROOT_ENTRIES[0],
                 d.sort_key,
             ),
         ):

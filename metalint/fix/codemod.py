@@ -1043,8 +1043,8 @@ class ClassEdit:
                 for _, v in init.local_values[n]:
                     if value_kind(v, self.ctx.qualify, init):
                         raise Unfixable(f"the value reads the local tensor `{n}`")
-                if changed_in_place(init, n, self.ctx.qualify) and self._may_be_tensor(
-                    name, init, 0
+                if changed_in_place(init, n, self.ctx.qualify) and self._filled_with_tensors(
+                    name, init
                 ):
                     # julius's ``LowPassFilters``: ``filters.append(filter_)`` in a loop; kept
                     # as ``self._filters`` its tensors stayed on meta, and the hook raised
@@ -1157,6 +1157,19 @@ class ClassEdit:
                 if a.value is not None and self._may_be_tensor(a.value, m, depth):
                     return True
         return False
+
+    def _filled_with_tensors(self, name: cst.Name, method: MethodFacts) -> bool:
+        """May local ``name``, changed in place by ``method``, hold tensors? What is put into
+        it (:func:`fills`, the values of ``name.attr = ..``) may be a tensor, or it may be one
+        itself, changed otherwise than by setting its attributes (``w.mul_(2)``).
+        torch-geometric's ``GITMol``: ``config = AutoConfig.from_pretrained(..)``, then
+        ``config.encoder_width = vision_graph_width``: a config given numbers."""
+        n = name.value
+        if any(self._may_be_tensor(x, method, 1) for x in [*fills(method, n), *set_on(method, n)]):
+            return True
+        return changed_in_place(
+            method, n, self.ctx.qualify, attributes=False
+        ) and self._may_be_tensor(name, method, 0)
 
     def _may_be_tensor(self, v: cst.BaseExpression, method: MethodFacts, depth: int) -> bool:
         if depth > 4 or is_tensor(v, self.ctx.qualify, method):
@@ -1972,13 +1985,13 @@ def _class_name(name: str) -> bool:
 CONTAINERS = (cst.List, cst.Tuple, cst.ListComp, cst.Dict, cst.DictComp, cst.Set, cst.SetComp)
 
 
-def changed_in_place(method: MethodFacts, n: str, qualify) -> bool:
+def changed_in_place(method: MethodFacts, n: str, qualify, attributes: bool = True) -> bool:
     """Does a statement of ``method`` other than the assignments of local ``n`` write it
-    (:func:`binds`: ``n[0] = ..``, ``n.add_(1)``, ``n.append(x)``)? Its value is then not
-    the expression that made it."""
+    (:func:`binds`: ``n[0] = ..``, ``n.add_(1)``, ``n.append(x)``; ``n.size = 3`` unless not
+    ``attributes``)? Its value is then not the expression that made it."""
     nodes = [node for node, _ in method.local_values.get(n, ())]
     return any(
-        n in binds(line, qualify)
+        n in binds(line, qualify, attributes)
         for line in walk_code(method.node)
         if type(line) is cst.SimpleStatementLine and not any(x in line.body for x in nodes)
     )
@@ -2017,7 +2030,16 @@ def fills(method: MethodFacts, n: str) -> Iterator[cst.BaseExpression]:
                     yield node.value
 
 
-def binds(s: cst.CSTNode, qualify) -> set[str]:
+def set_on(method: MethodFacts, n: str) -> Iterator[cst.BaseExpression]:
+    """The values statements of ``method`` set as attributes of local ``n`` (``n.size = x``)."""
+    for node in walk_code(method.node):
+        if type(node) is cst.Assign:
+            for t in node.targets:
+                if type(t.target) is cst.Attribute and dotted(t.target.value) == n:
+                    yield node.value
+
+
+def binds(s: cst.CSTNode, qualify, attributes: bool = True) -> set[str]:
     """Local names a statement assigns or writes in place: the targets of ``x = ..``,
     ``x[0] += ..`` and ``del x[0]``, the tensor :func:`inplace_write` says a call writes
     (``x.mul_(2)``, ``zeros_(x)``, a view ``x.view(-1).zero_()``, ``torch.arange(n, out=x)``),
@@ -2047,6 +2069,8 @@ def binds(s: cst.CSTNode, qualify) -> set[str]:
                 out.add(w.chain[0])
         for t in targets:
             for x in walk_code(t) if type(t) in (cst.Tuple, cst.List) else [t]:
+                if not attributes and type(x) is cst.Attribute:
+                    continue  # ``n.size = 3``: an attribute set, asked apart (:func:`set_on`)
                 while type(x) in (cst.Subscript, cst.Attribute):
                     x = x.value
                 if type(x) is cst.Name:

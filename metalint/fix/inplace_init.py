@@ -1062,6 +1062,20 @@ def _locals_stay_bound(body, moved: list[int]) -> None:
                 )
 
 
+def _init_indices(ctx: RuleContext, body, moved, runs) -> dict[str, set[int]]:
+    """Child -> the top-level statements of ``__init__`` that initialise its tensors in place
+    (a moved statement, or the ``if`` holding a run)."""
+    inits: dict[str, set[int]] = {}
+    for i in moved:
+        for c in walk_code(body[i]):
+            if isinstance(c, cst.Call) and _init_call(c, ctx, _any) and _attr_of(c, ctx):
+                inits.setdefault(_attr_of(c, ctx), set()).add(i)
+    for i, _run, kids in runs:
+        for a in kids:
+            inits.setdefault(a, set()).add(i)
+    return inits
+
+
 def _children(
     ctx: RuleContext, edit: ClassEdit, with_runs: bool = True, keep: int | None = None
 ) -> Rewrite:
@@ -1085,14 +1099,7 @@ def _children(
     moved, runs, (opening, tail, called) = _joined(edit, moved, runs, keep)
     tops = sorted({*moved, *(i for i, _r, _k in runs)})
     first, last = tops[0], tops[-1]
-    inits: dict[str, set[int]] = {}
-    for i in moved:
-        for c in walk_code(body[i]):
-            if isinstance(c, cst.Call) and _init_call(c, ctx, _any) and _attr_of(c, ctx):
-                inits.setdefault(_attr_of(c, ctx), set()).add(i)
-    for i, _run, kids in runs:
-        for a in kids:
-            inits.setdefault(a, set()).add(i)
+    inits = _init_indices(ctx, body, moved, runs)
     attrs = set(inits)
     _locals_stay_bound(body, moved)
     between = _between(edit, first, last, moved, runs, inits)

@@ -171,7 +171,8 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
     ``init_weights()``). Under timm's protocol a module with an ``init_weights()`` is
     initialised by it alone, so it ends calling ``reset_parameters()`` and ``__init__`` calls
     it where ``reset_parameters()`` was: the moved init then runs later, which keeps eager
-    values only when nothing in between draws random numbers, calls a method, reads a tensor
+    values only when nothing in between draws random numbers (when the moved init draws:
+    a ``zeros_`` may pass children that draw), calls a method, reads a tensor
     (``.weight``, ``.bias``, ``.data``) or writes what the moved code reads. Returns the call
     statement to replace (the caller puts the new call there and ``self.reset_parameters()``
     last in the hook), or None."""
@@ -186,6 +187,9 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
     reads: set[str] = set()
     for i in moved:
         reads |= _uses(body[i], memo)[1]
+    # an init that draws nothing (enformer ``Attention``'s ``zeros_(self.to_out.weight)``)
+    # may move past children that draw (``self.to_rel_k = nn.Linear(..)``)
+    draws = not all(rng_free(body[i], edit.ctx) for i in moved)
     for i in range(last + 1, calls[0]):
         if i in moved:
             continue
@@ -193,7 +197,7 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
         written, _read, methods = _uses(s, memo)
         if (
             not isinstance(s, cst.SimpleStatementLine)
-            or not rng_free(s, edit.ctx)
+            or (draws and not rng_free(s, edit.ctx))
             or methods
             or written & reads
             or any(
