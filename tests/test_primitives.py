@@ -27,7 +27,11 @@ def _write(expr: str):
         ("init.constant_(self.w, 1.0)", ("self", "w"), "ones", "constant_", "self.w"),
         ("self.w.data.fill_(0.5)", ("self", "w", "data"), "const", "fill_", "self.w.data"),
         ("self.w.normal_(std=0.02)", ("self", "w"), "random", "normal_", "self.w"),
-        ("torch.nn.init.normal_(self.w[0])", ("self", "w", "[]"), "random", "normal_", None),
+        # basic indexing (an integer, a slice) is a view: the write lands in the tensor
+        ("torch.nn.init.normal_(self.w[0])", ("self", "w"), "random", "normal_", "self.w"),
+        ("nn.init.normal_(self.w[d * 2 :], std=s)", ("self", "w"), "random", "normal_", "self.w"),
+        # an index that may be a tensor copies: the write lands in no tensor of the module
+        ("torch.nn.init.normal_(self.w[idx])", ("self", "w", "[]"), "random", "normal_", None),
         # a project's own function ending in one underscore mutates its first argument
         ("my_helper_(self.w)", ("self", "w"), None, "my_helper_", "self.w"),
         # set_ swaps the storage: a write of the tensor, not an initialisation of its values

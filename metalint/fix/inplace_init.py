@@ -195,8 +195,20 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None, structure: bool = True
             for i in s.items
         )
         body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
-        return items_ok and bool(body) and all(init_only(b, ctx, own) for b in body)
+        inits = [b for b in body if not _assertion(b)]
+        # gluonts ``WaveNet``: ``with torch.no_grad(): assert self.conv_project.bias is not
+        # None`` before the init: an assertion moves with it
+        return items_ok and bool(inits) and all(init_only(b, ctx, own) for b in inits)
     return False
+
+
+def _assertion(s: cst.CSTNode) -> bool:
+    """``assert <test>`` alone on its line."""
+    return (
+        isinstance(s, cst.SimpleStatementLine)
+        and len(s.body) == 1
+        and isinstance(s.body[0], cst.Assert)
+    )
 
 
 def _own_writes(node: cst.CSTNode, ctx: RuleContext):
@@ -1062,6 +1074,37 @@ def _locals_stay_bound(body, moved: list[int]) -> None:
                 )
 
 
+def _take_units(edit: ClassEdit, units, called: int | None, inits: dict[str, set[int]]):
+    """The hook's statements from ``units`` (top-level index, its guarded run or None: the
+    statement itself): (those that ran before an existing call of the hook, which open it;
+    the rest). Statements after an early return of ``__init__`` init children made on some
+    paths only (bs-roformer's ``AdaLN``: ``if not exists(time_cond_dim): return``, then
+    ``to_gamma_beta_gate`` is made and initialised): the hook guards them by those children
+    being there, as it does a run inside an ``if`` (:func:`_guarded_run`)."""
+    body = edit.init_body
+    stmts: list = []
+    before: list = []  # what ran before an existing call: it opens the hook
+    late: list = []  # after an early return: guarded together
+    kids: set[str] = set()
+    for i, guarded_run in units:
+        into = before if called is not None and i < called else stmts
+        if guarded_run is not None:
+            into.append(guarded_run)
+            continue
+        try:
+            taken = take(edit, body, [i], private=True)
+        except Unfixable as exc:
+            taken = _recomputed(edit, i, str(exc))
+        if into is stmts and edit.after_return(i):
+            late.extend(taken)
+            kids |= {a for a, at in inits.items() if i in at}
+            continue
+        into.extend(taken)
+    if late:
+        stmts.append(_guarded_run(late, frozenset(kids)))
+    return before, stmts
+
+
 def _init_indices(ctx: RuleContext, body, moved, runs) -> dict[str, set[int]]:
     """Child -> the top-level statements of ``__init__`` that initialise its tensors in place
     (a moved statement, or the ``if`` holding a run)."""
@@ -1118,17 +1161,7 @@ def _children(
         for j, run, kids in runs:
             if j == i:
                 units.append((i, _guarded_run(take(edit, run, range(len(run)), True, i), kids)))
-    stmts = []
-    before = []  # what ran before an existing call: it opens the hook
-    for i, guarded_run in units:
-        into = before if called is not None and i < called else stmts
-        if guarded_run is not None:
-            into.append(guarded_run)
-            continue
-        try:
-            into.extend(take(edit, body, [i], private=True))
-        except Unfixable as exc:
-            into.extend(_recomputed(edit, i, str(exc)))
+    before, stmts = _take_units(edit, units, called, inits)
     stmts.extend(_place_call(edit, last, last in moved, tail, called))
     if before:
         edit.hook_prepend[ROOT_HOOK] = before

@@ -73,6 +73,7 @@ from metalint.fix.recompute import Drawn, drawn_tail, preceding, recompute_local
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
+from metalint.static.tensors import same_tensor
 from metalint.vocabulary import (
     CHAINED_INITS,
     EMPTY_FACTORIES,
@@ -296,12 +297,20 @@ def _parameter(
     guard = None
     if getattr(holder, "value", None) is not pcall:
         inner = path_between(holder, pcall)
+        # ``nn.Parameter(grid).requires_grad_(False)``: the same parameter (:func:`same_tensor`)
+        wrappers: set[int] = set()
+        for n in inner or ():
+            if isinstance(n, cst.Call) and n is not pcall and same_tensor(n) is pcall:
+                wrappers |= {id(n), id(n.func)}
         if inner is None or not all(
-            isinstance(n, (cst.IfExp, cst.Arg, cst.Assign, cst.AnnAssign)) or n is pcall
+            isinstance(n, (cst.IfExp, cst.Arg, cst.Assign, cst.AnnAssign))
+            or n is pcall
+            or id(n) in wrappers
             for n in inner
         ):
             raise Unfixable("the parameter is built inside a larger expression")
-        guard = f"self.{attr} is not None"
+        if any(isinstance(n, cst.IfExp) for n in inner):
+            guard = f"self.{attr} is not None"
         if not all(_none_otherwise(n, pcall) for n in inner if isinstance(n, cst.IfExp)):
             # ``nn.Parameter(torch.ones(d)) if mult_bias else 1.`` (x-transformers' GLU): the
             # attribute is a number when it is no parameter

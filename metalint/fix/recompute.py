@@ -85,6 +85,22 @@ def _writes_seen(s: cst.CSTNode) -> bool:
     return False
 
 
+def _loop_of_seen_writes(s: cst.CSTNode, need: set[str]) -> bool:
+    """A ``for`` loop over names none of ``need`` (the loop's names stay bound after it), of
+    statements whose writes :func:`binds` sees (nequip's ``ChemicalSpeciesToAtomTypeMapper``:
+    ``for chem_symbol, atom_type_name in ...: if ... not in type_name_to_index: raise``, a
+    check that reads the table's locals and binds none of them)."""
+    targets = loop_targets(s) if isinstance(s, cst.For) else None
+    body = s.body.body if targets is not None and isinstance(s.body, cst.IndentedBlock) else ()
+    return (
+        bool(body)
+        and s.orelse is None
+        and s.asynchronous is None
+        and not targets & need
+        and all(_writes_seen(b) for b in body)
+    )
+
+
 def local_only(s: cst.CSTNode, edit: ClassEdit, random: bool = False) -> bool:
     """A statement (or an ``if`` or a ``for`` loop over one name, of them) that only computes
     locals: no ``self`` written, no method of ``self`` called, no random draw (``random``:
@@ -489,7 +505,11 @@ def recompute_locals(
         s = before[i][1]
         hit = _binds(s, edit) & need
         if not hit:
-            if need & {n.value for n in names_in(s)} and not _writes_seen(s):
+            if (
+                need & {n.value for n in names_in(s)}
+                and not _writes_seen(s)
+                and not _loop_of_seen_writes(s, need)
+            ):
                 raise Unfixable(why)
             continue
         # swin's ``if len(window_size) == 3:`` creates the bias table parameter and computes

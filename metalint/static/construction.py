@@ -20,7 +20,7 @@ from metalint.static.syntax import (
     string_value,
     walk_code,
 )
-from metalint.static.tensors import const_kind, local_value, parameter_value
+from metalint.static.tensors import const_kind, local_value, parameter_value, same_tensor
 from metalint.vocabulary import (
     BUFFER_CLASSES,
     CONVERSION_METHODS,
@@ -73,7 +73,7 @@ def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Regist
             if a.target.count(".") != 1 or a.augmented or not type(a.value) is cst.Call:
                 continue
             attr = a.target.split(".")[1]
-            q = qualify(a.value.func)
+            q = qualify(same_tensor(a.value).func)
             if q in PARAMETER_CLASSES:
                 yield Registration(
                     attr, "parameter", a.node, parameter_value(a.value, qualify), method

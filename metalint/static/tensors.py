@@ -98,8 +98,24 @@ def value_kind(
     return None
 
 
+def same_tensor(call: cst.Call) -> cst.Call:
+    """The call that made the tensor ``call`` returns: ``nn.Parameter(grid)`` for
+    ``nn.Parameter(grid).requires_grad_(False)`` (pytorch-forecasting's KAN layer), which
+    changes a flag in place and returns the same tensor."""
+    while (
+        type(call.func) is cst.Attribute
+        and call.func.attr.value == "requires_grad_"
+        and type(call.func.value) is cst.Call
+    ):
+        call = call.func.value
+    return call
+
+
 def parameter_value(expr: cst.BaseExpression | None, qualify) -> cst.BaseExpression | None:
-    """The data argument of ``nn.Parameter(data, ...)``, or None if ``expr`` is not one."""
+    """The data argument of ``nn.Parameter(data, ...)`` (also with ``.requires_grad_(..)``
+    after it: :func:`same_tensor`), or None if ``expr`` is not one."""
+    if type(expr) is cst.Call:
+        expr = same_tensor(expr)
     if type(expr) is cst.Call and qualify(expr.func) in PARAMETER_CLASSES:
         for arg in expr.args:
             if arg.keyword is None or arg.keyword.value == "data":
@@ -202,15 +218,26 @@ def inplace_write(call: cst.Call, qualify) -> Write | None:
 
 def _written_chain(expr: cst.BaseExpression) -> list[str] | None:
     """The chain a write of ``expr`` lands in: ``self.att`` for ``self.att.view(2, h, d)`` (a
-    view shares the storage); None when ``expr`` is not a chain or a view of one."""
+    view shares the storage) and for ``self.att[dim * 2 :]`` (basic slicing is a view too;
+    an index that may be a tensor copies, and its write would land nowhere); None when
+    ``expr`` is not a chain or a view of one."""
     while (
         type(expr) is cst.Call
         and type(expr.func) is cst.Attribute
         and expr.func.attr.value in VIEW_METHODS
-    ):
-        expr = expr.func.value
+    ) or (type(expr) is cst.Subscript and all(map(_basic_index, expr.slice))):
+        expr = expr.func.value if type(expr) is cst.Call else expr.value
     named = _getattr_chain(expr)
     return named if named is not None else chain(expr)
+
+
+def _basic_index(e: cst.SubscriptElement) -> bool:
+    """A slice (``a:b``), an integer literal, ``...`` or ``None``: indexing that gives a view."""
+    s = e.slice
+    if type(s) is cst.Slice:
+        return True
+    v = s.value
+    return type(v) in (cst.Integer, cst.Ellipsis) or (type(v) is cst.Name and v.value == "None")
 
 
 def _getattr_chain(expr: cst.BaseExpression) -> list[str] | None:
