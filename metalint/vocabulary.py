@@ -738,6 +738,8 @@ RNG_FREE_TORCH = frozenset(
         "torch.nn.init.constant_",
         "torch.nn.init.ones_",
         "torch.nn.init.zeros_",
+        "torch.nn.init.eye_",
+        "torch.nn.init.dirac_",
     }
 )
 RNG_FREE_BUILTINS = frozenset(

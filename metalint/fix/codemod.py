@@ -384,8 +384,9 @@ def _bare_self_call(s: cst.CSTNode) -> str | None:
     return None
 
 
-def rng_free(node: cst.CSTNode, ctx: RuleContext) -> bool:
-    """Does this statement certainly draw no random numbers? (conservative)"""
+def rng_free(node: cst.CSTNode, ctx: RuleContext, _seen: frozenset = frozenset()) -> bool:
+    """Does this statement certainly draw no random numbers? (conservative) A function of the
+    file counts by its body (lucidrains' ``exists(v)``: ``return v is not None``)."""
     for n in walk_code(node):
         if not isinstance(n, cst.Call):
             continue
@@ -396,8 +397,72 @@ def rng_free(node: cst.CSTNode, ctx: RuleContext) -> bool:
         f = n.func
         if q is None and isinstance(f, cst.Attribute) and f.attr.value in DETERMINISTIC_METHODS:
             continue
+        if q is None and isinstance(f, cst.Name) and f.value not in _seen and len(_seen) < 4:
+            fn = file_functions(ctx.module).get(f.value)
+            if fn is not None and _read(fn) and rng_free(fn.body, ctx, _seen | {f.value}):
+                continue
         return False
     return True
+
+
+def _read(fn: cst.FunctionDef) -> bool:
+    """Is the function's body there to read? One left out of the parse
+    (:mod:`metalint.static.elide`) is a single string literal."""
+    body = fn.body.body if isinstance(fn.body, cst.IndentedBlock) else ()
+    return not (
+        len(body) == 1
+        and isinstance(body[0], cst.SimpleStatementLine)
+        and len(body[0].body) == 1
+        and isinstance(body[0].body[0], cst.Expr)
+        and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    ) and bool(body)
+
+
+_FILE_FUNCTIONS: dict[int, tuple[cst.Module, dict[str, cst.FunctionDef]]] = {}
+
+
+def file_functions(module: cst.Module | None) -> dict[str, cst.FunctionDef]:
+    """The functions a file defines at its top level, by name (a name bound once)."""
+    if module is None:
+        return {}
+    hit = _FILE_FUNCTIONS.get(id(module))
+    if hit is not None and hit[0] is module:
+        return hit[1]
+    seen: dict[str, int] = {}
+    found: dict[str, cst.FunctionDef] = {}
+    for s in module.body:
+        for name in _top_names(s):
+            seen[name] = seen.get(name, 0) + 1
+        if isinstance(s, cst.FunctionDef):
+            found[s.name.value] = s
+    out = {k: v for k, v in found.items() if seen.get(k) == 1}
+    if len(_FILE_FUNCTIONS) > 16:
+        _FILE_FUNCTIONS.clear()
+    _FILE_FUNCTIONS[id(module)] = (module, out)
+    return out
+
+
+def _top_names(s: cst.CSTNode) -> list[str]:
+    """Names a top-level statement binds: a ``def``/``class`` name, assignment targets, imports
+    (an ``if``/``try`` at the top level: its names too)."""
+    if isinstance(s, (cst.FunctionDef, cst.ClassDef)):
+        return [s.name.value]
+    out: list[str] = []
+    for n in walk_code(s):
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef)):
+            out.append(n.name.value)
+        elif isinstance(n, cst.AssignTarget) and isinstance(n.target, cst.Name):
+            out.append(n.target.value)
+        elif isinstance(n, (cst.Import, cst.ImportFrom)) and not isinstance(
+            n.names, cst.ImportStar
+        ):
+            for a in n.names:
+                bound = a.asname.name if a.asname is not None else a.name
+                while isinstance(bound, cst.Attribute):
+                    bound = bound.value
+                if isinstance(bound, cst.Name):
+                    out.append(bound.value)
+    return out
 
 
 # -- the class being edited ----------------------------------------------------------------------

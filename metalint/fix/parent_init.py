@@ -46,7 +46,7 @@ from metalint.fix.codemod import (
 from metalint.fix.recompute import draws, local_only
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
-from metalint.vocabulary import RESET_HOOK, ROOT_ENTRIES
+from metalint.vocabulary import REGISTER_METHODS, RESET_HOOK, ROOT_ENTRIES
 
 CODE = "ML010"
 HOOK = ROOT_ENTRIES[0]
@@ -172,7 +172,8 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
     initialised by it alone, so it ends calling ``reset_parameters()`` and ``__init__`` calls
     it where ``reset_parameters()`` was: the moved init then runs later, which keeps eager
     values only when nothing in between draws random numbers (when the moved init draws:
-    a ``zeros_`` may pass children that draw), calls a method, reads a tensor
+    a ``zeros_`` may pass children that draw), calls a method (other than one registering a
+    tensor or a child aside), loops (:func:`_straight`), reads a tensor
     (``.weight``, ``.bias``, ``.data``) or writes what the moved code reads. Returns the call
     statement to replace (the caller puts the new call there and ``self.reset_parameters()``
     last in the hook), or None."""
@@ -196,9 +197,9 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
         s = body[i]
         written, _read, methods = _uses(s, memo)
         if (
-            not isinstance(s, cst.SimpleStatementLine)
+            not _straight(s)
             or (draws and not rng_free(s, edit.ctx))
-            or methods
+            or methods - ASIDE
             or written & reads
             or any(
                 isinstance(n, cst.Attribute) and n.attr.value in ("weight", "bias", "data")
@@ -208,6 +209,31 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
             return None
     edit._hook_call_added.add(HOOK)
     return body[calls[0]]
+
+
+#: methods of ``self`` that register a tensor or a child aside: no child's tensor changes
+ASIDE = frozenset({*REGISTER_METHODS, "add_module", "register_module"})
+
+
+def _straight(s: cst.CSTNode) -> bool:
+    """A statement whose code runs at most once, in order: a simple statement, or an ``if``,
+    ``try`` or ``with`` of such statements (x-transformers' ``Attend``: ``if
+    softclamp_logits: assert not flash; self.softclamp_value = ...``); no loop, no nested
+    function or class."""
+    if isinstance(s, cst.SimpleStatementLine):
+        return True
+    if isinstance(s, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)):
+        return False
+    if isinstance(s, (cst.If, cst.Else, cst.Try, cst.With, cst.ExceptHandler, cst.Finally)):
+        inner = [
+            c
+            for c in walk_code(s)
+            if c is not s and isinstance(c, (cst.BaseStatement, cst.ExceptHandler, cst.Finally))
+        ]
+        return all(
+            not isinstance(c, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)) for c in inner
+        )
+    return False
 
 
 def called_once(edit: ClassEdit, method, arguments: bool = False) -> int:
