@@ -90,7 +90,9 @@ class BufferFromValue(Rule):
     method called, no random draw; an `if` of such statements and `if ...: raise` checks
     count), also for a local changed in place after it is created (`coords[:, 0] += 1`,
     `table.view(-1).add_(k)`, a `for i, z in enumerate(numbers)` loop writing it, a `try` whose
-    handlers only raise again); of an `if` that also does more (creates the relative position
+    handlers only raise again; a loop before it that only checks, binding nothing those
+    statements need, is passed over: nequip's atomic-number lookup table); of an `if` that
+    also does more (creates the relative position
     bias table), only the statements computing the needed locals are copied. A buffer
     registered inside an `if` block from locals that block computes (peft's `OrthLayer`: `if
     orth:` computes `rows, cols = torch.triu_indices(size, size, 1)` and registers both) gets

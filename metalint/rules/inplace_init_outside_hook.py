@@ -434,6 +434,20 @@ class InplaceInitOutsideHook(Rule):
     fixable when code left between them and the call draws random numbers, calls a method
     (HieraDet's head rescale after `self.fix_init_weight()`), reads a tensor or touches the
     moved tensors (merge by hand).
+
+    Children's inits and the class's own hook: the root `init_weights()` is made after the
+    fixes of the class's own tensors (their `reset_parameters()`), and ends by calling it;
+    `__init__` then calls `init_weights()` where it called `reset_parameters()` (enformer's
+    `Attention`: `zeros_` of `to_out`, then `rel_content_bias`/`rel_pos_bias` drawn later). Safe
+    when the code the moved inits now pass draws nothing (or the moved inits draw nothing: a
+    `zeros_` or `dirac_` may pass children that draw), calls no method other than registering a
+    tensor or child, runs no loop and reads no tensor. Children made after an early return of
+    `__init__` (bs-roformer's `AdaLN`: `if not exists(time_cond_dim): return`) have their inits
+    guarded in the hook by the children being there, so the protocol can call it on every module.
+    A child created between the moved inits, before its own init (`self.concept_embedding =
+    nn.Embedding(..)` between the item table's init and its own), is not "used between" them;
+    an `assert` inside the `with torch.no_grad():` block moves with the init; a write of a slice
+    (`normal_(self.proj.weight[2 * dim :])`) is an init of that weight, in order with the others.
     """
 
     code = "ML003"

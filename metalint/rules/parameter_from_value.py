@@ -116,6 +116,11 @@ class ParameterFromValue(Rule):
     as the first statement of it, as every fix's new hook does: under timm's protocol a module
     with an `init_weights()` is initialised by it alone, and the moved value must come back
     there too (eager construction never runs it: safe).
+    A random value made before others that an existing `reset_parameters()` already draws
+    (enformer's `rel_content_bias`, made one line before `rel_pos_bias`, fixed a round earlier)
+    opens that hook, so the draws keep the order `__init__` made them in (safe). A parameter
+    frozen where it is made (`nn.Parameter(grid).requires_grad_(False)`, pytorch-forecasting's
+    KAN layer) is that parameter: reported and fixed as any other.
     """
 
     code = "ML001"
