@@ -756,6 +756,27 @@ def _initialised_by(ctx: RuleContext, edit: ClassEdit, j: int, attr: str):
     return method
 
 
+def _sprawls(full: cst.BaseExpression, data: cst.BaseExpression) -> bool:
+    """Is ``full`` (``data`` with its locals inlined) too long to read as one expression?"""
+    n = len(render(full))
+    return n > 160 and n > 4 * len(render(data))
+
+
+def _may_be_none(node: cst.CSTNode) -> bool:
+    """Does ``node`` mention ``None`` other than as an index (``x[:, None]``, a new axis:
+    neuralforecast's N-BEATS bases, ``np.arange(n)[:, None] / m``)?"""
+    axes = {
+        id(e.slice.value)
+        for n in walk_code(node)
+        if isinstance(n, cst.Subscript)
+        for e in n.slice
+        if isinstance(e.slice, cst.Index)
+    }
+    return any(
+        isinstance(n, cst.Name) and n.value == "None" and id(n) not in axes for n in walk_code(node)
+    )
+
+
 def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     """No shape can be derived (``torch.tensor(spatial_sigma[0])``, a local computed from
     factories, ``torch.arange(n).float()``): the creation stays as it is (on meta it costs
@@ -783,8 +804,21 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
         if any(isinstance(n, cst.If) for n in path):
             raise
         full = data
+    else:
+        if _sprawls(full, data) and not any(isinstance(n, cst.If) for n in path):
+            # the locals written out in one expression, some twice (N-BEATS' ``grid`` in
+            # both its cosine and its sine): the statements computing them are copied, as a
+            # maintainer would write the hook
+            try:
+                prelude = recompute_locals(
+                    edit, data, index, hook, why, preceding(edit, path, index)
+                )
+            except Unfixable:
+                prelude = []
+            else:
+                full = data
     code = [full, *prelude]
-    if any(isinstance(n, cst.Name) and n.value == "None" for c in code for n in walk_code(c)):
+    if any(_may_be_none(c) for c in code):
         raise Unfixable(why)
     for a in sorted(set().union(*(_uses(c)[1] for c in code))):
         if edit.used_after(a, index, writes_only=True):
