@@ -25,7 +25,7 @@ from metalint.static.model import ClassFacts, MethodFacts, builds_module, constr
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import code_children, node_text, walk_code
-from metalint.static.tensors import inplace_write, value_kind
+from metalint.static.tensors import every_parameter_written, inplace_write, value_kind
 from metalint.vocabulary import (
     BUFFER_CLASSES,
     BUFFER_HOOK,
@@ -631,6 +631,9 @@ class ClassEdit:
             hit = _touches(s, attr, writes_only, memo)
             if hit:
                 return f"`self.{attr}` is {hit} later in `__init__` (line order matters)"
+            loop = every_parameter_written(s, self.ctx.qualify)
+            if loop:
+                return f"every parameter is written later in `__init__`, by `{loop}` (line order matters)"
             methods |= _uses(s, memo)[2]
         for name in sorted(methods):
             for m in self.cls.reachable(name):

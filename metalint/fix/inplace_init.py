@@ -379,6 +379,19 @@ def _holding_method(cls, node: cst.CSTNode):
     )
 
 
+def _parameter_loop(ctx: RuleContext, edit: ClassEdit, loop: cst.For, index: int) -> Rewrite:
+    """``for param in self.parameters(): nn.init.xavier_uniform_(param)`` in a class with no
+    child modules (the rule reports it only there): the loop moves into `reset_parameters()`,
+    called where it stood, so eager construction runs the same code at the same point (safe);
+    the protocol then replays it. Not fixed inside a block, or when the loop reads a local."""
+    body = edit.init_body
+    if index < 0 or body[index] is not loop:
+        raise Unfixable("the loop is not a top-level statement of `__init__`")
+    moved = take(edit, body, [index])
+    edit.use_hook(HOOK, index, moved, random=not rng_free(loop, ctx), call_at=loop)
+    return edit.rewrite("Move the loop that initialises every parameter into `reset_parameters()`")
+
+
 def _not_in_init(cls, node: cst.CSTNode) -> str:
     """Why an init outside ``__init__`` is not moved, naming the method that holds it: in a
     public builder (fairseq's ``build_output_projection()``, which esm's inverse-folding decoder
@@ -563,6 +576,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     body = edit.init_body
     index = edit.top_index_of(finding.node)
+    if isinstance(finding.node, cst.For):
+        return _parameter_loop(ctx, edit, finding.node, index)
     if index < 0:
         method = initialising_method(cls, finding.node, ctx)
         if method is None:

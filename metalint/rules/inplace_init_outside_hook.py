@@ -6,12 +6,20 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.static.construction import tensor_registrations
 from metalint.static.defaults import applied_function, is_self_apply, unwrap_partial
 from metalint.static.model import CallSite, ClassFacts, construction
 from metalint.static.names import dotted
+from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import number, short, string_value
-from metalint.static.tensors import init_law, initialised_target, inplace_kind, law_text
+from metalint.static.tensors import (
+    every_parameter_written,
+    init_law,
+    initialised_target,
+    inplace_kind,
+    law_text,
+)
 from metalint.vocabulary import (
     BATCH_NORM_BASES,
     BATCH_NORMS,
@@ -596,6 +604,19 @@ class Model(nn.Module):
 """,
     ]
     INVALID = [
+        # a loop over every parameter of a module with no child modules (titans-pytorch)
+        """
+import torch
+from torch import nn
+
+class MemoryMLP(nn.Module):
+    def __init__(self, dim, depth=2):
+        super().__init__()
+        self.weights = nn.ParameterList([nn.Parameter(torch.empty(dim, dim)) for _ in range(depth)])
+        self.final_proj = nn.Parameter(torch.empty(dim, dim))
+        for param in self.parameters():  # ERROR
+            nn.init.xavier_uniform_(param)
+""",
         # a subclass built with bn_weight_init=0 forwards it to the class that sets it
         """
 import torch
@@ -825,3 +846,37 @@ class Model(nn.Module):
                     subject=(name,),
                     unless_same_law=law,
                 )
+        yield from self._parameter_loops(cls, methods)
+
+    def _parameter_loops(self, cls: ClassFacts, methods) -> Iterable[Finding]:
+        """``for param in self.parameters(): nn.init.xavier_uniform_(param)`` in a class with
+        no child modules (titans-pytorch's memory MLPs: a `ParameterList` and a projection):
+        every parameter initialised in place by the parent's loop. With children it is ML010's
+        (the parent's init of its children's tensors)."""
+        loops = [
+            (node, method, head)
+            for method in methods
+            for node, _targets, _it in method.loops
+            if isinstance(node, cst.For)
+            and (head := every_parameter_written(node, self.qualify)) is not None
+            and node.iter is not None
+            and (dotted(node.iter.func) or "").startswith("self.")
+        ]
+        if not loops or module_children(cls, self.qualify):
+            return
+        own = tuple(
+            sorted(
+                r.attr for r in tensor_registrations(methods, self.qualify) if r.kind == "parameter"
+            )
+        )
+        for node, method, head in loops:
+            yield Finding(
+                node,
+                f"every parameter is initialised in place by the loop `{head}` in "
+                f"`{method.name}`, outside any reset hook: on meta this does nothing and after "
+                "`to_empty()` the values are lost",
+                cls,
+                help="Move the loop into `reset_parameters()` and call it from `__init__`",
+                unless_recreated=own,
+                subject=own,
+            )

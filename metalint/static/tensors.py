@@ -498,3 +498,25 @@ def meta_guarded(method: MethodFacts) -> set[int]:
         if isinstance(n, cst.If) and meta_test(n.test, method):
             out.update(id(c) for c in walk_code(n) if isinstance(c, cst.Call))
     return out
+
+
+def every_parameter_written(node: cst.CSTNode, qualify) -> str | None:
+    """``for param in self.parameters(): nn.init.xavier_uniform_(param)`` (titans-pytorch's
+    memory MLPs) in ``node``: a loop over the module's parameters that writes each in place,
+    so every parameter made before it gets its value there. The loop's head, or None."""
+    for n in walk_code(node):
+        if type(n) is not cst.For or type(n.iter) is not cst.Call:
+            continue
+        it = dotted(n.iter.func) or ""
+        if it not in ("self.parameters", "self.named_parameters"):
+            continue
+        t = n.target
+        if type(t) is cst.Tuple and len(t.elements) == 2:
+            t = t.elements[1].value
+        if type(t) is not cst.Name:
+            continue
+        for c in walk_code(n.body):
+            w = inplace_write(c, qualify) if type(c) is cst.Call else None
+            if w is not None and w.chain[:1] == (t.value,):
+                return f"for ... in {it}()"
+    return None
