@@ -1808,3 +1808,32 @@ def test_a_local_given_a_tensor_attribute_is_not_kept(tmp_path, monkeypatch):
     rc, out = _fix(tmp_path, write=True)
     assert "filled in place with tensors" in out, out
     assert "self.config = config" not in (tmp_path / "m.py").read_text()
+
+
+def test_an_init_weights_that_takes_arguments_is_no_hook(tmp_path, monkeypatch):
+    """titans-pytorch's ``NeuralMemory.init_weights(self, batch)`` returns the memory's starting
+    weights: no protocol calls it without arguments, so a new ``reset_parameters()`` is made
+    as in any class, and that method is left as it is."""
+    pytest.importorskip("torch")
+    source = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Memory(nn.Module):\n"
+        "    def __init__(self, dim: int = 4, gated: bool = True):\n"
+        "        super().__init__()\n"
+        "        self.weights = nn.Parameter(torch.empty(dim, dim))\n"
+        "        self.gate = nn.Parameter(torch.tensor(-5.0)) if gated else None\n\n"
+        "    def init_weights(self, batch):\n"
+        "        if batch > 1:\n"
+        "            return self.weights.expand(batch, -1, -1)\n"
+        "        return self.weights\n"
+    )
+    (tmp_path / "m.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path, write=True)
+    text = (tmp_path / "m.py").read_text()
+    assert "def reset_parameters(self):" in text and "self.gate.copy_(" in text, out
+    assert text.count("def init_weights(self, batch):") == 1
+    assert "    def init_weights(self, batch):\n        if batch > 1:\n" in text
+    mod = _import(tmp_path / "m.py", "memory_init_weights_args")
+    m = mod.Memory()
+    assert float(m.gate) == -5.0

@@ -965,6 +965,13 @@ class ClassEdit:
         if root in {m.name for m in construction(self.cls)}:
             return  # ``__init__`` calls it: its own edits decide (choose_hook, own_hook_first)
         method = self.cls.methods[root]
+        if (
+            any(len(p.name.value) and p.default is None for p in method.node.params.params[1:])
+            or method.node.params.posonly_params
+        ):
+            # ``init_weights(self, batch)`` (titans-pytorch's ``NeuralMemory``: it returns the
+            # memory's starting weights): no protocol calls it without arguments; not a hook
+            return
         if RESET_HOOK in method.self_calls:
             return
         if not isinstance(method.node.body, cst.IndentedBlock) or self.returns(method.node.body):

@@ -910,7 +910,9 @@ def _block_runs(ctx: RuleContext, edit: ClassEdit) -> list[tuple[int, list, froz
                 at = stmts.index(run[0])
                 kids = frozenset(k for st in run for k in _child_of(st, ctx))
                 if kids and all(
-                    any(_creates(st, k) for st in stmts[:at]) and _made_once(edit, k) for k in kids
+                    any(_creates(st, k) for st in stmts[:at])
+                    and (_made_once(edit, k) or _placeholder(edit, k) is not None)
+                    for k in kids
                 ):
                     out.append((i, run, kids))
     return out
@@ -931,8 +933,37 @@ def _made_once(edit: ClassEdit, child: str) -> bool:
     return n == 1
 
 
-def _guarded_run(stmts: list, kids: frozenset) -> cst.BaseStatement:
-    guard = " and ".join(f"getattr(self, {k!r}, None) is not None" for k in sorted(kids))
+def _placeholder(edit: ClassEdit, child: str) -> str | None:
+    """The ``nn.Identity`` that ``self.<child>`` is otherwise (x-transformers' and titans'
+    ``self.talking_heads = nn.Identity()``, then ``if talking_heads: self.talking_heads =
+    nn.Conv2d(..)`` and ``dirac_(self.talking_heads.weight)``), as spelled there, when the
+    child is made once as something else: whether it is that placeholder tells whether the
+    block ran. None otherwise."""
+    spelled: str | None = None
+    others = 0
+    for m in edit.cls.reachable("__init__"):
+        for a in m.assigns:
+            if a.target != f"self.{child}":
+                continue
+            v = a.value
+            if isinstance(v, cst.Call) and edit.ctx.qualify(v.func) == "torch.nn.Identity":
+                spelled = render(v.func)
+            elif not (isinstance(v, cst.Name) and v.value == "None"):
+                others += 1
+        for c in m.calls:
+            if c.receiver == "self" and c.method in ("add_module", "register_module", "setattr"):
+                return None
+    return spelled if others == 1 else None
+
+
+def _guarded_run(stmts: list, kids: frozenset, edit: ClassEdit | None = None) -> cst.BaseStatement:
+    def guard_of(k: str) -> str:
+        identity = _placeholder(edit, k) if edit is not None else None
+        if identity is not None:
+            return f"not isinstance(self.{k}, {identity})"
+        return f"getattr(self, {k!r}, None) is not None"
+
+    guard = " and ".join(guard_of(k) for k in sorted(kids))
     node = stmt(f"if {guard}:\n    pass\n")
     return node.with_changes(body=node.body.with_changes(body=stmts))
 
@@ -1116,7 +1147,7 @@ def _take_units(edit: ClassEdit, units, called: int | None, inits: dict[str, set
             continue
         into.extend(taken)
     if late:
-        stmts.append(_guarded_run(late, frozenset(kids)))
+        stmts.append(_guarded_run(late, frozenset(kids), edit))
     return before, stmts
 
 
@@ -1175,7 +1206,9 @@ def _children(
             units.append((i, None))
         for j, run, kids in runs:
             if j == i:
-                units.append((i, _guarded_run(take(edit, run, range(len(run)), True, i), kids)))
+                units.append(
+                    (i, _guarded_run(take(edit, run, range(len(run)), True, i), kids, edit))
+                )
     before, stmts = _take_units(edit, units, called, inits)
     stmts.extend(_place_call(edit, last, last in moved, tail, called))
     if before:

@@ -416,7 +416,8 @@ class InplaceInitOutsideHook(Rule):
     new root `init_weights()`, whose call takes the place of the last one; a child's init
     inside the `if` block that creates that child (`if gated: self.g_proj = nn.Linear(..)`,
     then `zeros_(self.g_proj.weight)`) moves with them, guarded by the child being there (not
-    when another branch makes the child too), and a local tensor it reads (`out_init` chosen by
+    when another branch makes the child too, unless as an `nn.Identity()` placeholder: the guard
+    is then that the child is not one), and a local tensor it reads (`out_init` chosen by
     an `if`) is recomputed before it by a copy of the statements computing it. Safe when the moved
     statements draw no random numbers, or no random draw of `__init__` comes between them and
     their new place; unsafe otherwise (same distribution, other values under the same seed).
