@@ -457,6 +457,12 @@ class InplaceInitOutsideHook(Rule):
     nn.Embedding(..)` between the item table's init and its own), is not "used between" them;
     an `assert` inside the `with torch.no_grad():` block moves with the init; a write of a slice
     (`normal_(self.proj.weight[2 * dim :])`) is an init of that weight, in order with the others.
+
+    A loop that initialises each parameter in place, over every parameter
+    (`for p in self.parameters()`, in a module with no child modules: titans-pytorch's memory
+    MLPs) or over an own `ParameterList` (`for weight in self.weights`), is reported too; its
+    fix moves the loop into `reset_parameters()`, called where it stood (safe: the same code at
+    the same point of `__init__`).
     """
 
     code = "ML003"
@@ -617,6 +623,19 @@ class MemoryMLP(nn.Module):
         self.final_proj = nn.Parameter(torch.empty(dim, dim))
         for param in self.parameters():  # ERROR
             nn.init.xavier_uniform_(param)
+""",
+        # a loop over an own ParameterList, beside a child module
+        """
+import torch
+from torch import nn
+
+class MemoryMLP(nn.Module):
+    def __init__(self, dim, depth=2):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.weights = nn.ParameterList([nn.Parameter(torch.empty(dim, dim)) for _ in range(depth)])
+        for weight in self.weights:  # ERROR
+            nn.init.xavier_uniform_(weight)
 """,
         # a subclass built with bn_weight_init=0 forwards it to the class that sets it
         """
@@ -854,16 +873,27 @@ class Model(nn.Module):
         no child modules (titans-pytorch's memory MLPs: a `ParameterList` and a projection):
         every parameter initialised in place by the parent's loop. With children it is ML010's
         (the parent's init of its children's tensors)."""
+        lists = frozenset(
+            a.target[5:]
+            for m in methods
+            for a in m.assigns
+            if a.target.count(".") == 1
+            and isinstance(a.value, cst.Call)
+            and self.qualify(a.value.func) == "torch.nn.ParameterList"
+        )
         loops = [
             (node, method, head)
             for method in methods
             for node, _targets, _it in method.loops
             if isinstance(node, cst.For)
-            and (head := every_parameter_written(node, self.qualify)) is not None
-            and node.iter is not None
-            and (dotted(node.iter.func) or "").startswith("self.")
+            and (head := every_parameter_written(node, self.qualify, lists)) is not None
         ]
-        if not loops or module_children(cls, self.qualify):
+        # every parameter (``self.parameters()``) of a module with children is ML010's: the
+        # parent's init of its children's tensors; an own ``ParameterList`` is this module's
+        loops = [x for x in loops if not x[2].endswith("()")] + (
+            [] if module_children(cls, self.qualify) else [x for x in loops if x[2].endswith("()")]
+        )
+        if not loops:
             return
         own = tuple(
             sorted(
@@ -871,9 +901,14 @@ class Model(nn.Module):
             )
         )
         for node, method, head in loops:
+            which = (
+                "every parameter"
+                if head.endswith("()")
+                else f"every parameter of `{head.split(' in ', 1)[1]}`"
+            )
             yield Finding(
                 node,
-                f"every parameter is initialised in place by the loop `{head}` in "
+                f"{which} is initialised in place by the loop `{head}` in "
                 f"`{method.name}`, outside any reset hook: on meta this does nothing and after "
                 "`to_empty()` the values are lost",
                 cls,

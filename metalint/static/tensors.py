@@ -500,23 +500,38 @@ def meta_guarded(method: MethodFacts) -> set[int]:
     return out
 
 
-def every_parameter_written(node: cst.CSTNode, qualify) -> str | None:
+def every_parameter_written(
+    node: cst.CSTNode, qualify, lists: frozenset[str] = frozenset()
+) -> str | None:
     """``for param in self.parameters(): nn.init.xavier_uniform_(param)`` (titans-pytorch's
     memory MLPs) in ``node``: a loop over the module's parameters that writes each in place,
-    so every parameter made before it gets its value there. The loop's head, or None."""
+    so every parameter made before it gets its value there; with ``lists`` (own
+    ``ParameterList`` attributes) also ``for weight in self.weights:`` over one of them, and
+    ``enumerate(self.weights)``. The loop's head, or None."""
     for n in walk_code(node):
-        if type(n) is not cst.For or type(n.iter) is not cst.Call:
+        if type(n) is not cst.For:
             continue
-        it = dotted(n.iter.func) or ""
-        if it not in ("self.parameters", "self.named_parameters"):
+        it, t = n.iter, n.target
+        if (
+            type(it) is cst.Call
+            and dotted(it.func) == "enumerate"
+            and it.args
+            and type(t) is cst.Tuple
+            and len(t.elements) == 2
+        ):
+            it, t = it.args[0].value, t.elements[1].value
+        if type(it) is cst.Call and dotted(it.func) in ("self.parameters", "self.named_parameters"):
+            head = f"for ... in {dotted(it.func)}()"
+            if type(t) is cst.Tuple and len(t.elements) == 2:
+                t = t.elements[1].value
+        elif (d := dotted(it) or "").startswith("self.") and d[5:] in lists:
+            head = f"for ... in {d}"
+        else:
             continue
-        t = n.target
-        if type(t) is cst.Tuple and len(t.elements) == 2:
-            t = t.elements[1].value
         if type(t) is not cst.Name:
             continue
         for c in walk_code(n.body):
             w = inplace_write(c, qualify) if type(c) is cst.Call else None
             if w is not None and w.chain[:1] == (t.value,):
-                return f"for ... in {it}()"
+                return head
     return None
