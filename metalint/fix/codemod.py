@@ -39,6 +39,7 @@ from metalint.vocabulary import (
     METADATA_METHODS,
     MODULE_MEMBERS,
     PARAMETER_CLASSES,
+    PARAMETER_CONTAINERS,
     REGISTER_METHODS,
     RESET_HOOK,
     RNG_FREE_BUILTINS,
@@ -884,7 +885,7 @@ class ClassEdit:
             if (
                 q.startswith("torch.nn.")
                 and q.rsplit(".", 1)[-1][:1].isupper()
-                and q not in PARAMETER_CLASSES | BUFFER_CLASSES
+                and q not in PARAMETER_CLASSES | BUFFER_CLASSES | PARAMETER_CONTAINERS
             ):
                 return True
             name = n.func.value if type(n.func) is cst.Name else None

@@ -394,6 +394,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     it is and re-created by a ``reset_parameters()`` that ``__init__`` does not call
     (:func:`_kept`), when that is possible. (No exception is kept in a local: with its
     traceback it would hold the syntax tree in a reference cycle.)"""
+    if _parameter_list_value(ctx, finding.node) is not None:
+        return _parameter_list(ctx, cls, finding)
     try:
         rewrite = _plan(ctx, cls, finding, ClassEdit(ctx, cls))
     except Unfixable:
@@ -405,6 +407,91 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         return rewrite
     kept = _kept(ctx, cls, finding)
     return rewrite if kept is None else kept
+
+
+#: factories of a parameter in a list, and the in-place init that draws or sets the same values
+LIST_INITS = {
+    "torch.randn": "normal_",
+    "torch.rand": "uniform_",
+    "torch.zeros": "zeros_",
+    "torch.ones": "ones_",
+}
+
+
+def _parameter_list_value(ctx: RuleContext, node: cst.CSTNode) -> cst.BaseExpression | None:
+    """The list of ``self.ws = nn.ParameterList(<list>)`` (a list or a comprehension)."""
+    if not (isinstance(node, cst.SimpleStatementLine) or isinstance(node, cst.Assign)):
+        return None
+    a = node.body[0] if isinstance(node, cst.SimpleStatementLine) else node
+    if not isinstance(a, cst.Assign) or assigned_attr(a) is None:
+        return None
+    v = a.value
+    if not (
+        isinstance(v, cst.Call)
+        and ctx.qualify(v.func) == "torch.nn.ParameterList"
+        and v.args
+        and v.args[0].keyword is None
+        and isinstance(v.args[0].value, (cst.List, cst.ListComp))
+    ):
+        return None
+    return v.args[0].value
+
+
+def _parameter_list(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
+    """``self.ws = nn.ParameterList([nn.Parameter(torch.randn(d, d)) for _ in range(n)])``:
+    each element made with ``torch.empty`` of the same arguments and set in
+    ``reset_parameters()`` by the init that draws the same numbers (``normal_`` for
+    ``randn``: bit-identical, as for a single parameter), in order: a loop over the list for a
+    comprehension, one call per element for a list. Only plain factories (their size and
+    ``dtype=``/``device=``), every element one of them."""
+    edit = ClassEdit(ctx, cls)
+    node = finding.node
+    items = _parameter_list_value(ctx, node)
+    attr = assigned_attr(node.body[0] if isinstance(node, cst.SimpleStatementLine) else node)
+    index, line, _path = edit.locate(node)
+    torch_name, nn_name = torch_spelling(ctx)
+    elements = [items.elt] if isinstance(items, cst.ListComp) else [e.value for e in items.elements]
+    inits: list[str] = []
+    new_line = line
+    for e in elements:
+        if not (isinstance(e, cst.Call) and ctx.qualify(e.func) in PARAMETER_CLASSES):
+            raise Unfixable("an element of the list is not an `nn.Parameter(...)`")
+        data = e.args[0].value if e.args and e.args[0].keyword is None else None
+        f = ctx.qualify(data.func) if isinstance(data, cst.Call) else None
+        if f not in LIST_INITS or any(
+            a.keyword is not None and a.keyword.value not in ("dtype", "device") for a in data.args
+        ):
+            raise Unfixable("an element's value is not a plain factory of its size")
+        if any(a.star for a in data.args):
+            raise Unfixable("an element's size is unpacked (`*shape`)")
+        inits.append(LIST_INITS[f])
+        new_line = new_line.deep_replace(
+            _find_same(new_line, data), data.with_changes(func=expr(f"{torch_name}.empty"))
+        )
+    if isinstance(items, cst.ListComp):
+        body = [stmt(f"for p in self.{attr}:\n    {nn_name}.init.{inits[0]}(p)\n")]
+    else:
+        body = [stmt(f"{nn_name}.init.{k}(self.{attr}[{i}])") for i, k in enumerate(inits)]
+    if edit.used_after(attr, index, writes_only=True, tensor=True):
+        raise Unfixable(f"`self.{attr}` is written later in `__init__` (line order matters)")
+    edit.replace[id(line)] = (line, [new_line])
+    random = any(k in ("normal_", "uniform_") for k in inits)
+    edit.use_hook(HOOK, index, body, random=random)
+    return edit.rewrite(
+        f"Create the parameters of `{attr}` with `torch.empty` and set their values in "
+        "`reset_parameters()`"
+    )
+
+
+def _find_same(root: cst.CSTNode, target: cst.CSTNode) -> cst.CSTNode:
+    """The node of ``root`` that is ``target`` or, after an earlier replacement, equal to it."""
+    for n in walk_code(root):
+        if n is target:
+            return n
+    for n in walk_code(root):
+        if type(n) is type(target) and n.deep_equals(target):
+            return n
+    raise Unfixable("the element was not found again")
 
 
 def _kept(ctx: RuleContext, cls, finding: Finding) -> Rewrite | None:

@@ -121,6 +121,13 @@ class ParameterFromValue(Rule):
     opens that hook, so the draws keep the order `__init__` made them in (safe). A parameter
     frozen where it is made (`nn.Parameter(grid).requires_grad_(False)`, pytorch-forecasting's
     KAN layer) is that parameter: reported and fixed as any other.
+    A `ParameterList` built from parameters of values (`nn.ParameterList([nn.Parameter(
+    torch.randn(d, d)) for _ in range(n)])`, a list of them) is reported once; its fix makes each
+    with `torch.empty` of the same size and sets it in `reset_parameters()` by the init that
+    draws or sets the same values (`normal_` for `randn`, `uniform_` for `rand`, `zeros_`,
+    `ones_`), in order: a loop over the list for a comprehension, one call per element for a
+    list (safe when no other draw comes between). A list filled by `.append` in a loop is not
+    reported yet.
     """
 
     code = "ML001"
@@ -185,6 +192,16 @@ class ViT(nn.Module):
 """,
     ]
     INVALID = [
+        # a ParameterList of drawn values (titans-pytorch)
+        """
+import torch
+from torch import nn
+
+class MemoryMLP(nn.Module):
+    def __init__(self, dim, depth=2):
+        super().__init__()
+        self.weights = nn.ParameterList([nn.Parameter(torch.randn(dim, dim)) for _ in range(depth)])  # ERROR
+""",
         # dinov2's LayerScale
         Invalid(
             """
@@ -343,6 +360,7 @@ class Block(nn.Module):
                     continue
                 attr = assign.target.split(".")[1]
                 yield from self._check(cls, method, attr, assign.node, assign.value)
+                yield from self._check_list(cls, method, attr, assign.node, assign.value)
             for call in method.calls:
                 if call.receiver == "self" and call.method == "register_parameter":
                     args = call.node.args
@@ -350,6 +368,41 @@ class Block(nn.Module):
                         attr = string_value(args[0].value)
                         if attr:
                             yield from self._check(cls, method, attr, call.node, args[1].value)
+
+    def _check_list(self, cls, method, attr, node, value) -> Iterable[Finding]:
+        """``self.ws = nn.ParameterList([nn.Parameter(torch.randn(d, d)) for _ in range(n)])``
+        (titans-pytorch's memory MLPs), or a list of such parameters: each is a value that no
+        hook re-creates."""
+        if not (
+            type(value) is cst.Call
+            and self.qualify(value.func) == "torch.nn.ParameterList"
+            and value.args
+            and value.args[0].keyword is None
+        ):
+            return
+        items = value.args[0].value
+        if type(items) is cst.ListComp:
+            elements = [items.elt]
+        elif type(items) in (cst.List, cst.Tuple):
+            elements = [e.value for e in items.elements]
+        else:
+            return
+        for e in elements:
+            data = parameter_value(e, self.qualify)
+            if data is None or value_kind(data, self.qualify, method) not in ("value", "random"):
+                continue
+            yield Finding(
+                node,
+                f"the parameters of `{attr}` (a `ParameterList`) are created from values "
+                f"(`{short(data)}`) in `{method.name}`; no reset hook re-creates them, so after "
+                "`to_empty()` they are uninitialised memory",
+                cls,
+                help="Create them with `torch.empty(...)` and set their values in "
+                "`reset_parameters()`",
+                unless_recreated=(attr,),
+                subject=(attr,),
+            )
+            return
 
     def _check(self, cls, method, attr, node, value) -> Iterable[Finding]:
         if type(value) is cst.IfExp:
