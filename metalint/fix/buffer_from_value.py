@@ -34,6 +34,7 @@ from metalint.fix.codemod import (
     fill,
     guarded,
     inline_locals,
+    mentions_none,
     names_in,
     render,
     rng_free,
@@ -600,15 +601,6 @@ def _tensor_branch(e: cst.BaseExpression) -> cst.BaseExpression:
 
 
 def _may_be_none(node: cst.CSTNode) -> bool:
-    """Does the value (or a statement computing it) mention ``None`` or choose with ``x if c
-    else y``? The buffer may then be registered as ``None``. ``centers[None, None, ...]`` (an
-    index) and ``x is not None`` (a test) are no values."""
-    indices = {
-        id(x)
-        for s in walk_code(node)
-        if isinstance(s, (cst.SubscriptElement, cst.Comparison))
-        for x in walk_code(s)
-    }
-    return any(
-        id(n) not in indices and (isinstance(n, cst.IfExp) or _is_none(n)) for n in walk_code(node)
-    )
+    """Does the value (or a statement computing it) mention ``None`` (:func:`mentions_none`)
+    or choose with ``x if c else y``? The buffer may then be registered as ``None``."""
+    return mentions_none(node) or any(isinstance(n, cst.IfExp) for n in walk_code(node))

@@ -20,6 +20,7 @@ from metalint.static.construction import (
     is_tensor,
     registrations,
     repackages_arguments,
+    top_function,
 )
 from metalint.static.model import ClassFacts, MethodFacts, builds_module, construction
 from metalint.static.names import dotted
@@ -215,6 +216,21 @@ def _touches(
     return None if writes_only or attr not in read else "read"
 
 
+def mentions_none(node: cst.CSTNode) -> bool:
+    """Does ``node`` mention ``None`` as a value? ``centers[None, None, ...]``, ``x[:, None]``
+    (an index: a new axis) and ``x is not None`` (a test) are no values."""
+    indices = {
+        id(x)
+        for s in walk_code(node)
+        if isinstance(s, (cst.SubscriptElement, cst.Comparison))
+        for x in walk_code(s)
+    }
+    return any(
+        id(n) not in indices and isinstance(n, cst.Name) and n.value == "None"
+        for n in walk_code(node)
+    )
+
+
 def sets_metadata(node: cst.CSTNode, attr: str) -> bool:
     """Is ``node`` a statement that only sets Python attributes of the tensor ``self.<attr>``,
     none of its values (speechbrain's ``self.slope.requiresGrad = True`` after
@@ -399,7 +415,7 @@ def rng_free(node: cst.CSTNode, ctx: RuleContext, _seen: frozenset = frozenset()
         if q is None and isinstance(f, cst.Attribute) and f.attr.value in DETERMINISTIC_METHODS:
             continue
         if q is None and isinstance(f, cst.Name) and f.value not in _seen and len(_seen) < 4:
-            fn = file_functions(ctx.module).get(f.value)
+            fn = top_function(ctx.module, f.value)
             if fn is not None and _read(fn) and rng_free(fn.body, ctx, _seen | {f.value}):
                 continue
         return False
@@ -417,53 +433,6 @@ def _read(fn: cst.FunctionDef) -> bool:
         and isinstance(body[0].body[0], cst.Expr)
         and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString))
     ) and bool(body)
-
-
-_FILE_FUNCTIONS: dict[int, tuple[cst.Module, dict[str, cst.FunctionDef]]] = {}
-
-
-def file_functions(module: cst.Module | None) -> dict[str, cst.FunctionDef]:
-    """The functions a file defines at its top level, by name (a name bound once)."""
-    if module is None:
-        return {}
-    hit = _FILE_FUNCTIONS.get(id(module))
-    if hit is not None and hit[0] is module:
-        return hit[1]
-    seen: dict[str, int] = {}
-    found: dict[str, cst.FunctionDef] = {}
-    for s in module.body:
-        for name in _top_names(s):
-            seen[name] = seen.get(name, 0) + 1
-        if isinstance(s, cst.FunctionDef):
-            found[s.name.value] = s
-    out = {k: v for k, v in found.items() if seen.get(k) == 1}
-    if len(_FILE_FUNCTIONS) > 16:
-        _FILE_FUNCTIONS.clear()
-    _FILE_FUNCTIONS[id(module)] = (module, out)
-    return out
-
-
-def _top_names(s: cst.CSTNode) -> list[str]:
-    """Names a top-level statement binds: a ``def``/``class`` name, assignment targets, imports
-    (an ``if``/``try`` at the top level: its names too)."""
-    if isinstance(s, (cst.FunctionDef, cst.ClassDef)):
-        return [s.name.value]
-    out: list[str] = []
-    for n in walk_code(s):
-        if isinstance(n, (cst.FunctionDef, cst.ClassDef)):
-            out.append(n.name.value)
-        elif isinstance(n, cst.AssignTarget) and isinstance(n.target, cst.Name):
-            out.append(n.target.value)
-        elif isinstance(n, (cst.Import, cst.ImportFrom)) and not isinstance(
-            n.names, cst.ImportStar
-        ):
-            for a in n.names:
-                bound = a.asname.name if a.asname is not None else a.name
-                while isinstance(bound, cst.Attribute):
-                    bound = bound.value
-                if isinstance(bound, cst.Name):
-                    out.append(bound.value)
-    return out
 
 
 # -- the class being edited ----------------------------------------------------------------------

@@ -47,6 +47,7 @@ from metalint.fix.codemod import (
     guarded,
     inline_locals,
     legacy_empty,
+    mentions_none,
     names_in,
     path_to,
     reads_metadata_only,
@@ -80,6 +81,7 @@ from metalint.vocabulary import (
     FACTORY_DRAWS,
     FACTORY_KEYWORDS_DROPPED,
     FACTORY_KEYWORDS_KEPT,
+    FILL_FACTORIES,
     PARAMETER_CLASSES,
     RANDOM_DRAWS,
     RANDOM_FACTORIES,
@@ -411,10 +413,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
 
 #: factories of a parameter in a list, and the in-place init that draws or sets the same values
 LIST_INITS = {
-    "torch.randn": "normal_",
-    "torch.rand": "uniform_",
-    "torch.zeros": "zeros_",
-    "torch.ones": "ones_",
+    **FACTORY_DRAWS,
+    **{f: f"{k}_" for f, k in FILL_FACTORIES.items() if f in ("torch.zeros", "torch.ones")},
 }
 
 
@@ -849,21 +849,6 @@ def _sprawls(full: cst.BaseExpression, data: cst.BaseExpression) -> bool:
     return n > 160 and n > 4 * len(render(data))
 
 
-def _may_be_none(node: cst.CSTNode) -> bool:
-    """Does ``node`` mention ``None`` other than as an index (``x[:, None]``, a new axis:
-    neuralforecast's N-BEATS bases, ``np.arange(n)[:, None] / m``)?"""
-    axes = {
-        id(e.slice.value)
-        for n in walk_code(node)
-        if isinstance(n, cst.Subscript)
-        for e in n.slice
-        if isinstance(e.slice, cst.Index)
-    }
-    return any(
-        isinstance(n, cst.Name) and n.value == "None" and id(n) not in axes for n in walk_code(node)
-    )
-
-
 def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     """No shape can be derived (``torch.tensor(spatial_sigma[0])``, a local computed from
     factories, ``torch.arange(n).float()``): the creation stays as it is (on meta it costs
@@ -905,7 +890,7 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
             else:
                 full = data
     code = [full, *prelude]
-    if any(_may_be_none(c) for c in code):
+    if any(mentions_none(c) for c in code):
         raise Unfixable(why)
     for a in sorted(set().union(*(_uses(c)[1] for c in code))):
         if edit.used_after(a, index, writes_only=True):

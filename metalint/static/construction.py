@@ -451,15 +451,21 @@ class TensorFunctions:
         return all(is_tensor(v, self._qualify, local) for v in values)
 
 
+def top_function(module: cst.Module | None, name: str) -> cst.FunctionDef | None:
+    """The undecorated top-level function ``name`` of ``module``, or None."""
+    for s in module.body if module is not None else ():
+        if isinstance(s, cst.FunctionDef) and s.name.value == name and not s.decorators:
+            return s
+    return None
+
+
 def repackages_arguments(module: cst.Module, name: str) -> bool:
     """Is ``name`` a top-level function of ``module`` that only hands back its arguments, as
     they are or in a tuple or list, whatever its tests (vit-pytorch's ``def pair(t): return t
     if isinstance(t, tuple) else (t, t)``)? Its result is a tensor only where an argument is
     one. It must not assign to any name."""
-    fn = next(
-        (s for s in module.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None
-    )
-    values = _returned_values(fn) if fn is not None and not fn.decorators else None
+    fn = top_function(module, name)
+    values = _returned_values(fn) if fn is not None else None
     if not values:
         return False
     params = {p.name.value for p in walk_code(fn.params) if isinstance(p, cst.Param)}
