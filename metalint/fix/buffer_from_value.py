@@ -51,11 +51,15 @@ from metalint.fix.parameter_from_value import (
     hook_body,
     overwritten_later,
 )
+from metalint.fix.parameter_from_value import (
+    _number as number,
+)
 from metalint.fix.recompute import (
     Drawn,
     _mentions,
     drawn_tail,
     draws,
+    one_value,
     preceding,
     recompute_locals,
     registered,
@@ -65,7 +69,7 @@ from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import keyword, string_value, walk_code
 from metalint.static.tensors import inplace_write, value_kind
-from metalint.vocabulary import BUFFER_HOOK, HOST_READS, RESET_HOOK
+from metalint.vocabulary import BUFFER_HOOK, FILL_FACTORIES, HOST_READS, RESET_HOOK
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -115,6 +119,7 @@ def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -
     (unsafe). Refused when the value reads an argument of the method, or an attribute that
     is written after the registration (the hook would read another value)."""
     call_line, call_index, call_path, line, path = helper_statement(edit, node, helper, why)
+    one_value(edit.cls, ctx.qualify, attr, node)
     memo = edit.memo()
     tail = statements_after(path) + edit.block_tail(call_line)
     if any(_touches(x, attr, True, memo) for x in tail):
@@ -199,12 +204,13 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
         # re-initialised in place later (kornia's ``Similarity``: ``register_buffer("rot",
         # torch.zeros(1))``, then ``self.reset_model()`` does ``zeros_(self.rot)``): ML003's fix
         return overwritten_later(ctx, edit, attr, index, later)
-    tail = edit.block_tail(line)
-    if any(_touches(s, attr, True, edit.memo()) for s in tail):
-        raise Unfixable(f"`self.{attr}` is written later in its block (line order matters)")
-    torch_name, _ = torch_spelling(ctx)
+    _settled(ctx, edit, node, attr, line)
+    torch_name, nn_name = torch_spelling(ctx)
     kind = value_kind(value, ctx.qualify, edit.init)
     hook = _buffer_hook(edit, index, node)
+    constant = _constant_fill(ctx, value, f"self.{attr}", nn_name)
+    if constant is not None:
+        return _fill(edit, constant, attr, path, index, hook)
     prelude: list[cst.BaseStatement] = []
     covered: set[str] = set()
     try:
@@ -254,6 +260,49 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     else:
         what = f"Compute buffer `{attr}` in `{hook}()` and call it"
     return edit.rewrite(f"{what} from `__init__`")
+
+
+def _settled(ctx, edit: ClassEdit, node, attr: str, line) -> None:
+    """Raise :class:`Unfixable` unless the registration of ``node`` gives buffer ``attr`` the
+    value it keeps: nothing later in its block writes it, and no other path of construction
+    makes it from another value (:func:`one_value`)."""
+    tail = edit.block_tail(line)
+    if any(_touches(s, attr, True, edit.memo()) for s in tail):
+        raise Unfixable(f"`self.{attr}` is written later in its block (line order matters)")
+    one_value(edit.cls, ctx.qualify, attr, node)
+
+
+def _fill(edit: ClassEdit, constant, attr: str, path, index: int, hook: str) -> Rewrite:
+    """Fill buffer ``attr`` with ``constant`` (:func:`_constant_fill`) in ``hook``, where the
+    buffer is there when ``__init__`` registers it in a block."""
+    if edit.conditional(path, index):
+        constant = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), constant)
+    edit.use_hook(hook, index, [constant])
+    return edit.rewrite(f"Fill buffer `{attr}` in `{hook}()` and call it from `__init__`")
+
+
+def _constant_fill(ctx, value, x: str, nn_name: str) -> cst.BaseStatement | None:
+    """``nn.init.zeros_(x)`` for a buffer registered from ``torch.zeros(...)`` (e2cnn's
+    ``R2Conv.filter``, a cache of the expanded filter): one value set in every element,
+    which a maintainer writes without the shape, its dtype and device kept by the buffer
+    through ``to_empty()``; ``ones_`` and ``constant_`` (a literal fill value) alike. Nothing
+    the factory read is kept on ``self``, so a shape computed from a local assigned twice, or
+    from an argument reassigned, is no obstacle. None for any other value."""
+    if not isinstance(value, cst.Call):
+        return None
+    kind = FILL_FACTORIES.get(ctx.qualify(value.func) or "")
+    if kind is None:
+        return None
+    if kind != "const":
+        return stmt(f"{nn_name}.init.{kind}_({x})")
+    positional = [a.value for a in value.args if a.keyword is None and not a.star]
+    fill_value = next(
+        (a.value for a in value.args if a.keyword and a.keyword.value == "fill_value"),
+        positional[1] if len(positional) > 1 else None,
+    )
+    if fill_value is None or not number(fill_value):
+        return None
+    return stmt(f"{nn_name}.init.constant_({x}, {render(fill_value).strip()})")
 
 
 def _with_siblings(ctx, edit: ClassEdit, value, attr: str, line, path, index: int, hook, why):

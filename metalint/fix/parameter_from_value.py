@@ -70,7 +70,14 @@ from metalint.fix.inplace_init import (
     sets_every_element,
     take,
 )
-from metalint.fix.recompute import Drawn, drawn_tail, preceding, recompute_locals, registered
+from metalint.fix.recompute import (
+    Drawn,
+    drawn_tail,
+    one_value,
+    preceding,
+    recompute_locals,
+    registered,
+)
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
@@ -518,6 +525,7 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
             raise
         return _plan_in_helper(ctx, edit, finding.node, helper, str(exc))
     attr, data_arg, guard = _parameter(ctx, finding.node, path, cls, edit.after_return(index))
+    one_value(cls, ctx.qualify, attr, finding.node)
     legacy = None if keep else legacy_empty(ctx, edit, data_arg.value)
     if legacy is not None:
         edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, legacy)])
@@ -741,6 +749,7 @@ def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -
     call_line, call_index, call_path, line, path = helper_statement(edit, node, helper, why)
     memo = edit.memo()
     attr, data_arg, guard = _parameter(ctx, node, path)
+    one_value(edit.cls, ctx.qualify, attr, node)
     value = Value(data_arg.value, ctx)
     if value.random:
         raise Unfixable(f"{why}: a random value would be drawn at another point of construction")

@@ -266,6 +266,33 @@ def registered(cls, qualify, attr: str, kind: str) -> str:
     )
 
 
+def one_value(cls, qualify, attr: str, node: cst.CSTNode) -> None:
+    """Raise :class:`Unfixable` when construction also makes tensor ``attr`` from another
+    value than the one ``node`` makes it from (``if ones: self.register_buffer("b",
+    torch.ones(n))``, ``else: self.register_buffer("b", torch.zeros(n))``): the hook's
+    write, guarded by the tensor being there, would run on the other path too and give it
+    this path's value. The same value spelled alike (a local both branches register) or
+    ``None`` on the other path are no obstacle."""
+    mine = None
+    others = []
+    for r in tensor_registrations(construction(cls), qualify):
+        if r.attr != attr:
+            continue
+        if r.node is node or any(n is node for n in walk_code(r.node)):
+            mine = r
+        else:
+            others.append(r)
+    if mine is None or mine.value is None:
+        return
+    ours = render(mine.value).strip()
+    for r in others:
+        if r.value is not None and render(r.value).strip() not in (ours, "None"):
+            raise Unfixable(
+                f"`self.{attr}` is also made from another value "
+                f"(`{render(r.value).strip()[:40]}`): one hook would give it this one on every path"
+            )
+
+
 def draws(node: cst.CSTNode, edit: ClassEdit, host_only: bool = False) -> bool:
     """Does the code draw random numbers or build a module (whose init draws)? What
     :func:`value_kind` calls random, as ML002 judges a buffer's value. ``host_only``: only
@@ -538,7 +565,9 @@ def recompute_locals(
     else:
         out = [copies[i].with_changes(leading_lines=()) for i in picked] + [value]
         names = (set(method.arguments) | set(method.local_values)) - bound
-        _reads_only_own(edit, out, lambda c: _reads(c, edit, local, imported) & names, why, method)
+        reads = lambda c: _reads(c, edit, local, imported)  # noqa: E731
+        _reads_only_own(edit, out, lambda c: reads(c) & names, why, method)
+        _no_argument_read(edit, out, reads, why, method)
     if hook in edit.cls.methods:
         body = edit.cls.methods[hook].node.body
         # the locals of the hook: ``self.atomic_numbers.copy_(..)`` binds no ``atomic_numbers``
@@ -558,6 +587,29 @@ def recompute_locals(
                 return out[done:]
             raise Unfixable(why)
     return out
+
+
+def _no_argument_read(edit: ClassEdit, out: list, reads, why: str, method) -> None:
+    """Raise :class:`Unfixable` when the copies ``out`` of ``method``'s statements read an
+    argument of it before assigning it (snntorch's ``_threshold_buffer(threshold, ...)``: ``if
+    not isinstance(threshold, torch.Tensor): threshold = torch.as_tensor(threshold)``): the
+    value is the caller's there, and the hook has no caller."""
+    given: set[str] = set()
+    for c in out:
+        read = (reads(c) & set(method.arguments)) - given
+        if read:
+            raise Unfixable(f"{why}: the value reads `{min(read)}`, a name of `{method.name}()`")
+        if _unconditional_assign(c):
+            given |= _binds(c, edit)
+
+
+def _unconditional_assign(node) -> bool:
+    """Is ``node`` a plain assignment statement (``x = ...``), run whenever it is reached?"""
+    return (
+        isinstance(node, cst.SimpleStatementLine)
+        and len(node.body) == 1
+        and isinstance(node.body[0], (cst.Assign, cst.AnnAssign))
+    )
 
 
 def _reads_only_own(edit: ClassEdit, code: list, free, why: str, method) -> None:
