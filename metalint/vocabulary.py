@@ -557,6 +557,11 @@ SEQUENCE_METHODS = frozenset({"split", "chunk", "unbind", "tensor_split"})
 SEQUENCE_FUNCTIONS = frozenset(
     {"torch.split", "torch.chunk", "torch.unbind", "torch.tensor_split", "torch.meshgrid"}
 )
+#: torch.nn classes whose ``reset_parameters()`` initialises every parameter of the module,
+#: a subclass's own included (``for weight in self.parameters(): init.uniform_(weight, ...)``)
+TORCH_RESET_EVERY_PARAMETER = frozenset(
+    {f"torch.nn.{c}" for c in ("RNNCell", "LSTMCell", "GRUCell", "RNN", "LSTM", "GRU")}
+)
 #: torch.nn classes whose subclasses do NOT inherit a public ``reset_parameters``
 TORCH_WITHOUT_RESET = frozenset(
     {

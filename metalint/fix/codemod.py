@@ -473,6 +473,8 @@ class ClassEdit:
     #: the value stays where ``__init__`` makes it and ``use_hook`` adds no call of the hook:
     #: the hook re-creates it for the protocol only (:meth:`keeps_value`)
     keep_value: bool = False
+    #: a torch base class whose ``reset_parameters()`` a new hook must extend
+    torch_base: str | None = None
 
     @property
     def init(self) -> MethodFacts:
@@ -725,16 +727,14 @@ class ClassEdit:
         # the hook's own draws ran after this value eagerly (enformer's ``Attention``:
         # ``rel_pos_bias`` fixed on one pass, ``rel_content_bias`` made before it on the next):
         # the new draw opens the hook, so the draws keep their order
-        opens = (
-            random
-            and exists
-            and all(c > after_index for c in calls)
-            and not rng_free(self.cls.methods[hook].node.body, self.ctx)
-        )
+        drawing = not exists or not rng_free(self.cls.methods[hook].node.body, self.ctx)
+        opens = random and exists and drawing and all(c > after_index for c in calls)
+        # a call of the hook that draws nothing before the new code (it opens the hook, or the
+        # hook draws nothing) moves no draw past another
         later = [
             s
             for j, s in enumerate(self.init_body[after_index + 1 :], after_index + 1)
-            if not (opens and j in calls)
+            if not ((opens or not drawing) and j in calls)
         ]
         if random and not right_after and not all(rng_free(s, self.ctx) for s in later):
             self.unsafe.append(_drawn_later(hook, bool(calls)))
@@ -1038,10 +1038,16 @@ class ClassEdit:
         return RESET_HOOK
 
     def check_bases(self, hook: str) -> None:
-
+        """A torch base with its own ``reset_parameters()`` (pypots' ``PeepholeLSTMCell(nn.
+        LSTMCell)``, a LoRA ``nn.Linear``): a new hook must extend the base's
+        (:meth:`_extending_base`, which :meth:`rewrite` then requires); one the class already
+        has, or calls, is refused, as the base's ``__init__`` runs it before this class made
+        its tensors."""
         for b in self.cls.bases:
             if b.startswith("torch.nn.") and b not in TORCH_WITHOUT_RESET and hook == RESET_HOOK:
-                raise Unfixable(f"the base class `{b}` has its own `reset_parameters()`")
+                if hook in self.cls.methods or self.hook_calls(hook)[1]:
+                    raise Unfixable(f"the base class `{b}` has its own `reset_parameters()`")
+                self.torch_base = b
 
     # -- storing values ----------------------------------------------------------------------
     def store_names(
@@ -1458,6 +1464,12 @@ class ClassEdit:
         hook = next(reversed(self.hook_append), None)
         done = Rewrite(new, app, message, hook, kept=self.keep_value)
         done.over_base_hook = self._extending_base(new, app, message)
+        if self.torch_base is not None and hook == RESET_HOOK:
+            if done.over_base_hook is None:
+                raise Unfixable(
+                    f"the base class `{self.torch_base}` has its own `reset_parameters()`"
+                )
+            return done.over_base_hook
         return done
 
     def _extending_base(
@@ -1490,48 +1502,34 @@ class ClassEdit:
             return None
         bases = [
             b for b in self.cls.bases if not b.startswith("torch.nn.") and b not in HOOKLESS_BASES
-        ]
+        ] or ([self.torch_base] if self.torch_base else [])
         if not bases:
             return None
         calls, nested = self.hook_calls(hook)
-        if calls or nested or self._taken(OWN_RESET) or self.super_index() is None:
+        # ``__init__`` calling the torch base's hook itself (pypots' ``PeepholeLSTMCell``:
+        # ``self.reset_parameters()`` last): that call runs the override, which the moved code
+        # joined at its end, as :meth:`use_hook` judged it
+        inherited = bool(calls) and self.torch_base is not None
+        if (calls and not inherited) or nested or self._taken(OWN_RESET):
+            return None
+        if self.super_index() is None:
             return None
         members = list(new.body.body)
         where = {m.name.value: i for i, m in enumerate(members) if isinstance(m, cst.FunctionDef)}
         if "__init__" not in where or hook not in where:
             return None
-        swap = _SwapCall(hook, OWN_RESET)
-        init = members[where["__init__"]].visit(swap)
-        if not swap.swapped or not isinstance(init.body, cst.IndentedBlock):
+        called = hook if inherited else OWN_RESET
+        init = members[where["__init__"]]
+        if not inherited:
+            swap = _SwapCall(hook, OWN_RESET)
+            init = init.visit(swap)
+            if not swap.swapped:
+                return None
+        if not isinstance(init.body, cst.IndentedBlock):
             return None
-        body = list(init.body.body)
         own = members[where[hook]]
         written, read, _ = _uses(own.body)
-        first = None
-        for i, s in enumerate(body):
-            if isinstance(s, cst.SimpleStatementLine) and any(
-                isinstance(x, cst.Expr) and _calls_self(x.value, OWN_RESET) for x in s.body
-            ):
-                first = i
-                break
-        if first is None:
-            return None  # called inside a block only
-        start = next(
-            i
-            for i, s in enumerate(body)
-            if any(
-                isinstance(n, cst.Call)
-                and isinstance(n.func, cst.Attribute)
-                and n.func.attr.value == "__init__"
-                for n in walk_code(s)
-            )
-        )
-        last = None
-        for s in body[start + 1 : first]:
-            for small in s.body if isinstance(s, cst.SimpleStatementLine) else ():
-                made = self._made_tensor(small)
-                if made is not None and made in written | read:
-                    last = made
+        last = self._guard_tensor(list(init.body.body), called, written | read)
         if last is None:
             return None
         base = bases[0].rsplit(".", 1)[-1]
@@ -1555,6 +1553,37 @@ class ClassEdit:
             hook,
             kept=self.keep_value,
         )
+
+    def _guard_tensor(self, body: list, called: str, used: set[str]) -> str | None:
+        """The last tensor of ``used`` that ``__init__`` (``body``) makes after calling the
+        base's ``__init__`` and before its first statement calling ``self.<called>()``: the
+        guard of the hook's own code. None when there is none (or the call is in a block)."""
+        first = None
+        for i, s in enumerate(body):
+            if isinstance(s, cst.SimpleStatementLine) and any(
+                isinstance(x, cst.Expr) and _calls_self(x.value, called) for x in s.body
+            ):
+                first = i
+                break
+        if first is None:
+            return None  # called inside a block only
+        start = next(
+            i
+            for i, s in enumerate(body)
+            if any(
+                isinstance(n, cst.Call)
+                and isinstance(n.func, cst.Attribute)
+                and n.func.attr.value == "__init__"
+                for n in walk_code(s)
+            )
+        )
+        last = None
+        for s in body[start + 1 : first]:
+            for small in s.body if isinstance(s, cst.SimpleStatementLine) else ():
+                made = self._made_tensor(small)
+                if made is not None and made in used:
+                    last = made
+        return last
 
     def _made_tensor(self, small: cst.BaseSmallStatement) -> str | None:
         """``x`` for ``self.x = nn.Parameter(...)`` / ``nn.Buffer(...)`` and

@@ -448,18 +448,27 @@ def method_into_reset(edit: ClassEdit, method) -> Rewrite:
     place, the protocol of every module's own hook (FSDP's, and timm's before its root hook).
     ``__init__`` runs the same code in the same order: safe."""
     c = called_once(edit, method, arguments=True)
-    if HOOK in edit.cls.methods:
-        raise Unfixable(
-            f"`{edit.cls.name}` already has a `{HOOK}()`: call `{method.name}()` from it by hand"
-        )
+    exists = HOOK in edit.cls.methods
     _refuse_rescaling(edit, edit.ctx, [method.node.body])
-    if edit._taken(HOOK):
+    if not exists and edit._taken(HOOK):
         raise Unfixable(f"`{HOOK}` is already an attribute of `{edit.cls.name}`")
     line = edit.init_body[c]
     call = hook_call(edit, method, c)
     _empty_before(edit, method, c)
-    edit.use_hook(HOOK, c, [call], call_at=line)
-    done = edit.rewrite(f"Call `{method.name}()` from `{HOOK}()`, called where it was")
+    # an existing hook (pypots' ``FeatureRegression``, whose mask buffer ML002's fix recomputes
+    # there) takes the call at its end; where the hook runs later than the call did, the draws
+    # it moves past decide safety (:meth:`ClassEdit.use_hook`)
+    random = not rng_free(method.node.body, edit.ctx)
+    called = exists and edit.hook_calls(HOOK)[0]
+    edit.use_hook(HOOK, c, [call], random=random, call_at=line)
+    if called:
+        # ``__init__`` calls the hook already, so the method's own call goes (the hook runs it)
+        kept = edit.replace.get(id(line), (line, [line]))[1]
+        edit.replace[id(line)] = (line, [s for s in kept if s is not line])
+    done = edit.rewrite(
+        f"Call `{method.name}()` from `{HOOK}()`"
+        + (", which `__init__` calls" if exists else ", called where it was")
+    )
     if any(not b.startswith("torch.nn.") and b not in HOOKLESS_BASES for b in edit.cls.bases):
         alternative = _over_base_hook(ClassEdit(edit.ctx, edit.cls), method)
         done.over_base_hook = alternative or done.over_base_hook

@@ -14,6 +14,7 @@ from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Rule
 from metalint.static.syntax import is_none
 from metalint.static.tensors import initialised_target, inplace_kind, parameter_value, recreated
+from metalint.vocabulary import TORCH_RESET_EVERY_PARAMETER
 
 HOOK = "reset_parameters"
 _WORDS = {
@@ -210,6 +211,20 @@ class Scaled(Base):
         super().reset_parameters()
         nn.init.ones_(self.scale)
 """,
+        # nn.LSTMCell's reset_parameters() draws every parameter, the subclass's too (pypots)
+        """
+import torch
+from torch import nn
+
+class PeepholeLSTMCell(nn.LSTMCell):
+    def __init__(self, input_size, hidden_size):
+        super().__init__(input_size, hidden_size)
+        self.weight_ch = nn.Parameter(torch.empty(3 * hidden_size, hidden_size))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        super().reset_parameters()
+""",
         # timm: parameters in reset_parameters, non-persistent buffers in their own hook;
         # __init__ sets ones, then calls the hook: eager == hook
         """
@@ -333,9 +348,7 @@ class Head(nn.Module):
         if not built:
             return
         hook_methods = cls.reachable(HOOK)
-        in_reset: set[str] = set()
-        for m in hook_methods:
-            in_reset |= recreated(m, self.qualify)
+        in_reset = self._recreated(cls, hook_methods)
         if "*" in in_reset:
             return
         other: dict[str, set[str]] = {}
@@ -380,6 +393,18 @@ class Head(nn.Module):
                 )
                 continue
             yield from self._missed(cls, reg, writes.get(reg.attr, []), other)
+
+    def _recreated(self, cls: ClassFacts, hook_methods) -> set[str]:
+        """What ``reset_parameters()`` re-creates (``"*"``: every parameter, as the hook of an
+        ``nn.LSTMCell`` base does, which ``super().reset_parameters()`` runs)."""
+        in_reset: set[str] = set()
+        for m in hook_methods:
+            in_reset |= recreated(m, self.qualify)
+            if set(cls.bases) & TORCH_RESET_EVERY_PARAMETER and any(
+                c.method == HOOK and (c.receiver or "").startswith("super") for c in m.calls
+            ):
+                in_reset.add("*")
+        return in_reset
 
     # -- missed by reset_parameters ---------------------------------------------------------
     def _missed(self, cls, reg: Registration, writes, other) -> Iterable[Finding]:
