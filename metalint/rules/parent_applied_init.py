@@ -180,6 +180,25 @@ class ParentAppliedInit(Rule):
     codemod = "metalint.fix.parent_init"
 
     VALID = [
+        # timm's EfficientNet after `fix`: the root hook hands the model to a function of the
+        # file that initialises every module, and the protocol calls that hook
+        """
+import torch.nn as nn
+
+def efficientnet_init_weights(model):
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight)
+
+class EfficientNet(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.conv = nn.Conv2d(dim, dim, 3)
+        self.init_weights()
+
+    def init_weights(self):
+        efficientnet_init_weights(self)
+""",
         # the children reset themselves; the loop only calls their own hook
         """
 import torch.nn as nn
@@ -675,7 +694,11 @@ class Captioner(nn.Module):
         for hook in self.ctx.hooks:
             if hook.startswith("_") or hook == "reset_parameters" or hook not in cls.methods:
                 continue
-            if any(parent_inits(m, self.qualify, True) for m in cls.reachable(hook)):
+            # ``efficientnet_init_weights(self)`` in ``init_weights()`` replays as ``apply`` does
+            if any(
+                parent_inits(m, self.qualify, True) or self._helper_inits(m)
+                for m in cls.reachable(hook)
+            ):
                 out.append((hook, cls.methods[hook]))
         return out
 
