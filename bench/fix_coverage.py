@@ -134,6 +134,11 @@ print(json.dumps([[v.cls, v.status, v.detail, v.lost, v.eager_raised] for v in v
 #: roots are (``bench/audit_models.py``): library -> class -> the call's arguments, evaluated
 #: in the namespace of the class's module. Only the arguments change; the probe is the same.
 #: Not here: monai ``Transchex``/``MultiModal`` (they download BERT weights: no network).
+#: e2cnn's field types, spelled for :func:`write_factories` (evaluated in the class's module)
+_E2_G = '__import__("e2cnn.gspaces").gspaces.Rot2dOnR2(4)'
+_E2_TYPE = f'(lambda reprs: __import__("e2cnn.nn").nn.FieldType({_E2_G}, reprs))'
+_E2_REG = f"(lambda n: {_E2_TYPE}([{_E2_G}.regular_repr] * n))"
+
 ARGUMENTS: dict[str, dict[str, str]] = {
     "e3nn": {
         "BatchNorm": 'irreps="4x0e + 2x1o"',
@@ -146,6 +151,28 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "ToS2Grid": "lmax=2, res=(6, 7)",
         "FromS2Grid": "res=(6, 7), lmax=2",
         "LowPassFilter": "scale=2.0",
+    },
+    "e2cnn": {
+        # field types of the rotation group C4 on the plane, built in the class's module
+        "R2Conv": f"in_type={_E2_REG}(2), out_type={_E2_REG}(3), kernel_size=3",
+        "R2ConvTransposed": f"in_type={_E2_REG}(2), out_type={_E2_REG}(3), kernel_size=3",
+        "R2Diffop": f"in_type={_E2_REG}(2), out_type={_E2_REG}(3), kernel_size=3",
+        "GatedNonLinearity1": f"in_type={_E2_TYPE}([{_E2_G}.trivial_repr] * 2 + [{_E2_G}"
+        ".regular_repr] * 2)",
+        "GatedNonLinearity2": f"in_type=({_E2_TYPE}([{_E2_G}.trivial_repr] * 2), {_E2_REG}(2))",
+        "NormNonLinearity": f"in_type={_E2_TYPE}([{_E2_G}.irrep(1)] * 2)",
+        "PointwiseAvgPoolAntialiased": f"in_type={_E2_REG}(2), sigma=0.6, stride=2",
+        "PointwiseMaxPoolAntialiased": f"in_type={_E2_REG}(2), kernel_size=3, stride=2",
+        "ReshuffleModule": f"in_type={_E2_REG}(2), permutation=[1, 0]",
+    },
+    "snntorch": {
+        "Alpha": "alpha=0.9, beta=0.8",
+        "Lapicque": "beta=0.9",
+        "Leaky": "beta=0.9",
+        "RLeaky": "beta=0.9, linear_features=4",
+        "RSynaptic": "alpha=0.9, beta=0.8, linear_features=4",
+        "StateLeaky": "beta=0.9, channels=4",
+        "Synaptic": "alpha=0.9, beta=0.8",
     },
     "monai": {
         "AffineHead": "spatial_dims=2, image_size=[16, 16], decode_size=[4, 4], in_channels=4",

@@ -155,6 +155,18 @@ def test_argument_guesses_for_typed_and_forwarded_parameters():
     else:
         raise AssertionError("an argument used nowhere got a guess")
 
+    class Spectral(nn.Module):  # pypots' idiom: names that say nothing, used as numbers
+        def __init__(self, seq_len, modes1, mode_type):
+            super().__init__()
+            self.modes = min(modes1, seq_len // 2)
+            self.weights = nn.Parameter(torch.rand(self.modes, 2))
+            if mode_type == 1:
+                self.weights = nn.Parameter(torch.rand(self.modes, 3))
+
+    kwargs = infer_arguments(Spectral)
+    assert kwargs == {"seq_len": 16, "modes1": 4, "mode_type": 4}
+    Spectral(**kwargs)
+
 
 def test_argument_guesses_for_activations_and_tensors():
     """torch-geometric's idioms: DimeNet's blocks take ``act: Callable`` (the module

@@ -195,7 +195,7 @@ def _int_for(name: str) -> int | None:
         return 1
     if n in _VOCAB_NAMES:
         return 32
-    if n in _SEQ_NAMES:
+    if n in _SEQ_NAMES or n.endswith(("_len", "_length", "_steps")):
         return 16
     if n in _KERNEL_NAMES:
         return 2 if n != "kernel_size" else 3
@@ -212,6 +212,9 @@ _DTYPE_TEXT = frozenset({"torch.dtype", "dtype"})
 
 #: no guess for a parameter
 _NO = object()
+#: the guess for an unannotated parameter used as a number that neither its name nor where it
+#: is forwarded explains
+_FALLBACK_INT = 4
 
 
 def _guess(name: str, ann: Any, empty: Any) -> Any:
@@ -260,6 +263,41 @@ def _guess(name: str, ann: Any, empty: Any) -> Any:
     if ann is empty and ("eps" in name.lower() or name.lower() in ("dropout", "p", "drop")):
         return 1e-5 if "eps" in name.lower() else 0.0
     return _NO
+
+
+def _used_as_number(cls: type, name: str) -> bool:
+    """Does ``cls.__init__`` use parameter ``name`` as a number: in arithmetic, a comparison
+    with a number, ``range(name)`` or a ``torch`` call's argument (pypots' ``SpectralConv1d``:
+    ``modes1`` in ``min(modes1, seq_len // 2)``)? A parameter only kept or called is not."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+
+    def named(e) -> bool:
+        return isinstance(e, ast.Name) and e.id == name
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and (named(node.left) or named(node.right)):
+            return True
+        if isinstance(node, ast.Compare) and (
+            named(node.left) or any(named(c) for c in node.comparators)
+        ):
+            others = [node.left, *node.comparators]
+            if any(isinstance(o, ast.Constant) and type(o.value) in (int, float) for o in others):
+                return True
+        if isinstance(node, ast.Call) and any(named(a) for a in node.args):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in ("range", "min", "max", "int"):
+                return True
+            while isinstance(f, ast.Attribute):
+                f = f.value
+            if isinstance(f, ast.Name) and f.id == "torch":
+                return True
+    return False
 
 
 def _forwarded_guess(cls: type, name: str, depth: int = 0) -> Any:
@@ -334,7 +372,8 @@ def _callee_guess(callee: Any, slot: int | str, depth: int) -> Any:
 def infer_arguments(cls: type) -> dict[str, Any]:
     """Small keyword arguments for the required parameters of ``cls.__init__``: from each
     parameter's annotation and name (:func:`_guess`), else from the parameter of another
-    class or function it is forwarded to (:func:`_forwarded_guess`)."""
+    class or function it is forwarded to (:func:`_forwarded_guess`), else, for a parameter
+    without annotation, a small int."""
     try:
         sig = inspect.signature(cls.__init__)
     except (TypeError, ValueError) as exc:
@@ -359,6 +398,11 @@ def infer_arguments(cls: type) -> dict[str, Any]:
         value = _guess(p.name, ann, p.empty)
         if value is _NO:
             value = _forwarded_guess(cls, p.name)
+        if value is _NO and ann is p.empty and _used_as_number(cls, p.name):
+            # nothing tells (pypots' ``SpectralConv1d(in_channels, out_channels, modes1)``,
+            # ``DampingLayer(pred_len, ...)``): most such parameters are sizes and counts; a
+            # wrong kind fails eager construction, which the probe reports with its error
+            value = _FALLBACK_INT
         if value is _NO:
             shown = "" if ann is p.empty else f": {getattr(ann, '__name__', ann)}"
             raise CannotConstruct(f"required parameter `{p.name}{shown}` cannot be inferred")
