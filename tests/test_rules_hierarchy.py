@@ -79,6 +79,40 @@ def test_hook_and_tie_methods_are_found_in_other_files(tmp_path):
     assert got == [("ML004", "MHA"), ("ML004", "WithoutHook"), ("ML011", "UntiedLM")]
 
 
+def test_a_base_re_exported_by_a_star_import_is_found(tmp_path):
+    """FrEIA's idiom: ``modules/__init__.py`` does ``from .base import *`` and each module
+    beside it ``from . import InvertibleModule``: the base (with its ``reset_parameters()``)
+    is found through the star import, so the subclass's hook-less tensor is judged with it."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .bases import *\n")
+    (pkg / "bases.py").write_text(textwrap.dedent(BASES))
+    (pkg / "layers.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            import torch.nn as nn
+            from . import Resettable, NoHook
+
+            class WithHook(Resettable):
+                def __init__(self, d):
+                    super().__init__()
+                    self.w = nn.Parameter(torch.empty(d))
+                    nn.init.zeros_(self.w)
+
+            class WithoutHook(NoHook):
+                def __init__(self, d):
+                    super().__init__()
+                    self.w = nn.Parameter(torch.empty(d))
+                    nn.init.zeros_(self.w)
+            """
+        )
+    )
+    settings = Settings(root=tmp_path, select=["ML004"])
+    result = run_check([pkg], settings, use_cache=False, workers=1)
+    assert sorted((d.code, d.symbol) for d in result.diagnostics) == [("ML004", "WithoutHook")]
+
+
 INIT_FACTORIES = """
 from functools import partial
 import torch.nn as nn

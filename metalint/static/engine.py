@@ -24,7 +24,7 @@ from metalint.lines import split_lines
 from metalint.static.defaults import init_functions
 from metalint.static.elide import HOST_READ, elide
 from metalint.static.model import NOT_THE_TREE, ClassFacts, collect
-from metalint.static.names import exports_from_ast
+from metalint.static.names import STAR, exports_from_ast
 from metalint.static.protocol import summarize_class, summarize_functions
 
 # re-exported: the results live in a module that does not import libcst (cache hits need no parser)
@@ -574,6 +574,7 @@ def _analyze(
     ctx = RuleContext(facts, module, hooks, display, whole, tree=tree)
     result.exports = dict(facts.aliases.names)
     result.exports.update(facts.local_classes)
+    result.exports.update({f"{STAR}{m}": m for m in facts.aliases.stars})
     result.classes = [summarize(c, ctx) for c in facts.classes]
     result.functions = init_functions(module, module_name, ctx.qualify)
     functions = _short_functions(module, source, tree)

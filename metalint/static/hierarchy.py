@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from metalint.diagnostics import Condition
 from metalint.static.constants import dispatch
+from metalint.static.names import star_exports
 from metalint.static.results import HELPER_MARK, ClassSummary, FileResult
 from metalint.vocabulary import PUBLIC_HOOKS, TORCH_WITHOUT_RESET
 
@@ -49,9 +50,17 @@ class Hierarchy:
             return None
         head, _, attr = name.rpartition(".")
         # ``pkg.layers.LayerScale`` where pkg/layers/__init__.py imports it from a submodule
-        target = self.exports.get(head, {}).get(attr)
+        exports = self.exports.get(head, {})
+        target = exports.get(attr)
         if target and target != name:
             return self.resolve(target, depth + 1, table)
+        if target is None:
+            # ``from .base import *`` in FrEIA/modules/__init__.py, and ``from . import
+            # InvertibleModule`` in the modules beside it
+            for mod in star_exports(exports):
+                found = self.resolve(f"{mod}.{attr}", depth + 1, table)
+                if found is not None:
+                    return found
         return None
 
     def only_resets(self, name: str, args) -> bool:

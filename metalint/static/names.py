@@ -126,6 +126,8 @@ class Aliases:
         self.names: dict[str, str] = {}
         #: module-level partials of a class: name -> the class (also in ``names``)
         self.constructors: dict[str, str] = {}
+        #: modules whose names this one takes with ``from <module> import *``
+        self.stars: list[str] = []
 
     def add_import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -139,13 +141,14 @@ class Aliases:
                 self.names[top] = top
 
     def add_import_from(self, node: cst.ImportFrom) -> None:
-        if isinstance(node.names, cst.ImportStar):
-            return
         mod = dotted(node.module) if node.module is not None else None
         level = len(node.relative)
         if level:
             mod = _resolve_relative(self.module, self.is_package, level, mod)
         if mod is None:
+            return
+        if isinstance(node.names, cst.ImportStar):
+            self.stars.append(mod)
             return
         for alias in node.names:
             name = dotted(alias.name)
@@ -219,6 +222,17 @@ def _ast_imports(node, out: dict[str, str], module: str, is_package: bool) -> No
     for a in node.names:
         if a.name != "*":
             out[a.asname or a.name] = f"{mod}.{a.name}"
+        else:
+            out[f"{STAR}{mod}"] = mod
+
+
+#: the key of a module's exports that stands for ``from <module> import *`` (no name has it)
+STAR = "*"
+
+
+def star_exports(exports: dict[str, str]) -> list[str]:
+    """The modules whose names a module re-exports with ``from <module> import *``."""
+    return [m for k, m in exports.items() if k.startswith(STAR)]
 
 
 def exports_from_ast(tree, module: str, is_package: bool) -> dict[str, str]:
