@@ -113,6 +113,17 @@ class PlainTensorAttribute(Rule):
     codemod = "metalint.fix.plain_tensor_attribute"
 
     VALID = [
+        # sbi's DivergenceOptimizer: an ABC (no module) holding the posterior's modules
+        """
+from abc import ABC
+import torch
+from torch import nn
+
+class DivergenceOptimizer(ABC):
+    def __init__(self, q):
+        self.modules = nn.ModuleList([q])
+        self.losses = torch.ones(2000)
+""",
         # a CPU tensor from numpy, moved by a method that __init__ calls without a device:
         # ``.to(None)`` keeps it on the CPU (monai's and diffusers' ``set_timesteps``)
         """

@@ -40,7 +40,7 @@ from metalint.static.syntax import (
     walk_code,
 )
 from metalint.static.tensors import argument_writes, recreated
-from metalint.vocabulary import DEFAULT_HOOKS, MODULE_API
+from metalint.vocabulary import DEFAULT_HOOKS, HOOKLESS_BASES, MODULE_API
 
 #: ``fix_for(code, ctx, finding, row, source) -> Fix | None``: the fix of a finding
 FixFor = Callable[[str, RuleContext, Finding, int, str], "Fix | None"]
@@ -83,13 +83,17 @@ def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
             calls_super = calls_super or name in m.super_calls
         hooks[name] = (sorted(_qualified_helpers(names, ctx)), calls_super)
     api = False
+    # a class of no base but ``object``/``ABC`` holding a module (sbi's ``DivergenceOptimizer
+    # (ABC)``: ``self.modules = nn.ModuleList([self.q])``) is no module; one of an unknown base
+    # that does is taken for one (a mixin, a base of another package)
+    plain = all(b in HOOKLESS_BASES for b in cls.bases)
     for m in cls.methods.values():
         for call in m.calls:
             if call.receiver == "self" and call.method in MODULE_API:
                 api = True
         for a in m.assigns:
             # self.x = nn.Linear(...) / nn.Parameter(...): only modules hold these
-            if type(a.value) is cst.Call:
+            if type(a.value) is cst.Call and not plain:
                 q = ctx.qualify(a.value.func) or ""
                 if q.startswith("torch.nn.") and not q.startswith("torch.nn.functional."):
                     api = True
