@@ -37,6 +37,7 @@ from metalint.fix.codemod import (
     ClassEdit,
     Rewrite,
     Unfixable,
+    _bare_self_call,
     _uses,
     render,
     returns,
@@ -44,6 +45,7 @@ from metalint.fix.codemod import (
     stmt,
 )
 from metalint.fix.recompute import draws, local_only
+from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
 from metalint.vocabulary import REGISTER_METHODS, RESET_HOOK, ROOT_ENTRIES
@@ -241,13 +243,40 @@ def called_once(edit: ClassEdit, method, arguments: bool = False) -> int:
     again: no return value; no arguments, or with ``arguments`` ones :func:`hook_call` can
     pass again), the only call of it in ``__init__``."""
     calls, nested = edit.hook_calls(method.name)
-    if nested or len(calls) != 1:
+    if nested and not calls:
+        calls = _guarded_call(edit, method.name)
+    elif nested:
+        calls = []
+    if len(calls) != 1:
         raise Unfixable(f"`__init__` does not call `{method.name}()` once, as a statement")
     if returns(method.node.body) or (
         not arguments and any(p.default is None for p in method.node.params.params[1:])
     ):
         raise Unfixable(f"`{method.name}()` takes arguments or returns a value")
     return calls[0]
+
+
+def _guarded_call(edit: ClassEdit, name: str) -> list[int]:
+    """``[c]`` when ``__init__`` calls ``self.<name>()`` once, as the only statement of a
+    top-level ``if`` (no ``else``) whose test calls nothing: sbi's ``MixtureDensityEstimator``,
+    ``if custom_initialization: self._initialize()``. The hook then runs that ``if``
+    (:func:`hook_call`)."""
+    sites = [
+        n
+        for n in walk_code(edit.init.node.body)
+        if type(n) is cst.Call and dotted(n.func) == f"self.{name}"
+    ]
+    for c, s in enumerate(edit.init_body):
+        if (
+            type(s) is cst.If
+            and s.orelse is None
+            and len(sites) == 1
+            and len(s.body.body) == 1
+            and _bare_self_call(s.body.body[0]) == name
+            and not any(type(n) is cst.Call for n in walk_code(s.test))
+        ):
+            return [c]
+    return []
 
 
 def hook_call(edit: ClassEdit, method, c: int) -> cst.BaseStatement:
@@ -260,10 +289,15 @@ def hook_call(edit: ClassEdit, method, c: int) -> cst.BaseStatement:
     that calls something (the hook would call it again) and one reading ``self.<attr>``
     written later in ``__init__`` (the hook would pass another value)."""
     line = edit.init_body[c]
-    call = line.body[0].value
-    if not call.args:
+    guarded = type(line) is cst.If  # ``if flag: self._initialize()`` (:func:`_guarded_call`)
+    call = (line.body.body[0] if guarded else line).body[0].value
+    if not call.args and not guarded:
         return stmt(f"self.{method.name}()")
     name = method.name
+    for attr in sorted(_uses(line.test)[1]) if guarded else ():
+        later = edit.used_after(attr, c, writes_only=True)
+        if later:
+            raise Unfixable(f"`{name}()` is called if `self.{attr}`: {later}")
     for a in call.args:
         if a.star:
             raise Unfixable(f"`__init__` calls `{name}()` with `{a.star}` arguments")
@@ -299,15 +333,19 @@ def through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:
     first = own_hook_first(edit, c, c, {c})
     tail = None if first else own_hook_last(edit, c, {c})
     line = edit.init_body[c]
+    # the method's call as the hook makes it (guarded: ``if self.flag: self._initialize()``),
+    # with what it reads kept on self before ``line``
+    moved = hook_call(edit, owner, c)
+    kept = [s for s in edit.replace.get(id(line), (line, []))[1] if s is not line]
     at = line if tail is None else tail
     call = stmt(f"self.{HOOK}()").with_changes(leading_lines=at.leading_lines)
     if tail is None:
-        edit.replace[id(line)] = (line, [call])
+        edit.replace[id(line)] = (line, [*kept, call])
     else:
-        edit.replace[id(line)] = (line, [])
+        edit.replace[id(line)] = (line, kept)
         edit.replace[id(tail)] = (tail, [call])
     last = [stmt(f"self.{RESET_HOOK}()")] if tail is not None else []
-    edit.hook_append[HOOK] = [*first, stmt(f"self.{owner.name}()"), *last]
+    edit.hook_append[HOOK] = [*first, moved, *last]
     return edit.rewrite(f"Call `{owner.name}()` from a root `{HOOK}()` called from `__init__`")
 
 
