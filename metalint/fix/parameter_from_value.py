@@ -867,7 +867,9 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     local assigned more than once (gpytorch's variational distributions: ``mean_init =
     torch.zeros(n)``, then ``mean_init = mean_init.repeat(*batch_shape, 1)``) is computed by
     copies of the statements that compute its locals, in order, as ML002's fix does
-    (:func:`recompute_locals`); not inside an ``if``."""
+    (:func:`recompute_locals`); inside an ``if`` (pypots' ``TKANCell``: ``bias =
+    torch.zeros(3 * h)``, ``bias[h : 2 * h] = 1.0`` under ``if use_bias:``), under the guard
+    of the parameter being there, which holds exactly where that block ran."""
     index, line, path = where
     keep = edit.keep_value
     hook = HOOK if keep else edit.choose_hook(index)
@@ -882,7 +884,7 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
             if keep:
                 raise
             return edit.rewrite(drawn_tail(edit, drawn.index, hook, str(exc)))
-        if any(isinstance(n, cst.If) for n in path):
+        if any(isinstance(n, cst.If) for n in path) and not guard:
             raise
         full = data
     else:
@@ -907,7 +909,10 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     value = prelude.pop() if prelude else edit.store_names(full, line, index)
     body = fill(f"with {names[0]}.no_grad():\n    self.{attr}.copy_(__v__)", v=value)
     if guard:
+        inner = [*prelude, body] if any(isinstance(n, cst.If) for n in path) else [body]
         body = guarded(guard, body)
+        body = body.with_changes(body=body.body.with_changes(body=inner))
+        prelude = [] if len(inner) > 1 else prelude
     if keep:
         edit.use_hook(hook, index, [*prelude, body])
         return edit.rewrite(_kept_message(attr, hook))
