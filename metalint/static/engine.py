@@ -40,7 +40,13 @@ from metalint.static.syntax import (
     walk_code,
 )
 from metalint.static.tensors import argument_writes, recreated
-from metalint.vocabulary import DEFAULT_HOOKS, HOOKLESS_BASES, MODULE_API
+from metalint.vocabulary import (
+    BUFFER_CLASSES,
+    DEFAULT_HOOKS,
+    HOOKLESS_BASES,
+    MODULE_API,
+    PARAMETER_CLASSES,
+)
 
 #: ``fix_for(code, ctx, finding, row, source) -> Fix | None``: the fix of a finding
 FixFor = Callable[[str, RuleContext, Finding, int, str], "Fix | None"]
@@ -85,7 +91,8 @@ def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
     api = False
     # a class of no base but ``object``/``ABC`` holding a module (sbi's ``DivergenceOptimizer
     # (ABC)``: ``self.modules = nn.ModuleList([self.q])``) is no module; one of an unknown base
-    # that does is taken for one (a mixin, a base of another package)
+    # that does is taken for one (a mixin, a base of another package); a parameter or buffer
+    # makes either one
     plain = all(b in HOOKLESS_BASES for b in cls.bases)
     for m in cls.methods.values():
         for call in m.calls:
@@ -93,9 +100,13 @@ def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
                 api = True
         for a in m.assigns:
             # self.x = nn.Linear(...) / nn.Parameter(...): only modules hold these
-            if type(a.value) is cst.Call and not plain:
+            if type(a.value) is cst.Call:
                 q = ctx.qualify(a.value.func) or ""
-                if q.startswith("torch.nn.") and not q.startswith("torch.nn.functional."):
+                if q in PARAMETER_CLASSES | BUFFER_CLASSES or (
+                    not plain
+                    and q.startswith("torch.nn.")
+                    and not q.startswith("torch.nn.functional.")
+                ):
                     api = True
     return ClassSummary(
         cls.fullname, cls.bases, hooks, api, sorted(cls.methods), summarize_class(cls, ctx)
