@@ -139,6 +139,12 @@ _E2_G = '__import__("e2cnn.gspaces").gspaces.Rot2dOnR2(4)'
 _E2_TYPE = f'(lambda reprs: __import__("e2cnn.nn").nn.FieldType({_E2_G}, reprs))'
 _E2_REG = f"(lambda n: {_E2_TYPE}([{_E2_G}.regular_repr] * n))"
 
+#: d3rlpy's encoder, position encoding and activation, spelled for :func:`write_factories`
+_D3 = '__import__("d3rlpy.models.torch", fromlist=["x"])'
+_D3_ENC = f"{_D3}.VectorEncoder(observation_shape=[4], hidden_units=[8])"
+_D3_POS = f"{_D3}.SimplePositionEncoding(8, 16)"
+_D3_ACT = '__import__("torch").nn.ReLU()'
+
 ARGUMENTS: dict[str, dict[str, str]] = {
     "e3nn": {
         "BatchNorm": 'irreps="4x0e + 2x1o"',
@@ -164,6 +170,17 @@ ARGUMENTS: dict[str, dict[str, str]] = {
         "PointwiseAvgPoolAntialiased": f"in_type={_E2_REG}(2), sigma=0.6, stride=2",
         "PointwiseMaxPoolAntialiased": f"in_type={_E2_REG}(2), kernel_size=3, stride=2",
         "ReshuffleModule": f"in_type={_E2_REG}(2), permutation=[1, 0]",
+    },
+    "d3rlpy": {
+        # a vector encoder of 4 observations into 8 features, as d3rlpy's factories build it
+        "NormalPolicy": f"encoder={_D3_ENC}, hidden_size=8, action_size=2, min_logstd=-20.0, "
+        "max_logstd=2.0, use_std_parameter=True",
+        "ContinuousDecisionTransformer": f"encoder={_D3_ENC}, embed_size=8, position_encoding="
+        f"{_D3_POS}, action_size=2, num_heads=2, context_size=4, num_layers=1, attn_dropout=0.0, "
+        f"resid_dropout=0.0, embed_dropout=0.0, activation={_D3_ACT}",
+        "DiscreteDecisionTransformer": f"encoder={_D3_ENC}, embed_size=8, position_encoding="
+        f"{_D3_POS}, action_size=2, num_heads=2, context_size=4, num_layers=1, attn_dropout=0.0, "
+        f"resid_dropout=0.0, embed_dropout=0.0, activation={_D3_ACT}, embed_activation={_D3_ACT}",
     },
     "snntorch": {
         "Alpha": "alpha=0.9, beta=0.8",
