@@ -24,11 +24,11 @@ from metalint.lines import split_lines
 from metalint.static.defaults import init_functions
 from metalint.static.elide import HOST_READ, elide
 from metalint.static.model import NOT_THE_TREE, ClassFacts, collect
-from metalint.static.names import STAR, exports_from_ast
+from metalint.static.names import exports_from_ast
 from metalint.static.protocol import summarize_class, summarize_functions
 
 # re-exported: the results live in a module that does not import libcst (cache hits need no parser)
-from metalint.static.results import HELPER_MARK, ClassSummary, FileResult, error_result
+from metalint.static.results import HELPER_MARK, STAR, ClassSummary, FileResult, error_result
 from metalint.static.rule import Finding, Rule, RuleContext
 from metalint.static.syntax import (
     TRIVIA,

@@ -11,8 +11,7 @@ from collections.abc import Iterable
 
 from metalint.diagnostics import Condition
 from metalint.static.constants import dispatch
-from metalint.static.names import star_exports
-from metalint.static.results import HELPER_MARK, ClassSummary, FileResult
+from metalint.static.results import HELPER_MARK, ClassSummary, FileResult, star_exports
 from metalint.vocabulary import PUBLIC_HOOKS, TORCH_WITHOUT_RESET
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from metalint.static.results import STAR
 from metalint.vocabulary import (
     BUFFER_CLASSES,
     PARAMETER_CLASSES,
@@ -224,15 +225,6 @@ def _ast_imports(node, out: dict[str, str], module: str, is_package: bool) -> No
             out[a.asname or a.name] = f"{mod}.{a.name}"
         else:
             out[f"{STAR}{mod}"] = mod
-
-
-#: the key of a module's exports that stands for ``from <module> import *`` (no name has it)
-STAR = "*"
-
-
-def star_exports(exports: dict[str, str]) -> list[str]:
-    """The modules whose names a module re-exports with ``from <module> import *``."""
-    return [m for k, m in exports.items() if k.startswith(STAR)]
 
 
 def exports_from_ast(tree, module: str, is_package: bool) -> dict[str, str]:

@@ -24,6 +24,15 @@ from metalint.lines import source_encoding
 HELPER_MARK = "@"
 
 
+#: the key of a module's exports that stands for ``from <module> import *`` (no name has it)
+STAR = "*"
+
+
+def star_exports(exports: dict[str, str]) -> list[str]:
+    """The modules whose names a module re-exports with ``from <module> import *``."""
+    return [m for k, m in exports.items() if k.startswith(STAR)]
+
+
 @dataclass
 class ClassSummary:
     """What other files need to know about a class."""
