@@ -159,7 +159,9 @@ def test_unsafe_fixes_keep_shapes_and_constants(path, tmp_path):
     except for random ones that moved after other draws."""
     pytest.importorskip("torch")
     out = path.with_name(path.name.replace(".in.py", ".out.py"))
-    exact = not any(k in path.name for k in ("layer_scales", "inplace"))
+    exact = not any(k in path.name for k in ("layer_scales", "inplace")) and (
+        "eager values differ under --unsafe-fixes" not in path.read_text()
+    )
     assert _assert_same_eager(path, out, exact=exact) >= 1
 
 

@@ -456,10 +456,12 @@ def method_into_reset(edit: ClassEdit, method) -> Rewrite:
     call = hook_call(edit, method, c)
     _empty_before(edit, method, c)
     # an existing hook (pypots' ``FeatureRegression``, whose mask buffer ML002's fix recomputes
-    # there) takes the call at its end; where the hook runs later than the call did, the draws
-    # it moves past decide safety (:meth:`ClassEdit.use_hook`)
-    random = not rng_free(method.node.body, edit.ctx)
+    # there) takes the call; where the hook runs later than the call did, the draws it moves
+    # past decide safety (:meth:`ClassEdit.use_hook`)
     called = exists and edit.hook_calls(HOOK)[0]
+    # the hook called where the method was (``call_at``) moves no draw; one ``__init__``
+    # already calls elsewhere does
+    random = bool(called) and not rng_free(method.node.body, edit.ctx)
     edit.use_hook(HOOK, c, [call], random=random, call_at=line)
     if called:
         # ``__init__`` calls the hook already, so the method's own call goes (the hook runs it)

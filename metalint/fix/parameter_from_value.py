@@ -81,7 +81,7 @@ from metalint.fix.recompute import (
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
-from metalint.static.tensors import same_tensor
+from metalint.static.tensors import same_tensor, value_kind
 from metalint.vocabulary import (
     CHAINED_INITS,
     EMPTY_FACTORIES,
@@ -510,6 +510,17 @@ def _kept(ctx: RuleContext, cls, finding: Finding) -> Rewrite | None:
     return kept if kept.applicability is Applicability.SAFE else None
 
 
+def _one_law(ctx: RuleContext, edit: ClassEdit, attr: str, node, data) -> None:
+    """:func:`one_value`; unsafe where another path draws the parameter too (in another
+    shape): the hook, which runs on that path as well, draws it a second time there."""
+    shared = one_value(edit.cls, ctx.qualify, attr, node)
+    if shared and value_kind(data, ctx.qualify, edit.init) == "random":
+        edit.unsafe.append(
+            "another path of `__init__` draws it too, in another shape: the hook draws it a "
+            "second time there"
+        )
+
+
 def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
     """One rewrite; with ``edit.keep_value``, the value stays in ``__init__`` (eager
     construction runs exactly as before: LinearAttention's ``self.mem_kv = nn.Parameter(
@@ -525,7 +536,6 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
             raise
         return _plan_in_helper(ctx, edit, finding.node, helper, str(exc))
     attr, data_arg, guard = _parameter(ctx, finding.node, path, cls, edit.after_return(index))
-    one_value(cls, ctx.qualify, attr, finding.node)
     legacy = None if keep else legacy_empty(ctx, edit, data_arg.value)
     if legacy is not None:
         edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, legacy)])
@@ -533,6 +543,7 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
             f"Allocate `{attr}` with `{render(legacy)}`: the legacy constructor allocates on "
             'the CPU even under `with torch.device("meta")`'
         )
+    _one_law(ctx, edit, attr, finding.node, data_arg.value)
     later = edit.used_after(attr, index, tensor=True)
     tail = edit.block_tail(line)
     # first set on some paths only, by an `if`: the hook re-creates the value, then runs it

@@ -26,7 +26,7 @@ from metalint.static.model import construction
 from metalint.static.names import dotted
 from metalint.static.syntax import walk_code
 from metalint.static.tensors import random_draw
-from metalint.vocabulary import HOST_RANDOM_MODULES, INIT_KIND
+from metalint.vocabulary import FACTORY_DRAWS, FILL_FACTORIES, HOST_RANDOM_MODULES, INIT_KIND
 
 
 def _raises_only(s: cst.CSTNode) -> bool:
@@ -266,13 +266,15 @@ def registered(cls, qualify, attr: str, kind: str) -> str:
     )
 
 
-def one_value(cls, qualify, attr: str, node: cst.CSTNode) -> None:
+def one_value(cls, qualify, attr: str, node: cst.CSTNode) -> bool:
     """Raise :class:`Unfixable` when construction also makes tensor ``attr`` from another
     value than the one ``node`` makes it from (``if ones: self.register_buffer("b",
     torch.ones(n))``, ``else: self.register_buffer("b", torch.zeros(n))``): the hook's
     write, guarded by the tensor being there, would run on the other path too and give it
-    this path's value. The same value spelled alike (a local both branches register) or
-    ``None`` on the other path are no obstacle."""
+    this path's value. The same value spelled alike (a local both branches register),
+    ``None`` on the other path, or a value of the same law in another shape
+    (:func:`_same_law`) are no obstacle: True for the last (a random one is drawn there a
+    second time by the hook, so eager values differ on that path)."""
     mine = None
     others = []
     for r in tensor_registrations(construction(cls), qualify):
@@ -283,14 +285,40 @@ def one_value(cls, qualify, attr: str, node: cst.CSTNode) -> None:
         else:
             others.append(r)
     if mine is None or mine.value is None:
-        return
+        return False
     ours = render(mine.value).strip()
+    shared = False
     for r in others:
-        if r.value is not None and render(r.value).strip() not in (ours, "None"):
+        if r.value is None:
+            continue
+        if _same_law(mine.value, r.value, qualify) and render(r.value).strip() != ours:
+            shared = True
+            continue
+        if render(r.value).strip() not in (ours, "None"):
             raise Unfixable(
                 f"`self.{attr}` is also made from another value "
                 f"(`{render(r.value).strip()[:40]}`): one hook would give it this one on every path"
             )
+    return shared
+
+
+def _same_law(a, b, qualify) -> bool:
+    """Are ``a`` and ``b`` calls of the same factory that sets every element by one law, with
+    the same keywords, of any shape (stanza's ``reduce_key``: ``torch.randn(n, h, d)`` on one
+    path, ``torch.randn(h, d)`` on the other)? A hook's shape-free init (``normal_``,
+    ``zeros_``) then gives either its value."""
+    if not (type(a) is cst.Call and type(b) is cst.Call):
+        return False
+    q = qualify(a.func)
+    if q != qualify(b.func) or not (
+        q in FACTORY_DRAWS or FILL_FACTORIES.get(q or "") in ("zeros", "ones")
+    ):
+        return False
+
+    def keywords(c):
+        return sorted((k.keyword.value, render(k.value).strip()) for k in c.args if k.keyword)
+
+    return keywords(a) == keywords(b)
 
 
 def draws(node: cst.CSTNode, edit: ClassEdit, host_only: bool = False) -> bool:
