@@ -901,6 +901,8 @@ class Model(nn.Module):
             )
         )
         for node, method, head in loops:
+            # a literal list of own tensors (``[self.w_qkv_c, self.w_o_c]``): those
+            written = tuple(re.findall(r"self\.(\w+)", head)) if "[" in head else own
             which = (
                 "every parameter"
                 if head.endswith("()")
@@ -913,6 +915,6 @@ class Model(nn.Module):
                 "`to_empty()` the values are lost",
                 cls,
                 help="Move the loop into `reset_parameters()` and call it from `__init__`",
-                unless_recreated=own,
-                subject=own,
+                unless_recreated=written,
+                subject=written,
             )

@@ -388,6 +388,11 @@ def recreated(method: MethodFacts, qualify) -> set[str]:
         names.update(helper_writes(call, qualify))
     if method.loops_over_own_tensors:
         names.add("*")
+    for node, _targets, it in method.loops:
+        # ``for param in [self.w_q, self.w_o]: nn.init.uniform_(param, -b, b)``
+        if type(it) in (cst.List, cst.Tuple) and (own := _own_attributes(it)):
+            if every_parameter_written(node, qualify):
+                names.update(own)
     return names
 
 
@@ -500,6 +505,17 @@ def meta_guarded(method: MethodFacts) -> set[int]:
     return out
 
 
+def _own_attributes(seq: cst.List | cst.Tuple) -> list[str]:
+    """``["a", "b"]`` for ``[self.a, self.b]``; [] when an element is anything else."""
+    out = []
+    for e in seq.elements:
+        d = dotted(e.value) if type(e) is cst.Element else None
+        if not d or not d.startswith("self.") or d.count(".") != 1:
+            return []
+        out.append(d[5:])
+    return out
+
+
 def every_parameter_written(
     node: cst.CSTNode, qualify, lists: frozenset[str] = frozenset()
 ) -> str | None:
@@ -526,12 +542,19 @@ def every_parameter_written(
                 t = t.elements[1].value
         elif (d := dotted(it) or "").startswith("self.") and d[5:] in lists:
             head = f"for ... in {d}"
+        elif type(it) in (cst.List, cst.Tuple) and (own := _own_attributes(it)):
+            # ``for param in [self.w_qkv_c, self.w_o_c]: nn.init.uniform_(param, -b, b)``
+            # (stanza's PartitionedMultiHeadAttention); not ``for layer in (self.hidden,
+            # self.output): layer.weight.normal_()``, children's tensors (spikingjelly)
+            head = f"for ... in [{', '.join(f'self.{a}' for a in own)}]"
         else:
             continue
         if type(t) is not cst.Name:
             continue
+        listed = head.endswith("]")
         for c in walk_code(n.body):
             w = inplace_write(c, qualify) if type(c) is cst.Call else None
             if w is not None and w.chain[:1] == (t.value,):
-                return head
+                if not listed or w.chain[1:] in ((), ("data",)):
+                    return head
     return None
