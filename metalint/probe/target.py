@@ -10,6 +10,7 @@ its defaults or with small arguments inferred from its signature (:func:`infer_a
 from __future__ import annotations
 
 import collections.abc
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -265,16 +266,28 @@ def _guess(name: str, ann: Any, empty: Any) -> Any:
     return _NO
 
 
+@functools.lru_cache(maxsize=256)
+def _init_tree(cls: type):
+    """CPython's tree of ``cls.__init__``'s source, parsed once per class for every
+    parameter :func:`_used_as_number` and :func:`_forwarded_guess` ask about; None without
+    source."""
+    import ast
+    import textwrap
+
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+
 def _used_as_number(cls: type, name: str) -> bool:
     """Does ``cls.__init__`` use parameter ``name`` as a number: in arithmetic, a comparison
     with a number, ``range(name)`` or a ``torch`` call's argument (pypots' ``SpectralConv1d``:
     ``modes1`` in ``min(modes1, seq_len // 2)``)? A parameter only kept or called is not."""
     import ast
-    import textwrap
 
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
-    except (OSError, TypeError, SyntaxError):
+    tree = _init_tree(cls)
+    if tree is None:
         return False
 
     def named(e) -> bool:
@@ -305,11 +318,9 @@ def _forwarded_guess(cls: type, name: str, depth: int = 0) -> Any:
     or ``Block(dim=width)`` take it as one of *their* parameters, whose default (or guess)
     is a value of the right kind. ``_NO`` when it is not forwarded to anything resolvable."""
     import ast
-    import textwrap
 
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
-    except (OSError, TypeError, SyntaxError):
+    tree = _init_tree(cls)
+    if tree is None:
         return _NO
     scope = getattr(cls.__init__, "__globals__", {})
     for node in ast.walk(tree):

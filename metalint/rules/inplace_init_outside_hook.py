@@ -19,6 +19,7 @@ from metalint.static.tensors import (
     initialised_target,
     inplace_kind,
     law_text,
+    own_attributes,
 )
 from metalint.vocabulary import (
     BATCH_NORM_BASES,
@@ -902,7 +903,8 @@ class Model(nn.Module):
         )
         for node, method, head in loops:
             # a literal list of own tensors (``[self.w_qkv_c, self.w_o_c]``): those
-            written = tuple(re.findall(r"self\.(\w+)", head)) if "[" in head else own
+            listed = own_attributes(node.iter) if type(node.iter) in (cst.List, cst.Tuple) else []
+            written = tuple(listed) or own
             which = (
                 "every parameter"
                 if head.endswith("()")

@@ -390,7 +390,7 @@ def recreated(method: MethodFacts, qualify) -> set[str]:
         names.add("*")
     for node, _targets, it in method.loops:
         # ``for param in [self.w_q, self.w_o]: nn.init.uniform_(param, -b, b)``
-        if type(it) in (cst.List, cst.Tuple) and (own := _own_attributes(it)):
+        if type(it) in (cst.List, cst.Tuple) and (own := own_attributes(it)):
             if every_parameter_written(node, qualify):
                 names.update(own)
     return names
@@ -505,7 +505,7 @@ def meta_guarded(method: MethodFacts) -> set[int]:
     return out
 
 
-def _own_attributes(seq: cst.List | cst.Tuple) -> list[str]:
+def own_attributes(seq: cst.List | cst.Tuple) -> list[str]:
     """``["a", "b"]`` for ``[self.a, self.b]``; [] when an element is anything else."""
     out = []
     for e in seq.elements:
@@ -542,7 +542,7 @@ def every_parameter_written(
                 t = t.elements[1].value
         elif (d := dotted(it) or "").startswith("self.") and d[5:] in lists:
             head = f"for ... in {d}"
-        elif type(it) in (cst.List, cst.Tuple) and (own := _own_attributes(it)):
+        elif type(it) in (cst.List, cst.Tuple) and (own := own_attributes(it)):
             # ``for param in [self.w_qkv_c, self.w_o_c]: nn.init.uniform_(param, -b, b)``
             # (stanza's PartitionedMultiHeadAttention); not ``for layer in (self.hidden,
             # self.output): layer.weight.normal_()``, children's tensors (spikingjelly)
@@ -551,7 +551,7 @@ def every_parameter_written(
             continue
         if type(t) is not cst.Name:
             continue
-        listed = head.endswith("]")
+        listed = type(it) in (cst.List, cst.Tuple)
         for c in walk_code(n.body):
             w = inplace_write(c, qualify) if type(c) is cst.Call else None
             if w is not None and w.chain[:1] == (t.value,):
