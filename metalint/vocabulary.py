@@ -587,6 +587,9 @@ TORCH_WITHOUT_RESET = frozenset(
 # the probe and the loader read these) ---------------------------------------------------------
 #: torch.nn's per-module re-initialisation, run on every module that has it, children first
 RESET_HOOK = "reset_parameters"
+#: ``torch.nn.Module``'s method that ``to()``/``to_empty()`` map over tensors; ``to_empty()``
+#: passes it ``recurse=`` (torch 2.1 and later)
+APPLY_METHOD = "_apply"
 #: timm's per-module hook that re-creates non-persistent buffers, run after every reset
 BUFFER_HOOK = "init_non_persistent_buffers"
 #: private per-module resets a class calls from its own ``__init__`` (``nn.MultiheadAttention``'s

@@ -232,7 +232,7 @@ def _class(node: ast.ClassDef, lines: list[str], spans: list, classes: list) -> 
 
 
 #: methods read by name (init hooks, ``tie_weights``, ``_reset_parameters``, ``__init__`` ...)
-_READ_BY_NAME = re.compile(r"init|reset|tie|weight|param|buffer|^__new__$")
+_READ_BY_NAME = re.compile(r"init|reset|tie|weight|param|buffer|^__new__$|^_apply$")
 #: what rules read in any method of a class, not only in those construction reaches: attribute
 #: writes (``self.x = ...``, ``setattr``), registrations, applied functions, nested definitions,
 #: imports (a name imported anywhere in a file is one of its names)

@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from metalint.static.model import ClassFacts
+from metalint.static.rule import Finding, Invalid, Rule
+from metalint.vocabulary import APPLY_METHOD as APPLY
+
+
+def takes_recurse(fn: cst.FunctionDef) -> bool:
+    """Whether ``def _apply(...)`` accepts a ``recurse`` argument (by name, or in
+    ``*args``/``**kwargs``)."""
+    p = fn.params
+    names = {q.name.value for q in (*p.posonly_params, *p.params, *p.kwonly_params)}
+    return "recurse" in names or isinstance(p.star_arg, cst.Param) or p.star_kwarg is not None
+
+
+class ApplyWithoutRecurse(Rule):
+    """
+    ## What it does
+    Finds an `nn.Module` that overrides `_apply(self, fn)` without the `recurse` argument
+    torch's own `Module._apply(self, fn, recurse=True)` takes (since torch 2.1). Overrides like
+    this move tensors the module keeps outside its parameters and buffers (spikingjelly's
+    `MemoryModule` moves its neuron states, YOLOv5's `DetectMultiBackend` its grids).
+
+    ## Why is this bad on meta?
+    `module.to_empty(device=...)`, the step that materialises a model built under
+    `with torch.device("meta"):`, calls `self._apply(..., recurse=recurse)`. An override
+    without `recurse` raises `TypeError: _apply() got an unexpected keyword argument
+    'recurse'`, for the class and every subclass: such a model cannot be materialised at all.
+    `.to()`, `.cuda()` and `.half()` pass no `recurse`, so nothing else shows the defect.
+
+    ## Example
+    ```python
+    class MemoryModule(nn.Module):
+        def _apply(self, fn):
+            for key, value in self._memories.items():
+                if isinstance(value, torch.Tensor):
+                    self._memories[key] = fn(value)
+            return super()._apply(fn)
+    ```
+
+    ## Use instead
+    ```python
+    class MemoryModule(nn.Module):
+        def _apply(self, fn, recurse=True):
+            for key, value in self._memories.items():
+                if isinstance(value, torch.Tensor):
+                    self._memories[key] = fn(value)
+            return super()._apply(fn, recurse)
+    ```
+
+    ## Fix safety
+    The fix adds `recurse=True` to the signature (torch's own default) and passes it on to the
+    base's `_apply()` where the override calls it. Calls that worked before behave the same,
+    but it is a signature change, so the fix is unsafe (`--unsafe-fixes`). It is not offered
+    when a base class of another file defines the `_apply()` called: whether that one accepts
+    `recurse` is not known from this file.
+    """
+
+    code = "ML013"
+    name = "apply-without-recurse"
+    summary = "`_apply()` override takes no `recurse`: `to_empty()` raises TypeError"
+    codemod = "metalint.fix.apply_without_recurse"
+
+    VALID = [
+        # torch's signature
+        """
+import torch.nn as nn
+
+class Memory(nn.Module):
+    def _apply(self, fn, recurse=True):
+        self.state = fn(self.state)
+        return super()._apply(fn, recurse)
+""",
+        # everything handed on
+        """
+import torch.nn as nn
+
+class Memory(nn.Module):
+    def _apply(self, fn, *args, **kwargs):
+        return super()._apply(fn, *args, **kwargs)
+""",
+        # not a module: a class of one's own with an `_apply` of another meaning
+        """
+class Pipeline:
+    def _apply(self, fn):
+        return [fn(x) for x in self.items]
+""",
+    ]
+    INVALID = [
+        Invalid(
+            """
+import torch
+import torch.nn as nn
+
+class MemoryModule(nn.Module):
+    def _apply(self, fn):  # ERROR
+        for key, value in self._memories.items():
+            if isinstance(value, torch.Tensor):
+                self._memories[key] = fn(value)
+        return super()._apply(fn)
+""",
+            """
+import torch
+import torch.nn as nn
+
+class MemoryModule(nn.Module):
+    def _apply(self, fn, recurse=True):  # ERROR
+        for key, value in self._memories.items():
+            if isinstance(value, torch.Tensor):
+                self._memories[key] = fn(value)
+        return super()._apply(fn, recurse)
+""",
+            unsafe=True,
+        ),
+        # old-style super, the call before the module's own tensors
+        Invalid(
+            """
+from torch import nn
+
+class FeatureSelector(nn.Module):
+    def _apply(self, fn):  # ERROR
+        super(FeatureSelector, self)._apply(fn)
+        self.noise = fn(self.noise)
+        return self
+""",
+            """
+from torch import nn
+
+class FeatureSelector(nn.Module):
+    def _apply(self, fn, recurse=True):  # ERROR
+        super(FeatureSelector, self)._apply(fn, recurse)
+        self.noise = fn(self.noise)
+        return self
+""",
+            unsafe=True,
+        ),
+    ]
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        method = cls.methods.get(APPLY)
+        if method is None or takes_recurse(method.node):
+            return
+        yield Finding(
+            method.node.name,
+            f"`{cls.name}._apply(self, fn)` takes no `recurse`: `to_empty()` calls "
+            f"`_apply(fn, recurse=...)` and raises TypeError, so a `{cls.name}` built on meta "
+            f"cannot be materialised",
+            cls,
+            help="Take `recurse=True` like `torch.nn.Module._apply` and pass it to the base's "
+            "`_apply()`",
+            subject=(APPLY,),
+        )
