@@ -64,6 +64,7 @@ def run_fix(
     if show_diff or not write:
         _echo_diff(changed, echo)
     proven = _write(changed, fixer, errors, echo, verify=verify) if write else {}
+    shown: set[str] = set()
     for ff in fixes:
         for d in ff.applied:
             _echo_applied(
@@ -72,6 +73,7 @@ def run_fix(
                 echo,
                 write=write,
                 show_fixes=show_fixes,
+                shown=shown,
             )
     remaining = _summarise(checked.diagnostics, fixes, fixer, errors, echo, write=write)
     if errors:
@@ -203,9 +205,11 @@ def _error(display: str, message: str, code: str = ERROR_CODE):
     return Diagnostic(code, message, display, pos, pos)
 
 
-def _echo_applied(d, verdict, echo, *, write: bool, show_fixes: bool) -> None:
+def _echo_applied(d, verdict, echo, *, write: bool, show_fixes: bool, shown: set) -> None:
     """One line per fix: ``fixed and proven`` (``--verify``: the probe passed), ``fixed``,
-    ``fixed (not proven: why)``; without ``--write`` only with ``--show-fixes``."""
+    ``fixed (not proven: why)``; without ``--write`` only with ``--show-fixes``. A finding
+    fixed over two rounds (ML003's replaced child tensor: copied in place, then moved into a
+    hook) is one line unless ``--show-fixes`` lists each rewrite (``shown``: lines printed)."""
     if not write and not show_fixes:
         return
     state = "fixed" if write else "would fix"
@@ -216,7 +220,9 @@ def _echo_applied(d, verdict, echo, *, write: bool, show_fixes: bool) -> None:
     line = f"{d.filename}:{d.start.row}: {d.code} [{d.symbol}] {state}"
     if show_fixes:
         line = f"fix {line}: {d.fix.message}"
-    echo(line)
+    if line not in shown:
+        shown.add(line)
+        echo(line)
 
 
 def _verify(ff, fixer, echo) -> list:

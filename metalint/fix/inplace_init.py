@@ -587,6 +587,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     body = edit.init_body
     index = edit.top_index_of(finding.node)
+    if isinstance(finding.node, cst.Assign):
+        return _copy_into_child(ctx, edit, finding.node)
     if isinstance(finding.node, cst.For):
         return _parameter_loop(ctx, edit, finding.node, index)
     if index < 0:
@@ -614,6 +616,48 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
             "(a child's tensor belongs in the model's `init_weights()`)"
         )
     return move_own(ctx, edit)
+
+
+def _copy_into_child(ctx: RuleContext, edit: ClassEdit, node: cst.Assign) -> Rewrite:
+    """``self.emb.weight = nn.Parameter(w, requires_grad=False)`` -> ``self.emb.weight.data
+    .copy_(w)`` and ``self.emb.weight.requires_grad = False``: the child keeps its parameter and
+    the value is an init of it in place, which the next round moves into a hook as any other
+    (the round after this one re-analyses the file). Unsafe: the child's tensor keeps its own
+    shape and dtype, which the value must have (``copy_`` broadcasts and casts)."""
+    _index, line, _path = edit.locate(node)
+    if len(line.body) != 1 or len(node.targets) != 1 or type(node.value) is not cst.Call:
+        raise Unfixable("the replacement is not a statement of its own")
+    target = node.targets[0].target
+    data = None
+    requires_grad = None
+    for arg in node.value.args:
+        if arg.star:
+            raise Unfixable("the parameter is made with starred arguments")
+        if arg.keyword is None or arg.keyword.value == "data":
+            data = data or arg.value
+        elif arg.keyword.value == "requires_grad":
+            requires_grad = arg.value
+    if data is None or dotted(node.value.func) is None:
+        raise Unfixable("the parameter is not made by a plain `nn.Parameter(value)`")
+    if ctx.qualify(node.value.func) not in PARAMETER_CLASSES:
+        raise Unfixable("the value is wrapped in more than `nn.Parameter(...)`")
+    tensor = render(target)
+    new = [stmt(f"{tensor}.data.copy_({render(data)})")]
+    if requires_grad is not None and not (
+        isinstance(requires_grad, cst.Name) and requires_grad.value == "True"
+    ):
+        new.append(stmt(f"{tensor}.requires_grad = {render(requires_grad)}"))
+    new = [
+        s.with_changes(leading_lines=line.leading_lines) if i == 0 else s for i, s in enumerate(new)
+    ]
+    edit.replace[id(line)] = (line, new)
+    edit.unsafe.append(
+        f"`{tensor}` keeps the child's shape and dtype: `{render(data)}` must have them"
+    )
+    return edit.rewrite(
+        f"Copy the value into the child's `{tensor}` in place instead of replacing it; the "
+        f"next round moves that init into a hook"
+    )
 
 
 def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> Rewrite:

@@ -20,6 +20,8 @@ from metalint.static.tensors import (
     inplace_kind,
     law_text,
     own_attributes,
+    parameter_value,
+    value_kind,
 )
 from metalint.vocabulary import (
     BATCH_NORM_BASES,
@@ -612,6 +614,23 @@ class Model(nn.Module):
 """,
     ]
     INVALID = [
+        # a child's tensor replaced by a table computed here (Informer's FixedEmbedding)
+        """
+import math
+import torch
+import torch.nn as nn
+
+class FixedEmbedding(nn.Module):
+    def __init__(self, c_in, d_model):
+        super().__init__()
+        w = torch.zeros(c_in, d_model)
+        position = torch.arange(0, c_in).float().unsqueeze(1)
+        div_term = (torch.arange(0, d_model, 2).float() * -(math.log(10000.0) / d_model)).exp()
+        w[:, 0::2] = torch.sin(position * div_term)
+        w[:, 1::2] = torch.cos(position * div_term)
+        self.emb = nn.Embedding(c_in, d_model)
+        self.emb.weight = nn.Parameter(w, requires_grad=False)  # ERROR
+""",
         # a loop over every parameter of a module with no child modules (titans-pytorch)
         """
 import torch
@@ -868,6 +887,40 @@ class Model(nn.Module):
                     unless_same_law=law,
                 )
         yield from self._parameter_loops(cls, methods)
+        yield from self._replaced_child_tensors(cls, methods)
+
+    def _replaced_child_tensors(self, cls: ClassFacts, methods) -> Iterable[Finding]:
+        """``self.emb.weight = nn.Parameter(w, requires_grad=False)`` with ``w`` computed in
+        ``__init__`` (the sinusoidal ``FixedEmbedding`` of Informer-family time-series models):
+        the child's tensor replaced by a value. After ``to_empty()`` the child's own
+        ``reset_parameters()`` draws its default init there, as for an init in place. A random
+        value or a tensor of the caller or of ``self`` is not one."""
+        children: set[str] | None = None
+        for method in methods:
+            for a in method.assigns:
+                if a.augmented or a.target.count(".") != 2 or type(a.value) is not cst.Call:
+                    continue
+                data = parameter_value(a.value, self.qualify)
+                if data is None or value_kind(data, self.qualify, method) != "value":
+                    continue
+                _self, child, tensor = a.target.split(".")
+                if children is None:
+                    children = module_children(cls, self.qualify)
+                if child not in children:
+                    continue
+                name = f"{child}.{tensor}"
+                yield Finding(
+                    a.node,
+                    f"`{name}` (a tensor of the child `{child}`) is replaced by a parameter made "
+                    f"from a value (`{short(data)}`) in `{method.name}`, outside any reset hook: "
+                    f"on meta it holds no data and after `to_empty()` the child's own "
+                    f"`reset_parameters()` restores its default init and the value is lost",
+                    cls,
+                    help="Copy the value into the child's tensor in `reset_parameters()` (own "
+                    "tensors) or the model's `init_weights()`, and call that hook from `__init__`",
+                    unless_recreated=(child,),
+                    subject=(name,),
+                )
 
     def _parameter_loops(self, cls: ClassFacts, methods) -> Iterable[Finding]:
         """``for param in self.parameters(): nn.init.xavier_uniform_(param)`` in a class with
