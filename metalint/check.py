@@ -177,7 +177,7 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
                         via = hierarchy.construction_read(d.condition.if_helper_reads, d.code)
                         d = d.with_(
                             via=via,
-                            help=f"{d.help}: the read is in `{via[0]}` at {via[1]}:{via[2]}",
+                            help=f"{d.help} (the line is in `{via[0]}` at {via[1]}:{via[2]})",
                         )
                     d = protocols.judge(d)
                     if d is None:

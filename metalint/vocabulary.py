@@ -587,6 +587,23 @@ TORCH_WITHOUT_RESET = frozenset(
 # the probe and the loader read these) ---------------------------------------------------------
 #: torch.nn's per-module re-initialisation, run on every module that has it, children first
 RESET_HOOK = "reset_parameters"
+#: functions that re-parametrise a layer's weight from its current value: the new parameters
+#: (``original0``/``original1`` = g/v of weight norm, ``weight_g``/``weight_v`` of the old
+#: hook-based one, spectral norm's ``original`` and its ``_u``/``_v`` vectors) are computed from
+#: the init ``__init__`` gave the weight; the layer's ``reset_parameters()`` writes the computed
+#: ``weight`` and never reaches them
+WEIGHT_REPARAMETRIZATIONS = frozenset(
+    {
+        "torch.nn.utils.weight_norm",
+        "torch.nn.utils.weight_norm.weight_norm",
+        "torch.nn.utils.spectral_norm",
+        "torch.nn.utils.spectral_norm.spectral_norm",
+        "torch.nn.utils.parametrizations.weight_norm",
+        "torch.nn.utils.parametrizations.spectral_norm",
+        "torch.nn.utils.parametrizations.orthogonal",
+        "torch.nn.utils.parametrize.register_parametrization",
+    }
+)
 #: ``torch.nn.Module``'s method that ``to()``/``to_empty()`` map over tensors; ``to_empty()``
 #: passes it ``recurse=`` (torch 2.1 and later)
 APPLY_METHOD = "_apply"

@@ -271,3 +271,25 @@ def test_progress_counts_classes_on_stderr(tmp_path, capsys):
     assert [o.kind for o in rep.outcomes] == ["result", "result"]
     assert "probe: 0 classes done; file 1/1, class 1/2: two.py:A" in err
     assert "probe: 1 classes done; file 1/1, class 2/2: two.py:B" in err
+
+
+def _fixture_module(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "fixtures" / "check" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_fixture_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_weight_norm_g_and_v_are_lost_where_check_says_and_a_hook_assigning_weight_keeps_them():
+    """What ML014 reports in fixtures/check/audio_codec_weight_norm.py is what the probe finds:
+    the convolutions' g and v never re-initialised (and Snake's alpha, ML001); the class whose
+    hook assigns a fresh ``weight`` (the parametrization's right_inverse) passes."""
+    mod = _fixture_module("audio_codec_weight_norm")
+    res = probe(mod.EncoderBlock, device="cpu")
+    lost = {name.rsplit(".", 1)[-1] for d in res.findings for name in d.subject}
+    assert {"original0", "original1", "alpha"} <= lost, res.findings
+    assert probe(mod.ResetUnit, device="cpu").findings == []

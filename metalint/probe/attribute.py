@@ -34,6 +34,8 @@ from metalint.vocabulary import OVERWRITE_ATEN_OPS, RANDOM_ATEN_OPS, UNINITIALIS
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _PROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+#: files whose frames only wrap the caller's call
+_WRAPPERS = tuple(os.sep + f for f in ("contextlib.py", "typing_extensions.py", "warnings.py"))
 _METALINT_TESTING = os.path.join(os.path.dirname(_PROBE_DIR.rstrip(os.sep)), "testing.py")
 
 
@@ -49,7 +51,10 @@ class Site:
 
 
 def user_frame(skip_dirs: tuple[str, ...] = ()) -> Site | None:
-    """The innermost frame that is not torch, metalint's probe, the stdlib's contextlib."""
+    """The innermost frame that is not torch, metalint's probe, the stdlib's contextlib or a
+    ``@deprecated`` wrapper (typing_extensions', the stdlib's: torch's hook-based
+    ``nn.utils.weight_norm`` is wrapped in one, which named typing_extensions.py as the line
+    that set the tensor)."""
     f = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
@@ -58,7 +63,7 @@ def user_frame(skip_dirs: tuple[str, ...] = ()) -> Site | None:
             or fn.startswith(_PROBE_DIR)
             or fn == _METALINT_TESTING
             or fn.startswith("<")
-            or fn.endswith(os.sep + "contextlib.py")
+            or fn.endswith(_WRAPPERS)
             or any(fn.startswith(d) for d in skip_dirs)
         ):
             owner = None

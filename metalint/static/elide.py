@@ -154,7 +154,11 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
     short = {n for n, fn in functions.items() if fn.end_lineno - fn.lineno <= HELPER_LINES}
     # (or that reads a tensor's value: construction may call it from another file, ML008)
     writers = {
-        name for name in short if _INPLACE_CALL.search(texts[name]) or HOST_READ.search(texts[name])
+        name
+        for name in short
+        if _INPLACE_CALL.search(texts[name])
+        or HOST_READ.search(texts[name])
+        or REPARAMETRIZE.search(texts[name])
     }
     while True:
         more = {n for n in short - writers if writers & _words(texts[n])}
@@ -179,6 +183,9 @@ _INPLACE_CALL = re.compile(r"[A-Za-z0-9]_\(")
 #: a read of a tensor's value (``.item()``, ``.tolist()``, ``.numpy()``, ML008) or a copy of
 #: it to a real device (``.cpu()``, ``.cuda()``, ML009; not ``.to(...)``, too common to follow)
 HOST_READ = re.compile(r"\.(?:item|tolist|numpy|cpu|cuda)\(")
+#: a call that re-parametrises a layer's weight (``weight_norm(nn.Conv1d(...))``, ML014): a
+#: helper doing it may be called from another file's construction (DAC's ``WNConv1d``)
+REPARAMETRIZE = re.compile(r"\b(?:weight_norm|spectral_norm|orthogonal|register_parametrization)\(")
 
 
 def _module_level(body: list[ast.stmt], lines: list[str], spans: list) -> None:

@@ -22,7 +22,7 @@ from libcst.metadata import CodePosition, CodeRange
 from metalint.diagnostics import Condition, Diagnostic, Fix, Position
 from metalint.lines import split_lines
 from metalint.static.defaults import init_functions
-from metalint.static.elide import HOST_READ, elide
+from metalint.static.elide import HOST_READ, REPARAMETRIZE, elide
 from metalint.static.model import NOT_THE_TREE, ClassFacts, collect
 from metalint.static.names import exports_from_ast
 from metalint.static.protocol import summarize_class, summarize_functions
@@ -213,7 +213,7 @@ def _construction_reads(module: cst.Module, functions, source: str, facts, insta
     out: dict[str, dict] = {}
     lines = None
     for stmt, text in functions:
-        reads_host = HOST_READ.search(text) is not None
+        reads_host = HOST_READ.search(text) is not None or REPARAMETRIZE.search(text) is not None
         full = facts.local_functions.get(stmt.name.value, stmt.name.value)
         summary: dict = {}
         if reads_host:

@@ -1,0 +1,213 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import libcst as cst
+
+from metalint.static.model import (
+    NOT_THE_TREE,
+    ClassFacts,
+    MethodFacts,
+    construction,
+    function_facts,
+)
+from metalint.static.rule import Finding, Rule
+from metalint.static.syntax import short
+from metalint.vocabulary import WEIGHT_REPARAMETRIZATIONS
+
+
+def _reparametrizations(method: MethodFacts) -> list[cst.Call]:
+    return [c.node for c in method.calls if c.qualname in WEIGHT_REPARAMETRIZATIONS]
+
+
+def _other_file(call) -> bool:
+    """A call of an imported function that may be defined in another file of the tree,
+    capitalised or not (``WNConv1d(...)``, a function named like the class it builds): whether
+    the tree defines it, and whether it re-parametrises, is answered across files; a class
+    resolves to no function there."""
+    q = call.qualname
+    return q is not None and not q.startswith(NOT_THE_TREE) and type(call.node.func) is not cst.Call
+
+
+class WeightNormNotReset(Rule):
+    """
+    ## What it does
+    Finds `weight_norm(...)`, `spectral_norm(...)`, `orthogonal(...)` or
+    `register_parametrization(...)` applied to a layer while a module is built, directly or
+    through a function (`WNConv1d = lambda *a, **k: weight_norm(nn.Conv1d(*a, **k))`, the
+    audio codecs' and vocoders' idiom), in a class with no init hook of its own.
+
+    ## Why is this bad on meta?
+    Re-parametrising a weight computes new parameters from the value the layer's init gave it:
+    weight norm's `original0`/`original1` (g = ‖v‖ and v; `weight_g`/`weight_v` for the old
+    hook-based `torch.nn.utils.weight_norm`), spectral norm's `original` and its power-iteration
+    vectors. Built on meta there is no value to compute them from. After `to_empty()` the
+    layer's own `reset_parameters()` initialises `self.weight`, which is now computed from
+    those parameters on every access: the init lands in a temporary and g and v stay
+    uninitialised memory. Every convolution of the model trains from garbage.
+
+    ## Example
+    ```python
+    def WNConv1d(*args, **kwargs):
+        return weight_norm(nn.Conv1d(*args, **kwargs))
+
+    class ResidualUnit(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.conv = WNConv1d(dim, dim, kernel_size=7, padding=3)
+    ```
+
+    ## Use instead
+    ```python
+    class ResidualUnit(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.conv = WNConv1d(dim, dim, kernel_size=7, padding=3)
+
+        def reset_parameters(self):
+            # runs after the convolution's own reset; assigning `weight` runs the
+            # parametrization's right_inverse, which sets g and v from the new value
+            weight = torch.empty_like(self.conv.weight)
+            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+            self.conv.weight = weight
+    ```
+    Or materialise such models from a checkpoint, which holds g and v.
+
+    ## Fix safety
+    No automatic fix: the re-initialisation must say which init the weight had before it was
+    re-parametrised, and a hook that assigns it changes what eager construction draws.
+    """
+
+    code = "ML014"
+    name = "weight-norm-not-reset"
+    summary = "Weight re-parametrised (weight norm, spectral norm) during construction: g and v are lost after `to_empty()`"
+
+    VALID = [
+        # the class re-derives the parametrised weight in its own hook
+        """
+import math
+import torch
+import torch.nn as nn
+from torch.nn.utils.parametrizations import weight_norm
+
+class Unit(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.conv = weight_norm(nn.Conv1d(dim, dim, 3))
+
+    def reset_parameters(self):
+        weight = torch.empty_like(self.conv.weight)
+        nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+        self.conv.weight = weight
+""",
+        # applied after construction, by the caller: not this rule's business
+        """
+import torch.nn as nn
+
+class Unit(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.conv = nn.Conv1d(dim, dim, 3)
+
+    def remove_weight_norm(self):
+        nn.utils.remove_weight_norm(self.conv)
+""",
+    ]
+    INVALID = [
+        # directly, the old hook-based weight norm
+        """
+import torch.nn as nn
+
+class Vocoder(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.conv_pre = nn.utils.weight_norm(nn.Conv1d(80, dim, 7, padding=3))  # ERROR
+""",
+        # through a function of the file (the audio codecs' WNConv1d)
+        """
+import torch.nn as nn
+from torch.nn.utils.parametrizations import weight_norm
+
+def WNConv1d(*args, **kwargs):
+    return weight_norm(nn.Conv1d(*args, **kwargs))
+
+class ResidualUnit(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.block = nn.Sequential(
+            nn.ELU(),
+            WNConv1d(dim, dim, kernel_size=7, padding=3),  # ERROR
+        )
+""",
+        # spectral norm in a loop over layers (a GAN discriminator)
+        """
+import torch.nn as nn
+from torch.nn.utils import spectral_norm
+
+class Discriminator(nn.Module):
+    def __init__(self, dims=(3, 8, 16)):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        for a, b in zip(dims, dims[1:]):
+            self.layers.append(spectral_norm(nn.Conv2d(a, b, 3)))  # ERROR
+""",
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._helpers: dict[str, list[cst.Call]] = {}
+
+    def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
+        return _reparametrizations(fn)
+
+    def _helper(self, call) -> list[cst.Call]:
+        """The re-parametrising calls of a module-level function of this file that
+        ``call`` calls (``WNConv1d(...)``)."""
+        func = call.node.func
+        if type(func) is not cst.Name or call.qualname is not None:
+            return []
+        name = func.value
+        if name not in self._helpers:
+            fn = next(
+                (
+                    s
+                    for s in self.ctx.module.body
+                    if type(s) is cst.FunctionDef and s.name.value == name
+                ),
+                None,
+            )
+            self._helpers[name] = (
+                _reparametrizations(function_facts(fn, self.ctx.facts)) if fn is not None else []
+            )
+        return self._helpers[name]
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        if "__init__" not in cls.methods:
+            return
+        for method in construction(cls, enter_hooks=False, hooks=self.ctx.hooks):
+            for call in method.calls:
+                node = call.node
+                if call.qualname in WEIGHT_REPARAMETRIZATIONS:
+                    what = f"`{short(node, 60)}`"
+                    cross = ""
+                elif self._helper(call):
+                    what = f"`{short(node, 60)}` (it calls `{short(self._helper(call)[0].func)}`)"
+                    cross = ""
+                elif _other_file(call):
+                    what = f"`{short(node, 60)}` (a function that re-parametrises a weight)"
+                    cross = call.qualname or ""
+                else:
+                    continue
+                yield Finding(
+                    node,
+                    f"{what} in `{method.name}` re-parametrises a layer's weight from its init: "
+                    f"built on meta there is none, and after `to_empty()` the layer's "
+                    f"`reset_parameters()` writes the computed `weight`, not the new parameters "
+                    f"(g and v), which stay uninitialised memory",
+                    cls,
+                    help="Re-derive it in a hook that runs after the layer's reset: assign a "
+                    "freshly initialised `weight` (the parametrization's right_inverse sets g and "
+                    "v), or load a checkpoint",
+                    unless_hook=True,
+                    if_helper_reads=cross,
+                )
