@@ -562,6 +562,49 @@ SEQUENCE_FUNCTIONS = frozenset(
 TORCH_RESET_EVERY_PARAMETER = frozenset(
     {f"torch.nn.{c}" for c in ("RNNCell", "LSTMCell", "GRUCell", "RNN", "LSTM", "GRU")}
 )
+#: torch.nn layers that hold no tensor: no init can reach them
+PARAMETER_FREE_LAYERS = frozenset(
+    f"torch.nn.{c}"
+    for c in (
+        "Identity",
+        "Dropout",
+        "Dropout1d",
+        "Dropout2d",
+        "Dropout3d",
+        "AlphaDropout",
+        "GELU",
+        "ReLU",
+        "ReLU6",
+        "SiLU",
+        "Tanh",
+        "Sigmoid",
+        "Softmax",
+        "LogSoftmax",
+        "ELU",
+        "LeakyReLU",
+        "Mish",
+        "Hardswish",
+        "Hardsigmoid",
+        "Softplus",
+        "Flatten",
+        "Unflatten",
+        "MaxPool1d",
+        "MaxPool2d",
+        "MaxPool3d",
+        "AvgPool1d",
+        "AvgPool2d",
+        "AvgPool3d",
+        "AdaptiveAvgPool1d",
+        "AdaptiveAvgPool2d",
+        "AdaptiveAvgPool3d",
+        "AdaptiveMaxPool1d",
+        "AdaptiveMaxPool2d",
+        "AdaptiveMaxPool3d",
+        "Upsample",
+        "PixelShuffle",
+        "PixelUnshuffle",
+    )  # fmt: skip
+)
 #: torch.nn classes whose subclasses do NOT inherit a public ``reset_parameters``
 TORCH_WITHOUT_RESET = frozenset(
     {

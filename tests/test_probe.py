@@ -866,6 +866,6 @@ def test_auto_runs_a_root_init_states_after_the_modules_resets():
     used = run_init(m, "auto")
     assert (
         used
-        == "root init_states() after submodules' init_weights()/reset_parameters() children first"
+        == "root init_states() after submodules' reset_parameters()/init_weights() children first"
     )
     assert torch.equal(m.freqs, m.lin.bias.detach() + 1)

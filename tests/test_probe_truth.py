@@ -293,3 +293,37 @@ def test_weight_norm_g_and_v_are_lost_where_check_says_and_a_hook_assigning_weig
     lost = {name.rsplit(".", 1)[-1] for d in res.findings for name in d.subject}
     assert {"original0", "original1", "alpha"} <= lost, res.findings
     assert probe(mod.ResetUnit, device="cpu").findings == []
+
+
+class _BothHooks(nn.Module):
+    """A fix gave it both hooks: its buffer in ``reset_parameters()``, its child's init in
+    ``init_weights()`` (pypots' SCINet after ML002's and ML010's fixes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("scale", torch.empty(4))
+        self.reset_parameters()
+        self.init_weights()
+
+    def reset_parameters(self):
+        with torch.no_grad():
+            self.scale.copy_(torch.arange(4.0).exp())
+
+    def init_weights(self):
+        nn.init.zeros_(self.fc.bias)
+
+
+class _HoldsBoth(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _BothHooks()
+        self.head = nn.Linear(4, 2)
+
+
+def test_auto_runs_a_modules_reset_parameters_and_its_init_weights():
+    # fails before: under ``auto`` a module with an init_weights() ran it instead of its
+    # reset_parameters(), and ``scale`` stayed the poison
+    res = probe(_HoldsBoth, device="cpu")
+    assert res.findings == [], res.findings
+    assert "reset_parameters() and init_weights() per module" in res.init_used

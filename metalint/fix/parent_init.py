@@ -46,9 +46,16 @@ from metalint.fix.codemod import (
 )
 from metalint.fix.recompute import draws, local_only
 from metalint.static.names import dotted
+from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
-from metalint.vocabulary import REGISTER_METHODS, RESET_HOOK, ROOT_ENTRIES
+from metalint.vocabulary import (
+    PARAMETER_FREE_LAYERS,
+    REGISTER_METHODS,
+    RESET_HOOK,
+    ROOT_ENTRIES,
+    TORCH_WITHOUT_RESET,
+)
 
 CODE = "ML010"
 HOOK = ROOT_ENTRIES[0]
@@ -104,6 +111,7 @@ def _in_init(edit: ClassEdit, node: cst.CSTNode, index: int, path) -> Rewrite:
         if isinstance(n, BLOCKS):
             raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
     moved = _with_its_if(edit, moved, index)
+    _no_child_created_after(edit, moved, index)
     first = []
     tail = None
     if HOOK in edit.cls.methods:
@@ -130,6 +138,73 @@ def _in_init(edit: ClassEdit, node: cst.CSTNode, index: int, path) -> Rewrite:
     last = [stmt(f"self.{RESET_HOOK}()")] if tail is not None else []
     edit.hook_append[HOOK] = [*first, body.with_changes(leading_lines=()), *last]
     return edit.rewrite(f"Move the children's init into a root `{HOOK}()` called from `__init__`")
+
+
+#: what in a statement reaches every module of ``self``
+_WHOLE_SELF = ("self.modules(", "self.named_modules(", "self.children(", "self.apply(", ", self)")
+
+
+def _no_child_created_after(edit: ClassEdit, moved: cst.BaseStatement, index: int) -> None:
+    """Refuse when ``__init__`` creates, after the statement ran, a child the statement would
+    reach when replayed (pypots' SCINet: ``for m in self.modules(): ... elif isinstance(m,
+    nn.Linear): m.bias.data.zero_()``, then ``self.div_projection = nn.ModuleList()`` filled
+    with ``nn.Linear``\ s): eagerly that child keeps its own init, but ``init_weights()``,
+    replayed after construction, would initialise it too. A child that holds no tensor
+    (``nn.Dropout``), or a torch layer none of the loop's ``isinstance`` tests names (an
+    ``nn.Linear`` after a loop over convolutions and norms: torchvision's ResNet), is not
+    reached."""
+    text = render(moved)
+    whole = any(w in text for w in _WHOLE_SELF)
+    children = module_children(edit.cls, edit.ctx.qualify)
+    tested = _isinstance_types(moved, edit) if isinstance(moved, cst.For) else None
+    for later in edit.init_body[index + 1 :]:
+        for n in walk_code(later):
+            if not isinstance(n, (cst.Assign, cst.AnnAssign)):
+                continue
+            targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+            for t in targets:
+                name = dotted(t)
+                if not name or name.count(".") != 1 or not name.startswith("self."):
+                    continue
+                attr = name[5:]
+                if attr not in children or not (whole or f"self.{attr}" in text):
+                    continue
+                built = edit.ctx.qualify(n.value.func) if isinstance(n.value, cst.Call) else None
+                if built in PARAMETER_FREE_LAYERS:
+                    continue
+                if (
+                    tested is not None
+                    and built is not None
+                    and built.startswith("torch.nn.")
+                    and built not in TORCH_WITHOUT_RESET
+                    and built not in tested
+                ):
+                    continue
+                raise Unfixable(
+                    f"`self.{attr}` is created after it in `__init__`: replayed after "
+                    f"construction, `{HOOK}()` would initialise that child too"
+                )
+
+
+def _isinstance_types(loop: cst.For, edit: ClassEdit) -> set[str] | None:
+    """The classes the loop's ``isinstance`` tests name, qualified; None when one is not a
+    public torch layer (a base class may match many) or there is none."""
+    out: set[str] = set()
+    for n in walk_code(loop.body):
+        if (
+            isinstance(n, cst.Call)
+            and isinstance(n.func, cst.Name)
+            and n.func.value == "isinstance"
+            and len(n.args) == 2
+        ):
+            kinds = n.args[1].value
+            items = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+            for e in items:
+                q = edit.ctx.qualify(e)
+                if not q or not q.startswith("torch.nn.") or q.rpartition(".")[2].startswith("_"):
+                    return None
+                out.add(q)
+    return out or None
 
 
 def _with_its_if(edit: ClassEdit, moved: cst.BaseStatement, index: int) -> cst.BaseStatement:

@@ -270,8 +270,8 @@ def run_init(
 
     - ``reset_parameters``: every module's ``reset_parameters()``, children first (``order``);
     - ``init_weights``: the root's ``init_weights()`` only;
-    - ``auto``: every module, children first: its ``init_weights()`` when it defines one, else
-      its ``reset_parameters()``. This is timm's protocol (``named_apply(depth_first=True)``
+    - ``auto``: every module, children first: its ``reset_parameters()``, then its
+      ``init_weights()`` when it defines one. This is timm's protocol (``named_apply(depth_first=True)``
       with ``init_weights_vit_timm``): a per-module ``init_weights()`` patches values on top of
       its children's own init, and a root ``init_weights()`` that re-initialises the whole tree
       runs last, so it wins. The root's entry point is the first of
@@ -293,11 +293,18 @@ def run_init(
         used = "init_weights()"
     elif init in ("reset_parameters", "auto"):
         mods = _post_order(model) if order == "post" else _pre_order(model)
-        entry = (ROOT_ENTRIES[0], RESET_HOOK) if init == "auto" else (RESET_HOOK,)
-        root_entry = (*ROOT_ENTRIES, RESET_HOOK) if init == "auto" else entry
         ran: set[str] = set()
         for path, m in mods:
-            for hook in root_entry if path == "" else entry:
+            # a module's own reset_parameters() always runs (every protocol runs every
+            # module's own hooks: ``metalint.static.protocol``); under ``auto`` its
+            # init_weights() (or the root's entry) then patches on top of it, as a fix that
+            # gives one class both hooks expects (pypots' SCINet: its buffer in
+            # reset_parameters(), its children's init in init_weights())
+            hooks_here = [RESET_HOOK]
+            if init == "auto":
+                entries = ROOT_ENTRIES if path == "" else ROOT_ENTRIES[:1]
+                hooks_here += [next((h for h in entries if _has(m, h)), entries[0])]
+            for hook in hooks_here:
                 if _has(m, hook):
                     ran.add(hook)
                     if tracker is not None and hook == RESET_HOOK:
@@ -307,13 +314,12 @@ def run_init(
                     finally:
                         if tracker is not None:
                             tracker.current = None
-                    break
         where = "children first" if order == "post" else "parents first"
         root = next((h for h in ROOT_ENTRIES if _has(model, h)), None)
         if root is not None and init == "auto":
-            used = f"root {root}() after submodules' init_weights()/reset_parameters() {where}"
+            used = f"root {root}() after submodules' reset_parameters()/init_weights() {where}"
         elif "init_weights" in ran:
-            used = f"init_weights() or reset_parameters() per module, {where}"
+            used = f"reset_parameters() and init_weights() per module, {where}"
         else:
             used = f"reset_parameters() {where}"
     else:
