@@ -239,7 +239,17 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
     if prelude:
         value_node = prelude.pop()
     else:
-        value_node = edit.store_names(full, line, index)
+        try:
+            value_node = edit.store_names(full, line, index)
+        except Unfixable as exc:
+            # a local that cannot be kept on ``self`` (changed in place: pypots' MWT_CZ1d,
+            # ``H0r = H0 @ PHI0`` then ``H0r[np.abs(H0r) < 1e-8] = 0``): the hook computes it
+            # again from the statements that made it
+            done = _not_inlined(ctx, edit, value, attr, line, path, index, hook, str(exc))
+            if isinstance(done, Rewrite):
+                return done
+            prelude = done
+            value_node = prelude.pop()
     body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=value_node)
     if edit.conditional(path, index):
         body = _in_block(edit, body, line, path, attr, prelude, index, covered)
