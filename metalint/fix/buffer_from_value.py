@@ -196,6 +196,23 @@ def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -
     )
 
 
+def _stored(ctx, edit: ClassEdit, full, value, attr: str, line, path, index: int, hook, prelude):
+    """The value for the hook and the statements before it: the last of ``prelude`` (the
+    statements computing the value's locals, when there are some); else ``(value with its
+    locals kept on self, [])``; when a local cannot be kept (changed in
+    place: pypots' MWT_CZ1d, ``H0r = H0 @ PHI0`` then ``H0r[np.abs(H0r) < 1e-8] = 0``),
+    ``(value, the statements that compute its locals again)`` for the hook (or a rewrite)."""
+    if prelude:
+        return prelude.pop(), prelude
+    try:
+        return edit.store_names(full, line, index), []
+    except Unfixable as exc:
+        done = _not_inlined(ctx, edit, value, attr, line, path, index, hook, str(exc))
+        if isinstance(done, Rewrite):
+            return done
+        return done.pop(), done
+
+
 def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dry=False):
     """The rewrite computing buffer ``attr`` (registered by ``node`` from ``value``) in a hook;
     ``dry``: only whether it can be made (no random value's single draw is planned)."""
@@ -236,20 +253,10 @@ def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dr
         drawn = _drawn_once(ctx, edit, line, index, path, node, attr, hook)
         if drawn is not None:
             return drawn
-    if prelude:
-        value_node = prelude.pop()
-    else:
-        try:
-            value_node = edit.store_names(full, line, index)
-        except Unfixable as exc:
-            # a local that cannot be kept on ``self`` (changed in place: pypots' MWT_CZ1d,
-            # ``H0r = H0 @ PHI0`` then ``H0r[np.abs(H0r) < 1e-8] = 0``): the hook computes it
-            # again from the statements that made it
-            done = _not_inlined(ctx, edit, value, attr, line, path, index, hook, str(exc))
-            if isinstance(done, Rewrite):
-                return done
-            prelude = done
-            value_node = prelude.pop()
+    done = _stored(ctx, edit, full, value, attr, line, path, index, hook, prelude)
+    if isinstance(done, Rewrite):
+        return done
+    value_node, prelude = done
     body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=value_node)
     if edit.conditional(path, index):
         body = _in_block(edit, body, line, path, attr, prelude, index, covered)
