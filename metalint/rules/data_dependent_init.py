@@ -11,7 +11,7 @@ from metalint.static.model import (
     construction,
     function_facts,
 )
-from metalint.static.ownership import own_tensor_names, value_reads
+from metalint.static.ownership import meta_tensor, own_tensor_names, value_reads
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
 from metalint.static.tensors import meta_guarded
@@ -249,6 +249,24 @@ class CausalConv(nn.Module):
 """,
     ]
     INVALID = [
+        # a validation in a staticmethod handed a tensor __init__ made (spikingjelly's
+        # ActivationAwareIFNode)
+        """
+import torch
+import torch.nn as nn
+
+class ThresholdNode(nn.Module):
+    def __init__(self, v_threshold=1.0):
+        super().__init__()
+        threshold = torch.as_tensor(v_threshold)
+        self._check_threshold(threshold)
+        self.register_buffer("v_threshold", threshold.clone())
+
+    @staticmethod
+    def _check_threshold(v_threshold):
+        if not torch.isfinite(v_threshold).all():  # ERROR
+            raise ValueError("v_threshold must be finite")
+""",
         # monai's median filter: a tensor used as a size is turned into an int (a read)
         Invalid(
             """
@@ -467,10 +485,16 @@ class SpeechEncoder(nn.Module):
         if "__init__" not in cls.methods:
             return
         own = None
-        for method in construction(cls):
+        methods = construction(cls)
+        for method in methods:
             if own is None:
                 own = own_tensor_names(cls, self.qualify)
-            yield from self._reads(cls, method, own, None)
+            assumed = (
+                self._meta_arguments(method, methods, own)
+                if method.name != "__init__"
+                else frozenset()
+            )
+            yield from self._reads(cls, method, own, None, assumed)
             # module-level helpers of this file that construction calls (timm 0.9's
             # ``create_byob_stages``); each line is reported once, for its first caller
             for call in method.calls:
@@ -516,7 +540,36 @@ class SpeechEncoder(nn.Module):
             )
         return self._helper_facts[name]
 
-    def _reads(self, cls, method, own, caller) -> Iterable[Finding]:
+    def _meta_arguments(self, target, methods, own) -> frozenset[str]:
+        """The parameters of method ``target`` that a call in construction passes a meta tensor
+        (spikingjelly's ``self._check_threshold(threshold)``, a staticmethod testing
+        ``torch.isfinite(v_threshold).all()``: the test reads the value of ``__init__``'s
+        ``threshold = torch.as_tensor(v_threshold)``)."""
+        fn = target.node
+        static = any(
+            isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
+            for d in fn.decorators
+        )
+        names = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+        names = names if static else names[1:]
+        keywords = set(names) | {p.name.value for p in fn.params.kwonly_params}
+        out: set[str] = set()
+        for m in methods:
+            for call in m.calls:
+                if call.receiver != "self" or call.method != target.name:
+                    continue
+                args = call.node.args
+                if any(a.star for a in args):
+                    continue
+                positional = [a for a in args if a.keyword is None]
+                pairs = list(zip(names, positional))
+                pairs += [(a.keyword.value, a) for a in args if a.keyword is not None]
+                for name, a in pairs:
+                    if name in keywords and meta_tensor(a.value, self.qualify, m, own):
+                        out.add(name)
+        return frozenset(out)
+
+    def _reads(self, cls, method, own, caller, assumed=frozenset()) -> Iterable[Finding]:
         guarded: set[int] | None = None
         for call in method.calls:
             node = call.node
@@ -536,12 +589,13 @@ class SpeechEncoder(nn.Module):
                     "meta build, or `model.to(device)` after an eager one",
                 )
                 continue
-        for node, what in self._read_nodes(method, own):
+        for node, what in self._read_nodes(method, own, assumed):
             yield self._finding(cls, method, node, what, caller)
 
-    def _read_nodes(self, method, own) -> Iterable[tuple[cst.CSTNode, str]]:
-        """The reads of a tensor's value in ``method``, each with how the message names it."""
-        for read in value_reads(method, self.qualify, own):
+    def _read_nodes(self, method, own, assumed=frozenset()) -> Iterable[tuple[cst.CSTNode, str]]:
+        """The reads of a tensor's value in ``method``, each with how the message names it
+        (``assumed``: its parameters known to hold meta tensors)."""
+        for read in value_reads(method, self.qualify, own, assumed):
             node = read.node
             if read.kind in ("host", "cast"):
                 yield node, f"`{short(node, 50)}`"

@@ -237,20 +237,28 @@ def meta_tensor_sequence(
 
 
 def truthiness_tensors(
-    expr: cst.BaseExpression, qualify, method: MethodFacts, own: set[str] | None = None
+    expr: cst.BaseExpression,
+    qualify,
+    method: MethodFacts,
+    own: set[str] | None = None,
+    assumed: frozenset[str] = frozenset(),
 ) -> Iterator[cst.BaseExpression]:
     """Parts of a condition whose truth value Python asks a tensor for (``bool(t)``)."""
     if type(expr) is cst.BooleanOperation:
-        yield from truthiness_tensors(expr.left, qualify, method, own)
-        yield from truthiness_tensors(expr.right, qualify, method, own)
+        yield from truthiness_tensors(expr.left, qualify, method, own, assumed=assumed)
+        yield from truthiness_tensors(expr.right, qualify, method, own, assumed=assumed)
     elif type(expr) is cst.UnaryOperation and type(expr.operator) is cst.Not:
-        yield from truthiness_tensors(expr.expression, qualify, method, own)
-    elif meta_tensor(expr, qualify, method, own):
+        yield from truthiness_tensors(expr.expression, qualify, method, own, assumed=assumed)
+    elif meta_tensor(expr, qualify, method, own, assumed=assumed):
         yield expr
 
 
 def size_tensors(
-    call: cst.Call, qualify, method: MethodFacts, own: set[str] | None = None
+    call: cst.Call,
+    qualify,
+    method: MethodFacts,
+    own: set[str] | None = None,
+    assumed: frozenset[str] = frozenset(),
 ) -> Iterator[cst.BaseExpression]:
     """Meta tensors a call takes as sizes (``torch.ones(n)``, ``torch.zeros([n, 1])``,
     ``t.view(n, *shape)``, ``torch.arange(n)``): torch turns each into a Python int, which
@@ -270,7 +278,7 @@ def size_tensors(
             [el.value for el in value.elements] if type(value) in (cst.List, cst.Tuple) else [value]
         )
         for part in parts:
-            if meta_tensor(part, qualify, method, own):
+            if meta_tensor(part, qualify, method, own, assumed=assumed):
                 yield part
 
 
@@ -289,36 +297,42 @@ class ValueRead:
     site: cst.CSTNode
 
 
-def value_reads(method: MethodFacts, qualify, own: set[str] | None = None) -> Iterator[ValueRead]:
+def value_reads(
+    method: MethodFacts, qualify, own: set[str] | None = None, assumed: frozenset[str] = frozenset()
+) -> Iterator[ValueRead]:
     """Every read of a meta tensor's value in ``method``, in the order ML008 reports them."""
     for call in method.calls:
         node = call.node
         func = node.func
         if call.method in HOST_READS and type(func) is cst.Attribute:
-            if meta_tensor(func.value, qualify, method, own):
+            if meta_tensor(func.value, qualify, method, own, assumed=assumed):
                 yield ValueRead(node, func.value, "host", node)
         elif (
             type(func) is cst.Name
             and func.value in SCALAR_CASTS
             and call.qualname is None
             and len(node.args) == 1
-            and meta_tensor(node.args[0].value, qualify, method, own)
+            and meta_tensor(node.args[0].value, qualify, method, own, assumed=assumed)
         ):
             yield ValueRead(node, node.args[0].value, "cast", node)
-        for part in size_tensors(node, qualify, method, own):
+        for part in size_tensors(node, qualify, method, own, assumed=assumed):
             yield ValueRead(part, part, "size", node)
-        for part in value_shaped_tensors(node, qualify, method, own):
+        for part in value_shaped_tensors(node, qualify, method, own, assumed=assumed):
             yield ValueRead(part, part, "shape", node)
     for sub in method.masked:
-        for part in mask_tensors(sub, qualify, method, own):
+        for part in mask_tensors(sub, qualify, method, own, assumed=assumed):
             yield ValueRead(part, part, "mask", sub)
     for cond in method.conditions:
-        for part in truthiness_tensors(cond, qualify, method, own):
+        for part in truthiness_tensors(cond, qualify, method, own, assumed=assumed):
             yield ValueRead(part, part, "condition", cond)
 
 
 def value_shaped_tensors(
-    call: cst.Call, qualify, method: MethodFacts, own: set[str] | None = None
+    call: cst.Call,
+    qualify,
+    method: MethodFacts,
+    own: set[str] | None = None,
+    assumed: frozenset[str] = frozenset(),
 ) -> Iterator[cst.BaseExpression]:
     """Meta tensors a call runs an op on whose output's shape depends on their values
     (``t.nonzero()``, ``torch.unique(t)``, ``torch.where(mask)``, ``torch.masked_select(t, m)``,
@@ -344,13 +358,17 @@ def value_shaped_tensors(
     else:
         return
     for part in parts:
-        if meta_tensor(part, qualify, method, own):
+        if meta_tensor(part, qualify, method, own, assumed=assumed):
             yield part
             return
 
 
 def mask_tensors(
-    subscript: cst.Subscript, qualify, method: MethodFacts, own: set[str] | None = None
+    subscript: cst.Subscript,
+    qualify,
+    method: MethodFacts,
+    own: set[str] | None = None,
+    assumed: frozenset[str] = frozenset(),
 ) -> Iterator[cst.BaseExpression]:
     """Boolean meta tensors a subscript indexes with (e3nn ``LowPassFilter``:
     ``x = x[x.abs() <= 1]``): indexing by a mask is ``nonzero``, which has no meta kernel."""
@@ -358,7 +376,9 @@ def mask_tensors(
         if type(el.slice) is not cst.Index:
             continue
         index = el.slice.value
-        if _boolean(index, qualify, method) and meta_tensor(index, qualify, method, own):
+        if _boolean(index, qualify, method) and meta_tensor(
+            index, qualify, method, own, assumed=assumed
+        ):
             yield index
 
 
