@@ -1242,7 +1242,9 @@ def test_a_local_the_value_calls_a_tensor_method_on_is_not_kept_on_self(tmp_path
     ``register_buffer("emb", emb.unsqueeze(0))``. The fix kept
     ``emb`` as ``self._emb`` for the hook: built on meta that plain attribute is a meta tensor
     ``to_empty()`` does not touch, and the hook's copy raised ("Cannot copy out of meta
-    tensor"). ``emb.unsqueeze(0)`` says ``emb`` is a tensor: refused, with the reason."""
+    tensor"). ``emb.unsqueeze(0)`` says ``emb`` is a tensor: it is not kept; the hook computes
+    it again from the statements that made it, an unsafe fix (the function of another module
+    may draw random numbers)."""
     src = (
         "import torch\nfrom torch import nn\n\nfrom kernels import spatial_kernel_embedding\n\n\n"
         "class ExplicitSpacialEncoding(nn.Module):\n"
@@ -1255,9 +1257,14 @@ def test_a_local_the_value_calls_a_tensor_method_on_is_not_kept_on_self(tmp_path
     )
     (tmp_path / "m.py").write_text(src)
     monkeypatch.chdir(tmp_path)
+    rc, out = _fix(tmp_path, paths=[tmp_path / "m.py"], unsafe=False)
+    assert (tmp_path / "m.py").read_text() == src, out
     rc, out = _fix(tmp_path, paths=[tmp_path / "m.py"])
-    assert (tmp_path / "m.py").read_text() == src
-    assert "the value reads the local tensor `emb` (`emb.unsqueeze()`)" in out, out
+    text = (tmp_path / "m.py").read_text()
+    assert "self._emb" not in text, text
+    hook = text.split("def reset_parameters(self):", 1)[1]
+    assert "emb = spatial_kernel_embedding(self.kernel_type, self.fmap_size)" in hook, text
+    assert "self.emb.copy_(emb.unsqueeze(0))" in hook, text
 
 
 def test_generic_and_abstract_bases_are_resolved(tmp_path, monkeypatch):

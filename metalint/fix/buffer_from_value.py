@@ -210,6 +210,17 @@ def _stored(ctx, edit: ClassEdit, full, value, attr: str, line, path, index: int
         done = _not_inlined(ctx, edit, value, attr, line, path, index, hook, str(exc))
         if isinstance(done, Rewrite):
             return done
+        effects = _helper_effects(edit, done)
+        if "host" in effects:
+            raise Unfixable(
+                f"the value calls `{effects['host']}()`, which copies a tensor to the host "
+                "(`.cpu()`, `.item()`, ...): under meta the hook would raise"
+            ) from exc
+        if "random" in effects or not all(rng_free(c, ctx) for c in done):
+            edit.unsafe.append(
+                "the hook computes the value again with calls that may draw random numbers: "
+                "eager values may differ"
+            )
         return done.pop(), done
 
 

@@ -48,9 +48,11 @@ from metalint.fix.codemod import (
     stmt,
     with_device,
 )
-from metalint.static.model import MethodFacts
+from metalint.static.model import MethodFacts, construction
 from metalint.static.names import dotted
 from metalint.static.ownership import (
+    call_arguments,
+    meta_arguments,
     meta_tensor,
     meta_tensor_sequence,
     own_tensor_names,
@@ -87,7 +89,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     init = edit.init
     node = finding.node
     if edit._path(node) is None:
-        raise Unfixable("the value is read outside `__init__`'s own body")
+        return _handed_to_method(ctx, edit, cls, node)
     if _moves_self(node):
         return _guard_move(edit, node)
     own = own_tensor_names(cls, ctx.qualify)
@@ -99,13 +101,19 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
             "an op whose output's shape depends on the values (`nonzero`, a boolean mask): "
             "compute the whole value on the CPU by hand"
         )
-    read = found.tensor
-    follow = _Follow(ctx, edit, own, node)
-    follow(read)
+    return _on_the_cpu(ctx, edit, own, [found.tensor], node, _reads(ctx, init, own))
+
+
+def _on_the_cpu(ctx, edit: ClassEdit, own, read: list, at, reads) -> Rewrite:
+    """Make the factories the tensors ``read`` come from on the CPU, or, for a local also kept
+    (a buffer), read a CPU twin of it where ``reads`` are."""
+    init = edit.init
+    follow = _Follow(ctx, edit, own, at)
+    for r in read:
+        follow(r)
     chain = follow.chain
     if not chain.roots:
         raise Unfixable("no factory of the value was found")
-    reads = _reads(ctx, init, own)
     only_read = _only_read(init, chain, reads)
     shared = [name for name in chain.locals if name not in only_read]
     for name, loop in chain.loops.items():
@@ -119,6 +127,65 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         'Create the constant with `device="cpu"`: its value is read during construction, and '
         'under `torch.device("meta")` a factory without a device has no data'
     )
+
+
+def _handed_to_method(ctx: RuleContext, edit: ClassEdit, cls, node) -> Rewrite:
+    """The value is read in a method ``__init__`` calls with a tensor it made (spikingjelly's
+    ``ActivationAwareIFNode``: ``self._check_threshold(threshold)``, a staticmethod testing
+    ``torch.isfinite(v_threshold).all()``). When the method only tests it (it sets nothing on
+    ``self`` and returns nothing), the call is handed a CPU copy made by the same factories,
+    as a read in ``__init__`` would be: the same values, so the same outcome."""
+    init = edit.init
+    method = next(
+        (m for m in cls.methods.values() if m is not init and path_to(m.node, node) is not None),
+        None,
+    )
+    if method is None:
+        raise Unfixable("the value is read outside `__init__`'s own body")
+    own = own_tensor_names(cls, ctx.qualify)
+    assumed = meta_arguments(method, construction(cls), ctx.qualify, own)
+    found = next(
+        (r for r in value_reads(method, ctx.qualify, own, assumed) if r.node is node), None
+    )
+    params = (
+        {n.value for n in walk_code(found.tensor) if isinstance(n, cst.Name)} & assumed
+        if found is not None and found.kind not in ("shape", "mask")
+        else set()
+    )
+    if not params:
+        raise Unfixable("the value is read outside `__init__`'s own body")
+    if _sets_or_returns(method.node):
+        raise Unfixable(
+            f"`{method.name}()` does more than test the tensor it is handed (it sets, returns "
+            "or hands on something)"
+        )
+    args = [
+        a.value
+        for c in init.calls
+        if c.receiver == "self" and c.method == method.name
+        for name, a in call_arguments(method, c)
+        if name in params
+    ]
+    if not args or any(edit._path(a) is None for a in args):
+        raise Unfixable(f"`{method.name}()` is handed the tensor elsewhere than in `__init__`")
+    return _on_the_cpu(ctx, edit, own, args, args[0], [*_reads(ctx, init, own), *args])
+
+
+def _sets_or_returns(fn: cst.FunctionDef) -> bool:
+    """Does the method assign anything but a local name, return a value or call a method of
+    ``self``?"""
+    for n in walk_code(fn.body):
+        if isinstance(n, cst.Assign):
+            if any(not isinstance(t.target, cst.Name) for t in n.targets):
+                return True
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign)):
+            if not isinstance(n.target, cst.Name):
+                return True
+        elif isinstance(n, cst.Return) and n.value is not None:
+            return True
+        elif isinstance(n, cst.Call) and (dotted(n.func) or "").startswith("self."):
+            return True
+    return False
 
 
 def _moves_self(node: cst.CSTNode) -> bool:

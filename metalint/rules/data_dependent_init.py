@@ -11,7 +11,7 @@ from metalint.static.model import (
     construction,
     function_facts,
 )
-from metalint.static.ownership import meta_tensor, own_tensor_names, value_reads
+from metalint.static.ownership import meta_arguments, own_tensor_names, value_reads
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
 from metalint.static.tensors import meta_guarded
@@ -490,7 +490,7 @@ class SpeechEncoder(nn.Module):
             if own is None:
                 own = own_tensor_names(cls, self.qualify)
             assumed = (
-                self._meta_arguments(method, methods, own)
+                meta_arguments(method, methods, self.qualify, own)
                 if method.name != "__init__"
                 else frozenset()
             )
@@ -539,35 +539,6 @@ class SpeechEncoder(nn.Module):
                 function_facts(fn, self.ctx.facts) if fn is not None else None
             )
         return self._helper_facts[name]
-
-    def _meta_arguments(self, target, methods, own) -> frozenset[str]:
-        """The parameters of method ``target`` that a call in construction passes a meta tensor
-        (spikingjelly's ``self._check_threshold(threshold)``, a staticmethod testing
-        ``torch.isfinite(v_threshold).all()``: the test reads the value of ``__init__``'s
-        ``threshold = torch.as_tensor(v_threshold)``)."""
-        fn = target.node
-        static = any(
-            isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
-            for d in fn.decorators
-        )
-        names = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
-        names = names if static else names[1:]
-        keywords = set(names) | {p.name.value for p in fn.params.kwonly_params}
-        out: set[str] = set()
-        for m in methods:
-            for call in m.calls:
-                if call.receiver != "self" or call.method != target.name:
-                    continue
-                args = call.node.args
-                if any(a.star for a in args):
-                    continue
-                positional = [a for a in args if a.keyword is None]
-                pairs = list(zip(names, positional))
-                pairs += [(a.keyword.value, a) for a in args if a.keyword is not None]
-                for name, a in pairs:
-                    if name in keywords and meta_tensor(a.value, self.qualify, m, own):
-                        out.add(name)
-        return frozenset(out)
 
     def _reads(self, cls, method, own, caller, assumed=frozenset()) -> Iterable[Finding]:
         guarded: set[int] | None = None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from metalint.static.construction import Registration, real_device, tensor_registrations
-from metalint.static.model import ClassFacts, MethodFacts, construction
+from metalint.static.model import CallSite, ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
 from metalint.static.syntax import code_children, is_none, keyword, walk_code
 from metalint.vocabulary import (
@@ -295,6 +295,42 @@ class ValueRead:
     kind: str
     #: the call or subscript the read is part of (``torch.ones(n)`` for ``n``)
     site: cst.CSTNode
+
+
+def call_arguments(target: MethodFacts, call: CallSite) -> list[tuple[str, cst.Arg]]:
+    """``(parameter of method target, argument)`` of a call ``self.<target>(...)`` (a
+    ``@staticmethod`` has no ``self`` to skip); empty when the call unpacks ``*``/``**``."""
+    fn = target.node
+    if any(a.star for a in call.node.args):
+        return []
+    static = any(
+        isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod"
+        for d in fn.decorators
+    )
+    names = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+    names = names if static else names[1:]
+    keywords = set(names) | {p.name.value for p in fn.params.kwonly_params}
+    pairs = list(zip(names, [a for a in call.node.args if a.keyword is None]))
+    pairs += [(a.keyword.value, a) for a in call.node.args if a.keyword is not None]
+    return [(n, a) for n, a in pairs if n in keywords]
+
+
+def meta_arguments(
+    target: MethodFacts, methods: list[MethodFacts], qualify, own: set[str] | None = None
+) -> frozenset[str]:
+    """The parameters of method ``target`` that a call of it in ``methods`` (construction)
+    passes a meta tensor (spikingjelly's ``self._check_threshold(threshold)``, a staticmethod
+    testing ``torch.isfinite(v_threshold).all()``: the test reads the value of ``__init__``'s
+    ``threshold = torch.as_tensor(v_threshold)``). ML008 reads ``target`` with them assumed
+    meta; its fix hands such a call a CPU copy."""
+    out: set[str] = set()
+    for m in methods:
+        for call in m.calls:
+            if call.receiver == "self" and call.method == target.name:
+                for name, a in call_arguments(target, call):
+                    if meta_tensor(a.value, qualify, m, own):
+                        out.add(name)
+    return frozenset(out)
 
 
 def value_reads(
