@@ -90,14 +90,21 @@ def module_of(rel: str) -> str:
     return ".".join(parts)
 
 
+#: one process imports every module; the modules a failed import loaded are dropped again, so
+#: a later import of one of them runs it anew, as the probe's fresh process does (schnetpack:
+#: its package ``__init__`` fails under torch 2.13, after importing ``schnetpack.nn.cutoff``,
+#: which then counted as importable and its probe as a failure of the fix)
 IMPORT_SCRIPT = """
 import importlib, json, sys
 bad = {}
 for m in json.loads(sys.argv[1]):
+    before = set(sys.modules)
     try:
         importlib.import_module(m)
     except BaseException as e:  # noqa: BLE001 - any failure counts
         bad[m] = f"{type(e).__name__}: {e}"[:200]
+        for k in set(sys.modules) - before:
+            sys.modules.pop(k, None)
 print(json.dumps(bad))
 """
 
