@@ -327,3 +327,21 @@ def test_auto_runs_a_modules_reset_parameters_and_its_init_weights():
     res = probe(_HoldsBoth, device="cpu")
     assert res.findings == [], res.findings
     assert "reset_parameters() and init_weights() per module" in res.init_used
+
+
+class _LazyHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.LazyLinear(8)
+        self.head = nn.Linear(8, 3)
+
+
+def test_a_model_with_lazy_modules_is_skipped_with_the_reason():
+    # failed before with "Attempted to use an uninitialized parameter" (torchrl's lazy MLPs),
+    # counted as a failure of whatever fix had rewritten the class
+    import pytest
+
+    from metalint.probe.build import LazyModules
+
+    with pytest.raises(LazyModules, match="`body`: LazyLinear"):
+        probe(_LazyHead, device="cpu")

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from metalint.diagnostics import Diagnostic, Position, Severity
@@ -102,13 +103,16 @@ def _class_file(cls: type) -> str | None:
 
 
 def _walk_tensors(model: nn.Module) -> Iterator[tuple[str, str, str, nn.Module, torch.Tensor]]:
-    """(kind, owner path, attr, owner module, tensor) for every name, ties included."""
+    """(kind, owner path, attr, owner module, tensor) for every name, ties included. A lazy
+    module's uninitialised parameters and buffers (``nn.LazyLinear``: no shape until the first
+    forward, eagerly as on meta) hold no value to compare: left out (torchrl's ``MLP`` of lazy
+    layers raised "Attempted to use an uninitialized parameter")."""
     for path, mod in model.named_modules(remove_duplicate=False):
         for attr, p in mod._parameters.items():
-            if p is not None:
+            if p is not None and not is_lazy(p):
                 yield "parameter", path, attr, mod, p
         for attr, b in mod._buffers.items():
-            if b is not None:
+            if b is not None and not is_lazy(b):
                 yield "buffer", path, attr, mod, b
         for attr, v in vars(mod).items():
             if isinstance(v, torch.Tensor) and not attr.startswith("__"):
@@ -350,6 +354,20 @@ def per_module_hooks(hooks: Sequence[str]) -> tuple[str, ...]:
 class ProbeSetupError(Exception):
     """The probe itself cannot run (bad --init, no init_weights, to_empty or the init entry
     point raised): reported as ML900 for the item."""
+
+
+class LazyModules(ProbeSetupError):
+    """The model holds lazy modules (``nn.LazyLinear``): their tensors get a shape only at the
+    first forward, so ``to_empty()`` cannot materialise them (it raises "Attempted to use an
+    uninitialized parameter"). Nothing to judge: the probe skips it."""
+
+
+def _lazy_modules(model: nn.Module) -> list[str]:
+    return [
+        f"`{path or type(model).__name__}`: {type(m).__name__}"
+        for path, m in model.named_modules()
+        if any(is_lazy(t) for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
+    ]
 
 
 def _stage_error(stage: str, exc: BaseException) -> ProbeSetupError:
@@ -749,6 +767,13 @@ def _eager_stage(make, seed: int, label: str, res: ProbeResult) -> tuple[Snapsho
         raise _stage_error("eager construction", exc) from exc
     if not isinstance(model, nn.Module):
         raise ProbeSetupError(f"{label} returned {type(model).__name__}, not an nn.Module")
+    lazy = _lazy_modules(model)
+    if lazy:
+        raise LazyModules(
+            f"{label} has lazy modules ({', '.join(lazy[:3])}{', ...' if len(lazy) > 3 else ''}"
+            "): their tensors get a shape at the first forward, so `to_empty()` cannot "
+            "materialise them; probe a factory that runs a dry forward first"
+        )
     fallback_file = _class_file(type(model))
     eager, _ = snapshot(model, rec)
     res.tensors = len([e for e in eager.entries.values()])

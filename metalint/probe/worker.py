@@ -34,7 +34,7 @@ def main() -> int:
     # statistics are memory-bound; on a shared CI box torch's intra-op threads oversubscribe the
     # cores and make them 5x slower (measured), so one thread unless told otherwise
     torch.set_num_threads(int(os.environ.get("METALINT_PROBE_THREADS", "1")))
-    from metalint.probe.build import ProbeSetupError, probe
+    from metalint.probe.build import LazyModules, ProbeSetupError, probe
     from metalint.probe.target import Target, resolve_items
 
     target = Target(**job["target"])
@@ -62,6 +62,9 @@ def main() -> int:
                 label=item.label,
                 hooks=job.get("hooks", ()),
             )
+        except LazyModules as exc:
+            emit(event="result", label=item.label, file=item.file, skip=str(exc))
+            continue
         except ProbeSetupError as exc:
             if getattr(exc, "stage", None) == "eager construction" and item.args != "factory":
                 # arguments we guessed: not the user's failure, say why and go on
