@@ -16,6 +16,7 @@ from metalint.fix.codemod import (
     binds,
     fill,
     names_in,
+    path_to,
     render,
     rng_free,
     stmt,
@@ -24,6 +25,7 @@ from metalint.fix.codemod import (
 from metalint.static.construction import tensor_registrations
 from metalint.static.model import construction
 from metalint.static.names import dotted
+from metalint.static.ownership import own_tensor_names, value_reads
 from metalint.static.syntax import walk_code
 from metalint.static.tensors import random_draw
 from metalint.vocabulary import FACTORY_DRAWS, FILL_FACTORIES, HOST_RANDOM_MODULES, INIT_KIND
@@ -585,6 +587,7 @@ def recompute_locals(
     if not picked:
         raise Unfixable(why)
     picked.reverse()
+    _no_value_read(edit, [copies[i] for i in picked], method, why)
     bound: set[str] = set()
     for i in picked:
         bound |= _binds(copies[i], edit) | _own(copies[i], edit)
@@ -615,6 +618,20 @@ def recompute_locals(
                 return out[done:]
             raise Unfixable(why)
     return out
+
+
+def _no_value_read(edit: ClassEdit, stmts: list, method, why: str) -> None:
+    """Raise :class:`Unfixable` when a statement to copy reads a meta tensor's value (ML008:
+    e3nn's ``LowPassFilter``, ``x = x[x.abs() <= 1]``): construction already raises there under
+    meta, and a hook that ``__init__`` calls would read it a second time; ML008's fix first."""
+    source = method or edit.init
+    own = own_tensor_names(edit.cls, edit.ctx.qualify)
+    for read in value_reads(source, edit.ctx.qualify, own):
+        if any(path_to(s, read.node) is not None for s in stmts):
+            raise Unfixable(
+                f"{why}: the statements computing it read the value of `{render(read.tensor)}`, "
+                "which raises under meta (ML008: fix that first)"
+            )
 
 
 def _no_argument_read(edit: ClassEdit, out: list, reads, why: str, method) -> None:
