@@ -1424,6 +1424,7 @@ class ClassEdit:
         written (``self.b.copy_(torch.arange(n))``: ``copy_`` crosses devices; an in-place
         init) or only measured (``self.w.shape``, ``self.w is not None``) does not count."""
         own = {r.attr for r in registrations(construction(self.cls), self.ctx.qualify)}
+        stmts = [self._off_captured_device(s, stmts[i:], own) for i, s in enumerate(stmts)]
         written: set[int] = set()
         measured: set[int] = set()
         for n in (x for s in stmts for x in walk_code(s)):
@@ -1455,6 +1456,44 @@ class ClassEdit:
             return stmts
         device = expr(f"self.{read}.device")
         return [s.visit(_OnDevice(device, self.ctx.qualify)) for s in stmts]
+
+    def _off_captured_device(
+        self, s: cst.BaseStatement, rest: list[cst.BaseStatement], own: set[str]
+    ) -> cst.BaseStatement:
+        """A hook statement's factories (and ``.to()`` copies) placed on a device ``__init__``
+        kept as a plain attribute (torchrl's ``GAE``: ``self._device =
+        torch.get_default_device()``, then ``torch.tensor(gamma, device=self._device)``) are put
+        on the device of the module's tensor the statement works on instead: under
+        ``torch.device("meta")`` the kept device is ``meta``, and the hook's copy out of it
+        raised after ``to_empty()``. Eagerly both are the device the tensor was made on. A
+        statement computing a local takes the tensor of the first statement after it (``rest``:
+        this one and those after it) that works on one."""
+        tensor = next(
+            (
+                n.attr.value
+                for r in rest
+                for n in walk_code(r)
+                if type(n) is cst.Attribute
+                and type(n.value) is cst.Name
+                and n.value.value == "self"
+                and n.attr.value in own
+            ),
+            None,
+        )
+        if tensor is None:
+            return s
+        kept = {
+            id(n)
+            for n in walk_code(s)
+            if type(n) is cst.Attribute
+            and type(n.value) is cst.Name
+            and n.value.value == "self"
+            and n.attr.value not in own
+            and "device" in n.attr.value.lower()
+        }
+        if not kept:
+            return s
+        return s.visit(_OffKeptDevice(kept, expr(f"self.{tensor}.device"), self.ctx.qualify))
 
     def rewrite(self, message: str) -> Rewrite:
         new = self.build()
@@ -1780,6 +1819,32 @@ class _OnDevice(cst.CSTTransformer):
         ):
             return updated
         return with_device(updated, self.device)
+
+
+class _OffKeptDevice(cst.CSTTransformer):
+    """``device=self._device`` of a torch factory, and ``x.to(self._device)``, where ``kept``
+    holds the ids of those attributes, become ``device``."""
+
+    def __init__(self, kept: set[int], device: cst.BaseExpression, qualify) -> None:
+        super().__init__()
+        self.kept = kept
+        self.device = device
+        self.qualify = qualify
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        factory = (self.qualify(original.func) or "") in DEVICE_FACTORIES
+        copy = type(original.func) is cst.Attribute and original.func.attr.value == "to"
+        if not (factory or copy):
+            return updated
+        args = list(updated.args)
+        for i, (a, o) in enumerate(zip(args, original.args)):
+            if id(o.value) not in self.kept:
+                continue
+            if (a.keyword is not None and a.keyword.value == "device") or (
+                copy and a.keyword is None and i == 0
+            ):
+                args[i] = a.with_changes(value=self.device)
+        return updated.with_changes(args=args)
 
 
 def _new_method(
