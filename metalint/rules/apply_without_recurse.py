@@ -27,10 +27,13 @@ class ApplyWithoutRecurse(Rule):
 
     ## Why is this bad on meta?
     `module.to_empty(device=...)`, the step that materialises a model built under
-    `with torch.device("meta"):`, calls `self._apply(..., recurse=recurse)`. An override
-    without `recurse` raises `TypeError: _apply() got an unexpected keyword argument
-    'recurse'`, for the class and every subclass: such a model cannot be materialised at all.
-    `.to()`, `.cuda()` and `.half()` pass no `recurse`, so nothing else shows the defect.
+    `with torch.device("meta"):`, calls `module._apply(..., recurse=recurse)` on the module it
+    is given. An override without `recurse` raises `TypeError: _apply() got an unexpected
+    keyword argument 'recurse'` there: a model whose own class has (or inherits) the override
+    cannot be materialised at all. A child is reached through `Module._apply(fn)`, which passes
+    no `recurse`, and so are `.to()`, `.cuda()` and `.half()`: nothing else shows the defect
+    until such a module is the one materialised (a neuron, a detection head, any subclass
+    used as a model).
 
     ## Example
     ```python
@@ -147,8 +150,8 @@ class FeatureSelector(nn.Module):
         yield Finding(
             method.node.name,
             f"`{cls.name}._apply(self, fn)` takes no `recurse`: `to_empty()` calls "
-            f"`_apply(fn, recurse=...)` and raises TypeError, so a `{cls.name}` built on meta "
-            f"cannot be materialised",
+            f"`_apply(fn, recurse=...)` on the module it materialises, so for a `{cls.name}` "
+            f"(or a model that is one) it raises TypeError",
             cls,
             help="Take `recurse=True` like `torch.nn.Module._apply` and pass it to the base's "
             "`_apply()`",
