@@ -45,9 +45,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # metalint.fix.verify: the verdicts and their rule
 #: the findings issue 22's targets count (offered >= 90%, safe >= 70%)
 TARGETS = ("ML001", "ML002", "ML003", "ML007", "ML010")
-#: every rule with a codemod: ML008 (a constant read during construction) and ML009 (legacy
-#: constructors) are fixed and counted too, in their own rows, outside the targets' total
-CODES = ("ML001", "ML002", "ML003", "ML007", "ML008", "ML009", "ML010")
+#: every rule with a codemod: ML008 (a constant read during construction), ML009 (legacy
+#: constructors) and ML013 (an ``_apply`` override without ``recurse``, which makes
+#: ``to_empty()`` raise) are fixed and counted too, in their own rows, outside the targets'
+#: total
+CODES = ("ML001", "ML002", "ML003", "ML007", "ML008", "ML009", "ML010", "ML013")
 FIX_LINE = re.compile(r"^fix (?P<file>[^:]+):(?P<row>\d+): (?P<code>ML\d+) \[(?P<sym>[^\]]*)\]")
 
 
