@@ -287,7 +287,7 @@ class LlamaRotaryEmbedding(nn.Module):
 
     def reset_parameters(self):
         with torch.no_grad():
-            self.inv_freq.copy_(1.0 / (self.base ** (torch.arange(0, self.dim, 2).float().to(self.device) / self.dim)))
+            self.inv_freq.copy_(1.0 / (self.base ** (torch.arange(0, self.dim, 2).float().to(self.inv_freq.device) / self.dim)))
 """,
         ),
         # transformers 4.4x: the value comes from a function returning a tuple
