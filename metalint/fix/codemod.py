@@ -1442,13 +1442,8 @@ class ClassEdit:
         read = next(
             (
                 n.attr.value
-                for s in stmts
-                for n in walk_code(s)
-                if type(n) is cst.Attribute
-                and type(n.value) is cst.Name
-                and n.value.value == "self"
-                and n.attr.value in own
-                and id(n) not in written | measured
+                for n in _on_self(stmts)
+                if n.attr.value in own and id(n) not in written | measured
             ),
             None,
         )
@@ -1468,28 +1463,13 @@ class ClassEdit:
         raised after ``to_empty()``. Eagerly both are the device the tensor was made on. A
         statement computing a local takes the tensor of the first statement after it (``rest``:
         this one and those after it) that works on one."""
-        tensor = next(
-            (
-                n.attr.value
-                for r in rest
-                for n in walk_code(r)
-                if type(n) is cst.Attribute
-                and type(n.value) is cst.Name
-                and n.value.value == "self"
-                and n.attr.value in own
-            ),
-            None,
-        )
+        tensor = next((n.attr.value for n in _on_self(rest) if n.attr.value in own), None)
         if tensor is None:
             return s
         kept = {
             id(n)
-            for n in walk_code(s)
-            if type(n) is cst.Attribute
-            and type(n.value) is cst.Name
-            and n.value.value == "self"
-            and n.attr.value not in own
-            and "device" in n.attr.value.lower()
+            for n in _on_self([s])
+            if n.attr.value not in own and "device" in n.attr.value.lower()
         }
         if not kept:
             return s
@@ -1819,6 +1799,14 @@ class _OnDevice(cst.CSTTransformer):
         ):
             return updated
         return with_device(updated, self.device)
+
+
+def _on_self(stmts: list[cst.BaseStatement]) -> Iterator[cst.Attribute]:
+    """Every ``self.<name>`` of the statements, in order."""
+    for s in stmts:
+        for n in walk_code(s):
+            if type(n) is cst.Attribute and type(n.value) is cst.Name and n.value.value == "self":
+                yield n
 
 
 class _OffKeptDevice(cst.CSTTransformer):

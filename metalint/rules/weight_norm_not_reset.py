@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.static.construction import top_function
 from metalint.static.model import (
     NOT_THE_TREE,
     ClassFacts,
@@ -168,14 +169,7 @@ class Discriminator(nn.Module):
             return []
         name = func.value
         if name not in self._helpers:
-            fn = next(
-                (
-                    s
-                    for s in self.ctx.module.body
-                    if type(s) is cst.FunctionDef and s.name.value == name
-                ),
-                None,
-            )
+            fn = top_function(self.ctx.module, name)
             self._helpers[name] = (
                 _reparametrizations(function_facts(fn, self.ctx.facts)) if fn is not None else []
             )
