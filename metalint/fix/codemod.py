@@ -695,6 +695,20 @@ class ClassEdit:
         calls, nested = self.hook_calls(hook)
         if nested:
             raise Unfixable(f"`__init__` calls `{hook}()` inside a block")
+        through = None if self.keep_value or not exists else self.calls_through(hook)
+        if through is not None:
+            # ``self.init_weights()`` running ``self.reset_parameters()``: that statement is
+            # the hook's call, which must come after the value (or a second call would run
+            # the hook before the value is there, and twice)
+            name, at = through
+            if at is None or at < after_index or calls:
+                raise Unfixable(
+                    f"`__init__` calls `{hook}()` through `{name}()`, before this value is made"
+                    if at is not None and at < after_index
+                    else f"`__init__` calls `{hook}()` through `{name}()`: merge this by hand"
+                )
+            calls = [at]
+        via = through is not None
         if self.keep_value:
             self._keep_in_hook(hook, exists, stmts)
             return
@@ -734,7 +748,8 @@ class ClassEdit:
         later = [
             s
             for j, s in enumerate(self.init_body[after_index + 1 :], after_index + 1)
-            if not ((opens or not drawing) and j in calls)
+            # a call through another method runs that method's other code first
+            if not ((opens or not drawing) and j in calls and not via)
         ]
         if random and not right_after and not all(rng_free(s, self.ctx) for s in later):
             self.unsafe.append(_drawn_later(hook, bool(calls)))
@@ -812,6 +827,35 @@ class ClassEdit:
             raise Unfixable(
                 f"`__init__` calls `{hook}()`: a value kept in `__init__` would be made twice"
             )
+        through = self.calls_through(hook)
+        if through:
+            raise Unfixable(
+                f"`__init__` calls `{hook}()` through `{through[0]}()`: a value kept in "
+                "`__init__` would be made twice"
+            )
+
+    def calls_through(self, hook: str) -> tuple[str, int | None] | None:
+        """The method of the class that ``__init__`` calls and that calls ``self.<hook>()``,
+        itself or through others of the class (an ``init_weights()`` that starts with
+        ``self.reset_parameters()``, as ML010's fix writes it), with the index of the
+        top-level statement that is its call (None: called inside a statement); or None."""
+        tops, nested = self._self_calls()
+        for first in sorted({*tops, *nested} - {hook}):
+            seen: set[str] = set()
+            todo = [first]
+            while todo:
+                name = todo.pop()
+                method = self.cls.methods.get(name)
+                if name in seen or method is None:
+                    continue
+                seen.add(name)
+                for n in walk_code(method.node.body):
+                    if type(n) is cst.Call and (d := dotted(n.func) or "").startswith("self."):
+                        if d[5:] == hook:
+                            at = tops.get(first, [])
+                            return first, (at[0] if len(at) == 1 and first not in nested else None)
+                        todo.append(d[5:])
+        return None
 
     def _own_reset(self, hook: str) -> str:
         """The private method that the class's ``reset_parameters()`` (extending a base's)
