@@ -340,6 +340,21 @@ INIT_KIND = {
     "lecun_normal_": "random",
     "variance_scaling_": "random",
 }
+#: init functions of other libraries that write a tensor argument in place without the
+#: trailing underscore: qualified name -> (position of the written tensor, of the fill value
+#: or None, what the values become). PyG's ``torch_geometric.nn.inits`` (``glorot(self.weight)``,
+#: ``zeros(self.bias)``), used by every library built on PyG: checked without PyG in the tree
+#: (a user's model repository), what these calls write is otherwise unknown
+LIBRARY_INITS = {
+    "torch_geometric.nn.inits.glorot": (0, None, "random"),
+    "torch_geometric.nn.inits.glorot_orthogonal": (0, None, "random"),
+    "torch_geometric.nn.inits.kaiming_uniform": (0, None, "random"),
+    "torch_geometric.nn.inits.uniform": (1, None, "random"),
+    "torch_geometric.nn.inits.normal": (0, None, "random"),
+    "torch_geometric.nn.inits.zeros": (0, None, "zeros"),
+    "torch_geometric.nn.inits.ones": (0, None, "ones"),
+    "torch_geometric.nn.inits.constant": (0, 1, "const"),
+}
 #: the parameters after the tensor of ``torch.nn.init``'s in-place inits and the tensor
 #: methods that draw the same law (``t.normal_(mean, std)`` is ``nn.init.normal_(t, mean,
 #: std)``; ``t.fill_(v)`` is ``constant_``; ``t.zero_()`` is ``zeros_``), with their defaults

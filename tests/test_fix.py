@@ -1846,3 +1846,87 @@ def test_an_init_weights_that_takes_arguments_is_no_hook(tmp_path, monkeypatch):
     mod = _import(tmp_path / "m.py", "memory_init_weights_args")
     m = mod.Memory()
     assert float(m.gate) == -5.0
+
+
+# torch-geometric-temporal's recurrent graph convolutions: legacy ``Parameter(torch.Tensor(...))``
+# made in helper methods (two deep) and initialised by PyG's ``glorot``/``zeros`` in another
+GATES = """import torch
+from torch.nn import Parameter
+from torch_geometric.nn.inits import glorot, zeros
+
+
+class GConvGate(torch.nn.Module):
+    def __init__(self, in_channels: int = 3, out_channels: int = 4):
+        super().__init__()
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self._create_parameters_and_layers()
+        self._set_parameters()
+
+    def _create_update_gate_parameters_and_layers(self):
+        self.lin_z = torch.nn.Linear(self.out_channels, self.out_channels)
+        self.W_z = Parameter(torch.Tensor(self.in_channels, self.out_channels))
+        self.b_z = Parameter(torch.Tensor(1, self.out_channels))
+
+    def _create_parameters_and_layers(self):
+        self._create_update_gate_parameters_and_layers()
+
+    def _set_parameters(self):
+        glorot(self.W_z)
+        zeros(self.b_z)
+"""
+
+
+def _stub_pyg_inits(monkeypatch):
+    """``torch_geometric.nn.inits`` as PyG writes it (its ``glorot`` and ``zeros``), for a
+    machine without PyG."""
+    import math
+
+    import torch
+
+    inits = types.ModuleType("torch_geometric.nn.inits")
+
+    def glorot(value):
+        stdv = math.sqrt(6.0 / (value.size(-2) + value.size(-1)))
+        value.data.uniform_(-stdv, stdv)
+
+    def zeros(value):
+        value.data.fill_(0)
+
+    inits.glorot, inits.zeros = glorot, zeros
+    for name in ("torch_geometric", "torch_geometric.nn"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "torch_geometric.nn.inits", inits)
+    return torch
+
+
+def test_pyg_inits_in_helper_methods_are_seen_and_fixed(tmp_path, monkeypatch):
+    src = tmp_path / "gates.py"
+    src.write_text(GATES)
+    found = sorted((d.code, d.start.row) for d in _check_codes(tmp_path))
+    # glorot/zeros write in place (vocabulary.LIBRARY_INITS), without PyG in the tree
+    assert ("ML003", 23) in found and ("ML003", 24) in found
+    assert ("ML009", 16) in found and ("ML009", 17) in found
+    rc, _ = _fix(tmp_path, unsafe=False)
+    fixed = src.read_text()
+    assert "Parameter(torch.empty(self.in_channels, self.out_channels))" in fixed
+    assert "Parameter(torch.empty(1, self.out_channels))" in fixed
+    assert "        self.reset_parameters()\n\n    def reset_parameters(self):\n" in fixed
+    assert "        self._set_parameters()\n" in fixed
+    # left: ML012 (no ``device`` keyword), which is not about a lost value
+    assert [d.code for d in _check_codes(tmp_path)] == ["ML012"]
+    # eager construction unchanged, and the probe passes where the original lost both
+    torch = _stub_pyg_inits(monkeypatch)
+    from metalint.probe.build import probe
+
+    (tmp_path / "orig.py").write_text(GATES)
+    a = _import(tmp_path / "orig.py", "_gates_orig").GConvGate
+    b = _import(src, "_gates_fixed").GConvGate
+    torch.manual_seed(0)
+    ta = _tensors(a())
+    torch.manual_seed(0)
+    tb = _tensors(b())
+    assert ta.keys() == tb.keys()
+    assert all(torch.equal(ta[k].detach(), tb[k].detach()) for k in ta)
+    assert probe(a, check_order=False).status == "failed"
+    assert probe(b, check_order=False).status == "passed"

@@ -29,6 +29,7 @@ from metalint.fix.codemod import (
     Rewrite,
     Unfixable,
     legacy_empty,
+    path_to,
     render,
     rng_free,
     with_device,
@@ -51,8 +52,18 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     node = finding.node
     if not isinstance(node, cst.Call):
         raise Unfixable("not a call to a legacy constructor")
-    _index, line, _path = edit.locate(node)
-    if isinstance(node.func, cst.Attribute) and node.func.attr.value == "to":
+    copy = isinstance(node.func, cst.Attribute) and node.func.attr.value == "to"
+    method = None
+    try:
+        _index, line, _path = edit.locate(node)
+    except Unfixable:
+        # a legacy constructor in a method ``__init__`` calls (torch-geometric-temporal's
+        # ``_create_input_gate_parameters_and_layers()``): the same allocation wherever it runs
+        found = None if copy else _statement_in_method(edit, node)
+        if found is None:
+            raise
+        method, line = found
+    if copy:
         return _onto_factory(ctx, edit, node, line)
     empty = legacy_empty(ctx, edit, node)
     if empty is None:
@@ -60,11 +71,24 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
             "not a legacy constructor of sizes known statically (`torch.Tensor(sizes)`): "
             "a constructor of data needs its value set in a hook"
         )
-    edit.replace[id(line)] = (line, [line.deep_replace(node, empty)])
+    if method is None:
+        edit.replace[id(line)] = (line, [line.deep_replace(node, empty)])
+    else:
+        edit.replace_in_method(method, line, [line.deep_replace(node, empty)])
     return edit.rewrite(
         f"Allocate with `{render(empty)}`: the legacy constructor allocates on the CPU even "
         'under `with torch.device("meta")`'
     )
+
+
+def _statement_in_method(edit: ClassEdit, node: cst.CSTNode):
+    """(the method of the class, the statement line in it) holding ``node``, or None."""
+    for method in edit.cls.methods.values():
+        path = path_to(method.node, node)
+        if path is not None:
+            lines = [n for n in path if isinstance(n, cst.SimpleStatementLine)]
+            return (method.node, lines[-1]) if lines else None
+    return None
 
 
 def _onto_factory(ctx: RuleContext, edit: ClassEdit, node: cst.Call, line) -> Rewrite:

@@ -32,6 +32,7 @@ from metalint.vocabulary import (
     INIT_SIGNATURES,
     INIT_WRAPPERS,
     INPLACE_METHODS,
+    LIBRARY_INITS,
     PARAMETER_CLASSES,
     RANDOM_DRAWS,
     RANDOM_FACTORIES,
@@ -198,6 +199,8 @@ def inplace_write(call: cst.Call, qualify) -> Write | None:
         name = func.attr.value
         value = call.args[0].value if call.args else None
         return Write(tuple(parts), _init_kind(name, value), value, name, True)
+    if qualname in LIBRARY_INITS:
+        return _library_write(call, qualname)
     name = (qualname or dotted(func) or "").rsplit(".", 1)[-1]
     if not name.endswith("_") and keyword(call, "out") is not None:
         return _out_write(call)
@@ -214,6 +217,21 @@ def inplace_write(call: cst.Call, qualify) -> Write | None:
         return None
     value = call.args[1].value if len(call.args) > 1 else keyword(call, "val")
     return Write(tuple(parts), _init_kind(name, value), value, name, False)
+
+
+def _library_write(call: cst.Call, qualname: str) -> Write | None:
+    """The write of an init function of :data:`LIBRARY_INITS` (PyG's ``glorot(self.weight)``)."""
+    at, fill, kind = LIBRARY_INITS[qualname]
+    args = [a for a in call.args if a.keyword is None and not a.star]
+    if len(args) <= at or len(args) != len(call.args) and len(args) <= max(at, fill or 0):
+        return None
+    parts = _written_chain(args[at].value)
+    if parts is None:
+        return None
+    value = args[fill].value if fill is not None and len(args) > fill else None
+    if kind == "const":
+        kind = const_kind(value)
+    return Write(tuple(parts), kind, value, qualname.rsplit(".", 1)[-1], False)
 
 
 def _written_chain(expr: cst.BaseExpression) -> list[str] | None:
