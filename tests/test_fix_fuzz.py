@@ -43,7 +43,7 @@ DRAW_AFTER_APPLY = "import torch\nfrom torch import nn\n\n\nclass M(nn.Module):\
     derandomize=True,
     suppress_health_check=list(HealthCheck),
 )
-@given(fix_fuzz.model_source(known_misses=False))
+@given(fix_fuzz.model_source())
 @example(THROUGH_INIT_WEIGHTS)
 @example(DRAW_AFTER_APPLY)
 def test_check_fix_and_probe_agree_on_generated_models(text):

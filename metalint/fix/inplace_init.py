@@ -181,13 +181,19 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None, structure: bool = True
         # timm CrossVit: ``for i in range(self.num_branches): trunc_normal_(getattr(self,
         # f'pos_embed_{i}'), std=.02)``: a loop over what the hook can read again
         body = s.body.body if isinstance(s.body, cst.IndentedBlock) else ()
+        inner = own
+        if own is not _own and isinstance(s.target, cst.Name) and _container_iter(s.iter):
+            # ``for lin in self.lins: nn.init.zeros_(lin.bias)``: the tensors of the modules
+            # of a container child
+            var = s.target.value + "."
+            inner = lambda d: own(d) or bool(d and d.startswith(var))  # noqa: E731
         return (
             s.orelse is None
             and s.asynchronous is None
             and isinstance(s.target, cst.Name)
-            and _plain_iter(s.iter)
+            and (_plain_iter(s.iter) or inner is not own)
             and bool(body)
-            and all(init_only(b, ctx, own) for b in body)
+            and all(init_only(b, ctx, inner) for b in body)
         )
     if isinstance(s, cst.With):
         items_ok = all(
@@ -335,6 +341,17 @@ def _structure_local(s: cst.CSTNode, ctx: RuleContext) -> bool:
         and isinstance(a.targets[0].target, cst.Name)
         and structure_value(a.value, ctx)
     )
+
+
+def _container_iter(e: cst.BaseExpression) -> bool:
+    """``self.lins`` or ``self.lins.children()``: the modules of a child, which a hook reaches
+    again."""
+    if isinstance(e, cst.Call) and not e.args and isinstance(e.func, cst.Attribute):
+        if e.func.attr.value != "children":
+            return False
+        e = e.func.value
+    d = dotted(e) or ""
+    return d.startswith("self.") and d.count(".") == 1
 
 
 def _plain_iter(e: cst.BaseExpression) -> bool:

@@ -18,6 +18,7 @@ from metalint.static.tensors import (
     init_law,
     initialised_target,
     inplace_kind,
+    inplace_write,
     law_text,
     own_attributes,
     parameter_value,
@@ -657,6 +658,19 @@ class MemoryMLP(nn.Module):
         for weight in self.weights:  # ERROR
             nn.init.xavier_uniform_(weight)
 """,
+        # a loop over the modules of a container child (torch-geometric's DimeNet blocks,
+        # in __init__ rather than reset_parameters())
+        """
+import torch
+from torch import nn
+
+class Mlp(nn.Module):
+    def __init__(self, dim, depth=2):
+        super().__init__()
+        self.lins = nn.ModuleList([nn.Linear(dim, dim) for _ in range(depth)])
+        for lin in self.lins:
+            nn.init.zeros_(lin.bias)  # ERROR
+""",
         # a subclass built with bn_weight_init=0 forwards it to the class that sets it
         """
 import torch
@@ -888,6 +902,53 @@ class Model(nn.Module):
                 )
         yield from self._parameter_loops(cls, methods)
         yield from self._replaced_child_tensors(cls, methods)
+        yield from self._child_container_loops(cls, methods)
+
+    def _child_container_loops(self, cls: ClassFacts, methods) -> Iterable[Finding]:
+        """``for lin in self.lins: nn.init.zeros_(lin.bias)``: the tensors of each module of a
+        container child (``nn.ModuleList``, ``nn.Sequential``) initialised in place by the
+        parent's loop, as ``nn.init.zeros_(self.lins[0].bias)`` would be for one. After
+        ``to_empty()`` each of those modules' own ``reset_parameters()`` restores its default
+        init."""
+        children: set[str] | None = None
+        for method in methods:
+            for call in method.calls:
+                loop = next((n for n in reversed(call.loops) if isinstance(n, cst.For)), None)
+                if loop is None or type(loop.target) is not cst.Name:
+                    continue
+                head = dotted(loop.iter) or ""
+                if head.endswith(".children") or not head.startswith("self."):
+                    head = dotted(getattr(loop.iter, "func", None)) or ""
+                    head = head[: -len(".children")] if head.endswith(".children") else ""
+                if not head.startswith("self.") or head.count(".") != 1:
+                    continue
+                w = inplace_write(call.node, self.qualify)
+                if (
+                    w is None
+                    or w.kind == "storage"
+                    or len(w.chain) < 2
+                    or w.chain[0] != loop.target.value
+                    or "[]" in w.chain
+                ):
+                    continue
+                if children is None:
+                    children = module_children(cls, self.qualify)
+                attr = head[5:]
+                if attr not in children:
+                    continue
+                name = f"{attr}.*.{'.'.join(w.chain[1:])}"
+                yield Finding(
+                    call.node,
+                    f"`{name}` (a tensor of each module of the child `{attr}`) is initialised "
+                    f"in place (`{short(call.node)}`) by a loop in `{method.name}`, outside any "
+                    "reset hook: on meta this does nothing and after `to_empty()` each module's "
+                    "own `reset_parameters()` restores its default init and the value is lost",
+                    cls,
+                    help="Move the loop into the model's `init_weights()` (or a hook that runs "
+                    "after the children's), and call that hook from `__init__`",
+                    unless_recreated=(attr,),
+                    subject=(name,),
+                )
 
     def _replaced_child_tensors(self, cls: ClassFacts, methods) -> Iterable[Finding]:
         """``self.emb.weight = nn.Parameter(w, requires_grad=False)`` with ``w`` computed in
