@@ -567,6 +567,16 @@ METADATA_METHODS = frozenset({"size", "dim", "ndimension", "numel", "nelement", 
 HOOKLESS_BASES = frozenset(
     {"abc.ABC", "typing.Generic", "typing.Protocol", "typing_extensions.Protocol", "object"}
 )
+#: base classes of other libraries known to define their own ``reset_parameters()``: a
+#: subclass checked without that library in the tree (a PyG user's ``MessagePassing`` layer)
+#: gets a hook that extends the base's, as for a base of the tree that has one
+EXTERNAL_RESET_BASES = frozenset(
+    {
+        "torch_geometric.nn.MessagePassing",
+        "torch_geometric.nn.conv.MessagePassing",
+        "torch_geometric.nn.conv.message_passing.MessagePassing",
+    }
+)
 #: calls that return a tuple of tensors: iterating or indexing it gives tensors
 SEQUENCE_METHODS = frozenset({"split", "chunk", "unbind", "tensor_split"})
 SEQUENCE_FUNCTIONS = frozenset(

@@ -1930,3 +1930,70 @@ def test_pyg_inits_in_helper_methods_are_seen_and_fixed(tmp_path, monkeypatch):
     assert all(torch.equal(ta[k].detach(), tb[k].detach()) for k in ta)
     assert probe(a, check_order=False).status == "failed"
     assert probe(b, check_order=False).status == "passed"
+
+
+# torch-geometric-temporal's DConv: a PyG ``MessagePassing`` layer (PyG not in the tree)
+DCONV = """import torch
+from torch_geometric.nn.conv import MessagePassing
+
+
+class DConv(MessagePassing):
+    def __init__(self, in_channels, out_channels, K, bias=True):
+        super(DConv, self).__init__(aggr="add", flow="source_to_target")
+        self.weight = torch.nn.Parameter(torch.Tensor(2, K, in_channels, out_channels))
+        if bias:
+            self.bias = torch.nn.Parameter(torch.zeros(out_channels))
+        else:
+            self.register_parameter("bias", None)
+        self.__reset_parameters()
+
+    def __reset_parameters(self):
+        torch.nn.init.xavier_uniform_(self.weight)
+        if self.bias is not None:
+            torch.nn.init.zeros_(self.bias)
+"""
+
+
+def test_a_pyg_message_passing_layer_gets_a_hook_extending_the_base(tmp_path, monkeypatch):
+    src = tmp_path / "dconv.py"
+    src.write_text(DCONV)
+    rc, out = _fix(tmp_path, unsafe=True)
+    fixed = src.read_text()
+    # MessagePassing has its own reset_parameters() (vocabulary.EXTERNAL_RESET_BASES): the
+    # new hook extends it instead of overriding it
+    assert (
+        "    def reset_parameters(self):\n        super().reset_parameters()\n"
+        '        if hasattr(self, "weight"):  # not yet if MessagePassing.__init__() calls it\n'
+        "            self.__reset_parameters()\n"
+    ) in fixed, fixed
+    assert "torch.nn.Parameter(torch.empty(2, K, in_channels, out_channels))" in fixed
+    torch = pytest.importorskip("torch")
+    conv = types.ModuleType("torch_geometric.nn.conv")
+
+    resets = []
+
+    class MessagePassing(torch.nn.Module):
+        def __init__(self, aggr="add", flow="source_to_target"):
+            super().__init__()
+
+        def reset_parameters(self):
+            resets.append(type(self).__name__)
+
+    conv.MessagePassing = MessagePassing
+    for name in ("torch_geometric", "torch_geometric.nn"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "torch_geometric.nn.conv", conv)
+    from metalint.probe.build import probe
+
+    (tmp_path / "orig.py").write_text(DCONV)
+    a = _import(tmp_path / "orig.py", "_dconv_orig").DConv
+    b = _import(src, "_dconv_fixed").DConv
+    torch.manual_seed(0)
+    ta = _tensors(a(3, 4, 2))
+    torch.manual_seed(0)
+    tb = _tensors(b(3, 4, 2))
+    assert all(torch.equal(ta[k].detach(), tb[k].detach()) for k in ta)
+    assert probe(lambda: a(3, 4, 2), check_order=False).status == "failed"
+    resets.clear()
+    assert probe(lambda: b(3, 4, 2), check_order=False).status == "passed"
+    assert "DConv" in resets  # the base's own reset still runs

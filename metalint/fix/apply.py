@@ -25,7 +25,7 @@ from metalint.report import ERROR_CODE, TOO_COMPLEX_CODE, is_error
 from metalint.rules import all_rules
 from metalint.static.engine import FileResult, analyze_source
 from metalint.static.hierarchy import Hierarchy
-from metalint.vocabulary import HOOKLESS_BASES, RESET_HOOK, ROOT_ENTRIES
+from metalint.vocabulary import EXTERNAL_RESET_BASES, HOOKLESS_BASES, RESET_HOOK, ROOT_ENTRIES
 
 MAX_ROUNDS = 64
 #: CPU seconds the fix loop of one file may spend, as a multiple of the file time budget
@@ -324,6 +324,10 @@ def hook_refusal(
         if b.startswith("torch.nn.") or b in HOOKLESS_BASES:
             continue
         r = h.resolve(b)
+        if r is None and b in EXTERNAL_RESET_BASES:
+            if hook == RESET_HOOK and RESET_HOOK not in me.hooks and not extends_base:
+                return HookRefusal("base_hook", b, hook)
+            continue
         if r is None:
             return HookRefusal("base_unknown", b, hook)
         if (

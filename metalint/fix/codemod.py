@@ -33,6 +33,7 @@ from metalint.vocabulary import (
     CONTAINER_MUTATORS,
     DETERMINISTIC_METHODS,
     DEVICE_FACTORIES,
+    EXTERNAL_RESET_BASES,
     HOOKLESS_BASES,
     INPLACE_METHODS,
     LEGACY_CONSTRUCTOR_DTYPES,
@@ -1595,12 +1596,11 @@ class ClassEdit:
         last = self._guard_tensor(list(init.body.body), called, written | read)
         if last is None:
             return None
-        base = bases[0].rsplit(".", 1)[-1]
         returns = " -> None" if own.returns is not None else ""
         reset = stmt(
             f"def {hook}(self){returns}:\n"
             f"    super().{hook}()\n"
-            f'    if hasattr(self, "{last}"):  # not yet when {base}.__init__() calls it\n'
+            f'    if hasattr(self, "{last}"):  {base_guard_comment(bases[0])}\n'
             f"        self.{OWN_RESET}()\n"
         ).with_changes(leading_lines=own.leading_lines)
         private = own.with_changes(
@@ -1970,6 +1970,15 @@ def _size(e: cst.BaseExpression, init) -> bool:
             return False
         return _size(e.left, init) or _size(e.right, init)
     return isinstance(e, cst.Name) and _int_param(e.value, init)
+
+
+def base_guard_comment(base: str) -> str:
+    """The comment on the guard of an own init called from a hook that extends ``base``'s: a
+    base of the tree calls it from its ``__init__`` (why the guard is there); of one of
+    :data:`EXTERNAL_RESET_BASES` that is not known."""
+    name = base.rsplit(".", 1)[-1]
+    verb = "if" if base in EXTERNAL_RESET_BASES else "when"
+    return f"# not yet {verb} {name}.__init__() calls it"
 
 
 def legacy_empty(ctx: RuleContext, edit: ClassEdit, data: cst.BaseExpression):

@@ -23,6 +23,7 @@ from metalint.fix.codemod import (
     Unfixable,
     _touches,
     _uses,
+    base_guard_comment,
     binds,
     expr,
     guarded,
@@ -533,9 +534,8 @@ def _over_base_hook(edit: ClassEdit, method) -> Rewrite | None:
         stores = edit.replace.get(id(line), (line, []))[1]
         edit.replace[id(line)] = (line, [*stores, line])
         _empty_before(edit, method, c)
-        base = edit.cls.bases[0].rsplit(".", 1)[-1]
         guard = stmt(
-            f'if hasattr(self, "{last}"):  # not yet when {base}.__init__() calls it'
+            f'if hasattr(self, "{last}"):  {base_guard_comment(edit.cls.bases[0])}'
             f"\n    {render(call).strip()}\n"
         )
         edit.hook_append[HOOK] = [stmt(f"super().{HOOK}()"), guard]

@@ -869,6 +869,18 @@ def _sprawls(full: cst.BaseExpression, data: cst.BaseExpression) -> bool:
     return n > 160 and n > 4 * len(render(data))
 
 
+def _reads_kept(edit: ClassEdit, attr: str, index: int, code, why: str) -> None:
+    """Raise :class:`Unfixable` when the recomputed value reads an attribute the hook would
+    find changed: written later in ``__init__``, or the attribute this statement replaces
+    (torchlibrosa's ``self.melW = nn.Parameter(torch.Tensor(self.melW))``: the hook would read
+    the parameter itself, not the array ``__init__`` held there)."""
+    for a in sorted(set().union(*(_uses(c)[1] for c in code))):
+        if a == attr:
+            raise Unfixable(f"{why}; the value reads `self.{a}`, which this statement replaces")
+        if edit.used_after(a, index, writes_only=True):
+            raise Unfixable(f"{why}; the value reads `self.{a}`, which changes later")
+
+
 def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     """No shape can be derived (``torch.tensor(spatial_sigma[0])``, a local computed from
     factories, ``torch.arange(n).float()``): the creation stays as it is (on meta it costs
@@ -914,9 +926,7 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     code = [full, *prelude]
     if any(mentions_none(c) for c in code):
         raise Unfixable(why)
-    for a in sorted(set().union(*(_uses(c)[1] for c in code))):
-        if edit.used_after(a, index, writes_only=True):
-            raise Unfixable(f"{why}; the value reads `self.{a}`, which changes later")
+    _reads_kept(edit, attr, index, code, why)
     value = prelude.pop() if prelude else edit.store_names(full, line, index)
     body = fill(f"with {names[0]}.no_grad():\n    self.{attr}.copy_(__v__)", v=value)
     if guard:
