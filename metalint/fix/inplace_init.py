@@ -44,6 +44,7 @@ from metalint.fix.parent_init import (
 )
 from metalint.fix.recompute import recompute_locals
 from metalint.static.names import dotted
+from metalint.static.ownership import module_children
 from metalint.static.protocol import structure_test, structure_value
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
@@ -453,11 +454,24 @@ def initialising_method(cls, node: cst.CSTNode, ctx: RuleContext):
     return method
 
 
-def only_own(method, ctx: RuleContext) -> bool:
+def only_own(method, ctx: RuleContext, cls=None) -> bool:
     """Does every in-place write of ``method`` initialise a tensor of this module itself (none
-    of a child's: the parent's law for a child belongs in the root ``init_weights()``)?"""
+    of a child's: the parent's law for a child belongs in the root ``init_weights()``)? In a
+    ``cls`` with no child module, a loop over ``self.parameters()`` writes only its own
+    (torch-geometric-temporal's attention layers: ``for p in self.parameters():
+    nn.init.xavier_uniform_(p)``)."""
+    own_loops: set[str] = set()
+    if cls is not None and not module_children(cls, ctx.qualify):
+        own_loops = {
+            n.target.value
+            for n in walk_code(method.node.body)
+            if type(n) is cst.For
+            and type(n.target) is cst.Name
+            and type(n.iter) is cst.Call
+            and dotted(n.iter.func) == "self.parameters"
+        }
     writes = [_write(n, ctx) for n in walk_code(method.node.body) if type(n) is cst.Call]
-    return all(w is None or _own(w.target) for w in writes)
+    return all(w is None or _own(w.target) or w.target in own_loops for w in writes)
 
 
 def method_into_reset(edit: ClassEdit, method) -> Rewrite:
@@ -606,13 +620,15 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     index = edit.top_index_of(finding.node)
     if isinstance(finding.node, cst.Assign):
         return _copy_into_child(ctx, edit, finding.node)
-    if isinstance(finding.node, cst.For):
+    if isinstance(finding.node, cst.For) and (
+        index >= 0 or initialising_method(cls, finding.node, ctx) is None
+    ):
         return _parameter_loop(ctx, edit, finding.node, index)
     if index < 0:
         method = initialising_method(cls, finding.node, ctx)
         if method is None:
             raise Unfixable(_not_in_init(cls, finding.node))
-        if only_own(method, ctx):
+        if only_own(method, ctx, cls):
             return method_into_reset(edit, method)
         # open_clip TextTransformer.init_parameters(): called from a root hook, as ML010 does
         # with a private method that applies the init
