@@ -428,6 +428,58 @@ def _not_in_init(cls, node: cst.CSTNode) -> str:
     return f"the init is in `{where}()`, not in `__init__` itself"
 
 
+def _own_init_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding) -> Rewrite:
+    """An in-place init of an own tensor in a private builder that ``__init__`` calls once
+    (torch-geometric-temporal's ``A3TGCN._setup_layers()``: ``self._base_tgcn = TGCN(...)``,
+    then ``self._attention = nn.Parameter(torch.empty(p))`` and ``nn.init.uniform_(self.
+    _attention)``): the init statement moves into ``reset_parameters()``, which ``__init__``
+    calls after the builder. Safe when nothing after it in the builder draws random numbers
+    (:meth:`ClassEdit.use_hook` judges what follows the call in ``__init__``). Refused when
+    code after it in the builder uses the tensor, or the statement reads the builder's
+    locals."""
+    node = finding.node
+    why = _not_in_init(edit.cls, node)
+    method = _holding_method(edit.cls, node)
+    if method is None or not method.name.startswith("_") or any("." in x for x in finding.subject):
+        raise Unfixable(why)
+    body = method.node.body.body if isinstance(method.node.body, cst.IndentedBlock) else ()
+    at = next((i for i, b in enumerate(body) if path_to(b, node) is not None), None)
+    if (
+        at is None
+        or not isinstance(body[at], cst.SimpleStatementLine)
+        or not init_only(body[at], ctx)
+    ):
+        raise Unfixable(why)
+    line = body[at]
+    local = {
+        t.value
+        for n in walk_code(method.node.body)
+        if isinstance(n, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For))
+        for tt in ([x.target for x in n.targets] if isinstance(n, cst.Assign) else [n.target])
+        for t in ([e.value for e in tt.elements] if isinstance(tt, (cst.Tuple, cst.List)) else [tt])
+        if isinstance(t, cst.Name)
+    }
+    if any(isinstance(n, cst.Name) and n.value in local for n in walk_code(line)):
+        raise Unfixable(f"{why}, and it reads a local of `{method.name}()`")
+    written, _read, _ = _uses(line, edit.memo())
+    after = body[at + 1 :]
+    for attr in sorted(written):
+        if any(_touches(s, attr, False, edit.memo()) for s in after):
+            raise Unfixable(f"{why}, and `self.{attr}` is used after it there")
+    c = called_once(edit, method)
+    random = not rng_free(line, ctx)
+    if random and not all(rng_free(s, ctx) for s in after):
+        edit.unsafe.append(
+            f"the random value is now drawn after the rest of `{method.name}()`, after other "
+            "random draws, so eager values differ under the same seed"
+        )
+    edit.replace_in_method(method.node, line, [])
+    edit.use_hook(HOOK, c, [line.with_changes(leading_lines=())], random=random)
+    return edit.rewrite(
+        f"Move the in-place init out of `{method.name}()` into `{HOOK}()`, called after it"
+    )
+
+
 def initialising_method(cls, node: cst.CSTNode, ctx: RuleContext):
     """The method holding ``node`` when all it does is initialise tensors in place (open_clip
     ``TextTransformer.init_parameters()``: ``nn.init.normal_(...)`` of its own and its
@@ -627,7 +679,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if index < 0:
         method = initialising_method(cls, finding.node, ctx)
         if method is None:
-            raise Unfixable(_not_in_init(cls, finding.node))
+            return _own_init_out_of_builder(ctx, edit, finding)
         if only_own(method, ctx, cls):
             return method_into_reset(edit, method)
         # open_clip TextTransformer.init_parameters(): called from a root hook, as ML010 does
