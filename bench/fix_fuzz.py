@@ -258,16 +258,10 @@ def _eager(cls, seed: int = 0) -> dict:
     out.update((f"tensor {k}", v.clone()) for k, v in m.named_buffers())
     for path, sub in m.named_modules():
         for k, v in vars(sub).items():
-            if isinstance(v, torch.Tensor) and not isinstance(v, nn_parameter()):
+            if isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter):
                 out[f"tensor {path + '.' if path else ''}{k}"] = v.clone()
     out["state_dict keys"] = sorted(m.state_dict())
     return out
-
-
-def nn_parameter():
-    import torch
-
-    return torch.nn.Parameter
 
 
 def _same(a: dict, b: dict, *, values: bool) -> str | None:
@@ -288,6 +282,15 @@ def _same(a: dict, b: dict, *, values: bool) -> str | None:
         ):
             return f"{k}: values differ"
     return None
+
+
+def _built_like(original: dict, cls, *, values: bool) -> str | None:
+    """What differs between ``original`` (:func:`_eager`'s tensors) and ``cls`` built the same
+    way; a construction that raises is a difference."""
+    try:
+        return _same(original, _eager(cls), values=values)
+    except Exception as exc:  # noqa: BLE001
+        return f"construction raises {type(exc).__name__}: {exc}"
 
 
 def _probe(cls):
@@ -329,10 +332,7 @@ def outcome(text: str) -> list[str]:
             except Exception as exc:  # noqa: BLE001
                 return [*bad, f"safe: the fixed file does not import: {type(exc).__name__}: {exc}"]
             for c, k in fixed.items():
-                try:
-                    why = _same(eager[c], _eager(k), values=True)
-                except Exception as exc:  # noqa: BLE001
-                    why = f"construction raises {type(exc).__name__}: {exc}"
+                why = _built_like(eager[c], k, values=True)
                 if why:
                     bad.append(f"safe: {c}: {why}")
             # fix --write --unsafe-fixes: same tensors; the probe passes where nothing is left
@@ -347,10 +347,7 @@ def outcome(text: str) -> list[str]:
                 ]
             left = _named_classes(findings(unsafe))
             for c, k in fixed.items():
-                try:
-                    why = _same(eager[c], _eager(k), values=False)
-                except Exception as exc:  # noqa: BLE001
-                    why = f"construction raises {type(exc).__name__}: {exc}"
+                why = _built_like(eager[c], k, values=False)
                 if why:
                     bad.append(f"unsafe: {c}: {why}")
                     continue
