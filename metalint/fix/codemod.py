@@ -26,7 +26,12 @@ from metalint.static.model import ClassFacts, MethodFacts, builds_module, constr
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import code_children, node_text, walk_code
-from metalint.static.tensors import every_parameter_written, inplace_write, value_kind
+from metalint.static.tensors import (
+    every_parameter_written,
+    inplace_write,
+    legacy_sizes,
+    value_kind,
+)
 from metalint.vocabulary import (
     BUFFER_CLASSES,
     BUFFER_HOOK,
@@ -1945,33 +1950,6 @@ def init_param(init, name: str) -> cst.Param | None:
     return next((p for p in params if p.name.value == name), None)
 
 
-def _int_param(name: str, init) -> bool:
-    """Is ``name`` a parameter of ``__init__`` annotated ``int``?"""
-    p = init_param(init, name)
-    return (
-        p is not None
-        and p.annotation is not None
-        and (render(p.annotation.annotation).strip() == "int")
-    )
-
-
-_SEQUENCES = (cst.List, cst.Tuple, cst.ListComp, cst.SimpleString, cst.FormattedString)
-
-
-def _size(e: cst.BaseExpression, init) -> bool:
-    """Is ``e`` certainly an integer (a size, not data)?"""
-    if isinstance(e, cst.Integer):
-        return True
-    if isinstance(e, cst.BinaryOperation) and isinstance(
-        e.operator, (cst.Multiply, cst.Add, cst.FloorDivide, cst.Subtract)
-    ):
-        # an int times anything but a sequence literal is a size (``self.heads * out``)
-        if any(isinstance(x, _SEQUENCES) for x in walk_code(e)):
-            return False
-        return _size(e.left, init) or _size(e.right, init)
-    return isinstance(e, cst.Name) and _int_param(e.value, init)
-
-
 def base_guard_comment(base: str) -> str:
     """The comment on the guard of an own init called from a hook that extends ``base``'s: a
     base of the tree calls it from its ``__init__`` (why the guard is there); of one of
@@ -1991,16 +1969,9 @@ def legacy_empty(ctx: RuleContext, edit: ClassEdit, data: cst.BaseExpression):
     if not isinstance(data, cst.Call):
         return None
     q = ctx.qualify(data.func)
-    if q not in LEGACY_CONSTRUCTOR_DTYPES or not data.args:
+    if q not in LEGACY_CONSTRUCTOR_DTYPES or not data.args or not legacy_sizes(data, edit.init):
         return None
-    if any(a.keyword is not None or a.star for a in data.args):
-        return None
-
     args = [a.value for a in data.args]
-    if any(isinstance(a, _SEQUENCES) for a in args):
-        return None
-    if len(args) == 1 and not _size(args[0], edit.init):
-        return None
     torch_name, _ = torch_spelling(ctx)
     dtype = LEGACY_CONSTRUCTOR_DTYPES[q]
     text = ", ".join(render(a) for a in args)

@@ -46,7 +46,6 @@ from metalint.fix.codemod import (
     fill,
     guarded,
     inline_locals,
-    legacy_empty,
     mentions_none,
     names_in,
     path_to,
@@ -536,13 +535,6 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
             raise
         return _plan_in_helper(ctx, edit, finding.node, helper, str(exc))
     attr, data_arg, guard = _parameter(ctx, finding.node, path, cls, edit.after_return(index))
-    legacy = None if keep else legacy_empty(ctx, edit, data_arg.value)
-    if legacy is not None:
-        edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, legacy)])
-        return edit.rewrite(
-            f"Allocate `{attr}` with `{render(legacy)}`: the legacy constructor allocates on "
-            'the CPU even under `with torch.device("meta")`'
-        )
     _one_law(ctx, edit, attr, finding.node, data_arg.value)
     later = edit.used_after(attr, index, tensor=True)
     tail = edit.block_tail(line)

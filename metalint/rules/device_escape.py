@@ -6,7 +6,6 @@ import libcst as cst
 
 from metalint.static.construction import (
     BUFFER_CLASSES,
-    is_legacy_sizes,
     is_tensor,
     off_meta,
     real_device,
@@ -15,7 +14,7 @@ from metalint.static.model import ClassFacts, MethodFacts, calls_into_tree, cons
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import keyword, self_attr, short, string_value, walk_code
-from metalint.static.tensors import parameter_value
+from metalint.static.tensors import is_legacy_sizes, parameter_value
 from metalint.vocabulary import CPU_CONSTRUCTORS, DEVICE_COPY_METHODS, LEGACY_CONSTRUCTORS
 
 
@@ -340,7 +339,7 @@ class Table(nn.Module):
             )
             instead = (
                 "Use `torch.empty(..., device=device, dtype=dtype)`"
-                if is_legacy_sizes(node)
+                if is_legacy_sizes(node, method)
                 else "Use `torch.empty(...)` and fill it in `reset_parameters()`"
             )
         else:

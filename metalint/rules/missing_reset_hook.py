@@ -4,11 +4,11 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.construction import argument_of, computed, is_legacy_sizes
+from metalint.static.construction import argument_of, computed
 from metalint.static.model import ClassFacts, construction
 from metalint.static.ownership import owned_tensors
 from metalint.static.rule import Finding, Rule
-from metalint.static.tensors import inplace_write, value_kind
+from metalint.static.tensors import inplace_write, is_legacy_sizes, value_kind
 from metalint.vocabulary import (
     APPLIED_INIT,
     CONVERSION_METHODS,
@@ -63,7 +63,7 @@ def _has_value(expr, qualify, method, depth: int = 0) -> bool:
         )
     if isinstance(expr, cst.Call):
         q = qualify(expr.func)
-        if q in EMPTY_FACTORIES or (q in LEGACY_CONSTRUCTORS and is_legacy_sizes(expr)):
+        if q in EMPTY_FACTORIES or (q in LEGACY_CONSTRUCTORS and is_legacy_sizes(expr, method)):
             return False
         if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in CONVERSION_METHODS:
             return _has_value(expr.func.value, qualify, method, depth + 1)

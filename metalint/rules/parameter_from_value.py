@@ -15,7 +15,9 @@ class ParameterFromValue(Rule):
     ## What it does
     Finds an `nn.Parameter` created in `__init__` from a value — `v * torch.ones(dim)`,
     `torch.randn(...)`, `torch.tensor(...)`, `torch.full(...)`, `torch.zeros(...)` — that no
-    reset hook of the class (or of a base class) re-creates.
+    reset hook of the class (or of a base class) re-creates. A legacy constructor of sizes
+    (`torch.Tensor(in_channels, out_channels)`) is no value: it is uninitialised memory, as
+    `torch.empty`, eagerly too (its CPU allocation is ML009's, its init ML003's).
 
     Judged under the protocol that materialises the model (`[tool.metalint] protocol`): the
     tensor is reported when it is lost under at least one model root that contains the class
@@ -96,10 +98,7 @@ class ParameterFromValue(Rule):
     `trunc_normal_(self.pos_embed)`) is dead: the fix moves the in-place init into
     `reset_parameters()` (ML003's fix) and keeps the value; inside an `if` block (mvitv2's
     optional relative position tables) the block's run of in-place inits moves, each guarded
-    by its tensor being there. A legacy `torch.Tensor(sizes)`
-    (PyG's `Parameter(Tensor(out_channels))`), which allocates on the CPU even under
-    `with torch.device("meta")`, becomes `torch.empty(sizes)` (same dtype, uninitialised in
-    both), when every argument is certainly a size.
+    by its tensor being there.
     When no shape can be derived (`torch.tensor(sigma[0])`, a value through a local), the
     creation stays (on meta it costs nothing) and `reset_parameters()` computes the same value
     again and copies it in: exact for a value that draws no random numbers, unsafe otherwise;
@@ -190,6 +189,26 @@ class ViT(nn.Module):
     def _init_pos(self):
         nn.init.trunc_normal_(self.pos_embed, std=.02)
 """,
+        # a legacy constructor of sizes (torch-geometric-temporal's GCLSTM): uninitialised
+        # memory, eagerly too, as `torch.empty`; the value comes from the init in the helper
+        # (ML003's) and the CPU allocation is ML009's
+        """
+import torch
+from torch.nn import Module, Parameter
+from torch_geometric.nn.inits import glorot
+
+class GCLSTM(Module):
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.in_channels = in_channels
+        self.W_i = Parameter(torch.Tensor(self.in_channels, out_channels))
+        self.b_i = Parameter(torch.Tensor(1, out_channels))
+        self.bias = Parameter(torch.Tensor(out_channels))
+        self._set_parameters()
+
+    def _set_parameters(self):
+        glorot(self.W_i)
+""",
     ]
     INVALID = [
         # a ParameterList of drawn values (titans-pytorch)
@@ -228,39 +247,6 @@ class LayerScale(nn.Module):
 
     def reset_parameters(self):
         nn.init.constant_(self.gamma, self.init_values)
-""",
-        ),
-        # PyG's legacy constructor: allocated on the CPU under torch.device("meta")
-        Invalid(
-            """
-import torch
-from torch import Tensor
-from torch.nn import Module, Parameter
-from somewhere.inits import zeros
-
-class Conv(Module):
-    def __init__(self, out_channels: int):
-        super().__init__()
-        self.bias = Parameter(Tensor(out_channels))  # ERROR
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        zeros(self.bias)
-""",
-            fixed="""
-import torch
-from torch import Tensor
-from torch.nn import Module, Parameter
-from somewhere.inits import zeros
-
-class Conv(Module):
-    def __init__(self, out_channels: int):
-        super().__init__()
-        self.bias = Parameter(torch.empty(out_channels))  # ERROR
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        zeros(self.bias)
 """,
         ),
         # timm's tokens: a value re-initialised in place later in __init__

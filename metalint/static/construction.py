@@ -20,7 +20,13 @@ from metalint.static.syntax import (
     string_value,
     walk_code,
 )
-from metalint.static.tensors import const_kind, local_value, parameter_value, same_tensor
+from metalint.static.tensors import (
+    const_kind,
+    is_legacy_sizes,
+    local_value,
+    parameter_value,
+    same_tensor,
+)
 from metalint.vocabulary import (
     BUFFER_CLASSES,
     CONVERSION_METHODS,
@@ -40,14 +46,6 @@ from metalint.vocabulary import (
     TENSOR_METHODS,
     VALUE_FACTORIES,
 )
-
-
-def is_legacy_sizes(call: cst.Call) -> bool:
-    """``torch.Tensor(3, 4)`` (uninitialised sizes) rather than ``torch.Tensor([1., 2.])``."""
-    if not call.args:
-        return True
-    first = call.args[0].value
-    return not isinstance(first, (cst.List, cst.Tuple, cst.ListComp, cst.Call, cst.Name))
 
 
 @dataclass
@@ -158,7 +156,7 @@ def computed(
     found: set[str] = set()
     for node in walk_code(expr):
         if type(node) is cst.Call:
-            kind = _call_kind(node, qualify)
+            kind = _call_kind(node, qualify, method)
             if kind:
                 found.add(kind)
         elif type(node) is cst.Name and depth < 3:
@@ -175,15 +173,15 @@ def computed(
     return None
 
 
-def _call_kind(node: cst.Call, qualify) -> str | None:
+def _call_kind(node: cst.Call, qualify, facts: MethodFacts | None = None) -> str | None:
     """What one call inside a buffer's value contributes: "empty", "random", "value" or None
     (it moves or describes a tensor: ``.float()``, ``torch.finfo``, ``len``)."""
     q = qualify(node.func)
-    method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
     if q in EMPTY_FACTORIES:
         return "empty"
     if q in LEGACY_CONSTRUCTORS:
-        return "empty" if is_legacy_sizes(node) else "value"
+        return "empty" if is_legacy_sizes(node, facts) else "value"
+    method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
     if q in RANDOM_FACTORIES:
         return "random"
     if q in VALUE_FACTORIES or q in TENSOR_FUNCTIONS:

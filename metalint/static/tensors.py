@@ -32,6 +32,7 @@ from metalint.vocabulary import (
     INIT_SIGNATURES,
     INIT_WRAPPERS,
     INPLACE_METHODS,
+    LEGACY_CONSTRUCTORS,
     LIBRARY_INITS,
     PARAMETER_CLASSES,
     RANDOM_DRAWS,
@@ -64,6 +65,62 @@ def random_draw(qualname: str | None) -> bool:
     )
 
 
+_SEQUENCES = (cst.List, cst.Tuple, cst.ListComp, cst.SimpleString, cst.FormattedString)
+
+
+def int_param(method: MethodFacts | None, name: str) -> bool:
+    """Is ``name`` a parameter of ``method`` annotated ``int``?"""
+    if method is None:
+        return False
+    ps = method.node.params
+    p = next((p for p in (*ps.params, *ps.kwonly_params) if p.name.value == name), None)
+    return p is not None and p.annotation is not None and dotted(p.annotation.annotation) == "int"
+
+
+def certain_size(e: cst.BaseExpression, method: MethodFacts | None) -> bool:
+    """Is ``e`` certainly an integer (a size, not data): a literal, an arithmetic of one
+    (``self.heads * out``), a parameter annotated ``int``?"""
+    if isinstance(e, cst.Integer):
+        return True
+    if isinstance(e, cst.BinaryOperation) and isinstance(
+        e.operator, (cst.Multiply, cst.Add, cst.FloorDivide, cst.Subtract)
+    ):
+        if any(isinstance(x, _SEQUENCES) for x in walk_code(e)):
+            return False
+        return certain_size(e.left, method) or certain_size(e.right, method)
+    return isinstance(e, cst.Name) and int_param(method, e.value)
+
+
+def legacy_sizes(call: cst.Call, method: MethodFacts | None = None) -> bool | None:
+    """What the arguments of a legacy constructor (``torch.Tensor(...)``) are: True, sizes
+    for certain (none; several; a literal integer or arithmetic of one; a parameter annotated
+    ``int``): ``torch.empty`` of them is the same tensor; False, data (a sequence literal or a
+    string); None, cannot tell (one name, call or attribute; a starred or keyword argument)."""
+    args = call.args
+    if not args:
+        return True
+    if any(isinstance(a.value, _SEQUENCES) for a in args):
+        return False
+    if any(a.keyword is not None or a.star for a in args):
+        return None
+    if len(args) > 1 or certain_size(args[0].value, method):
+        return True
+    return None
+
+
+def is_legacy_sizes(call: cst.Call, method: MethodFacts | None = None) -> bool:
+    """Does ``torch.Tensor(...)`` allocate uninitialised memory, as ``torch.empty`` does
+    (``torch.Tensor(3, 4)``, ``torch.Tensor(self.dim)``, ``torch.Tensor(*shape)``), rather
+    than copy data (``torch.Tensor([1., 2.])``, ``torch.Tensor(values)``)? Where
+    :func:`legacy_sizes` cannot tell, an attribute or a starred argument counts as sizes and a
+    name or a call as data. The fix rewrites only sizes for certain."""
+    sure = legacy_sizes(call, method)
+    if sure is not None:
+        return sure
+    first = call.args[0]
+    return first.star == "*" or not isinstance(first.value, (cst.Call, cst.Name))
+
+
 def value_kind(
     expr: cst.BaseExpression | None, qualify, method: MethodFacts | None = None, depth: int = 0
 ) -> str | None:
@@ -74,7 +131,7 @@ def value_kind(
     for node in walk_code(expr):
         if type(node) is cst.Call:
             q = qualify(node.func)
-            if q in EMPTY_FACTORIES:
+            if q in EMPTY_FACTORIES or (q in LEGACY_CONSTRUCTORS and is_legacy_sizes(node, method)):
                 found.add("empty")
             elif random_draw(q):
                 found.add("random")
