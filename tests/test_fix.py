@@ -1997,3 +1997,59 @@ def test_a_pyg_message_passing_layer_gets_a_hook_extending_the_base(tmp_path, mo
     resets.clear()
     assert probe(lambda: b(3, 4, 2), check_order=False).status == "passed"
     assert "DConv" in resets  # the base's own reset still runs
+
+
+# cellpose's segformer.py: a model defined in a ``try:`` that imports an optional dependency
+TRY_BLOCK = """import torch
+from torch import nn
+
+try:
+    from torch.nn import Identity as Backbone
+
+    class Transformer(nn.Module):
+        def __init__(self, diam_mean=30.0):
+            super().__init__()
+            self.net = Backbone()
+            self.diam_mean = nn.Parameter(data=torch.ones(1) * diam_mean,
+                                          requires_grad=False)
+            self.diam_labels = nn.Parameter(data=torch.ones(1) * diam_mean,
+                                            requires_grad=False)
+
+except ImportError:
+    pass
+
+for _n in (1,):
+
+    class InLoop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gamma = nn.Parameter(1e-5 * torch.ones(4))
+"""
+
+
+def test_a_class_defined_in_a_try_block_is_fixed_and_one_in_a_loop_says_why(tmp_path):
+    src = tmp_path / "segformer.py"
+    src.write_text(TRY_BLOCK)
+    rc, out = _fix(tmp_path, unsafe=False)
+    fixed = src.read_text()
+    assert (
+        "            self.diam_mean = nn.Parameter(data=torch.empty(1),\n"
+        "                                          requires_grad=False)\n"
+    ) in fixed, fixed
+    assert "\n        def reset_parameters(self):\n" in fixed
+    assert "not fixed: `InLoop` is defined in a loop or a function" in out
+    left = [(d.code, d.symbol) for d in _check_codes(tmp_path) if d.code != "ML012"]
+    assert left == [("ML001", "InLoop")]
+    # eager values unchanged; the probe fails before and passes after
+    (tmp_path / "orig.py").write_text(TRY_BLOCK)
+    assert _assert_same_eager(tmp_path / "orig.py", src) >= 2
+    from metalint.probe.build import probe
+
+    a = _import(tmp_path / "orig.py", "_try_orig").Transformer
+    b = _import(src, "_try_fixed").Transformer
+    assert probe(a, check_order=False).status == "failed"
+    assert probe(b, check_order=False).status == "passed"
+    _fix(tmp_path, unsafe=True)
+    again = src.read_text()
+    _fix(tmp_path, unsafe=True)
+    assert src.read_text() == again

@@ -148,7 +148,7 @@ def _no_child_created_after(edit: ClassEdit, moved: cst.BaseStatement, index: in
     """Refuse when ``__init__`` creates, after the statement ran, a child the statement would
     reach when replayed (pypots' SCINet: ``for m in self.modules(): ... elif isinstance(m,
     nn.Linear): m.bias.data.zero_()``, then ``self.div_projection = nn.ModuleList()`` filled
-    with ``nn.Linear``\ s): eagerly that child keeps its own init, but ``init_weights()``,
+    with ``nn.Linear`` modules): eagerly that child keeps its own init, but ``init_weights()``,
     replayed after construction, would initialise it too. A child that holds no tensor
     (``nn.Dropout``), or a torch layer none of the loop's ``isinstance`` tests names (an
     ``nn.Linear`` after a loop over convolutions and norms: torchvision's ResNet), is not

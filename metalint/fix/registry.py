@@ -57,12 +57,18 @@ def plan(code: str, ctx: RuleContext, finding: Finding) -> Rewrite | str | None:
         return f"internal error in the {code} codemod: {type(exc).__name__}: {exc}"
 
 
-def top_class(ctx: RuleContext, finding: Finding) -> cst.ClassDef | None:
-    """The top-level class statement that holds the finding's class."""
+def top_class(ctx: RuleContext, finding: Finding) -> cst.BaseCompoundStatement | None:
+    """The top-level statement that holds the finding's class: its class statement, or the
+    ``try``/``if``/``with`` block it is defined in (cellpose's ``Transformer``, defined in a
+    ``try:`` that imports an optional dependency). Not a class made inside a function."""
     head = finding.cls.qualname.split(".")[0]
     for node in ctx.module.body:
         if isinstance(node, cst.ClassDef) and node.name.value == head:
             if node is finding.cls.node or path_to(node, finding.cls.node) is not None:
+                return node
+        elif isinstance(node, (cst.Try, cst.If, cst.With)):
+            path = path_to(node, finding.cls.node)
+            if path is not None and not any(isinstance(n, cst.FunctionDef) for n in path):
                 return node
     return None
 
@@ -504,6 +510,13 @@ def _fix_of(
     try:
         pair = class_rewrite(ctx, finding, result)
         if pair is None:
+            _remember(
+                ctx.path,
+                code,
+                row,
+                f"`{finding.cls.name}` is defined in a loop or a function: only a class at the "
+                "top level of its module, or in a `try`/`if`/`with` block there, is rewritten",
+            )
             return None
         top, new_top = pair
         texts = class_text(ctx, top, source)
