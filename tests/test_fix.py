@@ -89,7 +89,7 @@ def _import(path: Path, name: str):
 def _module_classes(mod):
     import torch
 
-    for name, obj in vars(mod).items():
+    for name, obj in list(vars(mod).items()):  # a warning adds __warningregistry__
         if (
             isinstance(obj, type)
             and issubclass(obj, torch.nn.Module)

@@ -428,6 +428,106 @@ def _not_in_init(cls, node: cst.CSTNode) -> str:
     return f"the init is in `{where}()`, not in `__init__` itself"
 
 
+def _locals_of(method) -> set[str]:
+    """The names ``method`` assigns (its locals)."""
+    return {
+        t.value
+        for n in walk_code(method.node.body)
+        if isinstance(n, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For))
+        for tt in ([x.target for x in n.targets] if isinstance(n, cst.Assign) else [n.target])
+        for t in ([e.value for e in tt.elements] if isinstance(tt, (cst.Tuple, cst.List)) else [tt])
+        if isinstance(t, cst.Name)
+    }
+
+
+def _children_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding) -> Rewrite:
+    """In-place inits of children in a private builder that ``__init__`` calls once
+    (torch-geometric-temporal's ``UnitGCN._init_attention_layers()``, called under ``if
+    self.attention:``: ``self.conv_ta = nn.Conv1d(...)``, then ``nn.init.constant_(self.conv_ta
+    .weight, 0)``, and so on for ``conv_sa``, ``fc1c``, ``fc2c``): every top-level init-only
+    statement of children's tensors in the builder moves, in order, into a root
+    ``init_weights()``, called right after the statement of ``__init__`` that calls the builder,
+    and guarded by the children being there when that call is in an ``if``. The parent's law
+    then runs after the children's own hooks, as eagerly. Safe when nothing the builder runs
+    after the first moved random draw draws random numbers; unsafe otherwise (the children made
+    after it draw their default init first). Refused when a moved statement reads the builder's
+    locals, when the builder uses a child after its init, or when the class has a
+    ``reset_parameters()`` or ``init_weights()`` of its own (merged by hand)."""
+    node = finding.node
+    why = _not_in_init(edit.cls, node)
+    method = _holding_method(edit.cls, node)
+    if method is None or not method.name.startswith("_"):
+        raise Unfixable(why)
+    body = list(method.node.body.body) if isinstance(method.node.body, cst.IndentedBlock) else []
+    moved = [
+        i
+        for i, b in enumerate(body)
+        if isinstance(b, cst.SimpleStatementLine) and init_only(b, ctx, _child)
+    ]
+    if not any(path_to(body[i], node) is not None for i in moved):
+        raise Unfixable(why)
+    if ROOT_HOOK in edit.cls.methods:
+        raise Unfixable(f"{why}, and `{edit.cls.name}` already has `{ROOT_HOOK}()`")
+    local = _locals_of(method)
+    memo = edit.memo()
+    kids: set[str] = set()
+    for i in moved:
+        if any(isinstance(n, cst.Name) and n.value in local for n in walk_code(body[i])):
+            raise Unfixable(f"{why}, and an init there reads a local of `{method.name}()`")
+        inits = [
+            a
+            for c in walk_code(body[i])
+            if isinstance(c, cst.Call)
+            for a in [_attr_of(c, ctx)]
+            if a and _init_call(c, ctx, _any)
+        ]
+        for a in inits:
+            if any(
+                _touches(body[j], a, False, memo) for j in range(i + 1, len(body)) if j not in moved
+            ):
+                raise Unfixable(f"{why}, and `self.{a}` is used after its init there")
+        kids.update(inits)
+    c = called_once(edit, method)
+    # a reset_parameters() __init__ calls later (an earlier fix's): the new init_weights() ends
+    # with it and takes its place, so the moved inits run there (parent_init.own_hook_last)
+    opening, tail, _called = _root_hook(edit, c, c, set())
+    crossed = [body[j] for j in range(moved[0] + 1, len(body)) if j not in moved]
+    if tail is not None:
+        init = edit.init_body
+        end = next(j for j, b in enumerate(init) if b is tail)
+        crossed += init[c + 1 : end]
+        for a in sorted(kids):
+            if any(_touches(b, a, False, memo) for b in init[c + 1 : end]):
+                raise Unfixable(f"{why}, and `self.{a}` is used in `__init__` after the builder")
+    if any(not rng_free(body[i], ctx) for i in moved) and not all(
+        rng_free(b, ctx) for b in crossed
+    ):
+        edit.unsafe.append(
+            "the random draws now run after other random draws of construction, so eager "
+            "values differ under the same seed"
+        )
+    stmts = [body[i].with_changes(leading_lines=()) for i in moved]
+    for i in moved:
+        edit.replace_in_method(method.node, body[i], [])
+    if isinstance(edit.init_body[c], cst.If):
+        # the builder makes them all or none: the first one made guards them
+        made = [
+            k
+            for b in body
+            for k in sorted(kids)
+            if isinstance(b, cst.SimpleStatementLine) and _creates(b, k)
+        ]
+        every = set(made) == kids and not edit.returns(method.node.body)
+        stmts = [_guarded_run(stmts, frozenset(made[:1] if every else kids), edit)]
+    stmts.extend(_place_call(edit, c, False, tail, None))
+    edit.hook_append[ROOT_HOOK] = [*opening, *stmts]
+    n = len(moved)
+    return edit.rewrite(
+        f"Move {n} in-place init statement{'s' if n != 1 else ''} of children's tensors out of "
+        f"`{method.name}()` into a root `{ROOT_HOOK}()` called after it"
+    )
+
+
 def _own_init_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding) -> Rewrite:
     """An in-place init of an own tensor in a private builder that ``__init__`` calls once
     (torch-geometric-temporal's ``A3TGCN._setup_layers()``: ``self._base_tgcn = TGCN(...)``,
@@ -451,14 +551,7 @@ def _own_init_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding
     ):
         raise Unfixable(why)
     line = body[at]
-    local = {
-        t.value
-        for n in walk_code(method.node.body)
-        if isinstance(n, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For))
-        for tt in ([x.target for x in n.targets] if isinstance(n, cst.Assign) else [n.target])
-        for t in ([e.value for e in tt.elements] if isinstance(tt, (cst.Tuple, cst.List)) else [tt])
-        if isinstance(t, cst.Name)
-    }
+    local = _locals_of(method)
     if any(isinstance(n, cst.Name) and n.value in local for n in walk_code(line)):
         raise Unfixable(f"{why}, and it reads a local of `{method.name}()`")
     written, _read, _ = _uses(line, edit.memo())
@@ -679,6 +772,8 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if index < 0:
         method = initialising_method(cls, finding.node, ctx)
         if method is None:
+            if any("." in x for x in finding.subject):
+                return _children_out_of_builder(ctx, edit, finding)
             return _own_init_out_of_builder(ctx, edit, finding)
         if only_own(method, ctx, cls):
             return method_into_reset(edit, method)
