@@ -8,7 +8,8 @@ values (constants, random draws, conditional, ``nn.ParameterList`` in a comprehe
 legacy ``torch.Tensor(d)``), computed buffers (through locals, persistent or not, RoPE
 tables), plain tensor attributes, in-place inits of children (``nn.init.*_``,
 ``.data.fill_``, loops over a ``ModuleList``), ``self.apply(self._init_weights)``,
-``for m in self.modules()`` loops, a scalar read with ``.item()``; sometimes a class that
+``for m in self.modules()`` loops, a scalar read with ``.item()``, a private builder that
+makes a child and initialises it (called once, sometimes under an ``if``); sometimes a class that
 already has a ``reset_parameters()``, and an outer model holding it (which may apply its own
 ``_init_weights`` over everything). Per input, with the probe run in this process
 (``metalint.probe.build.probe``, ``init="auto"``):
@@ -122,6 +123,25 @@ def _init_list(draw, i, v, names):
     return [f"for m in self.{blocks}:", "    nn.init.zeros_(m.weight)"]
 
 
+def _builder(draw, i, v, names):
+    """A private builder that makes a child and initialises it (torch-geometric-temporal's
+    ``_init_attention_layers()``), called once, sometimes under an ``if``."""
+    form = draw(
+        st.sampled_from(
+            ["nn.init.zeros_({w})", "nn.init.normal_({w}, std=0.02)", "nn.init.constant_({w}, 0.5)"]
+        )
+    )
+    names["methods"].append(
+        f"\n    def _build{i}(self):\n"
+        f"        self.b{i} = nn.Linear(4, 4)\n"
+        f"        {form.format(w=f'self.b{i}.weight')}\n"
+    )
+    names["children"].append(f"b{i}")
+    if draw(st.booleans()):
+        return ["if v is not None:", f"    self._build{i}()"]
+    return [f"self._build{i}()"]
+
+
 #: the idioms: kind -> its lines (a function of the draw, its number, a value and the names
 #: made so far)
 IDIOMS = {
@@ -155,6 +175,7 @@ IDIOMS = {
     ],
     "item": lambda draw, i, v, names: [f"self.n{i} = int(torch.arange(d).sum().item())"],
     "apply": lambda draw, i, v, names: ["self.apply(self._init_weights)"],
+    "builder": _builder,
 }
 
 
@@ -166,7 +187,7 @@ def statement(draw, i: int, names: dict[str, list[str]]):
         kinds += ["init_child", "init_child", "modules_loop"]
     if names["lists"]:
         kinds += ["init_list"]
-    kinds += ["param_cond", "param_list", "legacy", "rope", "item", "apply"]
+    kinds += ["param_cond", "param_list", "legacy", "rope", "item", "apply", "builder"]
     kind = draw(st.sampled_from(kinds))
     v = draw(st.sampled_from(["0.5", "1e-5", "2.0", "v"]))
     return kind, IDIOMS[kind](draw, i, v, names)
@@ -175,7 +196,7 @@ def statement(draw, i: int, names: dict[str, list[str]]):
 @st.composite
 def model_source(draw) -> str:
     """A file with a class ``M`` (and sometimes an outer model ``Outer`` holding it)."""
-    names: dict[str, list[str]] = {"children": [], "lists": []}
+    names: dict[str, list[str]] = {"children": [], "lists": [], "methods": []}
     children = names["children"]
     body: list[str] = []
     kinds: list[str] = []
@@ -183,7 +204,7 @@ def model_source(draw) -> str:
         kind, lines = draw(statement(i, names))
         kinds.append(kind)
         body += lines
-    methods = ""
+    methods = "".join(names["methods"])
     if "apply" in kinds:
         methods += INIT_WEIGHTS
     if children and draw(st.booleans()):
