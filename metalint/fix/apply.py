@@ -25,6 +25,7 @@ from metalint.report import ERROR_CODE, TOO_COMPLEX_CODE, is_error
 from metalint.rules import all_rules
 from metalint.static.engine import FileResult, analyze_source
 from metalint.static.hierarchy import Hierarchy
+from metalint.static.protocol import ROOT_INIT, Protocols
 from metalint.vocabulary import EXTERNAL_RESET_BASES, HOOKLESS_BASES, RESET_HOOK, ROOT_ENTRIES
 
 MAX_ROUNDS = 64
@@ -116,6 +117,31 @@ class Fixer:
             return None if why is None else f"{why.follow_up()}"
         return None
 
+    def _unrun_root_hook(self, d: Diagnostic, h: Hierarchy) -> str | None:
+        """Why a fix that puts code in this class's ``init_weights()`` would do nothing under
+        its model's protocol: the model's root ``init_weights()`` calls each module's
+        ``reset_parameters()`` and never its ``init_weights()`` (timm's Levit, whose
+        ``_init_weights(m)`` calls ``m.reset_parameters()``). A child's value written in the
+        class's ``reset_parameters()`` would race the child's own reset under per-module
+        materialisers (ML006), so no rewrite is both run and order-free there."""
+        if d.fix is None or d.fix.hook != ROOT_ENTRIES[0] or d.protocol != ROOT_INIT:
+            return None
+        root = d.root
+        if not root or d.condition is None or d.condition.cls == root:
+            return None
+        if getattr(self, "_protocols", (None,))[0] is not h:
+            self._protocols = (h, Protocols(h, self.settings.protocol))
+        hooks = self._protocols[1].module_hooks(root)
+        if RESET_HOOK not in hooks or ROOT_ENTRIES[0] in hooks:
+            return None
+        short = root.rsplit(".", 1)[-1]
+        return (
+            f"`{short}.init_weights()`, the model's init, calls each module's "
+            f"`{RESET_HOOK}()` and never its `{ROOT_ENTRIES[0]}()`: a new "
+            f"`{ROOT_ENTRIES[0]}()` would not run there, and a child's value in "
+            f"`{RESET_HOOK}()` races the child's own reset (ML006): move it by hand"
+        )
+
     def applicable(self, d: Diagnostic) -> bool:
         return d.fix is not None and (self.unsafe or d.fix.applicability == Applicability.SAFE)
 
@@ -202,7 +228,7 @@ class Fixer:
         ):
             if not self.applicable(d) or _related(d.symbol, broken):
                 continue
-            why = self.blocked(d, h)
+            why = self.blocked(d, h) or self._unrun_root_hook(d, h)
             if why and d.fix.over_base_hook is not None and d.condition is not None:
                 # a base class has its own reset_parameters(): the fix whose hook extends it
                 refusal = hook_refusal(h, d.condition.cls, d.fix.hook)

@@ -16,6 +16,9 @@ ran (the call takes its place), so eager construction draws the same random numb
 order: the fix is safe. A statement alone in an ``if`` with the locals it reads (timm Hiera's
 ``if weight_init != 'skip':``) moves with its ``if``. Constructor arguments the statement reads are kept on ``self`` under a private name
 (``self._zero_init_last``: the applied function may test ``hasattr(module, "zero_init_last")``).
+A loop right after it that goes on with the children's init through a method of theirs (timm
+ConVit's ``for n, m in self.named_modules(): if hasattr(m, 'local_init'): m.local_init()``)
+moves with it, in order (:func:`_module_method_loop`).
 
 A private method of ``__init__``'s (``self._init_params()``) that applies the init is called
 from a new ``init_weights()`` in the same way. A class that already has an ``init_weights()``
@@ -112,6 +115,7 @@ def _in_init(edit: ClassEdit, node: cst.CSTNode, index: int, path) -> Rewrite:
             raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
     moved = _with_its_if(edit, moved, index)
     _no_child_created_after(edit, moved, index)
+    then = _module_method_loop(edit, index + 1) if moved is edit.init_body[index] else None
     first = []
     tail = None
     if HOOK in edit.cls.methods:
@@ -136,8 +140,78 @@ def _in_init(edit: ClassEdit, node: cst.CSTNode, index: int, path) -> Rewrite:
         edit.replace[id(moved)] = (moved, stores)
         edit.replace[id(tail)] = (tail, [call])
     last = [stmt(f"self.{RESET_HOOK}()")] if tail is not None else []
-    edit.hook_append[HOOK] = [*first, body.with_changes(leading_lines=()), *last]
+    follow = []
+    if then is not None:
+        edit.replace[id(then)] = (then, [])
+        follow = [then.with_changes(leading_lines=())]
+    edit.hook_append[HOOK] = [*first, body.with_changes(leading_lines=()), *follow, *last]
     return edit.rewrite(f"Move the children's init into a root `{HOOK}()` called from `__init__`")
+
+
+def _module_method_loop(edit: ClassEdit, i: int) -> cst.For | None:
+    """Statement ``i`` of ``__init__`` when it goes on with the parent's init of its children
+    by a method of theirs (timm ConVit, right after ``self.apply(self._init_weights)``: ``for
+    n, m in self.named_modules(): if hasattr(m, 'local_init'): m.local_init()``, which sets
+    GPSA's ``v.weight`` to the identity over the law just applied): a loop over
+    ``self.modules()``/``self.named_modules()`` whose body only calls, when the module has it,
+    a method without arguments that a class of this file defines and that assigns no
+    attribute (it writes tensors in place). The root ``init_weights()`` takes it with the
+    applied init, in order; else the protocol applies the law and never the method."""
+    body = edit.init_body
+    if i >= len(body) or not isinstance(body[i], cst.For):
+        return None
+    loop = body[i]
+    it = loop.iter
+    if not (
+        isinstance(it, cst.Call)
+        and dotted(it.func) in ("self.modules", "self.named_modules")
+        and not it.args
+        and loop.orelse is None
+    ):
+        return None
+    target = loop.target.elements[-1].value if isinstance(loop.target, cst.Tuple) else loop.target
+    if not isinstance(target, cst.Name) or not isinstance(loop.body, cst.IndentedBlock):
+        return None
+    m = target.value
+    inner = loop.body.body
+    if len(inner) != 1 or not isinstance(inner[0], cst.If) or inner[0].orelse is not None:
+        return None
+    test, then = inner[0].test, inner[0].body
+    if not (
+        isinstance(test, cst.Call)
+        and dotted(test.func) == "hasattr"
+        and len(test.args) == 2
+        and dotted(test.args[0].value) == m
+        and isinstance(then, cst.IndentedBlock)
+        and len(then.body) == 1
+        and isinstance(then.body[0], cst.SimpleStatementLine)
+        and len(then.body[0].body) == 1
+        and isinstance(then.body[0].body[0], cst.Expr)
+    ):
+        return None
+    name = test.args[1].value
+    call = then.body[0].body[0].value
+    method = name.evaluated_value if isinstance(name, cst.SimpleString) else None
+    if not (isinstance(call, cst.Call) and not call.args and dotted(call.func) == f"{m}.{method}"):
+        return None
+    defs = [c.methods[method] for c in edit.ctx.facts.classes if method in c.methods]
+    if not defs or any(
+        t.count(".") == 1 and t.startswith("self.") for d in defs for t in _assigned(d.node)
+    ):
+        return None
+    return loop
+
+
+def _assigned(fn: cst.FunctionDef) -> list[str]:
+    """The plain targets a function assigns (``self.x``, ``x``; not ``t[i]`` or ``t.data``
+    chains, which write a tensor in place)."""
+    out = []
+    for n in walk_code(fn.body):
+        if isinstance(n, cst.Assign):
+            out += [dotted(t.target) or "" for t in n.targets]
+        elif isinstance(n, (cst.AnnAssign, cst.AugAssign)):
+            out.append(dotted(n.target) or "")
+    return out
 
 
 #: what in a statement reaches every module of ``self``

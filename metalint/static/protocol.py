@@ -1331,6 +1331,39 @@ class Protocols:
             return ROOT_INIT
         return RESET
 
+    def module_hooks(self, root: str) -> set[str]:
+        """The methods ``root``'s entry point calls on the modules it applies to: Levit's
+        ``init_weights()`` applies ``_init_weights``, which calls ``m.reset_parameters()``;
+        timm's ``init_weights_vit_timm`` calls ``module.init_weights()``."""
+        out: set[str] = set()
+        seen: set[tuple[str, str]] = set()
+        todo: list = [self._entry_items(root, self._entry(root))]
+        while todo and len(seen) < 64:
+            node = todo.pop()
+            if not isinstance(node, list):
+                continue
+            head = node[0] if node else None
+            if head in ("reset", "call") and len(node) == 2 and isinstance(node[1], str):
+                out.add(node[1])
+                continue
+            if head == "method" and len(node) == 2 and ("m", node[1]) not in seen:
+                seen.add(("m", node[1]))
+                for c in self.mro(root):
+                    summary = self.h.classes.get(c)
+                    block = summary.protocol.get("dispatch", {}).get(node[1]) if summary else None
+                    if block is not None:
+                        todo.append(block)
+                        break
+                continue
+            if head in ("function", "factory") and len(node) == 2 and ("f", node[1]) not in seen:
+                seen.add(("f", node[1]))
+                summary = self._function(node[1]) or {}
+                todo.append(summary.get("block", []))
+                todo.extend([["function", q] for q in summary.get("returns", ())])
+                continue
+            todo.extend(x for x in node if isinstance(x, list))
+        return out
+
     def lost_under(
         self, cls: str, tensors: tuple[str, ...], law: tuple = ()
     ) -> tuple[str, str] | None:
