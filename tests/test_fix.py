@@ -2098,7 +2098,9 @@ def test_a_child_init_is_not_moved_into_an_init_weights_the_model_never_calls(tm
     src.write_text(vit)
     rc, out = _fix(tmp_path, unsafe=True)
     fixed = src.read_text()
-    assert "    def init_weights(self):\n        nn.init.constant_(self.bn.weight, self._bn" in fixed
+    assert (
+        "    def init_weights(self):\n        nn.init.constant_(self.bn.weight, self._bn" in fixed
+    )
     assert [d.code for d in _check_codes(tmp_path) if d.code.startswith("ML00")] == []
 
 
@@ -2118,7 +2120,10 @@ def test_the_loop_after_apply_that_calls_local_init_moves_with_it(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     _fix(tmp_path, unsafe=False)
     fixed = target.read_text()
-    assert "    def init_weights(self):\n        self.apply(self._init_weights)\n        for n, m" in fixed
+    assert (
+        "    def init_weights(self):\n        self.apply(self._init_weights)\n        for n, m"
+        in fixed
+    )
     before = _import(src, "_convit_before").ConVit
     after = _import(target, "_convit_after").ConVit
     assert probe(before, check_order=False).status == "failed"
