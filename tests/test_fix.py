@@ -2030,6 +2030,9 @@ for _n in (1,):
 def test_a_class_defined_in_a_try_block_is_fixed_and_one_in_a_loop_says_why(tmp_path):
     src = tmp_path / "segformer.py"
     src.write_text(TRY_BLOCK)
+    # check offers the fix too (its class text is rendered, not cut from the source)
+    offered = {(d.code, d.symbol): d.fix is not None for d in _check_codes(tmp_path)}
+    assert offered[("ML001", "Transformer")] and not offered[("ML001", "InLoop")]
     rc, out = _fix(tmp_path, unsafe=False)
     fixed = src.read_text()
     assert (
@@ -2130,3 +2133,17 @@ def test_the_loop_after_apply_that_calls_local_init_moves_with_it(tmp_path, monk
     assert probe(after, check_order=False).status == "passed"
     torch.manual_seed(0)
     assert torch.equal(after().blocks[0].v.weight, torch.eye(8))
+
+
+def test_a_class_its_try_block_left_undefined_is_not_verified_rather_than_failed(tmp_path):
+    """cellpose without segmentation_models_pytorch: the import in the ``try`` fails, so the
+    module defines no ``Transformer``: the probe cannot build it (skipped), which is not a
+    failure of the rewrite."""
+    pytest.importorskip("torch")
+    from metalint.fix.verify import verify_classes
+
+    src = tmp_path / "segformer.py"
+    src.write_text(TRY_BLOCK.replace("from torch.nn import Identity", "from no_such_lib import X"))
+    _fix(tmp_path, unsafe=False)
+    (v,) = verify_classes(str(src), ["Transformer"])
+    assert v.status == "skipped" and "not defined once the module is imported" in v.detail

@@ -305,7 +305,10 @@ def _cut_from_source(
     the last one of a block ends ``len(footer)`` rows above where its block ends (the next
     clause's start, or its statement's end): libcst's own counts of the comment lines it
     gives each statement and block, so nothing here decides where a comment belongs. None
-    when the two trees do not pair up (the class is rendered)."""
+    when the two trees do not pair up, or ``top`` is the ``try``/``if`` holding the class (the
+    class is rendered)."""
+    if not isinstance(top, cst.ClassDef):
+        return None
     index = next((i for i, s in enumerate(module.body) if s is top), None)
     name = top.name.value
     same = [s for s in module.body if type(s) is cst.ClassDef and s.name.value == name]

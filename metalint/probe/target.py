@@ -9,6 +9,7 @@ its defaults or with small arguments inferred from its signature (:func:`infer_a
 
 from __future__ import annotations
 
+import ast
 import collections.abc
 import functools
 import importlib
@@ -469,7 +470,18 @@ def resolve_items(target: Target) -> list[Item]:
         label = target.spec if len(names) == 1 else prefix + name
         obj: Any = mod
         for part in name.split("."):
+            if not hasattr(obj, part) and obj is mod and _defined_in_source(file, part):
+                # cellpose's segformer ``Transformer``, defined in a ``try:`` that imports an
+                # optional dependency: the import left it undefined
+                obj = None
+                break
             obj = getattr(obj, part)
+        if obj is None:
+            why = f"cannot construct: `{name}` is not defined once the module is imported"
+            items.append(
+                Item(label, name, None, why + " (a condition around it did not hold)", file)
+            )
+            continue
         if inspect.isclass(obj):
             items.append(class_item(obj, label, file))
         elif callable(obj):
@@ -477,6 +489,20 @@ def resolve_items(target: Target) -> list[Item]:
         else:
             raise TypeError(f"{label} is neither a class nor a callable")
     return items
+
+
+def _defined_in_source(file: str | None, name: str) -> bool:
+    """Does the file's text define a class or function ``name`` (at any depth)?"""
+    if not file or not file.endswith(".py"):
+        return False
+    try:
+        tree = ast.parse(Path(file).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return False
+    return any(
+        isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+        for n in ast.walk(tree)
+    )
 
 
 def load_settings_for_probe(
