@@ -211,6 +211,18 @@ class GCLSTM(Module):
 """,
     ]
     INVALID = [
+        # torchlibrosa's Scalar: a legacy constructor of data (one argument that is not
+        # certainly a size) copies the caller's statistics
+        """
+import torch
+import torch.nn as nn
+
+class Scalar(nn.Module):
+    def __init__(self, scalar, freeze_parameters):
+        super().__init__()
+        self.scalar_mean = nn.Parameter(torch.Tensor(scalar['mean']))  # ERROR
+        self.scalar_std = nn.Parameter(torch.Tensor(scalar['std']))  # ERROR
+""",
         # a ParameterList of drawn values (titans-pytorch)
         """
 import torch

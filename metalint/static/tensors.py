@@ -131,7 +131,10 @@ def value_kind(
     for node in walk_code(expr):
         if type(node) is cst.Call:
             q = qualify(node.func)
-            if q in EMPTY_FACTORIES or (q in LEGACY_CONSTRUCTORS and is_legacy_sizes(node, method)):
+            # ``torch.Tensor(in, out)``: uninitialised, eagerly too; one argument that may be
+            # data (``torch.Tensor(self.melW)``, ``torch.Tensor(scalar["mean"])``) is a value
+            sizes = q in LEGACY_CONSTRUCTORS and legacy_sizes(node, method) is True
+            if q in EMPTY_FACTORIES or sizes:
                 found.add("empty")
             elif random_draw(q):
                 found.add("random")
