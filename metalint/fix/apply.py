@@ -80,6 +80,8 @@ class Fixer:
         self.settings = settings
         self.enabled = enabled
         self.unsafe = unsafe
+        #: the tree's protocols, made once per hierarchy (:meth:`_unrun_root_hook`)
+        self._protocols: tuple[Hierarchy | None, Protocols | None] = (None, None)
 
     # -- analysis of the current text ---------------------------------------------------------
     def analyse(self, ff: FileFix, text: str) -> tuple[list[Diagnostic], Hierarchy]:
@@ -129,7 +131,7 @@ class Fixer:
         root = d.root
         if not root or d.condition is None or d.condition.cls == root:
             return None
-        if getattr(self, "_protocols", (None,))[0] is not h:
+        if self._protocols[0] is not h:
             self._protocols = (h, Protocols(h, self.settings.protocol))
         hooks = self._protocols[1].module_hooks(root)
         if RESET_HOOK not in hooks or ROOT_ENTRIES[0] in hooks:
