@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
+import selectors
 import signal
 import subprocess
 import sys
 import sysconfig
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -53,12 +51,6 @@ class Options:
     #: called as each item starts: (label, items done in this target, items in it); a terminal
     #: progress line (never part of the report)
     on_start: Callable[[str, int, int], None] | None = field(default=None, compare=False)
-
-
-def _reader(stream, q: queue.Queue) -> None:
-    for line in stream:
-        q.put(line)
-    q.put(None)
 
 
 def _crash_site(stderr: str) -> tuple[str, int] | None:
@@ -174,9 +166,10 @@ def run_target(target: Target, opts: Options) -> list[Outcome]:
             "seed": opts.seed,
             "hooks": list(opts.hooks),
         }
-        failure, rc, stderr = _run_child(job, env, target, opts, progress)
-        if failure is None and progress.items is not None and progress.current is None and rc == 0:
-            return progress.outcomes
+        failure, rc, stderr, finished = _run_child(job, env, target, opts, progress)
+        if failure is None and progress.items is not None and progress.current is None:
+            if finished or rc == 0:  # done: how it then exited (killed when it lingered) is moot
+                return progress.outcomes
         if failure is None:
             failure = f"crashed ({_signal_name(rc)})" if rc != 0 else "child exited early"
         progress.outcomes.append(_crash_outcome(failure, stderr, target, progress))
@@ -190,51 +183,184 @@ def run_target(target: Target, opts: Options) -> list[Outcome]:
 
 
 def _run_child(job, env, target: Target, opts: Options, progress: _Progress):
-    """One child over the items not done yet: (failure or None, exit code, stderr)."""
-    with tempfile.TemporaryFile(mode="w+") as err:
-        proc = subprocess.Popen(
-            [opts.python, "-m", "metalint.probe.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            env=env,
-        )
-        assert proc.stdin and proc.stdout
-        proc.stdin.write(json.dumps(job))
+    """One child over the items not done yet: (failure or None, exit code, the tail of its
+    output, whether it reported the end of its items).
+
+    The child leads a session of its own: on a timeout, and after it exits (or lingers past
+    :data:`GRACE` s once its items are done: a non-daemon thread), its whole process group is
+    killed, so nothing the target forked outlives the probe. Its output goes through a pipe
+    into a :class:`_Tail`: only the last :data:`TAIL_BYTES` are kept."""
+    proc = subprocess.Popen(
+        [opts.python, "-m", "metalint.probe.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    assert proc.stdin and proc.stdout and proc.stderr
+    try:
+        proc.stdin.write(json.dumps(job).encode())
         proc.stdin.close()
-        q: queue.Queue = queue.Queue()
-        threading.Thread(target=_reader, args=(proc.stdout, q), daemon=True).start()
-        deadline = time.monotonic() + opts.timeout + 30  # interpreter + torch import
-        failure: str | None = None
-        while True:
+    except OSError:  # died at once: its exit status says why
+        pass
+    child = _Child(proc, target, opts, progress)
+    try:
+        failure = child.follow(opts.timeout + 30)  # interpreter + torch import
+        if failure is None and not child.finished:
+            failure = child.linger()
+        rc = child.end()
+    finally:
+        child.close()
+    return failure, rc, child.tail.text(), child.finished
+
+
+#: seconds a child may take to exit once its items are done (or its output closed)
+GRACE = 5.0
+#: bytes of a child's output (the user's prints, faulthandler's dumps) kept for the report
+TAIL_BYTES = 64 << 10
+
+
+class _Tail:
+    """The last ``size`` bytes written to it."""
+
+    def __init__(self, size: int = TAIL_BYTES) -> None:
+        self.size = size
+        self.buf = bytearray()
+
+    def add(self, data: bytes) -> None:
+        self.buf += data[-self.size :]
+        del self.buf[: max(len(self.buf) - self.size, 0)]
+
+    def text(self) -> str:
+        return self.buf.decode("utf-8", "replace")
+
+
+class _Child:
+    """A running worker: its protocol (stdout, one JSON event a line) and its output (stderr,
+    into a :class:`_Tail`), read without blocking; the events update ``progress``."""
+
+    def __init__(self, proc: subprocess.Popen, target: Target, opts: Options, progress) -> None:
+        self.proc, self.target, self.opts, self.progress = proc, target, opts, progress
+        self.tail = _Tail()
+        self.finished = False  # the child said it is done with its items
+        self.renewed = False  # an event started a new deadline
+        self.line = bytearray()
+        self.sel = selectors.DefaultSelector()
+        for f in (proc.stdout, proc.stderr):
+            os.set_blocking(f.fileno(), False)
+            self.sel.register(f.fileno(), selectors.EVENT_READ, f)
+
+    @property
+    def proto_open(self) -> bool:
+        return self.proc.stdout.fileno() in self.sel.get_map()
+
+    def pump(self, timeout: float) -> None:
+        """Read what arrives within ``timeout`` s and act on each complete event."""
+        for key, _ in self.sel.select(max(timeout, 0.0)):
             try:
-                line = q.get(timeout=max(deadline - time.monotonic(), 0.01))
-            except queue.Empty:
-                failure = f"timed out after {opts.timeout:g} s"
-                _stop(proc)
-                break
-            if line is None:
-                break
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
+                data = os.read(key.fd, 1 << 16)
+            except BlockingIOError:
                 continue
-            if progress.event(ev, target, opts):
-                deadline = time.monotonic() + opts.timeout
-        rc = proc.wait()
-        err.seek(0)
-        return failure, rc, err.read()
+            except OSError:
+                data = b""
+            if key.data is self.proc.stderr:
+                if data:
+                    self.tail.add(data)
+                else:
+                    self.sel.unregister(key.fd)
+                continue
+            self.line += data
+            if not data:  # end of the protocol: a last line without its newline counts too
+                self.sel.unregister(key.fd)
+                self.line += b"\n"
+            *lines, rest = self.line.split(b"\n")
+            self.line = bytearray(rest)
+            for line in lines:
+                self._event(line)
 
-
-def _stop(proc: subprocess.Popen) -> None:
-    if hasattr(signal, "SIGUSR1"):
+    def _event(self, line: bytes) -> None:
         try:
-            proc.send_signal(signal.SIGUSR1)  # faulthandler dumps the stack
-            proc.wait(timeout=1.0)
-        except (subprocess.TimeoutExpired, OSError):
+            ev = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(ev, dict) or self.finished:
+            return
+        if ev.get("event") == "done":
+            self.finished = True
+        elif self.progress.event(ev, self.target, self.opts):
+            self.renewed = True
+
+    def exited(self) -> bool:
+        """Whether the child has exited, without reaping it: its pid (the process group's id)
+        stays taken until :meth:`end`, so killing the group cannot reach another process."""
+        try:
+            return (
+                os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+            )
+        except ChildProcessError:
+            return True
+
+    def follow(self, first: float) -> str | None:
+        """Read the child's events until it is done with its items, closes its protocol or
+        exits; a timeout (``first`` s for the import, then :attr:`Options.timeout` per item) is
+        the failure returned, after a stack dump of the child."""
+        deadline = time.monotonic() + first
+        while not self.finished and self.proto_open and not self.exited():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._dump_stack()
+                return f"timed out after {self.opts.timeout:g} s"
+            self.pump(min(left, 0.2))
+            if self.renewed:
+                self.renewed = False
+                deadline = time.monotonic() + self.opts.timeout
+        return None
+
+    def linger(self) -> str | None:
+        """After the protocol closed: give the child :data:`GRACE` s to exit."""
+        end = time.monotonic() + GRACE
+        while not self.exited():
+            if time.monotonic() >= end:
+                return f"did not exit within {GRACE:g} s after closing its output"
+            self.pump(0.05)
+        return None
+
+    def end(self) -> int:
+        """Wait :data:`GRACE` s for a child done with its items, then kill its process group
+        (the child and all it forked) and reap it; the exit code."""
+        if self.finished:
+            end = time.monotonic() + GRACE
+            while not self.exited() and time.monotonic() < end:
+                self.pump(0.05)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
-    proc.kill()
+        rc = self.proc.wait()
+        # what is still in the pipes; bounded, as a process that left the group may keep writing
+        end = time.monotonic() + 1.0
+        while self.sel.get_map() and time.monotonic() < end:
+            self.pump(0.05)
+        return rc
+
+    def _dump_stack(self) -> None:
+        """faulthandler's dump of the child's stack (its SIGUSR1 handler) into the tail."""
+        if not hasattr(signal, "SIGUSR1"):
+            return
+        try:
+            os.kill(self.proc.pid, signal.SIGUSR1)
+        except OSError:
+            return
+        end = time.monotonic() + 1.0
+        while not self.exited() and time.monotonic() < end:
+            self.pump(0.05)
+
+    def close(self) -> None:
+        self.sel.close()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                f.close()
 
 
 def _crash_outcome(failure: str, stderr: str, target: Target, progress: _Progress) -> Outcome:

@@ -12,6 +12,9 @@ import signal
 import sys
 import traceback
 
+#: characters of an exception's text sent to the parent
+MESSAGE_CHARS = 2000
+
 
 def main() -> int:
     proto = os.fdopen(os.dup(1), "w", buffering=1)
@@ -21,7 +24,18 @@ def main() -> int:
     if hasattr(signal, "SIGUSR1"):  # the parent asks for a stack dump before killing a hang
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
 
+    owner = os.getpid()
+
     def emit(**event) -> None:
+        if os.getpid() != owner:  # a copy the target forked, back in this loop: not ours
+            os._exit(0)
+        for key in ("message", "skip", "traceback"):  # the user's exception text: bounded
+            if isinstance(event.get(key), str):
+                event[key] = (
+                    event[key][-MESSAGE_CHARS:]
+                    if key == "traceback"
+                    else event[key][:MESSAGE_CHARS]
+                )
         proto.write(json.dumps(event) + "\n")
         proto.flush()
 
@@ -42,7 +56,7 @@ def main() -> int:
         items = resolve_items(target)
     except BaseException as exc:  # import error, bad attribute
         emit(event="error", label=None, message=_one_line(exc), traceback=traceback.format_exc())
-        return 0
+        return _done(emit, proto)
     _warm_up(probe)  # one-time costs must not count against the first item's timeout
     emit(event="items", items=[i.label for i in items], file=items[0].file if items else None)
     skip = set(job.get("skip", ()))
@@ -89,6 +103,14 @@ def main() -> int:
             )
             continue
         emit(event="result", label=item.label, result=res.to_json(), args=item.args, file=item.file)
+    return _done(emit, proto)
+
+
+def _done(emit, proto) -> int:
+    """The last event: the parent keeps what came back even when the exit then hangs (a
+    non-daemon thread of the target) or a forked child keeps the pipe open."""
+    emit(event="done")
+    proto.close()
     return 0
 
 
