@@ -292,3 +292,46 @@ def test_hang_is_killed_at_its_timeout_with_its_children(tmp_path):
         assert took < 90, took
     finally:
         _kill(_pids(pids))
+
+
+def test_killed_parent_takes_the_worker_and_its_children(tmp_path):
+    """The worker leads a session of its own, out of reach of a signal to the probe's group:
+    when the probe is killed outright, the worker kills its group (the target's children too)."""
+    pids = tmp_path / "pids"
+    target = tmp_path / "stuck.py"
+    target.write_text(
+        MODEL
+        + textwrap.dedent(
+            f"""
+            import os, subprocess, sys, time
+
+            class Stuck(nn.Module):
+                def __init__(self) -> None:
+                    super().__init__()
+                    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10**6)"])
+                    with open({str(pids)!r}, "a") as f:
+                        f.write(f"{{os.getpid()}}\\n{{child.pid}}\\n")
+                    time.sleep(10**6)
+            """
+        )
+    )
+    cmd = [sys.executable, "-m", "metalint", "probe", str(target), "--device", "cpu"]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    _SESSIONS.append(proc.pid)
+    try:
+        end = time.monotonic() + 120
+        while len(_pids(pids)) < 2:
+            assert proc.poll() is None and time.monotonic() < end, "the target never started"
+            time.sleep(0.1)
+        proc.kill()  # the probe alone, as `kill -9 PID` does
+        proc.wait()
+        assert _gone(_pids(pids), wait=10) == []
+    finally:
+        _kill(_pids(pids))

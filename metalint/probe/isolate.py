@@ -190,22 +190,32 @@ def _run_child(job, env, target: Target, opts: Options, progress: _Progress):
     :data:`GRACE` s once its items are done: a non-daemon thread), its whole process group is
     killed, so nothing the target forked outlives the probe. Its output goes through a pipe
     into a :class:`_Tail`: only the last :data:`TAIL_BYTES` are kept."""
-    proc = subprocess.Popen(
-        [opts.python, "-m", "metalint.probe.worker"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    )
-    assert proc.stdin and proc.stdout and proc.stderr
+    # the lifeline: a pipe whose write end only this process holds; when it dies without
+    # ending the child (SIGKILL), the child sees the end of the pipe and kills its group
+    life_r, life_w = os.pipe()
     try:
-        proc.stdin.write(json.dumps(job).encode())
-        proc.stdin.close()
-    except OSError:  # died at once: its exit status says why
-        pass
-    child = _Child(proc, target, opts, progress)
+        proc = subprocess.Popen(
+            [opts.python, "-m", "metalint.probe.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**env, LIFELINE: str(life_r)},
+            pass_fds=(life_r,),
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(life_w)
+        raise
+    finally:
+        os.close(life_r)
+    child = _Child(proc, target, opts, progress, life_w)
     try:
+        assert proc.stdin
+        try:
+            proc.stdin.write(json.dumps(job).encode())
+            proc.stdin.close()
+        except OSError:  # died at once: its exit status says why
+            pass
         failure = child.follow(opts.timeout + 30)  # interpreter + torch import
         if failure is None and not child.finished:
             failure = child.linger()
@@ -215,6 +225,8 @@ def _run_child(job, env, target: Target, opts: Options, progress: _Progress):
     return failure, rc, child.tail.text(), child.finished
 
 
+#: the environment variable naming the child's end of its lifeline
+LIFELINE = "METALINT_PROBE_LIFELINE"
 #: seconds a child may take to exit once its items are done (or its output closed)
 GRACE = 5.0
 #: bytes of a child's output (the user's prints, faulthandler's dumps) kept for the report
@@ -240,8 +252,9 @@ class _Child:
     """A running worker: its protocol (stdout, one JSON event a line) and its output (stderr,
     into a :class:`_Tail`), read without blocking; the events update ``progress``."""
 
-    def __init__(self, proc: subprocess.Popen, target: Target, opts: Options, progress) -> None:
+    def __init__(self, proc: subprocess.Popen, target: Target, opts: Options, progress, life: int):
         self.proc, self.target, self.opts, self.progress = proc, target, opts, progress
+        self.life = life
         self.tail = _Tail()
         self.finished = False  # the child said it is done with its items
         self.renewed = False  # an event started a new deadline
@@ -333,11 +346,7 @@ class _Child:
             end = time.monotonic() + GRACE
             while not self.exited() and time.monotonic() < end:
                 self.pump(0.05)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        rc = self.proc.wait()
+        rc = self._kill()
         # what is still in the pipes; bounded, as a process that left the group may keep writing
         end = time.monotonic() + 1.0
         while self.sel.get_map() and time.monotonic() < end:
@@ -356,7 +365,18 @@ class _Child:
         while not self.exited() and time.monotonic() < end:
             self.pump(0.05)
 
+    def _kill(self) -> int:
+        """Kill the child's process group, reap the child: its exit code."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return self.proc.wait()
+
     def close(self) -> None:
+        if self.proc.returncode is None:  # interrupted (Ctrl-C reaches this process only)
+            self._kill()
+        os.close(self.life)
         self.sel.close()
         for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if f is not None:

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import traceback
 
 #: characters of an exception's text sent to the parent
@@ -24,6 +25,7 @@ def main() -> int:
     if hasattr(signal, "SIGUSR1"):  # the parent asks for a stack dump before killing a hang
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
 
+    _hold_lifeline()
     owner = os.getpid()
 
     def emit(**event) -> None:
@@ -104,6 +106,26 @@ def main() -> int:
             continue
         emit(event="result", label=item.label, result=res.to_json(), args=item.args, file=item.file)
     return _done(emit, proto)
+
+
+def _hold_lifeline() -> None:
+    """When the parent dies without ending this process (SIGKILL), its end of the lifeline
+    closes: kill this process group (this worker leads it), with all the target forked."""
+    fd = os.environ.pop("METALINT_PROBE_LIFELINE", None)
+    if fd is None:
+        return
+    life = int(fd)
+    os.set_inheritable(life, False)
+
+    def watch() -> None:
+        try:
+            while os.read(life, 1):
+                pass
+        except OSError:  # closed here (by the target): no word from the parent either way
+            return
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="metalint-lifeline", daemon=True).start()
 
 
 def _done(emit, proto) -> int:
