@@ -3,6 +3,10 @@
 The child streams one event per item, so when it crashes (segfault, OOM kill) or hangs, only
 the item in progress is lost: the parent reports it as ML900, then starts a fresh child that
 skips the items already done. The timeout applies per item (and to importing the target).
+
+Each child leads a session of its own, and its whole process group is killed when it times out
+and when it is done, so nothing a target forks outlives its probe; of the output of the user's
+code only a bounded tail is kept (see :func:`_run_child`).
 """
 
 from __future__ import annotations

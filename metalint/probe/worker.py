@@ -1,6 +1,6 @@
 """Child process: ``python -m metalint.probe.worker`` reads one job (JSON) on stdin, probes the
-items of one target and writes JSON lines (``items``, ``start``, ``result``, ``error``) on a
-private copy of stdout; user code's prints go to stderr. See :mod:`.isolate`.
+items of one target and writes JSON lines (``items``, ``start``, ``result``, ``error``, then
+``done``) on a private copy of stdout; user code's prints go to stderr. See :mod:`.isolate`.
 """
 
 from __future__ import annotations
