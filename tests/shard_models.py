@@ -394,6 +394,7 @@ def _probe(shards: tuple[str, ...]) -> dict:
                 "lost": res.lost,
                 "codes": sorted({d.code for d in res.findings}),
                 "messages": [d.message for d in res.findings],
+                "seconds": round(res.seconds, 2),
             }
     return out
 
@@ -458,16 +459,20 @@ def _load(tmp: str, rank: int) -> dict:
         shard_model(model, "fsdp")
         rep = load_checkpoint(model, os.path.join(folder, "model.safetensors.index.json"))
         state = model.state_dict()
-        equal = {}
+        equal, whole = {}, 0
         for n, want in sd.items():
             got = state[n]
-            got = got.full_tensor() if hasattr(got, "full_tensor") else got
+            if hasattr(got, "full_tensor"):
+                got = got.full_tensor()
+            else:  # a buffer FSDP2 leaves whole: every rank reads it
+                whole += want.numel() * want.element_size()
             equal[n] = bool(torch.equal(got, want))
         out[name] = {
             "equal": equal,
             "bytes_read": rep.bytes_read,
             "per_rank": rep.bytes_read_per_rank,
             "total": sum(t.numel() * t.element_size() for t in sd.values()),
+            "whole": whole,
             "largest": max(t.numel() * t.element_size() for t in sd.values()),
         }
     return out

@@ -188,6 +188,14 @@ def test_cli_probe_fsdp_two_ranks():
 
 
 def _run(tmp_path, world: int, shards: tuple[str, ...]) -> list[dict]:
+    # imported once here, not in every forked rank
+    import torch.distributed.checkpoint  # noqa: F401
+    import torch.distributed.fsdp  # noqa: F401
+    import torch.distributed.tensor.parallel  # noqa: F401
+
+    if _have_transformers():
+        import transformers.models.llama.modeling_llama  # noqa: F401
+
     ctx = torch.multiprocessing.start_processes(
         shard_worker,
         args=(world, free_port(), str(tmp_path), shards),
@@ -262,4 +270,28 @@ def test_load_fsdp_index_every_tensor_equal_each_rank_reads_its_share(ranks):
             bad = [n for n, ok in got["equal"].items() if not ok]
             assert not bad, f"{name} rank {rank}: {bad}"
             assert got["bytes_read"] <= got["total"] / world + got["largest"], (name, rank)
-        assert sum(per) == results[0]["load"][name]["total"]  # every element read once
+        # every element of a sharded tensor read once, a tensor left whole by every rank
+        got = results[0]["load"][name]
+        assert sum(per) == got["total"] + (world - 1) * got["whole"]
+
+
+def test_probe_ranks_get_the_configured_plan(tmp_path, monkeypatch):
+    from metalint.probe import distributed
+    from metalint.probe.isolate import Options
+    from metalint.probe.target import parse_target
+
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.metalint.probe]\nfsdp-modules = ["TransformerBlock"]\ntp-plan = {"out" = "rowwise"}\n'
+    )
+    (tmp_path / "m.py").write_text("")
+    jobs = []
+
+    def launch(module, args, nproc, timeout):
+        jobs.append(json.loads(args[0]))
+        return [subprocess.CompletedProcess(args, 1, "", "boom")]
+
+    monkeypatch.setattr(distributed, "launch", launch)
+    (target,) = parse_target(f"{tmp_path / 'm.py'}:make")
+    (out,) = distributed.run_sharded(target, Options(), 2, "fsdp")
+    assert out.kind == "error" and "boom" in out.message
+    assert jobs[0]["fsdp_modules"] == ["TransformerBlock"] and jobs[0]["tp"] == {"out": "rowwise"}
