@@ -4,6 +4,7 @@ torchtitan-style llama, a timm-style ViT, and small blocks that pin down MP010 o
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -478,6 +479,36 @@ def _load(tmp: str, rank: int) -> dict:
     return out
 
 
+def _rng() -> dict:
+    """DTensor random ops on the CPU mesh, with and without the probe's tracker: every rank's
+    local values (gathered) and its generator's next draw afterwards."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from metalint.probe.distributed import dtensor_rng
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    out = {}
+    for tracked in (False, True):
+        torch.manual_seed(7)
+        sharded = distribute_tensor(torch.empty(8, 4), mesh, [Shard(0)])
+        replica = distribute_tensor(torch.empty(3), mesh, [Replicate()])
+        with dtensor_rng("cpu") if tracked else contextlib.nullcontext():
+            nn.init.normal_(sharded)
+            nn.init.uniform_(replica)
+        after = torch.rand(1)
+        gathered = []
+        for t in (sharded.to_local(), replica.to_local(), after):
+            parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+            dist.all_gather(parts, t.contiguous())
+            gathered.append([p.tolist() for p in parts])
+        out["tracked" if tracked else "plain"] = dict(
+            zip(("sharded", "replica", "after"), gathered)
+        )
+    return out
+
+
 def shard_worker(rank: int, world: int, port: int, tmp: str, shards: tuple[str, ...]) -> None:
     """One rank of tests/test_shard_shapes.py (started by torch.multiprocessing)."""
     import json
@@ -489,7 +520,12 @@ def shard_worker(rank: int, world: int, port: int, tmp: str, shards: tuple[str, 
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     try:
-        res = {"probe": _probe(shards), "plans": _user_plans(), "load": _load(tmp, rank)}
+        res = {
+            "rng": _rng(),
+            "probe": _probe(shards),
+            "plans": _user_plans(),
+            "load": _load(tmp, rank),
+        }
         with open(f"{tmp}/rank{rank}.json", "w") as f:
             json.dump(res, f)
     finally:

@@ -224,6 +224,19 @@ def ranks(request, tmp_path_factory):
     return world, shards, _run(tmp_path_factory.mktemp(f"w{world}"), world, shards)
 
 
+def test_cpu_mesh_tracker_draws_distinct_shards_and_keeps_ranks_in_step(ranks):
+    world, _, results = ranks
+    plain, tracked = results[0]["rng"]["plain"], results[0]["rng"]["tracked"]
+    # torch alone: no tracker on a CPU mesh, every shard the same draw
+    assert all(s == plain["sharded"][0] for s in plain["sharded"])
+    # the probe's tracker: distinct shards, replicas alike, every generator in step after
+    assert len({json.dumps(s) for s in tracked["sharded"]}) == world
+    assert all(r == tracked["replica"][0] for r in tracked["replica"])
+    assert all(a == tracked["after"][0] for a in tracked["after"])
+    flat = torch.tensor(tracked["sharded"]).flatten()
+    assert abs(float(flat.std()) - 1.0) < 0.5 and abs(float(flat.mean())) < 0.5
+
+
 def test_probe_verdicts(ranks):
     world, shards, results = ranks
     for shard in shards:

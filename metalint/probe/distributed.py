@@ -218,8 +218,9 @@ def _sharded_tensors(model, eager) -> list[tuple[str, object]]:
     return out
 
 
-def _compare(eager, named, shard: str, world: int):
-    """Findings MP010 (repeated shards) and MP011 (differs from the single-device build)."""
+def _compare(eager, named, shard: str, world: int, tracked: bool = True):
+    """Findings MP010 (repeated shards) and MP011 (differs from the single-device build).
+    ``tracked``: DTensor random ops drew distinct shards (CUDA, or :func:`dtensor_rng`)."""
 
     findings = []
     reduced = reduced_stats(named)
@@ -246,8 +247,14 @@ def _compare(eager, named, shard: str, world: int):
             detail = (
                 f"ranks {', '.join(map(str, ranks))} hold different shards of {name} "
                 f"({', '.join(map(str, t.placements))}) with identical values: the init drew "
-                f"every shard from the same random state (each rank drew its local shard alike, "
-                f"e.g. a plain torch op on to_local(), not a DTensor random op)"
+                f"every shard from the same random state ("
+                + (
+                    "each rank drew its local shard alike, e.g. a plain torch op on "
+                    "to_local(), not a DTensor random op)"
+                    if tracked
+                    else "a local shard initialised, or a DTensor random op on a CPU mesh, "
+                    "for which this torch has no RNG tracker)"
+                )
             )
             findings.append(Finding("MP010", e.cls, e.cls_file, e.attr, [name], detail, e.site))
     return findings
@@ -292,20 +299,21 @@ def _cpu_rng_tracker():
 
 @contextlib.contextmanager
 def dtensor_rng(device: str):
-    """While the init runs on a CPU mesh: :func:`_cpu_rng_tracker` as DTensor's tracker (a torch
-    without the private API it uses keeps DTensor's local draws: MP010 then says so)."""
+    """While the init runs on a CPU mesh: :func:`_cpu_rng_tracker` as DTensor's tracker. Yields
+    whether DTensor random ops draw distinct shards (False: a torch without the private API it
+    uses; DTensor then draws every shard alike, and MP010 says that it may be the mesh)."""
     if torch.device(device).type != "cpu":
-        yield
+        yield True
         return
     try:
         module, tracker = _cpu_rng_tracker()
     except (ImportError, AttributeError, TypeError, RuntimeError):
-        yield
+        yield False
         return
     old = module._rng_tracker
     module._rng_tracker = tracker
     try:
-        yield
+        yield True
     finally:
         module._rng_tracker = old
 
@@ -339,7 +347,7 @@ def probe_sharded(
         for name, t in named:
             compare.poison_(local(t), eager.entries[name].stats)
         torch.manual_seed(seed + 1)  # every rank alike, as a training script seeds them
-        with dtensor_rng(device):
+        with dtensor_rng(device) as tracked:
             used = build.run_init(model, init, "post", hooks=hooks, device=device)
     except build.ProbeSetupError:
         raise
@@ -347,7 +355,7 @@ def probe_sharded(
         raise build._stage_error(f"meta build + --shard {shard} + init {init!r}", exc) from exc
     world = dist.get_world_size()
     res.init_used = f"{used}, sharded with {shard} over {world} ranks"
-    findings = _compare(eager, _sharded_tensors(model, eager), shard, world)
+    findings = _compare(eager, _sharded_tensors(model, eager), shard, world, tracked)
     res.lost = len({n for f in findings for n in f.names})
     res.findings = build._findings_to_diags(findings, used, fallback_file)
     res.status = "failed" if res.findings else "passed"
