@@ -161,26 +161,21 @@ def test_plans_from_the_config(tmp_path):
 
 
 def test_cli_probe_fsdp_two_ranks():
-    names = ",".join(n for n in MODELS if n != "tiny_llama" or _have_transformers())
+    # the two failures as reported: a ModuleDict of layers; a meta-safe block on a CPU mesh
     proc = subprocess.run(
         [sys.executable, "-m", "metalint", "probe", "--nproc", "2", "--shard", "fsdp"]
-        + [f"tests/shard_models.py:{names}"],
+        + ["tests/shard_models.py:Transformer,HookedBlock"],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=HERE.parent,
     )
-    out = proc.stdout
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "does not support containers" not in out + proc.stderr
-    for name in ("Transformer", "HookedBlock") + (("tiny_llama",) if _have_transformers() else ()):
-        assert f"shard_models.py:{name} on cpu" in out
-        line = next(ln for ln in out.splitlines() if f"shard_models.py:{name} on cpu" in ln)
-        assert line.endswith("passed" + line.rpartition("passed")[2]), line
-    codes = [ln.split()[1] for ln in out.splitlines() if ln.startswith("tests/shard_models.py:")]
-    assert sorted(codes) == ["MP010", "MP011"], out
-    assert "blocks.0.ls1.gamma under --shard fsdp over 2 ranks" in out
-    assert "ranks 0, 1 hold different shards of fc1.weight" in out
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "does not support containers" not in proc.stdout + proc.stderr
+    for name in ("Transformer", "HookedBlock"):
+        assert f"shard_models.py:{name} on cpu" in proc.stdout
+    assert proc.stdout.count("sharded with fsdp over 2 ranks: passed") == 2, proc.stdout
+    assert proc.stdout.rstrip().endswith("All checks passed!")
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,7 +210,7 @@ def _run(tmp_path, world: int, shards: tuple[str, ...]) -> list[dict]:
 @pytest.fixture(
     scope="module",
     params=[
-        pytest.param((2, ("tp",)), id="2ranks"),
+        pytest.param((2, ("fsdp", "tp")), id="2ranks"),
         pytest.param((4, ("fsdp", "tp")), id="4ranks", marks=pytest.mark.four_ranks),
     ],
 )
