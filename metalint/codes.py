@@ -153,10 +153,12 @@ PROBE_CODES: dict[str, tuple[str, str, str]] = {
         "alike, so an init that draws on the local shard (`p.to_local().normal_()`, "
         "`torch.randn(local_shape)` copied in) repeats one block N times: the sharded model is "
         "not the model. DTensor's own random ops (`nn.init.normal_(p)` on the DTensor) give "
-        "each shard its own part of one global stream only on CUDA-like meshes (its "
-        "`OffsetBasedRNGTracker`); on a CPU mesh they draw locally and repeat too. Draw the "
-        "whole tensor and keep the local shard, or initialise the DTensor on a CUDA mesh. "
-        "Found by a digest of each rank's shard, all-gathered.",
+        "each shard its own part of one global stream on CUDA-like meshes (its "
+        "`OffsetBasedRNGTracker`). torch has no such tracker for a CPU mesh, where they would "
+        "draw locally and repeat; the probe's CPU ranks install one that draws each shard from "
+        "its own seed, so a CPU run judges the module's init, not the mesh. Draw through "
+        "DTensor random ops, or draw the whole tensor and keep the local shard. Found by a "
+        "digest of each rank's shard, all-gathered.",
     ),
     "MP011": (
         "sharded-init-differs",

@@ -22,6 +22,12 @@ Keys (all optional)::
     # or a table: the model class each factory builds, so that `check --probe` builds a
     # model root (or a class) through it instead of guessing its arguments
     factories = {"mypkg.models.Transformer" = "mypkg.models:tiny_model"}
+    # --shard (probe and load): what FSDP2 fully_shards before the root (module-name globs,
+    # matched per dotted segment, or class names; a ModuleList/ModuleDict stands for its
+    # children), and the tensor-parallel plan (module-name glob -> "colwise" | "rowwise");
+    # either replaces the built-in plan (see metalint.loader.distributed.shard_model)
+    fsdp-modules = ["layers.*", "tok_embeddings"]
+    tp-plan = {"layers.*.attention.wq" = "colwise", "layers.*.attention.wo" = "rowwise"}
 """
 
 from __future__ import annotations
@@ -82,6 +88,10 @@ class Settings:
     #: model class (``pkg.mod.Class``) -> the probe target that builds it (``[tool.metalint.probe]
     #: factories`` as a table): ``check --probe`` builds that class through it
     factories: dict[str, str] = field(default_factory=dict)
+    #: ``[tool.metalint.probe] fsdp-modules``: what ``--shard fsdp`` shards before the root
+    fsdp_modules: tuple[str, ...] = ()
+    #: ``[tool.metalint.probe] tp-plan``: module-name glob -> ``colwise`` | ``rowwise``
+    tp_plan: dict[str, str] = field(default_factory=dict)
 
     def enabled(self, codes: list[str], defaults: set[str]) -> set[str]:
         """Which of ``codes`` are enabled: select (or the defaults), + extend-select, - ignore."""
@@ -171,17 +181,7 @@ def load_settings(start: Path | None = None, config: Path | None = None) -> Sett
         s.cache_dir = (path.parent / str(table["cache-dir"])).resolve()
     if "file-time-budget" in table:
         s.file_time_budget = time_budget(table["file-time-budget"], f"{path}: file-time-budget")
-    probe = table.get("probe", {})
-    if not isinstance(probe, dict):
-        raise ConfigError(f"{path}: [tool.metalint.probe] must be a table")
-    s.probe = dict(probe)
-    if "factories" in probe:
-        s.factories = _factories(probe["factories"], path)
-        s.probe["factories"] = (
-            list(s.factories.values())
-            if isinstance(probe["factories"], dict)
-            else [_target(v, path) for v in _str_list(probe["factories"], "probe.factories", path)]
-        )
+    _read_probe(table.get("probe", {}), s, path)
     protocol = table.get("protocol", "auto")
     if not isinstance(protocol, str) or not (protocol in PROTOCOLS or protocol.isidentifier()):
         raise ConfigError(
@@ -193,6 +193,24 @@ def load_settings(start: Path | None = None, config: Path | None = None) -> Sett
         # the repo's own entry point: what it re-creates counts as re-created, as a hook's
         s.hooks = tuple(dict.fromkeys([*s.hooks, protocol]))
     return s
+
+
+def _read_probe(probe: Any, s: Settings, path: Path) -> None:
+    """``[tool.metalint.probe]`` into ``s``."""
+    if not isinstance(probe, dict):
+        raise ConfigError(f"{path}: [tool.metalint.probe] must be a table")
+    s.probe = dict(probe)
+    if "factories" in probe:
+        s.factories = _factories(probe["factories"], path)
+        s.probe["factories"] = (
+            list(s.factories.values())
+            if isinstance(probe["factories"], dict)
+            else [_target(v, path) for v in _str_list(probe["factories"], "probe.factories", path)]
+        )
+    if "fsdp-modules" in probe:
+        s.fsdp_modules = tuple(_str_list(probe["fsdp-modules"], "probe.fsdp-modules", path))
+    if "tp-plan" in probe:
+        s.tp_plan = _tp_plan(probe["tp-plan"], path)
 
 
 def _factories(value: Any, path: Path) -> dict[str, str]:
@@ -213,6 +231,27 @@ def _factories(value: Any, path: Path) -> dict[str, str]:
             )
         out[cls] = _target(target, path)
     return out
+
+
+#: the tensor-parallel styles ``[tool.metalint.probe] tp-plan`` names
+TP_STYLES = ("colwise", "rowwise")
+
+
+def _tp_plan(value: Any, path: Path) -> dict[str, str]:
+    """``[tool.metalint.probe] tp-plan``: a table of module-name glob -> a style of
+    :data:`TP_STYLES`."""
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(
+            f"{path}: [tool.metalint.probe] tp-plan must be a table of module-name glob -> "
+            f"{' | '.join(repr(s) for s in TP_STYLES)}"
+        )
+    for pattern, style in value.items():
+        if style not in TP_STYLES:
+            raise ConfigError(
+                f"{path}: [tool.metalint.probe] tp-plan: {pattern!r} must be one of "
+                f"{', '.join(TP_STYLES)}, got {style!r}"
+            )
+    return dict(value)
 
 
 def _target(spec: str, path: Path) -> str:

@@ -137,6 +137,7 @@ def load_command(
             strict=strict,
             init=init,
             shard=shard or "fsdp",
+            **_shard_plan(target),
         )
         _load_sharded(opts, nproc, timeout, output_format)
         return
@@ -179,6 +180,20 @@ def load_command(
         click.echo(str(report))
     if report.verify is not None and not report.verify.ok:
         sys.exit(1)
+
+
+def _shard_plan(target: str) -> dict:
+    """``fsdp_modules`` and ``tp`` of ``shard_model`` from ``[tool.metalint.probe]`` of the
+    pyproject.toml nearest the model's file (a bad one: one line, exit 2)."""
+    from metalint.config import ConfigError
+    from metalint.loader.distributed import shard_settings
+
+    found = parse_target(target)
+    try:
+        return shard_settings(found[0].path if found else None)
+    except ConfigError as exc:
+        _fail(str(exc))
+        raise
 
 
 def _load_sharded(opts: dict, nproc: int, timeout: float, output_format: str) -> None:

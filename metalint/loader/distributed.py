@@ -259,31 +259,167 @@ def gather_int(n: int) -> list[int]:
 # --------------------------------------------------------------------------------------------
 # sharding a model for `--shard`
 
+#: the attention and MLP projections of a llama (torchtitan: ``wq``/``wk``/``wv``/``wo``,
+#: ``w1``/``w3``/``w2``; transformers: ``q_proj``/``k_proj``/``v_proj``/``o_proj``,
+#: ``gate_proj``/``up_proj``/``down_proj``) and of a timm ViT (``qkv``/``proj``,
+#: ``fc1``/``fc2``): column-wise in, row-wise out, as Megatron pairs them
+COLWISE_NAMES = frozenset(
+    ("wq", "wk", "wv", "w1", "w3", "q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+    + ("qkv", "fc1")
+)
+ROWWISE_NAMES = frozenset(("wo", "w2", "o_proj", "down_proj", "proj", "fc2"))
 
-def _tp_plan(model: nn.Module) -> dict:
-    """A tensor-parallel plan: the model's own ``tp_plan``/``_tp_plan`` (module glob ->
-    ``"colwise"``/``"rowwise"``, as transformers spells it), else every ``nn.Linear``
-    column-wise and every ``nn.Embedding`` row-wise."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
-    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+def _match(pattern: str, name: str) -> bool:
+    """``pattern`` matches the dotted ``name`` segment by segment (``layers.*`` matches
+    ``layers.0``, not ``layers.0.attention``), as ``parallelize_module`` and transformers' tensor
+    parallel plans read their keys."""
+    import fnmatch
+
+    pat, parts = pattern.split("."), name.split(".")
+    return len(pat) == len(parts) and all(fnmatch.fnmatchcase(n, p) for p, n in zip(pat, parts))
+
+
+def _no_forward(m: nn.Module) -> bool:
+    """A container FSDP2 refuses: a ``ModuleList``/``ModuleDict`` without its own ``forward``."""
+    return isinstance(m, (nn.ModuleList, nn.ModuleDict)) and type(m).forward is nn.Module.forward
+
+
+def _has_params(m: nn.Module) -> bool:
+    return any(True for _ in m.parameters())
+
+
+def _blocks(model: nn.Module) -> list[str]:
+    """The repeated blocks of ``model``: the modules of the classes its ``_no_split_modules``
+    names (transformers; what accelerate's FSDP2 auto-wrap shards), else the children of every
+    layer container (``ModuleList``, ``ModuleDict``, ``Sequential``) that are themselves made of
+    modules (torchtitan's ``model.layers`` values, timm's ``blocks``); a container inside a
+    container is walked through, a block is not."""
+    no_split: set[str] = set()
+    for m in model.modules():
+        names = getattr(m, "_no_split_modules", None)
+        if isinstance(names, (list, tuple, set, frozenset)):
+            no_split |= {n for n in names if isinstance(n, str)}
+    found = [n for n, m in model.named_modules() if n and type(m).__name__ in no_split]
+    if found:
+        return found
+
+    def walk(prefix: str, parent: nn.Module) -> None:
+        container = isinstance(parent, (nn.ModuleList, nn.ModuleDict, nn.Sequential))
+        for c, m in parent.named_children():
+            name = prefix + c
+            if container and not isinstance(m, (nn.ModuleList, nn.ModuleDict, nn.Sequential)):
+                if _has_params(m) and any(True for _ in m.children()):
+                    found.append(name)
+                    continue
+            walk(name + ".", m)
+
+    walk("", model)
+    return found
+
+
+def _expand(model: nn.Module, name: str) -> list[str]:
+    """``name``, or for a container without ``forward`` its children (recursively)."""
+    m = model.get_submodule(name)
+    if not _no_forward(m):
+        return [name] if _has_params(m) else []
+    return [u for c, _ in m.named_children() for u in _expand(model, f"{name}.{c}")]
+
+
+def fsdp_units(model: nn.Module, modules: Sequence[str] = ()) -> list[str]:
+    """The submodules ``--shard fsdp`` applies ``fully_shard`` to before the root, deepest
+    first; never a container without ``forward`` (FSDP2 refuses them: a ``ModuleList`` stands
+    for its children).
+
+    ``modules`` (``[tool.metalint.probe] fsdp-modules``): module-name globs (per dotted segment)
+    or class names, each of which must match. Without it: the model's repeated blocks
+    (:func:`_blocks`), then the root's children that hold parameters outside them (torchtitan shards
+    ``tok_embeddings`` and ``output`` apart from the root too), leaving to the root any module
+    whose parameters are shared with a module outside it (tied embeddings)."""
+    if modules:
+        names = []
+        for pattern in modules:
+            hits = [
+                n
+                for n, m in model.named_modules()
+                if n and (_match(pattern, n) or type(m).__name__ == pattern)
+            ]
+            if not hits:
+                raise ValueError(
+                    f"[tool.metalint.probe] fsdp-modules: {pattern!r} matches no module "
+                    f"of {type(model).__name__}"
+                )
+            names += hits
+    else:
+        names = _blocks(model)
+        inside = {id(p) for n in names for p in model.get_submodule(n).parameters()}
+        names += [
+            n for n, m in model.named_children() if any(id(p) not in inside for p in m.parameters())
+        ]
+    owners: dict[int, list[str]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        owners.setdefault(id(p), []).append(n)
+
+    def self_contained(unit: str) -> bool:
+        return all(
+            o.startswith(unit + ".")
+            for p in model.get_submodule(unit).parameters()
+            for o in owners[id(p)]
+        )
+
+    units = dict.fromkeys(u for n in names for u in _expand(model, n))
+    keep = [u for u in units if modules or self_contained(u)]
+    return sorted(keep, key=lambda u: -u.count("."))
+
+
+def tp_plan(model: nn.Module, plan: dict[str, str] | None = None) -> dict[str, str]:
+    """Module name -> ``"colwise"`` | ``"rowwise"`` for ``--shard tp``.
+
+    ``plan`` (``[tool.metalint.probe] tp-plan``: module-name globs, each of which must match),
+    else the model's own ``tp_plan``/``_tp_plan`` (transformers: ``colwise_gather_output`` is
+    column-wise, ``embedding_rowwise`` row-wise; styles that are not a split of the weights are
+    left out), else, in every block, the llama and ViT projections by name
+    (:data:`COLWISE_NAMES`, :data:`ROWWISE_NAMES`), any other ``Linear`` column-wise and every
+    ``Embedding`` row-wise."""
+    names = [n for n, _ in model.named_modules() if n]
     own = getattr(model, "tp_plan", None) or getattr(model, "_tp_plan", None)
-    if isinstance(own, dict) and own:
-        return {k: styles[v]() for k, v in own.items() if v in styles}
-    plan = {}
+    source = plan or (own if isinstance(own, dict) else None)
+    out: dict[str, str] = {}
+    if source:
+        for pattern, style in source.items():
+            kind = next((k for k in ("colwise", "rowwise") if k in str(style)), None)
+            hits = [n for n in names if _match(pattern, n)]
+            if plan and not hits:
+                raise ValueError(
+                    f"[tool.metalint.probe] tp-plan: {pattern!r} matches no module "
+                    f"of {type(model).__name__}"
+                )
+            for n in hits:
+                if kind is not None:
+                    out.setdefault(n, kind)
+        return out
     for name, m in model.named_modules():
+        leaf = name.rpartition(".")[2]
         if name and isinstance(m, nn.Linear):
-            plan[name] = ColwiseParallel()
+            out[name] = "rowwise" if leaf in ROWWISE_NAMES else "colwise"
         elif name and isinstance(m, nn.Embedding):
-            plan[name] = RowwiseParallel()
-    return plan
+            out[name] = "rowwise"
+    return out
 
 
-def shard_model(model: nn.Module, shard: str, device_type: str = "cpu") -> nn.Module:
+def shard_model(
+    model: nn.Module,
+    shard: str,
+    device_type: str = "cpu",
+    *,
+    fsdp_modules: Sequence[str] = (),
+    tp: dict[str, str] | None = None,
+) -> nn.Module:
     """Shard ``model`` (built on meta) over the default process group: ``fsdp``: FSDP2
-    ``fully_shard`` on every child holding parameters, then the root (1-D mesh); ``tp``:
-    ``parallelize_module`` with :func:`_tp_plan` (1-D mesh); ``fsdp+tp``: a 2-D mesh
-    ``(world / 2, 2)``, tensor parallel on the inner dimension, FSDP2 on the outer."""
+    ``fully_shard`` on each of :func:`fsdp_units`, then the root (1-D mesh); ``tp``:
+    ``parallelize_module`` on each module of :func:`tp_plan` (1-D mesh); ``fsdp+tp``: a 2-D
+    mesh ``(world / 2, 2)``, tensor parallel on the inner dimension, FSDP2 on the outer.
+    ``fsdp_modules`` and ``tp`` are the user's plans (``[tool.metalint.probe]``)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -294,22 +430,38 @@ def shard_model(model: nn.Module, shard: str, device_type: str = "cpu") -> nn.Mo
         if world % 2:
             raise ValueError(f"--shard fsdp+tp needs an even number of ranks, not {world}")
         mesh = init_device_mesh(device_type, (world // 2, 2), mesh_dim_names=("dp", "tp"))
-        dp, tp = mesh["dp"], mesh["tp"]
+        dp, tp_mesh = mesh["dp"], mesh["tp"]
     else:
         mesh = init_device_mesh(device_type, (world,))
-        dp = tp = mesh
+        dp = tp_mesh = mesh
     if shard in ("tp", "fsdp+tp"):
-        from torch.distributed.tensor.parallel import parallelize_module
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            parallelize_module,
+        )
 
-        parallelize_module(model, tp, _tp_plan(model))
+        styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+        for name, kind in tp_plan(model, tp).items():
+            parallelize_module(model.get_submodule(name), tp_mesh, styles[kind]())
     if shard in ("fsdp", "fsdp+tp"):
         from torch.distributed.fsdp import fully_shard
 
-        for child in model.children():
-            if any(True for _ in child.parameters()):
-                fully_shard(child, mesh=dp)
+        for name in fsdp_units(model, fsdp_modules):
+            fully_shard(model.get_submodule(name), mesh=dp)
         fully_shard(model, mesh=dp)
     return model
+
+
+def shard_settings(target_path: str | None) -> dict:
+    """``fsdp_modules`` and ``tp`` of :func:`shard_model` from ``[tool.metalint.probe]`` of the
+    nearest ``pyproject.toml`` above ``target_path`` (else the working directory)."""
+    from pathlib import Path
+
+    from metalint.config import load_settings
+
+    s = load_settings(Path(target_path) if target_path else None)
+    return {"fsdp_modules": list(s.fsdp_modules), "tp": dict(s.tp_plan) or None}
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,7 +22,13 @@ def _load_rank(opts: dict) -> dict:
     factory = model_factory(opts["target"])
     with torch.device("meta"):
         model = factory()
-    shard_model(model, opts["shard"], torch.device(opts["device"]).type)
+    shard_model(
+        model,
+        opts["shard"],
+        torch.device(opts["device"]).type,
+        fsdp_modules=opts.get("fsdp_modules", ()),
+        tp=opts.get("tp"),
+    )
     report = load_checkpoint(
         model,
         opts["checkpoint"],

@@ -23,6 +23,7 @@ turns rank 0's results into the same outcomes the single-process probe reports.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -34,6 +35,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from metalint.config import ConfigError
 from metalint.loader.distributed import (
     comm_device,
     gather_text,
@@ -42,6 +44,7 @@ from metalint.loader.distributed import (
     launch,
     local,
     shard_model,
+    shard_settings,
 )
 from metalint.probe import build, compare
 from metalint.probe.build import Finding, _walk_tensors, pick_device
@@ -50,10 +53,19 @@ from metalint.probe.isolate import Options, Outcome
 from metalint.probe.target import Target, parse_target, resolve_items
 
 
-def run_sharded(target: Target, opts: Options, nproc: int, shard: str) -> list[Outcome]:
+def run_sharded(
+    target: Target, opts: Options, nproc: int, shard: str, plan: dict | None = None
+) -> list[Outcome]:
     """Probe ``target`` on ``nproc`` ranks sharded with ``shard``; outcomes as
-    :func:`metalint.probe.isolate.run_target` returns them."""
+    :func:`metalint.probe.isolate.run_target` returns them. ``plan``: the ``fsdp_modules`` and
+    ``tp`` of :func:`~metalint.loader.distributed.shard_model` (default: ``[tool.metalint.probe]``
+    of the pyproject.toml nearest the target)."""
 
+    if plan is None:
+        try:
+            plan = shard_settings(target.path)
+        except ConfigError as exc:
+            return [Outcome(target.display, "error", target.path, message=str(exc))]
     job = {
         "spec": target.spec,
         "device": opts.device,
@@ -61,6 +73,7 @@ def run_sharded(target: Target, opts: Options, nproc: int, shard: str) -> list[O
         "seed": opts.seed,
         "hooks": list(opts.hooks),
         "shard": shard,
+        **plan,
     }
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     old = os.environ.get("PYTHONPATH")
@@ -205,8 +218,9 @@ def _sharded_tensors(model, eager) -> list[tuple[str, object]]:
     return out
 
 
-def _compare(eager, named, shard: str, world: int):
-    """Findings MP010 (repeated shards) and MP011 (differs from the single-device build)."""
+def _compare(eager, named, shard: str, world: int, tracked: bool = True):
+    """Findings MP010 (repeated shards) and MP011 (differs from the single-device build).
+    ``tracked``: DTensor random ops drew distinct shards (CUDA, or :func:`dtensor_rng`)."""
 
     findings = []
     reduced = reduced_stats(named)
@@ -233,16 +247,91 @@ def _compare(eager, named, shard: str, world: int):
             detail = (
                 f"ranks {', '.join(map(str, ranks))} hold different shards of {name} "
                 f"({', '.join(map(str, t.placements))}) with identical values: the init drew "
-                f"every shard from the same random state (a local shard initialised, or a "
-                f"DTensor random op on a mesh without DTensor's RNG tracker, e.g. CPU)"
+                f"every shard from the same random state ("
+                + (
+                    "each rank drew its local shard alike, e.g. a plain torch op on "
+                    "to_local(), not a DTensor random op)"
+                    if tracked
+                    else "a local shard initialised, or a DTensor random op on a CPU mesh, "
+                    "for which this torch has no RNG tracker)"
+                )
             )
             findings.append(Finding("MP010", e.cls, e.cls_file, e.attr, [name], detail, e.site))
     return findings
 
 
-def probe_sharded(make, *, shard: str, device: str, init: str, seed: int, label: str, hooks):
+def _cpu_rng_tracker():
+    """DTensor's RNG tracker for a CPU mesh (torch's ``OffsetBasedRNGTracker`` refuses the CPU:
+    its offsets are Philox offsets, and the CPU generator is a Mersenne twister).
+
+    Inside a DTensor random op it does what the offset tracker does on CUDA: every rank draws
+    one base value from the shared generator (so all ranks advance it alike), then draws its
+    local shard from a generator seeded by that base and the shard's linear index
+    (``_calc_shard_info``, ``_calc_shard_linear_idx``: replicas of one shard share it), and the
+    shared generator is put back as it was after the base draw. Shards of one tensor are then
+    distinct draws of the same distribution, replicas equal, as on a GPU mesh; the values are
+    not those of a single-device draw, which the probe compares by distribution. A draw on a
+    plain tensor (a local shard through ``to_local()``) is untouched: it still repeats."""
+    from torch.distributed.tensor import _random
+
+    class CpuShardRNGTracker(_random._RNGStateTracker):
+        def __init__(self):
+            super().__init__(torch.device("cpu"))
+
+        @contextlib.contextmanager
+        def _distribute_region(self, spec, generator=None):
+            if not self.distribute_region_enabled:
+                yield
+                return
+            shared = torch.default_generator
+            base = int(torch.randint(0, 2**62, (1,), generator=generator or shared))
+            synced = shared.get_state()
+            idx, counts = _random._calc_shard_info(spec.mesh.get_coordinate(), spec)
+            shard = int(_random._calc_shard_linear_idx(idx, counts))
+            shared.manual_seed((base + shard * 0x9E3779B97F4A7C15) % 2**64)
+            try:
+                yield
+            finally:
+                shared.set_state(synced)
+
+    return _random, CpuShardRNGTracker()
+
+
+@contextlib.contextmanager
+def dtensor_rng(device: str):
+    """While the init runs on a CPU mesh: :func:`_cpu_rng_tracker` as DTensor's tracker. Yields
+    whether DTensor random ops draw distinct shards (False: a torch without the private API it
+    uses; DTensor then draws every shard alike, and MP010 says that it may be the mesh)."""
+    if torch.device(device).type != "cpu":
+        yield True
+        return
+    try:
+        module, tracker = _cpu_rng_tracker()
+    except (ImportError, AttributeError, TypeError, RuntimeError):
+        yield False
+        return
+    old = module._rng_tracker
+    module._rng_tracker = tracker
+    try:
+        yield True
+    finally:
+        module._rng_tracker = old
+
+
+def probe_sharded(
+    make,
+    *,
+    shard: str,
+    device: str,
+    init: str,
+    seed: int,
+    label: str,
+    hooks,
+    plan: dict | None = None,
+):
     """One rank's share of the sharded probe; returns the :class:`ProbeResult` (the same on
-    every rank)."""
+    every rank). ``plan``: :func:`~metalint.loader.distributed.shard_model`'s ``fsdp_modules``
+    and ``tp``."""
 
     t0 = time.perf_counter()
     res = build.ProbeResult(label=label, device=device)
@@ -252,20 +341,21 @@ def probe_sharded(make, *, shard: str, device: str, init: str, seed: int, label:
     try:
         with torch.device("meta"):
             model = make()
-        shard_model(model, shard, torch.device(device).type)
+        shard_model(model, shard, torch.device(device).type, **(plan or {}))
         model.to_empty(device=device)
         named = _sharded_tensors(model, eager)
         for name, t in named:
             compare.poison_(local(t), eager.entries[name].stats)
         torch.manual_seed(seed + 1)  # every rank alike, as a training script seeds them
-        used = build.run_init(model, init, "post", hooks=hooks, device=device)
+        with dtensor_rng(device) as tracked:
+            used = build.run_init(model, init, "post", hooks=hooks, device=device)
     except build.ProbeSetupError:
         raise
     except Exception as exc:
         raise build._stage_error(f"meta build + --shard {shard} + init {init!r}", exc) from exc
     world = dist.get_world_size()
     res.init_used = f"{used}, sharded with {shard} over {world} ranks"
-    findings = _compare(eager, _sharded_tensors(model, eager), shard, world)
+    findings = _compare(eager, _sharded_tensors(model, eager), shard, world, tracked)
     res.lost = len({n for f in findings for n in f.names})
     res.findings = build._findings_to_diags(findings, used, fallback_file)
     res.status = "failed" if res.findings else "passed"
@@ -299,6 +389,7 @@ def _worker_main(argv: list[str]) -> int:
                     seed=job["seed"],
                     label=item.label,
                     hooks=tuple(job["hooks"]),
+                    plan={"fsdp_modules": job.get("fsdp_modules", ()), "tp": job.get("tp")},
                 )
                 outcomes.append(
                     Outcome(item.label, "result", item.file, res.to_json(), args=item.args)
