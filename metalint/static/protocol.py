@@ -49,16 +49,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from metalint.static.pipeline import Sequence, sequences
 from metalint.vocabulary import (
     PROTOCOLS,
     RECURSIVE_TENSOR_ITERATORS,
+    RESET_HOOK,
     ROOT_ENTRIES,
+    ROOT_ONLY_PROTOCOL,
     TEMPLATE_MODULE_PREFIXES,
     TIE_BASES,
 )
 
 TRANSFORMERS = "transformers _init_weights"
 ROOT_INIT = "root init_weights"
+#: the root's entry point and nothing else after ``to_empty()`` (no module's own hooks): what a
+#: materialisation site of the tree runs (:mod:`metalint.static.pipeline`), or
+#: ``protocol = "init_weights-only"``
+ROOT_ONLY = "root init_weights only"
 RESET = "reset_parameters"
 #: the base classes of a transformers model
 TRANSFORMERS_BASES = frozenset(TIE_BASES)
@@ -201,7 +208,28 @@ def summarize_class(cls, ctx, hooks: tuple[str, ...] = ("reset_parameters",)) ->
         out["deleted"] = deleted
     if applies:
         out["applies"] = applies
+    buffers, volatile = _buffers(cls, ctx)
+    if buffers:
+        out["buffers"] = buffers
+    if volatile:
+        out["volatile"] = volatile
     return out
+
+
+def _buffers(cls, ctx) -> tuple[list[str], list[str]]:
+    """The buffers a class registers, and those of them no checkpoint holds
+    (``persistent=False``): what a checkpoint load leaves as the build made it."""
+    from metalint.static.model import construction
+    from metalint.static.ownership import owned_tensors
+
+    buffers: set[str] = set()
+    volatile: set[str] = set()
+    for owned in owned_tensors(construction(cls), ctx.qualify):
+        if owned.kind == "buffer":
+            buffers.add(owned.attr)
+            if not owned.persistent:
+                volatile.add(owned.attr)
+    return sorted(buffers), sorted(volatile)
 
 
 def _method_writes(cls, name: str, ctx) -> list[str]:
@@ -1259,6 +1287,11 @@ class Protocols:
         #: while :meth:`same_law` asks: tensor -> ``(law, guards)`` of every write the
         #: protocol makes to it (law None: a write whose law is unknown)
         self._laws: dict[str, list] | None = None
+        #: model root -> what the tree's materialisation sites run on it
+        self.sequences: dict[str, list[Sequence]] = sequences(
+            getattr(hierarchy, "sites", []), hierarchy.resolve
+        )
+        self._children: dict[str, set[str]] | None = None
 
     # -- composition --------------------------------------------------------------------
     def roots(self, cls: str) -> frozenset[str]:
@@ -1321,6 +1354,11 @@ class Protocols:
 
     # -- protocols ----------------------------------------------------------------------
     def protocol_of(self, root: str) -> str:
+        seqs = self.sequences_of(root)
+        if seqs:
+            # what the tree runs on it: the per-module protocol only when every site runs
+            # each module's own ``reset_parameters()``
+            return RESET if all(q.per_module for q in seqs) else ROOT_ONLY
         if self.protocol == "transformers" or (
             self.protocol == "auto" and self.is_transformers(root)
         ):
@@ -1328,8 +1366,109 @@ class Protocols:
         if self.protocol == "reset_parameters":
             return RESET
         if self.h.defines(root, self.entries, set()):
-            return ROOT_INIT
+            return ROOT_ONLY if self.protocol == ROOT_ONLY_PROTOCOL else ROOT_INIT
         return RESET
+
+    def sequences_of(self, root: str) -> list[Sequence]:
+        """What materialises ``root``: its sites in the tree, else under ``protocol =
+        "init_weights-only"`` the root's entry point alone (no site named)."""
+        seqs = self.sequences.get(root)
+        if seqs:
+            return seqs
+        if self.protocol == ROOT_ONLY_PROTOCOL and self.h.defines(root, self.entries, set()):
+            entry = self._entry(root)
+            short = root.rsplit(".", 1)[-1]
+            return [
+                Sequence(
+                    root, ("", 0, f"{short}.{entry}()"), "all", True, (("entry", entry),), False
+                )
+            ]
+        return []
+
+    def site_recreated(self, seq: Sequence, cls: str) -> set[str]:
+        """Tensors of a ``cls`` inside ``seq.root`` that what the site runs re-creates."""
+        out: set[str] = set()
+        for kind, name in seq.runs:
+            if kind == "entry":
+                for item in self._entry_items(seq.root, name):
+                    out |= self._applied(item, seq.root, cls)
+            elif kind == "apply":
+                out |= self._run_function(name, cls, set())
+            elif kind == "reset":
+                out |= self._called(cls, name, name == RESET_HOOK)
+        return out
+
+    def lost_at(self, seq: Sequence, cls: str, tensors) -> list[str]:
+        """The ``tensors`` of a ``cls`` inside ``seq.root`` that the site leaves as
+        ``to_empty()`` (or the meta build) left them: not re-created by what runs, not in the
+        checkpoint it loads (non-persistent buffers), not built on the real device (buffers
+        under accelerate's ``init_empty_weights()`` when nothing calls ``to_empty()``)."""
+        done = self.site_recreated(seq, cls)
+        if "*" in done:
+            return []
+        volatile = self._summary_names(cls, "volatile")
+        buffers = self._summary_names(cls, "buffers")
+        out = []
+        for t in tensors:
+            if t in done or (seq.loads and t not in volatile):
+                continue
+            if seq.meta == "params" and not seq.to_empty and t in buffers:
+                continue
+            out.append(t)
+        return out
+
+    def _summary_names(self, cls: str, key: str) -> set[str]:
+        out: set[str] = set()
+        for c in self.mro(cls):
+            summary = self.h.classes.get(c)
+            if summary is not None:
+                out.update(summary.protocol.get(key, ()))
+        return out
+
+    def descendants(self, root: str) -> set[str]:
+        """The tree's classes ``root`` contains, itself included."""
+        if self._children is None:
+            self._children = {}
+            for child, parents in self.parents.items():
+                for p in parents:
+                    self._children.setdefault(p, set()).add(child)
+        out = {root}
+        todo = [root]
+        while todo and len(out) < 4096:
+            for c in self._children.get(todo.pop(), ()):
+                if c not in out:
+                    out.add(c)
+                    todo.append(c)
+        return out
+
+    def first_loss(self, cls: str, tensors) -> tuple[Sequence, list[str]] | None:
+        """The first site (of a root containing ``cls`` or a subclass) that loses some of
+        ``tensors``, with those it loses."""
+        for member in self.family(cls):
+            for root in sorted(self.roots(member)):
+                for seq in self.sequences_of(root):
+                    lost = self.lost_at(seq, member, tensors)
+                    if lost:
+                        return seq, lost
+        return None
+
+    def skipped_hooks(self, root: str) -> tuple[Sequence, list[str]] | None:
+        """A site that runs only ``root``'s entry point (no module's own
+        ``reset_parameters()``), with the classes inside it whose own hook would restore
+        a tensor the site loses; None when there is none."""
+        if not self.h.defines(root, self.entries, set()) or RESET_HOOK in self.module_hooks(root):
+            return None
+        for seq in self.sequences_of(root):
+            if seq.per_module or not any(kind == "entry" for kind, _ in seq.runs):
+                continue
+            classes = []
+            for c in sorted(self.descendants(root)):
+                own = self.h.hook_tensors(c, RESET_HOOK)
+                if own and self.lost_at(seq, c, sorted(own)):
+                    classes.append(c)
+            if classes:
+                return seq, classes
+        return None
 
     def module_hooks(self, root: str) -> set[str]:
         """The methods ``root``'s entry point calls on the modules it applies to: Levit's
@@ -1383,6 +1522,11 @@ class Protocols:
         if not pairs:
             return ("", "")
         for member, root in pairs:
+            seqs = self.sequences_of(root)
+            if seqs:
+                if any(self.lost_at(q, member, tensors) for q in seqs):
+                    return (self.protocol_of(root), root)
+                continue
             done = self.recreated(member, root, self.protocol_of(root))
             if "*" in done or all(t in done for t in tensors):
                 continue
@@ -1426,6 +1570,11 @@ class Protocols:
                 got = self._run_method(owner, "_init_weights", cls, set())
                 out = got if out is None else out & got
             return (out or set()) | self._written_by_parents(cls, root)
+        if protocol == ROOT_ONLY:
+            out = set()
+            for seq in self.sequences_of(root):
+                out |= self.site_recreated(seq, cls)
+            return out
         if protocol == ROOT_INIT:
             out = set()
             for owner in self.mro(root):
@@ -1667,7 +1816,8 @@ class Protocols:
                 if summary is None:
                     continue
                 known = True
-                if cond[1] in summary.protocol.get("attributes", ()):
+                # ``hasattr(m, "reset_parameters")``: a method is an attribute too
+                if cond[1] in summary.protocol.get("attributes", ()) or cond[1] in summary.methods:
                     return True
             # a torch built-in base (nn.Linear) has attributes the tree does not show
             torch_base = any(
@@ -1684,6 +1834,10 @@ class Protocols:
         cond = d.condition
         if cond.unless_root_replays:
             return self._judge_replayed(d)
+        if cond.at_materialisation:
+            return self._judge_site(d)
+        if cond.skips_module_hooks:
+            return self._judge_skipped(d)
         if not cond.not_recreated:
             return d
         lost = self.lost_under(cond.cls, cond.not_recreated, cond.unless_same_law)
@@ -1692,6 +1846,21 @@ class Protocols:
         protocol, root = lost
         if not protocol:
             return d.with_(protocol=RESET)
+        seq = next(
+            (
+                q
+                for q in self.sequences_of(root)
+                if any(self.lost_at(q, m, cond.not_recreated) for m in self.family(cond.cls))
+            ),
+            None,
+        )
+        if seq is not None:
+            return d.with_(
+                message=f"{d.message}; lost under {seq.label}",
+                protocol=protocol,
+                root=root,
+                materialised=seq.call,
+            )
         short = root.rsplit(".", 1)[-1]
         where = (
             f"`{short}.init_weights()` (transformers `_init_weights`)"
@@ -1699,6 +1868,42 @@ class Protocols:
             else f"`{short}.{self._entry(root)}()`"
         )
         return d.with_(message=f"{d.message}; lost under {where}", protocol=protocol, root=root)
+
+    def _judge_site(self, d):
+        """The tensors ``cond.at_materialisation`` of a class, judged under the sites that
+        build a root containing it: None when every site restores them, else the finding
+        naming the site and the tensors lost there."""
+        cond = d.condition
+        found = self.first_loss(cond.cls, cond.at_materialisation)
+        if found is None:
+            return None
+        seq, lost = found
+        short = seq.root.rsplit(".", 1)[-1]
+        return d.with_(
+            message=f"{d.message}: lost under {seq.label} ({seq.describe(short)})",
+            subject=tuple(lost),
+            protocol=self.protocol_of(seq.root),
+            root=seq.root,
+            materialised=seq.call,
+        )
+
+    def _judge_skipped(self, d):
+        """A root whose entry point is all a site runs: the finding names the site and the
+        classes whose own ``reset_parameters()`` it never calls."""
+        cond = d.condition
+        found = self.skipped_hooks(cond.cls)
+        if found is None:
+            return None
+        seq, classes = found
+        names = ", ".join(f"`{c.rsplit('.', 1)[-1]}`" for c in classes[:4])
+        more = f" and {len(classes) - 4} more" if len(classes) > 4 else ""
+        return d.with_(
+            message=f"{d.message}; {seq.label} runs it alone after `to_empty()`, so the "
+            f"own `reset_parameters()` of {names}{more} never runs",
+            protocol=ROOT_ONLY,
+            root=cond.cls,
+            materialised=seq.call,
+        )
 
     def _judge_replayed(self, d):
         """ML010: init applied by a parent that its hook ``cond.unless_root_replays`` replays.
@@ -1712,7 +1917,7 @@ class Protocols:
         roots = sorted(self.roots(cond.cls))
         if roots == [cond.cls]:
             protocol = self.protocol_of(cond.cls)
-            if protocol == ROOT_INIT and hook in self.entries:
+            if protocol in (ROOT_INIT, ROOT_ONLY) and hook in self.entries:
                 return None
             return d.with_(protocol=protocol, root=cond.cls if protocol != RESET else None)
         lost = [r for r in roots if not self._replays_child(r, cond.cls, hook)]
@@ -1730,7 +1935,7 @@ class Protocols:
         """Does ``root``'s entry point run ``hook`` on its instance of ``cls``, through its
         children's entry points (``self.encoder.init_weights()``, timm's classifier
         wrappers)?"""
-        if hook not in self.entries or self.protocol_of(root) != ROOT_INIT:
+        if hook not in self.entries or self.protocol_of(root) not in (ROOT_INIT, ROOT_ONLY):
             return False
         family = set(self.family(cls))
         todo = [(root, self._entry(root))]
