@@ -45,9 +45,15 @@ from metalint.lines import split_lines
 from metalint.probe import attribute, compare
 from metalint.probe.memory import rss_anon
 from metalint.probe.results import verdict_text
-from metalint.vocabulary import BUFFER_HOOK, DEFAULT_HOOKS, RESET_HOOK, ROOT_ENTRIES
+from metalint.vocabulary import (
+    BUFFER_HOOK,
+    DEFAULT_HOOKS,
+    RESET_HOOK,
+    ROOT_ENTRIES,
+    ROOT_ONLY_PROTOCOL,
+)
 
-INIT_CHOICES = ("auto", "reset_parameters", "init_weights")
+INIT_CHOICES = ("auto", "reset_parameters", "init_weights", ROOT_ONLY_PROTOCOL)
 #: a device escape that the build frees again is reported only from this size on
 TRANSIENT_ESCAPE_BYTES = 1 << 20
 
@@ -290,6 +296,23 @@ def run_init(
     re-create as re-created, so the probe runs them too; the built-in hooks and private ones
     (``_init_weights(m)``, applied by a parent) are not called again.
     """
+    if init == "auto":
+        site = materialisation_site(type(model))
+        if site is not None:
+            # the tree materialises this model by its root's entry point alone (a training
+            # script's ``model.init_weights()``): so does the probe, as ``check`` judged it
+            for _, entry in site.runs:
+                if not _has(model, entry):
+                    raise ProbeSetupError(f"{type(model).__qualname__} has no {entry}()")
+                getattr(model, entry)()
+            ran = " + ".join(f"{entry}()" for _, entry in site.runs)
+            return f"root {ran} only, as {site.label.replace('`', '')}"
+    if init == ROOT_ONLY_PROTOCOL:
+        entry = next((h for h in ROOT_ENTRIES if _has(model, h)), None)
+        if entry is None:
+            raise ProbeSetupError(f"{type(model).__qualname__} has no {ROOT_ENTRIES[0]}()")
+        getattr(model, entry)()
+        return f"root {entry}() only"
     if init == "init_weights":
         if not _has(model, "init_weights"):
             raise ProbeSetupError(f"{type(model).__qualname__} has no init_weights()")
@@ -341,6 +364,28 @@ def run_init(
         if having:
             used += f" + {hook}()"
     return used
+
+
+@functools.lru_cache(maxsize=64)
+def materialisation_site(cls: type):
+    """The materialisation site of the class's tree that runs only the root's entry point on
+    an instance of ``cls`` (:func:`metalint.static.pipeline.root_only`, the answer ``check``
+    judges the class's tensors under), or None."""
+    from metalint.static.pipeline import root_only, sequences, tree_sites
+
+    file = _class_file(cls)
+    if not file:
+        return None
+
+    def resolve(name: str) -> str | None:
+        module, _, attr = name.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module), attr) if module else None
+        except Exception:  # noqa: BLE001 (a name the probe cannot import is not this class)
+            return None
+        return "root" if obj is cls else None
+
+    return root_only(sequences(tree_sites(file), resolve).get("root", []))
 
 
 def per_module_hooks(hooks: Sequence[str]) -> tuple[str, ...]:

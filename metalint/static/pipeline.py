@@ -367,11 +367,15 @@ class Sequence:
             for kind, name in self.runs
         ]
         if self.loads:
-            ran.append("a checkpoint load (persistent tensors only)")
+            ran.append("a checkpoint load, which holds no non-persistent buffer")
         if not ran:
             return "nothing re-initialises the model after it is built on meta"
-        own = "" if self.per_module else ", no module's own `reset_parameters()`"
+        own = "" if self.per_module else ", and no module's own `reset_parameters()`"
         return f"it runs {' and '.join(ran)}{own}"
+
+    @property
+    def runs_entry(self) -> bool:
+        return any(kind == "entry" for kind, _ in self.runs)
 
 
 def sequences(sites: list[tuple[str, dict]], resolve) -> dict[str, list[Sequence]]:
@@ -425,4 +429,48 @@ def drop_repeated(diagnostics: list) -> list:
             if all(t in named.get(cond.cls, ()) for t in d.subject):
                 continue
         out.append(d)
+    return out
+
+
+def root_only(seqs: list[Sequence]) -> Sequence | None:
+    """The first of ``seqs`` that runs the root's entry point and nothing per module (no
+    ``apply``, no reset, no checkpoint load): the probe's ``init_weights-only`` mode."""
+    for seq in seqs:
+        if seq.runs and all(kind == "entry" for kind, _ in seq.runs) and not seq.loads:
+            return seq
+    return None
+
+
+def tree_sites(start: str, limit: int = 20_000) -> list[tuple[str, dict]]:
+    """The materialisation sites of the tree a file belongs to: the files under the folder of
+    the nearest ``[tool.metalint]`` config above it (else the folder that holds its top
+    package), as ``check`` discovers them. Only ``ast`` (no libcst): the probe asks this of
+    the class it builds (``--init auto``)."""
+    from pathlib import Path
+
+    from metalint.config import ConfigError, load_settings
+    from metalint.files import Discovery, display_path
+    from metalint.static.names import module_name_for
+
+    folder = Path(start).resolve().parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        folder = folder.parent
+    try:
+        settings = load_settings(folder)
+    except ConfigError:
+        return []
+    out: list[tuple[str, dict]] = []
+    for n, path in enumerate(Discovery(settings.root, settings.exclude).files([settings.root])):
+        if n >= limit:
+            break
+        try:
+            source = path.read_text(encoding="utf-8")
+            if not PREFILTER.search(source):
+                continue
+            tree = ast.parse(source)
+        except (OSError, UnicodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        module = module_name_for(path.absolute())
+        sites = materialisations(tree, source, module, path.name == "__init__.py")
+        out += [(display_path(path), site) for site in sites]
     return out

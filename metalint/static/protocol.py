@@ -66,6 +66,9 @@ ROOT_INIT = "root init_weights"
 #: materialisation site of the tree runs (:mod:`metalint.static.pipeline`), or
 #: ``protocol = "init_weights-only"``
 ROOT_ONLY = "root init_weights only"
+#: what a materialisation site of the tree runs when it calls no entry point (a checkpoint
+#: load, ``model.apply(fn)``, nothing)
+SITE = "materialisation site"
 RESET = "reset_parameters"
 #: the base classes of a transformers model
 TRANSFORMERS_BASES = frozenset(TIE_BASES)
@@ -1358,7 +1361,9 @@ class Protocols:
         if seqs:
             # what the tree runs on it: the per-module protocol only when every site runs
             # each module's own ``reset_parameters()``
-            return RESET if all(q.per_module for q in seqs) else ROOT_ONLY
+            if all(q.per_module for q in seqs):
+                return RESET
+            return ROOT_ONLY if any(q.runs_entry for q in seqs) else SITE
         if self.protocol == "transformers" or (
             self.protocol == "auto" and self.is_transformers(root)
         ):
@@ -1570,7 +1575,7 @@ class Protocols:
                 got = self._run_method(owner, "_init_weights", cls, set())
                 out = got if out is None else out & got
             return (out or set()) | self._written_by_parents(cls, root)
-        if protocol == ROOT_ONLY:
+        if protocol in (ROOT_ONLY, SITE):
             out = set()
             for seq in self.sequences_of(root):
                 out |= self.site_recreated(seq, cls)
@@ -1879,8 +1884,15 @@ class Protocols:
             return None
         seq, lost = found
         short = seq.root.rsplit(".", 1)[-1]
+        help = d.help
+        if not seq.runs_entry:
+            help = (
+                f"Re-create it where {seq.label.split(' at ')[0]} runs: call its module's "
+                "hook there, or make it a tensor the checkpoint holds"
+            )
         return d.with_(
             message=f"{d.message}: lost under {seq.label} ({seq.describe(short)})",
+            help=help,
             subject=tuple(lost),
             protocol=self.protocol_of(seq.root),
             root=seq.root,
