@@ -280,6 +280,9 @@ def run_init(
 
     - ``reset_parameters``: every module's ``reset_parameters()``, children first (``order``);
     - ``init_weights``: the root's ``init_weights()`` only;
+    - ``init_weights-only``: the root's entry point and nothing after it (no per-module
+      hooks); ``auto`` is this when a materialisation site of the class's tree runs so
+      (:func:`materialisation_site`);
     - ``auto``: every module, children first: its ``reset_parameters()``, then its
       ``init_weights()`` when it defines one. This is timm's protocol (``named_apply(depth_first=True)``
       with ``init_weights_vit_timm``): a per-module ``init_weights()`` patches values on top of
@@ -296,23 +299,10 @@ def run_init(
     re-create as re-created, so the probe runs them too; the built-in hooks and private ones
     (``_init_weights(m)``, applied by a parent) are not called again.
     """
-    if init == "auto":
-        site = materialisation_site(type(model))
-        if site is not None:
-            # the tree materialises this model by its root's entry point alone (a training
-            # script's ``model.init_weights()``): so does the probe, as ``check`` judged it
-            for _, entry in site.runs:
-                if not _has(model, entry):
-                    raise ProbeSetupError(f"{type(model).__qualname__} has no {entry}()")
-                getattr(model, entry)()
-            ran = " + ".join(f"{entry}()" for _, entry in site.runs)
-            return f"root {ran} only, as {site.label.replace('`', '')}"
-    if init == ROOT_ONLY_PROTOCOL:
-        entry = next((h for h in ROOT_ENTRIES if _has(model, h)), None)
-        if entry is None:
-            raise ProbeSetupError(f"{type(model).__qualname__} has no {ROOT_ENTRIES[0]}()")
-        getattr(model, entry)()
-        return f"root {entry}() only"
+    if init in ("auto", ROOT_ONLY_PROTOCOL):
+        used = _root_only(model, init)
+        if used is not None:
+            return used
     if init == "init_weights":
         if not _has(model, "init_weights"):
             raise ProbeSetupError(f"{type(model).__qualname__} has no init_weights()")
@@ -352,6 +342,13 @@ def run_init(
     else:
         resolve_callable(init)(model)
         used = f"{init}(model)"
+    return used + _buffer_and_configured_hooks(model, hooks, device)
+
+
+def _buffer_and_configured_hooks(model: nn.Module, hooks: Sequence[str], device) -> str:
+    """Run ``init_non_persistent_buffers()`` and the configured ``hooks`` on every module
+    that has them (see :func:`run_init`); what ran, as `` + hook()`` for each."""
+    used = ""
     for hook in (BUFFER_HOOK, *per_module_hooks(hooks)):
         having = [m for m in model.modules() if _has(m, hook)]
         # a configured hook may re-create its tensors (``register_buffer`` anew): torchtune's
@@ -364,6 +361,28 @@ def run_init(
         if having:
             used += f" + {hook}()"
     return used
+
+
+def _root_only(model: nn.Module, init: str) -> str | None:
+    """``init_weights-only``: the root's entry point and nothing else, no module's own hook;
+    ``auto`` runs so when the class's tree materialises it so (a training script's
+    ``model.init_weights()`` after ``to_empty()``), as ``check`` judged it. None: ``auto``
+    on a class no such site builds."""
+    if init == ROOT_ONLY_PROTOCOL:
+        entry = next((h for h in ROOT_ENTRIES if _has(model, h)), None)
+        if entry is None:
+            raise ProbeSetupError(f"{type(model).__qualname__} has no {ROOT_ENTRIES[0]}()")
+        getattr(model, entry)()
+        return f"root {entry}() only"
+    site = materialisation_site(type(model))
+    if site is None:
+        return None
+    for _, entry in site.runs:
+        if not _has(model, entry):
+            raise ProbeSetupError(f"{type(model).__qualname__} has no {entry}()")
+        getattr(model, entry)()
+    ran = " + ".join(f"{entry}()" for _, entry in site.runs)
+    return f"root {ran} only, as {site.label.replace('`', '')}"
 
 
 @functools.lru_cache(maxsize=64)

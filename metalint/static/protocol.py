@@ -26,8 +26,13 @@ The protocols (``[tool.metalint] protocol``, ``"auto"`` by default):
 - ``init_weights``: a root ``init_weights()`` (timm, torchtitan's
   ``init_weights(buffer_device=...)``, ``init_states()``) run after every module's own hooks;
   what it applies to every module is the re-initialisation.
+- ``init_weights-only``: the root's entry point and nothing else (no module's own hook).
 - ``reset_parameters``: every module's own hooks, children first (PyTorch, FSDP, Lightning,
   PyG): nothing beyond the class's own hooks.
+
+A root that a materialisation site of the tree builds (:mod:`metalint.static.pipeline`: a
+training script's meta build, ``to_empty()``, ``model.init_weights()``) is judged under what
+that site runs instead (:meth:`Protocols.sequences_of`, :meth:`Protocols.lost_at`).
 
 A tensor is lost when it is lost under at least one root that contains its class; a class no
 root contains is judged per module.
