@@ -289,3 +289,65 @@ def test_accelerate_without_the_script_keeps_todays_verdicts(tmp_path, monkeypat
     diags = check(root)
     assert lost(diags) == {("RotaryEmbedding", "inv_freq"), ("LayerScale", "gamma")}
     assert all(d.materialised is None for d in diags)
+
+
+def test_entry_reaching_children_and_root_buffers_is_enough(tmp_path, monkeypatch):
+    """fixtures/check/torchtitan_style.py: the root's init_weights() recomputes its RoPE
+    table and calls each layer's init_weights(), which resets its norm: a script running it
+    alone loses nothing."""
+    (tmp_path / "pyproject.toml").write_text("[tool.metalint]\n")
+    shutil.copy(
+        Path(__file__).parent.parent / "fixtures/check/torchtitan_style.py", tmp_path / "model.py"
+    )
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "train.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from model import Transformer
+
+            def main():
+                with torch.device("meta"):
+                    model = Transformer()
+                model.to_empty(device="cuda")
+                model.init_weights(buffer_device="cuda")
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    assert check(tmp_path) == []
+
+
+def test_root_own_hook_is_not_what_the_fix_calls(tmp_path, monkeypatch):
+    """A root whose own reset_parameters() restores its tensor: ML015 names it, ML016 (whose
+    loop skips the root) does not, so the fix never loops."""
+    (tmp_path / "pyproject.toml").write_text("[tool.metalint]\n")
+    (tmp_path / "model.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+
+            class Model(nn.Module):
+                def __init__(self, dim=4):
+                    super().__init__()
+                    self.scale = nn.Parameter(torch.ones(dim))
+                    self.proj = nn.Linear(dim, dim)
+
+                def reset_parameters(self):
+                    nn.init.ones_(self.scale)
+
+                def init_weights(self):
+                    nn.init.zeros_(self.proj.weight)
+
+            def main():
+                with torch.device("meta"):
+                    model = Model()
+                model.to_empty(device="cpu")
+                model.init_weights()
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    diags = check(tmp_path)
+    assert [(d.code, d.subject) for d in diags] == [("ML015", ("scale",))]

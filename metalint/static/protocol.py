@@ -1400,12 +1400,35 @@ class Protocols:
         out: set[str] = set()
         for kind, name in seq.runs:
             if kind == "entry":
-                for item in self._entry_items(seq.root, name):
-                    out |= self._applied(item, seq.root, cls)
+                out |= self._entry_recreated(seq.root, name, cls)
             elif kind == "apply":
                 out |= self._run_function(name, cls, set())
             elif kind == "reset":
                 out |= self._called(cls, name, name == RESET_HOOK)
+        return out
+
+    def _entry_recreated(self, root: str, entry: str, cls: str) -> set[str]:
+        """Tensors of a ``cls`` inside ``root`` that ``root.entry()`` re-creates: what it
+        applies to every module, what it writes on the root itself (``self.freqs_cis =
+        ...``), and what the children's entry points it calls do (torchtitan's
+        ``layer.init_weights()``, ``self.norm.reset_parameters()``), transitively."""
+        family = set(self.family(cls))
+        out: set[str] = set()
+        todo = [(root, entry)]
+        seen = set(todo)
+        while todo:
+            owner, method = todo.pop()
+            if owner in family:
+                own = self.h.hook_tensors(owner, method)
+                out |= own if own is not None else self._called(owner, method, False)
+            for item in self._entry_items(owner, method):
+                if item[0] != "child":
+                    out |= self._applied(item, owner, cls)
+                    continue
+                for q in self._members(owner, item[1]):
+                    if (q, item[2]) not in seen and len(seen) < 256:
+                        seen.add((q, item[2]))
+                        todo.append((q, item[2]))
         return out
 
     def lost_at(self, seq: Sequence, cls: str, tensors) -> list[str]:
@@ -1472,7 +1495,8 @@ class Protocols:
             if seq.per_module or not any(kind == "entry" for kind, _ in seq.runs):
                 continue
             classes = []
-            for c in sorted(self.descendants(root)):
+            for c in sorted(self.descendants(root) - {root}):
+                # the root's own hook is no module's the fix may call (it may call the entry)
                 own = self.h.hook_tensors(c, RESET_HOOK)
                 if own and self.lost_at(seq, c, sorted(own)):
                     classes.append(c)
