@@ -351,3 +351,19 @@ def test_root_own_hook_is_not_what_the_fix_calls(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     diags = check(tmp_path)
     assert [(d.code, d.subject) for d in diags] == [("ML015", ("scale",))]
+
+
+def test_check_probe_confirms_each_finding_under_the_site(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from metalint.check import probe_findings
+
+    root = repo(tmp_path, TITAN, monkeypatch)
+    settings = load_settings(root)
+    result = run_check([Path(".")], settings, use_cache=False, workers=1)
+    marked = probe_findings(result.diagnostics, settings.hooks, result.results, settings.factories)
+    assert {(d.code, d.verdict) for d in marked} == {
+        ("ML001", "confirmed"),
+        ("ML002", "confirmed"),
+        ("ML015", "confirmed"),
+        ("ML016", "confirmed"),
+    }
