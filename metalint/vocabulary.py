@@ -787,6 +787,20 @@ PROTOCOLS = ("auto", "transformers", "init_weights", ROOT_ONLY_PROTOCOL, "reset_
 PARAMS_ONLY_META_CONTEXTS = frozenset(
     {"accelerate.init_empty_weights", "accelerate.big_modeling.init_empty_weights"}
 )
+#: torch's norm layers -> their parameters, each with the keywords whose False leaves it out
+#: (``nn.LayerNorm(d, bias=False)``): values (ones, zeros) only the layer's own hook restores
+#: after ``to_empty()`` (see ``metalint.static.pipeline``)
+AFFINE_NORMS = {
+    "torch.nn.LayerNorm": {
+        "weight": ("elementwise_affine",),
+        "bias": ("elementwise_affine", "bias"),
+    },
+    "torch.nn.RMSNorm": {"weight": ("elementwise_affine",)},
+    **{
+        f"torch.nn.{n}": {"weight": ("affine",), "bias": ("affine",)}
+        for n in ("GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
+    },
+}
 #: Lightning's ``fabric.init_module(empty_init=True)`` / ``trainer.init_module(...)``
 EMPTY_INIT_CONTEXTS = ("init_module",)
 #: wrappers that materialise a meta model by each module's ``reset_parameters()`` (or their

@@ -367,3 +367,79 @@ def test_check_probe_confirms_each_finding_under_the_site(tmp_path, monkeypatch)
         ("ML015", "confirmed"),
         ("ML016", "confirmed"),
     }
+
+
+NORMS_MODEL = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.plain = nn.LayerNorm(dim, elementwise_affine=False)
+        self.proj = nn.Linear(dim, dim, bias=False)
+
+
+class Model(nn.Module):
+    def __init__(self, dim=8):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(dim) for _ in range(2)])
+        self.final_norm = nn.RMSNorm(dim)
+        self.init_weights()
+
+    def init_weights(self):
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+        self.final_norm.reset_parameters()
+
+
+def tiny():
+    return Model()
+
+
+def main():
+    with torch.device("meta"):
+        model = Model()
+    model.to_empty(device="cpu")
+    model.init_weights()
+"""
+
+
+def test_torch_norm_layers_at_a_root_only_site(tmp_path, monkeypatch):
+    """torch's own norms: `Block.norm` (LayerNorm: weight and bias) is lost, `final_norm`
+    (reset by the root's init_weights()) and an affine-free one are not; the probe agrees
+    before and after the fix."""
+    pytest.importorskip("torch")
+    from metalint.probe.command import run_probe
+    from metalint.probe.isolate import Options
+
+    (tmp_path / "pyproject.toml").write_text("[tool.metalint]\n")
+    (tmp_path / "model.py").write_text(NORMS_MODEL)
+    monkeypatch.chdir(tmp_path)
+    diags = check(tmp_path)
+    assert {(d.code, d.subject) for d in diags} == {
+        ("ML015", ("norm.weight", "norm.bias")),
+        ("ML016", ()),
+    }
+    (o,) = run_probe(["model:tiny"], Options(device="cpu", timeout=300)).outcomes
+    assert {f["message"].split("(")[1].split(" ")[0] for f in o.result["findings"]} == {
+        "blocks.0.norm.weight",
+        "blocks.0.norm.bias",
+    }
+    run_fix(
+        [Path(".")],
+        load_settings(tmp_path),
+        write=True,
+        show_diff=False,
+        unsafe=True,
+        verify=False,
+        use_cache=False,
+        workers=1,
+        echo=lambda *a, **k: None,
+    )
+    assert check(tmp_path) == []
+    (o,) = run_probe(["model:tiny"], Options(device="cpu", timeout=300)).outcomes
+    assert o.result["findings"] == []

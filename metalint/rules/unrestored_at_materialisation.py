@@ -5,6 +5,7 @@ from collections.abc import Iterable
 from metalint.rules.missing_reset_hook import _from_argument, _has_value, _size_zero
 from metalint.static.model import ClassFacts, construction
 from metalint.static.ownership import owned_tensors
+from metalint.static.protocol import affine_norms
 from metalint.static.rule import Finding, Rule
 from metalint.static.tensors import inplace_write
 
@@ -224,4 +225,21 @@ def load(sd):
                 help="Make what the script runs re-create it: the root's entry point calling "
                 "each module's `reset_parameters()` (ML016's fix), or an init of it there",
                 at_materialisation=(owned.attr,),
+            )
+        for a, tensors in affine_norms(cls, self.qualify):
+            attr = a.target.split(".")[1]
+            names = tuple(f"{attr}.{t}" for t in tensors if f"{attr}.{t}" not in seen)
+            if not names:
+                continue
+            seen.update(names)
+            shown = " and ".join(f"`{t}`" for t in tensors)
+            yield Finding(
+                a.node,
+                f"{shown} of `{cls.name}.{attr}` (a torch norm layer) have a value after "
+                "construction",
+                cls,
+                subject=names,
+                help=f"Make what the script runs re-create them: `self.{attr}.reset_parameters()` "
+                "in the root's entry point, or each module's `reset_parameters()` (ML016's fix)",
+                at_materialisation=names,
             )

@@ -56,6 +56,7 @@ from typing import Any
 
 from metalint.static.pipeline import Sequence, sequences
 from metalint.vocabulary import (
+    AFFINE_NORMS,
     PROTOCOLS,
     RECURSIVE_TENSOR_ITERATORS,
     RESET_HOOK,
@@ -63,6 +64,7 @@ from metalint.vocabulary import (
     ROOT_ONLY_PROTOCOL,
     TEMPLATE_MODULE_PREFIXES,
     TIE_BASES,
+    TORCH_WITHOUT_RESET,
 )
 
 TRANSFORMERS = "transformers _init_weights"
@@ -83,6 +85,9 @@ _MODULE_ITERATORS = frozenset({"modules", "named_modules"})
 #: a root entry calling one of these on a child (``self.encoder.init_weights()``) runs the
 #: child's own entry point
 _CHILD_ENTRIES = frozenset(ROOT_ENTRIES)
+#: the calls on a child an entry point's summary records (a materialisation site that runs
+#: the entry alone counts ``self.norm.reset_parameters()`` as restoring that child)
+_CHILD_CALLS = _CHILD_ENTRIES | {RESET_HOOK}
 
 _NORMS = ["torch.nn.GroupNorm", "torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d"]
 #: the base dispatch's ``init.normal_(module.weight, mean=0.0, std=std)``, ``std =
@@ -221,6 +226,37 @@ def summarize_class(cls, ctx, hooks: tuple[str, ...] = ("reset_parameters",)) ->
         out["buffers"] = buffers
     if volatile:
         out["volatile"] = volatile
+    norms = sorted(
+        {f"{a.target.split('.')[1]}.{t}" for a, ts in affine_norms(cls, ctx.qualify) for t in ts}
+    )
+    if norms:
+        out["norms"] = norms
+    return out
+
+
+def affine_norms(cls, qualify) -> list[tuple[Any, tuple[str, ...]]]:
+    """The assignments ``self.norm = nn.LayerNorm(dim)`` of a class's construction that build
+    one of torch's norm layers with a weight or bias (not ``elementwise_affine=False``),
+    each with those tensors: values (ones, zeros) of the class's tree that only the layer's
+    own hook restores."""
+    import libcst as cst
+
+    from metalint.static.model import construction
+    from metalint.static.syntax import is_false, keyword
+
+    out = []
+    for m in construction(cls):
+        for a in m.assigns:
+            if a.target.count(".") != 1 or type(a.value) is not cst.Call:
+                continue
+            tensors = AFFINE_NORMS.get(qualify(a.value.func) or "", {})
+            kept = tuple(
+                t
+                for t, flags in tensors.items()
+                if not any(is_false(keyword(a.value, f)) for f in flags)
+            )
+            if kept:
+                out.append((a, kept))
     return out
 
 
@@ -761,8 +797,9 @@ def _applies(method, ctx, wanted: set[str]) -> list[list]:
     out: list[list] = []
     for call in method.calls:
         recv = call.receiver or ""
-        if recv.startswith("self.") and recv.count(".") == 1 and call.method in _CHILD_ENTRIES:
-            out.append(["child", recv[5:], call.method])  # self.encoder.init_weights()
+        if recv.startswith("self.") and recv.count(".") == 1 and call.method in _CHILD_CALLS:
+            # self.encoder.init_weights(), self.norm.reset_parameters()
+            out.append(["child", recv[5:], call.method])
             continue
         if not is_self_apply(call):
             continue
@@ -799,6 +836,37 @@ def _applies(method, ctx, wanted: set[str]) -> list[list]:
             block = _block(_body_of(node), targets[0], ctx, method.node)
             if block:
                 out.append(["each", held[5:], block])
+        if isinstance(node, cst.For) and len(targets) == 1:
+            out += _element_calls(node, targets[0], it)
+    return out
+
+
+def _element_calls(loop, var: str, it) -> list[list]:
+    """``for layer in self.layers.values(): layer.init_weights()`` (torchtitan): the entry
+    point (or reset) of each element of a container child, as ``["child", attr, method]``."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.syntax import walk_code
+
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and not it.args:
+        if it.func.attr.value not in ("values", "children"):
+            return []
+        it = it.func.value
+    held = dotted(it) or ""
+    if not (held.startswith("self.") and held.count(".") == 1):
+        return []
+    out = []
+    for node in walk_code(loop.body):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and isinstance(node.func.value, cst.Name)
+            and node.func.value.value == var
+            and node.func.attr.value in _CHILD_CALLS
+            and ["child", held[5:], node.func.attr.value] not in out
+        ):
+            out.append(["child", held[5:], node.func.attr.value])
     return out
 
 
@@ -1425,11 +1493,31 @@ class Protocols:
                 if item[0] != "child":
                     out |= self._applied(item, owner, cls)
                     continue
-                for q in self._members(owner, item[1]):
+                if owner in family and item[2] == RESET_HOOK:
+                    out.add(item[1])  # ``self.norm.reset_parameters()``: all of that child
+                for q in self._child_classes(owner, item[1]):
                     if (q, item[2]) not in seen and len(seen) < 256:
                         seen.add((q, item[2]))
                         todo.append((q, item[2]))
         return out
+
+    def _child_classes(self, owner: str, attr: str) -> set[str]:
+        """The tree's classes ``self.attr`` of an ``owner`` is built as or holds; for a
+        container whose elements the summary does not name (``nn.ModuleDict({str(i):
+        TransformerBlock(i, args) for i in ...})``), every class ``owner`` builds that is no
+        other attribute's."""
+        got = self._members(owner, attr) | self._held(owner, attr)
+        if got:
+            return got
+        summary = self.h.classes.get(owner)
+        if summary is None:
+            return set()
+        others: set[str] = set()
+        for a in summary.protocol.get("members", {}):
+            if a != attr:
+                others |= self._members(owner, a)
+        built = {self.h.resolve(c) for c in summary.protocol.get("children", ())}
+        return {c for c in built if c is not None} - others - {owner}
 
     def lost_at(self, seq: Sequence, cls: str, tensors) -> list[str]:
         """The ``tensors`` of a ``cls`` inside ``seq.root`` that the site leaves as
@@ -1447,8 +1535,28 @@ class Protocols:
                 continue
             if seq.meta == "params" and not seq.to_empty and t in buffers:
                 continue
+            if "." in t and self._child_restored(seq, cls, t, done):
+                continue
             out.append(t)
         return out
+
+    def _child_restored(self, seq: Sequence, cls: str, tensor: str, done: set[str]) -> bool:
+        """``norm.weight`` of a ``cls`` (a torch layer it holds): restored when the site
+        writes that child (``self.norm.reset_parameters()``, ``nn.init.ones_(self.norm.
+        weight)`` on the root), runs each module's ``reset_parameters()``, or re-creates the
+        tensor on every module of the layer's class (``isinstance(m, nn.LayerNorm)``)."""
+        attr, _, leaf = tensor.partition(".")
+        if attr in done or any(kind == "reset" and n == RESET_HOOK for kind, n in seq.runs):
+            return True
+        layers = set()
+        for c in self.mro(cls):
+            summary = self.h.classes.get(c)
+            layers.update((summary.protocol.get("members", {}) if summary else {}).get(attr, ()))
+        for layer in layers:
+            got = self.site_recreated(seq, layer)
+            if "*" not in got and leaf not in got:
+                return False
+        return bool(layers)
 
     def _summary_names(self, cls: str, key: str) -> set[str]:
         out: set[str] = set()
@@ -1487,19 +1595,24 @@ class Protocols:
 
     def skipped_hooks(self, root: str) -> tuple[Sequence, list[str]] | None:
         """A site that runs only ``root``'s entry point (no module's own
-        ``reset_parameters()``), with the classes inside it whose own hook would restore
-        a tensor the site loses; None when there is none."""
+        ``reset_parameters()``), with the modules inside it whose own hook would restore
+        a tensor the site loses (a class's short name, ``Block.norm`` for a torch norm
+        layer it holds); None when there is none."""
         if not self.h.defines(root, self.entries, set()) or RESET_HOOK in self.module_hooks(root):
             return None
         for seq in self.sequences_of(root):
             if seq.per_module or not any(kind == "entry" for kind, _ in seq.runs):
                 continue
             classes = []
-            for c in sorted(self.descendants(root) - {root}):
+            for c in sorted(self.descendants(root)):
                 # the root's own hook is no module's the fix may call (it may call the entry)
-                own = self.h.hook_tensors(c, RESET_HOOK)
+                own = self.h.hook_tensors(c, RESET_HOOK) if c != root else None
+                short = c.rsplit(".", 1)[-1]
                 if own and self.lost_at(seq, c, sorted(own)):
-                    classes.append(c)
+                    classes.append(short)
+                norms = sorted(self._summary_names(c, "norms"))
+                lost = {t.partition(".")[0] for t in self.lost_at(seq, c, norms)}
+                classes += [f"{short}.{attr}" for attr in sorted(lost)]
             if classes:
                 return seq, classes
         return None
@@ -1711,6 +1824,9 @@ class Protocols:
             done = self.h.hook_tensors(cls, method)
             if done is not None:
                 return done
+            if cls not in self.h.classes and cls.startswith("torch.nn."):
+                # torch's own layer (a norm a site's loop resets): all of its tensors
+                return set() if cls in TORCH_WITHOUT_RESET else {"*"}
             return {"*"} if self.h._torch_reset_base(cls, set()) else set()
         for c in self.mro(cls):
             summary = self.h.classes.get(c)
@@ -1936,7 +2052,7 @@ class Protocols:
         if found is None:
             return None
         seq, classes = found
-        names = ", ".join(f"`{c.rsplit('.', 1)[-1]}`" for c in classes[:4])
+        names = ", ".join(f"`{c}`" for c in classes[:4])
         more = f" and {len(classes) - 4} more" if len(classes) > 4 else ""
         return d.with_(
             message=f"{d.message}; {seq.label} runs it alone after `to_empty()`, so the "
