@@ -1593,16 +1593,18 @@ class Protocols:
                         return seq, lost
         return None
 
-    def skipped_hooks(self, root: str) -> tuple[Sequence, list[str]] | None:
-        """A site that runs only ``root``'s entry point (no module's own
+    def skipped_hooks(self, root: str, entry: str = "") -> tuple[Sequence, list[str]] | None:
+        """A site that runs only ``root``'s entry point (``entry`` when given; no module's own
         ``reset_parameters()``), with the modules inside it whose own hook would restore
         a tensor the site loses (a class's short name, ``Block.norm`` for a torch norm
         layer it holds); None when there is none."""
         if not self.h.defines(root, self.entries, set()) or RESET_HOOK in self.module_hooks(root):
             return None
         for seq in self.sequences_of(root):
-            if seq.per_module or not any(kind == "entry" for kind, _ in seq.runs):
+            if seq.per_module or not seq.runs_entry:
                 continue
+            if entry and ("entry", entry) not in seq.runs:
+                continue  # the site calls another entry point than the one the fix edits
             classes = []
             for c in sorted(self.descendants(root)):
                 # the root's own hook is no module's the fix may call (it may call the entry)
@@ -2048,7 +2050,7 @@ class Protocols:
         """A root whose entry point is all a site runs: the finding names the site and the
         classes whose own ``reset_parameters()`` it never calls."""
         cond = d.condition
-        found = self.skipped_hooks(cond.cls)
+        found = self.skipped_hooks(cond.cls, d.hook or "")
         if found is None:
             return None
         seq, classes = found
