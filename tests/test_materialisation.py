@@ -81,6 +81,7 @@ def test_accelerate_and_lightning_and_fsdp1_sites():
         """
     )
     assert steps(light) == [("reset", "reset_parameters")]
+    assert light["steps"][0]["call"] == "fabric.init_module(empty_init=True)"
     (fsdp,) = sites(
         """
         import torch
@@ -443,3 +444,110 @@ def test_torch_norm_layers_at_a_root_only_site(tmp_path, monkeypatch):
     assert check(tmp_path) == []
     (o,) = run_probe(["model:tiny"], Options(device="cpu", timeout=300)).outcomes
     assert o.result["findings"] == []
+
+
+APPLY_MODEL = """
+import torch
+from torch import nn
+
+
+class Norm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def reset_parameters(self):
+        nn.init.ones_(self.weight)
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.gamma = nn.Parameter(0.1 * torch.ones(dim))
+
+
+class Model(nn.Module):
+    def __init__(self, dim=4):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.norm = Norm(dim)
+        self.ls = LayerScale(dim)
+        self.init_weights()
+
+    def init_weights(self):
+        for m in self.modules():
+            if isinstance(m, LayerScale):
+                nn.init.constant_(m.gamma, 0.1)
+
+
+def init_fn(m):
+    if isinstance(m, nn.Linear):
+        nn.init.zeros_(m.weight)
+    elif isinstance(m, NORM):
+        nn.init.ones_(m.weight)
+"""
+
+
+def _tree(tmp_path, monkeypatch, model: str, script: str) -> Path:
+    (tmp_path / "pyproject.toml").write_text("[tool.metalint]\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "model.py").write_text(model)
+    (tmp_path / "train.py").write_text(textwrap.dedent(script))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "norm, lost_tensors", [("Norm", set()), ("nn.LayerNorm", {("Norm", "weight")})]
+)
+def test_apply_site_runs_the_applied_function(tmp_path, monkeypatch, norm, lost_tensors):
+    root = _tree(
+        tmp_path,
+        monkeypatch,
+        APPLY_MODEL.replace("NORM", norm),
+        """
+        import torch
+        from pkg.model import Model, init_fn
+
+        def main():
+            with torch.device("meta"):
+                model = Model()
+            model.to_empty(device="cpu")
+            model.apply(init_fn)
+        """,
+    )
+    diags = check(root)
+    # the root's init_weights() never runs there: LayerScale's gamma (no hook of its own) too
+    assert lost(diags) == lost_tensors | {("LayerScale", "gamma")}
+    assert all(d.materialised == ("model.apply(init_fn)", "train.py", 9) for d in diags)
+
+
+def test_per_module_site_never_runs_the_root_entry_point(tmp_path, monkeypatch):
+    """Lightning's init_module(empty_init=True): each module's own reset_parameters(), not
+    the root's init_weights(), which alone restores LayerScale's gamma."""
+    model = APPLY_MODEL.replace("NORM", "Norm")
+    root = _tree(tmp_path, monkeypatch, model, "")
+    assert check(root) == []  # today: the root's init_weights() re-creates gamma
+    (root / "train.py").write_text(
+        textwrap.dedent(
+            """
+            from pkg.model import Model
+
+            def main(fabric):
+                with fabric.init_module(empty_init=True):
+                    model = Model()
+                model = fabric.setup(model)
+            """
+        )
+    )
+    diags = check(root)
+    # ML010: the root's loop over its modules, which only its init_weights() replays
+    assert {(d.code, d.symbol, d.subject) for d in diags} == {
+        ("ML001", "LayerScale", ("gamma",)),
+        ("ML010", "Model", ()),
+    }
+    assert {d.protocol for d in diags} == {"reset_parameters"}
+    assert {d.materialised for d in diags} == {
+        ("fabric.init_module(empty_init=True)", "train.py", 5)
+    }

@@ -104,6 +104,8 @@ def _short_call(call: ast.Call) -> str:
     func = _text(call.func)
     if any(k.arg == "assign" for k in call.keywords):
         return f"{func}(..., assign=True)"
+    if func.endswith(".apply") and len(call.args) == 1:
+        return f"{func}({_text(call.args[0], 30)})"
     return f"{func}()"
 
 
@@ -144,6 +146,8 @@ class _Scope:
         self.sites: list[dict[str, Any]] = []
         #: the expression text (``model``, ``self.model``) -> its site
         self.tracked: dict[str, dict[str, Any]] = {}
+        #: the ``with`` expression of the innermost meta context
+        self.context: ast.expr | None = None
 
     def qualify(self, node: ast.AST) -> str:
         name = _dotted(node)
@@ -167,7 +171,9 @@ class _Scope:
         elif isinstance(stmt, (ast.With, ast.AsyncWith)):
             kind = meta
             for item in stmt.items:
-                kind = self.meta_context(item.context_expr) or kind
+                found = self.meta_context(item.context_expr)
+                if found:
+                    kind, self.context = found, item.context_expr
             self.block(stmt.body, conditional, kind)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             self.assign(stmt, conditional, meta)
@@ -239,9 +245,11 @@ class _Scope:
         if not names:
             return None
         steps: list[dict[str, Any]] = []
-        if meta == "lightning":
+        if meta == "lightning" and isinstance(self.context, ast.Call):
             # Lightning's strategies materialise the meta model by each module's own hook
-            steps.append(self.step("reset", call, name="reset_parameters"))
+            step = self.step("reset", self.context, name="reset_parameters")
+            step["call"] = f"{_text(self.context.func)}(empty_init=True)"
+            steps.append(step)
             meta = "all"
         return {
             "build": names,
@@ -395,8 +403,8 @@ def sequences(sites: list[tuple[str, dict]], resolve) -> dict[str, list[Sequence
             if s["kind"] in ("entry", "apply", "reset")
         )
         shown = [s for s in steps if s["kind"] in ("entry", "apply")]
-        if not shown:
-            shown = [s for s in steps if s["kind"] in ("load", "to_empty")][-1:]
+        for kinds in (("load", "to_empty"), ("reset",)):
+            shown = shown or [s for s in steps if s["kind"] in kinds][-1:]
         last = shown[-1] if shown else {"line": site["line"], "call": site["call"]}
         out.setdefault(root, []).append(
             Sequence(

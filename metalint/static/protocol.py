@@ -677,6 +677,9 @@ def summarize_functions(module, module_name: str, ctx, classes: list[dict]) -> d
     prefix = f"{module_name}." if module_name else ""
     top = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
     todo = [q[len(prefix) :] for q in _applied_functions(classes) if q.startswith(prefix)]
+    # an init function a training script applies (``model.apply(init_fn)``, see
+    # :mod:`metalint.static.pipeline`): the file cannot know, its name says it may be one
+    todo += [n for n in top if "init" in n.lower()]
     out: dict[str, dict[str, Any]] = {}
     done: set[str] = set()
     while todo:
@@ -1363,10 +1366,14 @@ class Protocols:
         #: while :meth:`same_law` asks: tensor -> ``(law, guards)`` of every write the
         #: protocol makes to it (law None: a write whose law is unknown)
         self._laws: dict[str, list] | None = None
-        #: model root -> what the tree's materialisation sites run on it
-        self.sequences: dict[str, list[Sequence]] = sequences(
-            getattr(hierarchy, "sites", []), hierarchy.resolve
-        )
+        #: model root -> what the tree's materialisation sites run on it; a site applying a
+        #: function the tree does not summarise (``model.apply(fn)`` of another package) is
+        #: not judged: the protocol the root's methods suggest stands
+        self.sequences: dict[str, list[Sequence]] = {}
+        for root, seqs in sequences(getattr(hierarchy, "sites", []), hierarchy.resolve).items():
+            known = [q for q in seqs if all(k != "apply" or self._readable(n) for k, n in q.runs)]
+            if known:
+                self.sequences[root] = known
         self._children: dict[str, set[str]] | None = None
 
     # -- composition --------------------------------------------------------------------
@@ -1446,6 +1453,10 @@ class Protocols:
         if self.h.defines(root, self.entries, set()):
             return ROOT_ONLY if self.protocol == ROOT_ONLY_PROTOCOL else ROOT_INIT
         return RESET
+
+    def _readable(self, function: str) -> bool:
+        summary = self._function(function)
+        return summary is not None and ("block" in summary or "returns" in summary)
 
     def sequences_of(self, root: str) -> list[Sequence]:
         """What materialises ``root``: its sites in the tree, else under ``protocol =
@@ -1997,7 +2008,24 @@ class Protocols:
             return None
         protocol, root = lost
         if not protocol:
-            return d.with_(protocol=RESET)
+            # judged per module: name the site that materialises a root of it so, if any
+            seq = next(
+                (
+                    q
+                    for m in self.family(cond.cls)
+                    for r in sorted(self.roots(m))
+                    for q in self.sequences_of(r)
+                    if q.per_module
+                ),
+                None,
+            )
+            if seq is None:
+                return d.with_(protocol=RESET)
+            return d.with_(
+                message=f"{d.message}; lost under {seq.label}",
+                protocol=RESET,
+                materialised=seq.call,
+            )
         seq = next(
             (
                 q
@@ -2074,6 +2102,18 @@ class Protocols:
         if self.protocol == RESET:
             return d.with_(protocol=RESET)
         roots = sorted(self.roots(cond.cls))
+        seqs = self.sequences_of(cond.cls) if roots == [cond.cls] else []
+        if seqs:
+            # the tree materialises it: replayed only where the site calls that hook
+            missed = next((q for q in seqs if ("entry", hook) not in q.runs), None)
+            if missed is None:
+                return None
+            return d.with_(
+                message=f"{d.message}; {missed.label} never calls it",
+                protocol=self.protocol_of(cond.cls),
+                root=cond.cls,
+                materialised=missed.call,
+            )
         if roots == [cond.cls]:
             protocol = self.protocol_of(cond.cls)
             if protocol in (ROOT_INIT, ROOT_ONLY) and hook in self.entries:
