@@ -551,3 +551,37 @@ def test_per_module_site_never_runs_the_root_entry_point(tmp_path, monkeypatch):
     assert {d.materialised for d in diags} == {
         ("fabric.init_module(empty_init=True)", "train.py", 5)
     }
+
+
+def test_a_site_materialising_an_inner_class_is_judged_too(tmp_path, monkeypatch):
+    """A script that materialises one block of a bigger model (roots() sees only the model)."""
+    model = APPLY_MODEL.replace("NORM", "Norm") + textwrap.dedent(
+        """
+
+        class Outer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = Model()
+        """
+    )
+    root = _tree(
+        tmp_path,
+        monkeypatch,
+        model,
+        """
+        import torch
+        from pkg.model import Model
+
+        def main():
+            with torch.device("meta"):
+                model = Model()
+            model.to_empty(device="cpu")
+            model.init_weights()
+        """,
+    )
+    diags = [d for d in check(root) if d.code in ("ML015", "ML016")]
+    assert {(d.code, d.symbol, d.subject) for d in diags} == {
+        ("ML015", "Norm", ("weight",)),
+        ("ML016", "Model", ()),
+    }
+    assert all(d.materialised == ("model.init_weights()", "train.py", 9) for d in diags)

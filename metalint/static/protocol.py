@@ -1593,11 +1593,31 @@ class Protocols:
                     todo.append(c)
         return out
 
+    def model_roots(self, cls: str) -> list[str]:
+        """The model roots containing ``cls`` (:meth:`roots`), then the classes containing
+        it (or ``cls`` itself) that a materialisation site of the tree builds although
+        another class constructs them too (a script materialising one block)."""
+        out = sorted(self.roots(cls))
+        if not self.sequences:
+            return out
+        seen = {cls}
+        todo = [cls]
+        built = []
+        while todo and len(seen) < 4096:
+            cur = todo.pop()
+            if cur in self.sequences and cur not in out:
+                built.append(cur)
+            for p in self.parents.get(cur, ()):
+                if p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+        return out + sorted(built)
+
     def first_loss(self, cls: str, tensors) -> tuple[Sequence, list[str]] | None:
         """The first site (of a root containing ``cls`` or a subclass) that loses some of
         ``tensors``, with those it loses."""
         for member in self.family(cls):
-            for root in sorted(self.roots(member)):
+            for root in self.model_roots(member):
                 for seq in self.sequences_of(root):
                     lost = self.lost_at(seq, member, tensors)
                     if lost:
@@ -1676,7 +1696,7 @@ class Protocols:
         pairs = [
             (member, root)
             for member in self.family(cls)
-            for root in sorted(self.roots(member))
+            for root in self.model_roots(member)
             if self.protocol_of(root) != RESET
         ]
         if not pairs:
@@ -2013,7 +2033,7 @@ class Protocols:
                 (
                     q
                     for m in self.family(cond.cls)
-                    for r in sorted(self.roots(m))
+                    for r in self.model_roots(m)
                     for q in self.sequences_of(r)
                     if q.per_module
                 ),
