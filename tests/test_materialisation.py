@@ -585,3 +585,14 @@ def test_a_site_materialising_an_inner_class_is_judged_too(tmp_path, monkeypatch
         ("ML016", "Model", ()),
     }
     assert all(d.materialised == ("model.init_weights()", "train.py", 9) for d in diags)
+
+
+def test_tree_sites_of_a_class_file():
+    from metalint.static.pipeline import root_only, sequences, tree_sites
+
+    found = tree_sites(str(TITAN / "tinytitan" / "model.py"))
+    assert [(Path(p).name, s["line"]) for p, s in found] == [("train.py", 12)]
+    seqs = sequences(found, lambda n: "root" if n == "tinytitan.model.Transformer" else None)
+    seq = root_only(seqs["root"])
+    assert seq is not None and seq.runs == (("entry", "init_weights"),)
+    assert tree_sites("/usr/lib/python3/site-packages/pkg/model.py") == []

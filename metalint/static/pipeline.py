@@ -449,11 +449,12 @@ def root_only(seqs: list[Sequence]) -> Sequence | None:
     return None
 
 
-def tree_sites(start: str, limit: int = 20_000) -> list[tuple[str, dict]]:
+def tree_sites(start: str, limit: int = 5_000) -> list[tuple[str, dict]]:
     """The materialisation sites of the tree a file belongs to: the files under the folder of
     the nearest ``[tool.metalint]`` config above it (else the folder that holds its top
-    package), as ``check`` discovers them. Only ``ast`` (no libcst): the probe asks this of
-    the class it builds (``--init auto``)."""
+    package), as ``check`` discovers them, at most ``limit``; none for an installed package
+    (``site-packages``). Only ``ast`` (no libcst): the probe asks this of the class it builds
+    (``--init auto``)."""
     from pathlib import Path
 
     from metalint.config import ConfigError, load_settings
@@ -461,6 +462,8 @@ def tree_sites(start: str, limit: int = 20_000) -> list[tuple[str, dict]]:
     from metalint.static.names import module_name_for
 
     folder = Path(start).resolve().parent
+    if {"site-packages", "dist-packages"} & set(folder.parts):
+        return []
     while (folder / "__init__.py").is_file() and folder.parent != folder:
         folder = folder.parent
     try:
