@@ -24,6 +24,7 @@ from metalint.files import Cache, Discovery, display_path
 from metalint.jobs import analyze_isolated, analyze_one, can_isolate, preload
 from metalint.report import FORMATS, exit_code, is_error, render
 from metalint.static.hierarchy import Hierarchy
+from metalint.static.pipeline import drop_repeated
 from metalint.static.protocol import Protocols
 from metalint.static.results import FileResult, decode, read_source
 
@@ -183,6 +184,7 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
                     if d is None:
                         continue
             kept.append(d)
+        kept = drop_repeated(kept)
         used: dict[int, set[str]] = {}
         for d in kept:
             codes = r.noqa.get(d.start.row, ())

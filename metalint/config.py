@@ -11,8 +11,9 @@ Keys (all optional)::
     hooks = ["rope_init"]           # methods called on every module after to_empty (check and probe)
     cache-dir = ".metalint_cache"
     file-time-budget = 5            # CPU seconds one file's analysis may take (then ML901)
-    protocol = "auto"               # or "transformers", "init_weights", "reset_parameters",
-                                    # or the root method that materialises your models
+    protocol = "auto"               # or "transformers", "init_weights", "init_weights-only",
+                                    # "reset_parameters", or the root method that
+                                    # materialises your models
 
     [tool.metalint.per-file-ignores]
     "tests/*" = ["ML008"]

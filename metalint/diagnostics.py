@@ -143,6 +143,11 @@ class Diagnostic:
     #: another file: ``(function, filename, line)`` of the offending line (ML008 through
     #: ``utils.make_window(n)``, which calls ``.item()``)
     via: tuple[str, str, int] | None = None
+    #: the call of the tree that materialises the model the finding was judged in:
+    #: ``(call, filename, line)`` (``("model.init_weights()", "scripts/train.py", 17)``; an
+    #: empty filename: the configured ``protocol`` names it), see
+    #: :mod:`metalint.static.pipeline`
+    materialised: tuple[str, str, int] | None = None
 
     @property
     def sort_key(self) -> tuple[str, int, int, str]:
@@ -176,6 +181,9 @@ class Diagnostic:
         if self.via is not None:
             function, filename, line = self.via
             out["via"] = {"function": function, "filename": filename, "line": line}
+        if self.materialised is not None:
+            call, filename, line = self.materialised
+            out["materialised"] = {"call": call, "filename": filename, "line": line}
         return out
 
     def to_cache(self) -> dict[str, Any]:
@@ -203,6 +211,7 @@ class Diagnostic:
             protocol=data.get("protocol"),
             root=data.get("root"),
             via=_via(data.get("via")),
+            materialised=_materialised(data.get("materialised")),
         )
 
 
@@ -246,6 +255,15 @@ class Condition:
     #: :func:`metalint.static.tensors.init_law` gives) stands only while a root's protocol does
     #: not re-draw that tensor of the child from the same law
     unless_same_law: tuple = ()
+    #: tensors of the class that carry a value after construction: the finding stands only
+    #: while a materialisation site of the tree (or ``protocol = "init_weights-only"``) that
+    #: builds a root containing the class loses one of them (see
+    #: :mod:`metalint.static.pipeline`)
+    at_materialisation: tuple[str, ...] = ()
+    #: the class is a root whose entry point may be all its materialisation runs: the finding
+    #: stands only while a site runs that entry point alone and a module's own
+    #: ``reset_parameters()`` would restore a tensor it loses
+    skips_module_hooks: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -269,6 +287,10 @@ class Condition:
             out["if_helper_reads"] = self.if_helper_reads
         if self.unless_same_law:
             out["unless_same_law"] = list(self.unless_same_law)
+        if self.at_materialisation:
+            out["at_materialisation"] = list(self.at_materialisation)
+        if self.skips_module_hooks:
+            out["skips_module_hooks"] = True
         return out
 
     @classmethod
@@ -285,7 +307,13 @@ class Condition:
             data.get("if_applies_init", ""),
             data.get("if_helper_reads", ""),
             tuple(data.get("unless_same_law", ())),
+            tuple(data.get("at_materialisation", ())),
+            bool(data.get("skips_module_hooks", False)),
         )
+
+
+def _materialised(value: Any) -> tuple[str, str, int] | None:
+    return None if not value else (value["call"], value["filename"], value["line"])
 
 
 def _via(value: Any) -> tuple[str, str, int] | None:

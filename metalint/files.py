@@ -207,8 +207,9 @@ def display_path(path: Path, cwd: Path | None = None) -> str:
 
 #: bump when what a cached FileResult holds changes (2: module-level init functions; 3: their
 #: reads of a tensor's value, for ML008 across files; 4: classes swapped into a sub-model;
-#: 5: findings at calls of another file's functions listed, not made, until confirmed)
-CACHE_SCHEMA = 5
+#: 5: findings at calls of another file's functions listed, not made, until confirmed;
+#: 6: the sites that materialise a model built on meta)
+CACHE_SCHEMA = 6
 
 
 def code_stamp() -> str:

@@ -778,7 +778,54 @@ TIE_HOOKS = ("tie_weights",)
 TIE_BASES = ("transformers.PreTrainedModel", "transformers.modeling_utils.PreTrainedModel")
 #: ``[tool.metalint] protocol``: how a repo materialises its models (metalint.static.protocol);
 #: any other identifier names the repo's own root entry method
-PROTOCOLS = ("auto", "transformers", "init_weights", "reset_parameters")
+#: ``[tool.metalint] protocol``: ``init_weights-only`` is the root's entry point and nothing
+#: else after ``to_empty()`` (torchtitan's training scripts), see :mod:`metalint.static.pipeline`
+ROOT_ONLY_PROTOCOL = "init_weights-only"
+PROTOCOLS = ("auto", "transformers", "init_weights", ROOT_ONLY_PROTOCOL, "reset_parameters")
+#: context managers that build a model's parameters (not its buffers, unless
+#: ``include_buffers=True``) on the meta device
+PARAMS_ONLY_META_CONTEXTS = frozenset(
+    {"accelerate.init_empty_weights", "accelerate.big_modeling.init_empty_weights"}
+)
+#: torch's norm layers -> their parameters, each with the keywords whose False leaves it out
+#: (``nn.LayerNorm(d, bias=False)``): values (ones, zeros) only the layer's own hook restores
+#: after ``to_empty()`` (see ``metalint.static.pipeline``)
+AFFINE_NORMS = {
+    "torch.nn.LayerNorm": {
+        "weight": ("elementwise_affine",),
+        "bias": ("elementwise_affine", "bias"),
+    },
+    "torch.nn.RMSNorm": {"weight": ("elementwise_affine",)},
+    **{
+        f"torch.nn.{n}": {"weight": ("affine",), "bias": ("affine",)}
+        for n in ("GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
+    },
+}
+#: Lightning's ``fabric.init_module(empty_init=True)`` / ``trainer.init_module(...)``
+EMPTY_INIT_CONTEXTS = ("init_module",)
+#: wrappers that materialise a meta model by each module's ``reset_parameters()`` (or their
+#: ``param_init_fn``): FSDP1
+SHARDING_WRAPPERS_WITH_INIT = frozenset(
+    {
+        "torch.distributed.fsdp.FullyShardedDataParallel",
+        "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+    }
+)
+#: functions that load a whole checkpoint into the model passed first: every persistent
+#: parameter and buffer comes from it
+CHECKPOINT_LOADERS = frozenset(
+    {
+        "accelerate.load_checkpoint_and_dispatch",
+        "accelerate.load_checkpoint_in_model",
+        "accelerate.utils.load_checkpoint_in_model",
+        "safetensors.torch.load_model",
+        "torch.distributed.checkpoint.state_dict.set_model_state_dict",
+    }
+)
+#: their last names, matched however they were imported
+CHECKPOINT_LOADER_NAMES = frozenset(
+    {"load_checkpoint_and_dispatch", "load_checkpoint_in_model", "set_model_state_dict"}
+)
 #: modules that are code-generation templates, never imported at run time: transformers'
 #: ``modular_<model>.py`` (the ``modeling_<model>.py`` generated from it is what runs)
 TEMPLATE_MODULE_PREFIXES = ("modular_",)

@@ -45,9 +45,15 @@ from metalint.lines import split_lines
 from metalint.probe import attribute, compare
 from metalint.probe.memory import rss_anon
 from metalint.probe.results import verdict_text
-from metalint.vocabulary import BUFFER_HOOK, DEFAULT_HOOKS, RESET_HOOK, ROOT_ENTRIES
+from metalint.vocabulary import (
+    BUFFER_HOOK,
+    DEFAULT_HOOKS,
+    RESET_HOOK,
+    ROOT_ENTRIES,
+    ROOT_ONLY_PROTOCOL,
+)
 
-INIT_CHOICES = ("auto", "reset_parameters", "init_weights")
+INIT_CHOICES = ("auto", "reset_parameters", "init_weights", ROOT_ONLY_PROTOCOL)
 #: a device escape that the build frees again is reported only from this size on
 TRANSIENT_ESCAPE_BYTES = 1 << 20
 
@@ -274,6 +280,9 @@ def run_init(
 
     - ``reset_parameters``: every module's ``reset_parameters()``, children first (``order``);
     - ``init_weights``: the root's ``init_weights()`` only;
+    - ``init_weights-only``: the root's entry point and nothing after it (no per-module
+      hooks); ``auto`` is this when a materialisation site of the class's tree runs so
+      (:func:`materialisation_site`);
     - ``auto``: every module, children first: its ``reset_parameters()``, then its
       ``init_weights()`` when it defines one. This is timm's protocol (``named_apply(depth_first=True)``
       with ``init_weights_vit_timm``): a per-module ``init_weights()`` patches values on top of
@@ -290,6 +299,10 @@ def run_init(
     re-create as re-created, so the probe runs them too; the built-in hooks and private ones
     (``_init_weights(m)``, applied by a parent) are not called again.
     """
+    if init in ("auto", ROOT_ONLY_PROTOCOL):
+        used = _root_only(model, init)
+        if used is not None:
+            return used
     if init == "init_weights":
         if not _has(model, "init_weights"):
             raise ProbeSetupError(f"{type(model).__qualname__} has no init_weights()")
@@ -329,6 +342,13 @@ def run_init(
     else:
         resolve_callable(init)(model)
         used = f"{init}(model)"
+    return used + _buffer_and_configured_hooks(model, hooks, device)
+
+
+def _buffer_and_configured_hooks(model: nn.Module, hooks: Sequence[str], device) -> str:
+    """Run ``init_non_persistent_buffers()`` and the configured ``hooks`` on every module
+    that has them (see :func:`run_init`); what ran, as `` + hook()`` for each."""
+    used = ""
     for hook in (BUFFER_HOOK, *per_module_hooks(hooks)):
         having = [m for m in model.modules() if _has(m, hook)]
         # a configured hook may re-create its tensors (``register_buffer`` anew): torchtune's
@@ -341,6 +361,50 @@ def run_init(
         if having:
             used += f" + {hook}()"
     return used
+
+
+def _root_only(model: nn.Module, init: str) -> str | None:
+    """``init_weights-only``: the root's entry point and nothing else, no module's own hook;
+    ``auto`` runs so when the class's tree materialises it so (a training script's
+    ``model.init_weights()`` after ``to_empty()``), as ``check`` judged it. None: ``auto``
+    on a class no such site builds."""
+    if init == ROOT_ONLY_PROTOCOL:
+        entry = next((h for h in ROOT_ENTRIES if _has(model, h)), None)
+        if entry is None:
+            raise ProbeSetupError(f"{type(model).__qualname__} has no {ROOT_ENTRIES[0]}()")
+        getattr(model, entry)()
+        return f"root {entry}() only"
+    site = materialisation_site(type(model))
+    if site is None:
+        return None
+    for _, entry in site.runs:
+        if not _has(model, entry):
+            raise ProbeSetupError(f"{type(model).__qualname__} has no {entry}()")
+        getattr(model, entry)()
+    ran = " + ".join(f"{entry}()" for _, entry in site.runs)
+    return f"root {ran} only, as {site.label.replace('`', '')}"
+
+
+@functools.lru_cache(maxsize=64)
+def materialisation_site(cls: type):
+    """The materialisation site of the class's tree that runs only the root's entry point on
+    an instance of ``cls`` (:func:`metalint.static.pipeline.root_only`, the answer ``check``
+    judges the class's tensors under), or None."""
+    from metalint.static.pipeline import root_only, sequences, tree_sites
+
+    file = _class_file(cls)
+    if not file:
+        return None
+
+    def resolve(name: str) -> str | None:
+        module, _, attr = name.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module), attr) if module else None
+        except Exception:  # noqa: BLE001 (a name the probe cannot import is not this class)
+            return None
+        return "root" if obj is cls else None
+
+    return root_only(sequences(tree_sites(file), resolve).get("root", []))
 
 
 def per_module_hooks(hooks: Sequence[str]) -> tuple[str, ...]:

@@ -37,12 +37,12 @@ from typing import Any
 
 from metalint.diagnostics import Diagnostic
 
-_SUBTREE_RULES = {"ML006", "ML010"}
+_SUBTREE_RULES = {"ML006", "ML010", "ML016"}
 #: rules whose claim is about per-module ``reset_parameters()`` (FSDP's materialisation): a
 #: class no model root contains is probed under that protocol for them
-PER_MODULE_RULES = _SUBTREE_RULES
+PER_MODULE_RULES = _SUBTREE_RULES - {"ML016"}
 #: rules about one tensor of their class (``subject``): `gamma` is created from a value...
-_NAMED_TENSOR_RULES = {"ML001", "ML002", "ML003", "ML005", "ML007"}
+_NAMED_TENSOR_RULES = {"ML001", "ML002", "ML003", "ML005", "ML007", "ML015"}
 #: the kind of tensor a rule's subject is, as the probe's class summary lists them: ``attrs``
 #: (parameters and buffers, every rule not listed) or ``plain`` (plain tensor attributes)
 _TENSOR_KINDS = {"ML007": ("plain",), "ML009": ("attrs", "plain")}

@@ -25,6 +25,7 @@ from metalint.static.defaults import init_functions
 from metalint.static.elide import HOST_READ, REPARAMETRIZE, elide
 from metalint.static.model import NOT_THE_TREE, ClassFacts, collect
 from metalint.static.names import exports_from_ast
+from metalint.static.pipeline import materialisations
 from metalint.static.protocol import summarize_class, summarize_functions
 
 # re-exported: the results live in a module that does not import libcst (cache hits need no parser)
@@ -567,6 +568,7 @@ def _analyze(
     if err is not None:
         return err
     result = FileResult(display, module_name, noqa=noqa_directives(source))
+    result.materialisations = materialisations(tree, source, module_name, is_package)
     if not PREFILTER.search(source.encode("utf-8", "surrogatepass")):
         result.exports = exports_from_ast(tree, module_name, is_package)
         return result
@@ -644,6 +646,8 @@ def _analyze(
                         f.if_applies_init,
                         f.if_helper_reads,
                         tuple(f.unless_same_law),
+                        tuple(f.at_materialisation),
+                        f.skips_module_hooks,
                     ),
                 )
             )

@@ -22,7 +22,11 @@ class Hierarchy:
         #: the file each module-level function of the tree is in (as displayed)
         self.function_files: dict[str, str] = {}
         self.exports: dict[str, dict[str, str]] = {}
+        #: ``(file, site)`` of every place the tree materialises a model built on meta
+        #: (:mod:`metalint.static.pipeline`)
+        self.sites: list[tuple[str, dict]] = []
         for r in results:
+            self.sites += [(r.path, site) for site in r.materialisations]
             for c in r.classes:
                 kept = self.classes.setdefault(c.fullname, c)
                 if kept is not c:

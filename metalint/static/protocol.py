@@ -26,8 +26,13 @@ The protocols (``[tool.metalint] protocol``, ``"auto"`` by default):
 - ``init_weights``: a root ``init_weights()`` (timm, torchtitan's
   ``init_weights(buffer_device=...)``, ``init_states()``) run after every module's own hooks;
   what it applies to every module is the re-initialisation.
+- ``init_weights-only``: the root's entry point and nothing else (no module's own hook).
 - ``reset_parameters``: every module's own hooks, children first (PyTorch, FSDP, Lightning,
   PyG): nothing beyond the class's own hooks.
+
+A root that a materialisation site of the tree builds (:mod:`metalint.static.pipeline`: a
+training script's meta build, ``to_empty()``, ``model.init_weights()``) is judged under what
+that site runs instead (:meth:`Protocols.sequences_of`, :meth:`Protocols.lost_at`).
 
 A tensor is lost when it is lost under at least one root that contains its class; a class no
 root contains is judged per module.
@@ -49,16 +54,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from metalint.static.pipeline import Sequence, sequences
 from metalint.vocabulary import (
+    AFFINE_NORMS,
     PROTOCOLS,
     RECURSIVE_TENSOR_ITERATORS,
+    RESET_HOOK,
     ROOT_ENTRIES,
+    ROOT_ONLY_PROTOCOL,
     TEMPLATE_MODULE_PREFIXES,
     TIE_BASES,
+    TORCH_WITHOUT_RESET,
 )
 
 TRANSFORMERS = "transformers _init_weights"
 ROOT_INIT = "root init_weights"
+#: the root's entry point and nothing else after ``to_empty()`` (no module's own hooks): what a
+#: materialisation site of the tree runs (:mod:`metalint.static.pipeline`), or
+#: ``protocol = "init_weights-only"``
+ROOT_ONLY = "root init_weights only"
+#: what a materialisation site of the tree runs when it calls no entry point (a checkpoint
+#: load, ``model.apply(fn)``, nothing)
+SITE = "materialisation site"
 RESET = "reset_parameters"
 #: the base classes of a transformers model
 TRANSFORMERS_BASES = frozenset(TIE_BASES)
@@ -68,6 +85,9 @@ _MODULE_ITERATORS = frozenset({"modules", "named_modules"})
 #: a root entry calling one of these on a child (``self.encoder.init_weights()``) runs the
 #: child's own entry point
 _CHILD_ENTRIES = frozenset(ROOT_ENTRIES)
+#: the calls on a child an entry point's summary records (a materialisation site that runs
+#: the entry alone counts ``self.norm.reset_parameters()`` as restoring that child)
+_CHILD_CALLS = _CHILD_ENTRIES | {RESET_HOOK}
 
 _NORMS = ["torch.nn.GroupNorm", "torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d"]
 #: the base dispatch's ``init.normal_(module.weight, mean=0.0, std=std)``, ``std =
@@ -201,7 +221,59 @@ def summarize_class(cls, ctx, hooks: tuple[str, ...] = ("reset_parameters",)) ->
         out["deleted"] = deleted
     if applies:
         out["applies"] = applies
+    buffers, volatile = _buffers(cls, ctx)
+    if buffers:
+        out["buffers"] = buffers
+    if volatile:
+        out["volatile"] = volatile
+    norms = sorted(
+        {f"{a.target.split('.')[1]}.{t}" for a, ts in affine_norms(cls, ctx.qualify) for t in ts}
+    )
+    if norms:
+        out["norms"] = norms
     return out
+
+
+def affine_norms(cls, qualify) -> list[tuple[Any, tuple[str, ...]]]:
+    """The assignments ``self.norm = nn.LayerNorm(dim)`` of a class's construction that build
+    one of torch's norm layers with a weight or bias (not ``elementwise_affine=False``),
+    each with those tensors: values (ones, zeros) of the class's tree that only the layer's
+    own hook restores."""
+    import libcst as cst
+
+    from metalint.static.model import construction
+    from metalint.static.syntax import is_false, keyword
+
+    out = []
+    for m in construction(cls):
+        for a in m.assigns:
+            if a.target.count(".") != 1 or type(a.value) is not cst.Call:
+                continue
+            tensors = AFFINE_NORMS.get(qualify(a.value.func) or "", {})
+            kept = tuple(
+                t
+                for t, flags in tensors.items()
+                if not any(is_false(keyword(a.value, f)) for f in flags)
+            )
+            if kept:
+                out.append((a, kept))
+    return out
+
+
+def _buffers(cls, ctx) -> tuple[list[str], list[str]]:
+    """The buffers a class registers, and those of them no checkpoint holds
+    (``persistent=False``): what a checkpoint load leaves as the build made it."""
+    from metalint.static.model import construction
+    from metalint.static.ownership import owned_tensors
+
+    buffers: set[str] = set()
+    volatile: set[str] = set()
+    for owned in owned_tensors(construction(cls), ctx.qualify):
+        if owned.kind == "buffer":
+            buffers.add(owned.attr)
+            if not owned.persistent:
+                volatile.add(owned.attr)
+    return sorted(buffers), sorted(volatile)
 
 
 def _method_writes(cls, name: str, ctx) -> list[str]:
@@ -605,6 +677,9 @@ def summarize_functions(module, module_name: str, ctx, classes: list[dict]) -> d
     prefix = f"{module_name}." if module_name else ""
     top = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
     todo = [q[len(prefix) :] for q in _applied_functions(classes) if q.startswith(prefix)]
+    # an init function a training script applies (``model.apply(init_fn)``, see
+    # :mod:`metalint.static.pipeline`): the file cannot know, its name says it may be one
+    todo += [n for n in top if "init" in n.lower()]
     out: dict[str, dict[str, Any]] = {}
     done: set[str] = set()
     while todo:
@@ -725,8 +800,9 @@ def _applies(method, ctx, wanted: set[str]) -> list[list]:
     out: list[list] = []
     for call in method.calls:
         recv = call.receiver or ""
-        if recv.startswith("self.") and recv.count(".") == 1 and call.method in _CHILD_ENTRIES:
-            out.append(["child", recv[5:], call.method])  # self.encoder.init_weights()
+        if recv.startswith("self.") and recv.count(".") == 1 and call.method in _CHILD_CALLS:
+            # self.encoder.init_weights(), self.norm.reset_parameters()
+            out.append(["child", recv[5:], call.method])
             continue
         if not is_self_apply(call):
             continue
@@ -763,6 +839,37 @@ def _applies(method, ctx, wanted: set[str]) -> list[list]:
             block = _block(_body_of(node), targets[0], ctx, method.node)
             if block:
                 out.append(["each", held[5:], block])
+        if isinstance(node, cst.For) and len(targets) == 1:
+            out += _element_calls(node, targets[0], it)
+    return out
+
+
+def _element_calls(loop, var: str, it) -> list[list]:
+    """``for layer in self.layers.values(): layer.init_weights()`` (torchtitan): the entry
+    point (or reset) of each element of a container child, as ``["child", attr, method]``."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.syntax import walk_code
+
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and not it.args:
+        if it.func.attr.value not in ("values", "children"):
+            return []
+        it = it.func.value
+    held = dotted(it) or ""
+    if not (held.startswith("self.") and held.count(".") == 1):
+        return []
+    out = []
+    for node in walk_code(loop.body):
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and isinstance(node.func.value, cst.Name)
+            and node.func.value.value == var
+            and node.func.attr.value in _CHILD_CALLS
+            and ["child", held[5:], node.func.attr.value] not in out
+        ):
+            out.append(["child", held[5:], node.func.attr.value])
     return out
 
 
@@ -1259,6 +1366,15 @@ class Protocols:
         #: while :meth:`same_law` asks: tensor -> ``(law, guards)`` of every write the
         #: protocol makes to it (law None: a write whose law is unknown)
         self._laws: dict[str, list] | None = None
+        #: model root -> what the tree's materialisation sites run on it; a site applying a
+        #: function the tree does not summarise (``model.apply(fn)`` of another package) is
+        #: not judged: the protocol the root's methods suggest stands
+        self.sequences: dict[str, list[Sequence]] = {}
+        for root, seqs in sequences(getattr(hierarchy, "sites", []), hierarchy.resolve).items():
+            known = [q for q in seqs if all(k != "apply" or self._readable(n) for k, n in q.runs)]
+            if known:
+                self.sequences[root] = known
+        self._children: dict[str, set[str]] | None = None
 
     # -- composition --------------------------------------------------------------------
     def roots(self, cls: str) -> frozenset[str]:
@@ -1321,6 +1437,13 @@ class Protocols:
 
     # -- protocols ----------------------------------------------------------------------
     def protocol_of(self, root: str) -> str:
+        seqs = self.sequences_of(root)
+        if seqs:
+            # what the tree runs on it: the per-module protocol only when every site runs
+            # each module's own ``reset_parameters()``
+            if all(q.per_module for q in seqs):
+                return RESET
+            return ROOT_ONLY if any(q.runs_entry for q in seqs) else SITE
         if self.protocol == "transformers" or (
             self.protocol == "auto" and self.is_transformers(root)
         ):
@@ -1328,8 +1451,204 @@ class Protocols:
         if self.protocol == "reset_parameters":
             return RESET
         if self.h.defines(root, self.entries, set()):
-            return ROOT_INIT
+            return ROOT_ONLY if self.protocol == ROOT_ONLY_PROTOCOL else ROOT_INIT
         return RESET
+
+    def _readable(self, function: str) -> bool:
+        summary = self._function(function)
+        return summary is not None and ("block" in summary or "returns" in summary)
+
+    def sequences_of(self, root: str) -> list[Sequence]:
+        """What materialises ``root``: its sites in the tree, else under ``protocol =
+        "init_weights-only"`` the root's entry point alone (no site named)."""
+        seqs = self.sequences.get(root)
+        if seqs:
+            return seqs
+        if self.protocol == ROOT_ONLY_PROTOCOL and self.h.defines(root, self.entries, set()):
+            entry = self._entry(root)
+            short = root.rsplit(".", 1)[-1]
+            return [
+                Sequence(
+                    root, ("", 0, f"{short}.{entry}()"), "all", True, (("entry", entry),), False
+                )
+            ]
+        return []
+
+    def site_recreated(self, seq: Sequence, cls: str) -> set[str]:
+        """Tensors of a ``cls`` inside ``seq.root`` that what the site runs re-creates."""
+        out: set[str] = set()
+        for kind, name in seq.runs:
+            if kind == "entry":
+                out |= self._entry_recreated(seq.root, name, cls)
+            elif kind == "apply":
+                out |= self._run_function(name, cls, set())
+            elif kind == "reset":
+                out |= self._called(cls, name, name == RESET_HOOK)
+        return out
+
+    def _entry_recreated(self, root: str, entry: str, cls: str) -> set[str]:
+        """Tensors of a ``cls`` inside ``root`` that ``root.entry()`` re-creates: what it
+        applies to every module, what it writes on the root itself (``self.freqs_cis =
+        ...``), and what the children's entry points it calls do (torchtitan's
+        ``layer.init_weights()``, ``self.norm.reset_parameters()``), transitively."""
+        family = set(self.family(cls))
+        out: set[str] = set()
+        todo = [(root, entry)]
+        seen = set(todo)
+        while todo:
+            owner, method = todo.pop()
+            if owner in family:
+                own = self.h.hook_tensors(owner, method)
+                out |= own if own is not None else self._called(owner, method, False)
+            for item in self._entry_items(owner, method):
+                if item[0] != "child":
+                    out |= self._applied(item, owner, cls)
+                    continue
+                if owner in family and item[2] == RESET_HOOK:
+                    out.add(item[1])  # ``self.norm.reset_parameters()``: all of that child
+                for q in self._child_classes(owner, item[1]):
+                    if (q, item[2]) not in seen and len(seen) < 256:
+                        seen.add((q, item[2]))
+                        todo.append((q, item[2]))
+        return out
+
+    def _child_classes(self, owner: str, attr: str) -> set[str]:
+        """The tree's classes ``self.attr`` of an ``owner`` is built as or holds; for a
+        container whose elements the summary does not name (``nn.ModuleDict({str(i):
+        TransformerBlock(i, args) for i in ...})``), every class ``owner`` builds that is no
+        other attribute's."""
+        got = self._members(owner, attr) | self._held(owner, attr)
+        if got:
+            return got
+        summary = self.h.classes.get(owner)
+        if summary is None:
+            return set()
+        others: set[str] = set()
+        for a in summary.protocol.get("members", {}):
+            if a != attr:
+                others |= self._members(owner, a)
+        built = {self.h.resolve(c) for c in summary.protocol.get("children", ())}
+        return {c for c in built if c is not None} - others - {owner}
+
+    def lost_at(self, seq: Sequence, cls: str, tensors) -> list[str]:
+        """The ``tensors`` of a ``cls`` inside ``seq.root`` that the site leaves as
+        ``to_empty()`` (or the meta build) left them: not re-created by what runs, not in the
+        checkpoint it loads (non-persistent buffers), not built on the real device (buffers
+        under accelerate's ``init_empty_weights()`` when nothing calls ``to_empty()``)."""
+        done = self.site_recreated(seq, cls)
+        if "*" in done:
+            return []
+        volatile = self._summary_names(cls, "volatile")
+        buffers = self._summary_names(cls, "buffers")
+        out = []
+        for t in tensors:
+            if t in done or (seq.loads and t not in volatile):
+                continue
+            if seq.meta == "params" and not seq.to_empty and t in buffers:
+                continue
+            if "." in t and self._child_restored(seq, cls, t, done):
+                continue
+            out.append(t)
+        return out
+
+    def _child_restored(self, seq: Sequence, cls: str, tensor: str, done: set[str]) -> bool:
+        """``norm.weight`` of a ``cls`` (a torch layer it holds): restored when the site
+        writes that child (``self.norm.reset_parameters()``, ``nn.init.ones_(self.norm.
+        weight)`` on the root), runs each module's ``reset_parameters()``, or re-creates the
+        tensor on every module of the layer's class (``isinstance(m, nn.LayerNorm)``)."""
+        attr, _, leaf = tensor.partition(".")
+        if attr in done or any(kind == "reset" and n == RESET_HOOK for kind, n in seq.runs):
+            return True
+        layers = set()
+        for c in self.mro(cls):
+            summary = self.h.classes.get(c)
+            layers.update((summary.protocol.get("members", {}) if summary else {}).get(attr, ()))
+        for layer in layers:
+            got = self.site_recreated(seq, layer)
+            if "*" not in got and leaf not in got:
+                return False
+        return bool(layers)
+
+    def _summary_names(self, cls: str, key: str) -> set[str]:
+        out: set[str] = set()
+        for c in self.mro(cls):
+            summary = self.h.classes.get(c)
+            if summary is not None:
+                out.update(summary.protocol.get(key, ()))
+        return out
+
+    def descendants(self, root: str) -> set[str]:
+        """The tree's classes ``root`` contains, itself included."""
+        if self._children is None:
+            self._children = {}
+            for child, parents in self.parents.items():
+                for p in parents:
+                    self._children.setdefault(p, set()).add(child)
+        out = {root}
+        todo = [root]
+        while todo and len(out) < 4096:
+            for c in self._children.get(todo.pop(), ()):
+                if c not in out:
+                    out.add(c)
+                    todo.append(c)
+        return out
+
+    def model_roots(self, cls: str) -> list[str]:
+        """The model roots containing ``cls`` (:meth:`roots`), then the classes containing
+        it (or ``cls`` itself) that a materialisation site of the tree builds although
+        another class constructs them too (a script materialising one block)."""
+        out = sorted(self.roots(cls))
+        if not self.sequences:
+            return out
+        seen = {cls}
+        todo = [cls]
+        built = []
+        while todo and len(seen) < 4096:
+            cur = todo.pop()
+            if cur in self.sequences and cur not in out:
+                built.append(cur)
+            for p in self.parents.get(cur, ()):
+                if p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+        return out + sorted(built)
+
+    def first_loss(self, cls: str, tensors) -> tuple[Sequence, list[str]] | None:
+        """The first site (of a root containing ``cls`` or a subclass) that loses some of
+        ``tensors``, with those it loses."""
+        for member in self.family(cls):
+            for root in self.model_roots(member):
+                for seq in self.sequences_of(root):
+                    lost = self.lost_at(seq, member, tensors)
+                    if lost:
+                        return seq, lost
+        return None
+
+    def skipped_hooks(self, root: str, entry: str = "") -> tuple[Sequence, list[str]] | None:
+        """A site that runs only ``root``'s entry point (``entry`` when given; no module's own
+        ``reset_parameters()``), with the modules inside it whose own hook would restore
+        a tensor the site loses (a class's short name, ``Block.norm`` for a torch norm
+        layer it holds); None when there is none."""
+        if not self.h.defines(root, self.entries, set()) or RESET_HOOK in self.module_hooks(root):
+            return None
+        for seq in self.sequences_of(root):
+            if seq.per_module or not seq.runs_entry:
+                continue
+            if entry and ("entry", entry) not in seq.runs:
+                continue  # the site calls another entry point than the one the fix edits
+            classes = []
+            for c in sorted(self.descendants(root)):
+                # the root's own hook is no module's the fix may call (it may call the entry)
+                own = self.h.hook_tensors(c, RESET_HOOK) if c != root else None
+                short = c.rsplit(".", 1)[-1]
+                if own and self.lost_at(seq, c, sorted(own)):
+                    classes.append(short)
+                norms = sorted(self._summary_names(c, "norms"))
+                lost = {t.partition(".")[0] for t in self.lost_at(seq, c, norms)}
+                classes += [f"{short}.{attr}" for attr in sorted(lost)]
+            if classes:
+                return seq, classes
+        return None
 
     def module_hooks(self, root: str) -> set[str]:
         """The methods ``root``'s entry point calls on the modules it applies to: Levit's
@@ -1377,12 +1696,17 @@ class Protocols:
         pairs = [
             (member, root)
             for member in self.family(cls)
-            for root in sorted(self.roots(member))
+            for root in self.model_roots(member)
             if self.protocol_of(root) != RESET
         ]
         if not pairs:
             return ("", "")
         for member, root in pairs:
+            seqs = self.sequences_of(root)
+            if seqs:
+                if any(self.lost_at(q, member, tensors) for q in seqs):
+                    return (self.protocol_of(root), root)
+                continue
             done = self.recreated(member, root, self.protocol_of(root))
             if "*" in done or all(t in done for t in tensors):
                 continue
@@ -1426,6 +1750,11 @@ class Protocols:
                 got = self._run_method(owner, "_init_weights", cls, set())
                 out = got if out is None else out & got
             return (out or set()) | self._written_by_parents(cls, root)
+        if protocol in (ROOT_ONLY, SITE):
+            out = set()
+            for seq in self.sequences_of(root):
+                out |= self.site_recreated(seq, cls)
+            return out
         if protocol == ROOT_INIT:
             out = set()
             for owner in self.mro(root):
@@ -1528,6 +1857,9 @@ class Protocols:
             done = self.h.hook_tensors(cls, method)
             if done is not None:
                 return done
+            if cls not in self.h.classes and cls.startswith("torch.nn."):
+                # torch's own layer (a norm a site's loop resets): all of its tensors
+                return set() if cls in TORCH_WITHOUT_RESET else {"*"}
             return {"*"} if self.h._torch_reset_base(cls, set()) else set()
         for c in self.mro(cls):
             summary = self.h.classes.get(c)
@@ -1667,7 +1999,8 @@ class Protocols:
                 if summary is None:
                     continue
                 known = True
-                if cond[1] in summary.protocol.get("attributes", ()):
+                # ``hasattr(m, "reset_parameters")``: a method is an attribute too
+                if cond[1] in summary.protocol.get("attributes", ()) or cond[1] in summary.methods:
                     return True
             # a torch built-in base (nn.Linear) has attributes the tree does not show
             torch_base = any(
@@ -1684,6 +2017,10 @@ class Protocols:
         cond = d.condition
         if cond.unless_root_replays:
             return self._judge_replayed(d)
+        if cond.at_materialisation:
+            return self._judge_site(d)
+        if cond.skips_module_hooks:
+            return self._judge_skipped(d)
         if not cond.not_recreated:
             return d
         lost = self.lost_under(cond.cls, cond.not_recreated, cond.unless_same_law)
@@ -1691,7 +2028,39 @@ class Protocols:
             return None
         protocol, root = lost
         if not protocol:
-            return d.with_(protocol=RESET)
+            # judged per module: name the site that materialises a root of it so, if any
+            seq = next(
+                (
+                    q
+                    for m in self.family(cond.cls)
+                    for r in self.model_roots(m)
+                    for q in self.sequences_of(r)
+                    if q.per_module
+                ),
+                None,
+            )
+            if seq is None:
+                return d.with_(protocol=RESET)
+            return d.with_(
+                message=f"{d.message}; lost under {seq.label}",
+                protocol=RESET,
+                materialised=seq.call,
+            )
+        seq = next(
+            (
+                q
+                for q in self.sequences_of(root)
+                if any(self.lost_at(q, m, cond.not_recreated) for m in self.family(cond.cls))
+            ),
+            None,
+        )
+        if seq is not None:
+            return d.with_(
+                message=f"{d.message}; lost under {seq.label}",
+                protocol=protocol,
+                root=root,
+                materialised=seq.call,
+            )
         short = root.rsplit(".", 1)[-1]
         where = (
             f"`{short}.init_weights()` (transformers `_init_weights`)"
@@ -1699,6 +2068,49 @@ class Protocols:
             else f"`{short}.{self._entry(root)}()`"
         )
         return d.with_(message=f"{d.message}; lost under {where}", protocol=protocol, root=root)
+
+    def _judge_site(self, d):
+        """The tensors ``cond.at_materialisation`` of a class, judged under the sites that
+        build a root containing it: None when every site restores them, else the finding
+        naming the site and the tensors lost there."""
+        cond = d.condition
+        found = self.first_loss(cond.cls, cond.at_materialisation)
+        if found is None:
+            return None
+        seq, lost = found
+        short = seq.root.rsplit(".", 1)[-1]
+        help = d.help
+        if not seq.runs_entry:
+            help = (
+                f"Re-create it where {seq.label.split(' at ')[0]} runs: call its module's "
+                "hook there, or make it a tensor the checkpoint holds"
+            )
+        return d.with_(
+            message=f"{d.message}: lost under {seq.label} ({seq.describe(short)})",
+            help=help,
+            subject=tuple(lost),
+            protocol=self.protocol_of(seq.root),
+            root=seq.root,
+            materialised=seq.call,
+        )
+
+    def _judge_skipped(self, d):
+        """A root whose entry point is all a site runs: the finding names the site and the
+        classes whose own ``reset_parameters()`` it never calls."""
+        cond = d.condition
+        found = self.skipped_hooks(cond.cls, d.hook or "")
+        if found is None:
+            return None
+        seq, classes = found
+        names = ", ".join(f"`{c}`" for c in classes[:4])
+        more = f" and {len(classes) - 4} more" if len(classes) > 4 else ""
+        return d.with_(
+            message=f"{d.message}; {seq.label} runs it alone after `to_empty()`, so the "
+            f"own `reset_parameters()` of {names}{more} never runs",
+            protocol=ROOT_ONLY,
+            root=cond.cls,
+            materialised=seq.call,
+        )
 
     def _judge_replayed(self, d):
         """ML010: init applied by a parent that its hook ``cond.unless_root_replays`` replays.
@@ -1710,9 +2122,21 @@ class Protocols:
         if self.protocol == RESET:
             return d.with_(protocol=RESET)
         roots = sorted(self.roots(cond.cls))
+        seqs = self.sequences_of(cond.cls) if roots == [cond.cls] else []
+        if seqs:
+            # the tree materialises it: replayed only where the site calls that hook
+            missed = next((q for q in seqs if ("entry", hook) not in q.runs), None)
+            if missed is None:
+                return None
+            return d.with_(
+                message=f"{d.message}; {missed.label} never calls it",
+                protocol=self.protocol_of(cond.cls),
+                root=cond.cls,
+                materialised=missed.call,
+            )
         if roots == [cond.cls]:
             protocol = self.protocol_of(cond.cls)
-            if protocol == ROOT_INIT and hook in self.entries:
+            if protocol in (ROOT_INIT, ROOT_ONLY) and hook in self.entries:
                 return None
             return d.with_(protocol=protocol, root=cond.cls if protocol != RESET else None)
         lost = [r for r in roots if not self._replays_child(r, cond.cls, hook)]
@@ -1730,7 +2154,7 @@ class Protocols:
         """Does ``root``'s entry point run ``hook`` on its instance of ``cls``, through its
         children's entry points (``self.encoder.init_weights()``, timm's classifier
         wrappers)?"""
-        if hook not in self.entries or self.protocol_of(root) != ROOT_INIT:
+        if hook not in self.entries or self.protocol_of(root) not in (ROOT_INIT, ROOT_ONLY):
             return False
         family = set(self.family(cls))
         todo = [(root, self._entry(root))]

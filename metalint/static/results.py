@@ -81,6 +81,9 @@ class FileResult:
     #: (code, function) of the findings left out until the tree confirms that ``function``
     #: reads a tensor's value (``analyze_source(defer_helper_reads=True)``)
     helper_reads: list[tuple[str, str]] = field(default_factory=list)
+    #: where the file materialises a model built on the meta device and what runs on it then
+    #: (see :func:`metalint.static.pipeline.materialisations`)
+    materialisations: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +95,7 @@ class FileResult:
             "parsed": self.parsed,
             "functions": self.functions,
             "helper_reads": [list(pair) for pair in self.helper_reads],
+            "materialisations": self.materialisations,
         }
 
     @classmethod
@@ -106,7 +110,14 @@ class FileResult:
             d["parsed"],
             d.get("functions", {}),
             [_code_and_function(x) for x in d.get("helper_reads", ())],
+            _sites(d["materialisations"]),
         )
+
+
+def _sites(value) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(s, dict) for s in value):
+        raise TypeError("materialisations are a list of sites")
+    return value
 
 
 def _code_and_function(pair) -> tuple[str, str]:

@@ -62,6 +62,12 @@ class Finding:
     #: ``(child class, tensor, law)``: the finding stands only while no model root's protocol
     #: re-draws that tensor of the child from the same law (see ``Condition``)
     unless_same_law: tuple = ()
+    #: the finding stands only while a materialisation site loses one of these tensors (see
+    #: ``Condition.at_materialisation``)
+    at_materialisation: tuple[str, ...] = ()
+    #: the finding stands only while a site runs only this root's entry point and a module's
+    #: own hook would restore what it loses (see ``Condition.skips_module_hooks``)
+    skips_module_hooks: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,245 @@
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from metalint.rules.missing_reset_hook import _from_argument, _has_value, _size_zero
+from metalint.static.model import ClassFacts, construction
+from metalint.static.ownership import owned_tensors
+from metalint.static.protocol import affine_norms
+from metalint.static.rule import Finding, Rule
+from metalint.static.tensors import inplace_write
+
+
+class UnrestoredAtMaterialisation(Rule):
+    """
+    ## What it does
+    Finds a parameter or buffer that construction gives a value and that the tree's own
+    materialisation of the model leaves uninitialised. It reads the code that materialises a
+    model built on the meta device (a training script's `with torch.device("meta"):`,
+    accelerate's `init_empty_weights()`, Lightning's `init_module(empty_init=True)`,
+    `device="meta"`), then `to_empty()`, and what runs next on that model: its root entry
+    point (`model.init_weights()`, `init_states()`), `model.apply(fn)`, a loop calling each
+    module's `reset_parameters()`, FSDP1's materialisation, a checkpoint load
+    (`load_state_dict(sd, assign=True)`: every persistent tensor comes from it). Each class
+    built inside such a model is judged under exactly that sequence, and the finding names
+    the call, e.g. "lost under `model.init_weights()` at scripts/train.py:17".
+
+    Without such a site (or `protocol = "init_weights-only"`) it reports nothing: the other
+    rules judge each class under the protocol its model's methods suggest. A tensor another
+    finding of its class already names is left to that finding.
+
+    ## Why is this bad on meta?
+    A torchtitan-style script calls `model.init_weights()` on the root and nothing else:
+    no module's own `reset_parameters()` runs. A norm's weight, a RoPE table or a
+    LayerScale gain that only its own hook restores stays uninitialised memory, and the
+    model trains on it, although every class "has a `reset_parameters()`". After a
+    checkpoint load with `assign=True`, a non-persistent buffer (a RoPE table) is not in the
+    checkpoint and stays on the meta device.
+
+    ## Example
+    ```python
+    class RMSNorm(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(dim))  # lost: only its own hook restores it
+
+        def reset_parameters(self):
+            nn.init.ones_(self.weight)
+
+
+    class Model(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.proj = nn.Linear(dim, dim)
+            self.norm = RMSNorm(dim)
+
+        def init_weights(self):
+            nn.init.trunc_normal_(self.proj.weight, std=0.02)
+
+
+    def build():
+        with torch.device("meta"):
+            model = Model(16)
+        model.to_empty(device="cuda")
+        model.init_weights()
+    ```
+
+    ## Use instead
+    ```python
+    class Model(nn.Module):
+        ...
+
+        def init_weights(self):
+            for module in self.modules():
+                if module is not self and hasattr(module, "reset_parameters"):
+                    module.reset_parameters()
+            nn.init.trunc_normal_(self.proj.weight, std=0.02)
+    ```
+
+    ## Fix safety
+    No fix of its own: the tensor is restored by what the root's entry point runs. ML016's
+    fix makes the root's entry point call every module's `reset_parameters()`; ML001 and
+    ML002 give a class without a hook its `reset_parameters()`. A tensor that only a
+    checkpoint restores needs the script to re-create it after the load.
+    """
+
+    code = "ML015"
+    name = "unrestored-at-materialisation"
+    summary = "The tree's materialisation of the model leaves a tensor uninitialised"
+
+    VALID = [
+        # the root's entry point runs each module's own reset_parameters() first
+        """
+import torch
+from torch import nn
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def reset_parameters(self):
+        nn.init.ones_(self.weight)
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = RMSNorm(dim)
+
+    def init_weights(self):
+        for module in self.modules():
+            if module is not self and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+def build():
+    with torch.device("meta"):
+        model = Model(16)
+    model.to_empty(device="cpu")
+    model.init_weights()
+""",
+        # no materialisation site: judged per module (the class has its hook)
+        """
+import torch
+from torch import nn
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def reset_parameters(self):
+        nn.init.ones_(self.weight)
+""",
+        # a full checkpoint load restores every persistent tensor
+        """
+import torch
+from torch import nn
+
+class LayerScale(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.gamma = nn.Parameter(0.1 * torch.ones(dim))
+
+def load(sd):
+    with torch.device("meta"):
+        model = LayerScale(16)
+    model.load_state_dict(sd, assign=True)
+""",
+    ]
+    INVALID = [
+        """
+import torch
+from torch import nn
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))  # ERROR
+
+    def reset_parameters(self):
+        nn.init.ones_(self.weight)
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.norm = RMSNorm(dim)
+
+    def init_weights(self):
+        nn.init.trunc_normal_(self.proj.weight, std=0.02)
+
+def build():
+    with torch.device("meta"):
+        model = Model(16)
+    model.to_empty(device="cpu")
+    model.init_weights()
+""",
+        # a non-persistent buffer is in no checkpoint
+        """
+import torch
+from torch import nn
+
+class Rope(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # ERROR
+
+    def reset_parameters(self):
+        self.inv_freq.copy_(1.0 / (10000 ** (torch.arange(0, self.inv_freq.numel() * 2, 2).float() / (self.inv_freq.numel() * 2))))
+
+def load(sd):
+    with torch.device("meta"):
+        model = Rope(16)
+    model.load_state_dict(sd, assign=True)
+""",
+    ]
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        if "__init__" not in cls.methods:
+            return
+        methods = construction(cls)
+        initialised = {
+            w.own
+            for m in methods
+            for c in m.calls
+            if (w := inplace_write(c.node, self.qualify)) and w.own
+        }
+        seen: set[str] = set()
+        for owned in owned_tensors(methods, self.qualify):
+            if owned.attr in seen or _size_zero(owned.value, self.qualify):
+                continue
+            if not (
+                owned.attr in initialised
+                or _from_argument(owned)
+                or _has_value(owned.value, self.qualify, owned.method)
+            ):
+                continue  # `torch.empty(...)` nobody initialises: eager has garbage too
+            seen.add(owned.attr)
+            kind = "buffer" if owned.kind == "buffer" else "parameter"
+            yield Finding(
+                owned.node,
+                f"{kind} `{owned.attr}` of `{cls.name}` has a value after construction",
+                cls,
+                subject=(owned.attr,),
+                help="Make what the script runs re-create it: the root's entry point calling "
+                "each module's `reset_parameters()` (ML016's fix), or an init of it there",
+                at_materialisation=(owned.attr,),
+            )
+        for a, tensors in affine_norms(cls, self.qualify):
+            attr = a.target.split(".")[1]
+            names = tuple(f"{attr}.{t}" for t in tensors if f"{attr}.{t}" not in seen)
+            if not names:
+                continue
+            seen.update(names)
+            shown = " and ".join(f"`{t}`" for t in tensors)
+            yield Finding(
+                a.node,
+                f"{shown} of `{cls.name}.{attr}` (a torch norm layer) have a value after "
+                "construction",
+                cls,
+                subject=names,
+                help=f"Make what the script runs re-create them: `self.{attr}.reset_parameters()` "
+                "in the root's entry point, or each module's `reset_parameters()` (ML016's fix)",
+                at_materialisation=names,
+            )

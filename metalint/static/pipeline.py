@@ -1,0 +1,487 @@
+"""Where a checked tree materialises its models, and what runs on them then.
+
+A model root is judged under the protocol that materialises it (:mod:`.protocol`). Most
+trees never say which: the protocol is then the one the root's methods suggest. A training
+script that builds a model on the meta device says exactly which, and that is what the model
+will train on: torchtitan's ``with torch.device("meta"): model = Transformer(args)``,
+``fully_shard(...)``, ``model.to_empty(device=...)``, ``model.init_weights()`` runs the
+root's entry point and nothing else (no module's own ``reset_parameters()``).
+
+Per file (CPython's ``ast``, no libcst, no torch: :func:`materialisations`), each *site* is
+summarised as plain data, cached with the file:
+
+``{"build": [names the constructor call may be], "line": row, "call": "Transformer(args)",
+"meta": "all" | "params", "steps": [step, ...]}``
+
+where ``meta`` says what the build puts on the meta device (``"params"``: accelerate's
+``init_empty_weights()``, which builds buffers on the real device unless
+``include_buffers=True``) and each step is ``{"kind": ..., "line": row, "call": text}`` with
+kind one of
+
+- ``to_empty``: ``model.to_empty(device=...)``: every parameter and buffer is uninitialised;
+- ``entry`` (``name``): the root's entry point, ``model.init_weights(buffer_device=...)``;
+- ``apply`` (``function``): ``model.apply(init_fn)``;
+- ``reset`` (``name``): every module's own hook, ``for m in model.modules():
+  m.reset_parameters()``, FSDP1's materialisation (``FSDP(model, param_init_fn=...)``) and
+  Lightning's ``init_module(empty_init=True)`` (whose strategies reset each module);
+- ``load``: a checkpoint load (``load_state_dict(sd, assign=True)``, accelerate's
+  ``load_checkpoint_and_dispatch``, ``set_model_state_dict``, ``dcp.load``): every
+  persistent tensor comes from the checkpoint; ``maybe`` when it runs only on one branch
+  (``if args.resume:``), where it restores nothing for certain.
+
+A site is kept only when something materialises the model (``to_empty``, a load, a per-module
+reset): a model built on meta to count its parameters is no site.
+
+Across files (:class:`Sequence`, :func:`sequences`) the built name is resolved to a class of
+the tree; :mod:`.protocol` judges the roots built there under the sequence.
+
+Known limits: the model must be built and materialised in one function (a builder returning
+the meta model to its caller is not followed), under a literal ``"meta"`` device; a branch's
+entry point or reset counts as run (it is the protocol the script names).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from metalint.vocabulary import (
+    CHECKPOINT_LOADER_NAMES,
+    CHECKPOINT_LOADERS,
+    EMPTY_INIT_CONTEXTS,
+    MODULE_HOOKS,
+    PARAMS_ONLY_META_CONTEXTS,
+    ROOT_ENTRIES,
+    SHARDING_WRAPPERS_WITH_INIT,
+)
+
+#: a file that mentions none of these has no site (no ``ast`` walk)
+PREFILTER = re.compile(r"to_empty|load_state_dict|init_empty_weights|init_module|param_init_fn")
+
+
+# -- per file (ast) -------------------------------------------------------------------------
+def materialisations(
+    tree: ast.Module, source: str, module: str, is_package: bool
+) -> list[dict[str, Any]]:
+    """The materialisation sites of a file (see the module docstring), in source order."""
+    if not PREFILTER.search(source):
+        return []
+    from metalint.static.names import _ast_imports
+
+    aliases: dict[str, str] = {}
+    local: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            _ast_imports(node, aliases, module, is_package)
+        elif isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            local.add(node.name)
+    out: list[dict[str, Any]] = []
+    scopes: list[list[ast.stmt]] = [tree.body]
+    scopes += [
+        n.body for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    for body in scopes:
+        walker = _Scope(aliases, local, module, is_package)
+        walker.block(body, conditional=False)
+        out += [s for s in walker.sites if _materialised(s)]
+    out.sort(key=lambda s: s["line"])
+    return out
+
+
+def _materialised(site: dict) -> bool:
+    return any(s["kind"] in ("to_empty", "load", "reset") for s in site["steps"])
+
+
+def _text(node: ast.AST, limit: int = 60) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _short_call(call: ast.Call) -> str:
+    """``model.init_weights()``, ``model.load_state_dict(..., assign=True)``."""
+    func = _text(call.func)
+    if any(k.arg == "assign" for k in call.keywords):
+        return f"{func}(..., assign=True)"
+    if func.endswith(".apply") and len(call.args) == 1:
+        return f"{func}({_text(call.args[0], 30)})"
+    return f"{func}()"
+
+
+def _is_meta(expr: ast.AST | None) -> bool:
+    """``"meta"``, ``torch.device("meta")``."""
+    if isinstance(expr, ast.Constant):
+        return expr.value == "meta"
+    if isinstance(expr, ast.Call) and _dotted(expr.func).endswith("device") and expr.args:
+        return _is_meta(expr.args[0])
+    return False
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else ""
+    return ""
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _true(expr: ast.AST | None) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value is True
+
+
+class _Scope:
+    """One function body (or the module's), walked in source order."""
+
+    def __init__(self, aliases: dict[str, str], local: set[str], module: str, is_package: bool):
+        self.aliases = dict(aliases)
+        self.local = local
+        self.module = module
+        self.is_package = is_package
+        self.sites: list[dict[str, Any]] = []
+        #: the expression text (``model``, ``self.model``) -> its site
+        self.tracked: dict[str, dict[str, Any]] = {}
+        #: the ``with`` expression of the innermost meta context
+        self.context: ast.expr | None = None
+
+    def qualify(self, node: ast.AST) -> str:
+        name = _dotted(node)
+        if not name:
+            return ""
+        head, _, rest = name.partition(".")
+        if head in self.aliases:
+            return f"{self.aliases[head]}.{rest}" if rest else self.aliases[head]
+        if head in self.local and self.module:
+            return f"{self.module}.{name}"
+        return name
+
+    # -- statements ---------------------------------------------------------------------
+    def block(self, body: list[ast.stmt], conditional: bool, meta: str = "") -> None:
+        for stmt in body:
+            self.statement(stmt, conditional, meta)
+
+    def statement(self, stmt: ast.stmt, conditional: bool, meta: str) -> None:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            _ast_imports_into(stmt, self.aliases, self.module, self.is_package)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            kind = meta
+            for item in stmt.items:
+                found = self.meta_context(item.context_expr)
+                if found:
+                    kind, self.context = found, item.context_expr
+            self.block(stmt.body, conditional, kind)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            self.assign(stmt, conditional, meta)
+        elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            self.call(stmt.value, conditional)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            self.loop(stmt, conditional)
+            self.block(stmt.body, True, meta)
+            self.block(stmt.orelse, True, meta)
+        elif isinstance(stmt, (ast.If, ast.While)):
+            self.block(stmt.body, True, meta)
+            self.block(stmt.orelse, True, meta)
+        elif isinstance(stmt, ast.Try):
+            self.block(stmt.body, conditional, meta)
+            for handler in stmt.handlers:
+                self.block(handler.body, True, meta)
+            self.block(stmt.orelse, True, meta)
+            self.block(stmt.finalbody, conditional, meta)
+
+    def meta_context(self, expr: ast.AST) -> str:
+        """``"all"``, ``"params"`` or ``""``: what a ``with`` puts on the meta device."""
+        if not isinstance(expr, ast.Call):
+            return ""
+        q = self.qualify(expr.func)
+        if q == "torch.device" and expr.args and _is_meta(expr.args[0]):
+            return "all"
+        if q in PARAMS_ONLY_META_CONTEXTS:
+            buffers = _keyword(expr, "include_buffers")
+            if buffers is None and expr.args:
+                buffers = expr.args[0]
+            return "all" if _true(buffers) else "params"
+        if q.rsplit(".", 1)[-1] in EMPTY_INIT_CONTEXTS and _true(_keyword(expr, "empty_init")):
+            return "lightning"
+        return ""
+
+    def assign(self, stmt: ast.Assign | ast.AnnAssign, conditional: bool, meta: str) -> None:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        value = stmt.value
+        if len(targets) != 1 or not isinstance(value, ast.Call):
+            if isinstance(value, ast.Call):
+                self.call(value, conditional)
+            return
+        target = _dotted(targets[0])
+        site = self.built(value, meta)
+        if site is not None and target:
+            self.sites.append(site)
+            self.tracked[target] = site
+            return
+        first = value.args[0] if value.args else None
+        wrapped = self.tracked.get(_dotted(first)) if first is not None else None
+        if wrapped is not None and target:
+            # ``model = FSDP(model, ...)``, ``model = torch.compile(model)``: the same model
+            self.wrapper(value, wrapped)
+            self.tracked[target] = wrapped
+            return
+        self.call(value, conditional)
+
+    def built(self, call: ast.Call, meta: str) -> dict[str, Any] | None:
+        """The site a constructor call starts: under a meta context, or ``device="meta"``."""
+        if not meta and _is_meta(_keyword(call, "device")):
+            meta = "all"
+        if not meta:
+            return None
+        names = [self.qualify(call.func)]
+        if isinstance(call.func, ast.Attribute):
+            # ``Transformer.from_model_args(args)``: a class's factory
+            names.append(self.qualify(call.func.value))
+        names = [n for n in names if n]
+        if not names:
+            return None
+        steps: list[dict[str, Any]] = []
+        if meta == "lightning" and isinstance(self.context, ast.Call):
+            # Lightning's strategies materialise the meta model by each module's own hook
+            step = self.step("reset", self.context, name="reset_parameters")
+            step["call"] = f"{_text(self.context.func)}(empty_init=True)"
+            steps.append(step)
+            meta = "all"
+        return {
+            "build": names,
+            "line": call.lineno,
+            "call": _short_call(call).replace("()", "(...)") if call.args else _short_call(call),
+            "meta": meta,
+            "steps": steps,
+        }
+
+    def step(self, kind: str, call: ast.Call, **extra: Any) -> dict[str, Any]:
+        return {"kind": kind, "line": call.lineno, "call": _short_call(call), **extra}
+
+    def wrapper(self, call: ast.Call, site: dict[str, Any]) -> None:
+        """FSDP1 materialises a meta model: ``param_init_fn`` on each module, by default each
+        module's ``reset_parameters()``."""
+        q = self.qualify(call.func)
+        if q in SHARDING_WRAPPERS_WITH_INIT:
+            site["steps"].append(self.step("reset", call, name="reset_parameters"))
+
+    def call(self, call: ast.Call, conditional: bool) -> None:
+        func = call.func
+        if isinstance(func, ast.Attribute):
+            site = self.tracked.get(_dotted(func.value))
+            if site is not None:
+                self.method(site, func.attr, call, conditional)
+                return
+        first = call.args[0] if call.args else None
+        site = self.tracked.get(_dotted(first)) if first is not None else None
+        if site is None:
+            return
+        q = self.qualify(func)
+        if q in CHECKPOINT_LOADERS or q.rsplit(".", 1)[-1] in CHECKPOINT_LOADER_NAMES:
+            site["steps"].append(self.step("load", call, maybe=conditional))
+        else:
+            self.wrapper(call, site)
+
+    def method(self, site: dict, name: str, call: ast.Call, conditional: bool) -> None:
+        steps = site["steps"]
+        if name == "to_empty":
+            steps.append(self.step("to_empty", call))
+        elif name in ROOT_ENTRIES:
+            steps.append(self.step("entry", call, name=name))
+        elif name == "apply" and call.args:
+            steps.append(self.step("apply", call, function=self.qualify(call.args[0])))
+        elif name == "load_state_dict":
+            loaded = _true(_keyword(call, "assign")) or any(s["kind"] == "to_empty" for s in steps)
+            if loaded:
+                steps.append(self.step("load", call, maybe=conditional))
+
+    def loop(self, stmt: ast.For | ast.AsyncFor, conditional: bool) -> None:
+        """``for m in model.modules(): m.reset_parameters()``: every module's own hook."""
+        it = stmt.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute)):
+            return
+        site = self.tracked.get(_dotted(it.func.value))
+        if site is None or it.func.attr not in ("modules", "named_modules", "children"):
+            return
+        var = stmt.target
+        if isinstance(var, ast.Tuple) and var.elts:
+            var = var.elts[-1]
+        if not isinstance(var, ast.Name):
+            return
+        for node in ast.walk(stmt):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == var.id
+                and node.func.attr in MODULE_HOOKS
+            ):
+                site["steps"].append(self.step("reset", node, name=node.func.attr))
+
+
+def _ast_imports_into(node, aliases: dict[str, str], module: str, is_package: bool) -> None:
+    from metalint.static.names import _ast_imports
+
+    _ast_imports(node, aliases, module, is_package)
+
+
+# -- across files ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sequence:
+    """What materialises a model root at one site, as the cross-file step reads it."""
+
+    root: str
+    #: ``(file, line, text)`` of the call the finding names: the entry point, or the
+    #: materialisation itself when nothing runs after it
+    where: tuple[str, int, str]
+    meta: str  # "all" or "params"
+    to_empty: bool
+    #: ``(kind, name)`` of what runs on the model: ``("entry", "init_weights")``,
+    #: ``("apply", "pkg.init_fn")``, ``("reset", "reset_parameters")``
+    runs: tuple[tuple[str, str], ...]
+    #: a checkpoint load that always runs restores every persistent tensor
+    loads: bool
+
+    @property
+    def per_module(self) -> bool:
+        """Every module's own ``reset_parameters()`` runs: today's per-module protocol."""
+        return ("reset", "reset_parameters") in self.runs
+
+    @property
+    def label(self) -> str:
+        file, line, text = self.where
+        if not file:
+            return f'`{text}` alone (`protocol = "init_weights-only"`)'
+        return f"`{text}` at {file}:{line}"
+
+    @property
+    def call(self) -> tuple[str, str, int]:
+        """``(call, file, line)``: ``Diagnostic.materialised``."""
+        file, line, text = self.where
+        return text, file, line
+
+    def describe(self, root: str) -> str:
+        """What the site runs on the model ``root`` (its short name), in words."""
+        ran = [
+            f"`{root}.{name}()`"
+            if kind == "entry"
+            else f"`apply({name.rsplit('.', 1)[-1]})`"
+            if kind == "apply"
+            else f"every module's `{name}()`"
+            for kind, name in self.runs
+        ]
+        if self.loads:
+            ran.append("a checkpoint load, which holds no non-persistent buffer")
+        if not ran:
+            return "nothing re-initialises the model after it is built on meta"
+        own = "" if self.per_module else ", and no module's own `reset_parameters()`"
+        return f"it runs {' and '.join(ran)}{own}"
+
+    @property
+    def runs_entry(self) -> bool:
+        return any(kind == "entry" for kind, _ in self.runs)
+
+
+def sequences(sites: list[tuple[str, dict]], resolve) -> dict[str, list[Sequence]]:
+    """Model root (a class of the tree) -> the sequences that materialise it, from the sites
+    of every file (``(display path, site)``). ``resolve(name)``: the tree's class of that name
+    or None. A site whose built name is no class of the tree (a factory function) is left
+    out."""
+    out: dict[str, list[Sequence]] = {}
+    for path, site in sites:
+        root = next((r for n in site.get("build", ()) if (r := resolve(n))), None)
+        if root is None:
+            continue
+        steps = site.get("steps", [])
+        runs = tuple(
+            (s["kind"], s.get("name") or s.get("function") or "")
+            for s in steps
+            if s["kind"] in ("entry", "apply", "reset")
+        )
+        shown = [s for s in steps if s["kind"] in ("entry", "apply")]
+        for kinds in (("load", "to_empty"), ("reset",)):
+            shown = shown or [s for s in steps if s["kind"] in kinds][-1:]
+        last = shown[-1] if shown else {"line": site["line"], "call": site["call"]}
+        out.setdefault(root, []).append(
+            Sequence(
+                root,
+                (path, last["line"], last["call"]),
+                site.get("meta", "all"),
+                any(s["kind"] == "to_empty" for s in steps),
+                runs,
+                any(s["kind"] == "load" and not s.get("maybe") for s in steps),
+            )
+        )
+    return out
+
+
+def drop_repeated(diagnostics: list) -> list:
+    """The findings of one file less those judged at a materialisation site
+    (``Condition.at_materialisation``) about a tensor whose lost value another finding of its
+    class already names (ML001's ``gamma``): one finding per lost tensor, the one whose fix restores it."""
+    named: dict[str, set[str]] = {}
+    for d in diagnostics:
+        cond = d.condition
+        if cond is not None and cond.not_recreated and d.subject:
+            # a finding about a lost value (ML001, ML002, ML004), not one about the same
+            # tensor for another reason (ML012's factory without `device`)
+            named.setdefault(cond.cls, set()).update(d.subject)
+    out = []
+    for d in diagnostics:
+        cond = d.condition
+        if cond is not None and cond.at_materialisation and d.subject:
+            if all(t in named.get(cond.cls, ()) for t in d.subject):
+                continue
+        out.append(d)
+    return out
+
+
+def root_only(seqs: list[Sequence]) -> Sequence | None:
+    """The first of ``seqs`` that runs the root's entry point and nothing per module (no
+    ``apply``, no reset, no checkpoint load): the probe's ``init_weights-only`` mode."""
+    for seq in seqs:
+        if seq.runs and all(kind == "entry" for kind, _ in seq.runs) and not seq.loads:
+            return seq
+    return None
+
+
+def tree_sites(start: str, limit: int = 5_000) -> list[tuple[str, dict]]:
+    """The materialisation sites of the tree a file belongs to: the files under the folder of
+    the nearest ``[tool.metalint]`` config above it (else the folder that holds its top
+    package), as ``check`` discovers them, at most ``limit``; none for an installed package
+    (``site-packages``). Only ``ast`` (no libcst): the probe asks this of the class it builds
+    (``--init auto``)."""
+    from pathlib import Path
+
+    from metalint.config import ConfigError, load_settings
+    from metalint.files import Discovery, display_path
+    from metalint.static.names import module_name_for
+
+    folder = Path(start).resolve().parent
+    if {"site-packages", "dist-packages"} & set(folder.parts):
+        return []
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        folder = folder.parent
+    try:
+        settings = load_settings(folder)
+    except ConfigError:
+        return []
+    out: list[tuple[str, dict]] = []
+    for n, path in enumerate(Discovery(settings.root, settings.exclude).files([settings.root])):
+        if n >= limit:
+            break
+        try:
+            source = path.read_text(encoding="utf-8")
+            if not PREFILTER.search(source):
+                continue
+            tree = ast.parse(source)
+        except (OSError, UnicodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        module = module_name_for(path.absolute())
+        sites = materialisations(tree, source, module, path.name == "__init__.py")
+        out += [(display_path(path), site) for site in sites]
+    return out
