@@ -20,6 +20,7 @@ from metalint.check import all_codes, cli_settings, resolve, run_check
 from metalint.codes import ERROR_CODE
 from metalint.config import ConfigError
 from metalint.diagnostics import Diagnostic, Position
+from metalint.files import MAX_SOURCE_BYTES, read_regular
 from metalint.fix.apply import FileFix, Fixer
 from metalint.fix.registry import CODEMODS
 from metalint.fix.write import ChangedOnDisk, NotPython, digest, write_atomic
@@ -89,7 +90,7 @@ def _fix_file(display: str, fixer, errors: list):
 
     path = Path(display)
     try:
-        data = path.read_bytes()
+        data = read_regular(path, MAX_SOURCE_BYTES)
     except OSError as exc:
         errors.append(_error(display, f"could not be fixed: {exc.strerror or exc}"))
         return None
