@@ -23,7 +23,14 @@ from metalint.diagnostics import Diagnostic, Position
 from metalint.files import MAX_SOURCE_BYTES, read_regular
 from metalint.fix.apply import FileFix, Fixer
 from metalint.fix.registry import CODEMODS
-from metalint.fix.write import ChangedOnDisk, NotPython, digest, write_atomic
+from metalint.fix.write import (
+    ChangedOnDisk,
+    NotPython,
+    OutsideTree,
+    digest,
+    tree_of,
+    write_atomic,
+)
 from metalint.lines import source_encoding, split_lines
 from metalint.report import is_error, render
 from metalint.static.names import module_name_for
@@ -64,7 +71,8 @@ def run_fix(
     changed = [ff for ff in fixes if ff.changed]
     if show_diff or not write:
         _echo_diff(changed, echo)
-    proven = _write(changed, fixer, errors, echo, verify=verify) if write else {}
+    tree = tree_of(paths or [Path(".")])
+    proven = _write(changed, fixer, errors, echo, verify=verify, tree=tree) if write else {}
     shown: set[str] = set()
     for ff in fixes:
         for d in ff.applied:
@@ -134,15 +142,15 @@ def _echo_diff(changed: list, echo) -> None:
         echo("".join(diff), nl=False)
 
 
-def _write(changed: list, fixer, errors: list, echo, *, verify: bool) -> dict:
-    """Write each changed file atomically (a file that cannot be written keeps its original and
-    its findings); with ``verify`` probe the rewritten classes. Returns
-    ``(file, top-level class) -> the probe's verdict``."""
+def _write(changed: list, fixer, errors: list, echo, *, verify: bool, tree: list[str]) -> dict:
+    """Write each changed file atomically, inside ``tree`` only (a file that cannot be written,
+    or is a link out of the tree, keeps its original and its findings); with ``verify`` probe
+    the rewritten classes. Returns ``(file, top-level class) -> the probe's verdict``."""
 
     for ff in changed:
         try:
-            write_atomic(ff.path, ff.text.encode(ff.encoding), digest(ff.data))
-        except (ChangedOnDisk, NotPython) as exc:
+            write_atomic(ff.path, ff.text.encode(ff.encoding), digest(ff.data), inside=tree)
+        except (ChangedOnDisk, NotPython, OutsideTree) as exc:
             errors.append(_error(ff.display, str(exc)))
             ff.text = ff.original
             ff.applied, ff.after = [], ff.before
