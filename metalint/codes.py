@@ -38,7 +38,7 @@ INPUT_CODES: dict[str, tuple[str, str, str]] = {
         "worker's memory bound or the recursion guard, or the file is over 8 MiB; the other "
         "files are checked as if it were absent",
         "The file was not checked: its analysis ran past the per-file CPU time budget or the "
-        "worker's memory bound (3 GiB over its size), its code nests deeper than the recursion "
+        "worker's memory bound (2 GiB over its size), its code nests deeper than the recursion "
         "guard allows (generated or hostile input), or it is larger than 8 MiB (then it is not "
         "read at all). The run exits with status 2. Raise the budget in the configuration, "
         "split the file, or exclude it.",

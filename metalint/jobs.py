@@ -39,10 +39,10 @@ from metalint.static.results import FileResult, error_result
 WALL_FACTOR = 4
 WALL_MARGIN = 10.0
 
-#: bytes a worker's address space may grow by past its size when forked (``RLIMIT_AS``); the
-#: analysis of a file takes about a hundred times its size, and files over
+#: bytes a worker's address space may grow by past its size when forked (``RLIMIT_AS``): the
+#: analysis of a file takes a few hundred times its size, and files over
 #: ``files.MAX_SOURCE_BYTES`` (8 MiB) are not analysed
-WORKER_MEMORY = 3 * 2**30
+WORKER_MEMORY = 2 * 2**30
 
 #: (source, display, module, is_package, hooks, defer_helper_reads: see analyze_source)
 Job = tuple[str, str, str, bool, tuple[str, ...], bool]
