@@ -68,14 +68,18 @@ def run_check(
 ) -> CheckResult:
     codes, defaults = all_codes()
     enabled = settings.enabled(codes, defaults)
-    discovery = Discovery(settings.root, settings.exclude)
+
+    def warn(message: str) -> None:
+        click.echo(f"metalint: warning: {message}", err=True)
+
+    discovery = Discovery(settings.root, settings.exclude, warn=warn)
     files = list(discovery.files(paths))
     cache = None
     if use_cache:
         cache = Cache(
             settings.cache_dir or settings.root / ".metalint_cache",
             Cache.key(codes, settings.hooks),
-            warn=lambda message: click.echo(f"metalint: warning: {message}", err=True),
+            warn=warn,
         )
     results: list[FileResult | None] = [None] * len(files)
     jobs, job_index, digests = [], [], {}

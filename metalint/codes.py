@@ -13,11 +13,12 @@ ERROR_CODE = "ML900"
 ERROR_NAME = "unreadable-input"
 ERROR_SUMMARY = (
     "A file or probe target could not be checked at all (for a file CPython cannot "
-    "decode or parse: CPython's own message and line)"
+    "decode or parse: CPython's own message and line; a FIFO or a device is not opened)"
 )
 ERROR_DOC = (
-    "`metalint check` could not read, decode or parse a file, or `metalint probe` could not "
-    "import or build a target (the message says which and why). Nothing was checked there, so "
+    "`metalint check` could not read, decode or parse a file (only regular files are read: a "
+    "FIFO, a device or a link to one is reported without being opened), or `metalint probe` "
+    "could not import or build a target (the message says which and why). Nothing was checked there, so "
     "the run exits with status 2 whatever else it found. Fix the input (encoding, syntax, an "
     "import error) or exclude the path."
 )
@@ -33,12 +34,14 @@ INPUT_CODES: dict[str, tuple[str, str, str]] = {
     TOO_COMPLEX_CODE: (
         "too-complex",
         "File too complex to analyse: its analysis ran past the CPU-time budget "
-        "(`--file-time-budget`, `file-time-budget` in `[tool.metalint]`, default 5 s) or "
-        "nested past the recursion guard; the other files are checked as if it were absent",
-        "The file was not checked: its analysis ran past the per-file CPU time budget, or its "
-        "code nests deeper than the recursion guard allows (generated or hostile input). The "
-        "run exits with status 2. Raise the budget in the configuration, split the file, or "
-        "exclude it.",
+        "(`--file-time-budget`, `file-time-budget` in `[tool.metalint]`, default 5 s), the "
+        "worker's memory bound or the recursion guard, or the file is over 8 MiB; the other "
+        "files are checked as if it were absent",
+        "The file was not checked: its analysis ran past the per-file CPU time budget or the "
+        "worker's memory bound (2 GiB over its size), its code nests deeper than the recursion "
+        "guard allows (generated or hostile input), or it is larger than 8 MiB (then it is not "
+        "read at all). The run exits with status 2. Raise the budget in the configuration, "
+        "split the file, or exclude it.",
     ),
     CRASH_CODE: (
         "parser-crashed",

@@ -33,11 +33,14 @@ Keys (all optional)::
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metalint.files import MAX_TEXT_BYTES, NotRegularFile, TooLarge, read_regular
+from metalint.globs import PatternError, check_brackets, compile_pattern
 from metalint.vocabulary import DEFAULT_HOOKS, PROTOCOLS
 
 if sys.version_info >= (3, 11):
@@ -125,12 +128,53 @@ def find_config(start: Path) -> Path | None:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
             try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+                data = tomllib.loads(read_regular(candidate, MAX_TEXT_BYTES).decode("utf-8"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
                 continue
-            if "metalint" in data.get("tool", {}):
+            tool = data.get("tool", {})
+            if isinstance(tool, dict) and "metalint" in tool:
                 return candidate
     return None
+
+
+def _read_config(path: Path) -> tuple[str, dict]:
+    """The text of a configuration file and its TOML: a regular file only, of at most
+    ``MAX_TEXT_BYTES`` (a FIFO would block, ``/dev/zero`` never ends)."""
+    try:
+        text = read_regular(path, MAX_TEXT_BYTES).decode("utf-8")
+        return text, tomllib.loads(text)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except NotRegularFile as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from None
+    except TooLarge as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.limit} bytes at most") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise ConfigError(f"{path}: cannot read config: {why}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def _line_of(text: str, value: str) -> str:
+    """``:ROW`` of the first line of ``text`` that holds ``value`` as a TOML string ('' when
+    none does)."""
+    quoted = (json.dumps(value), f"'{value}'", f'"{value}"')
+    for row, line in enumerate(text.split("\n"), 1):
+        if any(q in line for q in quoted):
+            return f":{row}"
+    return ""
+
+
+def _patterns(values: list[str], key: str, path: Path, text: str) -> list[str]:
+    """``exclude`` patterns, each one git can read (see :mod:`metalint.globs`)."""
+    for value in values:
+        try:
+            compile_pattern(value)
+        except PatternError as exc:
+            where = f"{path}{_line_of(text, value)}"
+            raise ConfigError(f"{where}: [tool.metalint] {key} pattern {value!r}: {exc}") from None
+    return values
 
 
 def _str_list(value: Any, key: str, path: Path) -> list[str]:
@@ -147,15 +191,9 @@ def load_settings(start: Path | None = None, config: Path | None = None) -> Sett
     if path is None:
         root = start.resolve() if start.is_dir() else start.resolve().parent
         return Settings(root=root)
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read config: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    table = data.get("tool", {}).get("metalint", {})
+    text, data = _read_config(Path(path))
+    tool = data.get("tool", {})
+    table = tool.get("metalint", {}) if isinstance(tool, dict) else None
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.metalint] must be a table")
     unknown = sorted(set(table) - KNOWN_KEYS)
@@ -169,17 +207,29 @@ def load_settings(start: Path | None = None, config: Path | None = None) -> Sett
     s.select = _str_list(table.get("select", []), "select", path)
     s.extend_select = _str_list(table.get("extend-select", []), "extend-select", path)
     s.ignore = _str_list(table.get("ignore", []), "ignore", path)
-    s.exclude = _str_list(table.get("exclude", []), "exclude", path) + _str_list(
-        table.get("extend-exclude", []), "extend-exclude", path
-    )
-    pfi = table.get("per-file-ignores", {})
-    if not isinstance(pfi, dict):
-        raise ConfigError(f"{path}: [tool.metalint] per-file-ignores must be a table")
-    s.per_file_ignores = {k: _str_list(v, f"per-file-ignores.{k}", path) for k, v in pfi.items()}
+    s.exclude = [
+        *_patterns(_str_list(table.get("exclude", []), "exclude", path), "exclude", path, text),
+        *_patterns(
+            _str_list(table.get("extend-exclude", []), "extend-exclude", path),
+            "extend-exclude",
+            path,
+            text,
+        ),
+    ]
+    s.per_file_ignores = _per_file_ignores(table.get("per-file-ignores", {}), path, text)
     hooks = _str_list(table.get("hooks", []), "hooks", path)
+    if not all(h.isidentifier() for h in hooks):
+        bad = next(h for h in hooks if not h.isidentifier())
+        raise ConfigError(f"{path}: [tool.metalint] hooks are method names, not {bad!r}")
     s.hooks = tuple(dict.fromkeys([*DEFAULT_HOOKS, *hooks]))
     if "cache-dir" in table:
-        s.cache_dir = (path.parent / str(table["cache-dir"])).resolve()
+        cache_dir = table["cache-dir"]
+        if not isinstance(cache_dir, str) or not cache_dir or "\0" in cache_dir:
+            raise ConfigError(
+                f"{path}: [tool.metalint] cache-dir must be a folder name (a string), "
+                f"not {cache_dir!r}"
+            )
+        s.cache_dir = (path.parent / cache_dir).resolve()
     if "file-time-budget" in table:
         s.file_time_budget = time_budget(table["file-time-budget"], f"{path}: file-time-budget")
     _read_probe(table.get("probe", {}), s, path)
@@ -196,10 +246,20 @@ def load_settings(start: Path | None = None, config: Path | None = None) -> Sett
     return s
 
 
+#: the keys of ``[tool.metalint.probe]``
+PROBE_KEYS = frozenset({"factories", "fsdp-modules", "tp-plan"})
+
+
 def _read_probe(probe: Any, s: Settings, path: Path) -> None:
     """``[tool.metalint.probe]`` into ``s``."""
     if not isinstance(probe, dict):
         raise ConfigError(f"{path}: [tool.metalint.probe] must be a table")
+    unknown = set(probe) - PROBE_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{path}: unknown key in [tool.metalint.probe]: {', '.join(sorted(unknown))} "
+            f"(known: {', '.join(sorted(PROBE_KEYS))})"
+        )
     s.probe = dict(probe)
     if "factories" in probe:
         s.factories = _factories(probe["factories"], path)
@@ -212,6 +272,23 @@ def _read_probe(probe: Any, s: Settings, path: Path) -> None:
         s.fsdp_modules = tuple(_str_list(probe["fsdp-modules"], "probe.fsdp-modules", path))
     if "tp-plan" in probe:
         s.tp_plan = _tp_plan(probe["tp-plan"], path)
+
+
+def _per_file_ignores(value: Any, path: Path, text: str) -> dict[str, list[str]]:
+    """``per-file-ignores``: fnmatch patterns (matched in linear time) -> codes."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: [tool.metalint] per-file-ignores must be a table")
+    out = {}
+    for pattern, codes in value.items():
+        try:
+            check_brackets(pattern)
+        except PatternError as exc:
+            where = f"{path}{_line_of(text, pattern)}"
+            raise ConfigError(
+                f"{where}: [tool.metalint] per-file-ignores pattern {pattern!r}: {exc}"
+            ) from None
+        out[pattern] = _str_list(codes, f"per-file-ignores.{pattern}", path)
+    return out
 
 
 def _factories(value: Any, path: Path) -> dict[str, str]:

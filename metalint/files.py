@@ -1,9 +1,14 @@
 """Which files to check, and the cache of per-file results.
 
 Discovery walks the given folders for ``*.py`` files, skipping what ``.gitignore`` files
-(at every level, as git does) and the configured ``exclude`` patterns name. A file named on
-the command line is always checked. Symbolic links to folders are not followed (no loops);
-a ``.py`` link that is broken or loops is reported, not skipped.
+(at every level, as git does) and the configured ``exclude`` patterns name (matched by
+:mod:`metalint.globs`, in linear time). A file named on the command line is always checked.
+Symbolic links to folders are not followed (no loops); a ``.py`` link that is broken or loops
+is reported, not skipped.
+
+Every file is read by :func:`read_regular`: a regular file only (a FIFO, a device or a link to
+one is refused after a ``stat``, before any ``open`` that could block), at most ``limit`` + 1
+bytes of it.
 
 The cache maps a file's path to the hash of its bytes and its :class:`FileResult`. Results
 do not depend on which rules are selected or on other files (see ``engine``), so the key is
@@ -16,14 +21,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import pathspec
-
 from metalint import __version__
+from metalint.globs import PatternError, Spec, compile_pattern
+from metalint.globs import spec as pattern_spec
 
 ALWAYS_SKIP = {
     ".git",
@@ -43,17 +49,92 @@ ALWAYS_SKIP = {
 }
 
 
-def _spec(lines: Iterable[str]) -> pathspec.PathSpec:
-    return pathspec.GitIgnoreSpec.from_lines(list(lines))
+#: bytes of the largest source file checked: a larger one is ML901 without being read
+#: (analysing a file takes a few hundred times its size in memory: a generated 4 MB file of
+#: parameter assignments, over 1.4 GB)
+MAX_SOURCE_BYTES = 8 * 2**20
+#: bytes of the largest ``.gitignore`` or configuration file read
+MAX_TEXT_BYTES = 2**20
 
 
-def _read_gitignore(folder: str) -> pathspec.PathSpec | None:
+class NotRegularFile(OSError):
+    """A FIFO, a device, a socket or a folder where a file was expected: never opened."""
+
+
+class TooLarge(OSError):
+    """A file larger than the limit: not read."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"{size} bytes, over the limit of {limit}")
+        self.size = size
+        self.limit = limit
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def _kind(mode: int) -> str:
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def read_regular(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` (a link to one is followed). Raises
+    :class:`NotRegularFile` for anything else (decided by ``stat`` before ``open``, and again
+    on the open file, which is opened non-blocking: a FIFO swapped in between cannot block),
+    :class:`TooLarge` past ``limit`` bytes (at most ``limit`` + 1 are read), OSError."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile(f"not a regular file ({_kind(st.st_mode)})")
+    if st.st_size > limit:
+        raise TooLarge(st.st_size, limit)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
     try:
-        with open(os.path.join(folder, ".gitignore"), encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(f"not a regular file ({_kind(st.st_mode)})")
+        parts, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            parts.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    if left <= 0:  # it grew past the limit (or says it is empty, as /proc files do)
+        raise TooLarge(limit + 1, limit)
+    return b"".join(parts)
+
+
+def _read_gitignore(folder: str, warn) -> Spec | None:
+    """The patterns of ``folder/.gitignore``; one that cannot be read (a pattern git cannot
+    read either, a file that is not a regular file or too large) is skipped with a warning."""
+    path = os.path.join(folder, ".gitignore")
+    try:
+        text = read_regular(path, MAX_TEXT_BYTES).decode("utf-8", "replace")
+    except FileNotFoundError:
         return None
-    return _spec(text.splitlines())
+    except OSError as exc:
+        if os.path.lexists(path):
+            warn(f"{path}: not read ({exc.strerror or exc})")
+        return None
+    patterns = []
+    for row, line in enumerate(text.split("\n"), 1):
+        try:
+            p = compile_pattern(line.rstrip("\r"))
+        except PatternError as exc:
+            warn(f"{path}:{row}: pattern {line.strip()!r} skipped ({exc})")
+            continue
+        if p is not None:
+            patterns.append(p)
+    return Spec(patterns)
 
 
 def _relative(path: str, base: str) -> str | None:
@@ -69,21 +150,24 @@ def _relative(path: str, base: str) -> str | None:
 
 
 #: the ``.gitignore`` files that apply in a folder: (folder, its spec), nearest last
-Chain = tuple[tuple[str, pathspec.PathSpec], ...]
+Chain = tuple[tuple[str, Spec], ...]
 
 
 class Discovery:
     """Paths are handled as absolute, normalised strings: a warm run on a tree of thousands of
     files spends most of its time here otherwise (``pathlib`` objects per path and parent)."""
 
-    def __init__(self, root: Path, exclude: list[str]):
+    def __init__(self, root: Path, exclude: list[str], warn=None):
+        """``warn``: called with a line for each ``.gitignore`` (or pattern of one) that
+        cannot be read; ``exclude`` patterns that cannot be read raise PatternError."""
         self.root = str(root.resolve())
-        self.exclude = _spec(exclude)
-        self._gitignores: dict[str, pathspec.PathSpec | None] = {}
+        self.exclude = pattern_spec(exclude)
+        self._warn = warn or (lambda message: None)
+        self._gitignores: dict[str, Spec | None] = {}
 
-    def _gitignore(self, folder: str) -> pathspec.PathSpec | None:
+    def _gitignore(self, folder: str) -> Spec | None:
         if folder not in self._gitignores:
-            self._gitignores[folder] = _read_gitignore(folder)
+            self._gitignores[folder] = _read_gitignore(folder, self._warn)
         return self._gitignores[folder]
 
     def _chain(self, folder: str, base: str | None) -> Chain:

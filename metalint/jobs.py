@@ -8,6 +8,13 @@ or nesting past the recursion guard) or ML902 (``parser crashed``: any other dea
 native stack overflow); a fresh worker takes its place and every other file is analysed as if
 the bad one were absent. A wall-clock bound (several times the budget) backs the CPU one up.
 
+Each worker also runs under a bound on its address space (``RLIMIT_AS``: its size when forked
+plus ``WORKER_MEMORY`` bytes): a file whose analysis would take more memory fails there, as
+ML901 (``out of memory``), instead of growing the worker to many gigabytes: a ``MemoryError``
+in Python, or a native allocation that fails (libcst's parser aborts the worker, which prints
+``memory allocation of N bytes failed``: a worker's stderr goes to a file of its own, read
+when it dies, never to the user's terminal).
+
 Workers are forked (Linux, plain ``os.fork`` and pipes): the parent imports the engine and
 the rules once, before the fork. Elsewhere files are analysed in this process, without the
 budget or the isolation.
@@ -21,6 +28,7 @@ import select
 import signal
 import struct
 import sys
+import tempfile
 import time
 
 from metalint.report import CRASH_CODE, TOO_COMPLEX_CODE
@@ -30,6 +38,11 @@ from metalint.static.results import FileResult, error_result
 #: it only stops a worker that is blocked (a hang uses no CPU, so RLIMIT_CPU cannot stop it)
 WALL_FACTOR = 4
 WALL_MARGIN = 10.0
+
+#: bytes a worker's address space may grow by past its size when forked (``RLIMIT_AS``): the
+#: analysis of a file takes a few hundred times its size, and files over
+#: ``files.MAX_SOURCE_BYTES`` (8 MiB) are not analysed
+WORKER_MEMORY = 2 * 2**30
 
 #: (source, display, module, is_package, hooks, defer_helper_reads: see analyze_source)
 Job = tuple[str, str, str, bool, tuple[str, ...], bool]
@@ -121,6 +134,7 @@ def _worker_main(jobs_fd: int, results_fd: int, budget: float) -> None:
     except (ValueError, OSError):
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles ^C
+    _bound_memory(resource)
     hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
     while True:
         try:
@@ -130,6 +144,11 @@ def _worker_main(jobs_fd: int, results_fd: int, budget: float) -> None:
         if item is None:
             break
         index, job = item
+        try:  # stderr holds what this file's analysis printed, no more
+            os.ftruncate(2, 0)
+            os.lseek(2, 0, os.SEEK_SET)
+        except OSError:
+            pass
         used = resource.getrusage(resource.RUSAGE_SELF)
         limit = int(used.ru_utime + used.ru_stime + budget) + 1
         if hard != resource.RLIM_INFINITY:
@@ -139,6 +158,29 @@ def _worker_main(jobs_fd: int, results_fd: int, budget: float) -> None:
         except (ValueError, OSError):
             pass
         _send(results_fd, (index, analyze_one(job).to_json()))
+
+
+def _address_space() -> int:
+    """This process's address space in bytes (0 when unknown)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _bound_memory(resource) -> None:
+    """``RLIMIT_AS``: the worker's size now plus ``WORKER_MEMORY`` (a lower hard limit
+    stays)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = _address_space() + WORKER_MEMORY
+    for bound in (soft, hard):
+        if bound != resource.RLIM_INFINITY:
+            limit = min(limit, bound)
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ValueError, OSError):
+        pass
 
 
 def _runnable(pid: int) -> bool:
@@ -163,11 +205,14 @@ class _Worker:
     def __init__(self, budget: float) -> None:
         jobs_r, jobs_w = os.pipe()
         results_r, results_w = os.pipe()
+        self.stderr = tempfile.TemporaryFile(prefix="metalint-worker-")
+        err = self.stderr.fileno()
         pid = os.fork()
         if pid == 0:  # the child
             code = 0
             try:
-                for fd in (jobs_w, results_r, *_Worker.parent_fds):
+                os.dup2(err, 2)
+                for fd in (jobs_w, results_r, err, *_Worker.parent_fds):
                     os.close(fd)
                 _worker_main(jobs_r, results_w, budget)
             except BaseException:  # noqa: BLE001
@@ -179,10 +224,12 @@ class _Worker:
         self.pid = pid
         self.jobs = jobs_w
         self.results = results_r
-        _Worker.parent_fds |= {jobs_w, results_r}
+        _Worker.parent_fds |= {jobs_w, results_r, err}
         self.index: int | None = None
         self.started = 0.0
         self.status: int | None = None
+        #: whether the worker's stderr says a native allocation failed (read when reaped)
+        self.out_of_memory = False
 
     def give(self, index: int, job: Job) -> bool:
         """Hand ``job`` over; False when the worker is gone."""
@@ -212,10 +259,27 @@ class _Worker:
             for fd in (self.jobs, self.results):
                 _Worker.parent_fds.discard(fd)
                 os.close(fd)
+            self.out_of_memory = _allocation_failed(self.stderr.fileno())
+            _Worker.parent_fds.discard(self.stderr.fileno())
+            self.stderr.close()
         return self.status
 
 
-def _death(display: str, exitcode: int | None, budget: float) -> FileResult:
+def _allocation_failed(fd: int) -> bool:
+    """Whether a worker's stderr says a native allocation failed (Rust's ``memory allocation
+    of N bytes failed``; what it printed for its last file, the first and last 4 KiB)."""
+    try:
+        size = os.fstat(fd).st_size
+        text = os.pread(fd, 4096, 0) + os.pread(fd, 4096, max(0, size - 4096))
+    except OSError:
+        return False
+    return b"memory allocation of" in text
+
+
+def _death(w: _Worker, display: str, budget: float) -> FileResult:
+    exitcode = w.reap(kill=True)
+    if w.out_of_memory:
+        return too_complex(display, "out of memory")
     if exitcode is not None and -exitcode in (signal.SIGXCPU, signal.SIGKILL):
         return too_complex(display, f"over its {budget:g} s budget")
     if exitcode is not None and exitcode < 0:
@@ -241,7 +305,7 @@ def analyze_isolated(jobs: list[Job], workers: int, budget: float) -> list[FileR
             i = todo.pop()
             if w.give(i, jobs[i]):
                 return
-            out[i] = _death(jobs[i][1], w.reap(kill=True), budget)
+            out[i] = _death(w, jobs[i][1], budget)
             w = _replace(w)
         w.index = None
 
@@ -266,7 +330,7 @@ def analyze_isolated(jobs: list[Job], workers: int, budget: float) -> list[FileR
                     index, data = _recv(fd)
                 except (EOFError, OSError):  # the worker died on its file
                     i = w.index
-                    out[i] = _death(jobs[i][1], w.reap(kill=True), budget)
+                    out[i] = _death(w, jobs[i][1], budget)
                     feed(_replace(w))
                     continue
                 out[index] = FileResult.from_json(jobs[index][1], data)

@@ -146,14 +146,16 @@ def test_missing_explicit_path_is_exit_2(cli):
 def test_unreadable_file(cli, write, monkeypatch):
     write("secret.py", LAYERSCALE)
     write("fine.py", LAYERSCALE)
-    real = Path.read_bytes
+    import metalint.static.results as results
 
-    def read_bytes(self):
-        if self.name == "secret.py":
+    real = results.read_regular
+
+    def read_regular(path, limit):
+        if Path(path).name == "secret.py":
             raise PermissionError(13, "Permission denied")
-        return real(self)
+        return real(path, limit)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(results, "read_regular", read_regular)
     r = cli("check", ".")
     assert r.exit_code == 2
     assert "secret.py:1:1: ML900 could not be checked: permission denied" in r.output

@@ -20,9 +20,17 @@ from metalint.check import all_codes, cli_settings, resolve, run_check
 from metalint.codes import ERROR_CODE
 from metalint.config import ConfigError
 from metalint.diagnostics import Diagnostic, Position
+from metalint.files import MAX_SOURCE_BYTES, read_regular
 from metalint.fix.apply import FileFix, Fixer
 from metalint.fix.registry import CODEMODS
-from metalint.fix.write import ChangedOnDisk, NotPython, digest, write_atomic
+from metalint.fix.write import (
+    ChangedOnDisk,
+    NotPython,
+    OutsideTree,
+    digest,
+    tree_of,
+    write_atomic,
+)
 from metalint.lines import source_encoding, split_lines
 from metalint.report import is_error, render
 from metalint.static.names import module_name_for
@@ -63,7 +71,8 @@ def run_fix(
     changed = [ff for ff in fixes if ff.changed]
     if show_diff or not write:
         _echo_diff(changed, echo)
-    proven = _write(changed, fixer, errors, echo, verify=verify) if write else {}
+    tree = tree_of(paths or [Path(".")])
+    proven = _write(changed, fixer, errors, echo, verify=verify, tree=tree) if write else {}
     shown: set[str] = set()
     for ff in fixes:
         for d in ff.applied:
@@ -89,7 +98,7 @@ def _fix_file(display: str, fixer, errors: list):
 
     path = Path(display)
     try:
-        data = path.read_bytes()
+        data = read_regular(path, MAX_SOURCE_BYTES)
     except OSError as exc:
         errors.append(_error(display, f"could not be fixed: {exc.strerror or exc}"))
         return None
@@ -133,15 +142,15 @@ def _echo_diff(changed: list, echo) -> None:
         echo("".join(diff), nl=False)
 
 
-def _write(changed: list, fixer, errors: list, echo, *, verify: bool) -> dict:
-    """Write each changed file atomically (a file that cannot be written keeps its original and
-    its findings); with ``verify`` probe the rewritten classes. Returns
-    ``(file, top-level class) -> the probe's verdict``."""
+def _write(changed: list, fixer, errors: list, echo, *, verify: bool, tree: list[str]) -> dict:
+    """Write each changed file atomically, inside ``tree`` only (a file that cannot be written,
+    or is a link out of the tree, keeps its original and its findings); with ``verify`` probe
+    the rewritten classes. Returns ``(file, top-level class) -> the probe's verdict``."""
 
     for ff in changed:
         try:
-            write_atomic(ff.path, ff.text.encode(ff.encoding), digest(ff.data))
-        except (ChangedOnDisk, NotPython) as exc:
+            write_atomic(ff.path, ff.text.encode(ff.encoding), digest(ff.data), inside=tree)
+        except (ChangedOnDisk, NotPython, OutsideTree) as exc:
             errors.append(_error(ff.display, str(exc)))
             ff.text = ff.original
             ff.applied, ff.after = [], ff.before

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
+from metalint.codes import TOO_COMPLEX_CODE
 from metalint.diagnostics import Condition, Diagnostic, Fix, Position
 from metalint.lines import split_lines
 from metalint.static.defaults import init_functions
@@ -503,7 +504,10 @@ def cpython_tree(source: str, display: str) -> tuple[ast.Module | None, FileResu
             exc.lineno or 1,
             exc.offset or 1,
         )
-    except (ValueError, RecursionError, MemoryError) as exc:
+    except MemoryError:  # the worker's memory bound (or CPython's parser stack)
+        why = "file too complex to analyse (out of memory)"
+        return None, error_result(display, why, code=TOO_COMPLEX_CODE)
+    except (ValueError, RecursionError) as exc:
         return None, error_result(
             display, f"could not be checked: {str(exc) or type(exc).__name__}"
         )

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metalint.codes import ERROR_CODE
+from metalint.codes import ERROR_CODE, TOO_COMPLEX_CODE
 from metalint.diagnostics import Diagnostic, Position
+from metalint.files import MAX_SOURCE_BYTES, TooLarge, read_regular
 from metalint.lines import source_encoding
 
 #: ``ClassSummary.hooks`` names an own tensor handed to a helper function as
@@ -135,9 +136,13 @@ def error_result(
 
 
 def read_source(path: Path, display: str) -> tuple[bytes | None, FileResult | None]:
-    """The file's bytes, or an error result naming why it cannot be read."""
+    """The file's bytes, or an error result naming why it cannot be read: only a regular file
+    is read (a FIFO or a device is ML900), and one over ``MAX_SOURCE_BYTES`` is ML901 unread."""
     try:
-        data = path.read_bytes()
+        data = read_regular(path, MAX_SOURCE_BYTES)
+    except TooLarge as exc:
+        why = f"file too complex to analyse (larger than {exc.limit // 2**20} MiB)"
+        return None, error_result(display, why, code=TOO_COMPLEX_CODE)
     except FileNotFoundError:
         if path.is_symlink():
             return None, error_result(display, "could not be checked: broken symbolic link")
