@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import sys
 from collections import Counter
@@ -242,8 +241,21 @@ def _named_and_caused(
     return out
 
 
-def _identity(d: Diagnostic) -> str:
-    return json.dumps(d.to_json(), sort_keys=True, default=str)
+def _identity(d: Diagnostic) -> tuple:
+    """What a reader of the finding sees (its fix is its own file's, the same either way)."""
+    return (
+        d.code,
+        d.message,
+        d.filename,
+        (d.start.row, d.start.column, d.end.row, d.end.column),
+        d.symbol,
+        d.subject,
+        d.hook,
+        d.help,
+        d.protocol,
+        d.root,
+        d.via,
+    )
 
 
 def _confirmed_helper_reads(
