@@ -606,11 +606,11 @@ def _spoil(folder: Path, how: str, rnd, snapshots: list[bytes]) -> None:
 
 
 def _signed(obj, key: str) -> bytes:
-    """A cache file holding ``obj`` whose first line is right for it (a valid digest)."""
-    from metalint.files import CACHE_MAGIC, Cache
+    """A cache file holding ``obj`` whose first line is right for it (a valid MAC under this
+    user's key)."""
+    from metalint.cache import seal, secret
 
-    raw = json.dumps(obj).encode()
-    return b" ".join((CACHE_MAGIC, key.encode(), Cache.digest(raw).encode())) + b"\n" + raw
+    return seal(key, json.dumps(obj).encode(), secret())
 
 
 def _spoiled(data: bytes, key: str, how: str, rnd, snapshots: list[bytes]) -> bytes | None:
@@ -682,11 +682,10 @@ def _cache_files(folder: Path) -> list[Path]:
 
 
 def _intact(cache: Path) -> bool:
-    """The file is whole: its first line holds the digest of the rest (never half-written)."""
-    from metalint.files import CACHE_MAGIC, Cache
+    """The file is whole: its first line holds the MAC of the rest (never half-written)."""
+    from metalint.cache import opened, secret
 
-    head, _, body = cache.read_bytes().partition(b"\n")
-    return head == b" ".join((CACHE_MAGIC, cache.stem.encode(), Cache.digest(body).encode()))
+    return opened(cache.stem, cache.read_bytes(), secret()) is not None
 
 
 def _check_cmd(*extra: str) -> list[str]:

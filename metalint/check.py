@@ -5,12 +5,14 @@ from __future__ import annotations
 import fnmatch
 import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
+from metalint.cache import Cache, NoKey, allowed_folder, secret, user_cache_home
 from metalint.config import (
     DEFAULT_FILE_TIME_BUDGET,
     ConfigError,
@@ -20,7 +22,7 @@ from metalint.config import (
     validate_selectors,
 )
 from metalint.diagnostics import Diagnostic, Position
-from metalint.files import Cache, Discovery, display_path
+from metalint.files import Discovery, display_path
 from metalint.jobs import analyze_isolated, analyze_one, can_isolate, preload
 from metalint.report import FORMATS, exit_code, is_error, render
 from metalint.static.hierarchy import Hierarchy
@@ -59,13 +61,31 @@ def all_codes() -> tuple[list[str], set[str]]:
     return list(codes), set(defaults)
 
 
+def project_root(settings: Settings, first: Path) -> Path | None:
+    """The project a run judges its files in: the folder of the ``[tool.metalint]`` config,
+    else the git work tree that holds the first path; None outside both (only the files named
+    are read then)."""
+    if settings.config_file is not None:
+        return settings.root
+    start = Path(os.path.abspath(first))
+    folder = start if start.is_dir() else start.parent
+    return next((f for f in (folder, *folder.parents) if (f / ".git").exists()), None)
+
+
 def run_check(
     paths: Sequence[Path],
     settings: Settings,
     *,
     use_cache: bool = True,
     workers: int | None = None,
+    project: Path | None = None,
+    force_exclude: bool = False,
 ) -> CheckResult:
+    """Check ``paths``. With ``project`` (see :func:`project_root`) the files named are judged
+    among every file of the project (from the cache; the others are analysed) exactly as a run
+    on the whole project judges them, and the findings reported are theirs plus those of other
+    files that the named files cause (:func:`_named_and_caused`). ``force_exclude``: a path
+    named that an ``exclude`` pattern names is skipped too (pre-commit names every file)."""
     codes, defaults = all_codes()
     enabled = settings.enabled(codes, defaults)
 
@@ -73,15 +93,24 @@ def run_check(
         click.echo(f"metalint: warning: {message}", err=True)
 
     discovery = Discovery(settings.root, settings.exclude, warn=warn)
+    if force_exclude:
+        paths = [p for p in paths if not _force_excluded(p, discovery, settings.root)]
     files = list(discovery.files(paths))
-    cache = None
-    if use_cache:
-        cache = Cache(
-            settings.cache_dir or settings.root / ".metalint_cache",
-            Cache.key(codes, settings.hooks),
-            warn=warn,
-        )
-    results: list[FileResult | None] = [None] * len(files)
+    checked_files = len(files)
+    named: set[int] | None = None  # a partial run: the indices of the files named
+    if project is not None and files:
+        by_key = {_abs_key(f): f for f in files}
+        tree = [by_key.get(_abs_key(f), f) for f in discovery.files([project])]
+        in_tree = {_abs_key(f) for f in tree}
+        # in the project's order (as a run on the whole project reads them), after the files
+        # named outside its tree
+        ordered = [f for f in files if _abs_key(f) not in in_tree] + tree
+        if len(ordered) > len(files):
+            files = ordered
+            named = {i for i, f in enumerate(files) if _abs_key(f) in by_key}
+    base = project or settings.root
+    cache = _open_cache(settings, base, codes) if use_cache else None
+    results: list[FileResult] = [None] * len(files)  # type: ignore[list-item]
     jobs, job_index, digests = [], [], {}
     checked: dict[int, str] = {}  # the digest of each file's bytes as checked
     for i, path in enumerate(files):
@@ -90,12 +119,12 @@ def run_check(
         if err:
             results[i] = err
             continue
-        key = os.path.normpath(str(path.absolute()))
+        key = _abs_key(path)
         digest = checked[i] = Cache.digest(data)
         cached = cache.get(key, digest) if cache else None
         if cached is not None:
             try:
-                results[i] = FileResult.from_json(display, cached)
+                results[i] = _from_cache(display, cached)
                 continue
             except (KeyError, TypeError, ValueError, AttributeError):
                 cache.drop(key)  # not what this version writes: a miss
@@ -115,34 +144,158 @@ def run_check(
     for i, result in zip(job_index, analysed):
         results[i] = result
         if cache is not None and not any(is_error(d.code) for d in result.diagnostics):
-            cache.put(*digests[i], result.to_json())
+            cache.put(*digests[i], _to_cache(result))
     if cache is not None:
         cache.save()
-    _confirmed_helper_reads(results, files, checked, settings, workers)
-    final = [r for r in results if r is not None]
-    return CheckResult(resolve(final, settings, enabled), len(final), final)
+    _confirmed_helper_reads(results, files, checked, settings, workers, named)
+    if named is None:
+        diagnostics = resolve(results, settings, enabled)
+    else:
+        diagnostics = _named_and_caused(results, named, settings, enabled)
+    return CheckResult(diagnostics, checked_files, results)
+
+
+def _abs_key(path: Path) -> str:
+    return os.path.normpath(str(path.absolute()))
+
+
+def _open_cache(settings: Settings, base: Path, codes: list[str]) -> Cache | None:
+    """The cache of ``base`` (the project, else the settings' root); None, with a warning, when
+    it cannot be used. A configured ``cache-dir`` outside the project (and outside the user's
+    cache folder) is a ConfigError: ``check`` writes nowhere else."""
+
+    def warn(message: str) -> None:
+        click.echo(f"metalint: warning: {message}", err=True)
+
+    folder = settings.cache_dir or base / ".metalint_cache"
+    if not allowed_folder(folder, base):
+        if settings.cache_dir is not None:
+            where = settings.config_file or "cache-dir"
+            raise ConfigError(
+                f"{where}: cache-dir {folder} is outside the project {base}: use a folder "
+                f"inside it or under {user_cache_home() or '~/.cache'}"
+            )
+        warn(f"cache not used ({folder} leads outside the project {base})")
+        return None
+    try:
+        key = secret()
+    except NoKey as exc:
+        warn(f"cache not used ({exc})")
+        return None
+    return Cache(folder, Cache.key(codes, settings.hooks), base, key, warn=warn)
+
+
+def _to_cache(result: FileResult) -> dict:
+    """A result as cached: without its display path, which is each run's own."""
+    out = result.to_json()
+    for d in out["diagnostics"]:
+        d["filename"] = ""
+    return out
+
+
+def _from_cache(display: str, cached: dict) -> FileResult:
+    result = FileResult.from_json(display, cached)
+    result.diagnostics = [d.with_(filename=display) for d in result.diagnostics]
+    return result
+
+
+def _force_excluded(path: Path, discovery: Discovery, root: Path) -> bool:
+    """``--force-exclude`` (ruff's meaning): a path named on the command line that an
+    ``exclude`` pattern names, itself or a folder above it below ``root``, is skipped."""
+    try:
+        parts = Path(os.path.abspath(path)).relative_to(root).parts
+    except ValueError:
+        return False
+    last = len(parts)
+    return any(
+        discovery.exclude.match_file(
+            "/".join(parts[:k]) + ("/" if k < last or os.path.isdir(path) else "")
+        )
+        for k in range(1, last + 1)
+    )
+
+
+def _named_and_caused(
+    results: list[FileResult], named: set[int], settings: Settings, enabled: set[str]
+) -> list[Diagnostic]:
+    """The findings of a run on some files of a project: the whole project's analysis judges
+    every file; reported are every finding of the named files, and each finding of another
+    file that the named files cause. A finding elsewhere is caused when the analysis of the
+    project without the named files does not make it, makes it otherwise (another root,
+    protocol or message), or finds other model roots containing its class (a class of a named
+    file builds it: that root's re-initialisation decides it, even once deleted). Input errors
+    (ML9xx) of the other files are theirs, not reported."""
+    found, protocols = _judged(results, settings, enabled)
+    shown = {results[i].path for i in named}
+    others = [r for i, r in enumerate(results) if i not in named]
+    alone, alone_protocols = _judged(others, settings, enabled)
+    without = Counter(_identity(d) for d in alone)
+    out = []
+    for d in found:
+        if d.filename in shown:
+            out.append(d)
+        elif is_error(d.code):
+            continue
+        elif without[_identity(d)] and (
+            d.condition is None
+            or protocols.roots(d.condition.cls) == alone_protocols.roots(d.condition.cls)
+        ):
+            without[_identity(d)] -= 1
+        else:
+            out.append(d)
+    return out
+
+
+def _identity(d: Diagnostic) -> tuple:
+    """What a reader of the finding sees (its fix is its own file's, the same either way)."""
+    return (
+        d.code,
+        d.message,
+        d.filename,
+        (d.start.row, d.start.column, d.end.row, d.end.column),
+        d.symbol,
+        d.subject,
+        d.hook,
+        d.help,
+        d.protocol,
+        d.root,
+        d.via,
+    )
 
 
 def _confirmed_helper_reads(
-    results: list[FileResult | None],
+    results: list[FileResult],
     files: list[Path],
     checked: dict[int, str],
     settings: Settings,
     workers: int,
+    named: set[int] | None = None,
 ) -> None:
     """Analyse again in full, in place in ``results``, each file holding a left-out finding
     (``FileResult.helper_reads``: a call of a function of another file that may read a
     tensor's value) that the tree confirms. A file's result (and its cache entry) cannot
     depend on other files, so its analysis lists such calls and only a confirmed one costs a
-    second analysis; every other left-out finding is one the tree drops."""
-    if not any(r is not None and r.helper_reads for r in results):
+    second analysis; every other left-out finding is one the tree drops.
+
+    ``named``: a partial run, with the indices of the files named: another file is analysed
+    again only when the named files decide a confirmation (without them the tree answers
+    otherwise), the only way its left-out findings can be reported."""
+    if not any(r.helper_reads for r in results):
         return
-    hierarchy = Hierarchy([r for r in results if r is not None])
+    hierarchy = Hierarchy(results)
+    reduced = None
+    if named is not None:
+        reduced = Hierarchy([r for i, r in enumerate(results) if i not in named])
     jobs, where = [], []
     for i, r in enumerate(results):
-        if r is None or not any(
-            hierarchy.construction_read(function, code) is not None
-            for code, function in r.helper_reads
+        reads = [hierarchy.construction_read(function, code) for code, function in r.helper_reads]
+        if all(read is None for read in reads):
+            continue
+        if (
+            reduced is not None
+            and i not in named
+            and reads
+            == [reduced.construction_read(function, code) for code, function in r.helper_reads]
         ):
             continue
         path = files[i]
@@ -165,6 +318,13 @@ def _confirmed_helper_reads(
 
 def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) -> list[Diagnostic]:
     """Answer cross-file conditions, apply selection, per-file ignores and ``# noqa``."""
+    return _judged(results, settings, enabled)[0]
+
+
+def _judged(
+    results: list[FileResult], settings: Settings, enabled: set[str]
+) -> tuple[list[Diagnostic], Protocols]:
+    """:func:`resolve`, and the protocols it judged under."""
     hierarchy = Hierarchy(results)
     protocols = Protocols(hierarchy, settings.protocol)
     out: list[Diagnostic] = []
@@ -221,7 +381,7 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
                             help=f"Remove {', '.join(stale)} from the `# noqa` comment",
                         )
                     )
-    return sorted(out, key=lambda d: d.sort_key)
+    return sorted(out, key=lambda d: d.sort_key), protocols
 
 
 def probe_findings(
@@ -360,6 +520,11 @@ def cli_settings(paths, config, select, extend_select, ignore) -> Settings:
     return settings
 
 
+FORCE_EXCLUDE_HELP = (
+    "Apply the exclude patterns to paths named on the command line too (as pre-commit names them)."
+)
+
+
 @click.command("check")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--output-format", type=click.Choice(FORMATS), default="text", show_default=True)
@@ -370,6 +535,7 @@ def cli_settings(paths, config, select, extend_select, ignore) -> Settings:
 @click.option("--statistics", is_flag=True, help="Count findings per code.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the cache.")
 @click.option("--config", type=click.Path(path_type=Path), help="pyproject.toml to use.")
+@click.option("--force-exclude", is_flag=True, help=FORCE_EXCLUDE_HELP)
 @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPUs).")
 @click.option(
     "--file-time-budget",
@@ -396,6 +562,7 @@ def check_command(
     statistics,
     no_cache,
     config,
+    force_exclude,
     jobs,
     file_time_budget,
     output,
@@ -407,7 +574,14 @@ def check_command(
         settings = cli_settings(paths, config, select, extend_select, ignore)
         if file_time_budget is not None:
             settings.file_time_budget = time_budget(file_time_budget, "--file-time-budget")
-        result = run_check(paths, settings, use_cache=not no_cache, workers=jobs)
+        result = run_check(
+            paths,
+            settings,
+            use_cache=not no_cache,
+            workers=jobs,
+            project=project_root(settings, paths[0]),
+            force_exclude=force_exclude,
+        )
     except ConfigError as exc:
         click.echo(f"metalint: error: {exc}", err=True)
         sys.exit(2)

@@ -1,4 +1,4 @@
-"""Which files to check, and the cache of per-file results.
+"""Which files to check.
 
 Discovery walks the given folders for ``*.py`` files, skipping what ``.gitignore`` files
 (at every level, as git does) and the configured ``exclude`` patterns name (matched by
@@ -10,24 +10,16 @@ Every file is read by :func:`read_regular`: a regular file only (a FIFO, a devic
 one is refused after a ``stat``, before any ``open`` that could block), at most ``limit`` + 1
 bytes of it.
 
-The cache maps a file's path to the hash of its bytes and its :class:`FileResult`. Results
-do not depend on which rules are selected or on other files (see ``engine``), so the key is
-the content, the metalint version and code (the size and time of each of its files), the set
-of registered rules and the configured hooks.
+(The cache of per-file results is :mod:`metalint.cache`.)
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import stat
-import tempfile
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from metalint import __version__
 from metalint.globs import PatternError, Spec, compile_pattern
 from metalint.globs import spec as pattern_spec
 
@@ -287,155 +279,3 @@ def display_path(path: Path, cwd: Path | None = None) -> str:
         return os.path.relpath(path, cwd) if path.is_absolute() else os.path.normpath(str(path))
     except ValueError:
         return str(path)
-
-
-#: bump when what a cached FileResult holds changes (2: module-level init functions; 3: their
-#: reads of a tensor's value, for ML008 across files; 4: classes swapped into a sub-model;
-#: 5: findings at calls of another file's functions listed, not made, until confirmed;
-#: 6: the sites that materialise a model built on meta)
-CACHE_SCHEMA = 6
-
-
-def code_stamp() -> str:
-    """Size and modification time of every source file of metalint itself: an editable or
-    git install changed without a new version must not read results its old code cached."""
-    h = hashlib.blake2b(digest_size=8)
-    package = os.path.dirname(os.path.abspath(__file__))
-    for folder, dirs, names in os.walk(package):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(names):
-            if name.endswith(".py"):
-                st = os.stat(os.path.join(folder, name))
-                h.update(
-                    f"{os.path.relpath(os.path.join(folder, name), package)}:{st.st_size}:{st.st_mtime_ns};".encode()
-                )
-    return h.hexdigest()
-
-
-#: first line of a cache file; the second is the entries' JSON, whose digest the first holds
-CACHE_MAGIC = b"metalint-cache"
-#: a temporary cache file older than this (seconds) was left by a killed run: removed
-STALE_TMP_AGE = 600.0
-
-
-class Cache:
-    """One file per settings key, mapping path -> {hash, result}.
-
-    The cache is untrusted input: the file is ``metalint-cache <key> <digest>`` on its first
-    line and the entries' JSON on the second, and anything that is not exactly that (another
-    version's key, a digest that does not match, JSON of another shape, an entry that does
-    not read back as a result) is a miss. A cache that cannot be read or written is skipped,
-    with at most one warning; the results are those of ``--no-cache``."""
-
-    def __init__(self, folder: Path, key: str, warn=None):
-        self.folder = folder
-        self.key_ = key
-        self.file = folder / f"{key}.json"
-        self.entries: dict[str, dict] = {}
-        self.dirty = False
-        self._warn = warn
-        self.warned = False
-        try:
-            data = self.file.read_bytes()
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            self.warn(f"cache not read ({self.file}: {exc.strerror or exc})")
-            return
-        self.entries = self._parse(data)
-
-    def _parse(self, data: bytes) -> dict[str, dict]:
-        head, _, body = data.partition(b"\n")
-        if head != b" ".join((CACHE_MAGIC, self.key_.encode(), self.digest(body).encode())):
-            return {}
-        try:
-            entries = json.loads(body)
-        except ValueError:
-            return {}
-        if not isinstance(entries, dict):
-            return {}
-        return entries
-
-    def warn(self, message: str) -> None:
-        if self.warned:
-            return
-        self.warned = True
-        if self._warn is not None:
-            self._warn(message)
-
-    @staticmethod
-    def key(rule_codes: Iterable[str], hooks: Iterable[str]) -> str:
-        h = hashlib.blake2b(digest_size=12)
-        h.update(f"{__version__}/{CACHE_SCHEMA}/{code_stamp()}".encode())
-        h.update(",".join(sorted(rule_codes)).encode())
-        h.update(",".join(hooks).encode())
-        return h.hexdigest()
-
-    @staticmethod
-    def digest(data: bytes) -> str:
-        return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-    def get(self, path: str, digest: str) -> dict | None:
-        """The cached result of ``path`` if its bytes hash to ``digest`` (and the entry has the
-        shape this version writes), else None."""
-        entry = self.entries.get(path)
-        if (
-            type(entry) is dict
-            and entry.get("hash") == digest
-            and type(entry.get("result")) is dict
-        ):
-            return entry["result"]
-        return None
-
-    def put(self, path: str, digest: str, result: dict) -> None:
-        self.entries[path] = {"hash": digest, "result": result}
-        self.dirty = True
-
-    def drop(self, path: str) -> None:
-        """Forget an entry that did not read back."""
-        if self.entries.pop(path, None) is not None:
-            self.dirty = True
-
-    def save(self) -> None:
-        if not self.dirty:  # nothing to write; a killed run's temporary is still removed
-            if self.folder.is_dir():
-                self._remove_stale_temporaries()
-            return
-        tmp = None
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            gitignore = self.folder / ".gitignore"
-            if not gitignore.exists():
-                gitignore.write_text("# created by metalint\n*\n")
-            self._remove_stale_temporaries()
-            body = json.dumps(self.entries, separators=(",", ":")).encode()
-            head = b" ".join((CACHE_MAGIC, self.key_.encode(), self.digest(body).encode()))
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".json")
-            with os.fdopen(fd, "wb") as f:
-                f.write(head + b"\n" + body)
-            os.replace(tmp, self.file)
-            tmp = None
-        except (OSError, ValueError) as exc:  # a read-only tree is checked without a cache
-            self.warn(f"cache not written ({self.folder}: {getattr(exc, 'strerror', None) or exc})")
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-
-    def _remove_stale_temporaries(self) -> None:
-        """Temporary files a killed run left behind (a running one's are younger)."""
-        now = time.time()
-        try:
-            it = os.scandir(self.folder)
-        except OSError:
-            return
-        with it:
-            for entry in it:
-                if entry.name.startswith(".tmp-") and entry.name.endswith(".json"):
-                    try:
-                        if now - entry.stat().st_mtime > STALE_TMP_AGE:
-                            os.unlink(entry.path)
-                    except OSError:
-                        pass

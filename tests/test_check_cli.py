@@ -324,7 +324,7 @@ def test_cache_key_follows_metalint_own_code(tmp_path):
     import os
 
     import metalint.rules.parameter_from_value as rule
-    from metalint.files import Cache
+    from metalint.cache import Cache
 
     before = Cache.key(["ML001"], ("reset_parameters",))
     assert Cache.key(["ML001"], ("reset_parameters",)) == before

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from metalint.check import all_codes, cli_settings, resolve, run_check
+from metalint.check import FORCE_EXCLUDE_HELP, all_codes, cli_settings, resolve, run_check
 from metalint.codes import ERROR_CODE
 from metalint.config import ConfigError
 from metalint.diagnostics import Diagnostic, Position
@@ -57,12 +57,15 @@ def run_fix(
     workers=None,
     echo=click.echo,
     show_fixes: bool = False,
+    force_exclude: bool = False,
 ) -> int:
     """Check, fix every file a codemod applies to, write (or diff), summarise; the exit code."""
 
     codes, defaults = all_codes()
     enabled = settings.enabled(codes, defaults)
-    checked = run_check(paths, settings, use_cache=use_cache, workers=workers)
+    checked = run_check(
+        paths, settings, use_cache=use_cache, workers=workers, force_exclude=force_exclude
+    )
     errors = [d for d in checked.diagnostics if is_error(d.code)]
     fixer = Fixer(checked.results, settings, enabled, unsafe, resolve)
     candidates = sorted({d.filename for d in checked.diagnostics if d.code in CODEMODS})
@@ -318,6 +321,7 @@ def _probe_original(ff, classes: list[str], hooks) -> list:
 @click.option("--ignore", multiple=True, help="Codes or prefixes not to fix.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the cache.")
 @click.option("--config", type=click.Path(path_type=Path), help="pyproject.toml to use.")
+@click.option("--force-exclude", is_flag=True, help=FORCE_EXCLUDE_HELP)
 @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPUs).")
 def fix_command(
     paths,
@@ -331,6 +335,7 @@ def fix_command(
     ignore,
     no_cache,
     config,
+    force_exclude,
     jobs,
 ):
     """Rewrite PATHS (default: .) so their modules can be built on the meta device."""
@@ -350,6 +355,7 @@ def fix_command(
             use_cache=not no_cache,
             workers=jobs,
             show_fixes=show_fixes,
+            force_exclude=force_exclude,
         )
     except ConfigError as exc:
         click.echo(f"metalint: error: {exc}", err=True)
