@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import torch
 
 from metalint.loader.errors import CheckpointError
 from metalint.loader.records import check_zip_records
+from metalint.loader.safeio import not_regular, open_regular, read_limited, require_regular
 from metalint.loader.validate import TensorEntry, read_header
 
 ST_TO_TORCH: dict[str, torch.dtype] = {
@@ -54,6 +54,8 @@ ST_TO_TORCH: dict[str, torch.dtype] = {
 }
 
 TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+#: the most bytes an index file may hold (a 100k-tensor index is about 10 MB)
+MAX_INDEX = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,7 @@ class SafetensorsSource(Source):
 
 def _torch_load(f: str) -> dict[str, torch.Tensor]:
     # a memory-mapped load trusts each record's offset and size: check them first
+    require_regular(f)
     check_zip_records(f)
     try:
         obj = torch.load(f, map_location="cpu", mmap=True, weights_only=True)
@@ -260,29 +263,31 @@ class DCPSource(Source):
 
     def __init__(self, path: str):
         super().__init__(path)
-        from torch.distributed.checkpoint import FileSystemReader
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-        try:
-            md = FileSystemReader(path).read_metadata()
-        except Exception as exc:
-            raise CheckpointError(
-                f"cannot read DCP metadata: {type(exc).__name__}: {exc}", file=path
-            ) from exc
+        from metalint.loader import dcp
+
+        self.metadata = md = dcp.read_metadata(path)
         self.non_tensors: list[str] = []
         #: name -> stored chunks (offsets, sizes): what a sharded read overlaps
         self.chunks: dict[str, list] = {}
         for name, meta in md.state_dict_metadata.items():
             if isinstance(meta, TensorStorageMetadata):
-                self.entries[name] = Entry(name, tuple(meta.size), meta.properties.dtype, path)
+                dtype = meta.properties.dtype
+                self.entries[name] = Entry(name, tuple(meta.size), dtype, path)
                 self.chunks[name] = list(meta.chunks)
             else:
                 self.non_tensors.append(name)
+        dcp.check_items(path, md, self.entries)
+
+    def load_into(self, state_dict: dict) -> None:
+        """``dcp.load`` of the one-entry ``state_dict`` (a tensor or a DTensor), checked."""
+        from metalint.loader import dcp
+
+        dcp.load(self.path, self.metadata, state_dict)
 
     def read(self, name, dim=None, start=0, stop=0):
         import torch.distributed as dist
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint import FileSystemReader
 
         e = self.entries[name]
         distributed = dist.is_available() and dist.is_initialized()
@@ -291,14 +296,7 @@ class DCPSource(Source):
         # (no_dist=True) either way: no collective per tensor, ranks need not be in lockstep.
         dev = "meta" if distributed else "cpu"
         sd = {name: torch.empty(e.shape, dtype=e.dtype, device=dev)}
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                dcp.load(sd, storage_reader=FileSystemReader(self.path), no_dist=True)
-        except Exception as exc:
-            raise CheckpointError(
-                f"read failed: {type(exc).__name__}: {exc}", file=self.path, tensor=name
-            ) from exc
+        self.load_into(sd)
         t = sd.pop(name).cpu()
         if dim is not None:
             t = t[_slice_index(len(e.shape), dim, start, stop)].clone()
@@ -309,9 +307,10 @@ def _read_index(index: Path) -> dict[str, str]:
     """The index's ``weight_map``: tensor name -> the absolute path of the file holding it.
     Every file name is checked (a non-empty string, no NUL, not absolute, inside the index's
     folder, an existing file) before any is opened."""
+    raw = read_limited(index, MAX_INDEX, "index ")
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeError, ValueError, RecursionError) as exc:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeError, ValueError, RecursionError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"cannot read index: {msg}", file=str(index)) from None
     wm = data.get("weight_map") if isinstance(data, dict) else None
@@ -341,13 +340,16 @@ def _index_file(index: Path, root: Path, name: str, fname: str, checked: dict[st
         raise fail("is an absolute path (an index names files in its own folder)")
     try:
         f = (index.parent / fname).resolve()
-        exists = f.is_file()
+        mode = f.stat().st_mode if f.exists() else None
     except (OSError, ValueError, RuntimeError) as exc:
         raise fail(f"cannot be opened: {exc}") from None
     if root not in f.parents:
         raise fail("is outside the checkpoint folder")
-    if not exists:
+    if mode is None:
         raise fail("does not exist")
+    kind = not_regular(mode)
+    if kind:
+        raise fail(f"is {kind}, not a regular file; refused")
     checked[fname] = str(f)
     return str(f)
 
@@ -366,10 +368,12 @@ def open_checkpoint(checkpoint) -> Source:
     if not p.exists():
         raise CheckpointError("no such file or folder", file=str(p))
     if p.is_dir():
-        if (p / ".metadata").is_file():
+        # exists, not is_file: a FIFO or device under a name the loader reads is refused
+        # (by the reader, with one line) rather than passed over
+        if (p / ".metadata").exists():
             return DCPSource(str(p))
         for preferred in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
-            if (p / preferred).is_file():
+            if (p / preferred).exists():
                 return _from_index(p / preferred)
         indexes = sorted(p.glob("*.safetensors.index.json"))
         if len(indexes) == 1:
@@ -387,6 +391,7 @@ def open_checkpoint(checkpoint) -> Source:
             "folder holds no .safetensors, index.json, torch .bin/.pt or DCP .metadata",
             file=str(p),
         )
+    require_regular(p)
     if p.name.endswith(".index.json"):
         return _from_index(p)
     if p.suffix == ".safetensors":
@@ -394,7 +399,7 @@ def open_checkpoint(checkpoint) -> Source:
     if p.suffix in TORCH_SUFFIXES:
         return TorchZipSource(str(p), [str(p)])
     # Unknown suffix: sniff. A zip file starts with PK.
-    with open(p, "rb") as f:
+    with open_regular(p) as f:
         magic = f.read(2)
     if magic == b"PK":
         return TorchZipSource(str(p), [str(p)])
