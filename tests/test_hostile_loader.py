@@ -279,6 +279,25 @@ def test_data_pkl_memo_index_of_2_31_is_not_a_memory_bomb(tmp_path):
     assert seconds < TIMEOUT
 
 
+@pytest.mark.parametrize("where", ["data.pkl", ".metadata"])
+def test_a_dict_key_a_million_tuples_deep_is_refused_not_hashed(tmp_path, where):
+    # hashing it would overflow the C stack: only plain keys (and DCP's checked
+    # MetadataIndex) are hashed
+    from metalint.loader import CheckpointError
+    from metalint.loader.dcp import read_metadata
+    from metalint.loader.records import check_zip_records
+
+    pkl = b"\x80\x02}" + b")" + b"\x85" * 1_000_000 + b"K\x01s."
+    if where == "data.pkl":
+        path = _torch_zip_with_pkl({"w": torch.zeros(1)}, tmp_path / "m.pt", pkl)
+        read = lambda: check_zip_records(str(path))  # noqa: E731
+    else:
+        (tmp_path / ".metadata").write_bytes(pkl)
+        read = lambda: read_metadata(str(tmp_path))  # noqa: E731
+    with pytest.raises(CheckpointError, match="dict key of type tuple"):
+        read()
+
+
 def test_data_pkl_code_is_never_called(tmp_path):
     from metalint.loader.records import check_zip_records
 
@@ -385,7 +404,8 @@ def test_index_shard_that_is_a_fifo_is_refused(tmp_path):
 
 # -- seeded properties: nested pickles and DCP metadata ----------------------------------------
 
-#: fragments a drawn pickle is made of (protocol 2 opcodes), each pushing or combining
+#: values a drawn pickle pushes (protocol 2): plain values, containers, globals that would run
+#: code if called, a storage persistent id, an OrderedDict
 _PUSH = [
     b"N",
     b"K\x07",
@@ -402,16 +422,56 @@ _PUSH = [
     b"ctorch._utils\n_rebuild_tensor_v2\n",
     b"(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x01tQ",
 ]
-_COMBINE = [b"R", b"b", b"\x85", b"\x86", b"\x87", b"s", b"a", b"t", b"(", b"u", b"e", b"0", b"2"]
-_MEMO = [b"q\x00", b"q\x01", b"h\x00", b"h\x01", b"r\xff\xff\xff\x7f", b"j\xff\xff\xff\x7f"]
+#: (opcode, items it takes, items it leaves)
+_COMBINE = [
+    (b"\x86R", 3, 1),  # f(a, b)
+    (b"\x85R", 2, 1),  # f(a)
+    (b"\x85\x81", 2, 1),  # NEWOBJ
+    (b"b", 2, 1),  # BUILD
+    (b"\x85", 1, 1),
+    (b"\x86", 2, 1),
+    (b"\x87", 3, 1),
+    (b"0", 1, 0),  # POP
+    (b"2", 1, 2),  # DUP
+]
 
 
 @st.composite
 def nested_pickles(draw) -> bytes:
-    frags = draw(st.lists(st.sampled_from(_PUSH + _COMBINE + _MEMO), min_size=1, max_size=60))
-    reps = draw(st.integers(1, 40))  # a doubling loop repeated, as the bomb does
-    loop = b"h\x00h\x01h\x01\x86Rq\x01"
-    return b"\x80\x02" + b"".join(frags) + loop * reps + b"."
+    """A protocol-2 pickle drawn op by op, mostly well-formed (the stack depth and the memo
+    are tracked), sometimes not; a doubling loop ``x = f(x, x)`` repeated at the end, as in
+    the nested-REDUCE bomb."""
+    out, depth, memo = bytearray(b"\x80\x02"), 0, 0
+    kinds = ["push", "push", "combine", "put", "get", "dict"]
+    kinds += ["raw"] if draw(st.integers(0, 3)) == 0 else []
+    for _ in range(draw(st.integers(1, 60))):
+        kind = draw(st.sampled_from(kinds))
+        if kind == "push" or depth == 0:
+            out += draw(st.sampled_from(_PUSH))
+            depth += 1
+        elif kind == "combine":
+            op, takes, leaves = draw(st.sampled_from(_COMBINE))
+            if depth >= takes:
+                out += op
+                depth += leaves - takes
+        elif kind == "put" and memo < 250:
+            out += b"q" + bytes([memo])
+            memo += 1
+        elif kind == "get" and memo:
+            out += b"h" + bytes([draw(st.integers(0, memo - 1))])
+            depth += 1
+        elif kind == "dict":
+            pairs = draw(st.lists(st.sampled_from(_PUSH[:4]), min_size=0, max_size=6))
+            out += b"}(" + b"".join(pairs) + (b"N" if len(pairs) % 2 else b"") + b"u"
+            depth += 1
+        else:  # anything: a malformed pickle is refused in one line too
+            out += draw(st.sampled_from([b"R", b"s", b"a", b"t", b"e", b"u", b"r\xff\xff\xff\x7f"]))
+    if depth == 0:
+        out += b"N"
+    f = b"c__main__\nf\nq\xfe"
+    loop = b"h\xfeh\xffh\xff\x86Rq\xff"
+    out += b"q\xff" + f + b"0" + loop * draw(st.integers(0, 80)) + b"."
+    return bytes(out)
 
 
 @CI
@@ -470,9 +530,11 @@ def dcp_metadata(draw) -> bytes:
         object.__setattr__(target, field, draw(hostile))
     elif kind == "nested":
         deep = ()
-        for _ in range(draw(st.integers(1, 5000))):
+        for _ in range(draw(st.integers(1, 500))):  # deeper: pickle.dumps recurses too far
             deep = (deep,)
-        md.storage_data = {MetadataIndex("w", deep): "x"} if draw(st.booleans()) else deep
+        key = MetadataIndex("w")
+        object.__setattr__(key, "offset", deep)
+        md.storage_data = {key: "x"} if draw(st.booleans()) else deep
     try:
         data = pickle.dumps(md, protocol=draw(st.integers(2, 5)))
     except Exception:  # noqa: BLE001 (what DCP itself could not pickle)
