@@ -104,11 +104,16 @@ class _Scanner(PickleReader):
         return _ANY_GLOBAL
 
     def call(self, func, args):
+        # The stand-in shares ``args``; the real constructor that ``torch.load`` calls next
+        # may copy them (``OrderedDict(pairs)``): charge what it would copy, so one big
+        # argument reused through the memo cannot make that reader's work explode.
+        self.charge(len(args) + sum(len(a) for a in args if type(a) in (tuple, list, dict)))
         # a state_dict() is an OrderedDict: a dict here, so its items are kept
         return {} if func is _ORDERED_DICT and not args else _Node(args)
 
     def build(self, obj, state):
-        pass  # an OrderedDict's _metadata, a stand-in's state: not needed
+        # an OrderedDict's _metadata, a stand-in's state: not needed, but torch.load sets it
+        self.charge(len(state) if type(state) in (tuple, list, dict) else 1)
 
     def append_to(self, target, items):
         if type(target) is list:
