@@ -568,3 +568,18 @@ def test_property_dcp_metadata_is_refused_or_checked(tmp_path_factory, data):
     finally:
         os.chdir(cwd)
     assert not (folder / "RAN").exists()
+
+
+def test_one_argument_reused_through_the_memo_is_charged_each_time(tmp_path):
+    # torch.Size(list) copies its list: 200k calls on one 100k-element list (1.4 MB of
+    # pickle) make torch.load's own reader build 2e10 items (160 GB); the stand-in reader
+    # charges each copy and refuses the file before torch.load sees it
+    big = b"]q\x00(" + b"K\x01" * 100_000 + b"e"  # one list of 100k ints, memoized
+    size = b"ctorch\nSize\nq\x01"
+    pkl = b"\x80\x02" + big + size + b"h\x01h\x00\x85R" * 200_000 + b"N."
+    assert len(pkl) < 2 * 2**20
+    path = _torch_zip_with_pkl({"w": torch.zeros(1)}, tmp_path / "m.pt", pkl)
+    r, seconds = load_cli(path, tmp_path)
+    line = one_line_error(r, [path])
+    assert "units of work" in line
+    assert seconds < TIMEOUT
