@@ -583,3 +583,49 @@ def test_one_argument_reused_through_the_memo_is_charged_each_time(tmp_path):
     line = one_line_error(r, [path])
     assert "units of work" in line
     assert seconds < TIMEOUT
+
+
+def _long(n: int) -> bytes:
+    """LONG4 of ``n``."""
+    data = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8b" + struct.pack("<i", len(data)) + data
+
+
+@pytest.mark.parametrize(
+    "what,pkl",
+    [
+        # numel of 10**5000: str() of it raises ValueError (over 4300 digits) in a message
+        (
+            "storage",
+            b"\x80\x02}X\x01\x00\x00\x00w(X\x07\x00\x00\x00storagectorch\nFloatStorage\n"
+            b"X\x01\x00\x00\x000X\x03\x00\x00\x00cpu" + _long(10**5000) + b"tQs.",
+        ),
+        # a top-level key of 10**5000 naming a storage
+        (
+            "key",
+            b"\x80\x02}" + _long(10**5000) + b"(X\x07\x00\x00\x00storagectorch\nFloatStorage\n"
+            b"X\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x01tQs.",
+        ),
+    ],
+)
+def test_huge_ints_in_data_pkl_are_one_line(tmp_path, what, pkl):
+    from metalint.loader import CheckpointError, open_checkpoint
+
+    path = _torch_zip_with_pkl({"w": torch.zeros(1)}, tmp_path / "m.pt", pkl)
+    with pytest.raises(CheckpointError) as info:
+        open_checkpoint(path)
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_dcp_metadata_index_without_a_name_is_one_line(state, tmp_path):
+    from torch.distributed.checkpoint import FileSystemReader
+
+    from metalint.loader import CheckpointError, open_checkpoint
+
+    folder = save_dcp(state, tmp_path / "dcp")
+    md = FileSystemReader(str(folder)).read_metadata()
+    key = next(iter(md.storage_data))
+    object.__setattr__(key, "fqn", None)  # DCP's own reader would hash None happily
+    (folder / ".metadata").write_bytes(pickle.dumps(md))
+    with pytest.raises(CheckpointError, match=r"\.metadata: DCP metadata refused: "):
+        open_checkpoint(folder)

@@ -177,6 +177,11 @@ def read_metadata(folder: str) -> Metadata:
         return _checked(md)
     except PickleRefused as exc:
         raise CheckpointError(f"DCP metadata refused: {exc}", file=path) from None
+    except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
+        msg = str(exc).splitlines()[0][:120] if str(exc) else ""
+        raise CheckpointError(
+            f"DCP metadata refused: {type(exc).__name__}: {msg}", file=path
+        ) from None
 
 
 def _checked(md) -> Metadata:
@@ -199,17 +204,20 @@ def _checked(md) -> Metadata:
             raise PickleRefused(f"entry {name[:80]!r} is a {type(meta).__name__}")
     items = {}
     for key, info in storage.items():
-        if type(key) is not MetadataIndex or type(info) is not _StorageInfo:
-            raise PickleRefused("storage_data is not MetadataIndex -> _StorageInfo")
+        fqn, offset = getattr(key, "fqn", None), getattr(key, "offset", None)
+        if type(key) is not MetadataIndex or type(fqn) is not str or type(offset) is not torch.Size:
+            raise PickleRefused("storage_data key is not a MetadataIndex of a name and offsets")
+        if type(info) is not _StorageInfo:
+            raise PickleRefused(f"storage item of {fqn[:80]!r} is a {type(info).__name__}")
         rel, off, n = (getattr(info, a, None) for a in ("relative_path", "offset", "length"))
-        if type(rel) is not str or type(off) is not int or type(n) is not int or off < 0 or n < 0:
-            raise PickleRefused(f"storage item of {key.fqn[:80]!r} has no path, offset, length")
+        if type(rel) is not str or not all(type(x) is int and 0 <= x < _U63 for x in (off, n)):
+            raise PickleRefused(f"storage item of {fqn[:80]!r} has no path, offset, length")
         td = getattr(info, "transform_descriptors", None)
         if td is not None and (
             type(td) not in (list, tuple) or any(type(t) is not str for t in td)
         ):
-            raise PickleRefused(f"storage item of {key.fqn[:80]!r}: bad transform descriptors")
-        items[MetadataIndex(key.fqn, key.offset)] = _StorageInfo(rel, off, n, td)
+            raise PickleRefused(f"storage item of {fqn[:80]!r}: bad transform descriptors")
+        items[MetadataIndex(fqn, offset)] = _StorageInfo(rel, off, n, td)
     version = getattr(md, "version", None)
     return Metadata(
         state_dict_metadata=entries,

@@ -208,7 +208,9 @@ def _torch_load(f: str) -> dict[str, torch.Tensor]:
     if not isinstance(obj, dict):
         raise CheckpointError(f"holds a {type(obj).__name__}, not a state dict", file=f)
     for k, v in obj.items():
-        if not isinstance(k, str) or not isinstance(v, torch.Tensor):
+        if not isinstance(k, str):  # repr() of a key of 10**5000 raises
+            raise CheckpointError(f"not a flat state dict: a key is a {type(k).__name__}", file=f)
+        if not isinstance(v, torch.Tensor):
             raise CheckpointError(
                 f"not a flat state dict: key {k!r} holds a {type(v).__name__}", file=f
             )

@@ -71,6 +71,8 @@ class _Node:
         self.args = args
 
 
+_U63 = 2**63
+
 #: what every global but a storage type and ``OrderedDict`` stands for
 _ANY_GLOBAL = _Node(())
 _ORDERED_DICT = _Node(())
@@ -127,11 +129,13 @@ class _Scanner(PickleReader):
         if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] != "storage":
             raise PickleRefused(f"unknown persistent id {pid!r:.60}")
         _, stype, key, _location, numel = pid[:5]
-        if type(key) not in (str, int):
+        if type(key) is not str and not (type(key) is int and 0 <= key < _U63):
             raise PickleRefused(f"storage key of type {type(key).__name__}")
+        if type(numel) is not int or not 0 <= numel < _U63:
+            raise PickleRefused(f"storage {key!s:.40} of {type(numel).__name__} elements")
         key = str(key)
         size = _STORAGE_ITEMSIZE.get(stype.name) if isinstance(stype, _StorageType) else None
-        nbytes = numel * size if type(numel) is int and size is not None else None
+        nbytes = numel * size if size is not None else None
         s = self.storages.get(key)
         if s is None:
             s = self.storages[key] = _Storage(key, nbytes)
@@ -150,8 +154,8 @@ def _claim_storages(obj) -> None:
         while todo:
             v = todo.pop()
             if isinstance(v, _Storage):
-                if v.tensor is None:
-                    v.tensor = str(name)
+                if v.tensor is None:  # a key is a plain value; str() of a huge int raises
+                    v.tensor = name if type(name) is str else f"<{type(name).__name__} key>"
             elif isinstance(v, _Node) and id(v.args) not in seen:
                 seen.add(id(v.args))
                 todo.extend(a for a in v.args if isinstance(a, (_Node, _Storage)))
