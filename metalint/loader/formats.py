@@ -1,7 +1,8 @@
 """Checkpoint formats, read one tensor at a time.
 
 :func:`open_checkpoint` returns a :class:`Source`: every entry's name, shape and dtype known
-up front (all headers validated before anything is read), and ``read(name, dim, start, stop)``
+up front (all headers validated before anything is read; only regular files are opened, see
+:mod:`metalint.loader.safeio`), and ``read(name, dim, start, stop)``
 that returns one tensor (or one slice along ``dim``) as a CPU tensor the caller owns.
 
 - ``.safetensors`` file: header validated by :mod:`metalint.loader.validate`, tensors read with
@@ -13,7 +14,8 @@ that returns one tensor (or one slice along ``dim``) as a CPU tensor the caller 
   ``torch.load(mmap=True, weights_only=True)``, so nothing but tensors and plain containers is
   unpickled and the data stays in the page cache until one tensor is copied out.
 - a ``torch.distributed.checkpoint`` folder (has ``.metadata``): shapes and dtypes from the
-  metadata, each tensor read with ``dcp.load(..., no_dist=True)`` into a one-entry state dict;
+  metadata (read and checked by :mod:`metalint.loader.dcp`, never by plain ``pickle``), each
+  tensor read with ``dcp.load(..., no_dist=True)`` into a one-entry state dict;
   inside an initialised process group that entry is a meta tensor that DCP materialises
   (PyTorch PR #113319), otherwise an empty CPU tensor of the stored dtype. A shard plan on a
   DCP folder reads the whole tensor, then keeps the rank's slice.
