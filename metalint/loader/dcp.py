@@ -47,7 +47,7 @@ from torch.distributed.checkpoint.metadata import (
 )
 
 from metalint.loader.errors import CheckpointError
-from metalint.loader.pickles import PickleReader, PickleRefused
+from metalint.loader.pickles import PLAIN_KEYS, PickleReader, PickleRefused
 from metalint.loader.records import check_zip_records
 from metalint.loader.safeio import open_regular, read_limited, require_regular
 
@@ -163,9 +163,10 @@ class _MetadataReader(PickleReader):
             object.__setattr__(obj, k, v)
 
     def key_ok(self, key):
-        if type(key) is MetadataIndex:
+        kind = type(key)
+        if kind is MetadataIndex:
             return type(getattr(key, "fqn", None)) is str
-        return super().key_ok(key)
+        return kind is str or kind in PLAIN_KEYS
 
 
 def read_metadata(folder: str) -> Metadata:

@@ -28,7 +28,9 @@ import pickletools
 #: work units (opcodes plus copied items) one pickle may cost
 MAX_PICKLE_WORK = 5_000_000
 
-_PLAIN = (str, int, bytes, float, bool, type(None))
+#: the dict keys a pickle may use unless a reader allows more
+PLAIN_KEYS = (str, int, bytes, float, bool, type(None))
+_BATCH = 4096
 
 
 class PickleRefused(ValueError):
@@ -78,7 +80,7 @@ class PickleReader:
             target[k] = v
 
     def key_ok(self, key) -> bool:
-        return type(key) in _PLAIN
+        return type(key) in PLAIN_KEYS
 
     def charge(self, units: int) -> None:
         self.work += units
@@ -89,16 +91,15 @@ class PickleReader:
 
     # -- the machine -----------------------------------------------------------------------
 
-    def _floor(self) -> int:
-        return self._marks[-1] if self._marks else 0
-
     def _pop(self):
-        if len(self._stack) <= self._floor():
+        marks = self._marks
+        if len(self._stack) <= (marks[-1] if marks else 0):
             raise PickleRefused("malformed pickle: stack underflow")
         return self._stack.pop()
 
     def _top(self):
-        if len(self._stack) <= self._floor():
+        marks = self._marks
+        if len(self._stack) <= (marks[-1] if marks else 0):
             raise PickleRefused("malformed pickle: stack underflow")
         return self._stack[-1]
 
@@ -117,13 +118,18 @@ class PickleReader:
 
     def load(self):
         """Run the pickle; the object it builds, or :class:`PickleRefused`."""
+        ops = 0  # charged in batches: the budget is overrun by at most _BATCH opcodes
         try:
             for op, arg, _pos in pickletools.genops(self.data):
-                self.charge(1)
-                handler = _HANDLERS.get(op.name)
+                ops += 1
+                if ops == _BATCH:
+                    self.charge(ops)
+                    ops = 0
+                handler = _BY_OPCODE.get(op)
                 if handler is None:
                     raise PickleRefused(f"opcode {op.name} is not allowed")
                 if handler is _stop:
+                    self.charge(ops)
                     return self._pop()
                 handler(self, arg)
         except PickleRefused:
@@ -325,3 +331,4 @@ _HANDLERS = {
     "BINGET": _get,
     "LONG_BINGET": _get,
 }
+_BY_OPCODE = {op: _HANDLERS[op.name] for op in pickletools.opcodes if op.name in _HANDLERS}
