@@ -629,3 +629,14 @@ def test_dcp_metadata_index_without_a_name_is_one_line(state, tmp_path):
     (folder / ".metadata").write_bytes(pickle.dumps(md))
     with pytest.raises(CheckpointError, match=r"\.metadata: DCP metadata refused: "):
         open_checkpoint(folder)
+
+
+def test_dcp_item_file_that_links_out_of_the_folder_is_refused(state, tmp_path):
+    folder = save_dcp(state, tmp_path / "dcp")
+    (shard,) = folder.glob("*.distcp")
+    outside = tmp_path / "elsewhere.distcp"
+    shard.rename(outside)
+    shard.symlink_to(outside)
+    r, _ = load_cli(folder, tmp_path)
+    line = one_line_error(r, [shard])
+    assert "is a link out of the checkpoint folder" in line

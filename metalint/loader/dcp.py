@@ -280,6 +280,10 @@ def _check_item(folder: str, name: str, info: _StorageInfo, sizes: dict[str, int
     f = os.path.join(folder, rel)
     if rel not in sizes:
         sizes[rel] = require_regular(f).st_size
+        if os.path.dirname(os.path.realpath(f)) != os.path.realpath(folder):
+            raise CheckpointError(
+                "is a link out of the checkpoint folder; refused", file=f, tensor=name
+            )
     end = info.offset + info.length
     if end > sizes[rel]:
         raise CheckpointError(
