@@ -640,3 +640,21 @@ def test_dcp_item_file_that_links_out_of_the_folder_is_refused(state, tmp_path):
     r, _ = load_cli(folder, tmp_path)
     line = one_line_error(r, [shard])
     assert "is a link out of the checkpoint folder" in line
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".bin"])
+def test_folder_file_that_links_out_of_the_folder_is_refused(state, tmp_path, suffix):
+    from metalint.loader import save_safetensors
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    outside = tmp_path / f"elsewhere{suffix}"
+    if suffix == ".bin":
+        torch.save(state, outside)
+    else:
+        save_safetensors(state, outside)
+    link = folder / f"model{suffix}"
+    link.symlink_to(outside)
+    r, _ = load_cli(folder, tmp_path)
+    line = one_line_error(r, [link])
+    assert "is a link out of the checkpoint folder" in line

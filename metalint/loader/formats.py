@@ -366,6 +366,15 @@ def _from_index(index: Path) -> Source:
     return TorchZipSource(str(index), files, wm)
 
 
+def _inside(folder: Path, files: list[str]) -> list[str]:
+    """``files`` of ``folder``, refused when one is a link out of it (as an index's are)."""
+    root = folder.resolve()
+    for f in files:
+        if Path(f).resolve().parent != root:
+            raise CheckpointError("is a link out of the checkpoint folder; refused", file=f)
+    return files
+
+
 def open_checkpoint(checkpoint) -> Source:
     """Open and validate ``checkpoint`` (a file or folder); see the module docstring."""
     p = Path(checkpoint)
@@ -387,10 +396,10 @@ def open_checkpoint(checkpoint) -> Source:
             raise CheckpointError(f"several index files ({names}); pass one of them", file=str(p))
         shards = sorted(str(f) for f in p.glob("*.safetensors"))
         if shards:
-            return SafetensorsSource(str(p), shards)
+            return SafetensorsSource(str(p), _inside(p, shards))
         zips = sorted(str(f) for f in p.iterdir() if f.suffix in TORCH_SUFFIXES and f.is_file())
         if zips:
-            return TorchZipSource(str(p), zips)
+            return TorchZipSource(str(p), _inside(p, zips))
         raise CheckpointError(
             "folder holds no .safetensors, index.json, torch .bin/.pt or DCP .metadata",
             file=str(p),
