@@ -138,10 +138,6 @@ def read_local(src, name: str, t) -> tuple[torch.Tensor, int, list]:
 
 def _read_dcp(src, name: str, t, runs) -> torch.Tensor:
     """DCP reads (and reshards) into a DTensor of ``t``'s spec: the local shard only."""
-    import warnings
-
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.tensor import DTensor
 
     e = src.entries[name]
@@ -149,9 +145,7 @@ def _read_dcp(src, name: str, t, runs) -> torch.Tensor:
     dt = DTensor.from_local(
         local, t.device_mesh, t.placements, run_check=False, shape=t.shape, stride=t.stride()
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        dcp.load({name: dt}, storage_reader=FileSystemReader(src.path), no_dist=True)
+    src.load_into({name: dt})
     return dt.to_local()
 
 

@@ -1,7 +1,8 @@
 """Checkpoint formats, read one tensor at a time.
 
 :func:`open_checkpoint` returns a :class:`Source`: every entry's name, shape and dtype known
-up front (all headers validated before anything is read), and ``read(name, dim, start, stop)``
+up front (all headers validated before anything is read; only regular files are opened, see
+:mod:`metalint.loader.safeio`), and ``read(name, dim, start, stop)``
 that returns one tensor (or one slice along ``dim``) as a CPU tensor the caller owns.
 
 - ``.safetensors`` file: header validated by :mod:`metalint.loader.validate`, tensors read with
@@ -13,7 +14,8 @@ that returns one tensor (or one slice along ``dim``) as a CPU tensor the caller 
   ``torch.load(mmap=True, weights_only=True)``, so nothing but tensors and plain containers is
   unpickled and the data stays in the page cache until one tensor is copied out.
 - a ``torch.distributed.checkpoint`` folder (has ``.metadata``): shapes and dtypes from the
-  metadata, each tensor read with ``dcp.load(..., no_dist=True)`` into a one-entry state dict;
+  metadata (read and checked by :mod:`metalint.loader.dcp`, never by plain ``pickle``), each
+  tensor read with ``dcp.load(..., no_dist=True)`` into a one-entry state dict;
   inside an initialised process group that entry is a meta tensor that DCP materialises
   (PyTorch PR #113319), otherwise an empty CPU tensor of the stored dtype. A shard plan on a
   DCP folder reads the whole tensor, then keeps the rank's slice.
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ import torch
 
 from metalint.loader.errors import CheckpointError
 from metalint.loader.records import check_zip_records
+from metalint.loader.safeio import not_regular, open_regular, read_limited, require_regular
 from metalint.loader.validate import TensorEntry, read_header
 
 ST_TO_TORCH: dict[str, torch.dtype] = {
@@ -54,6 +56,8 @@ ST_TO_TORCH: dict[str, torch.dtype] = {
 }
 
 TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+#: the most bytes an index file may hold (a 100k-tensor index is about 10 MB)
+MAX_INDEX = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,7 @@ class SafetensorsSource(Source):
 
 def _torch_load(f: str) -> dict[str, torch.Tensor]:
     # a memory-mapped load trusts each record's offset and size: check them first
+    require_regular(f)
     check_zip_records(f)
     try:
         obj = torch.load(f, map_location="cpu", mmap=True, weights_only=True)
@@ -205,7 +210,9 @@ def _torch_load(f: str) -> dict[str, torch.Tensor]:
     if not isinstance(obj, dict):
         raise CheckpointError(f"holds a {type(obj).__name__}, not a state dict", file=f)
     for k, v in obj.items():
-        if not isinstance(k, str) or not isinstance(v, torch.Tensor):
+        if not isinstance(k, str):  # repr() of a key of 10**5000 raises
+            raise CheckpointError(f"not a flat state dict: a key is a {type(k).__name__}", file=f)
+        if not isinstance(v, torch.Tensor):
             raise CheckpointError(
                 f"not a flat state dict: key {k!r} holds a {type(v).__name__}", file=f
             )
@@ -260,29 +267,31 @@ class DCPSource(Source):
 
     def __init__(self, path: str):
         super().__init__(path)
-        from torch.distributed.checkpoint import FileSystemReader
         from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-        try:
-            md = FileSystemReader(path).read_metadata()
-        except Exception as exc:
-            raise CheckpointError(
-                f"cannot read DCP metadata: {type(exc).__name__}: {exc}", file=path
-            ) from exc
+        from metalint.loader import dcp
+
+        self.metadata = md = dcp.read_metadata(path)
         self.non_tensors: list[str] = []
         #: name -> stored chunks (offsets, sizes): what a sharded read overlaps
         self.chunks: dict[str, list] = {}
         for name, meta in md.state_dict_metadata.items():
             if isinstance(meta, TensorStorageMetadata):
-                self.entries[name] = Entry(name, tuple(meta.size), meta.properties.dtype, path)
+                dtype = meta.properties.dtype
+                self.entries[name] = Entry(name, tuple(meta.size), dtype, path)
                 self.chunks[name] = list(meta.chunks)
             else:
                 self.non_tensors.append(name)
+        dcp.check_items(path, md, self.entries)
+
+    def load_into(self, state_dict: dict) -> None:
+        """``dcp.load`` of the one-entry ``state_dict`` (a tensor or a DTensor), checked."""
+        from metalint.loader import dcp
+
+        dcp.load(self.path, self.metadata, state_dict)
 
     def read(self, name, dim=None, start=0, stop=0):
         import torch.distributed as dist
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint import FileSystemReader
 
         e = self.entries[name]
         distributed = dist.is_available() and dist.is_initialized()
@@ -291,14 +300,7 @@ class DCPSource(Source):
         # (no_dist=True) either way: no collective per tensor, ranks need not be in lockstep.
         dev = "meta" if distributed else "cpu"
         sd = {name: torch.empty(e.shape, dtype=e.dtype, device=dev)}
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                dcp.load(sd, storage_reader=FileSystemReader(self.path), no_dist=True)
-        except Exception as exc:
-            raise CheckpointError(
-                f"read failed: {type(exc).__name__}: {exc}", file=self.path, tensor=name
-            ) from exc
+        self.load_into(sd)
         t = sd.pop(name).cpu()
         if dim is not None:
             t = t[_slice_index(len(e.shape), dim, start, stop)].clone()
@@ -309,9 +311,10 @@ def _read_index(index: Path) -> dict[str, str]:
     """The index's ``weight_map``: tensor name -> the absolute path of the file holding it.
     Every file name is checked (a non-empty string, no NUL, not absolute, inside the index's
     folder, an existing file) before any is opened."""
+    raw = read_limited(index, MAX_INDEX, "index ")
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeError, ValueError, RecursionError) as exc:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeError, ValueError, RecursionError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(f"cannot read index: {msg}", file=str(index)) from None
     wm = data.get("weight_map") if isinstance(data, dict) else None
@@ -341,13 +344,16 @@ def _index_file(index: Path, root: Path, name: str, fname: str, checked: dict[st
         raise fail("is an absolute path (an index names files in its own folder)")
     try:
         f = (index.parent / fname).resolve()
-        exists = f.is_file()
+        mode = f.stat().st_mode if f.exists() else None
     except (OSError, ValueError, RuntimeError) as exc:
         raise fail(f"cannot be opened: {exc}") from None
     if root not in f.parents:
         raise fail("is outside the checkpoint folder")
-    if not exists:
+    if mode is None:
         raise fail("does not exist")
+    kind = not_regular(mode)
+    if kind:
+        raise fail(f"is {kind}, not a regular file; refused")
     checked[fname] = str(f)
     return str(f)
 
@@ -360,16 +366,27 @@ def _from_index(index: Path) -> Source:
     return TorchZipSource(str(index), files, wm)
 
 
+def _inside(folder: Path, files: list[str]) -> list[str]:
+    """``files`` of ``folder``, refused when one is a link out of it (as an index's are)."""
+    root = folder.resolve()
+    for f in files:
+        if Path(f).resolve().parent != root:
+            raise CheckpointError("is a link out of the checkpoint folder; refused", file=f)
+    return files
+
+
 def open_checkpoint(checkpoint) -> Source:
     """Open and validate ``checkpoint`` (a file or folder); see the module docstring."""
     p = Path(checkpoint)
     if not p.exists():
         raise CheckpointError("no such file or folder", file=str(p))
     if p.is_dir():
-        if (p / ".metadata").is_file():
+        # exists, not is_file: a FIFO or device under a name the loader reads is refused
+        # (by the reader, with one line) rather than passed over
+        if (p / ".metadata").exists():
             return DCPSource(str(p))
         for preferred in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
-            if (p / preferred).is_file():
+            if (p / preferred).exists():
                 return _from_index(p / preferred)
         indexes = sorted(p.glob("*.safetensors.index.json"))
         if len(indexes) == 1:
@@ -379,14 +396,15 @@ def open_checkpoint(checkpoint) -> Source:
             raise CheckpointError(f"several index files ({names}); pass one of them", file=str(p))
         shards = sorted(str(f) for f in p.glob("*.safetensors"))
         if shards:
-            return SafetensorsSource(str(p), shards)
+            return SafetensorsSource(str(p), _inside(p, shards))
         zips = sorted(str(f) for f in p.iterdir() if f.suffix in TORCH_SUFFIXES and f.is_file())
         if zips:
-            return TorchZipSource(str(p), zips)
+            return TorchZipSource(str(p), _inside(p, zips))
         raise CheckpointError(
             "folder holds no .safetensors, index.json, torch .bin/.pt or DCP .metadata",
             file=str(p),
         )
+    require_regular(p)
     if p.name.endswith(".index.json"):
         return _from_index(p)
     if p.suffix == ".safetensors":
@@ -394,7 +412,7 @@ def open_checkpoint(checkpoint) -> Source:
     if p.suffix in TORCH_SUFFIXES:
         return TorchZipSource(str(p), [str(p)])
     # Unknown suffix: sniff. A zip file starts with PK.
-    with open(p, "rb") as f:
+    with open_regular(p) as f:
         magic = f.read(2)
     if magic == b"PK":
         return TorchZipSource(str(p), [str(p)])

@@ -15,8 +15,13 @@ Pure Python, no torch. The rules are those of safetensors' own Rust ``read_metad
 - ``prod(shape) * bits(dtype)`` is a whole number of bytes equal to ``end - begin``, computed
   with overflow checks at u64 (``usize``) width.
 
-Stricter than safetensors in two places (both would be silent surprises otherwise): duplicate
-JSON keys and non-finite JSON constants (``NaN``) are rejected. The sub-byte dtypes (``F4``,
+Bounded before the JSON is parsed (a header of ``N`` bytes of tiny objects would take many
+times ``N`` in memory): at most :data:`MAX_TENSORS` tensors (counted by the ``{`` bytes: every
+tensor is a JSON object) and :data:`MAX_JSON_VALUES` JSON values (bounded by the ``{``, ``[``
+and ``,`` bytes); the file is opened only when it is a regular file.
+
+Stricter than safetensors in three places (the limits above, and two that (both would be silent surprises otherwise): duplicate
+JSON keys and non-finite JSON constants (``NaN``) are rejected). The sub-byte dtypes (``F4``,
 ``F6_*``) pass this validation but the loader refuses them (no plain torch dtype holds them).
 
 Every failure raises :class:`~metalint.loader.errors.CheckpointError` with one line naming the
@@ -31,8 +36,13 @@ import struct
 from dataclasses import dataclass
 
 from metalint.loader.errors import CheckpointError
+from metalint.loader.safeio import open_regular
 
 MAX_HEADER_SIZE = 100_000_000
+#: the most tensors one safetensors file may hold
+MAX_TENSORS = 200_000
+#: the most JSON values its header may hold (a tensor has about 5 + its number of dims)
+MAX_JSON_VALUES = 16 * MAX_TENSORS
 U64_MAX = 2**64 - 1
 
 #: safetensors dtype name -> bits per element (safetensors 0.6+ knows the sub-byte ones too)
@@ -143,6 +153,7 @@ def _header_object(path, head: bytes, file_size: int) -> tuple[int, dict]:
         _fail(path, f"header is not valid UTF-8 (byte {e.start})")
     if not text.startswith("{"):
         _fail(path, "header does not start with '{'")
+    _check_size_of_structure(path, raw)
     try:
         obj = json.loads(
             text.rstrip(" \t\r\n"),
@@ -156,6 +167,17 @@ def _header_object(path, head: bytes, file_size: int) -> tuple[int, dict]:
     if not isinstance(obj, dict):
         _fail(path, "header is not a JSON object")
     return n, obj
+
+
+def _check_size_of_structure(path, raw: bytes) -> None:
+    """Refuse a header with more tensors or JSON values than the limits, before parsing it.
+    Structural ``{ [ ,`` cannot be escaped in JSON, so their counts bound what it holds."""
+    objects = raw.count(b"{")
+    if objects > MAX_TENSORS + 2:  # the header itself and __metadata__
+        _fail(path, f"header holds up to {objects - 1} tensors, over the {MAX_TENSORS} limit")
+    values = objects + raw.count(b"[") + raw.count(b",")
+    if values > MAX_JSON_VALUES:
+        _fail(path, f"header holds up to {values} JSON values, over the {MAX_JSON_VALUES} limit")
 
 
 def _metadata(path, metadata) -> dict[str, str] | None:
@@ -232,14 +254,14 @@ def _check_layout(path, entries: list[TensorEntry], buffer: int) -> None:
 
 def read_header(path) -> SafetensorsHeader:
     """Read and validate the header of the safetensors file at ``path``."""
-    try:
-        with open(path, "rb") as f:
+    with open_regular(path) as f:
+        try:
             size = os.fstat(f.fileno()).st_size
             head = f.read(8)
             if len(head) == 8:
                 (n,) = struct.unpack("<Q", head)
                 if n <= MAX_HEADER_SIZE and 8 + n <= size:
                     head += f.read(n)
-    except OSError as e:
-        _fail(path, f"cannot read: {e.strerror or e}")
+        except OSError as e:
+            _fail(path, f"cannot read: {e.strerror or e}")
     return parse_header_bytes(path, head, size)
