@@ -308,3 +308,11 @@ def test_helper_undeclared_fails_and_stale_is_reported():
         assert_meta_init_parity(_Scaled, allow={"gamma", "Other.gamma"})
     with pytest.raises(ValueError, match="allow: 'a b' must look like"):
         assert_meta_init_parity(_Scaled, allow={"a b"})
+
+
+def test_merge_keeps_class_findings_of_different_classes_apart():
+    from metalint.probe.results import merge_across_classes
+
+    a, b = _diag("A", row=1).with_(subject=()), _diag("B", row=1).with_(subject=())
+    assert merge_across_classes([("A", a), ("B", b)]) == [a, b]
+    assert [d.seen_in for d in merge_across_classes([("A", a), ("M", a)])] == [("A", "M")]

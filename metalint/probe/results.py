@@ -42,7 +42,10 @@ def merge_across_classes(found: list[tuple[str, Diagnostic]]) -> list[Diagnostic
     probed item that showed it and its message ending ``(also in N other classes: ...)``."""
     groups: dict[tuple, list[tuple[str, Diagnostic]]] = {}
     for item, d in found:
-        key = (d.code, d.filename, d.start.row, d.start.column, d.subject)
+        # a finding about no tensor (MP006 construct raised, MP007) may sit at its class's
+        # first line for want of a site: one per class then
+        owner = None if d.subject else d.symbol
+        key = (d.code, d.filename, d.start.row, d.start.column, d.subject, owner)
         groups.setdefault(key, []).append((item, d))
     out = []
     for pairs in groups.values():
