@@ -29,6 +29,10 @@ Keys (all optional)::
     # either replaces the built-in plan (see metalint.loader.distributed.shard_model)
     fsdp-modules = ["layers.*", "tok_embeddings"]
     tp-plan = {"layers.*.attention.wq" = "colwise", "layers.*.attention.wo" = "rowwise"}
+    # intended differences from eager init (module:Class.tensor or file.py:Class.tensor):
+    # `probe` reports them as declared, not as failures, and warns about one that matched
+    # nothing in a class it built
+    expected-differences = ["mypkg.models:Attention.rope_cache"]
 """
 
 from __future__ import annotations
@@ -96,6 +100,9 @@ class Settings:
     fsdp_modules: tuple[str, ...] = ()
     #: ``[tool.metalint.probe] tp-plan``: module-name glob -> ``colwise`` | ``rowwise``
     tp_plan: dict[str, str] = field(default_factory=dict)
+    #: ``[tool.metalint.probe] expected-differences``: ``module:Class.tensor`` (a file one made
+    #: absolute) whose difference from eager init the probe reports as declared
+    expected_differences: tuple[str, ...] = ()
 
     def enabled(self, codes: list[str], defaults: set[str]) -> set[str]:
         """Which of ``codes`` are enabled: select (or the defaults), + extend-select, - ignore."""
@@ -272,6 +279,23 @@ def _read_probe(probe: Any, s: Settings, path: Path) -> None:
         s.fsdp_modules = tuple(_str_list(probe["fsdp-modules"], "probe.fsdp-modules", path))
     if "tp-plan" in probe:
         s.tp_plan = _tp_plan(probe["tp-plan"], path)
+    if "expected-differences" in probe:
+        s.expected_differences = _expected(probe["expected-differences"], path)
+
+
+def _expected(value: Any, path: Path) -> tuple[str, ...]:
+    """``[tool.metalint.probe] expected-differences``: ``module:Class.tensor`` strings."""
+    out = []
+    for spec in _str_list(value, "probe.expected-differences", path):
+        where, _, name = spec.rpartition(":")
+        owner, _, tensor = name.rpartition(".")
+        if not (where and owner and all(p.isidentifier() for p in [*owner.split("."), tensor])):
+            raise ConfigError(
+                f"{path}: [tool.metalint.probe] expected-differences: {spec!r} must look like "
+                "'pkg.mod:Class.tensor' or 'path/to/file.py:Class.tensor'"
+            )
+        out.append(_target(spec, path))
+    return tuple(out)
 
 
 def _per_file_ignores(value: Any, path: Path, text: str) -> dict[str, list[str]]:

@@ -148,6 +148,9 @@ class Diagnostic:
     #: empty filename: the configured ``protocol`` names it), see
     #: :mod:`metalint.static.pipeline`
     materialised: tuple[str, str, int] | None = None
+    #: the probed classes (or factories) whose build showed this finding, when more than one
+    #: did (a tensor of a class that several probed models contain is reported once)
+    seen_in: tuple[str, ...] = ()
 
     @property
     def sort_key(self) -> tuple[str, int, int, str]:
@@ -184,6 +187,8 @@ class Diagnostic:
         if self.materialised is not None:
             call, filename, line = self.materialised
             out["materialised"] = {"call": call, "filename": filename, "line": line}
+        if self.seen_in:
+            out["seen_in"] = list(self.seen_in)
         return out
 
     def to_cache(self) -> dict[str, Any]:
@@ -212,6 +217,7 @@ class Diagnostic:
             root=data.get("root"),
             via=_via(data.get("via")),
             materialised=_materialised(data.get("materialised")),
+            seen_in=tuple(data.get("seen_in", ())),
         )
 
 

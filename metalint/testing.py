@@ -12,7 +12,7 @@ build on meta, ``to_empty``, run the init entry point, compare every tensor - se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from metalint import report
@@ -26,7 +26,8 @@ def assert_meta_init_parity(
     seed: int = 0,
     check_order: bool = True,
     hooks: Sequence[str] = (),
-) -> None:
+    allow: Collection[str] = (),
+) -> list:
     """Assert that ``factory()`` built on meta and initialised with ``init`` matches eager.
 
     ``factory``: a zero-argument callable returning an ``nn.Module`` (called three times:
@@ -37,9 +38,22 @@ def assert_meta_init_parity(
     ``device``: where ``to_empty`` materialises the model (``"auto"`` picks cuda when available).
     ``hooks``: more methods your code calls on every module that has them after the init,
     as in ``[tool.metalint] hooks`` (e.g. ``("rope_init",)``).
-    Raises ``AssertionError`` listing every finding (MP001-MP009) with its source line.
+    ``allow``: intended differences from eager init, each a tensor (``"gamma"``), a tensor of
+    one class (``"LayerScale.gamma"``) or of one module's class (``"pkg.mod:LayerScale.gamma"``,
+    as ``[tool.metalint.probe] expected-differences``): a finding about it does not fail the
+    test (it is returned); an entry that names no finding fails it (stale).
+    Raises ``AssertionError`` listing every other finding (MP001-MP009) with its source line.
+    Returns the findings ``allow`` declared.
     """
     from metalint.probe.build import probe
+    from metalint.probe.results import Declared, split_declared
+
+    if isinstance(allow, str):
+        allow = (allow,)
+    try:
+        declared = [Declared.parse(a, need_where=False) for a in allow]
+    except ValueError as exc:
+        raise ValueError(f"allow: {exc}") from None
 
     label = getattr(factory, "__qualname__", None) or repr(factory)
     res = probe(
@@ -51,9 +65,17 @@ def assert_meta_init_parity(
         check_order=check_order,
         hooks=hooks,
     )
-    if res.findings:
-        text = report.render(res.findings, "text")
+    failing, intended, stale = split_declared(list(res.findings), declared)
+    if failing:
+        text = report.render(failing, "text")
+        also = f" ({len(intended)} allowed difference(s) aside)" if intended else ""
         raise AssertionError(
             f"{label} is not meta-safe with init={init!r} on {res.device} "
-            f"(ran {res.init_used}): {res.verdict()}\n{text}"
+            f"(ran {res.init_used}): {res.verdict()}{also}\n{text}"
         )
+    if stale:
+        names = ", ".join(repr(x.spec) for x in stale)
+        raise AssertionError(
+            f"{label}: allow={names} matched no difference from eager init (stale: remove it)"
+        )
+    return [d for d, _ in intended]

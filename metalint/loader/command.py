@@ -8,6 +8,8 @@ found differences; 2 the checkpoint or the model could not be loaded (one line o
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 
 import click
@@ -31,8 +33,15 @@ def _fail(message: str) -> None:
     "target",
     required=True,
     metavar="TARGET",
-    help="Model factory, 'package.module:factory' or 'path/to/file.py:factory'; "
-    "called with no arguments under torch.device('meta').",
+    help="Model factory, 'package.module:factory' or 'path/to/file.py:factory', called with "
+    "no arguments under torch.device('meta'); or a class that needs none (see --guess-args). "
+    "Resolved as `metalint probe` resolves a TARGET.",
+)
+@click.option(
+    "--guess-args",
+    is_flag=True,
+    help="Build a --model class that needs constructor arguments with small guessed sizes "
+    "(as `metalint probe` does; its checkpoint then rarely fits: prefer a factory).",
 )
 @click.option(
     "--dtype",
@@ -105,6 +114,7 @@ def _fail(message: str) -> None:
 def load_command(
     checkpoint,
     target,
+    guess_args,
     dtype,
     device,
     keep_in_fp32,
@@ -130,6 +140,7 @@ def load_command(
         opts = dict(
             checkpoint=checkpoint,
             target=target,
+            guess_args=guess_args,
             dtype=dtype,
             device=device,
             keep_in_fp32=list(keep_in_fp32),
@@ -145,7 +156,7 @@ def load_command(
         from metalint.loader.core import load_checkpoint
 
         try:
-            factory = model_factory(target)
+            factory = model_factory(target, guess_args=guess_args)
         except ImportError as exc:
             _fail(f"model target {target!r}: cannot import: {exc}")
         report = load_checkpoint(
@@ -170,10 +181,14 @@ def load_command(
                 keep_in_fp32=keep_in_fp32,
                 report=report,
             )
-    except (CheckpointError, ValueError, TypeError) as exc:
+    except CheckpointError as exc:
+        _fail(summarise_problems(str(exc)))
+    except (ValueError, TypeError) as exc:
         _fail(str(exc).replace("\n", " "))
     except RuntimeError as exc:  # e.g. a device that is not there
         _fail(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    if not report.loaded:
+        _fail(_nothing_loaded(checkpoint, report.unexpected, report.missing))
     if output_format == "json":
         click.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -217,16 +232,24 @@ def _load_sharded(opts: dict, nproc: int, timeout: float, output_format: str) ->
             results.append({"ok": False, "error": f"rank {rank} died: {why}"})
     for r in results:
         if not r["ok"]:
-            _fail(r["error"])
+            _fail(summarise_problems(r["error"]))
+    rep = results[0]["report"]
+    if not rep.get("loaded"):
+        _fail(
+            _nothing_loaded(opts["checkpoint"], rep.get("unexpected", []), rep.get("missing", []))
+        )
     if output_format == "json":
         click.echo(json.dumps(results[0]["report"], indent=2))
     else:
         click.echo(results[0]["text"])
 
 
-def model_factory(target: str):
-    """The zero-argument callable that builds TARGET, resolved as ``metalint probe`` does:
-    ``pkg.mod:factory``, ``path/to/file.py:factory`` or ``...:Class`` (arguments inferred)."""
+def model_factory(target: str, *, guess_args: bool = False):
+    """The zero-argument callable that builds TARGET, resolved as ``metalint probe`` resolves
+    a target (:func:`metalint.probe.target.resolve_items`): ``pkg.mod:factory``,
+    ``path/to/file.py:factory`` or ``...:Class``. A class that needs constructor arguments
+    is built with guessed small ones only with ``guess_args``; otherwise a ValueError says
+    how to give them."""
     targets = parse_target(target)
     if len(targets) != 1 or targets[0].attr is None:
         raise ValueError(
@@ -238,4 +261,58 @@ def model_factory(target: str):
         raise ValueError(f"model target {target!r}: {exc}") from None
     if item.make is None:
         raise ValueError(f"model target {target!r}: {item.skip}")
+    if item.args and item.args != "factory" and not guess_args:
+        names = ", ".join(a.split("=", 1)[0] for a in item.args.split(", "))
+        raise ValueError(
+            f"model target {target!r}: {item.qualname} needs constructor arguments ({names}); "
+            "give a factory 'module:callable' that builds it with the checkpoint's sizes, or "
+            f"--guess-args to build it with guessed small ones ({item.args})"
+        )
     return item.make
+
+
+#: how many names a summarised list of checkpoint keys shows
+SHOWN_KEYS = 10
+
+_KEY_LIST = re.compile(
+    r"^(?P<n>\d+) (?P<what>missing|unexpected|not in the checkpoint and not re-created by any "
+    r"init entry point): (?P<names>.*)$"
+)
+
+
+def summarise_keys(names: list[str]) -> str:
+    """``names`` as one short phrase: all of them when few, else the first :data:`SHOWN_KEYS`,
+    how many more, and the dotted prefix they share."""
+    if len(names) <= SHOWN_KEYS:
+        return ", ".join(names)
+    common = os.path.commonprefix([n.split(".") for n in names])
+    prefix = f" (all under '{'.'.join(common)}.')" if common else ""
+    return f"{', '.join(names[:SHOWN_KEYS])} and {len(names) - SHOWN_KEYS} more{prefix}"
+
+
+def summarise_problems(message: str) -> str:
+    """A strict failure (``FILE: 68 missing: a, b, ...; 3 unexpected: ...``) with every long
+    list of keys summarised by :func:`summarise_keys`; still one line naming the file."""
+    message = message.replace("\n", " ")
+    head, sep, body = message.partition(": ")
+    if not sep:
+        return message
+    parts = []
+    for part in body.split("; "):
+        m = _KEY_LIST.match(part)
+        if m is None:
+            parts.append(part)
+            continue
+        names = m["names"].split(", ")
+        parts.append(f"{m['n']} {m['what']}: {summarise_keys(names)}")
+    return f"{head}: " + "; ".join(parts)
+
+
+def _nothing_loaded(checkpoint: str, unexpected: list[str], missing: list[str]) -> str:
+    """Why a load that read no tensor is a failure (``--no-strict`` too)."""
+    why = "loaded 0 tensors: no tensor name of the checkpoint is a name of the model"
+    if unexpected and missing:
+        why += f" (checkpoint: {unexpected[0]!r}, model: {missing[0]!r})"
+    elif not unexpected:
+        why += " (the checkpoint holds no tensor)"
+    return f"{checkpoint}: {why}"

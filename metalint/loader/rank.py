@@ -19,7 +19,7 @@ from metalint.loader.errors import CheckpointError
 
 
 def _load_rank(opts: dict) -> dict:
-    factory = model_factory(opts["target"])
+    factory = model_factory(opts["target"], guess_args=opts.get("guess_args", False))
     with torch.device("meta"):
         model = factory()
     shard_model(

@@ -14,7 +14,7 @@ from metalint import report
 from metalint.codes import ERROR_CODE
 from metalint.diagnostics import Diagnostic, Position
 from metalint.probe.isolate import Options, Outcome, run_target
-from metalint.probe.results import verdict_text
+from metalint.probe.results import Declared, merge_across_classes, split_declared, verdict_text
 from metalint.probe.target import Target, load_settings_for_probe, parse_target
 
 
@@ -26,13 +26,15 @@ class ProbeReport:
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
+        found: list[tuple[str, Diagnostic]] = []
         out: list[Diagnostic] = []
         for o in self.outcomes:
             if o.kind == "result" and o.result:
-                out.extend(Diagnostic.from_cache(d) for d in o.result["findings"])
+                item = o.label.rpartition(":")[2]
+                found.extend((item, Diagnostic.from_cache(d)) for d in o.result["findings"])
             elif o.kind == "error":
                 out.append(error_diagnostic(o))
-        return out
+        return merge_across_classes(found) + out
 
     @property
     def classes(self) -> dict[str, dict[str, Any]]:
@@ -156,8 +158,11 @@ def coverage(rep: ProbeReport) -> tuple[int, str | None]:
     return built, f"probed {built} of {len(rep.outcomes)} items; {', '.join(parts)}"
 
 
-def summary_lines(rep: ProbeReport) -> list[str]:
+def summary_lines(rep: ProbeReport, declared: list[Declared] = ()) -> list[str]:
+    """One line per probed item; an item whose every finding is a ``declared`` difference
+    passed (with them counted)."""
     lines = []
+    classes = rep.classes
     for o in rep.outcomes:
         if o.kind == "skip":
             lines.append(f"skip  {o.label}: {o.message}")
@@ -172,9 +177,17 @@ def summary_lines(rep: ProbeReport) -> list[str]:
                 if meta >= 1 << 20
                 else ""
             )
+            verdict = verdict_text(r)
+            findings = [Diagnostic.from_cache(d) for d in r.get("findings", [])]
+            if declared and findings and not split_declared(findings, declared, classes)[0]:
+                n = len(findings)
+                verdict = (
+                    f"passed with {n} declared difference{'s' if n != 1 else ''} "
+                    f"({r.get('tensors', 0)} tensors)"
+                )
             lines.append(
                 f"probe {o.label}{args} on {r.get('device')} via "
-                f"{r.get('init_used') or '-'}: {verdict_text(r)}{note}"
+                f"{r.get('init_used') or '-'}: {verdict}{note}"
             )
     return lines
 
@@ -247,12 +260,26 @@ def probe_command(
     opts = Options(device=device, init=init, seed=seed, timeout=timeout, hooks=settings.hooks)
     if nproc is not None and shard is None:
         raise click.UsageError("--nproc needs --shard fsdp|tp")
+    declared = [Declared.parse(x) for x in settings.expected_differences]
     rep = run_probe(specs, opts, progress=_progress_enabled(), nproc=nproc or 2, shard=shard)
-    diags = rep.diagnostics
+    diags, intended, stale = split_declared(rep.diagnostics, declared, rep.classes)
     built, not_probed = coverage(rep)
     if fmt == "text":
-        for line in summary_lines(rep):
+        for line in summary_lines(rep, declared):
             click.echo(line)
+    where = settings.config_file or "pyproject.toml"
+    for d, x in intended:
+        click.echo(
+            f"declared {d.filename}:{d.start.row}:{d.start.column}: {d.code} {d.message} "
+            f"(expected-differences {x.spec!r} in {where}: not a failure)",
+            err=fmt != "text",
+        )
+    for x in stale:
+        click.echo(
+            f"metalint probe: warning: expected-differences {x.spec!r} in {where} matched no "
+            f"difference: {x.cls} was built and no finding names its `{x.tensor}` (stale)",
+            err=True,
+        )
     if not_probed:
         click.echo(not_probed, err=True)
     if built == 0:

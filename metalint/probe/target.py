@@ -88,6 +88,28 @@ def import_file(path: str):
     return mod
 
 
+def project_paths(cwd: Path | None = None) -> list[str]:
+    """Where a dotted TARGET is looked for besides ``sys.path``: the working directory (as
+    ``python -m`` puts it first) and the project root, the folder of the nearest
+    ``pyproject.toml`` above it."""
+    here = (cwd or Path.cwd()).resolve()
+    paths = [str(here)]
+    root = next((d for d in (here, *here.parents) if (d / "pyproject.toml").is_file()), None)
+    if root is not None and str(root) not in paths:
+        paths.append(str(root))
+    return paths
+
+
+def import_module(name: str):
+    """Import the dotted module of a TARGET with :func:`project_paths` on ``sys.path``:
+    ``metalint probe`` (whose child runs with the working directory first) and ``metalint
+    load`` (a console script, which has not) find the same modules without ``PYTHONPATH``."""
+    for i, p in enumerate(project_paths()):
+        if p not in sys.path and not (p == os.getcwd() and "" in sys.path):
+            sys.path.insert(i, p)
+    return importlib.import_module(name)
+
+
 @dataclass
 class Item:
     label: str  # what the user reads: layers.py:LayerScale
@@ -458,7 +480,7 @@ def resolve_items(target: Target) -> list[Item]:
         mod = import_file(target.path)
         file = str(Path(target.path).resolve())
     else:
-        mod = importlib.import_module(target.module)
+        mod = import_module(target.module)
         file = getattr(mod, "__file__", None)
     if target.attr is None:
         return module_items(mod, file)
