@@ -254,7 +254,7 @@ def load_settings(start: Path | None = None, config: Path | None = None) -> Sett
 
 
 #: the keys of ``[tool.metalint.probe]``
-PROBE_KEYS = frozenset({"factories", "fsdp-modules", "tp-plan"})
+PROBE_KEYS = frozenset({"factories", "fsdp-modules", "tp-plan", "expected-differences"})
 
 
 def _read_probe(probe: Any, s: Settings, path: Path) -> None:
