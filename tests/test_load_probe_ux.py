@@ -134,11 +134,10 @@ def test_strict_failure_summarises_many_keys(cli, proj):
     assert len(line) < 700, len(line)
 
 
-def test_summarise_problems_keeps_short_lists_and_other_parts():
-    from metalint.loader.command import summarise_keys, summarise_problems
+def test_summarise_keys_keeps_short_lists():
+    from metalint.loader.core import summarise_keys
 
-    msg = "f.safetensors: 1 missing: a.b; 2 shape mismatch: x (checkpoint [1] vs model [2])"
-    assert summarise_problems(msg) == msg
+    assert summarise_keys(["a.b", "c"]) == "a.b, c"
     names = [f"m.{i}.w" for i in range(12)] + ["other"]
     assert summarise_keys(names).endswith("and 3 more")  # no common prefix
 

@@ -8,8 +8,6 @@ found differences; 2 the checkpoint or the model could not be loaded (one line o
 from __future__ import annotations
 
 import json
-import os
-import re
 import sys
 
 import click
@@ -182,7 +180,7 @@ def load_command(
                 report=report,
             )
     except CheckpointError as exc:
-        _fail(summarise_problems(str(exc)))
+        _fail(str(exc))
     except (ValueError, TypeError) as exc:
         _fail(str(exc).replace("\n", " "))
     except RuntimeError as exc:  # e.g. a device that is not there
@@ -232,7 +230,7 @@ def _load_sharded(opts: dict, nproc: int, timeout: float, output_format: str) ->
             results.append({"ok": False, "error": f"rank {rank} died: {why}"})
     for r in results:
         if not r["ok"]:
-            _fail(summarise_problems(r["error"]))
+            _fail(r["error"])
     rep = results[0]["report"]
     if not rep.get("loaded"):
         _fail(
@@ -269,43 +267,6 @@ def model_factory(target: str, *, guess_args: bool = False):
             f"--guess-args to build it with guessed small ones ({item.args})"
         )
     return item.make
-
-
-#: how many names a summarised list of checkpoint keys shows
-SHOWN_KEYS = 10
-
-_KEY_LIST = re.compile(
-    r"^(?P<n>\d+) (?P<what>missing|unexpected|not in the checkpoint and not re-created by any "
-    r"init entry point): (?P<names>.*)$"
-)
-
-
-def summarise_keys(names: list[str]) -> str:
-    """``names`` as one short phrase: all of them when few, else the first :data:`SHOWN_KEYS`,
-    how many more, and the dotted prefix they share."""
-    if len(names) <= SHOWN_KEYS:
-        return ", ".join(names)
-    common = os.path.commonprefix([n.split(".") for n in names])
-    prefix = f" (all under '{'.'.join(common)}.')" if common else ""
-    return f"{', '.join(names[:SHOWN_KEYS])} and {len(names) - SHOWN_KEYS} more{prefix}"
-
-
-def summarise_problems(message: str) -> str:
-    """A strict failure (``FILE: 68 missing: a, b, ...; 3 unexpected: ...``) with every long
-    list of keys summarised by :func:`summarise_keys`; still one line naming the file."""
-    message = message.replace("\n", " ")
-    head, sep, body = message.partition(": ")
-    if not sep:
-        return message
-    parts = []
-    for part in body.split("; "):
-        m = _KEY_LIST.match(part)
-        if m is None:
-            parts.append(part)
-            continue
-        names = m["names"].split(", ")
-        parts.append(f"{m['n']} {m['what']}: {summarise_keys(names)}")
-    return f"{head}: " + "; ".join(parts)
 
 
 def _nothing_loaded(checkpoint: str, unexpected: list[str], missing: list[str]) -> str:

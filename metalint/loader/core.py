@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -21,6 +22,20 @@ from metalint.vocabulary import LOAD_INIT_MODES, MODULE_HOOKS, ROOT_ENTRIES
 
 # --------------------------------------------------------------------------------------------
 # report
+
+
+#: how many names a summarised list of checkpoint keys shows
+SHOWN_KEYS = 10
+
+
+def summarise_keys(names: list[str]) -> str:
+    """``names`` as one short phrase: all of them when few, else the first :data:`SHOWN_KEYS`,
+    how many more, and the dotted prefix they share."""
+    if len(names) <= SHOWN_KEYS:
+        return ", ".join(names)
+    common = os.path.commonprefix([n.split(".") for n in names])
+    prefix = f" (all under '{'.'.join(common)}.')" if common else ""
+    return f"{', '.join(names[:SHOWN_KEYS])} and {len(names) - SHOWN_KEYS} more{prefix}"
 
 
 @dataclass
@@ -72,9 +87,9 @@ class LoadReport:
     def problems(self) -> str:
         parts = []
         if self.missing:
-            parts.append(f"{len(self.missing)} missing: {', '.join(self.missing)}")
+            parts.append(f"{len(self.missing)} missing: {summarise_keys(self.missing)}")
         if self.unexpected:
-            parts.append(f"{len(self.unexpected)} unexpected: {', '.join(self.unexpected)}")
+            parts.append(f"{len(self.unexpected)} unexpected: {summarise_keys(self.unexpected)}")
         if self.shape_mismatches:
             mm = ", ".join(
                 f"{n} (checkpoint {list(c)} vs model {list(m)})"
@@ -84,7 +99,7 @@ class LoadReport:
         if self.unmaterialized:
             parts.append(
                 f"{len(self.unmaterialized)} not in the checkpoint and not re-created by any init "
-                f"entry point: {', '.join(self.unmaterialized)}"
+                f"entry point: {summarise_keys(self.unmaterialized)}"
             )
         return "; ".join(parts)
 

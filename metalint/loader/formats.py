@@ -433,9 +433,16 @@ def save_safetensors(tensors: dict[str, torch.Tensor], path, metadata=None) -> N
         import numpy  # noqa: F401
         from safetensors.torch import save_file
 
-        return save_file(
-            {k: v.contiguous() for k, v in tensors.items()}, str(path), metadata=metadata
-        )
+        seen: set[int] = set()
+        flat = {}
+        for k, v in tensors.items():
+            v = v.contiguous()
+            ptr = v.untyped_storage().data_ptr()
+            # tied tensors (an embedding shared with the head) are stored once each, as the
+            # fallback writer below stores them: save_file refuses shared storage
+            flat[k] = v.clone() if ptr in seen and v.numel() else v
+            seen.add(ptr)
+        return save_file(flat, str(path), metadata=metadata)
     except ImportError:
         pass
     import mmap
