@@ -22,7 +22,8 @@ Four parts, each driven by hypothesis (and hypothesmith for generated Python sou
   the reference refuses counts as malformed accepted.
 - **cache**: N/5 rounds over a folder of four files (findings, one across files, a clean file,
   a file CPython rejects), each a list of steps: edits of the files, faults in the cache file
-  (truncated, a flipped bit, garbage, JSON of any shape plain or signed with a valid digest, an
+  (truncated, a flipped bit, garbage, JSON of any shape plain or signed with a valid MAC, a
+  forgery clearing every finding under the old unkeyed digest or a guessed key, an
   entry with a value of another type or a key dropped, another settings key, a stale copy from
   before an edit, deleted, a folder where the file was, a file where the folder was), and 2-3
   concurrent runs with one SIGKILLed at a random moment. Every run that completes must print
@@ -37,6 +38,7 @@ properties with a few examples each (the CI profile).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -518,6 +520,8 @@ _SPOILS = [
     "signed: a value of another type",
     "signed: a key dropped",
     "signed: another key",
+    "forged: cleared, old digest",
+    "forged: cleared, guessed key",
     "stale",
     "deleted",
     "file as folder",
@@ -631,6 +635,8 @@ def _spoiled(data: bytes, key: str, how: str, rnd, snapshots: list[bytes]) -> by
         return _signed(json.loads(body), "0" * len(key))
     if how == "stale":
         return rnd.choice(snapshots) if snapshots else None
+    if how.startswith("forged"):
+        return _forged(body, key, how, rnd)
     # a signed body whose entries differ from what this version writes
     entries = json.loads(body)
     nodes = [(p, v) for p, v in _nodes(entries) if len(p) >= 2]
@@ -647,6 +653,22 @@ def _spoiled(data: bytes, key: str, how: str, rnd, snapshots: list[bytes]) -> by
     else:
         parent[path[-1]] = _retype(value, rnd)
     return _signed(entries, key)
+
+
+def _forged(body: bytes, key: str, how: str, rnd) -> bytes:
+    """What a repository could ship: this cache with every finding removed, under the old
+    unkeyed digest or a key the forger guessed (never this user's)."""
+    from metalint.cache import seal
+
+    entries = json.loads(body)
+    for entry in entries.values() if isinstance(entries, dict) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("result"), dict):
+            entry["result"]["diagnostics"] = []
+    raw = json.dumps(entries).encode()
+    if how.endswith("old digest"):
+        digest = hashlib.blake2b(raw, digest_size=16).hexdigest().encode()
+        return b" ".join((b"metalint-cache", key.encode(), digest)) + b"\n" + raw
+    return seal(key, raw, rnd.randbytes(32))
 
 
 def _random_json(rnd, depth=0):
