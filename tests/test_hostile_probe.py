@@ -56,6 +56,7 @@ def _run(args: list[str], limit: float, cwd: Path) -> tuple[subprocess.Completed
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_address_space_bound,
     )
     try:
         out, err = proc.communicate(timeout=limit)
@@ -66,6 +67,13 @@ def _run(args: list[str], limit: float, cwd: Path) -> tuple[subprocess.Completed
     _SESSIONS.append(proc.pid)
     done = subprocess.CompletedProcess(args, proc.returncode, out, err)
     return done, time.monotonic() - start
+
+
+def _address_space_bound() -> None:
+    """Each case runs as a CI operator would bound it: 4 GiB of address space."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 
 
 def _probe(
