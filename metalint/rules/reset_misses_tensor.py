@@ -359,7 +359,9 @@ class Head(nn.Module):
             for m in cls.reachable(hook):
                 names |= recreated(m, self.qualify)
             other[hook] = names
-        init = cls.methods["__init__"]
+        init = cls.init
+        if init is None:
+            return  # built by a base's ``__init__`` (``ClassFacts.inherited``): order unknown
         order = _order(init)
         # the first statement of __init__ that runs reset_parameters (directly or through a
         # helper/hook that calls it): what __init__ wrote before it is overwritten eagerly

@@ -110,6 +110,10 @@ class ClassFacts:
     node: cst.ClassDef
     bases: list[str]  # qualified names of the bases, "?" for an expression we cannot name
     methods: dict[str, MethodFacts] = field(default_factory=dict)
+    #: methods of this class that the ``__init__`` of a base of the same file calls as
+    #: ``self.m()`` while the class is built (a template method: the base's ``__init__`` calls
+    #: ``self._build()``, the class defines it); see :func:`inherited_calls`
+    inherited: tuple[str, ...] = ()
 
     @property
     def init(self) -> MethodFacts | None:
@@ -148,7 +152,9 @@ def construction(
     cls: ClassFacts, enter_hooks: bool = True, hooks: Collection[str] = ()
 ) -> list[MethodFacts]:
     """What runs while the class is built: ``__init__`` and the methods of the class it calls
-    (``self.m()``), transitively. The one answer every rule and codemod uses.
+    (``self.m()``), transitively, and the methods of the class that the ``__init__`` of a base
+    of the same file calls (``ClassFacts.inherited``). The one answer every rule and codemod
+    uses.
 
     With ``enter_hooks`` (the default) a reset hook ``__init__`` calls is part of it: it runs
     under the meta context too. Without, the methods named in ``hooks`` are neither included
@@ -157,10 +163,13 @@ def construction(
     job, done again after ``to_empty()``.
     """
     if enter_hooks:
-        return cls.reachable("__init__")
-    out: list[MethodFacts] = []
+        out = cls.reachable("__init__")
+        for name in cls.inherited:
+            out += [m for m in cls.reachable(name) if m not in out]
+        return out
+    out = []
     seen: set[str] = set()
-    todo = ["__init__"]
+    todo = ["__init__", *reversed(cls.inherited)]
     while todo:
         name = todo.pop()
         if name in seen or name not in cls.methods:
@@ -532,8 +541,48 @@ def function_facts(fn: cst.FunctionDef, facts: FileFacts) -> MethodFacts:
 def collect(module: cst.Module, module_name: str, is_package: bool = False) -> FileFacts:
     facts = FileFacts(module_name, Aliases(module_name, is_package))
     FactCollector(facts).run(module)
+    inherited_calls(facts)
     aliases = facts.aliases
     for name, made in list(aliases.constructors.items()):
         if aliases.names.get(name) != made:
             del aliases.constructors[name]  # imported or defined again after the partial
     return facts
+
+
+def inherited_calls(facts: FileFacts) -> None:
+    """Set ``ClassFacts.inherited`` of each class of the file: the methods it defines that the
+    ``__init__`` it runs of a base of the same file calls as ``self.m()`` (directly or through
+    the base's own methods): ``Base.__init__`` -> ``self._build()``, which the class
+    overrides. Runs when the class has no ``__init__`` or its ``__init__`` calls
+    ``super().__init__()``."""
+    by_name = {c.fullname: c for c in facts.classes}
+
+    def called(cls: ClassFacts, seen: set[str]) -> set[str]:
+        """``self.m()`` names the construction of ``cls`` (inherited too) calls."""
+        if cls.fullname in seen:
+            return set()
+        seen.add(cls.fullname)
+        out: set[str] = set()
+        init = cls.init
+        if init is not None:
+            for m in cls.reachable("__init__"):
+                out |= m.self_calls
+        if init is None or "__init__" in init.super_calls:
+            for base in cls.bases:
+                b = by_name.get(base)
+                if b is not None:
+                    out |= called(b, seen)
+                    break  # the first base's ``__init__`` is the one ``super()`` runs
+        return out
+
+    for cls in facts.classes:
+        if cls.init is not None and "__init__" not in cls.init.super_calls:
+            continue
+        names: set[str] = set()
+        for base in cls.bases:
+            b = by_name.get(base)
+            if b is not None:
+                names = called(b, set())
+                break
+        own = {m.name for m in cls.reachable("__init__")} if cls.init is not None else set()
+        cls.inherited = tuple(sorted(n for n in names if n in cls.methods and n not in own))
