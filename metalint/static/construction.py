@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from metalint.static.model import MethodFacts, function_facts
+from metalint.static.model import FileFacts, MethodFacts, builds_module, function_facts
 from metalint.static.syntax import (
     code_children,
     is_false,
@@ -43,6 +43,7 @@ from metalint.vocabulary import (
     SCALAR_CASTS,
     SEQUENCE_FUNCTIONS,
     TENSOR_FUNCTIONS,
+    TENSOR_LEAVES,
     TENSOR_METHODS,
     VALUE_FACTORIES,
 )
@@ -108,6 +109,46 @@ def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Regist
                 if p is None and len(args) >= 3 and args[2].keyword is None:
                     p = args[2].value
                 yield Registration(attr, "buffer", call.node, value, method, not is_false(p), value)
+
+
+def borrowed_tensor(
+    expr: cst.BaseExpression | None, method: MethodFacts, qualify, facts: FileFacts
+) -> cst.Call | None:
+    """The constructor call of a module that ``method`` builds in a local only to take a tensor
+    of it, which ``expr`` is: ``conv.weight`` after ``conv = nn.Conv1d(...)``, the local read
+    nowhere else than as ``conv.weight`` / ``conv.bias`` (so the module is thrown away). The
+    tensor's value is that module's init, run while it was built; no hook of the class that
+    keeps the tensor re-creates it. None for anything else (a module also kept as a child
+    restores its own tensors)."""
+    if not (
+        type(expr) is cst.Attribute
+        and type(expr.value) is cst.Name
+        and expr.attr.value in TENSOR_LEAVES
+        and expr.value.value != "self"
+    ):
+        return None
+    name = expr.value.value
+    values = method.local_values.get(name, ())
+    if len(values) != 1 or name in method.arguments:
+        return None
+    made = values[0][1]
+    if type(made) is not cst.Call or not builds_module(qualify(made.func), facts):
+        return None
+    leaves = {
+        id(n.value)
+        for n in walk_code(method.node.body)
+        if type(n) is cst.Attribute and n.attr.value in TENSOR_LEAVES
+    }
+    targets = {
+        id(t.target)
+        for n in walk_code(method.node.body)
+        if type(n) is cst.Assign
+        for t in n.targets
+    }
+    for n in walk_code(method.node.body):
+        if type(n) is cst.Name and n.value == name and id(n) not in leaves | targets:
+            return None
+    return made
 
 
 def argument_of(expr: cst.BaseExpression | None, method: MethodFacts) -> str | None:
