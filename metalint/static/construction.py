@@ -151,6 +151,48 @@ def borrowed_tensor(
     return made
 
 
+def attached_child(
+    name: str, method: MethodFacts, qualify, facts: FileFacts
+) -> tuple[str, cst.Call] | None:
+    """``(attribute, constructor call)`` when the local ``name`` of ``method`` holds a module it
+    builds (``fc1 = nn.Linear(...)``) and then makes a child of the class: ``self.mlp =
+    nn.Sequential(fc1, act)``, ``self.fc = fc1``, ``self.layers.append(fc1)``,
+    ``self.add_module("fc", fc1)``. What ``method`` writes into its tensors before (or after)
+    is the child's: its own hook restores them. None for anything else."""
+    values = method.local_values.get(name, ())
+    if len(values) != 1 or name in method.arguments:
+        return None
+    made = values[0][1]
+    if type(made) is not cst.Call or not builds_module(qualify(made.func), facts):
+        return None
+
+    def holds(expr) -> bool:
+        return any(type(n) is cst.Name and n.value == name for n in walk_code(expr))
+
+    for a in method.assigns:
+        if a.target.count(".") == 1 and a.value is not None and not a.augmented:
+            v = a.value
+            if (type(v) is cst.Name and v.value == name) or (
+                type(v) is cst.Call and builds_module(qualify(v.func), facts) and holds(v)
+            ):
+                return a.target.split(".")[1], made
+    for call in method.calls:
+        receiver = call.receiver or ""
+        args = call.node.args
+        if receiver == "self" and call.method == "add_module" and len(args) >= 2:
+            attr = string_value(args[0].value)
+            if attr and holds(args[1].value):
+                return attr, made
+        elif (
+            receiver.startswith("self.")
+            and receiver.count(".") == 1
+            and call.method in ("append", "extend", "insert")
+            and any(holds(a.value) for a in args)
+        ):
+            return receiver[5:], made
+    return None
+
+
 def argument_of(expr: cst.BaseExpression | None, method: MethodFacts) -> str | None:
     """The parameter of ``method`` whose tensor ``expr`` hands on as the caller passed it:
     ``category`` (never re-assigned in the method), or a conversion of it
