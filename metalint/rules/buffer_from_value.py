@@ -19,7 +19,10 @@ class BufferFromValue(Rule):
     `torch.zeros(...)`, `torch.tril(torch.ones(n, n))`, `gen_relative_position_index(...)`,
     `self._compute_inv_freq()` — when no reset hook of the class (or of a base class)
     re-creates it (`reset_parameters`, `init_weights`, `_init_weights`,
-    `init_non_persistent_buffers`, or a hook named in `[tool.metalint] hooks`).
+    `init_non_persistent_buffers`, or a hook named in `[tool.metalint] hooks`). A registered
+    buffer assigned a computed value afterwards counts the same (MoCo's
+    `self.queue = normalize(torch.randn(d, k))` in a `_setup_queue()`: `nn.Module` stores it as
+    the buffer).
 
     A buffer created with `torch.empty(...)` (nothing to lose), or one that a hook
     re-registers, copies into (`self.inv_freq.copy_(self._compute_inv_freq())`) or

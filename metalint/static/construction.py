@@ -66,7 +66,30 @@ class Registration:
 def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]:
     """Every own parameter and buffer the methods create, unfiltered: ``self.w =
     nn.Parameter(...)``, ``self.b = nn.Buffer(...)``, ``self.register_buffer("b", t)``,
-    ``self.register_parameter("w", p)``. ``value`` is None where the data is unknown."""
+    ``self.register_parameter("w", p)``, and a registered buffer assigned again (MoCo's
+    ``self.queue = normalize(torch.randn(d, k))`` in a ``_setup_queue()``: ``nn.Module``
+    stores the new tensor as the buffer). ``value`` is None where the data is unknown."""
+    yield from _tensor_registrations(methods, qualify)
+    buffers = {
+        r.attr: r.persistent
+        for r in _tensor_registrations(methods, qualify)
+        if r.kind == "buffer" and type(r.node) is cst.Call
+    }
+    for method in methods:
+        for a in method.assigns:
+            if a.target.count(".") != 1 or a.augmented or a.value is None:
+                continue
+            attr = a.target.split(".")[1]
+            if attr not in buffers or is_none(a.value):
+                continue
+            if type(a.value) is cst.Call and qualify(same_tensor(a.value).func) in (
+                PARAMETER_CLASSES | BUFFER_CLASSES
+            ):
+                continue
+            yield Registration(attr, "buffer", a.node, a.value, method, buffers[attr])
+
+
+def _tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]:
     for method in methods:
         for a in method.assigns:
             if a.target.count(".") != 1 or a.augmented or not type(a.value) is cst.Call:

@@ -114,6 +114,9 @@ class ClassFacts:
     #: ``self.m()`` while the class is built (a template method: the base's ``__init__`` calls
     #: ``self._build()``, the class defines it); see :func:`inherited_calls`
     inherited: tuple[str, ...] = ()
+    #: methods of the bases of the same file that the class does not define, nearest base
+    #: first (see :func:`base_helpers`)
+    from_bases: dict[str, MethodFacts] = field(default_factory=dict)
 
     @property
     def init(self) -> MethodFacts | None:
@@ -549,10 +552,47 @@ def collect(module: cst.Module, module_name: str, is_package: bool = False) -> F
     return facts
 
 
+def base_helpers(cls: ClassFacts) -> list[tuple[MethodFacts, CallSite, list[MethodFacts]]]:
+    """``(caller, call, methods)`` for each ``self.m()`` of the class's construction whose ``m`` a base
+    of the same file defines (``self._finish()``, ``Base._finish()`` applying an init to every
+    layer): ``methods`` is what the call runs, ``m`` and the methods of the bases it calls as
+    ``self.x()`` (not the class's own: those are in its construction already)."""
+    out = []
+    for method in construction(cls):
+        for call in method.calls:
+            if call.receiver != "self" or call.method not in cls.from_bases:
+                continue
+            run: list[MethodFacts] = []
+            todo = [call.method]
+            while todo:
+                name = todo.pop(0)
+                m = cls.from_bases.get(name)
+                if m is None or any(m is r for r in run):
+                    continue  # the class's own methods are its construction already
+                run.append(m)
+                todo.extend(sorted(m.self_calls))
+            out.append((method, call, run))
+    return out
+
+
+def _collect_base_methods(cls: ClassFacts, by_name: dict[str, ClassFacts]) -> None:
+    """Fill ``cls.from_bases`` from the bases of the same file, nearest first."""
+    todo, seen = list(cls.bases), {cls.fullname}
+    while todo:
+        b = by_name.get(todo.pop(0))
+        if b is None or b.fullname in seen:
+            continue
+        seen.add(b.fullname)
+        for name, m in b.methods.items():
+            if name not in cls.methods and name not in cls.from_bases:
+                cls.from_bases[name] = m
+        todo.extend(b.bases)
+
+
 def inherited_calls(facts: FileFacts) -> None:
-    """Set ``ClassFacts.inherited`` of each class of the file: the methods it defines that the
-    ``__init__`` it runs of a base of the same file calls as ``self.m()`` (directly or through
-    the base's own methods): ``Base.__init__`` -> ``self._build()``, which the class
+    """Set ``ClassFacts.from_bases``, and ``ClassFacts.inherited`` of each class of the file:
+    the methods it defines that the ``__init__`` it runs of a base of the same file calls as
+    ``self.m()`` (directly or through the base's own methods): ``Base.__init__`` -> ``self._build()``, which the class
     overrides. Runs when the class has no ``__init__`` or its ``__init__`` calls
     ``super().__init__()``."""
     by_name = {c.fullname: c for c in facts.classes}
@@ -576,6 +616,7 @@ def inherited_calls(facts: FileFacts) -> None:
         return out
 
     for cls in facts.classes:
+        _collect_base_methods(cls, by_name)
         if cls.init is not None and "__init__" not in cls.init.super_calls:
             continue
         names: set[str] = set()
