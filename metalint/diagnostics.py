@@ -264,6 +264,10 @@ class Condition:
     #: stands only while a site runs that entry point alone and a module's own
     #: ``reset_parameters()`` would restore a tensor it loses
     skips_module_hooks: bool = False
+    #: the finding (an order dependence between a parent's hook and its children's) stands
+    #: unless every site materialising a root containing the class runs the children's hooks
+    #: first (see ``Sequence.children_first``)
+    unless_children_first: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -291,6 +295,8 @@ class Condition:
             out["at_materialisation"] = list(self.at_materialisation)
         if self.skips_module_hooks:
             out["skips_module_hooks"] = True
+        if self.unless_children_first:
+            out["unless_children_first"] = True
         return out
 
     @classmethod
@@ -309,6 +315,7 @@ class Condition:
             tuple(data.get("unless_same_law", ())),
             tuple(data.get("at_materialisation", ())),
             bool(data.get("skips_module_hooks", False)),
+            bool(data.get("unless_children_first", False)),
         )
 
 

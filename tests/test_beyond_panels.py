@@ -64,3 +64,58 @@ def test_a_helper_of_another_file_reads_what_a_function_of_its_file_returns(tmp_
     # ``stage_sizes`` reads ``steps(n)``, a meta tensor made by another function of its file
     got = _check(tmp_path, {"schedules.py": SCHEDULES, "stages.py": STAGES}, ["ML008"])
     assert got == [("stages.py", 11, "ML008")]
+
+
+ATTENTION = """
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.zeros_(self.proj.weight)
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.attn = Attention(dim)
+"""
+
+TRAIN = """
+import torch
+
+from .model import Model
+
+
+def build(dim):
+    with torch.device("meta"):
+        model = Model(dim)
+    model.to_empty(device="cpu")
+    for m in {modules}:
+        if hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+    return model
+"""
+
+
+def test_a_parent_hook_run_after_its_children_keeps_what_it_writes(tmp_path):
+    # the site resets children first: the parent's write into ``proj.weight`` is the last word
+    train = TRAIN.format(modules="reversed(list(model.modules()))")
+    assert _check(tmp_path, {"model.py": ATTENTION, "train.py": train}, ["ML006"]) == []
+
+
+def test_a_parent_hook_run_before_its_children_is_order_dependent(tmp_path):
+    train = TRAIN.format(modules="model.modules()")
+    got = _check(tmp_path, {"model.py": ATTENTION, "train.py": train}, ["ML006"])
+    assert got == [("model.py", 14, "ML006")]
+
+
+def test_an_order_finding_stands_without_a_site(tmp_path):
+    assert _check(tmp_path, {"model.py": ATTENTION}, ["ML006"]) == [("model.py", 14, "ML006")]

@@ -49,7 +49,10 @@ class ResetTouchesChildren(Rule):
     the same law the per-module materialiser applies to that child, so the order in which the
     two run does not change any value. Nor is a `reset_parameters` that requires arguments
     (peft's `RoadLayer.reset_parameters(adapter_name, init_weights)`): no per-module
-    materialiser can call it, so its writes never race a child's own reset.
+    materialiser can call it, so its writes never race a child's own reset. Nor is it reported
+    when every site of the tree that materialises a model containing the class runs the
+    modules' own hooks children first (`for m in reversed(list(model.modules())):
+    m.reset_parameters()`): the parent's hook runs last and what it writes stays.
 
     Known limits: the probe proves the order dependence (MP009) only when the two orders give
     values its statistics can tell apart; at the tiny widths the audit builds, a parent that
@@ -356,4 +359,5 @@ class Block(nn.Module):
             f"`reset_parameters()`, so the result depends on the order",
             cls,
             help="Move the child's value into the child's class, or into a root `init_weights()`",
+            unless_children_first=True,
         )

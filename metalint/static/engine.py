@@ -648,6 +648,7 @@ def _analyze(
                         tuple(f.unless_same_law),
                         tuple(f.at_materialisation),
                         f.skips_module_hooks,
+                        f.unless_children_first,
                     ),
                 )
             )
