@@ -17,6 +17,7 @@ from metalint.static.syntax import (
     is_false,
     is_none,
     keyword,
+    number,
     string_value,
     walk_code,
 )
@@ -28,6 +29,7 @@ from metalint.static.tensors import (
     same_tensor,
 )
 from metalint.vocabulary import (
+    BASE_RESET_BUFFERS,
     BUFFER_CLASSES,
     CONVERSION_METHODS,
     CPU_CONSTRUCTORS,
@@ -214,6 +216,22 @@ def attached_child(
         ):
             return receiver[5:], made
     return None
+
+
+def restored_by_torch_base(bases: list[str], attr: str, value, qualify) -> bool:
+    """Does the torch base's own hook give buffer ``attr`` the value ``value`` gives it: a
+    ``BatchNorm2d`` subclass registering ``running_var`` again as ``torch.ones(c)``
+    (``reset_running_stats()`` fills it with ones)? (:data:`BASE_RESET_BUFFERS`)"""
+    want = next((BASE_RESET_BUFFERS[b].get(attr) for b in bases if b in BASE_RESET_BUFFERS), None)
+    if want is None or type(value) is not cst.Call:
+        return False
+    q = qualify(value.func)
+    if q in FILL_FACTORIES and q not in ("torch.full", "torch.full_like"):
+        return FILL_FACTORIES[q] == want
+    if q == "torch.tensor" and value.args:
+        n = number(value.args[0].value)
+        return n is not None and {0.0: "zeros", 1.0: "ones"}.get(n) == want
+    return False
 
 
 def argument_of(expr: cst.BaseExpression | None, method: MethodFacts) -> str | None:
