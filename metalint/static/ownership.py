@@ -12,9 +12,16 @@ from dataclasses import dataclass
 import libcst as cst
 
 from metalint.static.construction import Registration, real_device, tensor_registrations
-from metalint.static.model import CallSite, ClassFacts, MethodFacts, construction, function_facts
+from metalint.static.model import (
+    CallSite,
+    ClassFacts,
+    MethodFacts,
+    builds_module,
+    construction,
+    function_facts,
+)
 from metalint.static.names import dotted
-from metalint.static.syntax import code_children, is_none, keyword, walk_code
+from metalint.static.syntax import code_children, is_none, keyword, self_attr, walk_code
 from metalint.vocabulary import (
     BOOLEAN_FUNCTIONS,
     BOOLEAN_METHODS,
@@ -501,6 +508,36 @@ def _boolean(expr: cst.BaseExpression, qualify, method: MethodFacts, depth: int 
         values = method.local_values.get(expr.value)
         return bool(values) and all(v is not expr and rec(v) for _, v in values)
     return False
+
+
+def proxies(cls: ClassFacts, qualify, facts) -> dict[str, dict[str, str]]:
+    """Attributes holding an object of a plain class of the file (no module) that the class
+    builds in construction, each with what the object keeps of the class's own attributes:
+    ``self.state = State(self.weight)``, ``State.__init__(self, t)`` setting ``self.t = t``,
+    gives ``{"state": {"t": "weight"}}``. A write through it (``self.state.t.data.normal_()``)
+    lands in the class's own tensor, not in a child module's."""
+    plain = {c.fullname: c for c in facts.classes}
+    out: dict[str, dict[str, str]] = {}
+    for m in construction(cls):
+        for a in m.assigns:
+            if a.target.count(".") != 1 or type(a.value) is not cst.Call:
+                continue
+            q = qualify(a.value.func)
+            target = plain.get(q) if q else None
+            if target is None or builds_module(q, facts) or target.init is None:
+                continue
+            init = target.init
+            kept: dict[str, str] = {}
+            passed = dict(call_arguments(init, CallSite(a.value, q, None, None, False, False)))
+            for inner in init.assigns:
+                if inner.target.count(".") != 1 or type(inner.value) is not cst.Name:
+                    continue
+                arg = passed.get(inner.value.value)
+                attr = self_attr(dotted(arg.value)) if arg is not None else None
+                if attr and dotted(arg.value) == f"self.{attr}":
+                    kept[inner.target.split(".")[1]] = attr
+            out[a.target.split(".")[1]] = kept
+    return out
 
 
 def child_chain(parts: list[str] | None, own: set[str]) -> bool:
