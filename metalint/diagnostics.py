@@ -268,6 +268,9 @@ class Condition:
     #: unless every site materialising a root containing the class runs the children's hooks
     #: first (see ``Sequence.children_first``)
     unless_children_first: bool = False
+    #: the finding (a read of the value of what this module-level function of the tree
+    #: returns) stands only while that function returns a meta tensor (resolved across files)
+    if_returns_meta: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -297,6 +300,8 @@ class Condition:
             out["skips_module_hooks"] = True
         if self.unless_children_first:
             out["unless_children_first"] = True
+        if self.if_returns_meta:
+            out["if_returns_meta"] = self.if_returns_meta
         return out
 
     @classmethod
@@ -316,6 +321,7 @@ class Condition:
             tuple(data.get("at_materialisation", ())),
             bool(data.get("skips_module_hooks", False)),
             bool(data.get("unless_children_first", False)),
+            data.get("if_returns_meta", ""),
         )
 
 

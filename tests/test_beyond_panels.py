@@ -119,3 +119,40 @@ def test_a_parent_hook_run_before_its_children_is_order_dependent(tmp_path):
 
 def test_an_order_finding_stands_without_a_site(tmp_path):
     assert _check(tmp_path, {"model.py": ATTENTION}, ["ML006"]) == [("model.py", 14, "ML006")]
+
+
+UTIL = """
+import torch
+
+
+def steps(n):
+    return torch.linspace(0, 1, n)
+
+
+def cpu_steps(n):
+    return torch.linspace(0, 1, n, device="cpu")
+"""
+
+BLOCKS = """
+from torch import nn
+
+from .util import cpu_steps, steps
+
+
+class Blocks(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        rates = steps(n).tolist()
+        kept = cpu_steps(n).tolist()
+        self.blocks = nn.ModuleList(nn.Dropout(p) for p in rates + kept)
+"""
+
+
+def test_a_read_of_what_a_function_of_another_file_returns(tmp_path):
+    # ``steps`` returns a meta tensor, ``cpu_steps`` a CPU one: only the first read raises
+    got = _check(tmp_path, {"util.py": UTIL, "blocks.py": BLOCKS}, ["ML008"])
+    assert got == [("blocks.py", 10, "ML008")]
+
+
+def test_a_function_outside_the_tree_is_not_taken_to_return_a_meta_tensor(tmp_path):
+    assert _check(tmp_path, {"blocks.py": BLOCKS}, ["ML008"]) == []

@@ -48,7 +48,10 @@ class DataDependentInit(Rule):
     of another file of the checked tree, imported by name or through a module alias
     (`utils.make_window(n)`), also through the functions they call: the finding is at the
     call in `__init__`, and names the function and line of the read (`via` in JSON output).
-    A function outside the checked tree is not followed.
+    A module-level function that returns a meta tensor (`def steps(n): return
+    torch.linspace(0, 1, n)`) makes its call one: `steps(n).tolist()` is a read, whether
+    `steps` is of the same file or imported by name from another file of the tree. A function
+    outside the checked tree is not followed.
 
     ## Why is this bad on meta?
     Under `with torch.device("meta"):` every factory without an explicit device returns a
@@ -501,6 +504,7 @@ class SpeechEncoder(nn.Module):
                 else frozenset()
             )
             yield from self._reads(cls, method, own, None, assumed)
+            yield from self._imported_reads(cls, method, own, assumed)
             # module-level helpers of this file that construction calls (timm 0.9's
             # ``create_byob_stages``); each line is reported once, for its first caller
             for call, helper in self._helper_calls(method):
@@ -522,6 +526,27 @@ class SpeechEncoder(nn.Module):
                         help='Compute it with Python numbers, or create that tensor with `device="cpu"`',
                         if_helper_reads=call.qualname,
                     )
+
+    def _imported_reads(self, cls, method, own, assumed) -> Iterable[Finding]:
+        """``steps(n).tolist()``, ``steps`` imported from another file of the tree: a read
+        when that function returns a meta tensor, which the tree answers
+        (``Finding.if_returns_meta``)."""
+        names = {
+            call.node.func.value: call.qualname
+            for call in method.calls
+            if type(call.node.func) is cst.Name and calls_into_tree(call)
+        }
+        if not names:
+            return
+        base = {id(n) for n, _ in self._read_nodes(method, own, assumed)}
+        for name, qualname in sorted(names.items()):
+            for node, what in self._read_nodes(method, own, assumed | {f"{name}()"}):
+                if id(node) in base:
+                    continue
+                base.add(id(node))
+                finding = self._finding(cls, method, node, what)
+                finding.if_returns_meta = qualname
+                yield finding
 
     def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
         return (node for node, _ in self._read_nodes(fn, set()))

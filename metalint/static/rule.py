@@ -71,6 +71,9 @@ class Finding:
     #: the finding stands unless every site materialising a root of the class runs the
     #: children's hooks first (see ``Condition.unless_children_first``)
     unless_children_first: bool = False
+    #: the finding stands only while this module-level function of the tree returns a meta
+    #: tensor (see ``Condition.if_returns_meta``)
+    if_returns_meta: str = ""
 
 
 @dataclass(frozen=True)
