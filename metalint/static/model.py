@@ -168,7 +168,7 @@ def construction(
     if enter_hooks:
         out = cls.reachable("__init__")
         for name in cls.inherited:
-            out += [m for m in cls.reachable(name) if m not in out]
+            out += [m for m in cls.reachable(name) if not any(m is o for o in out)]
         return out
     out = []
     seen: set[str] = set()
