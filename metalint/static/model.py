@@ -589,32 +589,33 @@ def _collect_base_methods(cls: ClassFacts, by_name: dict[str, ClassFacts]) -> No
         todo.extend(b.bases)
 
 
+def _called(cls: ClassFacts, seen: set[str], by_name: dict[str, ClassFacts]) -> set[str]:
+    """``self.m()`` names the construction of ``cls`` (inherited too) calls. (A module-level
+    function: a recursive closure would hold the file's facts in a reference cycle.)"""
+    if cls.fullname in seen:
+        return set()
+    seen.add(cls.fullname)
+    out: set[str] = set()
+    init = cls.init
+    if init is not None:
+        for m in cls.reachable("__init__"):
+            out |= m.self_calls
+    if init is None or "__init__" in init.super_calls:
+        for base in cls.bases:
+            b = by_name.get(base)
+            if b is not None:
+                out |= _called(b, seen, by_name)
+                break  # the first base's ``__init__`` is the one ``super()`` runs
+    return out
+
+
 def inherited_calls(facts: FileFacts) -> None:
     """Set ``ClassFacts.from_bases``, and ``ClassFacts.inherited`` of each class of the file:
     the methods it defines that the ``__init__`` it runs of a base of the same file calls as
-    ``self.m()`` (directly or through the base's own methods): ``Base.__init__`` -> ``self._build()``, which the class
-    overrides. Runs when the class has no ``__init__`` or its ``__init__`` calls
-    ``super().__init__()``."""
+    ``self.m()`` (directly or through the base's own methods): ``Base.__init__`` ->
+    ``self._build()``, which the class overrides. Runs when the class has no ``__init__`` or
+    its ``__init__`` calls ``super().__init__()``."""
     by_name = {c.fullname: c for c in facts.classes}
-
-    def called(cls: ClassFacts, seen: set[str]) -> set[str]:
-        """``self.m()`` names the construction of ``cls`` (inherited too) calls."""
-        if cls.fullname in seen:
-            return set()
-        seen.add(cls.fullname)
-        out: set[str] = set()
-        init = cls.init
-        if init is not None:
-            for m in cls.reachable("__init__"):
-                out |= m.self_calls
-        if init is None or "__init__" in init.super_calls:
-            for base in cls.bases:
-                b = by_name.get(base)
-                if b is not None:
-                    out |= called(b, seen)
-                    break  # the first base's ``__init__`` is the one ``super()`` runs
-        return out
-
     for cls in facts.classes:
         _collect_base_methods(cls, by_name)
         if cls.init is not None and "__init__" not in cls.init.super_calls:
@@ -623,7 +624,7 @@ def inherited_calls(facts: FileFacts) -> None:
         for base in cls.bases:
             b = by_name.get(base)
             if b is not None:
-                names = called(b, set())
+                names = _called(b, set(), by_name)
                 break
         own = {m.name for m in cls.reachable("__init__")} if cls.init is not None else set()
         cls.inherited = tuple(sorted(n for n in names if n in cls.methods and n not in own))
