@@ -270,6 +270,13 @@ class Condition:
     #: stands only while a site runs that entry point alone and a module's own
     #: ``reset_parameters()`` would restore a tensor it loses
     skips_module_hooks: bool = False
+    #: the finding (an order dependence between a parent's hook and its children's) stands
+    #: unless every site materialising a root containing the class runs the children's hooks
+    #: first (see ``Sequence.children_first``)
+    unless_children_first: bool = False
+    #: the finding (a read of the value of what this module-level function of the tree
+    #: returns) stands only while that function returns a meta tensor (resolved across files)
+    if_returns_meta: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -297,6 +304,10 @@ class Condition:
             out["at_materialisation"] = list(self.at_materialisation)
         if self.skips_module_hooks:
             out["skips_module_hooks"] = True
+        if self.unless_children_first:
+            out["unless_children_first"] = True
+        if self.if_returns_meta:
+            out["if_returns_meta"] = self.if_returns_meta
         return out
 
     @classmethod
@@ -315,6 +326,8 @@ class Condition:
             tuple(data.get("unless_same_law", ())),
             tuple(data.get("at_materialisation", ())),
             bool(data.get("skips_module_hooks", False)),
+            bool(data.get("unless_children_first", False)),
+            data.get("if_returns_meta", ""),
         )
 
 

@@ -801,6 +801,16 @@ AFFINE_NORMS = {
         for n in ("GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
     },
 }
+#: torch modules whose own ``reset_parameters()`` (``reset_running_stats()``) sets these
+#: buffers, with what it sets: a subclass that registers one again with the same value keeps it
+BASE_RESET_BUFFERS = {
+    f"torch.nn.{n}": {
+        "running_mean": "zeros",
+        "running_var": "ones",
+        "num_batches_tracked": "zeros",
+    }
+    for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
+}
 #: Lightning's ``fabric.init_module(empty_init=True)`` / ``trainer.init_module(...)``
 EMPTY_INIT_CONTEXTS = ("init_module",)
 #: wrappers that materialise a meta model by each module's ``reset_parameters()`` (or their

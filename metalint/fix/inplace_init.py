@@ -48,7 +48,7 @@ from metalint.static.ownership import module_children
 from metalint.static.protocol import structure_test, structure_value
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
-from metalint.static.tensors import Write, inplace_write
+from metalint.static.tensors import Write, assigned_writes, inplace_write
 from metalint.vocabulary import (
     HOOKLESS_BASES,
     INPLACE_METHODS,
@@ -763,6 +763,9 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     body = edit.init_body
     index = edit.top_index_of(finding.node)
+    if assigned_writes(finding.node):
+        # ``self.conv.weight.data[:] = t``: no codemod moves a write by assignment
+        raise Unfixable("the tensor is written by an assignment (`.data`, a slice), not a call")
     if isinstance(finding.node, cst.Assign):
         return _copy_into_child(ctx, edit, finding.node)
     if isinstance(finding.node, cst.For) and (

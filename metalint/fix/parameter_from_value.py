@@ -673,6 +673,8 @@ def _helper_call(edit: ClassEdit, name: str, why: str):
     """The one statement ``self.<name>()`` of ``__init__`` (the only caller of ``name``): (its
     line, the index of its top-level statement, the path down to it)."""
     callers = sorted(m.name for m in edit.cls.methods.values() if name in m.self_calls)
+    if not callers:
+        raise Unfixable(f"{why}: `{name}()` is called by a base class's `__init__`")
     if callers != ["__init__"]:
         raise Unfixable(f"{why}: `{name}()` is called by `{callers[-1]}()`, not only `__init__`")
     call_lines = [

@@ -499,6 +499,15 @@ def through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
+    node = finding.node
+    if (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and dotted(node.func.value) == "self"
+        and node.func.attr.value in cls.from_bases
+    ):
+        # ``self._finish()`` of a base class: the init is in the base's method
+        raise Unfixable(f"the init is in `{node.func.attr.value}()` of a base class")
     edit = ClassEdit(ctx, cls)
     found = edit._path(finding.node)
     if found is None:

@@ -23,7 +23,8 @@ class ApplyWithoutRecurse(Rule):
     Finds an `nn.Module` that overrides `_apply(self, fn)` without the `recurse` argument
     torch's own `Module._apply(self, fn, recurse=True)` takes (since torch 2.1). Overrides like
     this move tensors the module keeps outside its parameters and buffers (spikingjelly's
-    `MemoryModule` moves its neuron states, YOLOv5's `DetectMultiBackend` its grids).
+    `MemoryModule` moves its neuron states, YOLOv5's `DetectMultiBackend` its grids), also one
+    bound in the class body from a function of the file or a lambda (`_apply = move_states`).
 
     ## Why is this bad on meta?
     `module.to_empty(device=...)`, the step that materialises a model built under
@@ -141,11 +142,31 @@ class FeatureSelector(nn.Module):
 """,
             unsafe=True,
         ),
+        # the override bound from a function of the file, on a model root
+        """
+import torch
+from torch import nn
+
+def move_states(self, fn):
+    self.state = fn(self.state)
+    return nn.Module._apply(self, fn)
+
+class Recurrent(nn.Module):
+    _apply = move_states  # ERROR
+
+    def __init__(self, d):
+        super().__init__()
+        self.cell = nn.Linear(d, d)
+        self.state = torch.zeros(d)
+""",
     ]
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         method = cls.methods.get(APPLY)
-        if method is None or takes_recurse(method.node):
+        if method is None:
+            yield from self._aliased(cls)
+            return
+        if takes_recurse(method.node):
             return
         yield Finding(
             method.node.name,
@@ -157,3 +178,54 @@ class FeatureSelector(nn.Module):
             "`_apply()`",
             subject=(APPLY,),
         )
+
+    def _aliased(self, cls: ClassFacts) -> Iterable[Finding]:
+        """``_apply = move_states`` in the class body, ``move_states(self, fn)`` a function of
+        the file (or a lambda) that takes no ``recurse``."""
+        for stmt in cls.node.body.body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if not (
+                    isinstance(small, cst.Assign)
+                    and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name)
+                    and small.targets[0].target.value == APPLY
+                ):
+                    continue
+                value = small.value
+                if isinstance(value, cst.Lambda):
+                    p = value.params
+                    names = {q.name.value for q in (*p.posonly_params, *p.params, *p.kwonly_params)}
+                    ok = (
+                        "recurse" in names
+                        or isinstance(p.star_arg, cst.Param)
+                        or p.star_kwarg is not None
+                    )
+                    name = "lambda"
+                elif isinstance(value, cst.Name):
+                    fn = next(
+                        (
+                            f
+                            for f in self.ctx.module.body
+                            if isinstance(f, cst.FunctionDef) and f.name.value == value.value
+                        ),
+                        None,
+                    )
+                    if fn is None:
+                        continue
+                    ok, name = takes_recurse(fn), fn.name.value
+                else:
+                    continue
+                if ok:
+                    continue
+                yield Finding(
+                    small.targets[0].target,
+                    f"`{cls.name}._apply = {name}` takes no `recurse`: `to_empty()` calls "
+                    f"`_apply(fn, recurse=...)` on the module it materialises, so for a "
+                    f"`{cls.name}` (or a model that is one) it raises TypeError",
+                    cls,
+                    help="Take `recurse=True` like `torch.nn.Module._apply` and pass it to the "
+                    "base's `_apply()`",
+                    subject=(APPLY,),
+                )

@@ -4,7 +4,13 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.construction import Registration, argument_of, computed, registrations
+from metalint.static.construction import (
+    Registration,
+    argument_of,
+    computed,
+    registrations,
+    restored_by_torch_base,
+)
 from metalint.static.model import ClassFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
@@ -19,7 +25,12 @@ class BufferFromValue(Rule):
     `torch.zeros(...)`, `torch.tril(torch.ones(n, n))`, `gen_relative_position_index(...)`,
     `self._compute_inv_freq()` — when no reset hook of the class (or of a base class)
     re-creates it (`reset_parameters`, `init_weights`, `_init_weights`,
-    `init_non_persistent_buffers`, or a hook named in `[tool.metalint] hooks`).
+    `init_non_persistent_buffers`, or a hook named in `[tool.metalint] hooks`). A registered
+    buffer assigned a computed value afterwards counts the same (MoCo's
+    `self.queue = normalize(torch.randn(d, k))` in a `_setup_queue()`: `nn.Module` stores it as
+    the buffer). A buffer that a torch base's own hook sets to the same value is kept (a
+    `BatchNorm2d` subclass registering `running_var` again as `torch.ones(c)`:
+    `reset_running_stats()` fills it with ones).
 
     A buffer created with `torch.empty(...)` (nothing to lose), or one that a hook
     re-registers, copies into (`self.inv_freq.copy_(self._compute_inv_freq())`) or
@@ -223,6 +234,19 @@ class Holder(nn.Module):
         self.register_buffer("table", table)
         self.register_buffer("mask", None)
 """,
+        # a BatchNorm subclass registering its statistics again: the base's own
+        # ``reset_running_stats()`` gives them the same values
+        """
+import torch
+from torch import nn
+
+class SyncStatsBatchNorm(nn.BatchNorm2d):
+    def __init__(self, c, eps=1e-5, device=None):
+        super().__init__(c, eps=eps, device=device)
+        self.register_buffer("running_mean", torch.zeros(c, device=device))
+        self.register_buffer("running_var", torch.ones(c, device=device))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long, device=device))
+""",
     ]
     INVALID = [
         # a count table through a local assigned twice: its statements are copied into the hook
@@ -390,6 +414,16 @@ class WindowAttention(nn.Module):
     def reset_parameters(self):
         nn.init.trunc_normal_(self.table, std=0.02)
 """,
+        # a value the BatchNorm base's reset does not give back
+        """
+import torch
+from torch import nn
+
+class WarmStatsBatchNorm(nn.BatchNorm2d):
+    def __init__(self, c, device=None):
+        super().__init__(c, device=device)
+        self.register_buffer("running_var", torch.zeros(c, device=device))  # ERROR
+""",
     ]
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
@@ -401,6 +435,8 @@ class WindowAttention(nn.Module):
             if kind not in ("value", "random"):
                 yield from self._from_argument(cls, reg)
                 continue
+            if restored_by_torch_base(cls.bases, reg.attr, reg.value, self.qualify):
+                continue  # ``reset_running_stats()`` of a BatchNorm base gives the same
             if reg.persistent:
                 lost = (
                     "a checkpoint restores it, but a model initialised from scratch (no "

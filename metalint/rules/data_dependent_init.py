@@ -11,7 +11,12 @@ from metalint.static.model import (
     construction,
     function_facts,
 )
-from metalint.static.ownership import meta_arguments, own_tensor_names, value_reads
+from metalint.static.ownership import (
+    meta_arguments,
+    meta_returning_functions,
+    own_tensor_names,
+    value_reads,
+)
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
 from metalint.static.tensors import meta_guarded
@@ -43,7 +48,10 @@ class DataDependentInit(Rule):
     of another file of the checked tree, imported by name or through a module alias
     (`utils.make_window(n)`), also through the functions they call: the finding is at the
     call in `__init__`, and names the function and line of the read (`via` in JSON output).
-    A function outside the checked tree is not followed.
+    A module-level function that returns a meta tensor (`def steps(n): return
+    torch.linspace(0, 1, n)`) makes its call one: `steps(n).tolist()` is a read, whether
+    `steps` is of the same file or imported by name from another file of the tree. A function
+    outside the checked tree is not followed.
 
     ## Why is this bad on meta?
     Under `with torch.device("meta"):` every factory without an explicit device returns a
@@ -480,6 +488,7 @@ class SpeechEncoder(nn.Module):
         super().__init__(ctx)
         self._reported_helpers: set[int] = set()
         self._helper_facts: dict[str, MethodFacts | None] = {}
+        self._returning: frozenset[str] | None = None
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         if "__init__" not in cls.methods:
@@ -495,10 +504,10 @@ class SpeechEncoder(nn.Module):
                 else frozenset()
             )
             yield from self._reads(cls, method, own, None, assumed)
+            yield from self._imported_reads(cls, method, own, assumed)
             # module-level helpers of this file that construction calls (timm 0.9's
             # ``create_byob_stages``); each line is reported once, for its first caller
-            for call in method.calls:
-                helper = self._helper(call)
+            for call, helper in self._helper_calls(method):
                 if helper is not None and id(helper.node) not in self._reported_helpers:
                     self._reported_helpers.add(id(helper.node))
                     yield from self._reads(cls, helper, set(), method)
@@ -518,8 +527,43 @@ class SpeechEncoder(nn.Module):
                         if_helper_reads=call.qualname,
                     )
 
+    def _imported_reads(self, cls, method, own, assumed) -> Iterable[Finding]:
+        """``steps(n).tolist()``, ``steps`` imported from another file of the tree: a read
+        when that function returns a meta tensor, which the tree answers
+        (``Finding.if_returns_meta``)."""
+        names = {
+            call.node.func.value: call.qualname
+            for call in method.calls
+            if type(call.node.func) is cst.Name and calls_into_tree(call)
+        }
+        if not names:
+            return
+        base = {id(n) for n, _ in self._read_nodes(method, own, assumed)}
+        for name, qualname in sorted(names.items()):
+            for node, what in self._read_nodes(method, own, assumed | {f"{name}()"}):
+                if id(node) in base:
+                    continue
+                base.add(id(node))
+                finding = self._finding(cls, method, node, what)
+                finding.if_returns_meta = qualname
+                yield finding
+
     def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
         return (node for node, _ in self._read_nodes(fn, set()))
+
+    def _helper_calls(self, method: MethodFacts):
+        """``(call, helper)`` for each call of ``method``, and of the module-level functions of
+        this file it calls, transitively (``__init__`` -> ``stage_sizes(n)`` -> ``steps(n)``):
+        ``helper`` is that function's facts, None for a call of no function of the file."""
+        seen: set[int] = set()
+        todo = [method]
+        while todo:
+            for call in todo.pop(0).calls:
+                helper = self._helper(call)
+                yield call, helper
+                if helper is not None and id(helper.node) not in seen:
+                    seen.add(id(helper.node))
+                    todo.append(helper)
 
     def _helper(self, call) -> MethodFacts | None:
         func = call.node.func
@@ -566,6 +610,11 @@ class SpeechEncoder(nn.Module):
     def _read_nodes(self, method, own, assumed=frozenset()) -> Iterable[tuple[cst.CSTNode, str]]:
         """The reads of a tensor's value in ``method``, each with how the message names it
         (``assumed``: its parameters known to hold meta tensors)."""
+        if self._returning is None:
+            self._returning = meta_returning_functions(
+                self.ctx.module, self.ctx.facts, self.qualify
+            )
+        assumed = assumed | self._returning
         for read in value_reads(method, self.qualify, own, assumed):
             node = read.node
             if read.kind in ("host", "cast"):

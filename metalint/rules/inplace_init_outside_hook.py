@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
-from metalint.static.construction import tensor_registrations
+from metalint.static.construction import attached_child, tensor_registrations
 from metalint.static.defaults import applied_function, is_self_apply, unwrap_partial
 from metalint.static.model import CallSite, ClassFacts, construction
 from metalint.static.names import dotted
@@ -14,6 +14,7 @@ from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import number, short, string_value
 from metalint.static.tensors import (
+    assigned_writes,
     every_parameter_written,
     init_law,
     initialised_target,
@@ -337,7 +338,11 @@ class InplaceInitOutsideHook(Rule):
 
     Writes to a child's tensor (`self.head.weight`) are reported too: the child's own
     `reset_parameters()` restores its default init, and only a hook of this class (run after
-    the children's) can replay the parent's choice. Not when the write gives what the child's
+    the children's) can replay the parent's choice. So is the init of a module built in a
+    local before it is attached (`fc1 = nn.Linear(...)`, `nn.init.normal_(fc1.weight)`, then
+    `self.mlp = nn.Sequential(fc1, act)`), and a write by assignment, through `.data` or into
+    a slice (`self.conv.weight.data[:] = torch.arange(...)`, `child.weight.data = t` of a
+    local module then attached): not fixed. Not when the write gives what the child's
     reset gives anyway (`nn.init.constant_(self.bn.bias, 0)` on a `BatchNorm`/`LayerNorm`/
     `GroupNorm`: weight ones, bias zeros), nor when it is a no-op with the constructor's
     defaults (`self.head.weight.data.mul_(head_init_scale)` with `head_init_scale=1.0`,
@@ -613,6 +618,19 @@ class Model(nn.Module):
         elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)):
             m.reset_parameters()
 """,
+        # the init a norm's own reset gives, written before the norm is attached
+        """
+import torch
+from torch import nn
+
+class Block(nn.Module):
+    def __init__(self, d, device=None, dtype=None):
+        super().__init__()
+        norm = nn.LayerNorm(d, device=device, dtype=dtype)
+        nn.init.ones_(norm.weight)
+        nn.init.zeros_(norm.bias)
+        self.pre = nn.Sequential(norm, nn.GELU())
+""",
     ]
     INVALID = [
         # a child's tensor replaced by a table computed here (Informer's FixedEmbedding)
@@ -824,6 +842,35 @@ class Model(nn.Module):
         if needs_reset and hasattr(m, "reset_parameters"):
             m.reset_parameters()
 """,
+        # a timm-style MLP: the first layer initialised before it is attached
+        """
+import torch
+from torch import nn
+
+class Mlp(nn.Module):
+    def __init__(self, d, hidden, device=None, dtype=None):
+        super().__init__()
+        fc1 = nn.Linear(d, hidden, device=device, dtype=dtype)
+        nn.init.normal_(fc1.weight, std=0.02)  # ERROR
+        fc2 = nn.Linear(hidden, d, device=device, dtype=dtype)
+        fc2.bias.data.zero_()  # ERROR
+        self.mlp = nn.Sequential(fc1, nn.GELU())
+        self.add_module("out", fc2)
+""",
+        # a fixed filter bank and an identity start written through `.data`
+        """
+import torch
+from torch import nn
+
+class FilterBank(nn.Module):
+    def __init__(self, c, device=None, dtype=None):
+        super().__init__()
+        self.conv = nn.Conv1d(c, c, 1, bias=False, device=device, dtype=dtype)
+        self.conv.weight.data[:] = torch.arange(c * c).view(c, c, 1)  # ERROR
+        mix = nn.Linear(c, c, device=device, dtype=dtype)
+        mix.weight.data = torch.eye(c)  # ERROR
+        self.mix = mix
+""",
     ]
 
     def _reset_by_parents(self) -> set[str]:
@@ -901,8 +948,87 @@ class Model(nn.Module):
                     unless_same_law=law,
                 )
         yield from self._parameter_loops(cls, methods)
+        yield from self._local_children(cls, methods)
+        yield from self._data_writes(cls, methods)
         yield from self._replaced_child_tensors(cls, methods)
         yield from self._child_container_loops(cls, methods)
+
+    def _local_children(self, cls: ClassFacts, methods) -> Iterable[Finding]:
+        """``fc1 = nn.Linear(...)``, ``nn.init.normal_(fc1.weight)``, then ``self.mlp =
+        nn.Sequential(fc1, act)``: the init of a module's tensor before it is attached is a
+        write into a child's tensor, which the child's own ``reset_parameters()`` restores to
+        its default after ``to_empty()``."""
+        for method in methods:
+            for call in method.calls:
+                if call.loops:
+                    continue  # a loop variable or a local made again on each pass
+                w = inplace_write(call.node, self.qualify)
+                if w is None or w.kind == "storage":
+                    continue
+                chain = w.chain[:-1] if w.chain[-1:] == ("data",) else w.chain
+                if len(chain) != 2 or chain[0] == "self" or "[]" in chain:
+                    continue
+                found = attached_child(chain[0], method, self.qualify, self.ctx.facts)
+                if found is None:
+                    continue
+                attr, made = found
+                built = self.qualify(made.func)
+                if built in NORM_LAYERS and (chain[1], w.kind) in (
+                    ("weight", "ones"),
+                    ("bias", "zeros"),
+                ):
+                    continue  # what the norm's own reset gives
+                name = ".".join(chain)
+                yield Finding(
+                    call.node,
+                    f"`{name}` (a tensor of `{short(made.func)}` `{chain[0]}`, which "
+                    f"`{method.name}` makes the child `{attr}`) is initialised in place "
+                    f"(`{short(call.node)}`), outside any reset hook: on meta this does "
+                    f"nothing and after `to_empty()` the child's own `reset_parameters()` "
+                    f"restores its default init and the value is lost",
+                    cls,
+                    help="Move this init into `reset_parameters()` or the model's "
+                    "`init_weights()` (on the child's tensor), and call that hook from `__init__`",
+                    unless_recreated=(attr,),
+                    subject=(f"{attr}.{chain[1]}",),
+                )
+
+    def _data_writes(self, cls: ClassFacts, methods) -> Iterable[Finding]:
+        """A child's tensor written by an assignment, not a call (``assigned_writes``):
+        ``self.conv.weight.data[:] = torch.arange(...)``, ``child.weight.data = t`` of a local
+        module then attached (``self.fc = child``). The child's own ``reset_parameters()``
+        restores its default init after ``to_empty()``."""
+        children: set[str] | None = None
+        for method in methods:
+            for stmt in method.binds:
+                for parts in assigned_writes(stmt):
+                    if parts[0] == "self" and len(parts) == 3:
+                        if children is None:
+                            children = module_children(cls, self.qualify)
+                        if parts[1] not in children:
+                            continue
+                        attr, what = parts[1], f"the child `{parts[1]}`"
+                    elif parts[0] != "self" and len(parts) == 2:
+                        found = attached_child(parts[0], method, self.qualify, self.ctx.facts)
+                        if found is None:
+                            continue
+                        attr = found[0]
+                        what = f"`{parts[0]}`, which `{method.name}` makes the child `{attr}`"
+                    else:
+                        continue
+                    name = ".".join(parts[1:] if parts[0] == "self" else parts)
+                    yield Finding(
+                        stmt,
+                        f"`{name}` (a tensor of {what}) is written in `{method.name}` "
+                        f"(`{short(stmt)}`), outside any reset hook: on meta this does nothing "
+                        f"and after `to_empty()` the child's own `reset_parameters()` restores "
+                        f"its default init and the value is lost",
+                        cls,
+                        help="Move this init into the model's `init_weights()` (or a "
+                        "`reset_parameters()` of this class), and call that hook from `__init__`",
+                        unless_recreated=(attr,),
+                        subject=(f"{attr}.{parts[-1]}",),
+                    )
 
     def _child_container_loops(self, cls: ClassFacts, methods) -> Iterable[Finding]:
         """``for lin in self.lins: nn.init.zeros_(lin.bias)``: the tensors of each module of a

@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.static.construction import borrowed_tensor
 from metalint.static.model import ClassFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short, string_value
@@ -17,7 +18,10 @@ class ParameterFromValue(Rule):
     `torch.randn(...)`, `torch.tensor(...)`, `torch.full(...)`, `torch.zeros(...)` — that no
     reset hook of the class (or of a base class) re-creates. A legacy constructor of sizes
     (`torch.Tensor(in_channels, out_channels)`) is no value: it is uninitialised memory, as
-    `torch.empty`, eagerly too (its CPU allocation is ML009's, its init ML003's).
+    `torch.empty`, eagerly too (its CPU allocation is ML009's, its init ML003's). A parameter
+    taken from a module that `__init__` builds only for it (`conv = nn.Conv1d(...)`,
+    `self.weight = conv.weight`, the module thrown away) holds that module's init: no hook of
+    the class re-creates it either.
 
     Judged under the protocol that materialises the model (`[tool.metalint] protocol`): the
     tensor is reported when it is lost under at least one model root that contains the class
@@ -209,6 +213,19 @@ class GCLSTM(Module):
     def _set_parameters(self):
         glorot(self.W_i)
 """,
+        # a tensor of a local module that is kept as a child: the child's hook restores it
+        """
+import torch
+from torch import nn
+
+class Head(nn.Module):
+    def __init__(self, c, device=None, dtype=None):
+        super().__init__()
+        conv = nn.Conv1d(c, c, 1, device=device, dtype=dtype)
+        self.weight = conv.weight
+        self.block = nn.Sequential(conv, nn.GELU())
+        self.width = conv.weight.shape[0]
+""",
     ]
     INVALID = [
         # torchlibrosa's Scalar: a legacy constructor of data (one argument that is not
@@ -349,6 +366,21 @@ class Block(nn.Module):
     def reset_parameters(self):
         nn.init.kaiming_uniform_(self.w)
 """,
+        # parameters taken from a convolution built only for its initialisation
+        """
+import torch
+from torch import nn
+
+class DepthwiseFilter(nn.Module):
+    def __init__(self, c, k, device=None, dtype=None):
+        super().__init__()
+        conv = nn.Conv1d(c, c, k, groups=c, device=device, dtype=dtype)
+        self.weight = conv.weight  # ERROR
+        self.bias = conv.bias  # ERROR
+
+    def forward(self, x):
+        return nn.functional.conv1d(x, self.weight, self.bias, groups=x.shape[1])
+""",
     ]
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
@@ -403,6 +435,21 @@ class Block(nn.Module):
             return
 
     def _check(self, cls, method, attr, node, value) -> Iterable[Finding]:
+        made = borrowed_tensor(value, method, self.qualify, self.ctx.facts)
+        if made is not None:
+            yield Finding(
+                node,
+                f"`{attr}` is `{short(value)}`, a tensor of a `{short(made.func)}` that "
+                f"`{method.name}` builds and throws away: its value is that module's init, which "
+                f"no reset hook of this class re-creates, so after `to_empty()` it is "
+                f"uninitialised memory",
+                cls,
+                help=f"Keep the module as a child (`self.{value.value.value} = ...`) or create "
+                f"`{attr}` with `torch.empty(...)` and initialise it in `reset_parameters()`",
+                unless_recreated=(attr,),
+                subject=(attr,),
+            )
+            return
         if type(value) is cst.IfExp:
             # ``nn.Parameter(v * torch.ones(d)) if v > 0 else None`` (timm ConvNeXt's gamma)
             value = value.body if parameter_value(value.body, self.qualify) else value.orelse

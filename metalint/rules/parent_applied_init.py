@@ -14,7 +14,7 @@ from metalint.static.defaults import (
     unwrap_partial,
     value_of,
 )
-from metalint.static.model import ClassFacts, MethodFacts, construction
+from metalint.static.model import ClassFacts, MethodFacts, base_helpers, construction
 from metalint.static.names import dotted
 from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
@@ -96,8 +96,10 @@ class ParentAppliedInit(Rule):
     `for m in self.modules(): nn.init.kaiming_normal_(m.weight)`, or nanoGPT's
     `for pn, p in self.named_parameters(): ... normal_(p)` in a module with children, or a
     module-level helper handed the module that loops over its modules and initialises them
-    (timm's `efficientnet_init_weights(self)`, resolved across files). Calls
-    inside `reset_parameters()` are ML006's. The message says which root
+    (timm's `efficientnet_init_weights(self)`, resolved across files), also in a method of a
+    base class of the same file that `__init__` calls (`self._finish()` doing
+    `self.apply(partial(init_fn))`: reported at the call; a base's hook such as
+    `init_weights()` is the protocol's to judge). Calls inside `reset_parameters()` are ML006's. The message says which root
     hook of the class replays it after materialisation (`init_weights()`, or a hook you
     configure), if any.
 
@@ -746,6 +748,54 @@ class Captioner(nn.Module):
                     unless_root_replays=replays[0][0] if replays else "",
                     if_applies_init=helper,
                 )
+        yield from self._base_inits(cls, in_reset)
+
+    def _base_inits(self, cls: ClassFacts, in_reset: set[str]) -> Iterable[Finding]:
+        """``self._finish()`` in construction, ``_finish`` a method of a base of the same file
+        that applies an init to every layer (``self.apply(partial(init_fn))``): reported at the
+        call, once per call."""
+        for caller, call, run in base_helpers(cls):
+            if caller.name in in_reset or call.method in self.ctx.hooks:
+                continue  # a base's hook (``init_weights()``) is the protocol's to judge
+            for method in run:
+                inits = [(n, w, "") for n, w in parent_inits(method, self.qualify, True)]
+                inits += self._helper_inits(method)
+                env = default_env(cls, method) if inits else {}
+                found = next(
+                    (
+                        (node, what, helper)
+                        for node, what, helper in inits
+                        if reached_by_default(method, node, env)
+                        and not self._default_equivalent(cls, node)
+                    ),
+                    None,
+                )
+                if found is None:
+                    continue
+                node, what, helper = found
+                # a root hook that makes the call replays it (``init_weights()`` -> ``_finish()``)
+                replays = (
+                    [(caller.name, caller)] if caller.name in self.ctx.hooks else self._replays(cls)
+                )
+                tail = (
+                    f"it is replayed by the root hook `{cls.name}.{replays[0][0]}()`"
+                    if replays
+                    else "no root hook of this class replays it"
+                )
+                yield Finding(
+                    call.node,
+                    f"`{short(call.node, 40)}` in `__init__` runs `{method.name}()` of a base "
+                    f"class, whose {what} initialises the children from the parent; per-module "
+                    f"`reset_parameters()` after `to_empty()` does not replay it, so the children "
+                    f"get their default init instead; {tail}",
+                    cls,
+                    help="Move it into `init_weights()` and call that after `to_empty()`, or "
+                    "give each child a `reset_parameters()` that sets these values",
+                    unless_reset_init=self._imported_init(node, env),
+                    unless_root_replays=replays[0][0] if replays else "",
+                    if_applies_init=helper,
+                )
+                break
 
 
 def _norm_defaults_only(m: MethodFacts) -> bool:

@@ -11,9 +11,16 @@ from metalint.static.construction import (
     registrations,
 )
 from metalint.static.model import ClassFacts, MethodFacts, construction
+from metalint.static.ownership import proxies
 from metalint.static.rule import Finding, Rule
 from metalint.static.syntax import is_none
-from metalint.static.tensors import initialised_target, inplace_kind, parameter_value, recreated
+from metalint.static.tensors import (
+    initialised_target,
+    inplace_kind,
+    inplace_write,
+    parameter_value,
+    recreated,
+)
 from metalint.vocabulary import TORCH_RESET_EVERY_PARAMETER
 
 HOOK = "reset_parameters"
@@ -265,6 +272,27 @@ class CondConv2d(nn.Module):
         init_bias = get_initializer(partial(nn.init.uniform_, a=-0.1, b=0.1))
         init_bias(self.bias)
 """,
+        # an optimiser-style state object the module owns holds its weight: the hook writes
+        # the module's own tensor through it, no child module's
+        """
+import torch
+from torch import nn
+
+class FastWeightState:
+    def __init__(self, weight, lr=0.1):
+        self.weight = weight
+        self.lr = lr
+
+class FastWeights(nn.Module):
+    def __init__(self, d, device=None, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(d, d, device=device, dtype=dtype))
+        self.state = FastWeightState(self.weight)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.normal_(self.state.weight, std=0.02)
+""",
     ]
     INVALID = [
         # a helper that reads the tensor but writes nothing
@@ -359,7 +387,9 @@ class Head(nn.Module):
             for m in cls.reachable(hook):
                 names |= recreated(m, self.qualify)
             other[hook] = names
-        init = cls.methods["__init__"]
+        init = cls.init
+        if init is None:
+            return  # built by a base's ``__init__`` (``ClassFacts.inherited``): order unknown
         order = _order(init)
         # the first statement of __init__ that runs reset_parameters (directly or through a
         # helper/hook that calls it): what __init__ wrote before it is overwritten eagerly
@@ -398,8 +428,16 @@ class Head(nn.Module):
         """What ``reset_parameters()`` re-creates (``"*"``: every parameter, as the hook of an
         ``nn.LSTMCell`` base does, which ``super().reset_parameters()`` runs)."""
         in_reset: set[str] = set()
+        kept = proxies(cls, self.qualify, self.ctx.facts)
         for m in hook_methods:
             in_reset |= recreated(m, self.qualify)
+            # ``self.state.t.data.normal_()`` with ``self.state = State(self.weight)``
+            for call in m.calls:
+                w = inplace_write(call.node, self.qualify)
+                if w is not None and len(w.chain) >= 3 and w.chain[0] == "self":
+                    attr = kept.get(w.chain[1], {}).get(w.chain[2])
+                    if attr:
+                        in_reset.add(attr)
             if set(cls.bases) & TORCH_RESET_EVERY_PARAMETER and any(
                 c.method == HOOK and (c.receiver or "").startswith("super") for c in m.calls
             ):

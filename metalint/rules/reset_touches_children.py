@@ -6,7 +6,7 @@ import libcst as cst
 
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
-from metalint.static.ownership import child_chain, module_children, own_tensor_names
+from metalint.static.ownership import child_chain, module_children, own_tensor_names, proxies
 from metalint.static.rule import Finding, Rule
 from metalint.static.syntax import chain
 from metalint.static.tensors import inplace_write
@@ -49,7 +49,12 @@ class ResetTouchesChildren(Rule):
     the same law the per-module materialiser applies to that child, so the order in which the
     two run does not change any value. Nor is a `reset_parameters` that requires arguments
     (peft's `RoadLayer.reset_parameters(adapter_name, init_weights)`): no per-module
-    materialiser can call it, so its writes never race a child's own reset.
+    materialiser can call it, so its writes never race a child's own reset, nor a write through
+    a plain object the class builds around its own tensor (`self.state = State(self.weight)`,
+    then `nn.init.normal_(self.state.weight)`). Nor is it reported
+    when every site of the tree that materialises a model containing the class runs the
+    modules' own hooks children first (`for m in reversed(list(model.modules())):
+    m.reset_parameters()`): the parent's hook runs last and what it writes stays.
 
     Known limits: the probe proves the order dependence (MP009) only when the two orders give
     values its statistics can tell apart; at the tiny widths the audit builds, a parent that
@@ -193,6 +198,27 @@ class RotationAdapterLayer(nn.Module):
         nn.init.zeros_(self.road_theta[adapter_name])
         nn.init.ones_(self.road_alpha[adapter_name])
 """,
+        # an optimiser-style state object the module owns holds its weight: the hook writes
+        # the module's own tensor through it, no child module's
+        """
+import torch
+from torch import nn
+
+class FastWeightState:
+    def __init__(self, weight, lr=0.1):
+        self.weight = weight
+        self.lr = lr
+
+class FastWeights(nn.Module):
+    def __init__(self, d, device=None, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(d, d, device=device, dtype=dtype))
+        self.state = FastWeightState(self.weight)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.normal_(self.state.weight, std=0.02)
+""",
     ]
     INVALID = [
         # zero-init of a child's projection
@@ -258,10 +284,12 @@ class Block(nn.Module):
             return
         own = own_tensor_names(cls, self.qualify)
         children = module_children(cls, self.qualify)
+        # ``self.state = State(self.weight)``: writes through it are no child's
+        proxied = set(proxies(cls, self.qualify, self.ctx.facts))
         seen: set[int] = set()
         for method in cls.reachable(HOOK):
             loops = self._loops(method, children)
-            for node, why in self._sites(method, own, loops):
+            for node, why in self._sites(method, own, loops, proxied):
                 if id(node) not in seen:
                     seen.add(id(node))
                     yield self._finding(cls, method, node, why)
@@ -301,7 +329,7 @@ class Block(nn.Module):
         return out
 
     def _sites(
-        self, method: MethodFacts, own: set[str], loops
+        self, method: MethodFacts, own: set[str], loops, proxied: set[str] = frozenset()
     ) -> Iterable[tuple[cst.CSTNode, str]]:
         for call in method.calls:
             node = call.node
@@ -320,7 +348,7 @@ class Block(nn.Module):
                     continue
             w = inplace_write(call.node, self.qualify)
             parts = list(w.chain) if w else None
-            if child_chain(parts, own):
+            if child_chain(parts, own) and parts[1] not in proxied:
                 yield node, f"it writes `{_text(parts)}`, a tensor of a child module"
                 continue
             # the variable of a loop over children: ``for m in self.modules(): init(m.weight)``
@@ -356,4 +384,5 @@ class Block(nn.Module):
             f"`reset_parameters()`, so the result depends on the order",
             cls,
             help="Move the child's value into the child's class, or into a root `init_weights()`",
+            unless_children_first=True,
         )

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from metalint.static.model import MethodFacts, function_facts
+from metalint.static.model import FileFacts, MethodFacts, builds_module, function_facts
 from metalint.static.syntax import (
     code_children,
     is_false,
     is_none,
     keyword,
+    number,
     string_value,
     walk_code,
 )
@@ -28,6 +29,7 @@ from metalint.static.tensors import (
     same_tensor,
 )
 from metalint.vocabulary import (
+    BASE_RESET_BUFFERS,
     BUFFER_CLASSES,
     CONVERSION_METHODS,
     CPU_CONSTRUCTORS,
@@ -43,6 +45,7 @@ from metalint.vocabulary import (
     SCALAR_CASTS,
     SEQUENCE_FUNCTIONS,
     TENSOR_FUNCTIONS,
+    TENSOR_LEAVES,
     TENSOR_METHODS,
     VALUE_FACTORIES,
 )
@@ -65,7 +68,30 @@ class Registration:
 def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]:
     """Every own parameter and buffer the methods create, unfiltered: ``self.w =
     nn.Parameter(...)``, ``self.b = nn.Buffer(...)``, ``self.register_buffer("b", t)``,
-    ``self.register_parameter("w", p)``. ``value`` is None where the data is unknown."""
+    ``self.register_parameter("w", p)``, and a registered buffer assigned again (MoCo's
+    ``self.queue = normalize(torch.randn(d, k))`` in a ``_setup_queue()``: ``nn.Module``
+    stores the new tensor as the buffer). ``value`` is None where the data is unknown."""
+    yield from _tensor_registrations(methods, qualify)
+    buffers = {
+        r.attr: r.persistent
+        for r in _tensor_registrations(methods, qualify)
+        if r.kind == "buffer" and type(r.node) is cst.Call
+    }
+    for method in methods:
+        for a in method.assigns:
+            if a.target.count(".") != 1 or a.augmented or a.value is None:
+                continue
+            attr = a.target.split(".")[1]
+            if attr not in buffers or is_none(a.value):
+                continue
+            if type(a.value) is cst.Call and qualify(same_tensor(a.value).func) in (
+                PARAMETER_CLASSES | BUFFER_CLASSES
+            ):
+                continue
+            yield Registration(attr, "buffer", a.node, a.value, method, buffers[attr])
+
+
+def _tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]:
     for method in methods:
         for a in method.assigns:
             if a.target.count(".") != 1 or a.augmented or not type(a.value) is cst.Call:
@@ -108,6 +134,104 @@ def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Regist
                 if p is None and len(args) >= 3 and args[2].keyword is None:
                     p = args[2].value
                 yield Registration(attr, "buffer", call.node, value, method, not is_false(p), value)
+
+
+def borrowed_tensor(
+    expr: cst.BaseExpression | None, method: MethodFacts, qualify, facts: FileFacts
+) -> cst.Call | None:
+    """The constructor call of a module that ``method`` builds in a local only to take a tensor
+    of it, which ``expr`` is: ``conv.weight`` after ``conv = nn.Conv1d(...)``, the local read
+    nowhere else than as ``conv.weight`` / ``conv.bias`` (so the module is thrown away). The
+    tensor's value is that module's init, run while it was built; no hook of the class that
+    keeps the tensor re-creates it. None for anything else (a module also kept as a child
+    restores its own tensors)."""
+    if not (
+        type(expr) is cst.Attribute
+        and type(expr.value) is cst.Name
+        and expr.attr.value in TENSOR_LEAVES
+        and expr.value.value != "self"
+    ):
+        return None
+    name = expr.value.value
+    values = method.local_values.get(name, ())
+    if len(values) != 1 or name in method.arguments:
+        return None
+    made = values[0][1]
+    if type(made) is not cst.Call or not builds_module(qualify(made.func), facts):
+        return None
+    leaves = {
+        id(n.value)
+        for n in walk_code(method.node.body)
+        if type(n) is cst.Attribute and n.attr.value in TENSOR_LEAVES
+    }
+    targets = {
+        id(t.target)
+        for n in walk_code(method.node.body)
+        if type(n) is cst.Assign
+        for t in n.targets
+    }
+    for n in walk_code(method.node.body):
+        if type(n) is cst.Name and n.value == name and id(n) not in leaves | targets:
+            return None
+    return made
+
+
+def attached_child(
+    name: str, method: MethodFacts, qualify, facts: FileFacts
+) -> tuple[str, cst.Call] | None:
+    """``(attribute, constructor call)`` when the local ``name`` of ``method`` holds a module it
+    builds (``fc1 = nn.Linear(...)``) and then makes a child of the class: ``self.mlp =
+    nn.Sequential(fc1, act)``, ``self.fc = fc1``, ``self.layers.append(fc1)``,
+    ``self.add_module("fc", fc1)``. What ``method`` writes into its tensors before (or after)
+    is the child's: its own hook restores them. None for anything else."""
+    values = method.local_values.get(name, ())
+    if len(values) != 1 or name in method.arguments:
+        return None
+    made = values[0][1]
+    if type(made) is not cst.Call or not builds_module(qualify(made.func), facts):
+        return None
+
+    def holds(expr) -> bool:
+        return any(type(n) is cst.Name and n.value == name for n in walk_code(expr))
+
+    for a in method.assigns:
+        if a.target.count(".") == 1 and a.value is not None and not a.augmented:
+            v = a.value
+            if (type(v) is cst.Name and v.value == name) or (
+                type(v) is cst.Call and builds_module(qualify(v.func), facts) and holds(v)
+            ):
+                return a.target.split(".")[1], made
+    for call in method.calls:
+        receiver = call.receiver or ""
+        args = call.node.args
+        if receiver == "self" and call.method == "add_module" and len(args) >= 2:
+            attr = string_value(args[0].value)
+            if attr and holds(args[1].value):
+                return attr, made
+        elif (
+            receiver.startswith("self.")
+            and receiver.count(".") == 1
+            and call.method in ("append", "extend", "insert")
+            and any(holds(a.value) for a in args)
+        ):
+            return receiver[5:], made
+    return None
+
+
+def restored_by_torch_base(bases: list[str], attr: str, value, qualify) -> bool:
+    """Does the torch base's own hook give buffer ``attr`` the value ``value`` gives it: a
+    ``BatchNorm2d`` subclass registering ``running_var`` again as ``torch.ones(c)``
+    (``reset_running_stats()`` fills it with ones)? (:data:`BASE_RESET_BUFFERS`)"""
+    want = next((BASE_RESET_BUFFERS[b].get(attr) for b in bases if b in BASE_RESET_BUFFERS), None)
+    if want is None or type(value) is not cst.Call:
+        return False
+    q = qualify(value.func)
+    if q in FILL_FACTORIES and q not in ("torch.full", "torch.full_like"):
+        return FILL_FACTORIES[q] == want
+    if q == "torch.tensor" and value.args:
+        n = number(value.args[0].value)
+        return n is not None and {0.0: "zeros", 1.0: "ones"}.get(n) == want
+    return False
 
 
 def argument_of(expr: cst.BaseExpression | None, method: MethodFacts) -> str | None:

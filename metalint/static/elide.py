@@ -153,12 +153,14 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
     # (short ones: an optimiser's 200-line ``_multi_tensor_adamw`` is nobody's init helper)
     short = {n for n, fn in functions.items() if fn.end_lineno - fn.lineno <= HELPER_LINES}
     # (or that reads a tensor's value: construction may call it from another file, ML008)
+    # (or that returns a tensor made by a torch factory: ``steps(n).tolist()`` in another file)
     writers = {
         name
         for name in short
         if _INPLACE_CALL.search(texts[name])
         or HOST_READ.search(texts[name])
         or REPARAMETRIZE.search(texts[name])
+        or (_RETURNS.search(texts[name]) and _FACTORY.search(texts[name]))
     }
     while True:
         more = {n for n in short - writers if writers & _words(texts[n])}
@@ -175,6 +177,13 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
         if fn.name not in keep and (span := _def_span(fn, lines)) is not None:
             spans.append(span)
 
+
+_RETURNS = re.compile(r"\breturn\b")
+#: a torch factory called by name (see :func:`metalint.static.ownership.meta_returning_functions`)
+_FACTORY = re.compile(
+    r"\btorch\.(?:linspace|logspace|arange|tensor|as_tensor|ones|zeros|full|rand|randn|randint"
+    r"|randperm|eye|empty)\("
+)
 
 #: the longest module-level function read as an init helper another file may call
 HELPER_LINES = 40

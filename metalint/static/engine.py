@@ -26,6 +26,7 @@ from metalint.static.defaults import init_functions
 from metalint.static.elide import HOST_READ, REPARAMETRIZE, elide
 from metalint.static.model import NOT_THE_TREE, ClassFacts, collect
 from metalint.static.names import exports_from_ast
+from metalint.static.ownership import meta_returning_functions
 from metalint.static.pipeline import materialisations
 from metalint.static.protocol import summarize_class, summarize_functions
 
@@ -563,6 +564,17 @@ def analyze_source(
             gc.enable()
 
 
+def _returns_meta(module, facts, ctx: RuleContext, result: FileResult) -> None:
+    """Mark the module-level functions returning a meta tensor (``returns_meta``):
+    ``steps(n).tolist()`` in another file reads one (``Condition.if_returns_meta``)."""
+    if not facts.local_functions:
+        return
+    for name in meta_returning_functions(module, facts, ctx.qualify):
+        full = facts.local_functions.get(name[:-2])
+        if full:
+            result.functions.setdefault(full, {})["returns_meta"] = True
+
+
 def _analyze(
     source, display, module_name, is_package, hooks, rules, fix_for, elide_unread, defer
 ) -> FileResult:
@@ -610,6 +622,7 @@ def _analyze(
         module, functions, source, facts, instances, tree
     ).items():
         result.functions.setdefault(name, {}).update(summary)
+    _returns_meta(module, facts, ctx, result)
     helper_reads: set[tuple[str, str]] = set()
     for cls in facts.classes:
         for rule in instances:
@@ -652,6 +665,8 @@ def _analyze(
                         tuple(f.unless_same_law),
                         tuple(f.at_materialisation),
                         f.skips_module_hooks,
+                        f.unless_children_first,
+                        f.if_returns_meta,
                     ),
                 )
             )

@@ -232,4 +232,8 @@ class Hierarchy:
                 return False
         if cond.if_helper_reads and self.construction_read(cond.if_helper_reads, code) is None:
             return False
+        if cond.if_returns_meta:
+            full = self.resolve(cond.if_returns_meta, table=self.functions)
+            if not (full and self.functions[full].get("returns_meta")):
+                return False
         return True

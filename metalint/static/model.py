@@ -110,6 +110,13 @@ class ClassFacts:
     node: cst.ClassDef
     bases: list[str]  # qualified names of the bases, "?" for an expression we cannot name
     methods: dict[str, MethodFacts] = field(default_factory=dict)
+    #: methods of this class that the ``__init__`` of a base of the same file calls as
+    #: ``self.m()`` while the class is built (a template method: the base's ``__init__`` calls
+    #: ``self._build()``, the class defines it); see :func:`inherited_calls`
+    inherited: tuple[str, ...] = ()
+    #: methods of the bases of the same file that the class does not define, nearest base
+    #: first (see :func:`base_helpers`)
+    from_bases: dict[str, MethodFacts] = field(default_factory=dict)
 
     @property
     def init(self) -> MethodFacts | None:
@@ -148,7 +155,9 @@ def construction(
     cls: ClassFacts, enter_hooks: bool = True, hooks: Collection[str] = ()
 ) -> list[MethodFacts]:
     """What runs while the class is built: ``__init__`` and the methods of the class it calls
-    (``self.m()``), transitively. The one answer every rule and codemod uses.
+    (``self.m()``), transitively, and the methods of the class that the ``__init__`` of a base
+    of the same file calls (``ClassFacts.inherited``). The one answer every rule and codemod
+    uses.
 
     With ``enter_hooks`` (the default) a reset hook ``__init__`` calls is part of it: it runs
     under the meta context too. Without, the methods named in ``hooks`` are neither included
@@ -157,10 +166,13 @@ def construction(
     job, done again after ``to_empty()``.
     """
     if enter_hooks:
-        return cls.reachable("__init__")
-    out: list[MethodFacts] = []
+        out = cls.reachable("__init__")
+        for name in cls.inherited:
+            out += [m for m in cls.reachable(name) if not any(m is o for o in out)]
+        return out
+    out = []
     seen: set[str] = set()
-    todo = ["__init__"]
+    todo = ["__init__", *reversed(cls.inherited)]
     while todo:
         name = todo.pop()
         if name in seen or name not in cls.methods:
@@ -532,8 +544,87 @@ def function_facts(fn: cst.FunctionDef, facts: FileFacts) -> MethodFacts:
 def collect(module: cst.Module, module_name: str, is_package: bool = False) -> FileFacts:
     facts = FileFacts(module_name, Aliases(module_name, is_package))
     FactCollector(facts).run(module)
+    inherited_calls(facts)
     aliases = facts.aliases
     for name, made in list(aliases.constructors.items()):
         if aliases.names.get(name) != made:
             del aliases.constructors[name]  # imported or defined again after the partial
     return facts
+
+
+def base_helpers(cls: ClassFacts) -> list[tuple[MethodFacts, CallSite, list[MethodFacts]]]:
+    """``(caller, call, methods)`` for each ``self.m()`` of the class's construction whose ``m`` a base
+    of the same file defines (``self._finish()``, ``Base._finish()`` applying an init to every
+    layer): ``methods`` is what the call runs, ``m`` and the methods of the bases it calls as
+    ``self.x()`` (not the class's own: those are in its construction already)."""
+    out = []
+    for method in construction(cls):
+        for call in method.calls:
+            if call.receiver != "self" or call.method not in cls.from_bases:
+                continue
+            run: list[MethodFacts] = []
+            todo = [call.method]
+            while todo:
+                name = todo.pop(0)
+                m = cls.from_bases.get(name)
+                if m is None or any(m is r for r in run):
+                    continue  # the class's own methods are its construction already
+                run.append(m)
+                todo.extend(sorted(m.self_calls))
+            out.append((method, call, run))
+    return out
+
+
+def _collect_base_methods(cls: ClassFacts, by_name: dict[str, ClassFacts]) -> None:
+    """Fill ``cls.from_bases`` from the bases of the same file, nearest first."""
+    todo, seen = list(cls.bases), {cls.fullname}
+    while todo:
+        b = by_name.get(todo.pop(0))
+        if b is None or b.fullname in seen:
+            continue
+        seen.add(b.fullname)
+        for name, m in b.methods.items():
+            if name not in cls.methods and name not in cls.from_bases:
+                cls.from_bases[name] = m
+        todo.extend(b.bases)
+
+
+def _called(cls: ClassFacts, seen: set[str], by_name: dict[str, ClassFacts]) -> set[str]:
+    """``self.m()`` names the construction of ``cls`` (inherited too) calls. (A module-level
+    function: a recursive closure would hold the file's facts in a reference cycle.)"""
+    if cls.fullname in seen:
+        return set()
+    seen.add(cls.fullname)
+    out: set[str] = set()
+    init = cls.init
+    if init is not None:
+        for m in cls.reachable("__init__"):
+            out |= m.self_calls
+    if init is None or "__init__" in init.super_calls:
+        for base in cls.bases:
+            b = by_name.get(base)
+            if b is not None:
+                out |= _called(b, seen, by_name)
+                break  # the first base's ``__init__`` is the one ``super()`` runs
+    return out
+
+
+def inherited_calls(facts: FileFacts) -> None:
+    """Set ``ClassFacts.from_bases``, and ``ClassFacts.inherited`` of each class of the file:
+    the methods it defines that the ``__init__`` it runs of a base of the same file calls as
+    ``self.m()`` (directly or through the base's own methods): ``Base.__init__`` ->
+    ``self._build()``, which the class overrides. Runs when the class has no ``__init__`` or
+    its ``__init__`` calls ``super().__init__()``."""
+    by_name = {c.fullname: c for c in facts.classes}
+    for cls in facts.classes:
+        _collect_base_methods(cls, by_name)
+        if cls.init is not None and "__init__" not in cls.init.super_calls:
+            continue
+        names: set[str] = set()
+        for base in cls.bases:
+            b = by_name.get(base)
+            if b is not None:
+                names = _called(b, set(), by_name)
+                break
+        own = {m.name for m in cls.reachable("__init__")} if cls.init is not None else set()
+        cls.inherited = tuple(sorted(n for n in names if n in cls.methods and n not in own))

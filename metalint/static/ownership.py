@@ -12,9 +12,16 @@ from dataclasses import dataclass
 import libcst as cst
 
 from metalint.static.construction import Registration, real_device, tensor_registrations
-from metalint.static.model import CallSite, ClassFacts, MethodFacts, construction
+from metalint.static.model import (
+    CallSite,
+    ClassFacts,
+    MethodFacts,
+    builds_module,
+    construction,
+    function_facts,
+)
 from metalint.static.names import dotted
-from metalint.static.syntax import code_children, is_none, keyword, walk_code
+from metalint.static.syntax import code_children, is_none, keyword, self_attr, walk_code
 from metalint.vocabulary import (
     BOOLEAN_FUNCTIONS,
     BOOLEAN_METHODS,
@@ -98,11 +105,14 @@ def meta_tensor(
     ``with torch.device("meta"):``, lives on meta (no data): torch factories without an explicit
     real device, arithmetic and methods on such tensors, locals and loop variables holding them,
     own tensors in ``own``. ``assumed``: locals whose other assignments are being asked about
-    (see :func:`_meta_local`)."""
+    (see :func:`_meta_local`), and ``name()`` for each module-level function of the file that
+    returns a meta tensor (:func:`meta_returning_functions`)."""
     if expr is None or depth > 10:
         return False
     rec = lambda e: meta_tensor(e, qualify, method, own, depth + 1, assumed)  # noqa: E731
     if type(expr) is cst.Call:
+        if type(expr.func) is cst.Name and f"{expr.func.value}()" in assumed:
+            return True  # ``steps(n)``: a function of the file that returns a meta tensor
         return _meta_call(expr, qualify, rec)
     if type(expr) is cst.Attribute:
         if expr.attr.value in TENSOR_ATTRIBUTES:
@@ -187,7 +197,7 @@ def _meta_local(
             for _, v in values
         ) and any(
             (expr.value not in _names(v) or _factory_call(v, qualify))
-            and meta_tensor(v, qualify, method, own, depth + 1)
+            and meta_tensor(v, qualify, method, own, depth + 1, _functions(assumed))
             for _, v in values
         )
     # a loop variable over a tensor: ``for r in torch.linspace(0, 1, n)``
@@ -199,6 +209,55 @@ def _meta_local(
         ):
             return True
     return False
+
+
+def _functions(assumed: frozenset[str]) -> frozenset[str]:
+    """The functions known to return a meta tensor among ``assumed`` (no local)."""
+    return frozenset(a for a in assumed if a.endswith("()"))
+
+
+def meta_returning_functions(module: cst.Module, facts, qualify) -> frozenset[str]:
+    """``name()`` for each module-level function of the file every ``return`` of which gives a
+    meta tensor (a schedule helper ``def steps(n): return torch.linspace(0, 1, n)``), also
+    through another such function (``return steps(n) * 2``); :func:`meta_tensor` takes them in
+    ``assumed``, so ``steps(n).tolist()`` in ``__init__`` is a read of a meta tensor. Only a
+    function that calls a torch factory or another function of the file is read."""
+    functions = {s.name.value for s in module.body if type(s) is cst.FunctionDef}
+    candidates = {}
+    for stmt in module.body:
+        if type(stmt) is not cst.FunctionDef:
+            continue
+        nodes = list(walk_code(stmt.body))
+        returns = [n.value for n in nodes if type(n) is cst.Return and n.value is not None]
+        if (
+            returns
+            and not any(type(n) in (cst.FunctionDef, cst.Lambda, cst.Yield) for n in nodes)
+            and any(
+                type(n) is cst.Call
+                and (
+                    qualify(n.func) in TENSOR_FACTORIES
+                    or (type(n.func) is cst.Name and n.func.value in functions)
+                )
+                for n in nodes
+            )
+        ):
+            candidates[stmt.name.value] = (stmt, returns)
+    found: set[str] = set()
+    facts_of: dict[str, MethodFacts] = {}
+    changed = True
+    while changed:  # a function returning another's meta tensor is found on a later pass
+        changed = False
+        known = frozenset(found)
+        for name, (stmt, returns) in candidates.items():
+            if f"{name}()" in found:
+                continue
+            if name not in facts_of:
+                facts_of[name] = function_facts(stmt, facts)
+            fn = facts_of[name]
+            if all(meta_tensor(r, qualify, fn, None, assumed=known) for r in returns):
+                found.add(f"{name}()")
+                changed = True
+    return frozenset(found)
 
 
 def _factory_call(expr: cst.BaseExpression, qualify) -> bool:
@@ -449,6 +508,36 @@ def _boolean(expr: cst.BaseExpression, qualify, method: MethodFacts, depth: int 
         values = method.local_values.get(expr.value)
         return bool(values) and all(v is not expr and rec(v) for _, v in values)
     return False
+
+
+def proxies(cls: ClassFacts, qualify, facts) -> dict[str, dict[str, str]]:
+    """Attributes holding an object of a plain class of the file (no module) that the class
+    builds in construction, each with what the object keeps of the class's own attributes:
+    ``self.state = State(self.weight)``, ``State.__init__(self, t)`` setting ``self.t = t``,
+    gives ``{"state": {"t": "weight"}}``. A write through it (``self.state.t.data.normal_()``)
+    lands in the class's own tensor, not in a child module's."""
+    plain = {c.fullname: c for c in facts.classes}
+    out: dict[str, dict[str, str]] = {}
+    for m in construction(cls):
+        for a in m.assigns:
+            if a.target.count(".") != 1 or type(a.value) is not cst.Call:
+                continue
+            q = qualify(a.value.func)
+            target = plain.get(q) if q else None
+            if target is None or builds_module(q, facts) or target.init is None:
+                continue
+            init = target.init
+            kept: dict[str, str] = {}
+            passed = dict(call_arguments(init, CallSite(a.value, q, None, None, False, False)))
+            for inner in init.assigns:
+                if inner.target.count(".") != 1 or type(inner.value) is not cst.Name:
+                    continue
+                arg = passed.get(inner.value.value)
+                attr = self_attr(dotted(arg.value)) if arg is not None else None
+                if attr and dotted(arg.value) == f"self.{attr}":
+                    kept[inner.target.split(".")[1]] = attr
+            out[a.target.split(".")[1]] = kept
+    return out
 
 
 def child_chain(parts: list[str] | None, own: set[str]) -> bool:

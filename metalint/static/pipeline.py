@@ -21,8 +21,8 @@ kind one of
 - ``to_empty``: ``model.to_empty(device=...)``: every parameter and buffer is uninitialised;
 - ``entry`` (``name``): the root's entry point, ``model.init_weights(buffer_device=...)``;
 - ``apply`` (``function``): ``model.apply(init_fn)``;
-- ``reset`` (``name``): every module's own hook, ``for m in model.modules():
-  m.reset_parameters()``, FSDP1's materialisation (``FSDP(model, param_init_fn=...)``) and
+- ``reset`` (``name``, ``order``): every module's own hook, ``for m in model.modules():
+  m.reset_parameters()`` (``order`` ``"children"`` for ``reversed(list(model.modules()))``), FSDP1's materialisation (``FSDP(model, param_init_fn=...)``) and
   Lightning's ``init_module(empty_init=True)`` (whose strategies reset each module);
 - ``load``: a checkpoint load (``load_state_dict(sd, assign=True)``, accelerate's
   ``load_checkpoint_and_dispatch``, ``set_model_state_dict``, ``dcp.load``): every
@@ -300,8 +300,25 @@ class _Scope:
                 steps.append(self.step("load", call, maybe=conditional))
 
     def loop(self, stmt: ast.For | ast.AsyncFor, conditional: bool) -> None:
-        """``for m in model.modules(): m.reset_parameters()``: every module's own hook."""
+        """``for m in model.modules(): m.reset_parameters()``: every module's own hook, parents
+        first; ``for m in reversed(list(model.modules()))``: children first (``order``)."""
         it = stmt.iter
+        order = {}
+        if (
+            isinstance(it, ast.Call)
+            and isinstance(it.func, ast.Name)
+            and it.func.id == "reversed"
+            and len(it.args) == 1
+        ):
+            it = it.args[0]
+            if (
+                isinstance(it, ast.Call)
+                and isinstance(it.func, ast.Name)
+                and it.func.id in ("list", "tuple")
+                and len(it.args) == 1
+            ):
+                it = it.args[0]
+            order = {"order": "children"}
         if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute)):
             return
         site = self.tracked.get(_dotted(it.func.value))
@@ -320,7 +337,7 @@ class _Scope:
                 and node.func.value.id == var.id
                 and node.func.attr in MODULE_HOOKS
             ):
-                site["steps"].append(self.step("reset", node, name=node.func.attr))
+                site["steps"].append(self.step("reset", node, name=node.func.attr, **order))
 
 
 def _ast_imports_into(node, aliases: dict[str, str], module: str, is_package: bool) -> None:
@@ -345,6 +362,9 @@ class Sequence:
     runs: tuple[tuple[str, str], ...]
     #: a checkpoint load that always runs restores every persistent tensor
     loads: bool
+    #: every per-module reset of the site runs the children's hooks before their parent's
+    #: (``for m in reversed(list(model.modules()))``): a parent's hook has the last word
+    children_first: bool = False
 
     @property
     def per_module(self) -> bool:
@@ -414,6 +434,8 @@ def sequences(sites: list[tuple[str, dict]], resolve) -> dict[str, list[Sequence
                 any(s["kind"] == "to_empty" for s in steps),
                 runs,
                 any(s["kind"] == "load" and not s.get("maybe") for s in steps),
+                any(s["kind"] == "reset" for s in steps)
+                and all(s.get("order") == "children" for s in steps if s["kind"] == "reset"),
             )
         )
     return out

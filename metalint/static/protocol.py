@@ -2021,6 +2021,8 @@ class Protocols:
             return self._judge_site(d)
         if cond.skips_module_hooks:
             return self._judge_skipped(d)
+        if cond.unless_children_first:
+            return None if self._children_first(cond.cls) else d
         if not cond.not_recreated:
             return d
         lost = self.lost_under(cond.cls, cond.not_recreated, cond.unless_same_law)
@@ -2068,6 +2070,15 @@ class Protocols:
             else f"`{short}.{self._entry(root)}()`"
         )
         return d.with_(message=f"{d.message}; lost under {where}", protocol=protocol, root=root)
+
+    def _children_first(self, cls: str) -> bool:
+        """Does every site that materialises a model root containing ``cls`` run each
+        module's own hooks children first (a parent's ``reset_parameters()`` last, so what it
+        writes into a child stays)? False when no site builds one."""
+        seqs = [
+            q for m in self.family(cls) for r in self.model_roots(m) for q in self.sequences_of(r)
+        ]
+        return bool(seqs) and all(q.per_module and q.children_first for q in seqs)
 
     def _judge_site(self, d):
         """The tensors ``cond.at_materialisation`` of a class, judged under the sites that

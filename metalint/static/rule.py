@@ -68,6 +68,12 @@ class Finding:
     #: the finding stands only while a site runs only this root's entry point and a module's
     #: own hook would restore what it loses (see ``Condition.skips_module_hooks``)
     skips_module_hooks: bool = False
+    #: the finding stands unless every site materialising a root of the class runs the
+    #: children's hooks first (see ``Condition.unless_children_first``)
+    unless_children_first: bool = False
+    #: the finding stands only while this module-level function of the tree returns a meta
+    #: tensor (see ``Condition.if_returns_meta``)
+    if_returns_meta: str = ""
 
 
 @dataclass(frozen=True)

@@ -437,6 +437,35 @@ def writes(call: CallSite, qualify) -> str | None:
     return w.own if w else None
 
 
+def assigned_writes(stmt: cst.CSTNode) -> list[tuple[str, ...]]:
+    """The chains of the tensors an assignment statement writes the values of, without a
+    call: through ``.data`` (``self.conv.weight.data = t``, ``child.weight.data[:] = t``,
+    ``w.data *= 0.1``) or into a slice (``self.conv.weight[0] = 1.0``, which autograd refuses
+    on a leaf parameter unless under ``torch.no_grad()``); ``.data`` is dropped
+    (``("self", "conv", "weight")``). Not a plain assignment of an attribute (``self.w = t``
+    replaces the tensor, it writes none)."""
+    if type(stmt) is cst.Assign:
+        targets = [t.target for t in stmt.targets]
+    elif type(stmt) is cst.AugAssign:
+        targets = [stmt.target]
+    else:
+        return []
+    out = []
+    for target in targets:
+        sliced = type(target) is cst.Subscript and all(map(_basic_index, target.slice))
+        base = target.value if sliced else target
+        parts = chain(base)
+        if not parts or "[]" in parts:
+            continue
+        if parts[-1] == "data":
+            parts = parts[:-1]
+        elif not (sliced or type(stmt) is cst.AugAssign):
+            continue
+        if len(parts) >= 2:
+            out.append(tuple(parts))
+    return out
+
+
 def recreated(method: MethodFacts, qualify) -> set[str]:
     """Own tensors a hook method (re-)creates: assigned, registered or initialised in place.
 
