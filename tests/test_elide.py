@@ -158,9 +158,11 @@ def test_a_caller_in_elided_code_still_counts():
     )
     assert "bn_weight_init=0" not in elide(source, ast.parse(source))
     _same(source)
+    # (ML015 is a candidate the cross-file pass drops when another finding names its tensor)
     codes = [
         d["code"]
         for d in analyze_source(source, "m.py", "pkg.m", **PIPELINE).to_json()["diagnostics"]
+        if d["code"] != "ML015"
     ]
     assert codes == ["ML003"]
 
@@ -247,5 +249,9 @@ def test_a_partial_of_a_class_over_several_lines_is_kept():
     )
     assert "nn.LayerNorm" in elide(source, ast.parse(source))
     _same(source)
-    (d,) = analyze_source(source, "m.py", "pkg.m", **PIPELINE).to_json()["diagnostics"]
+    (d,) = [  # (ML015: a candidate the cross-file pass drops, as above)
+        d
+        for d in analyze_source(source, "m.py", "pkg.m", **PIPELINE).to_json()["diagnostics"]
+        if d["code"] != "ML015"
+    ]
     assert (d["code"], d["fix"] is not None) == ("ML003", True)

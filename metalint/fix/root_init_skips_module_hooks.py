@@ -44,15 +44,21 @@ def _free_name(fn: cst.FunctionDef) -> str:
     return name
 
 
-def _names(node: cst.CSTNode):
-    out = []
+def _names(node: cst.CSTNode) -> list[cst.Name]:
+    collect = _Names()
+    node.visit(collect)
+    return collect.names
 
-    class _Collect(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            out.append(n)
 
-    node.visit(_Collect())
-    return out
+class _Names(cst.CSTVisitor):
+    """Every name of a tree (a class of the module: one defined in a function would hold the
+    nodes in a reference cycle)."""
+
+    def __init__(self) -> None:
+        self.names: list[cst.Name] = []
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append(node)
 
 
 def plan(ctx: RuleContext, cls: ClassFacts, finding: Finding) -> Rewrite:

@@ -40,15 +40,7 @@ def elide(source: str, tree: ast.Module, hooks: tuple[str, ...] = ()) -> str:
     """``source`` with the spans no rule reads replaced by line-preserving string literals
     (``source`` itself when there is nothing worth leaving out). ``hooks``: the configured
     init hooks, whose bodies are always read."""
-    lines = split_lines(source, keepends=True)
-    spans: list[tuple] = []  # (first, last[, head]): rows, 1-based, inclusive
-    _module_level(tree.body, lines, spans)
-    classes = []
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            _class(node, lines, spans, classes)
-    _methods(classes, lines, spans, hooks)
-    _functions(tree.body, lines, spans)
+    lines, spans, _ = _unread(source, tree, hooks)
     if not spans:
         return source
     for first, last, *rest in spans:
@@ -60,6 +52,25 @@ def elide(source: str, tree: ast.Module, hooks: tuple[str, ...] = ()) -> str:
             tail = '"""' if row == last else ""
             lines[row - 1] = f"{head}#{row}{tail}{ending}"
     return "".join(lines)
+
+
+def unread_functions(source: str, tree: ast.Module, hooks: tuple[str, ...] = ()) -> set[str]:
+    """The module-level functions whose bodies :func:`elide` leaves out: an analysis of the
+    whole text summarises none of them either, so both give one result."""
+    return _unread(source, tree, hooks)[2]
+
+
+def _unread(source: str, tree: ast.Module, hooks: tuple[str, ...]) -> tuple[list, list, set]:
+    lines = split_lines(source, keepends=True)
+    spans: list[tuple] = []  # (first, last[, head]): rows, 1-based, inclusive
+    _module_level(tree.body, lines, spans)
+    classes = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            _class(node, lines, spans, classes)
+    _methods(classes, lines, spans, hooks)
+    functions = _functions(tree.body, lines, spans)
+    return lines, spans, functions
 
 
 def _indent(line: str) -> str:
@@ -123,7 +134,7 @@ def _words(text: str) -> set[str]:
     return set(data.decode("utf-8", "surrogatepass").split())
 
 
-def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
+def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> set[str]:
     """Bodies of module-level functions no kept code can reach. Rules read a function's body
     when construction calls it by name (a helper), when it only calls ``reset_parameters()``
     (an applied per-module reset) or when it returns such a function by mode (an init factory,
@@ -132,7 +143,7 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
     CPython's tree, and never fewer)."""
     defs = [n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     if not defs:
-        return
+        return set()
     functions = {n.name: n for n in defs}
     rows = _Rows(lines, spans)
     texts: dict[str, str] = {}
@@ -173,9 +184,12 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> None:
         for name in _words(texts[todo.pop()]) & functions.keys() - keep:
             keep.add(name)
             todo.append(name)
+    unread = set()
     for fn in defs:
         if fn.name not in keep and (span := _def_span(fn, lines)) is not None:
             spans.append(span)
+            unread.add(fn.name)
+    return unread
 
 
 _RETURNS = re.compile(r"\breturn\b")

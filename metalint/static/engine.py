@@ -23,7 +23,7 @@ from metalint.codes import TOO_COMPLEX_CODE
 from metalint.diagnostics import Condition, Diagnostic, Fix, Position
 from metalint.lines import split_lines
 from metalint.static.defaults import init_functions
-from metalint.static.elide import HOST_READ, REPARAMETRIZE, elide
+from metalint.static.elide import HOST_READ, REPARAMETRIZE, elide, unread_functions
 from metalint.static.model import NOT_THE_TREE, ClassFacts, collect
 from metalint.static.names import exports_from_ast
 from metalint.static.ownership import meta_returning_functions
@@ -592,7 +592,9 @@ def _analyze(
     if elide_unread:
         # CPython's parser finds what no rule reads; libcst then parses the rest (see elide.py)
         source = elide(source, tree, hooks)
+        unread: set[str] = set()  # their bodies are strings: nothing to summarise
     else:
+        unread = unread_functions(source, tree, hooks)
         tree = None
     try:
         # no re-validation by libcst of what CPython accepted
@@ -610,7 +612,9 @@ def _analyze(
     result.exports.update({f"{STAR}{m}": m for m in facts.aliases.stars})
     result.classes = [summarize(c, ctx) for c in facts.classes]
     result.functions = init_functions(module, module_name, ctx.qualify)
-    functions = _short_functions(module, source, tree)
+    functions = [
+        (f, t) for f, t in _short_functions(module, source, tree) if f.name.value not in unread
+    ]
     for name, summary in _helper_summaries(functions, facts, ctx).items():
         result.functions.setdefault(name, {})["arg_writes"] = summary
     protocols = [c.protocol for c in result.classes]
