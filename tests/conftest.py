@@ -8,6 +8,26 @@ from click.testing import CliRunner
 
 from metalint.cli import main
 
+#: parametrized tests whose cases share one costly run (a session fixture of their module):
+#: under xdist (``pytest -n``) all the cases of each go to one worker, which makes it once
+SHARED_RUN = ("tests/test_fix.py::test_every_rewritten_fixture_class_passes_the_probe",)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``-n`` (``--dist load``): load scheduling, except that the cases of a :data:`SHARED_RUN`
+    test are one unit of work (as ``--dist loadgroup`` would have them, had pytest 9.2 kept the
+    group suffix xdist adds to their node ids)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedRunScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            test = nodeid.partition("[")[0]
+            return test if test in SHARED_RUN else nodeid
+
+    return SharedRunScheduling(config, log)
+
 
 @pytest.fixture
 def cli(monkeypatch, tmp_path):
@@ -69,5 +89,8 @@ def sarif_schema() -> dict:
             with tarfile.open(tgz) as tar:
                 data = tar.extractfile(SARIF_MEMBER).read()
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_bytes(data)
+        # atomic: another xdist worker may be reading it
+        part = cache.with_name(f"{cache.name}.{os.getpid()}.part")
+        part.write_bytes(data)
+        os.replace(part, cache)
     return json.loads(cache.read_text(encoding="utf-8"))
