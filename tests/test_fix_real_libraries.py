@@ -23,9 +23,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = [("timm", "0.9.16", "timm"), ("timm", "1.0.9", "timm"), ("dinov2", "0.0.1.dev2", "dinov2")]
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("METALINT_REAL_LIBS"), reason="set METALINT_REAL_LIBS=1"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not os.environ.get("METALINT_REAL_LIBS"), reason="set METALINT_REAL_LIBS=1"),
+]
 
 
 def _metalint(*args, cwd):
