@@ -1,6 +1,6 @@
 """``metalint fix --write`` on real libraries downloaded from PyPI (opt-in, slow: minutes).
 
-    METALINT_REAL_LIBS=1 python -m pytest -q tests/test_fix_real_libraries.py
+    METALINT_REAL_LIBS=1 python -m pytest -q -m slow tests/test_fix_real_libraries.py
 
 Each wheel is downloaded into a temporary folder (never committed), unpacked, fixed with
 ``--unsafe-fixes``; then every file compiles, a second ``fix`` changes nothing, and ``check``
