@@ -8,23 +8,29 @@ from click.testing import CliRunner
 
 from metalint.cli import main
 
-#: parametrized tests whose cases share one costly run (a session fixture of their module):
-#: under xdist (``pytest -n``) all the cases of each go to one worker, which makes it once
-SHARED_RUN = ("tests/test_fix.py::test_every_rewritten_fixture_class_passes_the_probe",)
+#: tests that share one costly run (a session or module fixture): a parametrized test (its
+#: cases) or a test module (its tests). Under xdist (``pytest -n``) each goes to one worker,
+#: which makes the run once (tests/test_probe_distributed.py: torchrun on 2 ranks)
+SHARED_RUN = (
+    "tests/test_fix.py::test_every_rewritten_fixture_class_passes_the_probe",
+    "tests/test_probe_distributed.py",
+)
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """``-n`` (``--dist load``): load scheduling, except that the cases of a :data:`SHARED_RUN`
-    test are one unit of work (as ``--dist loadgroup`` would have them, had pytest 9.2 kept the
-    group suffix xdist adds to their node ids)."""
+    """``-n`` (``--dist load``): load scheduling, except that each :data:`SHARED_RUN` entry is
+    one unit of work (as ``--dist loadgroup`` would have it, had pytest 9.2 kept the group
+    suffix xdist adds to the node ids)."""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedRunScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            test = nodeid.partition("[")[0]
-            return test if test in SHARED_RUN else nodeid
+            for key in (nodeid.partition("[")[0], nodeid.partition("::")[0]):
+                if key in SHARED_RUN:
+                    return key
+            return nodeid
 
     return SharedRunScheduling(config, log)
 
