@@ -1,4 +1,5 @@
-"""Run each target in a child process (``python -m metalint.probe.worker``) with a timeout.
+"""Run each target (or several in turn: :func:`run_targets`) in a child process
+(``python -m metalint.probe.worker``) with a timeout.
 
 The child streams one event per item, so when it crashes (segfault, OOM kill) or hangs, only
 the item in progress is lost: the parent reports it as ML900, then starts a fresh child that
