@@ -8,6 +8,32 @@ from click.testing import CliRunner
 
 from metalint.cli import main
 
+#: tests that share one costly run (a session or module fixture): a parametrized test (its
+#: cases) or a test module (its tests). Under xdist (``pytest -n``) each goes to one worker,
+#: which makes the run once (tests/test_probe_distributed.py: torchrun on 2 ranks)
+SHARED_RUN = (
+    "tests/test_fix.py::test_every_rewritten_fixture_class_passes_the_probe",
+    "tests/test_probe_distributed.py",
+)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``-n`` (``--dist load``): load scheduling, except that each :data:`SHARED_RUN` entry is
+    one unit of work (as ``--dist loadgroup`` would have it, had pytest 9.2 kept the group
+    suffix xdist adds to the node ids)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedRunScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            for key in (nodeid.partition("[")[0], nodeid.partition("::")[0]):
+                if key in SHARED_RUN:
+                    return key
+            return nodeid
+
+    return SharedRunScheduling(config, log)
+
 
 @pytest.fixture
 def cli(monkeypatch, tmp_path):
@@ -69,5 +95,8 @@ def sarif_schema() -> dict:
             with tarfile.open(tgz) as tar:
                 data = tar.extractfile(SARIF_MEMBER).read()
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_bytes(data)
+        # atomic: another xdist worker may be reading it
+        part = cache.with_name(f"{cache.name}.{os.getpid()}.part")
+        part.write_bytes(data)
+        os.replace(part, cache)
     return json.loads(cache.read_text(encoding="utf-8"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import stat
 import sys
@@ -941,20 +942,44 @@ def test_killing_mid_write_never_truncates(tmp_path):
         seen.add(text == new)
 
 
+@pytest.fixture(scope="session")
+def verified_pairs(request, tmp_path_factory):
+    """One ``fix --write --unsafe-fixes --verify`` over the pairs this session tests (one probe
+    child for all the files): the folder and the output lines. A pair's own snapshot, fixed
+    alone, is :func:`test_fix_snapshot`'s."""
+    test = test_every_rewritten_fixture_class_passes_the_probe.__name__
+    paths = sorted(
+        {
+            item.callspec.params["path"]
+            for item in request.session.items
+            if getattr(item, "originalname", None) == test and hasattr(item, "callspec")
+        }
+    )
+    folder = tmp_path_factory.mktemp("verified")
+    for path in paths:
+        shutil.copy(path, folder / (path.name[: -len(".in.py")] + ".py"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        _, out = _fix(folder, verify=True)
+    return folder, out.splitlines()
+
+
+# under xdist all on one worker (conftest.SHARED_RUN): the run they share is made once
 @pytest.mark.parametrize("path", PAIRS, ids=lambda p: p.name[: -len(".in.py")])
-def test_every_rewritten_fixture_class_passes_the_probe(path, tmp_path, monkeypatch):
+def test_every_rewritten_fixture_class_passes_the_probe(path, verified_pairs):
     """``fix --write --unsafe-fixes --verify`` on each pair: every rewritten class is built on
     meta, materialised and initialised by the probe, nothing is restored, and the result is
     the snapshot."""
     pytest.importorskip("torch")
+    folder, lines = verified_pairs
     name = path.name[: -len(".in.py")]
-    target = tmp_path / f"{name}.py"
-    shutil.copy(path, target)
-    monkeypatch.chdir(tmp_path)
-    rc, out = _fix(tmp_path, verify=True)
+    mine = re.compile(rf"(^|\s){re.escape(name)}\.py:")
+    pairs = [p.name[: -len(".in.py")] for p in PAIRS]
+    anyone = re.compile(rf"(^|\s)({'|'.join(map(re.escape, pairs))})\.py:")
+    out = "\n".join(line for line in lines if mine.search(line) or not anyone.search(line))
     assert "restored" not in out and "failed" not in out, out
     expected = path.with_name(f"{name}.out.py").read_text(encoding="utf-8")
-    assert target.read_text(encoding="utf-8") == expected
+    assert (folder / f"{name}.py").read_text(encoding="utf-8") == expected
     if expected != path.read_text(encoding="utf-8"):
         assert "probe passed" in out, out
 

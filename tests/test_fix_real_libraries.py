@@ -1,6 +1,6 @@
 """``metalint fix --write`` on real libraries downloaded from PyPI (opt-in, slow: minutes).
 
-    METALINT_REAL_LIBS=1 python -m pytest -q tests/test_fix_real_libraries.py
+    METALINT_REAL_LIBS=1 python -m pytest -q -m slow tests/test_fix_real_libraries.py
 
 Each wheel is downloaded into a temporary folder (never committed), unpacked, fixed with
 ``--unsafe-fixes``; then every file compiles, a second ``fix`` changes nothing, and ``check``
@@ -23,9 +23,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = [("timm", "0.9.16", "timm"), ("timm", "1.0.9", "timm"), ("dinov2", "0.0.1.dev2", "dinov2")]
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("METALINT_REAL_LIBS"), reason="set METALINT_REAL_LIBS=1"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not os.environ.get("METALINT_REAL_LIBS"), reason="set METALINT_REAL_LIBS=1"),
+]
 
 
 def _metalint(*args, cwd):

@@ -164,8 +164,20 @@ def _write(changed: list, fixer, errors: list, echo, *, verify: bool, tree: list
             ff.applied, ff.after = [], ff.before
     proven: dict = {}
     if verify:
-        for ff in [f for f in changed if f.changed]:
-            proven.update({(ff.display, v.cls): v for v in _verify(ff, fixer, echo)})
+        from metalint.fix.verify import verify_files
+
+        todo = [f for f in changed if f.changed]
+        # one probe run (one child process) for every rewritten file; once a file is restored,
+        # the files after it are probed again, as the first run may have imported it
+        first = verify_files(
+            [(str(ff.path), ff.classes) for ff in todo], hooks=fixer.settings.hooks
+        )
+        stale = False
+        for ff, verdicts in zip(todo, first):
+            probed = ff.text
+            verdicts = _verify(ff, fixer, echo, None if stale else verdicts)
+            stale = stale or ff.text != probed
+            proven.update({(ff.display, v.cls): v for v in verdicts})
     return proven
 
 
@@ -237,15 +249,18 @@ def _echo_applied(d, verdict, echo, *, write: bool, show_fixes: bool, shown: set
         echo(line)
 
 
-def _verify(ff, fixer, echo) -> list:
-    """Probe the rewritten classes; restore the file when one fails, then retry without it.
+def _verify(ff, fixer, echo, first: list | None = None) -> list:
+    """Probe the rewritten classes (``first``: the verdicts of a probe of the file as written,
+    when there is one); restore the file when one fails, then retry without it.
     Returns the verdicts of the last probe run (for the per-finding summary)."""
     from metalint.fix.verify import broke_construction, verify_classes
 
     hooks = fixer.settings.hooks
     excluded: set[str] = set()
     for attempt in range(3):
-        verdicts = verify_classes(str(ff.path), ff.classes, hooks=hooks)
+        verdicts = first if attempt == 0 and first is not None else None
+        if verdicts is None:
+            verdicts = verify_classes(str(ff.path), ff.classes, hooks=hooks)
         verdicts = broke_construction(verdicts, lambda classes: _probe_original(ff, classes, hooks))
         failed = [v for v in verdicts if v.status == "failed"]
         for v in verdicts:

@@ -31,17 +31,38 @@ class Verdict:
 def verify_classes(
     path: str, classes: list[str], *, timeout: float = 120.0, hooks: tuple[str, ...] = ()
 ) -> list[Verdict]:
-    from metalint.probe.command import run_probe
-    from metalint.probe.isolate import Options
+    """The verdicts on ``classes`` (top-level classes, or members of them) of ``path``."""
+    return _probe_files([(path, classes)], timeout, hooks)[0]
 
+
+def verify_files(
+    files: list[tuple[str, list[str]]], *, timeout: float = 120.0, hooks: tuple[str, ...] = ()
+) -> list[list[Verdict]]:
+    """:func:`verify_classes` of each ``(path, classes)``: one probe run for them all (one
+    child process, one torch import; a crash costs only the class in progress)."""
+    if len(files) == 1:
+        return [verify_classes(*files[0], timeout=timeout, hooks=hooks)]
+    return _probe_files(files, timeout, hooks)
+
+
+def _probe_files(files: list[tuple[str, list[str]]], timeout: float, hooks) -> list[list[Verdict]]:
+    from metalint.probe.command import ProbeReport
+    from metalint.probe.isolate import Options, run_targets
+    from metalint.probe.target import parse_target
+
+    tops = [sorted({c.split(".")[0] for c in classes}) for _, classes in files]
+    todo = [i for i, t in enumerate(tops) if t]
+    targets = [parse_target(f"{files[i][0]}:{','.join(tops[i])}")[0] for i in todo]
+    outcomes = run_targets(targets, Options(device="cpu", timeout=timeout, hooks=hooks))
+    out: list[list[Verdict]] = [[] for _ in files]
+    for i, mine in zip(todo, outcomes):
+        out[i] = _verdicts(files[i][0], tops[i], ProbeReport(mine))
+    return out
+
+
+def _verdicts(path: str, tops: list[str], rep) -> list[Verdict]:
+    """The verdict on each class of ``tops`` in the probe report ``rep`` of the file ``path``."""
     out: list[Verdict] = []
-    tops = sorted({c.split(".")[0] for c in classes})
-    if not tops:
-        return out
-    # one probe run for the file (one child process imports it once)
-    rep = run_probe(
-        [f"{path}:{','.join(tops)}"], Options(device="cpu", timeout=timeout, hooks=hooks)
-    )
     for cls in tops:
         mine = [o for o in rep.outcomes if o.label.rpartition(":")[2] == cls]
         if not mine:

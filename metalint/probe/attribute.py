@@ -113,7 +113,17 @@ def _is_view(func) -> bool:
     return any(r.alias_info is not None for r in func._schema.returns)
 
 
-class WriteRecorder(TorchDispatchMode):
+class Mode(TorchDispatchMode):
+    """A dispatch mode of the probe. torch wraps each mode's ``__torch_dispatch__`` in
+    ``torch._disable_dynamo``, whose first call imports ``torch._dynamo`` (about as long as
+    importing torch itself); the probe never compiles, so its modes opt out of the wrapper."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+class WriteRecorder(Mode):
     """Per storage: the last user source line that wrote it, whether it is random, and
     whether it is uninitialised (allocated without values, written by nothing since)."""
 
@@ -200,7 +210,7 @@ class Escape:
         return self.in_model or self.ref is None or self.ref() is not None
 
 
-class EscapeDetector(TorchDispatchMode):
+class EscapeDetector(Mode):
     """Records every fresh tensor created on a non-meta device (during a meta build)."""
 
     def __init__(self) -> None:

@@ -38,7 +38,6 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from metalint.diagnostics import Diagnostic, Position, Severity
 from metalint.lines import split_lines
@@ -229,7 +228,7 @@ def resolve_callable(spec: str) -> Callable:
     return obj
 
 
-class _HookWrites(TorchDispatchMode):
+class _HookWrites(attribute.Mode):
     """During reset hooks: which module's hook wrote which storage."""
 
     def __init__(self, owners: dict[int, str]) -> None:

@@ -1,4 +1,5 @@
-"""Run each target in a child process (``python -m metalint.probe.worker``) with a timeout.
+"""Run each target (or several in turn: :func:`run_targets`) in a child process
+(``python -m metalint.probe.worker``) with a timeout.
 
 The child streams one event per item, so when it crashes (segfault, OOM kill) or hangs, only
 the item in progress is lost: the parent reports it as ML900, then starts a fresh child that
@@ -154,39 +155,70 @@ def run_target(target: Target, opts: Options) -> list[Outcome]:
     """Probe every item of ``target`` in child processes: one child runs the items in turn;
     when it crashes or times out on one, that item is an error and a new child goes on with
     the items left."""
-    progress = _Progress(target.path)
+    return run_targets([target], opts)[0]
+
+
+@dataclass
+class _Batch:
+    """The targets of one :func:`run_targets`: the progress of each and the one the child is
+    at (its ``target`` events say when it moves on)."""
+
+    targets: list[Target]
+    progress: list[_Progress]
+    index: int = 0
+
+    def event(self, ev: dict, opts: Options) -> bool:
+        """Record one event of the child; True when it starts a new deadline."""
+        if ev.get("event") == "target":
+            index = ev.get("index")
+            if isinstance(index, int) and self.index <= index < len(self.targets):
+                self.index = index
+            return True
+        return self.progress[self.index].event(ev, self.targets[self.index], opts)
+
+
+def run_targets(targets: list[Target], opts: Options) -> list[list[Outcome]]:
+    """Probe the items of several targets in turn in one child process (one interpreter, one
+    torch import): the outcomes of each target. When the child crashes or times out, only the
+    item in progress (or the target being imported) is lost: a new child goes on with the
+    items and targets left, as :func:`run_target` does for one."""
+    batch = _Batch(list(targets), [_Progress(t.path) for t in targets])
     env = _child_env()
-    while True:
+    start = 0
+    while start < len(targets):
         job = {
-            "target": {
-                "spec": target.spec,
-                "path": target.path,
-                "module": target.module,
-                "attr": target.attr,
-            },
-            "skip": progress.done,
+            "targets": [
+                {"spec": t.spec, "path": t.path, "module": t.module, "attr": t.attr}
+                for t in targets
+            ],
+            "start": start,
+            "skip": [p.done for p in batch.progress],
             "device": opts.device,
             "init": opts.init,
             "seed": opts.seed,
             "hooks": list(opts.hooks),
         }
-        failure, rc, stderr, finished = _run_child(job, env, target, opts, progress)
+        batch.index = start
+        failure, rc, stderr, finished = _run_child(job, env, opts, batch)
+        target, progress = batch.targets[batch.index], batch.progress[batch.index]
         if failure is None and progress.items is not None and progress.current is None:
-            if finished or rc == 0:  # done: how it then exited (killed when it lingered) is moot
-                return progress.outcomes
+            if finished or (rc == 0 and batch.index == len(targets) - 1):
+                break  # done: how it then exited (killed when it lingered) is moot
         if failure is None:
             failure = f"crashed ({_signal_name(rc)})" if rc != 0 else "child exited early"
         progress.outcomes.append(_crash_outcome(failure, stderr, target, progress))
+        start = batch.index + 1
         current, items = progress.current, progress.items
         if current is None or items is None:
-            return progress.outcomes
+            continue  # lost while importing or between items: on with the next target
         progress.done.append(current)
         progress.current = None
-        if all(i in progress.done for i in items):
-            return progress.outcomes
+        if not all(i in progress.done for i in items):
+            start = batch.index
+    return [p.outcomes for p in batch.progress]
 
 
-def _run_child(job, env, target: Target, opts: Options, progress: _Progress):
+def _run_child(job, env, opts: Options, batch: _Batch):
     """One child over the items not done yet: (failure or None, exit code, the tail of its
     output, whether it reported the end of its items).
 
@@ -212,7 +244,7 @@ def _run_child(job, env, target: Target, opts: Options, progress: _Progress):
         raise
     finally:
         os.close(life_r)
-    child = _Child(proc, target, opts, progress, life_w)
+    child = _Child(proc, opts, batch, life_w)
     try:
         assert proc.stdin
         try:
@@ -254,10 +286,10 @@ class _Tail:
 
 class _Child:
     """A running worker: its protocol (stdout, one JSON event a line) and its output (stderr,
-    into a :class:`_Tail`), read without blocking; the events update ``progress``."""
+    into a :class:`_Tail`), read without blocking; the events update ``batch``."""
 
-    def __init__(self, proc: subprocess.Popen, target: Target, opts: Options, progress, life: int):
-        self.proc, self.target, self.opts, self.progress = proc, target, opts, progress
+    def __init__(self, proc: subprocess.Popen, opts: Options, batch: _Batch, life: int):
+        self.proc, self.opts, self.batch = proc, opts, batch
         self.life = life
         self.tail = _Tail()
         self.finished = False  # the child said it is done with its items
@@ -305,7 +337,7 @@ class _Child:
             return
         if ev.get("event") == "done":
             self.finished = True
-        elif self.progress.event(ev, self.target, self.opts):
+        elif self.batch.event(ev, self.opts):
             self.renewed = True
 
     def exited(self) -> bool:

@@ -1,11 +1,13 @@
 """Child process: ``python -m metalint.probe.worker`` reads one job (JSON) on stdin, probes the
-items of one target and writes JSON lines (``items``, ``start``, ``result``, ``error``, then
-``done``) on a private copy of stdout; user code's prints go to stderr. See :mod:`.isolate`.
+items of its targets in turn and writes JSON lines (per target ``target``, ``items``, then per
+item ``start`` and ``result`` or ``error``; ``done`` at the end) on a private copy of stdout;
+user code's prints go to stderr. See :mod:`.isolate`.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import gc
 import json
 import os
 import signal
@@ -50,18 +52,31 @@ def main() -> int:
     # statistics are memory-bound; on a shared CI box torch's intra-op threads oversubscribe the
     # cores and make them 5x slower (measured), so one thread unless told otherwise
     torch.set_num_threads(int(os.environ.get("METALINT_PROBE_THREADS", "1")))
-    from metalint.probe.build import LazyModules, ProbeSetupError, probe
+    from metalint.probe.build import probe
     from metalint.probe.target import Target, resolve_items
 
-    target = Target(**job["target"])
+    skips = job.get("skip", [])
+    for index, spec in enumerate(job["targets"]):
+        if index < job.get("start", 0):
+            continue
+        emit(event="target", index=index)  # a new deadline: the import of this target
+        skip = set(skips[index]) if index < len(skips) else set()
+        _probe_target(Target(**spec), skip, job, emit, probe, resolve_items)
+    return _done(emit, proto)
+
+
+def _probe_target(target, skip: set, job: dict, emit, probe, resolve_items) -> None:
+    """The events of one target: ``items``, then per item ``start`` and ``result`` (or
+    ``error``); one ``error`` without a label when it does not import."""
+    from metalint.probe.build import LazyModules, ProbeSetupError
+
     try:
         items = resolve_items(target)
     except BaseException as exc:  # import error, bad attribute
         emit(event="error", label=None, message=_one_line(exc), traceback=traceback.format_exc())
-        return _done(emit, proto)
+        return
     _warm_up(probe)  # one-time costs must not count against the first item's timeout
     emit(event="items", items=[i.label for i in items], file=items[0].file if items else None)
-    skip = set(job.get("skip", ()))
     for item in items:
         if item.label in skip:
             continue
@@ -105,7 +120,6 @@ def main() -> int:
             )
             continue
         emit(event="result", label=item.label, result=res.to_json(), args=item.args, file=item.file)
-    return _done(emit, proto)
 
 
 def _hold_lifeline() -> None:
@@ -136,13 +150,25 @@ def _done(emit, proto) -> int:
     return 0
 
 
+_warm = False
+
+
 def _warm_up(probe) -> None:
+    """Once a process: a probe of a small model (torch's lazy imports and first calls), then
+    what is alive (torch, the target's module) is frozen out of the collections that free the
+    models of each build (several an item), which would otherwise walk its 300,000 objects."""
+    global _warm
+    if _warm:
+        return
+    _warm = True
     from torch import nn
 
     try:
         probe(lambda: nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2)), label="warm-up")
     except Exception:
         pass
+    gc.collect()
+    gc.freeze()
 
 
 def _one_line(exc: BaseException) -> str:
