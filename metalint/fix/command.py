@@ -20,6 +20,7 @@ from metalint.check import all_codes, cli_settings, resolve, run_check
 from metalint.codes import ERROR_CODE
 from metalint.config import ConfigError
 from metalint.diagnostics import Diagnostic, Position
+from metalint.extras import torch_missing
 from metalint.fix.apply import FileFix, Fixer
 from metalint.fix.registry import CODEMODS
 from metalint.fix.write import ChangedOnDisk, NotPython, digest, write_atomic
@@ -331,6 +332,10 @@ def fix_command(
         settings = cli_settings(paths, config, select, extend_select, ignore)
         if verify and not write:
             raise click.UsageError("--verify needs --write")
+        needs = torch_missing("metalint fix --verify") if verify else None
+        if needs:
+            click.echo(needs, err=True)
+            sys.exit(2)
         rc = run_fix(
             paths,
             settings,

@@ -13,6 +13,7 @@ import click
 from metalint import report
 from metalint.codes import ERROR_CODE
 from metalint.diagnostics import Diagnostic, Position
+from metalint.extras import torch_missing
 from metalint.probe.isolate import Options, Outcome, run_target
 from metalint.probe.results import verdict_text
 from metalint.probe.target import Target, load_settings_for_probe, parse_target
@@ -237,6 +238,10 @@ def probe_command(
     Without TARGET, the factories listed in [tool.metalint.probe] of pyproject.toml.
     The configured [tool.metalint] hooks are run on every module that has them after the init.
     """
+    needs = torch_missing("metalint probe")
+    if needs:
+        click.echo(needs, err=True)
+        sys.exit(2)
     specs = list(targets)
     first = parse_target(specs[0]) if specs else []
     settings = load_settings_for_probe(first[0].path if first else None, config)
