@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -53,14 +54,7 @@ def run_fix(
 ) -> int:
     """Check, fix every file a codemod applies to, write (or diff), summarise; the exit code."""
 
-    codes, defaults = all_codes()
-    enabled = settings.enabled(codes, defaults)
-    checked = run_check(paths, settings, use_cache=use_cache, workers=workers)
-    errors = [d for d in checked.diagnostics if is_error(d.code)]
-    fixer = Fixer(checked.results, settings, enabled, unsafe, resolve)
-    candidates = sorted({d.filename for d in checked.diagnostics if d.code in CODEMODS})
-    fixes = [ff for ff in (_fix_file(c, fixer, errors) for c in candidates) if ff is not None]
-
+    checked, errors, fixer, fixes = _fix_all(paths, settings, unsafe, use_cache, workers)
     changed = [ff for ff in fixes if ff.changed]
     if show_diff or not write:
         _echo_diff(changed, echo)
@@ -82,6 +76,44 @@ def run_fix(
     if not write:
         return 1 if changed else 0
     return 1 if remaining else 0
+
+
+def _fix_all(paths, settings, unsafe: bool, use_cache: bool, workers):
+    """Check ``paths`` and run the codemods on every file they apply to (nothing written):
+    the check's result, the errors so far, the fixer and each file's :class:`FileFix`."""
+    codes, defaults = all_codes()
+    enabled = settings.enabled(codes, defaults)
+    checked = run_check(paths, settings, use_cache=use_cache, workers=workers)
+    errors = [d for d in checked.diagnostics if is_error(d.code)]
+    fixer = Fixer(checked.results, settings, enabled, unsafe, resolve)
+    candidates = sorted({d.filename for d in checked.diagnostics if d.code in CODEMODS})
+    fixes = [ff for ff in (_fix_file(c, fixer, errors) for c in candidates) if ff is not None]
+    return checked, errors, fixer, fixes
+
+
+@dataclass
+class Applied:
+    """What ``metalint check --fix`` wrote: findings resolved, each fix applied, files
+    rewritten, and the files that could not be fixed or written (``ML900``)."""
+
+    fixed: int
+    applied: list[Diagnostic]
+    files: int
+    errors: list[Diagnostic]
+
+
+def apply_fixes(paths, settings, *, unsafe: bool, use_cache: bool = True, workers=None) -> Applied:
+    """``metalint check --fix``: the machinery of ``fix --write``, printing nothing (the check
+    that follows reports what remains)."""
+    checked, errors, fixer, fixes = _fix_all(paths, settings, unsafe, use_cache, workers)
+    changed = [ff for ff in fixes if ff.changed]
+    _write(changed, fixer, errors, lambda *a, **k: None, verify=False)
+    return Applied(
+        fixed=sum(_resolved(ff.before, ff.after) for ff in fixes),
+        applied=[d for ff in fixes for d in ff.applied],
+        files=sum(1 for ff in changed if ff.changed),
+        errors=[e for e in errors if e not in checked.diagnostics],
+    )
 
 
 def _fix_file(display: str, fixer, errors: list):
