@@ -479,6 +479,8 @@ def check_command(
         )
     from metalint.rules import describe, page  # the rules' names and pages: --statistics, SARIF
 
+    color = output is None and use_color(sys.stdout, text_format)
+
     text = render(
         diagnostics,
         output_format,
@@ -486,7 +488,7 @@ def check_command(
         files_checked=result.files_checked,
         describe=describe,
         quiet=quiet,
-        color=output is None and use_color(sys.stdout, text_format),
+        color=color,
         fixed=applied.fixed if applied else None,
         fixes=applied.applied if applied and show_fixes else None,
         root=settings.root,
@@ -496,7 +498,7 @@ def check_command(
     if output:
         output.write_text(text, encoding="utf-8")
     else:
-        click.echo(text, nl=False)
+        click.echo(text, nl=False, color=color)  # click strips colour off a terminal itself
     rc = exit_code(diagnostics, exit_zero=exit_zero)
     if rc == 0 and applied and applied.files and exit_non_zero_on_fix and not exit_zero:
         rc = 1

@@ -6,9 +6,8 @@ answered within this one file.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-
-import click
 
 from metalint.config import Settings
 from metalint.jobs import Job
@@ -19,7 +18,11 @@ STDIN = "-"
 
 
 def read_stdin() -> bytes:
-    return click.get_binary_stream("stdin").read()
+    """stdin's bytes: the source's coding cookie says how to read them, as for a file."""
+    stream = sys.stdin
+    if hasattr(stream, "buffer"):
+        return stream.buffer.read()
+    return stream.read().encode("utf-8")
 
 
 def stdin_job(
