@@ -457,12 +457,12 @@ def check_command(
             click.echo(_shown(paths, settings, show_settings), nl=False)
             sys.exit(0)
         _needs_torch(probe)
-        if fix:
-            fixer = click.get_current_context().find_root().obj["apply_fixes"]
-            applied = fixer(
-                paths, settings, unsafe=unsafe_fixes, use_cache=not no_cache, workers=jobs
-            )
         with progress(text_format and not quiet):
+            if fix:
+                fixer = click.get_current_context().find_root().obj["apply_fixes"]
+                applied = fixer(
+                    paths, settings, unsafe=unsafe_fixes, use_cache=not no_cache, workers=jobs
+                )
             if stdin:
                 result = _check_stdin(str(paths[0]), settings, sources)
             else:

@@ -37,7 +37,7 @@ def _isatty(stream: TextIO) -> bool:
 
 class Progress:
     """``metalint: analysed 12/40 files`` on ``stream``, rewritten at most every ``interval``
-    seconds (and always at the last file), erased by :meth:`close`."""
+    seconds (and always at the last file, then erased; :meth:`close` erases it too)."""
 
     def __init__(self, stream: TextIO, interval: float = 0.1) -> None:
         self.stream = stream
@@ -50,8 +50,10 @@ class Progress:
         if done < total and now - self.last < self.interval:
             return
         self.last = now
-        self.shown = True
-        self.stream.write(f"\r\x1b[Kmetalint: analysed {done}/{total} files")
+        self.shown = done < total
+        # the last count is erased at once: what the command prints next starts a clean line
+        end = "\r\x1b[K" if done >= total else ""
+        self.stream.write(f"\r\x1b[Kmetalint: analysed {done}/{total} files{end}")
         self.stream.flush()
 
     def close(self) -> None:

@@ -455,6 +455,9 @@ def test_progress_on_a_terminal_only(tmp_path):
         assert rc == 1 and "analysed" not in tty, quiet
     r = _run(["check", "--no-cache", "."], tmp_path)  # stderr a pipe
     assert r.returncode == 1 and "analysed" not in r.stderr
+    rc, out, tty = _on_a_terminal(["fix", "--no-cache", "."], tmp_path)  # a diff, no write
+    assert rc == 1 and out.startswith("--- a/m0.py")
+    assert "\rmetalint: analysed 3/3 files\r" in tty.replace("\x1b[K", "")
 
 
 # --- 3. CI integration --------------------------------------------------------------------

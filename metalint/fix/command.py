@@ -29,6 +29,7 @@ from metalint.lines import source_encoding, split_lines
 from metalint.report import is_error, render
 from metalint.static.names import module_name_for
 from metalint.static.results import decode
+from metalint.terminal import progress
 
 
 def _summary(fixed: int, remaining: int, unfixable: int, unsafe_hidden: int, write: bool) -> str:
@@ -368,17 +369,18 @@ def fix_command(
         if needs:
             click.echo(needs, err=True)
             sys.exit(2)
-        rc = run_fix(
-            paths,
-            settings,
-            write=write,
-            show_diff=show_diff,
-            unsafe=unsafe_fixes,
-            verify=verify,
-            use_cache=not no_cache,
-            workers=jobs,
-            show_fixes=show_fixes,
-        )
+        with progress(True):  # on a terminal only
+            rc = run_fix(
+                paths,
+                settings,
+                write=write,
+                show_diff=show_diff,
+                unsafe=unsafe_fixes,
+                verify=verify,
+                use_cache=not no_cache,
+                workers=jobs,
+                show_fixes=show_fixes,
+            )
     except ConfigError as exc:
         click.echo(f"metalint: error: {exc}", err=True)
         sys.exit(2)

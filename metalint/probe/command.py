@@ -255,14 +255,14 @@ def probe_command(
     rep = run_probe(specs, opts, progress=_progress_enabled(), nproc=nproc or 2, shard=shard)
     diags = rep.diagnostics
     built, not_probed = coverage(rep)
-    if fmt == "text":
+    if fmt in report.TEXT_FORMATS:
         for line in summary_lines(rep):
             click.echo(line)
     if not_probed:
         click.echo(not_probed, err=True)
     if built == 0:
         # "All checks passed!" over nothing built would be a false green
-        if fmt != "text" or diags:
+        if fmt not in report.TEXT_FORMATS or diags:
             click.echo(report.render(diags, fmt), nl=False)
         click.echo("Nothing was probed: no item could be built.", err=True)
         sys.exit(2)
