@@ -460,6 +460,32 @@ def test_progress_on_a_terminal_only(tmp_path):
     assert "\rmetalint: analysed 3/3 files\r" in tty.replace("\x1b[K", "")
 
 
+def test_progress_is_rewritten_in_place_and_erased():
+    import io
+
+    from metalint import terminal
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Terminal()
+    with terminal.progress(True, tty):
+        terminal._current.interval = 0.0
+        for done in range(4):
+            terminal.advance(done, 3)
+    assert (
+        tty.getvalue()
+        == "".join(f"\r\x1b[Kmetalint: analysed {n}/3 files" for n in range(4)) + "\r\x1b[K"
+    )
+    quiet = io.StringIO()  # not a terminal
+    with terminal.progress(True, quiet):
+        terminal.advance(1, 3)
+    with terminal.progress(False, tty):
+        terminal.advance(1, 3)
+    assert quiet.getvalue() == "" and tty.getvalue().endswith("3/3 files\r\x1b[K")
+
+
 # --- 3. CI integration --------------------------------------------------------------------
 
 
