@@ -472,7 +472,7 @@ def check_command(
         sys.exit(2)
     diagnostics = result.diagnostics + (applied.errors if applied else [])
     if add_noqa:
-        sys.exit(_add_noqa(diagnostics))
+        sys.exit(_add_noqa(diagnostics, {r.path for r in result.results}))
     if probe:
         diagnostics = probe_findings(
             diagnostics, settings.hooks, result.results, settings.factories
@@ -545,12 +545,12 @@ def _needs_torch(probe: bool) -> None:
         sys.exit(2)
 
 
-def _add_noqa(diagnostics: list[Diagnostic]) -> int:
+def _add_noqa(diagnostics: list[Diagnostic], checked: set[str]) -> int:
     """``--add-noqa``: the exit code (2: some input could not be checked; 1: some finding
     could not get a comment; 0: every finding has one)."""
     from metalint.noqa_add import add_noqa  # writes through metalint.fix.write
 
-    added, problems = add_noqa(diagnostics)
+    added, problems = add_noqa(diagnostics, checked)
     for problem in problems:
         click.echo(f"metalint: warning: {problem}", err=True)
     errors = [d for d in diagnostics if is_error(d.code)]

@@ -25,7 +25,7 @@ from metalint.lines import source_encoding, split_lines
 from metalint.report import is_error
 from metalint.static.engine import NOQA
 
-#: findings a ``# noqa`` is not added for: the comment would hide nothing or the wrong thing
+#: findings that get no noqa comment: it would hide nothing or the wrong thing
 NEVER = {"ML100"}
 
 
@@ -57,7 +57,7 @@ def add_to_source(text: str, rows: dict[int, set[str]]) -> tuple[str, int, list[
         comment = comments.get(row)
         m = NOQA.search(comment.string) if comment else None
         if m is not None and m.group("codes") is None:
-            continue  # a bare ``# noqa`` already suppresses everything
+            continue  # a bare noqa comment already suppresses everything
         if m is not None:
             present = {c.upper() for c in re.split(r"[,\s]+", m.group("codes")) if c}
             new = sorted(codes - present)
@@ -72,11 +72,15 @@ def add_to_source(text: str, rows: dict[int, set[str]]) -> tuple[str, int, list[
     return "".join(lines), added, refused
 
 
-def add_noqa(diagnostics: Iterable[Diagnostic]) -> tuple[int, list[str]]:
+def add_noqa(diagnostics: Iterable[Diagnostic], checked: set[str]) -> tuple[int, list[str]]:
     """Add the comments to the files; how many were added, and one line per row or file that
-    could not get one."""
+    could not get one. ``checked``: the files of this run, as shown; a finding that names
+    another path (a stale cache entry) writes nothing."""
     total, problems = 0, []
     for filename, rows in sorted(wanted(diagnostics).items()):
+        if filename not in checked:
+            problems.append(f"{filename}: no `# noqa` added: not a file of this run")
+            continue
         path = Path(filename)
         try:
             data = path.read_bytes()

@@ -357,6 +357,20 @@ def test_add_noqa_leaves_a_continued_line_alone(cli, write, tmp_path):
     assert (tmp_path / "ls.py").read_text() == broken
 
 
+def test_add_noqa_never_writes_a_file_it_did_not_check(cli, write, tmp_path):
+    """A finding whose path is not one of this run's files (a cache entry written from
+    another working folder names the file as that run saw it) gets no comment anywhere."""
+    write("proj/pyproject.toml", PROJECT)
+    write("proj/pkg/ls.py", LAYERSCALE)
+    write("proj/sub/keep.txt", "")
+    decoy = write("pkg/ls.py", LAYERSCALE)  # what proj/sub's "../pkg/ls.py" is from proj
+    assert cli("check", "../pkg/ls.py", cwd=tmp_path / "proj/sub").exit_code == 1
+    r = cli("check", "--add-noqa", "pkg/ls.py", cwd=tmp_path / "proj")
+    assert decoy.read_text() == _src(LAYERSCALE)
+    done = (tmp_path / "proj/pkg/ls.py").read_text()
+    assert r.exit_code in (0, 1) and (r.exit_code == 1) == ("# noqa" not in done)
+
+
 def test_fix_flags(cli, write, tmp_path):
     write("ls.py", LAYERSCALE)
     r = cli("check", "--fix", "ls.py")
