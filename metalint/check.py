@@ -22,13 +22,17 @@ from metalint.config import (
     validate_selectors,
 )
 from metalint.diagnostics import Diagnostic, Position
+from metalint.extras import torch_missing
 from metalint.files import Discovery, display_path
 from metalint.jobs import analyze_isolated, analyze_one, can_isolate, preload
-from metalint.report import FORMATS, exit_code, is_error, render
+from metalint.report import FORMATS, TEXT_FORMATS, exit_code, is_error, render
+from metalint.show import settings_text
 from metalint.static.hierarchy import Hierarchy
 from metalint.static.pipeline import drop_repeated
 from metalint.static.protocol import Protocols
 from metalint.static.results import FileResult, decode, read_source
+from metalint.stdin import STDIN, read_stdin, stdin_job
+from metalint.terminal import progress, use_color
 
 UNUSED_NOQA = "ML100"
 
@@ -527,7 +531,14 @@ FORCE_EXCLUDE_HELP = (
 
 @click.command("check")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--output-format", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option(
+    "--output-format",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="full (= text): each finding, its help line, a summary; concise: one line each; "
+    "grouped: under their file; json, json-lines, github, gitlab (Code Quality), sarif.",
+)
 @click.option("--select", multiple=True, help="Codes or prefixes to enable (comma-separated; ALL).")
 @click.option("--extend-select", multiple=True, help="Codes to enable on top of the selection.")
 @click.option("--ignore", multiple=True, help="Codes or prefixes to disable.")
@@ -552,6 +563,31 @@ FORCE_EXCLUDE_HELP = (
     help="Prove each finding: build its classes on meta (child processes) and mark it "
     "confirmed or refuted; add what the probe found beyond the rules.",
 )
+@click.option(
+    "--fix", is_flag=True, help="Apply the safe fixes (as `metalint fix --write`), then report."
+)
+@click.option("--unsafe-fixes", is_flag=True, help="With --fix: apply the unsafe fixes too.")
+@click.option("--show-fixes", is_flag=True, help="With --fix: list the fixes applied per file.")
+@click.option(
+    "--exit-non-zero-on-fix",
+    is_flag=True,
+    help="With --fix: exit 1 when a file was fixed, even if no finding remains.",
+)
+@click.option("--add-noqa", is_flag=True, help="Add `# noqa: MLxxx` to each reported line.")
+@click.option(
+    "--extend-exclude",
+    multiple=True,
+    metavar="PATTERN",
+    help="Exclude these too (gitignore-style, as `exclude`; comma-separated or repeated).",
+)
+@click.option(
+    "--stdin-filename",
+    metavar="NAME",
+    help="The name of the file when passing it through stdin (`metalint check -`).",
+)
+@click.option("--show-files", is_flag=True, help="List the files that would be checked; exit.")
+@click.option("--show-settings", is_flag=True, help="Print the settings that would be used; exit.")
+@click.option("--quiet", "-q", is_flag=True, help="Print the findings, but nothing else.")
 def check_command(
     paths,
     output_format,
@@ -567,30 +603,63 @@ def check_command(
     file_time_budget,
     output,
     probe,
+    fix,
+    unsafe_fixes,
+    show_fixes,
+    exit_non_zero_on_fix,
+    add_noqa,
+    extend_exclude,
+    stdin_filename,
+    show_files,
+    show_settings,
+    quiet,
 ):
-    """Check PATHS (default: .) for modules that break when built on the meta device."""
+    """Check PATHS (default: .) for modules that break when built on the meta device.
+
+    `-` as the only PATH reads the source from stdin (see --stdin-filename)."""
+    applied = None
+    sources: dict[str, str] = {}
+    text_format = output_format in TEXT_FORMATS
     try:
-        paths = list(paths) or [Path(".")]
+        paths, stdin = _check_paths(paths, stdin_filename, fix or add_noqa)
         settings = cli_settings(paths, config, select, extend_select, ignore)
+        settings.exclude += [p.strip() for v in extend_exclude for p in v.split(",") if p.strip()]
         if file_time_budget is not None:
             settings.file_time_budget = time_budget(file_time_budget, "--file-time-budget")
-        result = run_check(
-            paths,
-            settings,
-            use_cache=not no_cache,
-            workers=jobs,
-            project=project_root(settings, paths[0]),
-            force_exclude=force_exclude,
-        )
+        if show_settings or show_files:
+            click.echo(_shown(paths, settings, show_settings), nl=False)
+            sys.exit(0)
+        _needs_torch(probe)
+        with progress(text_format and not quiet):
+            if fix:
+                fixer = click.get_current_context().find_root().obj["apply_fixes"]
+                applied = fixer(
+                    paths, settings, unsafe=unsafe_fixes, use_cache=not no_cache, workers=jobs
+                )
+            if stdin:
+                result = _check_stdin(str(paths[0]), settings, sources)
+            else:
+                result = run_check(
+                    paths,
+                    settings,
+                    use_cache=not no_cache,
+                    workers=jobs,
+                    project=project_root(settings, paths[0]),
+                    force_exclude=force_exclude,
+                )
     except ConfigError as exc:
         click.echo(f"metalint: error: {exc}", err=True)
         sys.exit(2)
-    diagnostics = result.diagnostics
+    diagnostics = result.diagnostics + (applied.errors if applied else [])
+    if add_noqa:
+        sys.exit(_add_noqa(diagnostics, {r.path for r in result.results}))
     if probe:
         diagnostics = probe_findings(
             diagnostics, settings.hooks, result.results, settings.factories
         )
-    from metalint.rules import describe  # the rules' names, for --statistics and SARIF
+    from metalint.rules import describe, page  # the rules' names and pages: --statistics, SARIF
+
+    color = output is None and use_color(sys.stdout, text_format)
 
     text = render(
         diagnostics,
@@ -598,9 +667,74 @@ def check_command(
         statistics=statistics,
         files_checked=result.files_checked,
         describe=describe,
+        quiet=quiet,
+        color=color,
+        fixed=applied.fixed if applied else None,
+        fixes=applied.applied if applied and show_fixes else None,
+        root=settings.root,
+        sources=sources,
+        page=page,
     )
     if output:
         output.write_text(text, encoding="utf-8")
     else:
-        click.echo(text, nl=False)
-    sys.exit(exit_code(diagnostics, exit_zero=exit_zero))
+        click.echo(text, nl=False, color=color)  # click strips colour off a terminal itself
+    rc = exit_code(diagnostics, exit_zero=exit_zero)
+    if rc == 0 and applied and applied.files and exit_non_zero_on_fix and not exit_zero:
+        rc = 1
+    sys.exit(rc)
+
+
+def _check_paths(paths, stdin_filename: str | None, writes: bool) -> tuple[list[Path], bool]:
+    """The paths to check and whether the source comes from stdin (``-`` alone, or no path
+    and ``--stdin-filename``), shown as ``--stdin-filename`` (default ``-``)."""
+    stdin = list(paths) == [Path(STDIN)] or (not paths and stdin_filename is not None)
+    if not stdin and Path(STDIN) in paths:
+        raise ConfigError("`-` (the source on stdin) cannot be combined with other paths")
+    if stdin and writes:
+        raise ConfigError(
+            "--fix and --add-noqa write files: they cannot read the source from stdin"
+        )
+    if stdin:
+        return [Path(stdin_filename or STDIN)], True
+    return list(paths) or [Path(".")], False
+
+
+def _check_stdin(name: str, settings: Settings, sources: dict[str, str]) -> CheckResult:
+    """The check of the source on stdin as the file ``name`` (its text goes to ``sources``)."""
+    job, result, sources[name] = stdin_job(name, settings, read_stdin())
+    if job is not None:
+        [result] = analyze_files([job], 1, settings.file_time_budget)
+    codes, defaults = all_codes()
+    return CheckResult(resolve([result], settings, settings.enabled(codes, defaults)), 1, [result])
+
+
+def _shown(paths: list[Path], settings: Settings, show_settings: bool) -> str:
+    """``--show-settings`` (the settings, for the first path) or ``--show-files``."""
+    if show_settings:
+        codes, defaults = all_codes()
+        return settings_text(settings, str(paths[0]), settings.enabled(codes, defaults))
+    files = Discovery(settings.root, settings.exclude).files(paths)
+    return "".join(display_path(f) + "\n" for f in files)
+
+
+def _needs_torch(probe: bool) -> None:
+    needs = torch_missing("metalint check --probe") if probe else None
+    if needs:
+        click.echo(needs, err=True)
+        sys.exit(2)
+
+
+def _add_noqa(diagnostics: list[Diagnostic], checked: set[str]) -> int:
+    """``--add-noqa``: the exit code (2: some input could not be checked; 1: some finding
+    could not get a comment; 0: every finding has one)."""
+    from metalint.noqa_add import add_noqa  # writes through metalint.fix.write
+
+    added, problems = add_noqa(diagnostics, checked)
+    for problem in problems:
+        click.echo(f"metalint: warning: {problem}", err=True)
+    errors = [d for d in diagnostics if is_error(d.code)]
+    if errors:
+        click.echo(render(errors, "concise", quiet=True), nl=False, err=True)
+    click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.", err=True)
+    return 2 if errors else 1 if problems else 0

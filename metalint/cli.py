@@ -34,11 +34,22 @@ class LazyGroup(click.Group):
         return getattr(importlib.import_module(module), attr)
 
 
+def apply_fixes(*args, **kwargs):
+    """``check --fix``: the fix command's machinery, handed to ``check`` (which ``fix`` is
+    built on, so it cannot import it)."""
+    from metalint.fix.command import apply_fixes
+
+    return apply_fixes(*args, **kwargs)
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="metalint")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Find, prove and fix PyTorch modules that break when built on the meta device."""
     import warnings
+
+    ctx.obj = {"apply_fixes": apply_fixes}
 
     # torch warns on import when numpy is absent; metalint never needs numpy
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")

@@ -33,6 +33,7 @@ import time
 
 from metalint.report import CRASH_CODE, TOO_COMPLEX_CODE
 from metalint.static.results import FileResult, error_result
+from metalint.terminal import advance
 
 #: wall-clock bound on one file: this many times its CPU budget, plus a margin for a busy box;
 #: it only stops a worker that is blocked (a hang uses no CPU, so RLIMIT_CPU cannot stop it)
@@ -314,6 +315,9 @@ def analyze_isolated(jobs: list[Job], workers: int, budget: float) -> list[FileR
         pool[pool.index(w)] = fresh
         return fresh
 
+    def done() -> None:
+        advance(len(jobs) - len(todo) - sum(w.index is not None for w in pool), len(jobs))
+
     try:
         for _ in range(max(1, min(workers, len(jobs)))):
             pool.append(_Worker(budget))
@@ -335,6 +339,7 @@ def analyze_isolated(jobs: list[Job], workers: int, budget: float) -> list[FileR
                     continue
                 out[index] = FileResult.from_json(jobs[index][1], data)
                 feed(w)
+            done()
             now = time.monotonic()
             for w in list(pool):
                 if w.index is not None and now - w.started > wall and not _runnable(w.pid):

@@ -31,6 +31,8 @@ LAYERS = [
     ("metalint.probe", 3),
     ("metalint.loader", 3),
     ("metalint.jobs", 3),
+    ("metalint.stdin", 3),  # check's source from stdin
+    ("metalint.noqa_add", 3),  # check --add-noqa (writes through metalint.fix.write)
     ("metalint.rules", 2),
     ("metalint.static", 1),
     # plain data and text: codes, diagnostics, vocabulary, lines, configuration, reporters

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -20,6 +21,7 @@ from metalint.check import FORCE_EXCLUDE_HELP, all_codes, cli_settings, resolve,
 from metalint.codes import ERROR_CODE
 from metalint.config import ConfigError
 from metalint.diagnostics import Diagnostic, Position
+from metalint.extras import torch_missing
 from metalint.files import MAX_SOURCE_BYTES, read_regular
 from metalint.fix.apply import FileFix, Fixer
 from metalint.fix.registry import CODEMODS
@@ -35,6 +37,7 @@ from metalint.lines import source_encoding, split_lines
 from metalint.report import is_error, render
 from metalint.static.names import module_name_for
 from metalint.static.results import decode
+from metalint.terminal import progress
 
 
 def _summary(fixed: int, remaining: int, unfixable: int, unsafe_hidden: int, write: bool) -> str:
@@ -61,16 +64,9 @@ def run_fix(
 ) -> int:
     """Check, fix every file a codemod applies to, write (or diff), summarise; the exit code."""
 
-    codes, defaults = all_codes()
-    enabled = settings.enabled(codes, defaults)
-    checked = run_check(
-        paths, settings, use_cache=use_cache, workers=workers, force_exclude=force_exclude
+    checked, errors, fixer, fixes = _fix_all(
+        paths, settings, unsafe, use_cache, workers, force_exclude=force_exclude
     )
-    errors = [d for d in checked.diagnostics if is_error(d.code)]
-    fixer = Fixer(checked.results, settings, enabled, unsafe, resolve)
-    candidates = sorted({d.filename for d in checked.diagnostics if d.code in CODEMODS})
-    fixes = [ff for ff in (_fix_file(c, fixer, errors) for c in candidates) if ff is not None]
-
     changed = [ff for ff in fixes if ff.changed]
     if show_diff or not write:
         _echo_diff(changed, echo)
@@ -93,6 +89,46 @@ def run_fix(
     if not write:
         return 1 if changed else 0
     return 1 if remaining else 0
+
+
+def _fix_all(paths, settings, unsafe: bool, use_cache: bool, workers, force_exclude=False):
+    """Check ``paths`` and run the codemods on every file they apply to (nothing written):
+    the check's result, the errors so far, the fixer and each file's :class:`FileFix`."""
+    codes, defaults = all_codes()
+    enabled = settings.enabled(codes, defaults)
+    checked = run_check(
+        paths, settings, use_cache=use_cache, workers=workers, force_exclude=force_exclude
+    )
+    errors = [d for d in checked.diagnostics if is_error(d.code)]
+    fixer = Fixer(checked.results, settings, enabled, unsafe, resolve)
+    candidates = sorted({d.filename for d in checked.diagnostics if d.code in CODEMODS})
+    fixes = [ff for ff in (_fix_file(c, fixer, errors) for c in candidates) if ff is not None]
+    return checked, errors, fixer, fixes
+
+
+@dataclass
+class Applied:
+    """What ``metalint check --fix`` wrote: findings resolved, each fix applied, files
+    rewritten, and the files that could not be fixed or written (``ML900``)."""
+
+    fixed: int
+    applied: list[Diagnostic]
+    files: int
+    errors: list[Diagnostic]
+
+
+def apply_fixes(paths, settings, *, unsafe: bool, use_cache: bool = True, workers=None) -> Applied:
+    """``metalint check --fix``: the machinery of ``fix --write``, printing nothing (the check
+    that follows reports what remains)."""
+    checked, errors, fixer, fixes = _fix_all(paths, settings, unsafe, use_cache, workers)
+    changed = [ff for ff in fixes if ff.changed]
+    _write(changed, fixer, errors, lambda *a, **k: None, verify=False)
+    return Applied(
+        fixed=sum(_resolved(ff.before, ff.after) for ff in fixes),
+        applied=[d for ff in fixes for d in ff.applied],
+        files=sum(1 for ff in changed if ff.changed),
+        errors=[e for e in errors if e not in checked.diagnostics],
+    )
 
 
 def _fix_file(display: str, fixer, errors: list):
@@ -360,18 +396,23 @@ def fix_command(
         settings = cli_settings(paths, config, select, extend_select, ignore)
         if verify and not write:
             raise click.UsageError("--verify needs --write")
-        rc = run_fix(
-            paths,
-            settings,
-            write=write,
-            show_diff=show_diff,
-            unsafe=unsafe_fixes,
-            verify=verify,
-            use_cache=not no_cache,
-            workers=jobs,
-            show_fixes=show_fixes,
-            force_exclude=force_exclude,
-        )
+        needs = torch_missing("metalint fix --verify") if verify else None
+        if needs:
+            click.echo(needs, err=True)
+            sys.exit(2)
+        with progress(True):  # on a terminal only
+            rc = run_fix(
+                paths,
+                settings,
+                write=write,
+                show_diff=show_diff,
+                unsafe=unsafe_fixes,
+                verify=verify,
+                use_cache=not no_cache,
+                workers=jobs,
+                show_fixes=show_fixes,
+                force_exclude=force_exclude,
+            )
     except ConfigError as exc:
         click.echo(f"metalint: error: {exc}", err=True)
         sys.exit(2)

@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from metalint.extras import torch_missing
 from metalint.loader.errors import CheckpointError
 from metalint.probe.target import parse_target, resolve_items
 from metalint.vocabulary import LOAD_INIT_MODES, SHARD_LAYOUTS
@@ -132,6 +133,10 @@ def load_command(
     model.safetensors.index.json, a torch .bin/.pt zip file, or a torch.distributed.checkpoint
     folder.
     """
+    needs = torch_missing("metalint load", ("torch", "safetensors"))
+    if needs:
+        click.echo(needs, err=True)
+        sys.exit(2)
     if nproc > 1 or shard is not None:
         if verify:
             _fail("--verify compares against a single-process eager load; not with --nproc/--shard")

@@ -13,6 +13,7 @@ import click
 from metalint import report
 from metalint.codes import ERROR_CODE
 from metalint.diagnostics import Diagnostic, Position
+from metalint.extras import torch_missing
 from metalint.probe.isolate import Options, Outcome, run_target
 from metalint.probe.results import Declared, merge_across_classes, split_declared, verdict_text
 from metalint.probe.target import Target, load_settings_for_probe, parse_target
@@ -250,6 +251,10 @@ def probe_command(
     Without TARGET, the factories listed in [tool.metalint.probe] of pyproject.toml.
     The configured [tool.metalint] hooks are run on every module that has them after the init.
     """
+    needs = torch_missing("metalint probe")
+    if needs:
+        click.echo(needs, err=True)
+        sys.exit(2)
     specs = list(targets)
     first = parse_target(specs[0]) if specs else []
     settings = load_settings_for_probe(first[0].path if first else None, config)
@@ -264,7 +269,7 @@ def probe_command(
     rep = run_probe(specs, opts, progress=_progress_enabled(), nproc=nproc or 2, shard=shard)
     diags, intended, stale = split_declared(rep.diagnostics, declared, rep.classes)
     built, not_probed = coverage(rep)
-    if fmt == "text":
+    if fmt in report.TEXT_FORMATS:
         for line in summary_lines(rep, declared):
             click.echo(line)
     where = settings.config_file or "pyproject.toml"
@@ -284,7 +289,7 @@ def probe_command(
         click.echo(not_probed, err=True)
     if built == 0:
         # "All checks passed!" over nothing built would be a false green
-        if fmt != "text" or diags:
+        if fmt not in report.TEXT_FORMATS or diags:
             click.echo(report.render(diags, fmt), nl=False)
         click.echo("Nothing was probed: no item could be built.", err=True)
         sys.exit(2)

@@ -11,7 +11,7 @@ import pkgutil
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from metalint.codes import RuleInfo, describe_code
+from metalint.codes import RuleInfo, code_page, describe_code
 
 if TYPE_CHECKING:
     from metalint.static.rule import Rule
@@ -89,3 +89,11 @@ def describe(code: str) -> RuleInfo | None:
     if rule is not None:
         return RuleInfo(rule.code, rule.name, rule.summary)
     return describe_code(code)
+
+
+def page(code: str) -> str | None:
+    """The reference page (markdown) of any code metalint prints, as ``metalint rule`` shows."""
+    rule = rule_by_code(code)
+    if rule is not None:
+        return rule.markdown()
+    return code_page(code)
