@@ -122,7 +122,8 @@ def apply_fixes(paths, settings, *, unsafe: bool, use_cache: bool = True, worker
     that follows reports what remains)."""
     checked, errors, fixer, fixes = _fix_all(paths, settings, unsafe, use_cache, workers)
     changed = [ff for ff in fixes if ff.changed]
-    _write(changed, fixer, errors, lambda *a, **k: None, verify=False)
+    tree = tree_of(paths or [Path(".")])
+    _write(changed, fixer, errors, lambda *a, **k: None, verify=False, tree=tree)
     return Applied(
         fixed=sum(_resolved(ff.before, ff.after) for ff in fixes),
         applied=[d for ff in fixes for d in ff.applied],

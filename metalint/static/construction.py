@@ -73,7 +73,7 @@ def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Regist
     stores the new tensor as the buffer). ``value`` is None where the data is unknown."""
     yield from _tensor_registrations(methods, qualify)
     buffers = {
-        r.attr: r.persistent
+        r.attr: (r.persistent, r.method)
         for r in _tensor_registrations(methods, qualify)
         if r.kind == "buffer" and type(r.node) is cst.Call
     }
@@ -82,13 +82,30 @@ def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Regist
             if a.target.count(".") != 1 or a.augmented or a.value is None:
                 continue
             attr = a.target.split(".")[1]
-            if attr not in buffers or is_none(a.value):
+            # only another method's assignment is surely later (one of the registering
+            # method's may be on another branch: monai's ``else: self.causal_mask = ...``)
+            if attr not in buffers or buffers[attr][1] is method:
+                continue
+            if is_none(a.value) or _literal(a.value):
                 continue
             if type(a.value) is cst.Call and qualify(same_tensor(a.value).func) in (
                 PARAMETER_CLASSES | BUFFER_CLASSES
             ):
                 continue
-            yield Registration(attr, "buffer", a.node, a.value, method, buffers[attr])
+            yield Registration(attr, "buffer", a.node, a.value, method, buffers[attr][0])
+
+
+def _literal(node: cst.BaseExpression) -> bool:
+    """A constant (``0.0``, ``-1``, ``"x"``, ``True``): no tensor, so not the buffer's new value
+    (peft's ``self.zeros = 0.0`` on the path that registers no buffer)."""
+    if type(node) is cst.UnaryOperation:
+        node = node.expression
+    if type(node) is cst.Name:
+        return node.value in ("True", "False")
+    return isinstance(
+        node,
+        (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.ConcatenatedString),
+    )
 
 
 def _tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]:
