@@ -18,6 +18,7 @@ from metalint.config import (
     ConfigError,
     Settings,
     load_settings,
+    project_root,
     time_budget,
     validate_selectors,
 )
@@ -63,17 +64,6 @@ def all_codes() -> tuple[list[str], set[str]]:
 
     codes, defaults = rule_codes()
     return list(codes), set(defaults)
-
-
-def project_root(settings: Settings, first: Path) -> Path | None:
-    """The project a run judges its files in: the folder of the ``[tool.metalint]`` config,
-    else the git work tree that holds the first path; None outside both (only the files named
-    are read then)."""
-    if settings.config_file is not None:
-        return settings.root
-    start = Path(os.path.abspath(first))
-    folder = start if start.is_dir() else start.parent
-    return next((f for f in (folder, *folder.parents) if (f / ".git").exists()), None)
 
 
 def run_check(

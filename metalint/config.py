@@ -38,6 +38,7 @@ Keys (all optional)::
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -378,3 +379,14 @@ def validate_selectors(selectors: list[str], known: list[str], what: str) -> Non
             continue
         if not any(code.startswith(sel) for code in known) or len(sel) < 2:
             raise ConfigError(f"{what}: unknown rule selector {sel!r}")
+
+
+def project_root(settings: Settings, first: Path) -> Path | None:
+    """The project a run judges its files in: the folder of the ``[tool.metalint]`` config,
+    else the git work tree that holds the first path; None outside both (only the files named
+    are read then)."""
+    if settings.config_file is not None:
+        return settings.root
+    start = Path(os.path.abspath(first))
+    folder = start if start.is_dir() else start.parent
+    return next((f for f in (folder, *folder.parents) if (f / ".git").exists()), None)

@@ -596,3 +596,28 @@ def test_tree_sites_of_a_class_file():
     seq = root_only(seqs["root"])
     assert seq is not None and seq.runs == (("entry", "init_weights"),)
     assert tree_sites("/usr/lib/python3/site-packages/pkg/model.py") == []
+
+
+def test_tree_sites_of_a_file_outside_any_project_is_the_file_alone(tmp_path):
+    """A file outside any project (no ``[tool.metalint]``, no git work tree: a copy in /tmp)
+    is its own tree: the probe never walks the folder around it (all of /tmp, venvs
+    included, took the probe past its timeout)."""
+    from metalint.static.pipeline import tree_sites
+
+    site = (
+        "import torch\nfrom m import M\n\n\ndef build():\n"
+        '    with torch.device("meta"):\n        model = M()\n'
+        '    model.to_empty(device="cpu")\n    model.init_weights()\n'
+    )
+    (tmp_path / "m.py").write_text("import torch\nclass M(torch.nn.Module):\n    pass\n")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "train.py").write_text(site)
+    assert tree_sites(str(tmp_path / "m.py")) == []
+    (tmp_path / "m.py").write_text((tmp_path / "m.py").read_text() + "\n\n" + site)
+    assert [s["line"] for _, s in tree_sites(str(tmp_path / "m.py"))] == [12]
+    # in a project, the whole project
+    (tmp_path / "pyproject.toml").write_text("[tool.metalint]\n")
+    assert sorted(Path(p).name for p, _ in tree_sites(str(tmp_path / "m.py"))) == [
+        "m.py",
+        "train.py",
+    ]

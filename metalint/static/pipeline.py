@@ -472,14 +472,14 @@ def root_only(seqs: list[Sequence]) -> Sequence | None:
 
 
 def tree_sites(start: str, limit: int = 5_000) -> list[tuple[str, dict]]:
-    """The materialisation sites of the tree a file belongs to: the files under the folder of
-    the nearest ``[tool.metalint]`` config above it (else the folder that holds its top
-    package), as ``check`` discovers them, at most ``limit``; none for an installed package
-    (``site-packages``). Only ``ast`` (no libcst): the probe asks this of the class it builds
+    """The materialisation sites of the tree a file belongs to: the files of its project (the
+    folder of the nearest ``[tool.metalint]`` config above it, else its git work tree; the
+    file alone outside both), as ``check`` discovers them, at most ``limit``; none for an
+    installed package (``site-packages``). Only ``ast`` (no libcst): the probe asks this of the class it builds
     (``--init auto``)."""
     from pathlib import Path
 
-    from metalint.config import ConfigError, load_settings
+    from metalint.config import ConfigError, load_settings, project_root
     from metalint.files import Discovery, display_path
     from metalint.static.names import module_name_for
 
@@ -492,8 +492,11 @@ def tree_sites(start: str, limit: int = 5_000) -> list[tuple[str, dict]]:
         settings = load_settings(folder)
     except ConfigError:
         return []
+    # the project check would judge the file in; outside any (a file in /tmp) the file alone
+    project = project_root(settings, Path(start))
+    where = [project] if project is not None else [Path(start)]
     out: list[tuple[str, dict]] = []
-    for n, path in enumerate(Discovery(settings.root, settings.exclude).files([settings.root])):
+    for n, path in enumerate(Discovery(settings.root, settings.exclude).files(where)):
         if n >= limit:
             break
         try:
