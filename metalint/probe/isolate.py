@@ -5,7 +5,7 @@ The child streams one event per item, so when it crashes (segfault, OOM kill) or
 the item in progress is lost: the parent reports it as ML900, then starts a fresh child that
 skips the items already done. The timeout applies per item (and to importing the target).
 
-Each child leads a session of its own, and its whole process group is killed when it times out
+Each child runs in a process group of its own (setsid), and that whole process group is killed when it times out
 and when it is done, so nothing a target forks outlives its probe; of the output of the user's
 code only a bounded tail is kept (see :func:`_run_child`).
 """
@@ -222,7 +222,7 @@ def _run_child(job, env, opts: Options, batch: _Batch):
     """One child over the items not done yet: (failure or None, exit code, the tail of its
     output, whether it reported the end of its items).
 
-    The child leads a session of its own: on a timeout, and after it exits (or lingers past
+    The child runs in a process group of its own (setsid): on a timeout, and after it exits (or lingers past
     :data:`GRACE` s once its items are done: a non-daemon thread), its whole process group is
     killed, so nothing the target forked outlives the probe. Its output goes through a pipe
     into a :class:`_Tail`: only the last :data:`TAIL_BYTES` are kept."""
