@@ -71,8 +71,25 @@ _KINDS = (
 )
 
 
-def _kind(mode: int) -> str:
+def not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is when it is not a regular file (``"a named pipe"``), else None:
+    one answer for ``check``, ``fix`` and the loader."""
+    if stat.S_ISREG(mode):
+        return None
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def read_bounded(fd: int, limit: int) -> tuple[bytes, bool]:
+    """At most ``limit`` + 1 bytes of the open file ``fd``, and whether it holds more than
+    ``limit``."""
+    parts, left = [], limit + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts), left <= 0
 
 
 def read_regular(path: str | os.PathLike, limit: int) -> bytes:
@@ -81,28 +98,21 @@ def read_regular(path: str | os.PathLike, limit: int) -> bytes:
     on the open file, which is opened non-blocking: a FIFO swapped in between cannot block),
     :class:`TooLarge` past ``limit`` bytes (at most ``limit`` + 1 are read), OSError."""
     st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise NotRegularFile(f"not a regular file ({_kind(st.st_mode)})")
+    if (kind := not_regular(st.st_mode)) is not None:
+        raise NotRegularFile(f"not a regular file ({kind})")
     if st.st_size > limit:
         raise TooLarge(st.st_size, limit)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFile(f"not a regular file ({_kind(st.st_mode)})")
-        parts, left = [], limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            parts.append(chunk)
-            left -= len(chunk)
+        if (kind := not_regular(os.fstat(fd).st_mode)) is not None:
+            raise NotRegularFile(f"not a regular file ({kind})")
+        data, over = read_bounded(fd, limit)
     finally:
         os.close(fd)
-    if left <= 0:  # it grew past the limit (or says it is empty, as /proc files do)
+    if over:  # it grew past the limit (or says it is empty, as /proc files do)
         raise TooLarge(limit + 1, limit)
-    return b"".join(parts)
+    return data
 
 
 def _read_gitignore(folder: str, warn) -> Spec | None:

@@ -385,7 +385,7 @@ def test_fifo_is_refused_without_waiting(tmp_path, which):
     os.mkfifo(fifo)
     r, _ = load_cli(fifo if which in ("torch file", "given file") else folder, tmp_path)
     line = one_line_error(r, [fifo])
-    assert "a FIFO" in line
+    assert "a named pipe" in line
 
 
 def test_index_shard_that_is_a_fifo_is_refused(tmp_path):
@@ -399,7 +399,7 @@ def test_index_shard_that_is_a_fifo_is_refused(tmp_path):
     index.write_text(json.dumps({"weight_map": {"embed.weight": "model-00002.safetensors"}}))
     r, _ = load_cli(folder, tmp_path)
     line = one_line_error(r, [index, "model-00002.safetensors"])
-    assert "a FIFO" in line
+    assert "a named pipe" in line
 
 
 # -- seeded properties: nested pickles and DCP metadata ----------------------------------------

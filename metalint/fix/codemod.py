@@ -1454,7 +1454,7 @@ class ClassEdit:
                 stmts = self.on_module_device(self.hook_append.get(name, []))
                 body = m.body
                 kept = [s for s in body.body if not _is_pass(s)]
-                doc = kept[:1] if kept and _is_docstring(kept[0]) else []
+                doc = kept[:1] if kept and is_docstring(kept[0]) else []
                 opening = list(self.hook_prepend.get(name, []))
                 if opening:
                     rest = kept[len(doc) :]
@@ -1761,7 +1761,7 @@ def _does_nothing(body: cst.BaseSuite) -> bool:
     )
 
 
-def _is_docstring(s: cst.BaseStatement) -> bool:
+def is_docstring(s: cst.BaseStatement) -> bool:
     return (
         isinstance(s, cst.SimpleStatementLine)
         and len(s.body) == 1

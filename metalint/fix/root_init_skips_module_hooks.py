@@ -21,19 +21,10 @@ from __future__ import annotations
 import libcst as cst
 
 from metalint.diagnostics import Applicability
-from metalint.fix.codemod import Rewrite, Unfixable, stmt
+from metalint.fix.codemod import Rewrite, Unfixable, is_docstring, stmt
 from metalint.static.model import ClassFacts
 from metalint.static.rule import Finding, RuleContext
 from metalint.vocabulary import RESET_HOOK
-
-
-def _is_docstring(node: cst.BaseStatement) -> bool:
-    return (
-        isinstance(node, cst.SimpleStatementLine)
-        and len(node.body) == 1
-        and isinstance(node.body[0], cst.Expr)
-        and isinstance(node.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
 
 
 def _free_name(fn: cst.FunctionDef) -> str:
@@ -78,7 +69,7 @@ def plan(ctx: RuleContext, cls: ClassFacts, finding: Finding) -> Rewrite:
         f"        {var}.{RESET_HOOK}()\n"
     ).visit(_Quotes())
     body = list(fn.body.body)
-    at = 1 if body and _is_docstring(body[0]) else 0
+    at = 1 if body and is_docstring(body[0]) else 0
     new_fn = fn.with_changes(body=fn.body.with_changes(body=[*body[:at], loop, *body[at:]]))
     return Rewrite(
         cls.node.deep_replace(fn, new_fn),

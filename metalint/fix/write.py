@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from metalint.files import MAX_SOURCE_BYTES
+from metalint.files import MAX_SOURCE_BYTES, read_bounded
 
 TMP_SUFFIX = ".metalint-tmp"
 
@@ -109,14 +109,7 @@ def _read_at(name: str, dfd: int | None) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        parts, left = [], MAX_SOURCE_BYTES + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            parts.append(chunk)
-            left -= len(chunk)
-        return b"".join(parts)
+        return read_bounded(fd, MAX_SOURCE_BYTES)[0]
     finally:
         os.close(fd)
 

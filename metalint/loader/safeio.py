@@ -10,24 +10,9 @@ Every failure is a :class:`~metalint.loader.errors.CheckpointError` naming the f
 from __future__ import annotations
 
 import os
-import stat
 
+from metalint.files import not_regular
 from metalint.loader.errors import CheckpointError
-
-_KINDS = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def not_regular(mode: int) -> str | None:
-    """What a file of ``mode`` is when it is not a regular file, else None."""
-    if stat.S_ISREG(mode):
-        return None
-    return next((kind for test, kind in _KINDS if test(mode)), "not a regular file")
 
 
 def _refuse(path, kind: str, what: str):
