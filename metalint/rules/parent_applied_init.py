@@ -5,6 +5,7 @@ from collections.abc import Iterable
 import libcst as cst
 
 from metalint.static import constants
+from metalint.static.construction import top_function
 from metalint.static.defaults import (
     applied_function,
     calls_only_reset,
@@ -52,16 +53,40 @@ def module_loops(
     return out
 
 
-def loop_inits(method: MethodFacts, qualify, with_params: bool = False) -> list[cst.CSTNode]:
+def _writes_argument(module: cst.Module | None, call: cst.Call, qualify) -> list[str] | None:
+    """``init_head(m, n)`` with ``init_head`` a function of the file that writes a tensor of
+    its first parameter in place (``m.conv.bias.data.zero_()``): the handed names, as a write
+    chain of the call's first argument; None for any other call."""
+    func = call.func
+    if module is None or type(func) is not cst.Name or not call.args or call.args[0].keyword:
+        return None
+    fn = top_function(module, func.value)
+    arg = dotted(call.args[0].value)
+    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)] if fn else []
+    if not params or not arg:
+        return None
+    for node in walk_code(fn.body):
+        if type(node) is cst.Call:
+            w = inplace_write(node, qualify)
+            if w is not None and len(w.chain) >= 2 and w.chain[0] == params[0]:
+                return [*arg.split("."), *w.chain[1:]]
+    return None
+
+
+def loop_inits(
+    method: MethodFacts, qualify, with_params: bool = False, module: cst.Module | None = None
+) -> list[cst.CSTNode]:
     """Module loops whose body initialises a tensor of the loop variable (``m.weight``, or
-    ``p`` itself in a loop over ``self.named_parameters()``)."""
+    ``p`` itself in a loop over ``self.named_parameters()``), itself or through a function of
+    the file (``module``) handed the loop variable (``for n, m in self.named_modules():
+    _init_weight(m, n)``)."""
     loops = module_loops(method, with_params)
     found: list[cst.CSTNode] = []
     for call in method.calls:
         if call.method in RESET_METHODS:
             continue  # m.reset_parameters(): the module's own hook, replayed per module
         w = inplace_write(call.node, qualify)
-        parts = list(w.chain) if w else None
+        parts = list(w.chain) if w else _writes_argument(module, call.node, qualify)
         if not parts:
             continue
         for loop in call.loops:
@@ -75,14 +100,14 @@ def loop_inits(method: MethodFacts, qualify, with_params: bool = False) -> list[
 
 
 def parent_inits(
-    method: MethodFacts, qualify, with_params: bool = False
+    method: MethodFacts, qualify, with_params: bool = False, module: cst.Module | None = None
 ) -> list[tuple[cst.CSTNode, str]]:
     """Every parent-applied init in ``method``: (node, how it reads)."""
     out: list[tuple[cst.CSTNode, str]] = []
     for call in method.calls:
         if is_self_apply(call):
             out.append((call.node, f"`{short(call.node, 50)}`"))
-    for loop in loop_inits(method, qualify, with_params):
+    for loop in loop_inits(method, qualify, with_params, module):
         assert isinstance(loop, cst.For)
         out.append((loop, f"the loop `for ... in {short(loop.iter, 50)}`"))
     return out
@@ -698,7 +723,7 @@ class Captioner(nn.Module):
                 continue
             # ``efficientnet_init_weights(self)`` in ``init_weights()`` replays as ``apply`` does
             if any(
-                parent_inits(m, self.qualify, True) or self._helper_inits(m)
+                parent_inits(m, self.qualify, True, self.ctx.module) or self._helper_inits(m)
                 for m in cls.reachable(hook)
             ):
                 out.append((hook, cls.methods[hook]))
@@ -716,7 +741,10 @@ class Captioner(nn.Module):
                 continue
             if has_children is None and any(isinstance(n, cst.For) for n, _t, _i in method.loops):
                 has_children = bool(module_children(cls, self.qualify))
-            inits = [(n, w, "") for n, w in parent_inits(method, self.qualify, bool(has_children))]
+            inits = [
+                (n, w, "")
+                for n, w in parent_inits(method, self.qualify, bool(has_children), self.ctx.module)
+            ]
             inits += self._helper_inits(method)
             env = default_env(cls, method) if inits else {}
             for node, what, helper in inits:
@@ -758,7 +786,9 @@ class Captioner(nn.Module):
             if caller.name in in_reset or call.method in self.ctx.hooks:
                 continue  # a base's hook (``init_weights()``) is the protocol's to judge
             for method in run:
-                inits = [(n, w, "") for n, w in parent_inits(method, self.qualify, True)]
+                inits = [
+                    (n, w, "") for n, w in parent_inits(method, self.qualify, True, self.ctx.module)
+                ]
                 inits += self._helper_inits(method)
                 env = default_env(cls, method) if inits else {}
                 found = next(

@@ -12,8 +12,10 @@ from metalint.static.model import (
     construction,
     function_facts,
 )
+from metalint.static.names import dotted
 from metalint.static.rule import Finding, Rule
 from metalint.static.syntax import short
+from metalint.static.tensors import inplace_write
 from metalint.vocabulary import WEIGHT_REPARAMETRIZATIONS
 
 
@@ -28,6 +30,38 @@ def _other_file(call) -> bool:
     resolves to no function there."""
     q = call.qualname
     return q is not None and not q.startswith(NOT_THE_TREE) and type(call.node.func) is not cst.Call
+
+
+def _reparametrised(method: MethodFacts, node: cst.Call) -> str | None:
+    """The attribute whose layer ``node`` re-parametrises: ``self.conv1 = weight_norm(self
+    .conv1)`` or ``self.conv = weight_norm(nn.Conv1d(...))`` -> ``conv1`` / ``conv``."""
+    arg = dotted(node.args[0].value) if node.args else None
+    if arg and arg.startswith("self.") and arg.count(".") == 1:
+        return arg[5:]
+    for a in method.assigns:
+        if a.value is node and a.target.startswith("self.") and a.target.count(".") == 1:
+            return a.target[5:]
+    return None
+
+
+def _writes_computed_weight(cls: ClassFacts, hooks, attr: str, qualify) -> str | None:
+    """The class's own hook that initialises ``self.<attr>.weight`` in place or hands it to a
+    function (``initialize(self.conv1.weight)``) and never assigns it: it writes the weight
+    the parametrization computes, a temporary, and leaves g and v as they are."""
+    weight = f"self.{attr}.weight"
+    for hook in hooks:
+        if hook.startswith("_") or hook not in cls.methods:
+            continue
+        methods = cls.reachable(hook)
+        if any(a.target == weight for m in methods for a in m.assigns):
+            return None  # assigning it runs right_inverse: g and v follow
+        for m in methods:
+            for call in m.calls:
+                w = inplace_write(call.node, qualify)
+                handed = any(dotted(a.value) == weight for a in call.node.args)
+                if handed or (w is not None and ".".join(w.chain) == weight):
+                    return hook
+    return None
 
 
 class WeightNormNotReset(Rule):
@@ -192,16 +226,24 @@ class Discriminator(nn.Module):
                     cross = call.qualname or ""
                 else:
                     continue
+                attr = _reparametrised(method, node)
+                hook = attr and _writes_computed_weight(cls, self.ctx.hooks, attr, self.qualify)
+                tail = (
+                    f"; `{hook}()` initialises the computed `self.{attr}.weight` in place, a "
+                    f"temporary"
+                    if hook
+                    else ""
+                )
                 yield Finding(
                     node,
                     f"{what} in `{method.name}` re-parametrises a layer's weight from its init: "
                     f"built on meta there is none, and after `to_empty()` the layer's "
                     f"`reset_parameters()` writes the computed `weight`, not the new parameters "
-                    f"(g and v), which stay uninitialised memory",
+                    f"(g and v), which stay uninitialised memory{tail}",
                     cls,
                     help="Re-derive it in a hook that runs after the layer's reset: assign a "
                     "freshly initialised `weight` (the parametrization's right_inverse sets g and "
                     "v), or load a checkpoint",
-                    unless_hook=True,
+                    unless_hook=not hook,
                     if_helper_reads=cross,
                 )
