@@ -118,7 +118,9 @@ class ParentAppliedInit(Rule):
     ## What it does
     Finds initialisation that a parent module applies to its children during construction:
     `self.apply(self._init_weights)`, timm's `named_apply(init_fn, self)`, or a loop
-    `for m in self.modules(): nn.init.kaiming_normal_(m.weight)`, or nanoGPT's
+    `for m in self.modules(): nn.init.kaiming_normal_(m.weight)` (or one that hands each
+    module to a function of the file that initialises it: a detector's
+    `for n, m in self.named_modules(): _init_weight(m, n)`), or nanoGPT's
     `for pn, p in self.named_parameters(): ... normal_(p)` in a module with children, or a
     module-level helper handed the module that loops over its modules and initialises them
     (timm's `efficientnet_init_weights(self)`, resolved across files), also in a method of a
@@ -590,6 +592,22 @@ class ResNet(nn.Module):
             elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
                 nn.init.constant_(m.weight, 1)
                 nn.init.constant_(m.bias, 0)
+""",
+        # a detector's loop hands each module to a function of the file that initialises it
+        """
+import torch.nn as nn
+
+def _init_weight(m, n=""):
+    if isinstance(m, nn.Conv2d) and "head" in n:
+        m.weight.data.normal_(std=0.01)
+        m.bias.data.zero_()
+
+class Detector(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.head = nn.Conv2d(dim, 4, 3)
+        for n, m in self.named_modules():  # ERROR
+            _init_weight(m, n)
 """,
         # a model root's init, but the root is built inside a model that does not replay its
         # init_weights(): lost under the outer model's protocol

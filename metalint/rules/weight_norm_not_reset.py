@@ -70,7 +70,10 @@ class WeightNormNotReset(Rule):
     Finds `weight_norm(...)`, `spectral_norm(...)`, `orthogonal(...)` or
     `register_parametrization(...)` applied to a layer while a module is built, directly or
     through a function (`WNConv1d = lambda *a, **k: weight_norm(nn.Conv1d(*a, **k))`, the
-    audio codecs' and vocoders' idiom), in a class with no init hook of its own.
+    audio codecs' and vocoders' idiom), in a class with no init hook of its own, or whose hook
+    initialises the re-parametrised layer's `weight` in place or hands it to an initializer
+    (`init_fn(self.conv1.weight)`) without assigning it: that writes the weight the
+    parametrization computes, a temporary, and leaves g and v as they were.
 
     ## Why is this bad on meta?
     Re-parametrising a weight computes new parameters from the value the layer's init gave it:
@@ -173,6 +176,21 @@ class ResidualUnit(nn.Module):
             nn.ELU(),
             WNConv1d(dim, dim, kernel_size=7, padding=3),  # ERROR
         )
+""",
+        # the class's own hook initialises the computed weight, a temporary
+        """
+import torch.nn as nn
+from torch.nn.utils.parametrizations import weight_norm
+
+class TemporalBlock(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.conv = nn.Conv1d(dim, dim, 3)
+        self.conv = weight_norm(self.conv)  # ERROR
+        self.init_weights()
+
+    def init_weights(self):
+        nn.init.xavier_uniform_(self.conv.weight)
 """,
         # spectral norm in a loop over layers (a GAN discriminator)
         """
