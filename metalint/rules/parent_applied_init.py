@@ -83,7 +83,7 @@ def loop_inits(
     loops = module_loops(method, with_params)
     found: list[cst.CSTNode] = []
     for call in method.calls:
-        if call.method in RESET_METHODS:
+        if call.method in RESET_METHODS or not any(loop in loops for loop in call.loops):
             continue  # m.reset_parameters(): the module's own hook, replayed per module
         w = inplace_write(call.node, qualify)
         parts = list(w.chain) if w else _writes_argument(module, call.node, qualify)
