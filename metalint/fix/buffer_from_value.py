@@ -24,24 +24,19 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import (
-    ClassEdit,
+from metalint.fix.codemod import ClassEdit
+from metalint.fix.edits import (
     Rewrite,
     Unfixable,
-    _touches,
-    _uses,
     expr,
     fill,
     guarded,
-    inline_locals,
-    mentions_none,
     names_in,
     render,
-    rng_free,
-    statements_after,
     stmt,
     torch_spelling,
 )
+from metalint.fix.flow import mentions_none, rng_free, statements_after, touches, uses
 from metalint.fix.parameter_from_value import (
     Value,
     empty_of,
@@ -64,6 +59,7 @@ from metalint.fix.recompute import (
     recompute_locals,
     registered,
 )
+from metalint.fix.store import inline_locals
 from metalint.static.construction import argument_of
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
@@ -122,7 +118,7 @@ def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -
     one_value(edit.cls, ctx.qualify, attr, node)
     memo = edit.memo()
     tail = statements_after(path) + edit.block_tail(call_line)
-    if any(_touches(x, attr, True, memo) for x in tail):
+    if any(touches(x, attr, True, memo) for x in tail):
         raise Unfixable(f"{why}: `self.{attr}` is written later (line order matters)")
     later = edit.used_after(attr, call_index, writes_only=True)
     if later:
@@ -148,8 +144,8 @@ def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -
                     f"{why}: the value reads `{name.value}`, a name of `{helper.name}()`"
                 )
     code = [*prelude, full]
-    for a in sorted(set().union(*(_uses(c)[1] for c in code))):
-        if any(_touches(x, a, True, memo) for x in tail) or edit.used_after(
+    for a in sorted(set().union(*(uses(c)[1] for c in code))):
+        if any(touches(x, a, True, memo) for x in tail) or edit.used_after(
             a, call_index, writes_only=True
         ):
             raise Unfixable(f"{why}: the value reads `self.{a}`, which is set again later")
@@ -295,7 +291,7 @@ def _settled(ctx, edit: ClassEdit, node, attr: str, line) -> None:
     value it keeps: nothing later in its block writes it, and no other path of construction
     makes it from another value (:func:`one_value`)."""
     tail = edit.block_tail(line)
-    if any(_touches(s, attr, True, edit.memo()) for s in tail):
+    if any(touches(s, attr, True, edit.memo()) for s in tail):
         raise Unfixable(f"`self.{attr}` is written later in its block (line order matters)")
     one_value(edit.cls, ctx.qualify, attr, node)
 
@@ -482,7 +478,7 @@ def _own_buffer_hook(edit: ClassEdit) -> bool:
     ``if any(p.is_meta for p in params): return``), takes required arguments, or is not called
     by ``__init__`` (calling it would re-initialise the parameters a caller sets up with its
     own arguments: ``update_layer`` calls ``reset_parameters(init_weights=...)``)."""
-    if RESET_HOOK not in edit.cls.methods or edit._taken(BUFFER_HOOK):
+    if RESET_HOOK not in edit.cls.methods or edit.taken(BUFFER_HOOK):
         return False
     m = edit.cls.methods[RESET_HOOK].node
     calls, nested = edit.hook_calls(RESET_HOOK)
@@ -557,7 +553,7 @@ def _siblings(edit: ClassEdit, line, path, attr: str, covered, index: int) -> li
         if local not in covered:
             continue
         if edit.used_after(other, index, writes_only=True) or any(
-            _touches(t, other, True, edit.memo()) for t in edit.block_tail(s)
+            touches(t, other, True, edit.memo()) for t in edit.block_tail(s)
         ):
             continue
         out.append(stmt(f"self.{other}.copy_({local})"))

@@ -24,16 +24,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import (
-    ClassEdit,
-    Rewrite,
-    Unfixable,
-    legacy_empty,
-    path_to,
-    render,
-    rng_free,
-    with_device,
-)
+from metalint.fix.codemod import ClassEdit
+from metalint.fix.edits import Rewrite, Unfixable, path_to, render, with_device
+from metalint.fix.flow import rng_free
+from metalint.fix.store import legacy_empty
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import keyword
 from metalint.vocabulary import (

@@ -17,23 +17,20 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from metalint.fix.codemod import (
-    ClassEdit,
+from metalint.fix.codemod import ClassEdit
+from metalint.fix.edits import (
     Rewrite,
     Unfixable,
-    _touches,
-    _uses,
     base_guard_comment,
-    binds,
     expr,
     guarded,
     names_in,
     path_to,
     render,
-    rng_free,
     stmt,
     torch_spelling,
 )
+from metalint.fix.flow import binds, rng_free, touches, uses
 from metalint.fix.parent_init import (
     bound_names,
     called_once,
@@ -128,11 +125,11 @@ def sets_every_element(body, attr: str, ctx: RuleContext) -> bool:
     for s in body:
         if isinstance(s, cst.SimpleStatementLine) and overwrites(s, attr, ctx):
             return True
-        written, read, methods = _uses(s)
+        written, read, methods = uses(s)
         if isinstance(s, cst.If):
             blocks, node, tests_free = [], s, True
             while isinstance(node, cst.If):
-                tests_free &= not (_touches(node.test, attr, False) or _uses(node.test)[2])
+                tests_free &= not (touches(node.test, attr, False) or uses(node.test)[2])
                 blocks.append(node.body)
                 node = node.orelse
             if tests_free and isinstance(node, cst.Else):
@@ -281,8 +278,8 @@ def init_in_branch(ctx: RuleContext, edit: ClassEdit, attr: str, index: int) -> 
     it later), and its tests read none. None otherwise."""
     body = edit.init_body
     memo = edit.memo()
-    j = next((k for k in range(index + 1, len(body)) if _touches(body[k], attr, False, memo)), None)
-    if j is None or any(_uses(body[k], memo)[2] for k in range(index + 1, j)):
+    j = next((k for k in range(index + 1, len(body)) if touches(body[k], attr, False, memo)), None)
+    if j is None or any(uses(body[k], memo)[2] for k in range(index + 1, j)):
         return None
     s = body[j]
     if isinstance(s, cst.SimpleStatementLine) and init_only(s, ctx) and rescales(s, ctx) == attr:
@@ -290,10 +287,10 @@ def init_in_branch(ctx: RuleContext, edit: ClassEdit, attr: str, index: int) -> 
         return None if edit.used_after(attr, j, tensor=True) else j
     if not (isinstance(s, cst.If) and init_only(s, ctx, _any)):
         return None
-    _written, read, calls = _uses(s, memo)
+    _written, read, calls = uses(s, memo)
     if calls or read - {attr}:
         return None  # a tensor it reads may change before the hook
-    if any(any(_uses(n.test)[:2]) for n in walk_code(s) if isinstance(n, cst.If)):
+    if any(any(uses(n.test)[:2]) for n in walk_code(s) if isinstance(n, cst.If)):
         # ``if self.pos_embed is not None:`` asks about the module (timm): ML003's own fix
         return None
     writes = [_write(n, ctx) for n in walk_code(s) if isinstance(n, cst.Call)]
@@ -483,7 +480,7 @@ def _children_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding
         ]
         for a in inits:
             if any(
-                _touches(body[j], a, False, memo) for j in range(i + 1, len(body)) if j not in moved
+                touches(body[j], a, False, memo) for j in range(i + 1, len(body)) if j not in moved
             ):
                 raise Unfixable(f"{why}, and `self.{a}` is used after its init there")
         kids.update(inits)
@@ -497,7 +494,7 @@ def _children_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding
         end = next(j for j, b in enumerate(init) if b is tail)
         crossed += init[c + 1 : end]
         for a in sorted(kids):
-            if any(_touches(b, a, False, memo) for b in init[c + 1 : end]):
+            if any(touches(b, a, False, memo) for b in init[c + 1 : end]):
                 raise Unfixable(f"{why}, and `self.{a}` is used in `__init__` after the builder")
     if any(not rng_free(body[i], ctx) for i in moved) and not all(
         rng_free(b, ctx) for b in crossed
@@ -554,10 +551,10 @@ def _own_init_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding
     local = _locals_of(method)
     if any(isinstance(n, cst.Name) and n.value in local for n in walk_code(line)):
         raise Unfixable(f"{why}, and it reads a local of `{method.name}()`")
-    written, _read, _ = _uses(line, edit.memo())
+    written, _read, _ = uses(line, edit.memo())
     after = body[at + 1 :]
     for attr in sorted(written):
-        if any(_touches(s, attr, False, edit.memo()) for s in after):
+        if any(touches(s, attr, False, edit.memo()) for s in after):
             raise Unfixable(f"{why}, and `self.{attr}` is used after it there")
     c = called_once(edit, method)
     random = not rng_free(line, ctx)
@@ -627,7 +624,7 @@ def method_into_reset(edit: ClassEdit, method) -> Rewrite:
     c = called_once(edit, method, arguments=True)
     exists = HOOK in edit.cls.methods
     _refuse_rescaling(edit, edit.ctx, [method.node.body])
-    if not exists and edit._taken(HOOK):
+    if not exists and edit.taken(HOOK):
         raise Unfixable(f"`{HOOK}` is already an attribute of `{edit.cls.name}`")
     line = edit.init_body[c]
     call = hook_call(edit, method, c)
@@ -668,10 +665,10 @@ def _over_base_hook(edit: ClassEdit, method) -> Rewrite | None:
     same order: safe. None when no parameter of the class can guard it."""
     try:
         c = called_once(edit, method, arguments=True)
-        if HOOK in edit.cls.methods or edit._taken(HOOK):
+        if HOOK in edit.cls.methods or edit.taken(HOOK):
             return None
         body = edit.init_body
-        written = _uses(method.node.body)[0]
+        written = uses(method.node.body)[0]
         last = None
         for i in range(edit.super_index() or 0, c):
             s = body[i]
@@ -747,7 +744,7 @@ def _empty_before(edit: ClassEdit, method, c: int) -> list[str]:
         ):
             continue
         if any(
-            _touches(body[j], attr, False, memo) or _uses(body[j], memo)[2] for j in range(i + 1, c)
+            touches(body[j], attr, False, memo) or uses(body[j], memo)[2] for j in range(i + 1, c)
         ):
             continue
         if id(s) in edit.replace or not sets_every_element(method.node.body.body, attr, ctx):
@@ -786,7 +783,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     if not init_only(body[index], ctx):
         if init_only(body[index], ctx, _any):
             return _children_first(ctx, edit, keep=index)
-        line = edit._path(finding.node)[1]
+        line = edit.path_of(finding.node)[1]
         own = [n for n in line if isinstance(n, cst.SimpleStatementLine)]
         if own and own[-1] is not body[index] and init_only(own[-1], ctx):
             return move_own_in_block(ctx, edit, own[-1], index, "Move")
@@ -871,7 +868,7 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
     for i, s in enumerate(body):
         if i > first and i not in moved:
             for a in sorted(since):
-                hit = _touches(s, a, False, edit.memo()) if i > since[a] else None
+                hit = touches(s, a, False, edit.memo()) if i > since[a] else None
                 if hit:
                     raise Unfixable(
                         f"`self.{a}` is {hit} later in `__init__`, after its in-place init"
@@ -885,7 +882,7 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
             pass
         elif (
             HOOK not in edit.cls.methods
-            and not edit._taken(HOOK)
+            and not edit.taken(HOOK)
             and edit.hook_calls(HOOK) == ([], False)
             and all(rng_free(s, ctx) for s in between)
         ):
@@ -920,7 +917,7 @@ def move_own_in_block(ctx: RuleContext, edit: ClassEdit, first, index: int, what
     ``__init__`` draws random numbers after the block, the hook is called right after the
     block, so the draws keep their order; else it is called last (unsafe when something after
     the run draws). ``what`` starts the message."""
-    found = edit._path(first)
+    found = edit.path_of(first)
     block = found[1][-2] if found and len(found[1]) > 1 else None
     if not isinstance(block, cst.IndentedBlock):
         raise Unfixable("the in-place init is not a statement of a block")
@@ -934,11 +931,11 @@ def move_own_in_block(ctx: RuleContext, edit: ClassEdit, first, index: int, what
             break
         run.append(s)
     memo = edit.memo()
-    attrs = {a for s in run for a in _uses(s, memo)[0]}
+    attrs = {a for s in run for a in uses(s, memo)[0]}
     after = [*stmts[at + len(run) :], *edit.block_tail(block)]
     for s in after:
         for a in sorted(attrs):
-            hit = _touches(s, a, False, memo)
+            hit = touches(s, a, False, memo)
             if hit:
                 raise Unfixable(f"`self.{a}` is {hit} later in `__init__`, after its in-place init")
     for a in sorted(attrs):
@@ -951,7 +948,7 @@ def move_own_in_block(ctx: RuleContext, edit: ClassEdit, first, index: int, what
     for s in run:
         edit.replace[id(s)] = (s, [])
         new = edit.store_names(s, s, index).with_changes(leading_lines=())
-        written = _uses(s, memo)[0]
+        written = uses(s, memo)[0]
         if len(written) != 1:
             raise Unfixable("an in-place init statement writes several tensors")
         (a,) = written
@@ -972,13 +969,13 @@ def move_own_in_block(ctx: RuleContext, edit: ClassEdit, first, index: int, what
         random
         and not edit.rng_free_after(index)
         and HOOK not in edit.cls.methods
-        and not edit._taken(HOOK)
+        and not edit.taken(HOOK)
         and edit.hook_calls(HOOK) == ([], False)
     ):
         # a new hook, called right after the block: the draws keep their order
         edit.check_bases(HOOK)
         _call_after(edit, index, False, HOOK)
-        edit._hook_call_added.add(HOOK)
+        edit.hook_call_added.add(HOOK)
         random = False
     edit.use_hook(HOOK, index, moved, random=random)
     n = len(run)
@@ -1025,10 +1022,10 @@ def _branch_condition(edit: ClassEdit, path: list, index: int) -> cst.BaseExpres
     if not parts:
         raise Unfixable("the in-place init is inside a block that is not a branch of an `if`")
     memo = edit.memo()
-    written_here, _r, _c = _uses(top, memo)
+    written_here, _r, _c = uses(top, memo)
     bound = binds(top, edit.ctx.qualify) - {"self"}
     for test, _pos in parts:
-        _w, read, calls = _uses(test, memo)
+        _w, read, calls = uses(test, memo)
         if (
             calls
             or not rng_free(test, edit.ctx)
@@ -1288,7 +1285,7 @@ def _root_hook(edit: ClassEdit, first: int, last: int, moved: set[int]):
     :meth:`ClassEdit.join_called_hook`."""
     if ROOT_HOOK in edit.cls.methods:
         return [], None, edit.join_called_hook(ROOT_HOOK, first, last, moved)
-    if edit._taken(ROOT_HOOK):
+    if edit.taken(ROOT_HOOK):
         raise Unfixable(f"`{ROOT_HOOK}` is already an attribute of `{edit.cls.name}`")
     opening = own_hook_first(edit, first, last, moved)
     tail = None if opening else own_hook_last(edit, last, moved)
@@ -1432,7 +1429,7 @@ def _children(
     between = _between(edit, first, last, moved, runs, inits)
     for s, exempt in between:
         for a in sorted(attrs - exempt):
-            if _touches(s, a, False, edit.memo()):
+            if touches(s, a, False, edit.memo()):
                 raise Unfixable(f"`self.{a}` is used between its in-place inits in `__init__`")
     if not all(rng_free(s, ctx) for s, _e in between):
         edit.unsafe.append(

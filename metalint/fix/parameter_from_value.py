@@ -34,28 +34,29 @@ from __future__ import annotations
 import libcst as cst
 
 from metalint.diagnostics import Applicability
-from metalint.fix.codemod import (
-    NESTING,
-    ClassEdit,
+from metalint.fix.codemod import ClassEdit
+from metalint.fix.edits import (
     Rewrite,
     Unfixable,
-    _touches,
-    _uses,
     assigned_attr,
     expr,
     fill,
     guarded,
-    inline_locals,
-    mentions_none,
     names_in,
     path_to,
-    reads_metadata_only,
     render,
+    stmt,
+    torch_spelling,
+)
+from metalint.fix.flow import (
+    NESTING,
+    mentions_none,
+    reads_metadata_only,
     rng_free,
     sets_metadata,
     statements_after,
-    stmt,
-    torch_spelling,
+    touches,
+    uses,
 )
 from metalint.fix.inplace_init import (
     init_in_branch,
@@ -77,6 +78,7 @@ from metalint.fix.recompute import (
     recompute_locals,
     registered,
 )
+from metalint.fix.store import inline_locals
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
@@ -612,7 +614,7 @@ def _used_in_block(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, tai
     all of it in place (the value is dead); None when none uses more than its metadata.
     Raises :class:`Unfixable` when one uses it otherwise."""
     for s in tail:
-        if _touches(s, attr, False, edit.memo()) and not (
+        if touches(s, attr, False, edit.memo()) and not (
             sets_metadata(s, attr) or reads_metadata_only(s, attr)
         ):
             if init_only(s, ctx) and overwrites(s, attr, ctx):
@@ -635,7 +637,7 @@ def _kept_unused_later(ctx, edit: ClassEdit, attr: str, index: int, later, tail)
     if later:
         raise Unfixable(_read_later(ctx, edit, attr, index, later))
     for s in tail:
-        if _touches(s, attr, False, edit.memo()) and not (
+        if touches(s, attr, False, edit.memo()) and not (
             sets_metadata(s, attr) or reads_metadata_only(s, attr)
         ):
             raise Unfixable(f"`self.{attr}` is used later in its block (line order matters)")
@@ -689,7 +691,7 @@ def _helper_call(edit: ClassEdit, name: str, why: str):
     sites = [n for n in walk_code(edit.init.node.body) if isinstance(n, cst.Call)]
     if len(call_lines) != 1 or sum(render(c.func).strip() == f"self.{name}" for c in sites) != 1:
         raise Unfixable(f"{why}: `__init__` does not call `{name}()` once, as a statement")
-    found = edit._path(call_lines[0])
+    found = edit.path_of(call_lines[0])
     if found is None or any(isinstance(n, NESTING) for n in found[1]):
         raise Unfixable(f"{why}: `__init__` calls `{name}()` inside a loop, `with` or `try`")
     return call_lines[0], found[0], found[1]
@@ -761,9 +763,9 @@ def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -
     # nothing after the creation (the rest of the helper, then of __init__) touches it
     tail = statements_after(path) + edit.block_tail(call_line)
     for x in tail:
-        called = _uses(x, memo)[2]
-        if _touches(x, attr, False, memo) or any(
-            _touches(m.node.body, attr, False, memo)
+        called = uses(x, memo)[2]
+        if touches(x, attr, False, memo) or any(
+            touches(m.node.body, attr, False, memo)
             for c in called
             for m in edit.cls.reachable(c)
             if m.name != "__init__"
@@ -810,12 +812,12 @@ def overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, 
     methods: set[str] = set()
     for j in range(index + 1, len(body)):
         s = body[j]
-        if _touches(s, attr, False, memo) is None:
+        if touches(s, attr, False, memo) is None:
             helper = _initialised_by(ctx, edit, j, attr)
             if helper is not None and not methods:
                 return method_into_reset(edit, helper)
             # the class's own methods (``self.register_buffer("shift", ...)`` is not one)
-            methods |= _uses(s, memo)[2] & edit.cls.methods.keys()
+            methods |= uses(s, memo)[2] & edit.cls.methods.keys()
             continue
         if not (init_only(s, ctx) and overwrites(s, attr, ctx)):
             raise Unfixable(why)
@@ -824,7 +826,7 @@ def overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, 
         raise Unfixable(why)  # only a method that __init__ calls uses it
     for name in sorted(methods):
         for m in edit.cls.reachable(name):
-            if m.name != "__init__" and _touches(m.node.body, attr, False, memo):
+            if m.name != "__init__" and touches(m.node.body, attr, False, memo):
                 raise Unfixable(why)
     return move_own(
         ctx,
@@ -843,7 +845,7 @@ def _initialised_by(ctx: RuleContext, edit: ClassEdit, j: int, attr: str):
     one's too, for a public method as for a private one (ML003's fix calls either). None
     otherwise."""
     s = edit.init_body[j]
-    called = _uses(s, edit.memo())[2]
+    called = uses(s, edit.memo())[2]
     if len(called) != 1 or edit.hook_calls(next(iter(called))) != ([j], False):
         return None
     method = edit.cls.methods.get(next(iter(called)))
@@ -868,7 +870,7 @@ def _reads_kept(edit: ClassEdit, attr: str, index: int, code, why: str) -> None:
     find changed: written later in ``__init__``, or the attribute this statement replaces
     (torchlibrosa's ``self.melW = nn.Parameter(torch.Tensor(self.melW))``: the hook would read
     the parameter itself, not the array ``__init__`` held there)."""
-    for a in sorted(set().union(*(_uses(c)[1] for c in code))):
+    for a in sorted(set().union(*(uses(c)[1] for c in code))):
         if a == attr:
             raise Unfixable(f"{why}; the value reads `self.{a}`, which this statement replaces")
         if edit.used_after(a, index, writes_only=True):

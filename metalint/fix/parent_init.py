@@ -36,17 +36,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import (
-    ClassEdit,
-    Rewrite,
-    Unfixable,
-    _bare_self_call,
-    _uses,
-    render,
-    returns,
-    rng_free,
-    stmt,
-)
+from metalint.fix.codemod import ClassEdit
+from metalint.fix.edits import Rewrite, Unfixable, render, stmt
+from metalint.fix.flow import bare_self_call, returns, rng_free, uses
 from metalint.fix.recompute import draws, local_only
 from metalint.static.names import dotted
 from metalint.static.ownership import module_children
@@ -102,7 +94,7 @@ def _new_hook(edit: ClassEdit) -> None:
         raise Unfixable(
             f"`{edit.cls.name}` already has an `{HOOK}()`: merge this init into it by hand"
         )
-    if edit._taken(HOOK):
+    if edit.taken(HOOK):
         raise Unfixable(f"`{HOOK}` is already an attribute of `{edit.cls.name}`")
 
 
@@ -131,7 +123,7 @@ def _in_init(edit: ClassEdit, node: cst.CSTNode, index: int, path) -> Rewrite:
     edit.replace[id(moved)] = (moved, [])
     body = edit.store_names(moved, moved, index, bound=bound_names(moved), private=True)
     stores = edit.replace[id(moved)][1]
-    # blank lines above go above the group, comments stay with the call (``_expand``)
+    # blank lines above go above the group, comments stay with the call (``expand``)
     at = moved if tail is None else tail
     call = stmt(f"self.{HOOK}()").with_changes(leading_lines=at.leading_lines)
     if tail is None:
@@ -338,7 +330,7 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
     memo = edit.memo()
     reads: set[str] = set()
     for i in moved:
-        reads |= _uses(body[i], memo)[1]
+        reads |= uses(body[i], memo)[1]
     # an init that draws nothing (enformer ``Attention``'s ``zeros_(self.to_out.weight)``)
     # may move past children that draw (``self.to_rel_k = nn.Linear(..)``)
     draws = not all(rng_free(body[i], edit.ctx) for i in moved)
@@ -346,7 +338,7 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
         if i in moved:
             continue
         s = body[i]
-        written, _read, methods = _uses(s, memo)
+        written, _read, methods = uses(s, memo)
         if (
             not _straight(s)
             or (draws and not rng_free(s, edit.ctx))
@@ -358,7 +350,7 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
             )
         ):
             return None
-    edit._hook_call_added.add(HOOK)
+    edit.hook_call_added.add(HOOK)
     return body[calls[0]]
 
 
@@ -421,7 +413,7 @@ def _guarded_call(edit: ClassEdit, name: str) -> list[int]:
             and s.orelse is None
             and len(sites) == 1
             and len(s.body.body) == 1
-            and _bare_self_call(s.body.body[0]) == name
+            and bare_self_call(s.body.body[0]) == name
             and not any(type(n) is cst.Call for n in walk_code(s.test))
         ):
             return [c]
@@ -443,7 +435,7 @@ def hook_call(edit: ClassEdit, method, c: int) -> cst.BaseStatement:
     if not call.args and not guarded:
         return stmt(f"self.{method.name}()")
     name = method.name
-    for attr in sorted(_uses(line.test)[1]) if guarded else ():
+    for attr in sorted(uses(line.test)[1]) if guarded else ():
         later = edit.used_after(attr, c, writes_only=True)
         if later:
             raise Unfixable(f"`{name}()` is called if `self.{attr}`: {later}")
@@ -456,7 +448,7 @@ def hook_call(edit: ClassEdit, method, c: int) -> cst.BaseStatement:
                     f"`__init__` passes `{render(a.value).strip()}` to `{name}()`: the hook "
                     "would call it again"
                 )
-        for attr in sorted(_uses(a.value)[1]):
+        for attr in sorted(uses(a.value)[1]):
             later = edit.used_after(attr, c, writes_only=True)
             if later:
                 raise Unfixable(f"`{name}()` is passed `self.{attr}`: {later}")
@@ -509,7 +501,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         # ``self._finish()`` of a base class: the init is in the base's method
         raise Unfixable(f"the init is in `{node.func.attr.value}()` of a base class")
     edit = ClassEdit(ctx, cls)
-    found = edit._path(finding.node)
+    found = edit.path_of(finding.node)
     if found is None:
         return through_method(edit, finding.node)
     index, path = found

@@ -37,18 +37,17 @@ from collections.abc import Iterator
 import libcst as cst
 
 from metalint.fix.buffer_from_value import _helper_effects, recompute_hook, refusal
-from metalint.fix.codemod import (
-    ClassEdit,
+from metalint.fix.codemod import ClassEdit
+from metalint.fix.edits import (
     Rewrite,
     Unfixable,
-    _uses,
-    binds,
     init_param,
     names_in,
     render,
     stmt,
     torch_spelling,
 )
+from metalint.fix.flow import binds, uses
 from metalint.fix.parameter_from_value import helper_of, helper_statement
 from metalint.fix.recompute import draws, recompute_locals
 from metalint.static.construction import is_tensor
@@ -67,7 +66,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     # (one registered alone would stay a plain attribute in the other branch); else when the
     # attribute alone is refused
     edit = ClassEdit(ctx, cls)
-    found = edit._path(finding.node)
+    found = edit.path_of(finding.node)
     index = found[0] if found is not None else -1
     block = index >= 0 and type(edit.init_body[index]) is cst.If
     if block and _set_with_others(edit, index, finding.node):
@@ -229,7 +228,7 @@ def _tensor_or_none(ctx, m, value, target: str) -> bool:
 
 def _exclusive(edit: ClassEdit, a: cst.CSTNode, b: cst.CSTNode) -> bool:
     """Do ``a`` and ``b`` sit in different branches of one ``if``/``elif``/``else``?"""
-    pa, pb = edit._path(a), edit._path(b)
+    pa, pb = edit.path_of(a), edit.path_of(b)
     if pa is None or pb is None or pa[0] != pb[0]:
         return False
     path_a, path_b = pa[1], pb[1]
@@ -305,7 +304,7 @@ def _group(edit: ClassEdit, cls, index: int, why: str) -> list[str]:
     """The attributes the ``if`` at ``index`` sets, in order, when it does nothing else and
     they may all become buffers re-created by a copy of it."""
     top = edit.init_body[index]
-    written, _read, calls = _uses(top, edit.memo())
+    written, _read, calls = uses(top, edit.memo())
     group = [
         a.target[5:]
         for a in edit.init.assigns

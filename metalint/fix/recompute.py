@@ -8,20 +8,18 @@ from collections.abc import Sequence
 
 import libcst as cst
 
-from metalint.fix.codemod import (
+from metalint.fix.codemod import ClassEdit
+from metalint.fix.edits import (
     BUILTIN_NAMES,
-    ClassEdit,
     Unfixable,
-    _uses,
-    binds,
     fill,
     names_in,
     path_to,
     render,
-    rng_free,
     stmt,
     torch_spelling,
 )
+from metalint.fix.flow import binds, rng_free, uses
 from metalint.static.construction import tensor_registrations
 from metalint.static.model import construction
 from metalint.static.names import dotted
@@ -148,7 +146,7 @@ def local_only(s: cst.CSTNode, edit: ClassEdit, random: bool = False) -> bool:
         )
     if not isinstance(s, cst.SimpleStatementLine):
         return False
-    written, _read, calls = _uses(s, edit.memo())
+    written, _read, calls = uses(s, edit.memo())
     return (
         not written
         and all(computes_only(edit, c, random=random) for c in calls)
@@ -241,7 +239,7 @@ def computes_only(edit: ClassEdit, name: str, depth: int = 0, random: bool = Fal
     if method is None or depth > 3 or name.startswith("__"):
         return False
     body = method.node.body
-    written, _read, calls = _uses(body, edit.memo())
+    written, _read, calls = uses(body, edit.memo())
     if written or _draws(body, edit, random):
         return False
     if any(isinstance(n, (cst.Global, cst.Nonlocal)) for n in walk_code(body)):
@@ -381,7 +379,7 @@ def _mentions(s: cst.CSTNode, names: set[str], edit: ClassEdit) -> bool:
     return any(n.value in names and id(n) not in read_only for n in names_in(s))
 
 
-def _is_pass(s: cst.CSTNode) -> bool:
+def is_pass(s: cst.CSTNode) -> bool:
     return isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Pass) for x in s.body)
 
 
@@ -415,11 +413,11 @@ class _Slice:
                         return None
                 out.append(st)
                 want |= self.local(st)
-                self.kept_reads.update(_uses(st, edit.memo())[1])
+                self.kept_reads.update(uses(st, edit.memo())[1])
             elif _mentions(st, want, edit):
                 return None
             else:
-                self.dropped_writes.update(_uses(st, edit.memo())[0])
+                self.dropped_writes.update(uses(st, edit.memo())[0])
         out.reverse()
         return out or [cst.SimpleStatementLine([cst.Pass()])]
 
@@ -431,13 +429,13 @@ class _Slice:
         if body is None:
             return None
         if isinstance(node, cst.Else):
-            if all(_is_pass(b) for b in body):
+            if all(is_pass(b) for b in body):
                 return False  # ``else: raise ValueError(..)``: nothing to copy
             return node.with_changes(body=node.body.with_changes(body=body))
         rest = self.branch(node.orelse, need) if node.orelse is not None else False
         if rest is None:
             return None
-        self.kept_reads.update(_uses(node.test, self.edit.memo())[1])
+        self.kept_reads.update(uses(node.test, self.edit.memo())[1])
         return node.with_changes(
             body=node.body.with_changes(body=body), orelse=rest if rest is not False else None
         )
@@ -678,7 +676,7 @@ def _copies(
     prelude = []
     for n in sorted(bound & init.arguments):
         # an argument the copied code assigns anew: kept as it is before the first copied line
-        attr, new = edit._attr_for(n, top)
+        attr, new = edit.attr_for(n, top)
         if new:
             edit.check_after_super(top)
             old = edit.replace.get(id(first))

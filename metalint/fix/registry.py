@@ -18,7 +18,7 @@ from types import ModuleType
 import libcst as cst
 
 from metalint.diagnostics import Edit, Fix, Position
-from metalint.fix.codemod import Rewrite, Unfixable, path_to
+from metalint.fix.edits import Rewrite, Unfixable, path_to
 from metalint.lines import count_breaks, split_lines
 from metalint.rules import all_rules
 from metalint.static.rule import Finding, RuleContext
