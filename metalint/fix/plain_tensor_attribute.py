@@ -36,7 +36,6 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from metalint.fix.buffer_from_value import _helper_effects, recompute_hook, refusal
 from metalint.fix.codemod import ClassEdit
 from metalint.fix.edits import (
     Rewrite,
@@ -48,8 +47,9 @@ from metalint.fix.edits import (
     torch_spelling,
 )
 from metalint.fix.flow import binds, uses
-from metalint.fix.parameter_from_value import helper_of, helper_statement
 from metalint.fix.recompute import draws, recompute_locals
+from metalint.fix.recompute_hook import helper_effects, recompute_hook, refusal
+from metalint.fix.values import helper_of, helper_statement
 from metalint.static.construction import is_tensor
 from metalint.static.model import construction
 from metalint.static.names import dotted
@@ -277,7 +277,7 @@ def _block(ctx: RuleContext, edit: ClassEdit, cls, index: int, why: str) -> Rewr
         for s in prelude:
             bound |= binds(s, ctx.qualify)
     copy = edit.store_names(copy, top, index, bound=bound | set(local.values()))
-    effects = _helper_effects(edit, [*prelude, copy])
+    effects = helper_effects(edit, [*prelude, copy])
     if "host" in effects:
         raise Unfixable(f"{why}; the `if` calls `{effects['host']}()`, which copies to the host")
     if "random" in effects:

@@ -364,7 +364,7 @@ def _local_names(edit: ClassEdit, method=None):
     return local
 
 
-def _mentions(s: cst.CSTNode, names: set[str], edit: ClassEdit) -> bool:
+def may_change(s: cst.CSTNode, names: set[str], edit: ClassEdit) -> bool:
     """Does ``s`` use one of ``names`` in a way that may change it? Indexing an argument that
     ``__init__`` never assigns (``window_size[0]``, read to size a parameter) does not."""
     init = edit.init
@@ -414,7 +414,7 @@ class _Slice:
                 out.append(st)
                 want |= self.local(st)
                 self.kept_reads.update(uses(st, edit.memo())[1])
-            elif _mentions(st, want, edit):
+            elif may_change(st, want, edit):
                 return None
             else:
                 self.dropped_writes.update(uses(st, edit.memo())[0])
