@@ -125,3 +125,22 @@ def test_sizes():
         if isinstance(node, ast.ClassDef)
     }
     assert {n: c for n, c in classes.items() if c > 400} == {}
+
+
+def test_the_fix_command_runs_the_check_pipeline_not_the_check_command():
+    """``metalint fix`` gets its settings, its analysis and the resolution across files from
+    the layer below (:mod:`metalint.checking`), not from the module of ``metalint check``."""
+    graph = imports()
+    assert "metalint.check" not in graph["metalint.fix.command"]
+    assert "metalint.checking" in graph["metalint.fix.command"]
+
+
+def test_no_noqa_in_the_fixer():
+    """A finding of the linters is fixed in the fixer's code, not silenced."""
+    found = [
+        f"{p.name}:{i}"
+        for p in sorted(FIX.glob("*.py"))
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if "# noqa" in line
+    ]
+    assert found == []

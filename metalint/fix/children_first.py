@@ -14,7 +14,7 @@ from metalint.fix.edits import (
     render,
     stmt,
 )
-from metalint.fix.flow import rng_free, touches
+from metalint.fix.flow import touches
 from metalint.fix.init_statements import (
     attr_of,
     call_writes,
@@ -30,6 +30,7 @@ from metalint.fix.root_hook import (
     own_hook_first,
     own_hook_last,
 )
+from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import walk_code
@@ -382,7 +383,7 @@ def move_children_first(
         for a in sorted(attrs - exempt):
             if touches(s, a, False, edit.memo()):
                 raise Unfixable(f"`self.{a}` is used between its in-place inits in `__init__`")
-    if not all(rng_free(s, ctx) for s, _e in between):
+    if not all(draws(s, ctx) is Draws.NEVER for s, _e in between):
         edit.unsafe.append(
             "random draws move after other random draws of `__init__`: eager values differ"
         )

@@ -123,9 +123,27 @@ class ClassEdit(HookPlacement, Storing):
         return body
 
     def build(self) -> cst.ClassDef:
+        """The class with every scheduled edit applied."""
         cls_node = self.cls.node
         init_node = self.init.node
-        new_init = init_node
+        out: list[cst.BaseStatement] = []
+        for m in cls_node.body.body:
+            if id(m) in self.replaced_methods and m is not init_node:
+                if m.name.value in self.hook_append:
+                    raise Unfixable(f"`{m.name.value}()` is both changed and extended")
+                out.append(m.visit(ReplaceStatements(self.replace)))
+            elif m is init_node:
+                out.append(self._new_init())
+                for hook, stmts in self.hook_append.items():
+                    if hook not in self.cls.methods:
+                        out.append(new_method(hook, self.on_module_device(stmts), init_node))
+            else:
+                out.append(self._extended(m))
+        return cls_node.with_changes(body=cls_node.body.with_changes(body=out))
+
+    def _new_init(self) -> cst.FunctionDef:
+        """``__init__`` with its statements replaced and appended."""
+        new_init = self.init.node
         if self.replace:
             new_init = new_init.with_changes(
                 body=new_init.body.with_changes(body=self._init_statements())
@@ -135,39 +153,28 @@ class ClassEdit(HookPlacement, Storing):
             new_init = new_init.with_changes(
                 body=body.with_changes(body=[*body.body, *self.init_append])
             )
-        members = list(cls_node.body.body)
-        out: list[cst.BaseStatement] = []
-        for m in members:
-            if id(m) in self.replaced_methods and m is not init_node:
-                if m.name.value in self.hook_append:
-                    raise Unfixable(f"`{m.name.value}()` is both changed and extended")
-                out.append(m.visit(ReplaceStatements(self.replace)))
-                continue
-            if m is init_node:
-                out.append(new_init)
-                for hook, stmts in self.hook_append.items():
-                    if hook not in self.cls.methods:
-                        out.append(new_method(hook, self.on_module_device(stmts), init_node))
-                continue
-            name = m.name.value if isinstance(m, cst.FunctionDef) else None
-            if (
-                (name in self.hook_append or name in self.hook_prepend)
-                and self.cls.methods.get(name)
-                and self.cls.methods[name].node is m
-            ):
-                stmts = self.on_module_device(self.hook_append.get(name, []))
-                body = m.body
-                kept = [s for s in body.body if not is_pass(s)]
-                doc = kept[:1] if kept and is_docstring(kept[0]) else []
-                opening = list(self.hook_prepend.get(name, []))
-                if opening:
-                    rest = kept[len(doc) :]
-                    kept = [*doc, *join_with_blocks(opening + rest[:1]), *rest[1:]]
-                joined = [*kept[:-1], *join_with_blocks(kept[-1:] + list(stmts))]
-                out.append(m.with_changes(body=body.with_changes(body=joined)))
-                continue
-            out.append(m)
-        return cls_node.with_changes(body=cls_node.body.with_changes(body=out))
+        return new_init
+
+    def _extended(self, m: cst.BaseStatement) -> cst.BaseStatement:
+        """Member ``m`` of the class, with the code appended to and put before the code of a
+        hook it is."""
+        name = m.name.value if isinstance(m, cst.FunctionDef) else None
+        if not (
+            (name in self.hook_append or name in self.hook_prepend)
+            and self.cls.methods.get(name)
+            and self.cls.methods[name].node is m
+        ):
+            return m
+        stmts = self.on_module_device(self.hook_append.get(name, []))
+        body = m.body
+        kept = [s for s in body.body if not is_pass(s)]
+        doc = kept[:1] if kept and is_docstring(kept[0]) else []
+        opening = list(self.hook_prepend.get(name, []))
+        if opening:
+            rest = kept[len(doc) :]
+            kept = [*doc, *join_with_blocks(opening + rest[:1]), *rest[1:]]
+        joined = [*kept[:-1], *join_with_blocks(kept[-1:] + list(stmts))]
+        return m.with_changes(body=body.with_changes(body=joined))
 
     def on_module_device(self, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         """A hook's new statements with the tensors they make put on the module's device
@@ -271,22 +278,10 @@ class ClassEdit(HookPlacement, Storing):
         class defines or calls ``reset_parameters()`` already, has only torch bases, or no
         tensor of it can guard the method."""
         hook = RESET_HOOK
-        if hook not in self.hook_append or hook in self.cls.methods:
+        found = self._base_to_extend()
+        if found is None:
             return None
-        bases = [
-            b for b in self.cls.bases if not b.startswith("torch.nn.") and b not in HOOKLESS_BASES
-        ] or ([self.torch_base] if self.torch_base else [])
-        if not bases:
-            return None
-        calls, nested = self.hook_calls(hook)
-        # ``__init__`` calling the torch base's hook itself (pypots' ``PeepholeLSTMCell``:
-        # ``self.reset_parameters()`` last): that call runs the override, which the moved code
-        # joined at its end, as :meth:`use_hook` judged it
-        inherited = bool(calls) and self.torch_base is not None
-        if (calls and not inherited) or nested or self.taken(OWN_RESET):
-            return None
-        if self.super_index() is None:
-            return None
+        bases, inherited = found
         members = list(new.body.body)
         where = {m.name.value: i for i, m in enumerate(members) if isinstance(m, cst.FunctionDef)}
         if "__init__" not in where or hook not in where:
@@ -325,6 +320,29 @@ class ClassEdit(HookPlacement, Storing):
             hook,
             kept=self.keep_value,
         )
+
+    def _base_to_extend(self) -> tuple[list[str], bool] | None:
+        """For :meth:`_extending_base`: the bases whose ``reset_parameters()`` the new hook
+        extends, and whether ``__init__`` calls the torch base's hook itself; None when no
+        hook extending a base's is made."""
+        hook = RESET_HOOK
+        if hook not in self.hook_append or hook in self.cls.methods:
+            return None
+        bases = [
+            b for b in self.cls.bases if not b.startswith("torch.nn.") and b not in HOOKLESS_BASES
+        ] or ([self.torch_base] if self.torch_base else [])
+        if not bases:
+            return None
+        calls, nested = self.hook_calls(hook)
+        # ``__init__`` calling the torch base's hook itself (pypots' ``PeepholeLSTMCell``:
+        # ``self.reset_parameters()`` last): that call runs the override, which the moved code
+        # joined at its end, as :meth:`use_hook` judged it
+        inherited = bool(calls) and self.torch_base is not None
+        if (calls and not inherited) or nested or self.taken(OWN_RESET):
+            return None
+        if self.super_index() is None:
+            return None
+        return bases, inherited
 
     def _guard_tensor(self, body: list, called: str, used: set[str]) -> str | None:
         """The last tensor of ``used`` that ``__init__`` (``body``) makes after calling the

@@ -260,22 +260,28 @@ class _Follow:
             self.call(expr, depth)
         elif isinstance(expr, cst.Name):
             self.name(expr, depth)
-        elif isinstance(expr, cst.Attribute):
+        else:
+            for e in self._operands(expr):
+                self.rec(e, depth)
+
+    def _operands(self, expr: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+        """What the value of ``expr`` is computed from (one at a time: each is followed
+        before the next is checked); raises :class:`Unfixable` for any other expression."""
+        if isinstance(expr, cst.Attribute):
             if expr.attr.value not in TENSOR_ATTRIBUTES:
                 raise Unfixable(f"the value is the module's own tensor `{render(expr)}`")
-            self.rec(expr.value, depth)
+            yield expr.value
         elif isinstance(expr, cst.BinaryOperation):
             for side in (expr.left, expr.right):
                 _not_a_tensor_operand(side, self.edit.init)
-                self.rec(side, depth)
+                yield side
         elif isinstance(expr, cst.UnaryOperation):
-            self.rec(expr.expression, depth)
+            yield expr.expression
         elif isinstance(expr, cst.Comparison):
-            self.rec(expr.left, depth)
-            for t in expr.comparisons:
-                self.rec(t.comparator, depth)
+            yield expr.left
+            yield from (t.comparator for t in expr.comparisons)
         elif isinstance(expr, cst.Subscript):
-            self.rec(expr.value, depth)
+            yield expr.value
         else:
             raise Unfixable(f"the value is computed by `{render(expr)}`")
 
@@ -298,7 +304,7 @@ class _Follow:
             if q in EMPTY_FACTORIES:
                 raise Unfixable(f"`{q}` is uninitialised memory: its value is not a constant")
             for a in expr.args:  # torch.log(t), torch.stack([a, b])
-                for e in container_elements(a.value):
+                for e in _elements(a.value):
                     self.rec(e, depth)
             return
         f = expr.func
@@ -350,7 +356,7 @@ def _dtype_only(call: cst.Call, qualify) -> bool:
     return True
 
 
-def container_elements(e: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+def _elements(e: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
     if isinstance(e, (cst.List, cst.Tuple)):
         for el in e.elements:
             yield el.value

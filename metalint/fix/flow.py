@@ -3,28 +3,14 @@ the methods they call, their returns, their random draws, the locals they bind."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import libcst as cst
 
-from metalint.static.construction import (
-    top_function,
-)
-from metalint.static.model import MethodFacts
 from metalint.static.names import dotted
-from metalint.static.rule import RuleContext
 from metalint.static.syntax import code_children, walk_code
-from metalint.static.tensors import (
-    inplace_write,
-)
 from metalint.vocabulary import (
-    CONTAINER_MUTATORS,
-    DETERMINISTIC_METHODS,
     INPLACE_METHODS,
     METADATA_ATTRIBUTES,
     METADATA_METHODS,
-    RNG_FREE_BUILTINS,
-    RNG_FREE_TORCH,
     TENSOR_ATTRIBUTES,
 )
 
@@ -224,40 +210,6 @@ def bare_self_call(s: cst.CSTNode) -> str | None:
     return None
 
 
-def rng_free(node: cst.CSTNode, ctx: RuleContext, _seen: frozenset = frozenset()) -> bool:
-    """Does this statement certainly draw no random numbers? (conservative) A function of the
-    file counts by its body (lucidrains' ``exists(v)``: ``return v is not None``)."""
-    for n in walk_code(node):
-        if not isinstance(n, cst.Call):
-            continue
-        q = ctx.qualify(n.func)
-        name = dotted(n.func)
-        if q in RNG_FREE_TORCH or name in RNG_FREE_BUILTINS:
-            continue
-        f = n.func
-        if q is None and isinstance(f, cst.Attribute) and f.attr.value in DETERMINISTIC_METHODS:
-            continue
-        if q is None and isinstance(f, cst.Name) and f.value not in _seen and len(_seen) < 4:
-            fn = top_function(ctx.module, f.value)
-            if fn is not None and _read(fn) and rng_free(fn.body, ctx, _seen | {f.value}):
-                continue
-        return False
-    return True
-
-
-def _read(fn: cst.FunctionDef) -> bool:
-    """Is the function's body there to read? One left out of the parse
-    (:mod:`metalint.static.elide`) is a single string literal."""
-    body = fn.body.body if isinstance(fn.body, cst.IndentedBlock) else ()
-    return not (
-        len(body) == 1
-        and isinstance(body[0], cst.SimpleStatementLine)
-        and len(body[0].body) == 1
-        and isinstance(body[0].body[0], cst.Expr)
-        and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    ) and bool(body)
-
-
 def statements_after(path: list[cst.CSTNode]) -> list[cst.BaseStatement]:
     """The statements that follow the end of ``path`` (a path from a statement down to a node)
     in each indented block it passes through, innermost first."""
@@ -274,107 +226,3 @@ def statements_after(path: list[cst.CSTNode]) -> list[cst.BaseStatement]:
 
 #: statements whose body may run several times, or not where they stand
 NESTING = (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, cst.Lambda)
-
-
-def class_name(name: str) -> bool:
-    """Is the last part of a dotted name spelled as a class (``Irreps``, ``o3.Irreps``), by
-    Python's convention: a capital first letter and a lower-case letter (not ``N`` or ``MAX``)?"""
-    last = name.rpartition(".")[2]
-    return bool(last) and last[0].isupper() and any(c.islower() for c in last)
-
-
-#: literals of a Python container a later statement may fill (``filters = []``)
-CONTAINERS = (cst.List, cst.Tuple, cst.ListComp, cst.Dict, cst.DictComp, cst.Set, cst.SetComp)
-
-
-def changed_in_place(method: MethodFacts, n: str, qualify, attributes: bool = True) -> bool:
-    """Does a statement of ``method`` other than the assignments of local ``n`` write it
-    (:func:`binds`: ``n[0] = ..``, ``n.add_(1)``, ``n.append(x)``; ``n.size = 3`` unless not
-    ``attributes``)? Its value is then not the expression that made it."""
-    nodes = [node for node, _ in method.local_values.get(n, ())]
-    return any(
-        n in binds(line, qualify, attributes)
-        for line in walk_code(method.node)
-        if type(line) is cst.SimpleStatementLine and not any(x in line.body for x in nodes)
-    )
-
-
-def container_elements(v: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The values a container literal holds (a comprehension: its element)."""
-    if type(v) in (cst.ListComp, cst.SetComp):
-        return [v.elt]
-    if type(v) is cst.DictComp:
-        return [v.value]
-    return [e.value for e in v.elements]
-
-
-def fills(method: MethodFacts, n: str) -> Iterator[cst.BaseExpression]:
-    """The values statements of ``method`` put into the container local ``n`` in place: what
-    ``n.append(x)`` / ``n.extend(xs)`` / ``n.insert(i, x)`` / ``n.update(..)`` pass, ``x``
-    of ``n[i] = x`` and of ``n += x``."""
-    for node in walk_code(method.node):
-        if type(node) is cst.Call:
-            f = node.func
-            if (
-                type(f) is cst.Attribute
-                and f.attr.value in CONTAINER_MUTATORS
-                and type(f.value) is cst.Name
-                and f.value.value == n
-            ):
-                yield from (a.value for a in node.args)
-        elif type(node) in (cst.Assign, cst.AugAssign):
-            aug = type(node) is cst.AugAssign
-            for t in [node.target] if aug else [t.target for t in node.targets]:
-                into = aug or type(t) is cst.Subscript  # ``n = x`` is no fill
-                while type(t) is cst.Subscript:
-                    t = t.value
-                if into and type(t) is cst.Name and t.value == n:
-                    yield node.value
-
-
-def set_on(method: MethodFacts, n: str) -> Iterator[cst.BaseExpression]:
-    """The values statements of ``method`` set as attributes of local ``n`` (``n.size = x``)."""
-    for node in walk_code(method.node):
-        if type(node) is cst.Assign:
-            for t in node.targets:
-                if type(t.target) is cst.Attribute and dotted(t.target.value) == n:
-                    yield node.value
-
-
-def binds(s: cst.CSTNode, qualify, attributes: bool = True) -> set[str]:
-    """Local names a statement assigns or writes in place: the targets of ``x = ..``,
-    ``x[0] += ..`` and ``del x[0]``, the tensor :func:`inplace_write` says a call writes
-    (``x.mul_(2)``, ``zeros_(x)``, a view ``x.view(-1).zero_()``, ``torch.arange(n, out=x)``),
-    and the list, dict or set a method changes in place (``kernels.append(kernel)``,
-    ``groups[0].extend(..)``; ``x.sort()`` as a statement): julius's ``ResampleFrac`` fills
-    ``kernels = []`` in a loop, and a hook that took ``[]`` for its value stacked nothing."""
-
-    out: set[str] = set()
-    for n in walk_code(s):
-        targets: list[cst.CSTNode] = []
-        if type(n) is cst.Assign:
-            targets = [t.target for t in n.targets]
-        elif type(n) in (cst.AugAssign, cst.AnnAssign):
-            targets = [n.target]
-        elif type(n) is cst.Del:
-            targets = [n.target]
-        elif type(n) is cst.Expr and type(n.value) is cst.Call:
-            f = n.value.func
-            if type(f) is cst.Attribute and f.attr.value == "sort":
-                targets = [f.value]
-        elif type(n) is cst.Call:
-            f = n.func
-            if type(f) is cst.Attribute and f.attr.value in CONTAINER_MUTATORS:
-                targets = [f.value]
-            w = inplace_write(n, qualify)
-            if w is not None and w.chain[0] != "self":
-                out.add(w.chain[0])
-        for t in targets:
-            for x in walk_code(t) if type(t) in (cst.Tuple, cst.List) else [t]:
-                if not attributes and type(x) is cst.Attribute:
-                    continue  # ``n.size = 3``: an attribute set, asked apart (:func:`set_on`)
-                while type(x) in (cst.Subscript, cst.Attribute):
-                    x = x.value
-                if type(x) is cst.Name:
-                    out.add(x.value)
-    return out

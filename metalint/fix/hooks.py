@@ -6,8 +6,9 @@ from __future__ import annotations
 import libcst as cst
 
 from metalint.fix.edits import OWN_RESET, Unfixable, does_nothing, stmt
-from metalint.fix.flow import bare_self_call, rng_free, uses
+from metalint.fix.flow import bare_self_call, uses
 from metalint.fix.locate import Locating
+from metalint.static.draws import Draws, draws
 from metalint.static.model import construction
 from metalint.static.names import dotted
 from metalint.static.syntax import walk_code
@@ -37,6 +38,24 @@ class HookChoice(Locating):
         """Top-level statements of ``__init__`` that are ``self.<hook>()``; any nested call?"""
         tops, nested = self.facts.self_calls
         return list(tops.get(hook, ())), hook in nested
+
+    def _stays_between(self, s: cst.BaseStatement, reads: set[str], inits: set[str]) -> bool:
+        """May statement ``s`` stay between moved code and the call of the hook it joins
+        (:meth:`join_called_hook`): a simple statement that draws nothing, calls no method,
+        reads no tensor (``.weight``, ``.bias``, ``.data``), touches none of ``inits`` and
+        writes none of ``reads``?"""
+        written, read, methods = uses(s, self.memo())
+        return not (
+            not isinstance(s, cst.SimpleStatementLine)
+            or draws(s, self.ctx) is not Draws.NEVER
+            or methods
+            or written & reads
+            or (written | read) & inits
+            or any(
+                isinstance(n, cst.Attribute) and n.attr.value in ("weight", "bias", "data")
+                for n in walk_code(s)
+            )
+        )
 
     def choose_hook(self, index: int, prefer: tuple[str, ...] = ()) -> str:
         """``reset_parameters`` when the class has one (the private method a hook extending a
@@ -184,28 +203,12 @@ class HookChoice(Locating):
         later = [self.init_body[i] for i in sorted(moved) if i < c]
         if last > c:
             later.append(m.node.body)
-        reads: set[str] = set()
-        for node in later:
-            reads |= uses(node, memo)[1]
-        inits: set[str] = set()
-        for i in moved:
-            inits |= uses(self.init_body[i], memo)[0]
+        reads = _union(uses(node, memo)[1] for node in later)
+        inits = _union(uses(self.init_body[i], memo)[0] for i in moved)
         for i in range(min(first, c) + 1, max(last, c)):
             if i in moved or i == c:
                 continue
-            s = self.init_body[i]
-            written, read, methods = uses(s, memo)
-            if (
-                not isinstance(s, cst.SimpleStatementLine)
-                or not rng_free(s, self.ctx)
-                or methods
-                or written & reads
-                or (written | read) & inits
-                or any(
-                    isinstance(n, cst.Attribute) and n.attr.value in ("weight", "bias", "data")
-                    for n in walk_code(s)
-                )
-            ):
+            if not self._stays_between(self.init_body[i], reads, inits):
                 where = "earlier" if c < first else "later"
                 raise Unfixable(
                     f"{by_hand} (`__init__` calls it {where}, and code between draws random "
@@ -249,20 +252,7 @@ class HookPlacement(HookChoice):
         calls, nested = self.hook_calls(hook)
         if nested:
             raise Unfixable(f"`__init__` calls `{hook}()` inside a block")
-        through = None if self.keep_value or not exists else self.calls_through(hook)
-        if through is not None:
-            # ``self.init_weights()`` running ``self.reset_parameters()``: that statement is
-            # the hook's call, which must come after the value (or a second call would run
-            # the hook before the value is there, and twice)
-            name, at = through
-            if at is None or at < after_index or calls:
-                raise Unfixable(
-                    f"`__init__` calls `{hook}()` through `{name}()`, before this value is made"
-                    if at is not None and at < after_index
-                    else f"`__init__` calls `{hook}()` through `{name}()`: merge this by hand"
-                )
-            calls = [at]
-        via = through is not None
+        calls, via = self._calls_through(hook, exists, after_index, calls)
         if self.keep_value:
             self._keep_in_hook(hook, exists, stmts)
             return
@@ -272,30 +262,13 @@ class HookPlacement(HookChoice):
             self._call_later(hook, calls, after_index, stmts)
             right_after = True
         elif not calls and hook not in self.hook_call_added:
-            if exists and not does_nothing(self.cls.methods[hook].node.body):
-                self.unsafe.append(
-                    f"`__init__` now calls the existing `{hook}()`, which re-initialises its other tensors"
-                )
-            if rets is None and self.returns(self.init.node.body):
-                raise Unfixable("`__init__` returns early")
-            if rets:
-                self._call_on_every_path(hook, rets, exists, after_index, random)
-            elif call_at is not None:
-                call = stmt(f"self.{hook}()").with_changes(leading_lines=call_at.leading_lines)
-                done = self.replace.get(id(call_at), (call_at, []))[1]
-                self.replace[id(call_at)] = (call_at, [*done, call])
-            elif not exists and self._unsettled_after(after_index, random):
-                self._call_after(hook, after_index)
-                right_after = True
-            else:
-                self.init_append.append(stmt(f"self.{hook}()"))
-            self.hook_call_added.add(hook)
+            right_after = self._add_call(hook, after_index, rets, random=random, call_at=call_at)
         if not exists and hook == RESET_HOOK:
             self._root_calls_reset()
         # the hook's own draws ran after this value eagerly (enformer's ``Attention``:
         # ``rel_pos_bias`` fixed on one pass, ``rel_content_bias`` made before it on the next):
         # the new draw opens the hook, so the draws keep their order
-        drawing = not exists or not rng_free(self.cls.methods[hook].node.body, self.ctx)
+        drawing = not exists or draws(self.cls.methods[hook].node.body, self.ctx) is not Draws.NEVER
         opens = random and exists and drawing and all(c > after_index for c in calls)
         # a call of the hook that draws nothing before the new code (it opens the hook, or the
         # hook draws nothing) moves no draw past another
@@ -305,10 +278,55 @@ class HookPlacement(HookChoice):
             # a call through another method runs that method's other code first
             if not ((opens or not drawing) and j in calls and not via)
         ]
-        if random and not right_after and not all(rng_free(s, self.ctx) for s in later):
+        if random and not right_after and not all(draws(s, self.ctx) is Draws.NEVER for s in later):
             self.unsafe.append(_drawn_later(hook, bool(calls)))
         into = self.hook_prepend if opens else self.hook_append
         into.setdefault(hook, []).extend(stmts)
+
+    def _calls_through(
+        self, hook: str, exists: bool, after_index: int, calls: list[int]
+    ) -> tuple[list[int], bool]:
+        """``calls``, or the one call of the method of the class through which ``__init__``
+        calls ``hook`` (:meth:`calls_through`), and whether it is that. ``self.init_weights()``
+        running ``self.reset_parameters()``: that statement is the hook's call, which must come
+        after the value (or a second call would run the hook before the value is there, and
+        twice)."""
+        through = None if self.keep_value or not exists else self.calls_through(hook)
+        if through is None:
+            return calls, False
+        name, at = through
+        if at is None or at < after_index or calls:
+            raise Unfixable(
+                f"`__init__` calls `{hook}()` through `{name}()`, before this value is made"
+                if at is not None and at < after_index
+                else f"`__init__` calls `{hook}()` through `{name}()`: merge this by hand"
+            )
+        return [at], True
+
+    def _add_call(self, hook: str, after_index: int, rets, *, random: bool, call_at) -> bool:
+        """Make ``__init__`` call ``hook``, which it does not call yet (see :meth:`use_hook`);
+        True when the call comes right after statement ``after_index``."""
+        exists = hook in self.cls.methods
+        right_after = False
+        if exists and not does_nothing(self.cls.methods[hook].node.body):
+            self.unsafe.append(
+                f"`__init__` now calls the existing `{hook}()`, which re-initialises its other tensors"
+            )
+        if rets is None and self.returns(self.init.node.body):
+            raise Unfixable("`__init__` returns early")
+        if rets:
+            self._call_on_every_path(hook, rets, exists, after_index, random)
+        elif call_at is not None:
+            call = stmt(f"self.{hook}()").with_changes(leading_lines=call_at.leading_lines)
+            done = self.replace.get(id(call_at), (call_at, []))[1]
+            self.replace[id(call_at)] = (call_at, [*done, call])
+        elif not exists and self._unsettled_after(after_index, random):
+            self._call_after(hook, after_index)
+            right_after = True
+        else:
+            self.init_append.append(stmt(f"self.{hook}()"))
+        self.hook_call_added.add(hook)
+        return right_after
 
     def _early_hook_calls(self, hook: str, after_index: int, stmts, calls, call_at):
         """:meth:`early_returns` when ``hook`` can run on every path of an ``__init__`` that
@@ -365,7 +383,7 @@ class HookPlacement(HookChoice):
         # later children (``self.proj = nn.Linear(d, d)``, a method building them) may get
         # in-place inits that a later fix moves into this hook, after their draws: the call
         # then belongs at the end, where they are made (draws after draws: that fix says so)
-        if random and any(not rng_free(s, self.ctx) for s in later):
+        if random and any(draws(s, self.ctx) is not Draws.NEVER for s in later):
             if not any(self._makes_children(s) for s in later):
                 return True
         for s in later:
@@ -428,7 +446,7 @@ class HookPlacement(HookChoice):
         for node in had:
             written, read, _ = uses(node, memo)
             attrs |= written | read
-        draws = not all(rng_free(n, self.ctx) for n in [*had, *stmts])
+        draws_random = not all(draws(n, self.ctx) is Draws.NEVER for n in [*had, *stmts])
         aside = set(REGISTER_METHODS) | {"add_module", "register_module"}
 
         def touched(s: cst.CSTNode) -> bool:
@@ -439,7 +457,7 @@ class HookPlacement(HookChoice):
         old = self.init_body[c]
         between = self.init_body[c + 1 : index]
         if not any(touched(s) for s in between) and not (
-            draws and not all(rng_free(s, self.ctx) for s in between)
+            draws_random and not all(draws(s, self.ctx) is Draws.NEVER for s in between)
         ):
             self.replace[id(old)] = (old, [])
             self._call_after(hook, index)
@@ -447,7 +465,7 @@ class HookPlacement(HookChoice):
         rest = [s for i, s in enumerate(self.init_body) if i > c and i != index]
         if any(touched(s) for s in rest):
             raise Unfixable(why)
-        if draws and not all(rng_free(s, self.ctx) for s in rest):
+        if draws_random and not all(draws(s, self.ctx) is Draws.NEVER for s in rest):
             self.unsafe.append(
                 f"`{hook}()` is now called at the end of `__init__`: its random draws come "
                 "after other random draws, so eager values differ under the same seed"
@@ -455,6 +473,13 @@ class HookPlacement(HookChoice):
         self.replace[id(old)] = (old, [])
         self.init_append.append(stmt(f"self.{hook}()"))
         self.hook_call_added.add(hook)
+
+
+def _union(sets) -> set[str]:
+    out: set[str] = set()
+    for x in sets:
+        out |= x
+    return out
 
 
 def _drawn_later(hook: str, called: bool) -> str:

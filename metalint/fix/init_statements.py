@@ -102,7 +102,10 @@ def init_only(s: cst.CSTNode, ctx: RuleContext, own=None, structure: bool = True
             # ``for lin in self.lins: nn.init.zeros_(lin.bias)``: the tensors of the modules
             # of a container child
             var = s.target.value + "."
-            inner = lambda d: own(d) or bool(d and d.startswith(var))  # noqa: E731
+
+            def inner(d: str | None) -> bool:
+                return own(d) or bool(d and d.startswith(var))
+
         return (
             s.orelse is None
             and s.asynchronous is None

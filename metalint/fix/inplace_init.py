@@ -33,7 +33,7 @@ from metalint.fix.edits import (
     render,
     stmt,
 )
-from metalint.fix.flow import rng_free, touches, uses
+from metalint.fix.flow import touches, uses
 from metalint.fix.init_statements import (
     attr_of,
     child_tensor,
@@ -55,6 +55,7 @@ from metalint.fix.root_hook import (
     called_once,
     through_method,
 )
+from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
 from metalint.static.protocol import structure_test
 from metalint.static.rule import Finding, RuleContext
@@ -105,7 +106,7 @@ def _parameter_loop(ctx: RuleContext, edit: ClassEdit, loop: cst.For, index: int
     if index < 0 or body[index] is not loop:
         raise Unfixable("the loop is not a top-level statement of `__init__`")
     moved = take(edit, body, [index])
-    edit.use_hook(HOOK, index, moved, random=not rng_free(loop, ctx), call_at=loop)
+    edit.use_hook(HOOK, index, moved, random=draws(loop, ctx) is not Draws.NEVER, call_at=loop)
     return edit.rewrite("Move the loop that initialises every parameter into `reset_parameters()`")
 
 
@@ -197,8 +198,8 @@ def _children_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding
         for a in sorted(kids):
             if any(touches(b, a, False, memo) for b in init[c + 1 : end]):
                 raise Unfixable(f"{why}, and `self.{a}` is used in `__init__` after the builder")
-    if any(not rng_free(body[i], ctx) for i in moved) and not all(
-        rng_free(b, ctx) for b in crossed
+    if any(draws(body[i], ctx) is not Draws.NEVER for i in moved) and not all(
+        draws(b, ctx) is Draws.NEVER for b in crossed
     ):
         edit.unsafe.append(
             "the random draws now run after other random draws of construction, so eager "
@@ -258,8 +259,8 @@ def _own_init_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding
         if any(touches(s, attr, False, edit.memo()) for s in after):
             raise Unfixable(f"{why}, and `self.{attr}` is used after it there")
     c = called_once(edit, method)
-    random = not rng_free(line, ctx)
-    if random and not all(rng_free(s, ctx) for s in after):
+    random = draws(line, ctx) is not Draws.NEVER
+    if random and not all(draws(s, ctx) is Draws.NEVER for s in after):
         edit.unsafe.append(
             f"the random value is now drawn after the rest of `{method.name}()`, after other "
             "random draws, so eager values differ under the same seed"

@@ -17,12 +17,12 @@ from metalint.fix.flow import (
     reads_metadata_only,
     return_count,
     returns,
-    rng_free,
     sets_metadata,
     statements_after,
     touches,
     uses,
 )
+from metalint.static.draws import Draws, draws
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
@@ -35,8 +35,8 @@ from metalint.static.tensors import (
 class InitFacts:
     """What the codemods work out once per class and ask once per finding: the parents of
     the nodes of ``__init__``'s body, its early returns, the ``self.<name>()`` calls it makes,
-    and the memos of :func:`metalint.fix.flow.uses`, :func:`metalint.fix.flow.returns` and
-    :meth:`metalint.fix.store.Storing.plain_tensor`. One per class and file context
+    and the memos of :func:`metalint.fix.flow.uses` and :func:`metalint.fix.flow.returns`. One
+    per class and file context
     (:func:`init_facts`)."""
 
     def __init__(self, cls: ClassFacts) -> None:
@@ -45,8 +45,6 @@ class InitFacts:
         self.uses: dict = {}
         #: id of a body -> what :func:`returns` answered, and the body
         self.returns: dict = {}
-        #: attribute -> may ``self.<attr>`` be a plain tensor
-        self.plain_tensors: dict[str, bool] = {}
 
     @property
     def body(self) -> Sequence[cst.BaseStatement]:
@@ -256,13 +254,13 @@ class Locating:
                     return f"`self.{attr}` is {hit} by `{m.name}()`, which `__init__` calls later"
         return None
 
-    def rng_free_after(self, index: int) -> bool:
-        return all(rng_free(s, self.ctx) for s in self.init_body[index + 1 :])
+    def draws_nothing_after(self, index: int) -> bool:
+        return all(draws(s, self.ctx) is Draws.NEVER for s in self.init_body[index + 1 :])
 
     def block_tail(self, line: cst.CSTNode) -> list[cst.BaseStatement]:
         """The statements that run after ``line`` inside the compound statements holding it
         (the rest of its block, then the rest of each enclosing block), up to its top-level
-        statement of ``__init__``: what ``used_after``/``rng_free_after`` (which start at the
+        statement of ``__init__``: what ``used_after``/``draws_nothing_after`` (which start at the
         next top-level statement) do not see. An ``else`` of an ``if`` holding ``line`` does
         not run after it."""
         found = self.path_of(line)

@@ -24,7 +24,7 @@ from metalint.fix.edits import (
     stmt,
     torch_spelling,
 )
-from metalint.fix.flow import binds, rng_free, touches, uses
+from metalint.fix.flow import touches, uses
 from metalint.fix.init_statements import (
     attr_of,
     call_writes,
@@ -38,10 +38,12 @@ from metalint.fix.root_hook import (
     called_once,
     hook_call,
 )
+from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
 from metalint.static.ownership import module_children
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import walk_code
+from metalint.static.tensor_kind import binds
 from metalint.static.tensors import Write
 from metalint.vocabulary import (
     HOOKLESS_BASES,
@@ -257,7 +259,7 @@ def method_into_reset(edit: ClassEdit, method) -> Rewrite:
     called = exists and edit.hook_calls(HOOK)[0]
     # the hook called where the method was (``call_at``) moves no draw; one ``__init__``
     # already calls elsewhere does
-    random = bool(called) and not rng_free(method.node.body, edit.ctx)
+    random = bool(called) and draws(method.node.body, edit.ctx) is not Draws.NEVER
     edit.use_hook(HOOK, c, [call], random=random, call_at=line)
     if called:
         # ``__init__`` calls the hook already, so the method's own call goes (the hook runs it)
@@ -378,6 +380,53 @@ def _empty_before(edit: ClassEdit, method, c: int) -> list[str]:
     return done
 
 
+def _untouched_after_init(ctx: RuleContext, edit: ClassEdit, moved: list[int]) -> None:
+    """Raise :class:`Unfixable` when code that stays touches a tensor after its first moved
+    init: what runs before it (recbole's CompositePrior creates `logvar_prior` after
+    `mu_prior`'s init, then inits it) sees no init of it, moved or not."""
+    body = edit.init_body
+    since: dict[str, int] = {}
+    for i in moved:
+        for c in walk_code(body[i]):
+            if isinstance(c, cst.Call) and init_call(c, ctx):
+                a = attr_of(c, ctx)
+                if a is not None:
+                    since.setdefault(a, i)
+    for i, s in enumerate(body):
+        if i > moved[0] and i not in moved:
+            for a in sorted(since):
+                hit = touches(s, a, False, edit.memo()) if i > since[a] else None
+                if hit:
+                    raise Unfixable(
+                        f"`self.{a}` is {hit} later in `__init__`, after its in-place init"
+                    )
+
+
+def _own_call_at(ctx: RuleContext, edit: ClassEdit, moved: list[int]) -> cst.BaseStatement | None:
+    """Where ``__init__`` calls the hook the ``moved`` inits go to, when they draw random
+    numbers and code that stays draws too: a new hook, called where the draws were (the last
+    moved statement), when nothing between them draws; else None (called last: unsafe)."""
+    body = edit.init_body
+    first, last = moved[0], moved[-1]
+    if all(draws(body[i], ctx) is Draws.NEVER for i in moved):
+        return None
+    rest = [s for i, s in enumerate(body) if i > first and i not in moved]
+    between = [body[i] for i in range(first + 1, last) if i not in moved]
+    if all(draws(s, ctx) is Draws.NEVER for s in rest):
+        return None
+    if (
+        HOOK not in edit.cls.methods
+        and not edit.taken(HOOK)
+        and edit.hook_calls(HOOK) == ([], False)
+        and all(draws(s, ctx) is Draws.NEVER for s in between)
+    ):
+        return body[last]  # a new hook, called where the draws were: same order
+    edit.unsafe.append(
+        "random draws move after other random draws of `__init__`: eager values differ"
+    )
+    return None
+
+
 def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> Rewrite:
     """Move every statement of ``__init__`` that only initialises the module's own tensors in
     place, in order, into ``reset_parameters()``. The hook is called last in ``__init__``; when
@@ -394,41 +443,8 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
             # alone: the own init joins it (with any children's init, in order)
             return children_first(ctx, edit)
 
-    # each tensor's first moved init: what runs before it (recbole's CompositePrior creates
-    # `logvar_prior` after `mu_prior`'s init, then inits it) sees no init of it, moved or not
-    since: dict[str, int] = {}
-    for i in moved:
-        for c in walk_code(body[i]):
-            if isinstance(c, cst.Call) and init_call(c, ctx):
-                a = attr_of(c, ctx)
-                if a is not None:
-                    since.setdefault(a, i)
-    for i, s in enumerate(body):
-        if i > first and i not in moved:
-            for a in sorted(since):
-                hit = touches(s, a, False, edit.memo()) if i > since[a] else None
-                if hit:
-                    raise Unfixable(
-                        f"`self.{a}` is {hit} later in `__init__`, after its in-place init"
-                    )
-    random = not all(rng_free(body[i], ctx) for i in moved)
-    call_at = None
-    if random:
-        rest = [s for i, s in enumerate(body) if i > first and i not in moved]
-        between = [body[i] for i in range(first + 1, last) if i not in moved]
-        if all(rng_free(s, ctx) for s in rest):
-            pass
-        elif (
-            HOOK not in edit.cls.methods
-            and not edit.taken(HOOK)
-            and edit.hook_calls(HOOK) == ([], False)
-            and all(rng_free(s, ctx) for s in between)
-        ):
-            call_at = body[last]  # a new hook, called where the draws were: same order
-        else:
-            edit.unsafe.append(
-                "random draws move after other random draws of `__init__`: eager values differ"
-            )
+    _untouched_after_init(ctx, edit, moved)
+    call_at = _own_call_at(ctx, edit, moved)
     stmts = take(edit, body, moved)
     # stores that replaced a removed statement keep its blank lines
     edit.use_hook(HOOK, last, stmts, call_at=call_at)
@@ -436,6 +452,47 @@ def move_own(ctx: RuleContext, edit: ClassEdit, message: str | None = None) -> R
     return edit.rewrite(
         message or f"Move {n} in-place init statement{'s' if n != 1 else ''} into `{HOOK}()`"
     )
+
+
+def _init_run(ctx: RuleContext, stmts: list, first) -> tuple[int, list]:
+    """The run of in-place init statements of a block (``stmts``) holding ``first``: where it
+    starts, and its statements."""
+    at = next(i for i, s in enumerate(stmts) if s is first)
+    while at > 0 and init_only(stmts[at - 1], ctx):
+        at -= 1
+    run = []
+    for s in stmts[at:]:
+        if not init_only(s, ctx):
+            break
+        run.append(s)
+    return at, run
+
+
+def _untouched_after_run(edit: ClassEdit, attrs: set[str], after: list, index: int) -> None:
+    """Raise :class:`Unfixable` when code after a run of in-place inits (``after``, then the
+    top-level statements after ``index``) touches a tensor they init."""
+    memo = edit.memo()
+    for s in after:
+        for a in sorted(attrs):
+            hit = touches(s, a, False, memo)
+            if hit:
+                raise Unfixable(f"`self.{a}` is {hit} later in `__init__`, after its in-place init")
+    for a in sorted(attrs):
+        later = edit.used_after(a, index)
+        if later:
+            raise Unfixable(later)
+
+
+def _moved_in_block(edit: ClassEdit, s, index: int, *, guard: bool) -> cst.BaseStatement:
+    """In-place init statement ``s`` of a block, removed from it, as the hook runs it
+    (``guard``: when its tensor is there)."""
+    edit.replace[id(s)] = (s, [])
+    new = edit.store_names(s, s, index).with_changes(leading_lines=())
+    written = uses(s, edit.memo())[0]
+    if len(written) != 1:
+        raise Unfixable("an in-place init statement writes several tensors")
+    (a,) = written
+    return guarded(f"getattr(self, {a!r}, None) is not None", new) if guard else new
 
 
 def move_own_in_block(ctx: RuleContext, edit: ClassEdit, first, index: int, what: str) -> Rewrite:
@@ -460,52 +517,25 @@ def move_own_in_block(ctx: RuleContext, edit: ClassEdit, first, index: int, what
     if not isinstance(block, cst.IndentedBlock):
         raise Unfixable("the in-place init is not a statement of a block")
     stmts = list(block.body)
-    at = next(i for i, s in enumerate(stmts) if s is first)
-    while at > 0 and init_only(stmts[at - 1], ctx):
-        at -= 1
-    run = []
-    for s in stmts[at:]:
-        if not init_only(s, ctx):
-            break
-        run.append(s)
+    at, run = _init_run(ctx, stmts, first)
     memo = edit.memo()
     attrs = {a for s in run for a in uses(s, memo)[0]}
     after = [*stmts[at + len(run) :], *edit.block_tail(block)]
-    for s in after:
-        for a in sorted(attrs):
-            hit = touches(s, a, False, memo)
-            if hit:
-                raise Unfixable(f"`self.{a}` is {hit} later in `__init__`, after its in-place init")
-    for a in sorted(attrs):
-        later = edit.used_after(a, index)
-        if later:
-            raise Unfixable(later)
+    _untouched_after_run(edit, attrs, after, index)
     made_here = all(_created_on(found[1], run[0], a) and made_once(edit, a) for a in attrs)
     condition = None if made_here else _branch_condition(edit, found[1], index)
-    moved = []
-    for s in run:
-        edit.replace[id(s)] = (s, [])
-        new = edit.store_names(s, s, index).with_changes(leading_lines=())
-        written = uses(s, memo)[0]
-        if len(written) != 1:
-            raise Unfixable("an in-place init statement writes several tensors")
-        (a,) = written
-        moved.append(
-            new
-            if condition is not None
-            else guarded(f"getattr(self, {a!r}, None) is not None", new)
-        )
+    moved = [_moved_in_block(edit, s, index, guard=condition is None) for s in run]
     if condition is not None:
         node = stmt("if True:\n    pass\n")
         moved = [node.with_changes(test=condition, body=node.body.with_changes(body=moved))]
-    random = not all(rng_free(s, ctx) for s in run)
-    if not all(rng_free(s, ctx) for s in after):
+    random = not all(draws(s, ctx) is Draws.NEVER for s in run)
+    if not all(draws(s, ctx) is Draws.NEVER for s in after):
         edit.unsafe.append(
             "random draws move after other random draws of `__init__`: eager values differ"
         )
     if (
         random
-        and not edit.rng_free_after(index)
+        and not edit.draws_nothing_after(index)
         and HOOK not in edit.cls.methods
         and not edit.taken(HOOK)
         and edit.hook_calls(HOOK) == ([], False)
@@ -566,7 +596,7 @@ def _branch_condition(edit: ClassEdit, path: list, index: int) -> cst.BaseExpres
         _w, read, calls = uses(test, memo)
         if (
             calls
-            or not rng_free(test, edit.ctx)
+            or draws(test, edit.ctx) is not Draws.NEVER
             or any(
                 isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute)
                 for c in walk_code(test)

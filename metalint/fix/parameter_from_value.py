@@ -51,7 +51,6 @@ from metalint.fix.edits import (
 from metalint.fix.flow import (
     mentions_none,
     reads_metadata_only,
-    rng_free,
     sets_metadata,
     statements_after,
     touches,
@@ -81,6 +80,7 @@ from metalint.fix.values import (
     hook_body,
     overwritten_later,
 )
+from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
@@ -96,18 +96,12 @@ HOOK = RESET_HOOK
 
 
 def _parameter(
-    ctx: RuleContext, node: cst.CSTNode, path, cls=None, after_return: bool = False
+    ctx: RuleContext, finding: Finding, path, cls=None, after_return: bool = False
 ) -> tuple[str, cst.Arg, str | None]:
     """(attribute, the ``data`` argument of its ``nn.Parameter(...)``, the guard the hook
-    needs when the parameter may be ``None`` or is made in an ``if``)."""
-    pcall = next(
-        (
-            n
-            for n in walk_code(node)
-            if isinstance(n, cst.Call) and ctx.qualify(n.func) in PARAMETER_CLASSES
-        ),
-        None,
-    )
+    needs when the parameter may be ``None`` or is made in an ``if``), for the parameter the
+    rule matched (``finding.site``)."""
+    node, pcall = finding.node, finding.site.call
     if pcall is None:
         raise Unfixable("no `nn.Parameter(...)` call found")
     data_arg = next((a for a in pcall.args if a.keyword is None or a.keyword.value == "data"), None)
@@ -122,25 +116,7 @@ def _parameter(
         raise Unfixable("the parameter's attribute name is not known")
     guard = None
     if getattr(holder, "value", None) is not pcall:
-        inner = path_between(holder, pcall)
-        # ``nn.Parameter(grid).requires_grad_(False)``: the same parameter (:func:`same_tensor`)
-        wrappers: set[int] = set()
-        for n in inner or ():
-            if isinstance(n, cst.Call) and n is not pcall and same_tensor(n) is pcall:
-                wrappers |= {id(n), id(n.func)}
-        if inner is None or not all(
-            isinstance(n, (cst.IfExp, cst.Arg, cst.Assign, cst.AnnAssign))
-            or n is pcall
-            or id(n) in wrappers
-            for n in inner
-        ):
-            raise Unfixable("the parameter is built inside a larger expression")
-        if any(isinstance(n, cst.IfExp) for n in inner):
-            guard = f"self.{attr} is not None"
-        if not all(_none_otherwise(n, pcall) for n in inner if isinstance(n, cst.IfExp)):
-            # ``nn.Parameter(torch.ones(d)) if mult_bias else 1.`` (x-transformers' GLU): the
-            # attribute is a number when it is no parameter
-            guard = registered(cls, ctx.qualify, attr, "parameter")
+        guard = _wrapped_guard(ctx, cls, attr, holder, pcall)
     if any(isinstance(n, cst.If) for n in path) or after_return:
         guard = f"getattr(self, {attr!r}, None) is not None"
         if cls is not None and _assigned_otherwise(cls, attr, node):
@@ -148,6 +124,33 @@ def _parameter(
             # nn.Parameter(...)`` (x-transformers' Attention): there whatever the branch
             guard = registered(cls, ctx.qualify, attr, "parameter")
     return attr, data_arg, guard
+
+
+def _wrapped_guard(ctx: RuleContext, cls, attr: str, holder, pcall: cst.Call) -> str | None:
+    """The guard of a parameter whose call ``holder`` holds inside a conditional expression
+    (``nn.Parameter(..) if cond else None``) or behind ``.requires_grad_(..)``; raises
+    :class:`Unfixable` when it is built inside a larger expression."""
+    guard = None
+    inner = path_between(holder, pcall)
+    # ``nn.Parameter(grid).requires_grad_(False)``: the same parameter (:func:`same_tensor`)
+    wrappers: set[int] = set()
+    for n in inner or ():
+        if isinstance(n, cst.Call) and n is not pcall and same_tensor(n) is pcall:
+            wrappers |= {id(n), id(n.func)}
+    if inner is None or not all(
+        isinstance(n, (cst.IfExp, cst.Arg, cst.Assign, cst.AnnAssign))
+        or n is pcall
+        or id(n) in wrappers
+        for n in inner
+    ):
+        raise Unfixable("the parameter is built inside a larger expression")
+    if any(isinstance(n, cst.IfExp) for n in inner):
+        guard = f"self.{attr} is not None"
+    if not all(_none_otherwise(n, pcall) for n in inner if isinstance(n, cst.IfExp)):
+        # ``nn.Parameter(torch.ones(d)) if mult_bias else 1.`` (x-transformers' GLU): the
+        # attribute is a number when it is no parameter
+        guard = registered(cls, ctx.qualify, attr, "parameter")
+    return guard
 
 
 def _none_otherwise(e: cst.IfExp, pcall: cst.Call) -> bool:
@@ -175,7 +178,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     it is and re-created by a ``reset_parameters()`` that ``__init__`` does not call
     (:func:`_kept`), when that is possible. (No exception is kept in a local: with its
     traceback it would hold the syntax tree in a reference cycle.)"""
-    if _parameter_list_value(ctx, finding.node) is not None:
+    if _list_of_parameters(finding):
         return _parameter_list(ctx, cls, finding)
     try:
         rewrite = _plan(ctx, cls, finding, ClassEdit(ctx, cls))
@@ -197,23 +200,15 @@ LIST_INITS = {
 }
 
 
-def _parameter_list_value(ctx: RuleContext, node: cst.CSTNode) -> cst.BaseExpression | None:
-    """The list of ``self.ws = nn.ParameterList(<list>)`` (a list or a comprehension)."""
-    if not (isinstance(node, cst.SimpleStatementLine) or isinstance(node, cst.Assign)):
-        return None
-    a = node.body[0] if isinstance(node, cst.SimpleStatementLine) else node
-    if not isinstance(a, cst.Assign) or assigned_attr(a) is None:
-        return None
-    v = a.value
-    if not (
-        isinstance(v, cst.Call)
-        and ctx.qualify(v.func) == "torch.nn.ParameterList"
-        and v.args
-        and v.args[0].keyword is None
-        and isinstance(v.args[0].value, (cst.List, cst.ListComp))
-    ):
-        return None
-    return v.args[0].value
+def _list_of_parameters(finding: Finding) -> bool:
+    """Did the rule match a ``ParameterList`` of a list or a comprehension, set by a plain
+    ``self.ws = nn.ParameterList(...)`` (:func:`_parameter_list` rewrites those)?"""
+    items = finding.site.items
+    return (
+        type(items) in (cst.List, cst.ListComp)
+        and type(finding.node) is cst.Assign
+        and assigned_attr(finding.node) is not None
+    )
 
 
 def _parameter_list(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -225,8 +220,8 @@ def _parameter_list(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     ``dtype=``/``device=``), every element one of them."""
     edit = ClassEdit(ctx, cls)
     node = finding.node
-    items = _parameter_list_value(ctx, node)
-    attr = assigned_attr(node.body[0] if isinstance(node, cst.SimpleStatementLine) else node)
+    items = finding.site.items
+    attr = finding.site.attr
     index, line, _path = edit.locate(node)
     torch_name, nn_name = torch_spelling(ctx)
     elements = [items.elt] if isinstance(items, cst.ListComp) else [e.value for e in items.elements]
@@ -306,8 +301,8 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
         helper = helper_of(cls, finding.node)
         if helper is None or keep:
             raise
-        return _plan_in_helper(ctx, edit, finding.node, helper, str(exc))
-    attr, data_arg, guard = _parameter(ctx, finding.node, path, cls, edit.after_return(index))
+        return _plan_in_helper(ctx, edit, finding, helper, str(exc))
+    attr, data_arg, guard = _parameter(ctx, finding, path, cls, edit.after_return(index))
     _one_law(ctx, edit, attr, finding.node, data_arg.value)
     later = edit.used_after(attr, index, tensor=True)
     tail = edit.block_tail(line)
@@ -347,7 +342,7 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
     if keep:
         edit.use_hook(hook, index, [body])
         return edit.rewrite(_kept_message(attr, hook))
-    if value.random and not all(rng_free(s, ctx) for s in tail):
+    if value.random and not all(draws(s, ctx) is Draws.NEVER for s in tail):
         edit.unsafe.append(
             "the random value is now drawn at the end of `__init__`, after other random draws, "
             "so eager values differ under the same seed (same distribution)"
@@ -366,14 +361,14 @@ def _with_branch(ctx, edit: ClassEdit, attr, index: int, j: int, hook, body, ran
     The hook is called after ``j``; a random value drawn there, after draws between its
     statement and ``j``, is an unsafe fix."""
     between = edit.init_body[index + 1 : j]
-    if random and not all(rng_free(s, ctx) for s in between):
+    if random and not all(draws(s, ctx) is Draws.NEVER for s in between):
         edit.unsafe.append(
             "the random value is now drawn after the statements that follow it in `__init__`, "
             "after other random draws, so eager values differ under the same seed"
         )
     moved = take(edit, edit.init_body, [j])
-    draws = random or not rng_free(edit.init_body[j], ctx)
-    edit.use_hook(hook, j, [body, *moved], random=draws)
+    draws_random = random or draws(edit.init_body[j], ctx) is not Draws.NEVER
+    edit.use_hook(hook, j, [body, *moved], random=draws_random)
     return edit.rewrite(
         f"Create `{attr}` with `torch.empty({shape})`, set its value in `{hook}()` and move "
         "the in-place init that follows it (on some paths, or changing its values) after it"
@@ -442,7 +437,9 @@ def _read_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, why: s
     return why
 
 
-def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -> Rewrite:
+def _plan_in_helper(
+    ctx: RuleContext, edit: ClassEdit, finding: Finding, helper, why: str
+) -> Rewrite:
     """The parameter is created in a private method that only ``__init__`` calls, once, as a
     statement (esm1's ``_init_submodules_esm1()``, called in an ``else``:
     ``self.embed_out = nn.Parameter(torch.zeros((self.alphabet_size, self.args.embed_dim)))``).
@@ -451,9 +448,10 @@ def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -
     values whose hook reads no name (``zeros``, ``ones``, a literal fill): nothing then draws
     at another point of construction, so eager values stay identical (safe)."""
     name = helper.name
+    node = finding.node
     call_line, call_index, call_path, line, path = helper_statement(edit, node, helper, why)
     memo = edit.memo()
-    attr, data_arg, guard = _parameter(ctx, node, path)
+    attr, data_arg, guard = _parameter(ctx, finding, path)
     one_value(edit.cls, ctx.qualify, attr, node)
     value = Value(data_arg.value, ctx)
     if value.random:
@@ -573,7 +571,7 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     if keep:
         edit.use_hook(hook, index, [*prelude, body])
         return edit.rewrite(_kept_message(attr, hook))
-    if not all(rng_free(c, ctx) for c in code):
+    if not all(draws(c, ctx) is Draws.NEVER for c in code):
         edit.unsafe.append(
             "the value may draw random numbers: it is drawn a second time in the hook, so "
             "eager values differ"

@@ -38,7 +38,7 @@ import libcst as cst
 
 from metalint.fix.codemod import ClassEdit
 from metalint.fix.edits import Rewrite, Unfixable, render, stmt
-from metalint.fix.recompute import draws, local_only
+from metalint.fix.recompute import draws_or_builds, local_only
 from metalint.fix.root_hook import (
     bound_names,
     new_hook,
@@ -264,7 +264,7 @@ def _with_its_if(edit: ClassEdit, moved: cst.BaseStatement, index: int) -> cst.B
     if not isinstance(top.body, cst.IndentedBlock) or not any(s is moved for s in top.body.body):
         return moved
     others = [s for s in top.body.body if s is not moved]
-    if all(local_only(s, edit) for s in others) and not draws(top.test, edit):
+    if all(local_only(s, edit) for s in others) and not draws_or_builds(top.test, edit):
         return top
     return moved
 

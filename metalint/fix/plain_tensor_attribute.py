@@ -46,8 +46,8 @@ from metalint.fix.edits import (
     stmt,
     torch_spelling,
 )
-from metalint.fix.flow import binds, uses
-from metalint.fix.recompute import draws, recompute_locals
+from metalint.fix.flow import uses
+from metalint.fix.recompute import draws_or_builds, recompute_locals
 from metalint.fix.recompute_hook import helper_effects, recompute_hook, refusal
 from metalint.fix.values import helper_of, helper_statement
 from metalint.static.construction import is_tensor
@@ -55,6 +55,7 @@ from metalint.static.model import construction
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import is_none, walk_code
+from metalint.static.tensor_kind import binds
 from metalint.vocabulary import BUFFER_HOOK
 
 
@@ -127,16 +128,7 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         if helper is None:
             raise
         index, line = helper_statement(edit, node, helper, str(exc))[1:4:2]
-    if isinstance(node, cst.Assign):
-        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Attribute):
-            raise Unfixable("the tensor is assigned with several targets")
-        target = dotted(node.targets[0].target)
-    elif isinstance(node, cst.AnnAssign) and node.value is not None:
-        target = dotted(node.target)
-    else:
-        raise Unfixable("not a plain assignment")
-    if not target or not target.startswith("self.") or target.count(".") != 1:
-        raise Unfixable("not an attribute of `self`")
+    target = _target_of(node)
     attr = target[5:]
     if len(line.body) != 1:
         raise Unfixable("the assignment shares its line with other statements")
@@ -164,6 +156,22 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     # it would refuse that one (a subclass defining its own hook: monai ``TopologySearch``)
     rewrite.then_hook = recompute_hook(ctx, cls, node)
     return rewrite
+
+
+def _target_of(node: cst.CSTNode) -> str:
+    """``self.x`` for the plain assignment ``self.x = ...``; raises :class:`Unfixable`
+    otherwise."""
+    if isinstance(node, cst.Assign):
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Attribute):
+            raise Unfixable("the tensor is assigned with several targets")
+        target = dotted(node.targets[0].target)
+    elif isinstance(node, cst.AnnAssign) and node.value is not None:
+        target = dotted(node.target)
+    else:
+        raise Unfixable("not a plain assignment")
+    if not target or not target.startswith("self.") or target.count(".") != 1:
+        raise Unfixable("not an attribute of `self`")
+    return target
 
 
 def _other_assignments(
@@ -195,19 +203,27 @@ def _other_assignments(
                         f"`__init__` sets `self.{attr}` earlier: `register_buffer` refuses an "
                         "existing attribute"
                     )
-            elif m.name in built:
-                calls, _nested = edit.hook_calls(m.name)
-                if not calls:
-                    yield f"`{m.name}()`, which construction calls, also assigns `self.{attr}`"
-                    continue
-                if m is not helper and min(calls) < index:
-                    raise Unfixable(
-                        f"`__init__` calls `{m.name}()`, which sets `self.{attr}`, earlier: "
-                        "`register_buffer` refuses an existing attribute"
-                    )
+            elif m.name in built and not _called_later(edit, m, attr, index, helper):
+                yield f"`{m.name}()`, which construction calls, also assigns `self.{attr}`"
+                continue
             if a.target == target and (a.augmented or _tensor_or_none(ctx, m, a.value, target)):
                 continue
             yield f"`self.{attr}` is assigned elsewhere in the class; a buffer only takes tensors"
+
+
+def _called_later(edit: ClassEdit, m, attr: str, index: int, helper) -> bool:
+    """Does ``__init__`` call method ``m`` (which sets ``self.<attr>``) as a statement? Raises
+    :class:`Unfixable` when it does before top-level statement ``index`` (and ``m`` is not
+    the ``helper`` holding the assignment rewritten)."""
+    calls, _nested = edit.hook_calls(m.name)
+    if not calls:
+        return False
+    if m is not helper and min(calls) < index:
+        raise Unfixable(
+            f"`__init__` calls `{m.name}()`, which sets `self.{attr}`, earlier: "
+            "`register_buffer` refuses an existing attribute"
+        )
+    return True
 
 
 def _tensor_or_none(ctx, m, value, target: str) -> bool:
@@ -311,7 +327,7 @@ def _group(edit: ClassEdit, cls, index: int, why: str) -> list[str]:
         if a.target.count(".") == 1 and edit.top_index_of(a.node) == index
     ]
     group = list(dict.fromkeys(group))
-    if calls or draws(top, edit) or not group or set(written) != set(group):
+    if calls or draws_or_builds(top, edit) or not group or set(written) != set(group):
         raise Unfixable(why)
     if any(is_none(a.value) for a in edit.init.assigns if edit.top_index_of(a.node) == index):
         raise Unfixable(why)  # ``self.x = None`` in a branch: nothing to copy there

@@ -5,6 +5,7 @@ local tensor). Shared by the codemods; imports only :mod:`metalint.fix.codemod`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import libcst as cst
 
@@ -19,14 +20,15 @@ from metalint.fix.edits import (
     stmt,
     torch_spelling,
 )
-from metalint.fix.flow import binds, rng_free, uses
+from metalint.fix.flow import uses
 from metalint.static.construction import tensor_registrations
+from metalint.static.draws import Draws, draws
 from metalint.static.model import construction
 from metalint.static.names import dotted
 from metalint.static.ownership import own_tensor_names, value_reads
 from metalint.static.syntax import walk_code
-from metalint.static.tensors import random_draw
-from metalint.vocabulary import FACTORY_DRAWS, FILL_FACTORIES, HOST_RANDOM_MODULES, INIT_KIND
+from metalint.static.tensor_kind import binds
+from metalint.vocabulary import FACTORY_DRAWS, FILL_FACTORIES
 
 
 def _raises_only(s: cst.CSTNode) -> bool:
@@ -226,7 +228,7 @@ def loop_targets(s: cst.For) -> set[str] | None:
 def _draws(node: cst.CSTNode, edit: ClassEdit, random: bool) -> bool:
     """``draws`` where no draw is allowed; where torch's draws are (``random``), does the
     code draw from numpy's or Python's generators, or build a module?"""
-    return draws(node, edit, host_only=random)
+    return draws_or_builds(node, edit, host_only=random)
 
 
 def computes_only(edit: ClassEdit, name: str, depth: int = 0, random: bool = False) -> bool:
@@ -321,22 +323,17 @@ def _same_law(a, b, qualify) -> bool:
     return keywords(a) == keywords(b)
 
 
-def draws(node: cst.CSTNode, edit: ClassEdit, host_only: bool = False) -> bool:
-    """Does the code draw random numbers or build a module (whose init draws)? What
-    :func:`value_kind` calls random, as ML002 judges a buffer's value. ``host_only``: only
-    draws that torch's generator state does not hold (numpy's, Python's) and modules."""
-
-    for n in walk_code(node):
-        if not isinstance(n, cst.Call):
-            continue
-        q = edit.ctx.qualify(n.func) or ""
-        name = q.rsplit(".", 1)[-1] if q else getattr(getattr(n.func, "attr", None), "value", "")
-        if random_draw(q) or INIT_KIND.get(name) == "random":
-            if not host_only or q.startswith(HOST_RANDOM_MODULES):
-                return True
-        if q.startswith("torch.nn.") and name[:1].isupper():
-            return True
-    return False
+def draws_or_builds(node: cst.CSTNode, edit: ClassEdit, host_only: bool = False) -> bool:
+    """Does the code certainly draw random numbers (:func:`draws` says ``ALWAYS``) or build a
+    ``torch.nn`` module (whose init may draw)? What :func:`value_kind` calls random, as ML002
+    judges a buffer's value. ``host_only``: only draws that torch's generator state does not
+    hold (numpy's, Python's), and modules."""
+    return draws(node, edit.ctx, host_only) is Draws.ALWAYS or any(
+        type(n) is cst.Call
+        and (q := edit.ctx.qualify(n.func) or "").startswith("torch.nn.")
+        and q.rsplit(".", 1)[-1][:1].isupper()
+        for n in walk_code(node)
+    )
 
 
 def _local_names(edit: ClassEdit, method=None):
@@ -594,7 +591,8 @@ def recompute_locals(
     else:
         out = [copies[i].with_changes(leading_lines=()) for i in picked] + [value]
         names = (set(method.arguments) | set(method.local_values)) - bound
-        reads = lambda c: _reads(c, edit, local, imported)  # noqa: E731
+
+        reads = partial(_reads, edit=edit, local=local, imported=imported)
         _reads_only_own(edit, out, lambda c: reads(c) & names, why, method)
         _no_argument_read(edit, out, reads, why, method)
     if hook in edit.cls.methods:
@@ -762,14 +760,14 @@ def drawn_tail(edit: ClassEdit, start: int, hook: str, why: str) -> str:
         edit.replace[id(s)] = (s, [wrapped if c is s else c for c in current])
     # the copied statements and values draw nothing (``draws``, as for any recomputed local);
     # the others may
-    if not all(rng_free(s, edit.ctx) for s in tail.staying):
+    if not all(draws(s, edit.ctx) is Draws.NEVER for s in tail.staying):
         edit.unsafe.append(
             "other random draws follow the drawn locals in `__init__`: the hook draws them "
             "after those, so eager values differ under the same seed (same distribution)"
         )
     existing = edit.cls.methods.get(hook)
-    if any(not rng_free(s, edit.ctx) for s in edit.hook_append.get(hook, [])) or (
-        existing is not None and not rng_free(existing.node.body, edit.ctx)
+    if any(draws(s, edit.ctx) is not Draws.NEVER for s in edit.hook_append.get(hook, [])) or (
+        existing is not None and draws(existing.node.body, edit.ctx) is not Draws.NEVER
     ):
         edit.unsafe.append(
             f"`{hook}()` draws other random numbers before the drawn locals: eager values "
@@ -842,7 +840,7 @@ class _Tail:
         r = self.registration(s)
         if len(s.body) != 1 or not self.local(r.value or s) & self.bound:
             # reads none of the drawn locals: its own fix, if any
-            if r.value is None or draws(r.value, self.edit):
+            if r.value is None or draws_or_builds(r.value, self.edit):
                 self.staying.append(s)
             return
         if r.value is None or _draws(r.value, self.edit, False):

@@ -16,11 +16,11 @@ from metalint.fix.edits import (
     stmt,
     torch_spelling,
 )
-from metalint.fix.flow import mentions_none, rng_free, statements_after, touches, uses
+from metalint.fix.flow import mentions_none, statements_after, touches, uses
 from metalint.fix.recompute import (
     Drawn,
     drawn_tail,
-    draws,
+    draws_or_builds,
     may_change,
     one_value,
     preceding,
@@ -39,6 +39,7 @@ from metalint.fix.values import (
 )
 from metalint.fix.values import is_number_literal as number
 from metalint.static.construction import argument_of
+from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import keyword, string_value, walk_code
@@ -137,7 +138,7 @@ def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -
     random = (
         any(value_kind(c, ctx.qualify) == "random" for c in code)
         or "random" in effects
-        or any(draws(c, edit) for c in code)
+        or any(draws_or_builds(c, edit) for c in code)
         or bool(children)
     )
     torch_name, _ = torch_spelling(ctx)
@@ -179,7 +180,7 @@ def _stored(ctx, edit: ClassEdit, full, value, attr: str, line, path, index: int
                 f"the value calls `{effects['host']}()`, which copies a tensor to the host "
                 "(`.cpu()`, `.item()`, ...): under meta the hook would raise"
             ) from exc
-        if "random" in effects or not all(rng_free(c, ctx) for c in done):
+        if "random" in effects or not all(draws(c, ctx) is Draws.NEVER for c in done):
             edit.unsafe.append(
                 "the hook computes the value again with calls that may draw random numbers: "
                 "eager values may differ"
@@ -397,8 +398,8 @@ def _init_moved(ctx, edit: ClassEdit, value, attr: str, line, path, index: int, 
         body = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
     edit.replace[id(init)] = (init, [])
     between = [*before[before.index(init) + 1 :], *edit.block_tail(line)]
-    random = draws(call, edit) or not rng_free(call, ctx)
-    if random and not all(rng_free(s, ctx) for s in between):
+    random = draws_or_builds(call, edit) or draws(call, ctx) is not Draws.NEVER
+    if random and not all(draws(s, ctx) is Draws.NEVER for s in between):
         edit.unsafe.append(
             "the in-place init now runs in the hook, after other random draws of its block: "
             "eager values differ under the same seed (same distribution)"
@@ -558,7 +559,7 @@ def helper_effects(edit: ClassEdit, nodes, seen: set[str] | None = None) -> dict
                 continue
             seen.add(name)
             body = defs[name].body
-            if draws(body, edit):
+            if draws_or_builds(body, edit):
                 out.setdefault("random", name)
             for n in walk_code(body):
                 if (
@@ -594,7 +595,7 @@ def _drawn_once(ctx, edit: ClassEdit, line, index, path, node, attr, hook) -> Re
     old = edit.replace.get(id(line))
     current = old[1] if old else [line]
     edit.replace[id(line)] = (line, [new_line if s is line else s for s in current])
-    if not all(rng_free(s, ctx) for s in edit.block_tail(line)):
+    if not all(draws(s, ctx) is Draws.NEVER for s in edit.block_tail(line)):
         edit.unsafe.append(
             "the random value is now drawn at the end of `__init__`, after other random draws, "
             "so eager values differ under the same seed (same distribution)"

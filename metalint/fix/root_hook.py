@@ -6,7 +6,8 @@ import libcst as cst
 
 from metalint.fix.codemod import ClassEdit
 from metalint.fix.edits import Rewrite, Unfixable, render, stmt
-from metalint.fix.flow import bare_self_call, returns, rng_free, uses
+from metalint.fix.flow import bare_self_call, returns, uses
+from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
 from metalint.static.syntax import walk_code
 from metalint.vocabulary import (
@@ -89,7 +90,7 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
         reads |= uses(body[i], memo)[1]
     # an init that draws nothing (enformer ``Attention``'s ``zeros_(self.to_out.weight)``)
     # may move past children that draw (``self.to_rel_k = nn.Linear(..)``)
-    draws = not all(rng_free(body[i], edit.ctx) for i in moved)
+    draws_random = not all(draws(body[i], edit.ctx) is Draws.NEVER for i in moved)
     for i in range(last + 1, calls[0]):
         if i in moved:
             continue
@@ -97,7 +98,7 @@ def own_hook_last(edit: ClassEdit, last: int, moved: set[int]) -> cst.BaseStatem
         written, _read, methods = uses(s, memo)
         if (
             not _straight(s)
-            or (draws and not rng_free(s, edit.ctx))
+            or (draws_random and draws(s, edit.ctx) is not Draws.NEVER)
             or methods - ASIDE
             or written & reads
             or any(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import libcst as cst
 
 from metalint.fix.edits import (
-    BUILTIN_NAMES,
     Unfixable,
     expr,
     names_in,
@@ -19,27 +18,18 @@ from metalint.fix.edits import (
     substitute,
     torch_spelling,
 )
-from metalint.fix.flow import (
-    CONTAINERS,
-    NESTING,
-    binds,
-    changed_in_place,
-    class_name,
-    container_elements,
-    fills,
-    set_on,
-)
+from metalint.fix.flow import NESTING
 from metalint.fix.locate import Locating
-from metalint.static.construction import (
-    is_number,
-    is_tensor,
-    registrations,
-    repackages_arguments,
-)
-from metalint.static.model import ClassFacts, MethodFacts, builds_module
+from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import walk_code
+from metalint.static.tensor_kind import (
+    CONTAINERS,
+    binds,
+    changed_in_place,
+    class_tensors,
+)
 from metalint.static.tensors import (
     legacy_sizes,
     value_kind,
@@ -76,44 +66,15 @@ class Storing(Locating):
         replace: dict[int, cst.BaseExpression] = {}
         stores: list[cst.BaseStatement] = []
         chosen: dict[str, str] = {}
-        # locals the value calls a tensor method on (``emb.unsqueeze(0)``): tensors
-        tensor_receivers = {
-            n.func.value.value: n.func.attr.value
-            for n in walk_code(value)
-            if type(n) is cst.Call
-            and type(n.func) is cst.Attribute
-            and type(n.func.value) is cst.Name
-            and n.func.attr.value in TENSOR_METHODS
-        }
+        receivers = _tensor_receivers(value)
         for name in list(names_in(value)):
             n = name.value
             if n == "self" or n in bound:
                 continue
             if n not in init.arguments and n not in init.local_values:
-                if (
-                    n in BUILTIN_NAMES
-                    or self.ctx.qualify(name) is not None
-                    or n in self.ctx.facts.local_classes
-                ):
-                    continue
-                continue  # a module-level name: it is still there in the hook
+                continue  # a builtin, an import, a class or a module-level name: still there
             if n in init.local_values:
-                for _, v in init.local_values[n]:
-                    if value_kind(v, self.ctx.qualify, init):
-                        raise Unfixable(f"the value reads the local tensor `{n}`")
-                if changed_in_place(init, n, self.ctx.qualify) and self._filled_with_tensors(
-                    name, init
-                ):
-                    # julius's ``LowPassFilters``: ``filters.append(filter_)`` in a loop; kept
-                    # as ``self._filters`` its tensors stayed on meta, and the hook raised
-                    raise Unfixable(f"the value reads `{n}`, filled in place with tensors")
-                if n in tensor_receivers:
-                    # kornia ``ExplicitSpacialEncoding``: ``emb = spatial_kernel_embedding(..)``,
-                    # ``register_buffer("emb", emb.unsqueeze(0))``; kept as ``self._emb`` the
-                    # tensor stayed on meta, and the hook's copy raised after ``to_empty()``
-                    raise Unfixable(
-                        f"the value reads the local tensor `{n}` (`{n}.{tensor_receivers[n]}()`)"
-                    )
+                self._refuse_local(name, receivers)
             if n not in chosen:
                 attr, new = self.attr_for(n, index, private)
                 chosen[n] = attr
@@ -123,11 +84,36 @@ class Storing(Locating):
         self.refuse_plain_reads(value, not_tensors)
         if stores:
             self.check_after_super(index)
-        # an argument is stored before the top-level statement that holds ``before``: the
-        # hook's guard may hold on another path than the block ``before`` is in (mace
-        # ``BesselBasis``: ``if trainable: self.w = nn.Parameter(v)`` / ``else:
-        # self.register_buffer("w", v)``; the store inside the ``if`` was missing on the
-        # default path and eager construction raised AttributeError)
+        self._place_stores(stores, before, index)
+        return substitute(value, replace)
+
+    def _refuse_local(self, name: cst.Name, receivers: dict[str, str]) -> None:
+        """Raise :class:`Unfixable` when local ``name``, read by a value a hook recomputes,
+        may hold a tensor: kept on ``self`` it would stay on ``meta``."""
+        init, n = self.init, name.value
+        for _, v in init.local_values[n]:
+            if value_kind(v, self.ctx.qualify, init):
+                raise Unfixable(f"the value reads the local tensor `{n}`")
+        if changed_in_place(init, n, self.ctx.qualify) and class_tensors(
+            self.ctx, self.cls
+        ).filled_with_tensors(name, init):
+            # julius's ``LowPassFilters``: ``filters.append(filter_)`` in a loop; kept
+            # as ``self._filters`` its tensors stayed on meta, and the hook raised
+            raise Unfixable(f"the value reads `{n}`, filled in place with tensors")
+        if n in receivers:
+            # kornia ``ExplicitSpacialEncoding``: ``emb = spatial_kernel_embedding(..)``,
+            # ``register_buffer("emb", emb.unsqueeze(0))``; kept as ``self._emb`` the
+            # tensor stayed on meta, and the hook's copy raised after ``to_empty()``
+            raise Unfixable(f"the value reads the local tensor `{n}` (`{n}.{receivers[n]}()`)")
+
+    def _place_stores(self, stores: list, before: cst.BaseStatement, index: int) -> None:
+        """Insert the stores of :meth:`store_names`. An argument is stored before the
+        top-level statement that holds ``before``: the hook's guard may hold on another path
+        than the block ``before`` is in (mace ``BesselBasis``: ``if trainable: self.w =
+        nn.Parameter(v)`` / ``else: self.register_buffer("w", v)``; the store inside the
+        ``if`` was missing on the default path and eager construction raised
+        AttributeError)."""
+        init = self.init
         top = self.init_body[index] if index < len(self.init_body) else before
         places: dict[int, tuple[cst.CSTNode, list]] = {}
         for n, store in stores:
@@ -137,7 +123,6 @@ class Storing(Locating):
             old = self.replace.get(id(at))
             current = old[1] if old else [at]
             self.replace[id(at)] = (at, new + current)
-        return substitute(value, replace)
 
     def refuse_plain_reads(self, value, not_tensors=frozenset()) -> None:
         """Raise :class:`Unfixable` when ``value`` reads ``self.<attr>``, a plain attribute
@@ -192,96 +177,8 @@ class Storing(Locating):
             )
 
     def plain_tensor(self, attr: str, depth: int = 0) -> bool:
-        """May ``self.<attr>`` be a tensor that is neither parameter nor buffer (monai's
-        ``Scheduler.alphas``, unpacked from a schedule function)? ``to_empty()`` leaves such a
-        tensor on ``meta``. False for registered tensors, modules, numbers and arguments."""
-        memo = self.facts.plain_tensors
-        if attr not in memo:
-            memo[attr] = False  # a cycle (``self.a = self.a * 2``) adds nothing
-            memo[attr] = self._plain_tensor(attr, depth)
-        return memo[attr]
-
-    def _plain_tensor(self, attr: str, depth: int) -> bool:
-        methods = self.cls.reachable("__init__") if self.cls.init is not None else []
-        if attr in {r.attr for r in registrations(methods, self.ctx.qualify)}:
-            return False
-        for m in methods:
-            for a in m.assigns:
-                if a.target != f"self.{attr}":
-                    continue
-                # unpacked from a call (``self.esm, self.esm_dict = load()``): not judged
-                if a.value is not None and self._may_be_tensor(a.value, m, depth):
-                    return True
-        return False
-
-    def _filled_with_tensors(self, name: cst.Name, method: MethodFacts) -> bool:
-        """May local ``name``, changed in place by ``method``, hold tensors? What is put into
-        it (:func:`fills`, the values of ``name.attr = ..``) may be a tensor, or it may be one
-        itself, changed otherwise than by setting its attributes (``w.mul_(2)``).
-        torch-geometric's ``GITMol``: ``config = AutoConfig.from_pretrained(..)``, then
-        ``config.encoder_width = vision_graph_width``: a config given numbers."""
-        n = name.value
-        if any(self._may_be_tensor(x, method, 1) for x in [*fills(method, n), *set_on(method, n)]):
-            return True
-        return changed_in_place(
-            method, n, self.ctx.qualify, attributes=False
-        ) and self._may_be_tensor(name, method, 0)
-
-    def _may_be_tensor(self, v: cst.BaseExpression, method: MethodFacts, depth: int) -> bool:
-        if depth > 4 or is_tensor(v, self.ctx.qualify, method):
-            return depth <= 4
-        if is_number(v, self.ctx.qualify, method) or (
-            type(v) is cst.Call and builds_module(self.ctx.qualify(v.func), self.ctx.facts)
-        ):
-            # a Python number (``x.item()``, ``grid.shape[-1]``, ``int(...)``), or a module,
-            # whatever its arguments (``default(dim_out, dim_in)``)
-            return False
-        if type(v) is cst.IfExp:  # its value is one of its branches, never its test
-            return self._may_be_tensor(v.body, method, depth) or self._may_be_tensor(
-                v.orelse, method, depth
-            )
-        if type(v) in CONTAINERS:
-            # a list of sizes (monai's ``self.window = [1 + 2 * r for r in ..]``) is none; a
-            # list of tensors (``[torch.zeros(n) for _ in ..]``) stays on meta as one does
-            return any(self._may_be_tensor(e, method, depth + 1) for e in container_elements(v))
-        for n in walk_code(v):
-            if isinstance(n, cst.Call):
-                q = self.ctx.qualify(n.func) or ""
-                name = getattr(n.func, "value", None) if isinstance(n.func, cst.Name) else None
-                if q.startswith(("torch.", "math.", "numpy.")) or name in BUILTIN_NAMES:
-                    continue
-                if self._builds_instance(n, q, name) or (
-                    name is not None and repackages_arguments(self.ctx.module, name)
-                ):
-                    continue  # ``pair(image_size)``: its arguments, read below
-                return True  # an unknown function (a noise schedule) may return a tensor
-            if isinstance(n, cst.Attribute) and dotted(n.value) == "self":
-                if self.plain_tensor(n.attr.value, depth + 1):
-                    return True
-            if isinstance(n, cst.Name) and n is not getattr(v, "func", None):
-                if self._local_may_be_tensor(n.value, v, method, depth):
-                    return True
-        return False
-
-    def _builds_instance(self, call: cst.Call, q: str, name: str | None) -> bool:
-        """Does ``call`` build an instance of a class that is not a tensor: a class of the
-        file, a ``partial`` of one (``LinearNoBias = partial(nn.Linear, ...)``), or an
-        imported name spelled as a class (e3nn's ``self.irreps = o3.Irreps(irreps)``; a tensor
-        subclass is torch's, judged before)? A name the file binds otherwise (a ``partial``
-        that binds ``device=``) is not known to build anything."""
-        facts = self.ctx.facts
-        if name in facts.local_classes or name in facts.aliases.constructors:
-            return True
-        spelled = dotted(call.func) or ""
-        imported = spelled.split(".")[0] in facts.aliases.names
-        return imported and class_name(q or spelled)
-
-    def _local_may_be_tensor(self, n: str, v, method: MethodFacts, depth: int) -> bool:
-        """May local ``n`` of ``method``, read by ``v``, hold a tensor: a value it is given
-        may be one, or one put into it in place (``filters = []`` filled by
-        ``filters.append(filter_)``, julius's ``LowPassFilters``)?"""
-        values = [lv for _, lv in method.local_values.get(n, ()) if lv is not v]
-        return any(self._may_be_tensor(x, method, depth + 1) for x in [*values, *fills(method, n)])
+        """:meth:`metalint.static.tensor_kind.ClassTensors.plain_tensor` of this class."""
+        return class_tensors(self.ctx, self.cls).plain_tensor(attr, depth)
 
     def attr_for(self, name: str, index: int, private: bool = False) -> tuple[str, bool]:
         """An attribute that holds local ``name``: an existing ``self.x = name`` before the
@@ -291,18 +188,26 @@ class Storing(Locating):
             (i for i, s in enumerate(self.init_body[:index]) if name in binds(s, self.ctx.qualify)),
             default=-1,
         )
-        for i, s in enumerate(self.init_body[:index]):
-            if i > last and isinstance(s, cst.SimpleStatementLine):
+        kept = self._kept_as(name, index, last)
+        if kept is not None:
+            return kept, False
+        # torchani's ``_ChemModule`` has a ``symbols`` property and a ``_symbols``
+        for cand in (
+            (f"_{name}", f"_init_{name}") if private else (name, f"_{name}", f"_init_{name}")
+        ):
+            if not self.taken(cand, inherited=True):
+                return cand, True
+        raise Unfixable(f"no free attribute name to keep `{name}`")
+
+    def _kept_as(self, name: str, index: int, last: int) -> str | None:
+        """The attribute a top-level ``self.x = name`` after statement ``last`` and before
+        ``index`` keeps ``name`` in (in ``__init__``, or stored by this edit), or None."""
+        for s in self.init_body[last + 1 : index]:
+            if isinstance(s, cst.SimpleStatementLine):
                 for small in s.body:
-                    if (
-                        isinstance(small, cst.Assign)
-                        and len(small.targets) == 1
-                        and isinstance(small.value, cst.Name)
-                        and small.value.value == name
-                    ):
-                        t = dotted(small.targets[0].target)
-                        if t and t.startswith("self.") and t.count(".") == 1:
-                            return t[5:], False
+                    t = _stores_name(small, name)
+                    if t is not None:
+                        return t
         top = self.init_body[index] if index < len(self.init_body) else None
         for stored in self.replace.values():
             if stored[0] is not top and not any(
@@ -312,14 +217,8 @@ class Storing(Locating):
             for s in stored[1]:
                 code = render(s).strip()
                 if code.endswith(f" = {name}") and code.startswith("self."):
-                    return code.split(" ", 1)[0][5:], False
-        # torchani's ``_ChemModule`` has a ``symbols`` property and a ``_symbols``
-        for cand in (
-            (f"_{name}", f"_init_{name}") if private else (name, f"_{name}", f"_init_{name}")
-        ):
-            if not self.taken(cand, inherited=True):
-                return cand, True
-        raise Unfixable(f"no free attribute name to keep `{name}`")
+                    return code.split(" ", 1)[0][5:]
+        return None
 
     def taken(self, attr: str, inherited: bool = False) -> bool:
         """Is ``attr`` a name the class already uses (a method, a property, an attribute, a
@@ -346,34 +245,65 @@ class Storing(Locating):
         return False
 
 
+def _tensor_receivers(value: cst.CSTNode) -> dict[str, str]:
+    """The locals ``value`` calls a tensor method on (``emb.unsqueeze(0)``): tensors."""
+    return {
+        n.func.value.value: n.func.attr.value
+        for n in walk_code(value)
+        if type(n) is cst.Call
+        and type(n.func) is cst.Attribute
+        and type(n.func.value) is cst.Name
+        and n.func.attr.value in TENSOR_METHODS
+    }
+
+
+def _stores_name(small: cst.BaseSmallStatement, name: str) -> str | None:
+    """``x`` for ``self.x = name``."""
+    if (
+        isinstance(small, cst.Assign)
+        and len(small.targets) == 1
+        and isinstance(small.value, cst.Name)
+        and small.value.value == name
+    ):
+        t = dotted(small.targets[0].target)
+        if t and t.startswith("self.") and t.count(".") == 1:
+            return t[5:]
+    return None
+
+
 def _uses_name(cls: ClassFacts, attr: str) -> bool:
-    """Does class ``cls`` itself use the name ``attr`` (see :meth:`ClassEdit._taken`)?"""
+    """Does class ``cls`` itself use the name ``attr`` (see :meth:`Storing.taken`)?"""
     if attr in cls.methods:
         return True
-    for m in cls.methods.values():
-        for a in m.assigns:
-            if a.target == f"self.{attr}" or a.target.startswith(f"self.{attr}."):
-                return True
-        for c in m.calls:
-            if c.receiver == "self" and c.method in (
-                "register_buffer",
-                "register_parameter",
-                "add_module",
-                "register_module",
-            ):
-                if c.node.args and isinstance(c.node.args[0].value, cst.SimpleString):
-                    if c.node.args[0].value.evaluated_value == attr:
-                        return True
+    if any(_method_sets(m, attr) for m in cls.methods.values()):
+        return True
     # a class-level attribute
     for s in cls.node.body.body if isinstance(cls.node.body, cst.IndentedBlock) else ():
         if isinstance(s, cst.SimpleStatementLine):
             for small in s.body:
                 if isinstance(small, (cst.Assign, cst.AnnAssign)):
                     targets = small.targets if isinstance(small, cst.Assign) else [small]
-                    for t in targets:
-                        if dotted(t.target) == attr:
-                            return True
+                    if any(dotted(t.target) == attr for t in targets):
+                        return True
     return False
+
+
+#: the methods of ``self`` that set an attribute named by their first argument
+_REGISTERS = ("register_buffer", "register_parameter", "add_module", "register_module")
+
+
+def _method_sets(m, attr: str) -> bool:
+    """Does method ``m`` assign ``self.<attr>`` (or an attribute of it) or register it?"""
+    if any(a.target == f"self.{attr}" or a.target.startswith(f"self.{attr}.") for a in m.assigns):
+        return True
+    return any(
+        c.receiver == "self"
+        and c.method in _REGISTERS
+        and c.node.args
+        and isinstance(c.node.args[0].value, cst.SimpleString)
+        and c.node.args[0].value.evaluated_value == attr
+        for c in m.calls
+    )
 
 
 def legacy_empty(ctx: RuleContext, edit: Storing, data: cst.BaseExpression):
@@ -425,43 +355,58 @@ def inline_locals(
         if method is None and index is not None and _kept_on_self(edit, n, index):
             continue
         changed = changed_in_place(init, n, edit.ctx.qualify)
-        tensor = (
-            value_kind(v, edit.ctx.qualify, init) is not None
-            or (
-                # a list of numbers (``[1 for _ in range(n)]``, a shape) is kept on self as it is
-                not type(v) in (cst.List, cst.Tuple, cst.ListComp)
-                and any(type(x) is cst.Call for x in walk_code(v))
-            )
-            # a list filled later (``filters = []``, ``filters.append(f)``): it may hold
-            # tensors, which kept on self stay on meta (julius's ``LowPassFilters``)
-            or (changed and type(v) in CONTAINERS)
-        )
-        if not tensor and method is None:
+        if not _inlined_as_tensor(edit, init, v, changed) and method is None:
             continue  # a number: stored on self by store_names
         if len(values) != 1:
             raise Unfixable(f"the local `{n}` is assigned more than once")
         if method is None and _validated_argument(edit, n, node, v, index):
             continue  # kept on self as it is at ``index`` by store_names
-        if n in init.arguments:
-            # ``if loc is None: loc = np.random.randn(n, d)`` (normflows ``GaussianMixture``):
-            # the caller's ``loc`` is its value on the other path; inlining the assignment
-            # dropped it
-            raise Unfixable(f"the argument `{n}` is assigned again in `__init__`")
-        if type(node) is cst.Assign and any(
-            type(t.target) in (cst.Tuple, cst.List) for t in node.targets
-        ):
-            raise Unfixable(f"the local `{n}` is unpacked from a call")
-        if method is None:
-            edit.locate(node)  # a local computed inside a loop or `with` cannot be inlined
-        elif (at := path_to(method.node.body, node)) is None or any(type(x) in NESTING for x in at):
-            raise Unfixable(f"the local `{n}` is computed inside a loop, `with` or `try`")
-        if changed:
-            # ``coords[:, 0] += 1`` / ``coords.view(-1).add_(1)`` / ``kernels.append(k)``: its
-            # value is not the expression that created it
-            raise Unfixable(f"the local `{n}` is changed in place")
+        _refuse_inlining(edit, n, node, method, changed)
         inlined = inline_locals(edit, v, depth + 1, method, index)
         replace[id(name)] = inlined if name is e else paren(inlined)
     return substitute(e, replace)
+
+
+def _inlined_as_tensor(edit: Storing, init: MethodFacts, v, changed: bool) -> bool:
+    """Is the value ``v`` of a local one that :func:`inline_locals` inlines rather than
+    :meth:`Storing.store_names` keeps on ``self``: it makes a tensor, calls something, or is a
+    container changed in place later?"""
+    return (
+        value_kind(v, edit.ctx.qualify, init) is not None
+        or (
+            # a list of numbers (``[1 for _ in range(n)]``, a shape) is kept on self as it is
+            type(v) not in (cst.List, cst.Tuple, cst.ListComp)
+            and any(type(x) is cst.Call for x in walk_code(v))
+        )
+        # a list filled later (``filters = []``, ``filters.append(f)``): it may hold
+        # tensors, which kept on self stay on meta (julius's ``LowPassFilters``)
+        or (changed and type(v) in CONTAINERS)
+    )
+
+
+def _refuse_inlining(
+    edit: Storing, n: str, node, method: MethodFacts | None, changed: bool
+) -> None:
+    """Raise :class:`Unfixable` when local ``n`` (of ``method``, else of ``__init__``),
+    assigned once by ``node``, cannot be inlined where it is read."""
+    init = edit.init if method is None else method
+    if n in init.arguments:
+        # ``if loc is None: loc = np.random.randn(n, d)`` (normflows ``GaussianMixture``):
+        # the caller's ``loc`` is its value on the other path; inlining the assignment
+        # dropped it
+        raise Unfixable(f"the argument `{n}` is assigned again in `__init__`")
+    if type(node) is cst.Assign and any(
+        type(t.target) in (cst.Tuple, cst.List) for t in node.targets
+    ):
+        raise Unfixable(f"the local `{n}` is unpacked from a call")
+    if method is None:
+        edit.locate(node)  # a local computed inside a loop or `with` cannot be inlined
+    elif (at := path_to(method.node.body, node)) is None or any(type(x) in NESTING for x in at):
+        raise Unfixable(f"the local `{n}` is computed inside a loop, `with` or `try`")
+    if changed:
+        # ``coords[:, 0] += 1`` / ``coords.view(-1).add_(1)`` / ``kernels.append(k)``: its
+        # value is not the expression that created it
+        raise Unfixable(f"the local `{n}` is changed in place")
 
 
 def _validated_argument(edit: Storing, n: str, node, v, index: int | None) -> bool:

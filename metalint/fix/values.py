@@ -135,61 +135,70 @@ class Value:
             raise Unfixable(f"the factory takes `{sorted(unknown)[0]}=`: not rewritten")
         self.fill: cst.BaseExpression | None = None
         self.shape_args: list[cst.Arg]
-        if normal:
-            self._normal()
-        elif self.factory in SHAPED_FACTORIES:
-            if self.factory == "torch.full":
-                size = (
-                    self.positional[0].value
-                    if self.positional
-                    else getattr(self.keywords.get("size"), "value", None)
-                )
-                fill = (
-                    self.positional[1].value
-                    if len(self.positional) > 1
-                    else getattr(self.keywords.get("fill_value"), "value", None)
-                )
-                if size is None or fill is None:
-                    raise Unfixable("`torch.full` without a size and a fill value")
-                self.fill = fill
-                self.shape_args = [cst.Arg(size)]
-            else:
-                if "size" in self.keywords:
-                    self.shape_args = [cst.Arg(self.keywords["size"].value)]
-                else:
-                    self.shape_args = [
-                        a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in self.positional
-                    ]
-                if not self.shape_args:
-                    raise Unfixable("the factory has no size")
-        elif self.factory in ("torch.tensor", "torch.as_tensor"):
-            src = (
-                self.positional[0].value
-                if self.positional
-                else getattr(self.keywords.get("data"), "value", None)
-            )
-            shape = _literal_shape(src) if src is not None else None
-            if shape is None:
-                raise Unfixable(
-                    "`torch.tensor(...)` of something other than a literal: its shape is not known statically"
-                )
-            if not shape[1] and "dtype" not in self.keywords:
-                raise Unfixable(
-                    "`torch.tensor(...)` of integers makes an integer tensor: not rewritten"
-                )
-            dims = shape[0]
-            self.shape_args = [
-                cst.Arg(
-                    expr("(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")")
-                )
-            ]
-        else:
-            raise Unfixable(f"the shape of `{self.factory}(...)` is not derived statically")
+        self._shape(bool(normal))
         self.random = self.factory in RANDOM_FACTORIES or (
             self.method is not None and self.method.func.attr.value in RANDOM_DRAWS
         )
         if self.method is not None and self.call is not self.method.func.value:
             raise Unfixable("the in-place init is not called on the new tensor itself")
+
+    def _shape(self, normal: bool) -> None:
+        """:attr:`shape_args` (and :attr:`fill`, :attr:`normal`) by the factory."""
+        if normal:
+            self._normal()
+        elif self.factory == "torch.full":
+            self._full()
+        elif self.factory in SHAPED_FACTORIES:
+            if "size" in self.keywords:
+                self.shape_args = [cst.Arg(self.keywords["size"].value)]
+            else:
+                self.shape_args = [
+                    a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in self.positional
+                ]
+            if not self.shape_args:
+                raise Unfixable("the factory has no size")
+        elif self.factory in ("torch.tensor", "torch.as_tensor"):
+            self._literal()
+        else:
+            raise Unfixable(f"the shape of `{self.factory}(...)` is not derived statically")
+
+    def _full(self) -> None:
+        """``torch.full(size, fill)``: its size and fill value."""
+        size = (
+            self.positional[0].value
+            if self.positional
+            else getattr(self.keywords.get("size"), "value", None)
+        )
+        fill = (
+            self.positional[1].value
+            if len(self.positional) > 1
+            else getattr(self.keywords.get("fill_value"), "value", None)
+        )
+        if size is None or fill is None:
+            raise Unfixable("`torch.full` without a size and a fill value")
+        self.fill = fill
+        self.shape_args = [cst.Arg(size)]
+
+    def _literal(self) -> None:
+        """``torch.tensor(<literal>)``: the literal's shape."""
+        src = (
+            self.positional[0].value
+            if self.positional
+            else getattr(self.keywords.get("data"), "value", None)
+        )
+        shape = _literal_shape(src) if src is not None else None
+        if shape is None:
+            raise Unfixable(
+                "`torch.tensor(...)` of something other than a literal: its shape is not known statically"
+            )
+        if not shape[1] and "dtype" not in self.keywords:
+            raise Unfixable(
+                "`torch.tensor(...)` of integers makes an integer tensor: not rewritten"
+            )
+        dims = shape[0]
+        self.shape_args = [
+            cst.Arg(expr("(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"))
+        ]
 
     def _normal(self) -> None:
         """``torch.normal(mean=0, std=0.02, size=(...))`` (peft's multitask prompt): with two
