@@ -1669,7 +1669,7 @@ def test_binds_sees_a_container_changed_in_place(code, bound):
     # and ``del``.
     import libcst as cst
 
-    from metalint.fix.flow import binds
+    from metalint.static.tensor_kind import binds
 
     assert binds(cst.parse_statement(code), lambda _: None) == bound
 
