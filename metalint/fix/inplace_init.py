@@ -167,25 +167,8 @@ def _children_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding
         raise Unfixable(why)
     if ROOT_HOOK in edit.cls.methods:
         raise Unfixable(f"{why}, and `{edit.cls.name}` already has `{ROOT_HOOK}()`")
-    local = _locals_of(method)
     memo = edit.memo()
-    kids: set[str] = set()
-    for i in moved:
-        if any(isinstance(n, cst.Name) and n.value in local for n in walk_code(body[i])):
-            raise Unfixable(f"{why}, and an init there reads a local of `{method.name}()`")
-        inits = [
-            a
-            for c in walk_code(body[i])
-            if isinstance(c, cst.Call)
-            for a in [attr_of(c, ctx)]
-            if a and init_call(c, ctx, module_tensor)
-        ]
-        for a in inits:
-            if any(
-                touches(body[j], a, False, memo) for j in range(i + 1, len(body)) if j not in moved
-            ):
-                raise Unfixable(f"{why}, and `self.{a}` is used after its init there")
-        kids.update(inits)
+    kids = _builder_kids(edit, method, body, moved, why)
     c = called_once(edit, method)
     # a reset_parameters() __init__ calls later (an earlier fix's): the new init_weights() ends
     # with it and takes its place, so the moved inits run there (parent_init.own_hook_last)
@@ -225,6 +208,32 @@ def _children_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding
         f"Move {n} in-place init statement{'s' if n != 1 else ''} of children's tensors out of "
         f"`{method.name}()` into a root `{ROOT_HOOK}()` called after it"
     )
+
+
+def _builder_kids(edit: ClassEdit, method, body: list, moved: list[int], why: str) -> set[str]:
+    """The children's tensors the ``moved`` statements of builder ``method`` (its ``body``)
+    initialise; raises :class:`Unfixable` when one reads a local of the builder or the
+    builder uses a tensor after its init."""
+    ctx, memo = edit.ctx, edit.memo()
+    local = _locals_of(method)
+    kids: set[str] = set()
+    for i in moved:
+        if any(isinstance(n, cst.Name) and n.value in local for n in walk_code(body[i])):
+            raise Unfixable(f"{why}, and an init there reads a local of `{method.name}()`")
+        inits = [
+            a
+            for c in walk_code(body[i])
+            if isinstance(c, cst.Call)
+            for a in [attr_of(c, ctx)]
+            if a and init_call(c, ctx, module_tensor)
+        ]
+        for a in inits:
+            if any(
+                touches(body[j], a, False, memo) for j in range(i + 1, len(body)) if j not in moved
+            ):
+                raise Unfixable(f"{why}, and `self.{a}` is used after its init there")
+        kids.update(inits)
+    return kids
 
 
 def _own_init_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding) -> Rewrite:
@@ -286,32 +295,46 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     ):
         return _parameter_loop(ctx, edit, finding.node, index)
     if index < 0:
-        method = initialising_method(cls, finding.node, ctx)
-        if method is None:
-            if any("." in x for x in finding.subject):
-                return _children_out_of_builder(ctx, edit, finding)
-            return _own_init_out_of_builder(ctx, edit, finding)
-        if only_own(method, ctx, cls):
-            return method_into_reset(edit, method)
-        # open_clip TextTransformer.init_parameters(): called from a root hook, as ML010 does
-        # with a private method that applies the init
-        return through_method(edit, finding.node)
+        return _outside_init(ctx, edit, finding)
     if not init_only(body[index], ctx):
-        if init_only(body[index], ctx, module_tensor):
-            return children_first(ctx, edit, keep=index)
-        line = edit.path_of(finding.node)[1]
-        own = [n for n in line if isinstance(n, cst.SimpleStatementLine)]
-        if own and own[-1] is not body[index] and init_only(own[-1], ctx):
-            return move_own_in_block(ctx, edit, own[-1], index, "Move")
-        if own and init_only(own[-1], ctx, child_tensor):
-            if any(own[-1] in run for _i, run, _c in block_runs(ctx, edit)):
-                return move_children_first(ctx, edit, keep=index)
-            raise Unfixable(_why_not_block(body[index], ctx))
-        raise Unfixable(
-            "the statement does more than initialise this module's own tensors in place "
-            "(a child's tensor belongs in the model's `init_weights()`)"
-        )
+        return _not_only_own(ctx, edit, finding, index)
     return move_own(ctx, edit)
+
+
+def _outside_init(ctx: RuleContext, edit: ClassEdit, finding: Finding) -> Rewrite:
+    """:func:`plan` for an in-place init outside ``__init__``'s body: in a method that
+    ``__init__`` calls, or in a builder."""
+    cls = edit.cls
+    method = initialising_method(cls, finding.node, ctx)
+    if method is None:
+        if any("." in x for x in finding.subject):
+            return _children_out_of_builder(ctx, edit, finding)
+        return _own_init_out_of_builder(ctx, edit, finding)
+    if only_own(method, ctx, cls):
+        return method_into_reset(edit, method)
+    # open_clip TextTransformer.init_parameters(): called from a root hook, as ML010 does
+    # with a private method that applies the init
+    return through_method(edit, finding.node)
+
+
+def _not_only_own(ctx: RuleContext, edit: ClassEdit, finding: Finding, index: int) -> Rewrite:
+    """:func:`plan` for an in-place init in top-level statement ``index`` of ``__init__``,
+    which does more than initialise the module's own tensors in place."""
+    body = edit.init_body
+    if init_only(body[index], ctx, module_tensor):
+        return children_first(ctx, edit, keep=index)
+    line = edit.path_of(finding.node)[1]
+    own = [n for n in line if isinstance(n, cst.SimpleStatementLine)]
+    if own and own[-1] is not body[index] and init_only(own[-1], ctx):
+        return move_own_in_block(ctx, edit, own[-1], index, "Move")
+    if own and init_only(own[-1], ctx, child_tensor):
+        if any(own[-1] in run for _i, run, _c in block_runs(ctx, edit)):
+            return move_children_first(ctx, edit, keep=index)
+        raise Unfixable(_why_not_block(body[index], ctx))
+    raise Unfixable(
+        "the statement does more than initialise this module's own tensors in place "
+        "(a child's tensor belongs in the model's `init_weights()`)"
+    )
 
 
 def _copy_into_child(ctx: RuleContext, edit: ClassEdit, node: cst.Assign) -> Rewrite:

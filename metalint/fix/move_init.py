@@ -567,14 +567,9 @@ def _created_on(path: list, line: cst.CSTNode, attr: str) -> bool:
     return False
 
 
-def _branch_condition(edit: ClassEdit, path: list, index: int) -> cst.BaseExpression:
-    """The condition under which the block at the end of ``path`` runs, as the hook reads it:
-    the tests of the ``if``/``elif`` chain on the path (``not`` the tests of the branches
-    before it, left out when they compare the same expression with another literal, as
-    ``elif self.pos_embed_type == "learnable":`` after ``if self.pos_embed_type == "none":``),
-    with the constructor arguments they read kept on ``self``. Raises :class:`Unfixable` when
-    the hook could not read it as ``__init__`` did."""
-    top = edit.init_body[index]
+def _branch_tests(path: list) -> list[tuple[cst.BaseExpression, bool]]:
+    """The tests of the ``if``/``elif`` chain on ``path``, each with whether its branch or its
+    ``else`` is taken (see :func:`_branch_condition`)."""
     parts: list[tuple[cst.BaseExpression, bool]] = []
     for k, n in enumerate(path[:-1]):
         nxt = path[k + 1]
@@ -589,6 +584,18 @@ def _branch_condition(edit: ClassEdit, path: list, index: int) -> cst.BaseExpres
             parts.append((n.test, False))
     if not parts:
         raise Unfixable("the in-place init is inside a block that is not a branch of an `if`")
+    return parts
+
+
+def _branch_condition(edit: ClassEdit, path: list, index: int) -> cst.BaseExpression:
+    """The condition under which the block at the end of ``path`` runs, as the hook reads it:
+    the tests of the ``if``/``elif`` chain on the path (``not`` the tests of the branches
+    before it, left out when they compare the same expression with another literal, as
+    ``elif self.pos_embed_type == "learnable":`` after ``if self.pos_embed_type == "none":``),
+    with the constructor arguments they read kept on ``self``. Raises :class:`Unfixable` when
+    the hook could not read it as ``__init__`` did."""
+    top = edit.init_body[index]
+    parts = _branch_tests(path)
     memo = edit.memo()
     written_here, _r, _c = uses(top, memo)
     bound = binds(top, edit.ctx.qualify) - {"self"}

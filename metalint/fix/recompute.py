@@ -557,12 +557,7 @@ def recompute_locals(
         s = before[i][1]
         hit = _binds(s, edit) & need
         if not hit:
-            if (
-                need & {n.value for n in names_in(s)}
-                and not _writes_seen(s)
-                and not _loop_of_seen_writes(s, need)
-            ):
-                raise Unfixable(why)
+            _refuse_unseen_change(s, need, why)
             continue
         # swin's ``if len(window_size) == 3:`` creates the bias table parameter and computes
         # the index's locals, regunet's computes the sizes of a layer and the bias it gets:
@@ -571,11 +566,7 @@ def recompute_locals(
         if sliced is not None and local_only(sliced, edit):
             s = sliced
         elif not local_only(s, edit):
-            top = before[i][0]
-            if not method and top < len(edit.init_body) and s is edit.init_body[top]:
-                if local_only(s, edit, random=True):
-                    raise Drawn(why, top)
-            raise Unfixable(why)
+            _refuse_copy(edit, before[i], method, why)
         picked.append(i)
         copies[i] = s
         need |= _reads(s, edit, local, imported)
@@ -596,24 +587,52 @@ def recompute_locals(
         _reads_only_own(edit, out, lambda c: reads(c) & names, why, method)
         _no_argument_read(edit, out, reads, why, method)
     if hook in edit.cls.methods:
-        body = edit.cls.methods[hook].node.body
-        # the locals of the hook: ``self.atomic_numbers.copy_(..)`` binds no ``atomic_numbers``
-        # (torchani's ``_ChemModule``: its ``conv_tensor`` is computed from the local
-        # ``atomic_numbers``, also a buffer the hook already copies into)
-        attrs = {id(n.attr) for n in walk_code(body) if isinstance(n, cst.Attribute)}
-        mine = {n.value for n in walk_code(body) if isinstance(n, cst.Name) and id(n) not in attrs}
-        if mine & bound:
-            done = _already_computed(edit, hook, out[:-1], bound)
-            if done:
-                # a second buffer of the same locals (timm DistributionBalancedLoss: freq_inv
-                # and logit_bias from one ``counts``; RoPE's cos and sin of one ``freqs``):
-                # the hook computes them already, as __init__ does; the value reads them there.
-                # When it computes only the first of them (e3nn's voxel ``Convolution``: the
-                # ``lattice`` buffer's locals, then ``emb = soft_one_hot_linspace(lattice...)``
-                # for the ``emb`` buffer), the rest follow them, at the end of the hook
-                return out[done:]
-            raise Unfixable(why)
+        return _after_the_hooks_locals(edit, hook, out, bound, why)
     return out
+
+
+def _refuse_unseen_change(s: cst.BaseStatement, need: set[str], why: str) -> None:
+    """Raise :class:`Unfixable` (``why``) when statement ``s``, which binds none of the
+    locals ``need``ed, reads one and may change it in a way :func:`binds` does not see."""
+    if (
+        need & {n.value for n in names_in(s)}
+        and not _writes_seen(s)
+        and not _loop_of_seen_writes(s, need)
+    ):
+        raise Unfixable(why)
+
+
+def _refuse_copy(edit: ClassEdit, item: tuple, method, why: str) -> None:
+    """Raise for a statement (``item``: its top-level index and itself) that computes a
+    needed local but does more: :class:`Drawn` when a top-level statement of ``__init__``
+    only draws beyond that (the caller may keep the value), else :class:`Unfixable`."""
+    top, s = item
+    if not method and top < len(edit.init_body) and s is edit.init_body[top]:
+        if local_only(s, edit, random=True):
+            raise Drawn(why, top)
+    raise Unfixable(why)
+
+
+def _after_the_hooks_locals(edit: ClassEdit, hook: str, out: list, bound: set[str], why: str):
+    """:func:`recompute_locals`'s copies ``out`` for the existing ``hook``, less those it
+    computes already. The locals of the hook: ``self.atomic_numbers.copy_(..)`` binds no
+    ``atomic_numbers`` (torchani's ``_ChemModule``: its ``conv_tensor`` is computed from the
+    local ``atomic_numbers``, also a buffer the hook already copies into)."""
+    body = edit.cls.methods[hook].node.body
+    attrs = {id(n.attr) for n in walk_code(body) if isinstance(n, cst.Attribute)}
+    mine = {n.value for n in walk_code(body) if isinstance(n, cst.Name) and id(n) not in attrs}
+    if not mine & bound:
+        return out
+    done = _already_computed(edit, hook, out[:-1], bound)
+    if done:
+        # a second buffer of the same locals (timm DistributionBalancedLoss: freq_inv
+        # and logit_bias from one ``counts``; RoPE's cos and sin of one ``freqs``):
+        # the hook computes them already, as __init__ does; the value reads them there.
+        # When it computes only the first of them (e3nn's voxel ``Convolution``: the
+        # ``lattice`` buffer's locals, then ``emb = soft_one_hot_linspace(lattice...)``
+        # for the ``emb`` buffer), the rest follow them, at the end of the hook
+        return out[done:]
+    raise Unfixable(why)
 
 
 def _no_value_read(edit: ClassEdit, stmts: list, method, why: str) -> None:
