@@ -112,7 +112,7 @@ def test_check_lists_calls_of_other_files_and_analyses_again_only_what_the_tree_
     """A file's analysis leaves out its findings at calls of another file's functions (most
     are dropped by the tree) and lists them; ``check`` analyses again, in full, only the
     files where the tree confirms one."""
-    from metalint import check
+    from metalint import checking as check
 
     calls = []
     real = check.analyze_files

@@ -1171,7 +1171,7 @@ def test_a_comprehension_reads_only_its_free_names(code, free):
     # fails before: every comprehension was refused ("the value uses a lambda, comprehension")
     import libcst as cst
 
-    from metalint.fix.codemod import names_in
+    from metalint.fix.edits import names_in
 
     got = [n.value for n in names_in(cst.parse_expression(code))]
     assert sorted(set(got) - {"torch", "sum"}) == sorted(free)
@@ -1183,7 +1183,7 @@ def test_a_comprehension_reads_only_its_free_names(code, free):
 def test_a_comprehension_with_one_name_two_meanings_is_refused(code):
     import libcst as cst
 
-    from metalint.fix.codemod import Unfixable, names_in
+    from metalint.fix.edits import Unfixable, names_in
 
     with pytest.raises(Unfixable):
         list(names_in(cst.parse_expression(code)))
@@ -1669,7 +1669,7 @@ def test_binds_sees_a_container_changed_in_place(code, bound):
     # and ``del``.
     import libcst as cst
 
-    from metalint.fix.codemod import binds
+    from metalint.static.tensor_kind import binds
 
     assert binds(cst.parse_statement(code), lambda _: None) == bound
 

@@ -31,6 +31,7 @@ LAYERS = [
     ("metalint.probe", 3),
     ("metalint.loader", 3),
     ("metalint.jobs", 3),
+    ("metalint.checking", 3),  # the check pipeline that check and fix run
     ("metalint.stdin", 3),  # check's source from stdin
     ("metalint.noqa_add", 3),  # check --add-noqa (writes through metalint.fix.write)
     ("metalint.rules", 2),

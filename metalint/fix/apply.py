@@ -188,6 +188,21 @@ class Fixer:
                     ff.refused.setdefault((d.code, d.start.row, d.symbol or ""), why)
         return ff
 
+    def _allowed(self, d: Diagnostic, h: Hierarchy) -> tuple[Diagnostic, str | None]:
+        """``d`` and why the tree forbids its fix (None: it does not); when a base class has
+        its own ``reset_parameters()``, ``d`` with the fix whose hook extends the base's."""
+        why = self.blocked(d, h) or self._unrun_root_hook(d, h)
+        if why and d.fix.over_base_hook is not None and d.condition is not None:
+            # a base class has its own reset_parameters(): the fix whose hook extends it
+            refusal = hook_refusal(h, d.condition.cls, d.fix.hook)
+            if refusal is not None and refusal.kind == "base_hook":
+                alternative = replace(d, fix=d.fix.over_base_hook)
+                if self.applicable(alternative) and not hook_refusal(
+                    h, d.condition.cls, d.fix.hook, extends_base=True
+                ):
+                    return alternative, None
+        return d, why
+
     def _pick(self, ff: FileFix, diags, h: Hierarchy, broken: set[str]) -> list[Diagnostic]:
         """The fixes of one round: applicable, not forbidden by the tree, at most one per class,
         no overlapping lines."""
@@ -208,53 +223,15 @@ class Fixer:
         parent_safe = {
             d.symbol for d in diags if d.code == PARENT_INIT and _safe(d) and self.applicable(d)
         }
-        for d in sorted(
-            diags,
-            key=lambda d: (
-                d.code not in IN_PLACE_FIRST,
-                # a value kept in ``__init__`` waits for its class's other fixes: next round
-                # it may be moved by them instead of re-created by a second hook (timm
-                # HieraDet's position embeddings join the root ``init_weights()`` that ML010's
-                # fix makes, in the order ``__init__`` ran them)
-                d.fix is not None and d.fix.kept,
-                d.code == IN_PLACE_INIT and d.symbol in parent_safe and not _safe(d),
-                # the parent's init of its children (the root ``init_weights()``) waits for the
-                # class's own tensors' fixes (``reset_parameters()``): made after them, it
-                # calls that hook as timm's protocol needs (``own_hook_last``). enformer's
-                # ``Attention``: its new ``init_weights()``, called early in ``__init__``,
-                # never called the ``reset_parameters()`` made next round, and under the
-                # root's protocol ``rel_content_bias``/``rel_pos_bias`` were lost.
-                d.fix is not None and d.fix.hook == ROOT_ENTRIES[0],
-                d.sort_key,
-            ),
-        ):
+        for d in sorted(diags, key=lambda d: _round_order(d, parent_safe)):
             if not self.applicable(d) or _related(d.symbol, broken):
                 continue
-            why = self.blocked(d, h) or self._unrun_root_hook(d, h)
-            if why and d.fix.over_base_hook is not None and d.condition is not None:
-                # a base class has its own reset_parameters(): the fix whose hook extends it
-                refusal = hook_refusal(h, d.condition.cls, d.fix.hook)
-                if refusal is not None and refusal.kind == "base_hook":
-                    alternative = replace(d, fix=d.fix.over_base_hook)
-                    if self.applicable(alternative) and not hook_refusal(
-                        h, d.condition.cls, d.fix.hook, extends_base=True
-                    ):
-                        d, why = alternative, None
+            d, why = self._allowed(d, h)
             if why:
                 ff.refused[(d.code, d.start.row, d.symbol or "")] = why
                 continue
-            if any(_related(d.symbol, {p.symbol}) for p in (*picked, *waiting)):
+            if _waits(h, d, picked, waiting) or not _claim_rows(d, rows):
                 continue
-            if any(_kin(h, d, p) for p in picked):
-                # a base class and its subclass both given a hook in one round: neither saw
-                # the other's, and a base ``__init__`` calling ``reset_parameters()`` then runs
-                # the subclass's before the subclass made its tensors (PyG's LinkPredNDCG:
-                # AttributeError on ``self.discount``). Next round, ``blocked`` sees the first.
-                continue
-            span = (min(e.start.row for e in d.fix.edits), max(e.end.row for e in d.fix.edits))
-            if any(not (span[1] < a or b < span[0]) for a, b in rows):
-                continue
-            rows.append(span)
             if d.fix.hook is None and d.fix.then_hook is not None:
                 waiting.append(d)
             else:
@@ -331,6 +308,47 @@ class HookRefusal:
         )
 
 
+def _waits(h: Hierarchy, d: Diagnostic, picked: list, waiting: list) -> bool:
+    """Does ``d`` wait for the next round: a fix of its class is taken already, or of a kin
+    class (a base class and its subclass both given a hook in one round: neither saw the
+    other's, and a base ``__init__`` calling ``reset_parameters()`` then runs the subclass's
+    before the subclass made its tensors; PyG's LinkPredNDCG: AttributeError on
+    ``self.discount``; next round, ``blocked`` sees the first)?"""
+    if any(_related(d.symbol, {p.symbol}) for p in (*picked, *waiting)):
+        return True
+    return any(_kin(h, d, p) for p in picked)
+
+
+def _claim_rows(d: Diagnostic, rows: list[tuple[int, int]]) -> bool:
+    """Add the rows ``d``'s fix edits to ``rows``, unless they overlap rows already there."""
+    span = (min(e.start.row for e in d.fix.edits), max(e.end.row for e in d.fix.edits))
+    if any(not (span[1] < a or b < span[0]) for a, b in rows):
+        return False
+    rows.append(span)
+    return True
+
+
+def _round_order(d: Diagnostic, parent_safe: set) -> tuple:
+    """The order in which :meth:`Fixer._pick` takes the fixes of one round."""
+    return (
+        d.code not in IN_PLACE_FIRST,
+        # a value kept in ``__init__`` waits for its class's other fixes: next round
+        # it may be moved by them instead of re-created by a second hook (timm
+        # HieraDet's position embeddings join the root ``init_weights()`` that ML010's
+        # fix makes, in the order ``__init__`` ran them)
+        d.fix is not None and d.fix.kept,
+        d.code == IN_PLACE_INIT and d.symbol in parent_safe and not _safe(d),
+        # the parent's init of its children (the root ``init_weights()``) waits for the
+        # class's own tensors' fixes (``reset_parameters()``): made after them, it
+        # calls that hook as timm's protocol needs (``own_hook_last``). enformer's
+        # ``Attention``: its new ``init_weights()``, called early in ``__init__``,
+        # never called the ``reset_parameters()`` made next round, and under the
+        # root's protocol ``rel_content_bias``/``rel_pos_bias`` were lost.
+        d.fix is not None and d.fix.hook == ROOT_ENTRIES[0],
+        d.sort_key,
+    )
+
+
 def hook_refusal(
     h: Hierarchy, cls: str, hook: str, extends_base: bool = False
 ) -> HookRefusal | None:
@@ -351,21 +369,29 @@ def hook_refusal(
     for b in me.bases:
         if b.startswith("torch.nn.") or b in HOOKLESS_BASES:
             continue
-        r = h.resolve(b)
-        if r is None and b in EXTERNAL_RESET_BASES:
-            if hook == RESET_HOOK and RESET_HOOK not in me.hooks and not extends_base:
-                return HookRefusal("base_hook", b, hook)
-            continue
-        if r is None:
-            return HookRefusal("base_unknown", b, hook)
-        if (
-            h.hook_tensors(r, RESET_HOOK) is not None
-            and RESET_HOOK not in me.hooks
-            and not extends_base
-        ):
-            # a new hook would override the base's; one the class defines already does
-            # (peft's GloraEmptyPath overrides its base's abstract ``reset_parameters``)
-            return HookRefusal("base_hook", r, hook)
+        refusal = _base_refusal(h, me, b, hook, extends_base)
+        if refusal is not None:
+            return refusal
+    return None
+
+
+def _base_refusal(h: Hierarchy, me, b: str, hook: str, extends_base: bool) -> HookRefusal | None:
+    """:func:`hook_refusal` for one base ``b`` of class ``me`` (not torch's)."""
+    r = h.resolve(b)
+    if r is None and b in EXTERNAL_RESET_BASES:
+        if hook == RESET_HOOK and RESET_HOOK not in me.hooks and not extends_base:
+            return HookRefusal("base_hook", b, hook)
+        return None
+    if r is None:
+        return HookRefusal("base_unknown", b, hook)
+    if (
+        h.hook_tensors(r, RESET_HOOK) is not None
+        and RESET_HOOK not in me.hooks
+        and not extends_base
+    ):
+        # a new hook would override the base's; one the class defines already does
+        # (peft's GloraEmptyPath overrides its base's abstract ``reset_parameters``)
+        return HookRefusal("base_hook", r, hook)
     return None
 
 

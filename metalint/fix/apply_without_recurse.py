@@ -21,7 +21,7 @@ from __future__ import annotations
 import libcst as cst
 
 from metalint.diagnostics import Applicability
-from metalint.fix.codemod import Rewrite, Unfixable
+from metalint.fix.edits import Rewrite, Unfixable
 from metalint.static.model import ClassFacts
 from metalint.static.rule import Finding, RuleContext
 from metalint.vocabulary import APPLY_METHOD as APPLY

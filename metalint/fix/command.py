@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from metalint.check import FORCE_EXCLUDE_HELP, all_codes, cli_settings, resolve, run_check
+from metalint.checking import FORCE_EXCLUDE_HELP, all_codes, cli_settings, resolve, run_check
 from metalint.codes import ERROR_CODE
 from metalint.config import ConfigError
 from metalint.diagnostics import Diagnostic, Position
@@ -223,7 +223,10 @@ def _resolved(before: list, after: list) -> int:
     and tensor (lines move): a finding a fix reveals (litgpt's ``GroupedTopkRouter``: once it
     has a ``reset_parameters()``, ML005 asks it for ``weight`` too) does not cancel one it
     resolved."""
-    key = lambda d: (d.code, d.symbol, d.subject)  # noqa: E731
+
+    def key(d: Diagnostic) -> tuple:
+        return (d.code, d.symbol, d.subject)
+
     left = Counter(key(d) for d in after)
     out = 0
     for d in before:
@@ -300,11 +303,7 @@ def _verify(ff, fixer, echo, first: list | None = None) -> list:
             verdicts = verify_classes(str(ff.path), ff.classes, hooks=hooks)
         verdicts = broke_construction(verdicts, lambda classes: _probe_original(ff, classes, hooks))
         failed = [v for v in verdicts if v.status == "failed"]
-        for v in verdicts:
-            if v.status == "passed":
-                echo(f"verified {ff.display}:{v.cls}: probe passed")
-            elif v.status == "skipped":
-                echo(f"not verified {ff.display}:{v.cls}: {v.detail}")
+        _echo_verdicts(ff, verdicts, echo)
         if not failed:
             return verdicts
         written = ff.text.encode(ff.encoding)
@@ -315,13 +314,7 @@ def _verify(ff, fixer, echo, first: list | None = None) -> list:
             )
             excluded.add(v.cls)
         fixer.run(ff, exclude=excluded)
-        for cls in excluded:
-            for d in ff.after:
-                if (d.symbol or "").split(".")[0] == cls:
-                    ff.refused.setdefault(
-                        (d.code, d.start.row, d.symbol or ""),
-                        "the probe failed after the rewrite (--verify)",
-                    )
+        _refuse_probed(ff, excluded)
         if not ff.changed:
             return []
         write_atomic(ff.path, ff.text.encode(ff.encoding), digest(ff.data))
@@ -329,6 +322,25 @@ def _verify(ff, fixer, echo, first: list | None = None) -> list:
     write_atomic(ff.path, ff.data, digest(ff.text.encode(ff.encoding)))
     ff.text, ff.applied, ff.after = ff.original, [], ff.before
     return []
+
+
+def _echo_verdicts(ff, verdicts: list, echo) -> None:
+    for v in verdicts:
+        if v.status == "passed":
+            echo(f"verified {ff.display}:{v.cls}: probe passed")
+        elif v.status == "skipped":
+            echo(f"not verified {ff.display}:{v.cls}: {v.detail}")
+
+
+def _refuse_probed(ff, excluded: set[str]) -> None:
+    """The findings of the classes whose probe failed after the rewrite are left, refused."""
+    for cls in excluded:
+        for d in ff.after:
+            if (d.symbol or "").split(".")[0] == cls:
+                ff.refused.setdefault(
+                    (d.code, d.start.row, d.symbol or ""),
+                    "the probe failed after the rewrite (--verify)",
+                )
 
 
 def _probe_original(ff, classes: list[str], hooks) -> list:

@@ -38,16 +38,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from metalint.fix.codemod import (
-    ClassEdit,
-    Rewrite,
-    Unfixable,
-    guarded,
-    path_to,
-    render,
-    stmt,
-    with_device,
-)
+from metalint.fix.codemod import ClassEdit
+from metalint.fix.edits import Rewrite, Unfixable, guarded, path_to, render, stmt, with_device
 from metalint.static.model import MethodFacts, construction
 from metalint.static.names import dotted
 from metalint.static.ownership import (
@@ -88,7 +80,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     init = edit.init
     node = finding.node
-    if edit._path(node) is None:
+    if edit.path_of(node) is None:
         return _handed_to_method(ctx, edit, cls, node)
     if _moves_self(node):
         return _guard_move(edit, node)
@@ -117,7 +109,7 @@ def _on_the_cpu(ctx, edit: ClassEdit, own, read: list, at, reads) -> Rewrite:
     only_read = _only_read(init, chain, reads)
     shared = [name for name in chain.locals if name not in only_read]
     for name, loop in chain.loops.items():
-        if not all(_inside(use, reads) for use in _uses(loop, name)):
+        if not all(_inside(use, reads) for use in uses(loop, name)):
             raise Unfixable(f"the loop variable `{name}` is kept, not only read")
     if shared:
         return _twin(ctx, edit, chain, shared, reads)
@@ -166,7 +158,7 @@ def _handed_to_method(ctx: RuleContext, edit: ClassEdit, cls, node) -> Rewrite:
         for name, a in call_arguments(method, c)
         if name in params
     ]
-    if not args or any(edit._path(a) is None for a in args):
+    if not args or any(edit.path_of(a) is None for a in args):
         raise Unfixable(f"`{method.name}()` is handed the tensor elsewhere than in `__init__`")
     return _on_the_cpu(ctx, edit, own, args, args[0], [*_reads(ctx, init, own), *args])
 
@@ -239,7 +231,7 @@ def _only_read(init: MethodFacts, chain: _Chain, reads) -> set[str]:
             if name in found:
                 continue
             feeds = [v for other in found for _s, v in chain.locals[other]]
-            if all(_inside(use, reads) or _inside(use, feeds) for use in _uses(init.node, name)):
+            if all(_inside(use, reads) or _inside(use, feeds) for use in uses(init.node, name)):
                 found.add(name)
                 changed = True
     return found
@@ -268,22 +260,28 @@ class _Follow:
             self.call(expr, depth)
         elif isinstance(expr, cst.Name):
             self.name(expr, depth)
-        elif isinstance(expr, cst.Attribute):
+        else:
+            for e in self._operands(expr):
+                self.rec(e, depth)
+
+    def _operands(self, expr: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+        """What the value of ``expr`` is computed from (one at a time: each is followed
+        before the next is checked); raises :class:`Unfixable` for any other expression."""
+        if isinstance(expr, cst.Attribute):
             if expr.attr.value not in TENSOR_ATTRIBUTES:
                 raise Unfixable(f"the value is the module's own tensor `{render(expr)}`")
-            self.rec(expr.value, depth)
+            yield expr.value
         elif isinstance(expr, cst.BinaryOperation):
             for side in (expr.left, expr.right):
                 _not_a_tensor_operand(side, self.edit.init)
-                self.rec(side, depth)
+                yield side
         elif isinstance(expr, cst.UnaryOperation):
-            self.rec(expr.expression, depth)
+            yield expr.expression
         elif isinstance(expr, cst.Comparison):
-            self.rec(expr.left, depth)
-            for t in expr.comparisons:
-                self.rec(t.comparator, depth)
+            yield expr.left
+            yield from (t.comparator for t in expr.comparisons)
         elif isinstance(expr, cst.Subscript):
-            self.rec(expr.value, depth)
+            yield expr.value
         else:
             raise Unfixable(f"the value is computed by `{render(expr)}`")
 
@@ -381,7 +379,7 @@ def _not_a_tensor_operand(e: cst.BaseExpression, method: MethodFacts) -> None:
 def _enclosing_loop(edit: ClassEdit, node: cst.CSTNode, name: str):
     """The innermost ``for`` statement or comprehension ``for`` around ``node`` binding
     ``name``."""
-    found = edit._path(node)
+    found = edit.path_of(node)
     if found is None:
         return None
     _i, path = found
@@ -400,7 +398,7 @@ def _enclosing_loop(edit: ClassEdit, node: cst.CSTNode, name: str):
     return None
 
 
-def _uses(scope: cst.CSTNode, name: str) -> list[cst.Name]:
+def uses(scope: cst.CSTNode, name: str) -> list[cst.Name]:
     """The Name nodes of ``scope`` that read variable ``name`` (not the targets binding it);
     a shape query (``t.shape``, ``t.size(0)``, ``len(t)``) is not a use of its value."""
     bound: set[int] = set()
@@ -458,7 +456,7 @@ class _Replace(cst.CSTTransformer):
 
 def _statement(edit: ClassEdit, node: cst.CSTNode) -> cst.BaseStatement:
     """The innermost statement of ``__init__`` holding ``node``."""
-    found = edit._path(node)
+    found = edit.path_of(node)
     if found is None:
         raise Unfixable("the value is not created in `__init__`'s own body")
     _i, path = found
@@ -512,7 +510,7 @@ def _twin(ctx: RuleContext, edit: ClassEdit, chain: _Chain, shared: list[str], r
         twin = _free_name(init, f"{name}_cpu")
         copy = stmt(f"{twin} = {render(value.visit(_Replace(inner)))}")
         inserts.append((line, copy))
-        used = [use for use in _uses(init.node, name) if _inside(use, reads)]
+        used = [use for use in uses(init.node, name) if _inside(use, reads)]
         if not used:
             raise Unfixable(f"`{name}` is kept and reaches the read through other locals")
         for use in used:
@@ -552,8 +550,8 @@ def _reaching(edit: ClassEdit, name: str, values: list, reads) -> tuple:
         where.append((tops[id(line)], at, value))
     used = [
         found[0]
-        for use in _uses(edit.init.node, name)
-        if _inside(use, reads) and (found := edit._path(use)) is not None
+        for use in uses(edit.init.node, name)
+        if _inside(use, reads) and (found := edit.path_of(use)) is not None
     ]
     if not used:
         raise Unfixable(f"the local `{name}` is assigned more than once and also kept")

@@ -24,16 +24,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from metalint.fix.codemod import (
-    ClassEdit,
-    Rewrite,
-    Unfixable,
-    legacy_empty,
-    path_to,
-    render,
-    rng_free,
-    with_device,
-)
+from metalint.fix.codemod import ClassEdit
+from metalint.fix.edits import Rewrite, Unfixable, path_to, render, with_device
+from metalint.fix.store import legacy_empty
+from metalint.static.draws import Draws, draws
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import keyword
 from metalint.vocabulary import (
@@ -120,7 +114,7 @@ def _onto_factory(ctx: RuleContext, edit: ClassEdit, node: cst.Call, line) -> Re
     receiver = node.func.value
     made = new_root if receiver is root else receiver.deep_replace(root, new_root)
     edit.replace[id(line)] = (line, [line.deep_replace(node, made)])
-    if not rng_free(receiver, ctx):
+    if draws(receiver, ctx) is not Draws.NEVER:
         edit.unsafe.append(
             "random numbers are now drawn on that device: on a GPU they differ from the CPU's"
         )

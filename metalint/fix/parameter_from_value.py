@@ -34,40 +34,33 @@ from __future__ import annotations
 import libcst as cst
 
 from metalint.diagnostics import Applicability
-from metalint.fix.codemod import (
-    NESTING,
-    ClassEdit,
+from metalint.fix.codemod import ClassEdit
+from metalint.fix.edits import (
     Rewrite,
     Unfixable,
-    _touches,
-    _uses,
     assigned_attr,
     expr,
     fill,
     guarded,
-    inline_locals,
-    mentions_none,
     names_in,
     path_to,
-    reads_metadata_only,
     render,
-    rng_free,
-    sets_metadata,
-    statements_after,
     stmt,
     torch_spelling,
 )
-from metalint.fix.inplace_init import (
+from metalint.fix.flow import (
+    mentions_none,
+    reads_metadata_only,
+    sets_metadata,
+    statements_after,
+    touches,
+    uses,
+)
+from metalint.fix.init_statements import init_only, take
+from metalint.fix.move_init import (
     init_in_branch,
-    init_only,
-    initialising_method,
-    method_into_reset,
-    move_own,
     move_own_in_block,
-    only_own,
     overwrites,
-    sets_every_element,
-    take,
 )
 from metalint.fix.recompute import (
     Drawn,
@@ -77,219 +70,38 @@ from metalint.fix.recompute import (
     recompute_locals,
     registered,
 )
+from metalint.fix.store import inline_locals
+from metalint.fix.values import (
+    Value,
+    empty_of,
+    helper_conditional,
+    helper_of,
+    helper_statement,
+    hook_body,
+    overwritten_later,
+)
+from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
 from metalint.static.tensors import same_tensor, value_kind
 from metalint.vocabulary import (
-    CHAINED_INITS,
-    EMPTY_FACTORIES,
     FACTORY_DRAWS,
-    FACTORY_KEYWORDS_DROPPED,
-    FACTORY_KEYWORDS_KEPT,
     FILL_FACTORIES,
     PARAMETER_CLASSES,
-    RANDOM_DRAWS,
-    RANDOM_FACTORIES,
     RESET_HOOK,
-    SHAPED_FACTORIES,
-    VALUE_FACTORIES,
 )
 
 HOOK = RESET_HOOK
-FACTORIES = VALUE_FACTORIES | RANDOM_FACTORIES | EMPTY_FACTORIES
-
-
-def _number(node: cst.BaseExpression) -> bool:
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
-        node = node.expression
-    return isinstance(node, (cst.Float, cst.Integer))
-
-
-def _literal_shape(node: cst.BaseExpression) -> tuple[tuple[int, ...], bool] | None:
-    """Shape of a nested list/tuple of numbers, and whether it holds a float."""
-    if _number(node):
-        inner = node.expression if isinstance(node, cst.UnaryOperation) else node
-        return (), isinstance(inner, cst.Float)
-    if isinstance(node, (cst.List, cst.Tuple)):
-        subs = [
-            _literal_shape(e.value) for e in node.elements if not isinstance(e, cst.StarredElement)
-        ]
-        if len(subs) != len(node.elements) or any(s is None for s in subs):
-            return None
-        if not subs:
-            return (0,), False
-        shapes = {s[0] for s in subs}
-        if len(shapes) != 1:
-            return None
-        return (len(subs), *shapes.pop()), any(s[1] for s in subs)
-    return None
-
-
-def _chained_init(data: cst.BaseExpression, ctx: RuleContext) -> cst.Call | None:
-    """``torch.empty(1, n, d, device=device).normal_()`` (peft's adaption prompt): the in-place
-    init (``normal_``, ``uniform_``, ``zero_``, ``fill_``) called on a new tensor of a
-    deterministic factory. The hook calls the same method on the parameter: the same draws
-    on a tensor of the same shape, dtype and device, so the same values."""
-    if (
-        isinstance(data, cst.Call)
-        and isinstance(data.func, cst.Attribute)
-        and data.func.attr.value in CHAINED_INITS
-        and isinstance(data.func.value, cst.Call)
-        and ctx.qualify(data.func.value.func) in FACTORIES - RANDOM_FACTORIES
-        and not data.lpar
-    ):
-        return data
-    return None
-
-
-class Value:
-    """What the value expression is made of: one factory call and how it is combined."""
-
-    def __init__(self, data: cst.BaseExpression, ctx: RuleContext):
-        self.data = data
-        #: ``factory(...).normal_(...)``: the in-place init chained on the new tensor
-        self.method = _chained_init(data, ctx)
-        calls = [n for n in walk_code(data) if isinstance(n, cst.Call) and n is not self.method]
-        factories = [c for c in calls if ctx.qualify(c.func) in FACTORIES]
-        if isinstance(data, cst.Name):
-            raise Unfixable(
-                f"the value comes from the local variable `{data.value}`: its shape is not known statically"
-            )
-        if len(factories) != 1:
-            raise Unfixable(
-                "the shape of the value cannot be derived statically (not exactly one tensor factory)"
-            )
-        self.call = factories[0]
-        self.factory = ctx.qualify(self.call.func)
-        others = [
-            c for c in calls if c is not self.call and not any(c is n for n in walk_code(self.call))
-        ]
-        if others:
-            raise Unfixable(
-                f"the value calls `{render(others[0].func)}`: its shape is not known statically"
-            )
-        self.positional = [a for a in self.call.args if a.keyword is None and a.star != "**"]
-        self.keywords = {a.keyword.value: a for a in self.call.args if a.keyword is not None}
-        #: what ``torch.empty`` is given besides the shape: the factory's dtype/device/``**kw``
-        self.passed = [
-            a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            for a in self.call.args
-            if a.star == "**"
-            or (a.keyword is not None and a.keyword.value in FACTORY_KEYWORDS_KEPT)
-        ]
-        #: ``torch.normal(mean, std, size)`` of two numbers: its mean and std
-        self.normal: tuple[cst.BaseExpression, cst.BaseExpression] | None = None
-        normal = ("mean", "std") if self.factory == "torch.normal" else ()
-        unknown = (
-            set(self.keywords)
-            - FACTORY_KEYWORDS_KEPT
-            - FACTORY_KEYWORDS_DROPPED
-            - {"size", "fill_value", "data", *normal}
-        )
-        if unknown:
-            raise Unfixable(f"the factory takes `{sorted(unknown)[0]}=`: not rewritten")
-        self.fill: cst.BaseExpression | None = None
-        self.shape_args: list[cst.Arg]
-        if normal:
-            self._normal()
-        elif self.factory in SHAPED_FACTORIES:
-            if self.factory == "torch.full":
-                size = (
-                    self.positional[0].value
-                    if self.positional
-                    else getattr(self.keywords.get("size"), "value", None)
-                )
-                fill = (
-                    self.positional[1].value
-                    if len(self.positional) > 1
-                    else getattr(self.keywords.get("fill_value"), "value", None)
-                )
-                if size is None or fill is None:
-                    raise Unfixable("`torch.full` without a size and a fill value")
-                self.fill = fill
-                self.shape_args = [cst.Arg(size)]
-            else:
-                if "size" in self.keywords:
-                    self.shape_args = [cst.Arg(self.keywords["size"].value)]
-                else:
-                    self.shape_args = [
-                        a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in self.positional
-                    ]
-                if not self.shape_args:
-                    raise Unfixable("the factory has no size")
-        elif self.factory in ("torch.tensor", "torch.as_tensor"):
-            src = (
-                self.positional[0].value
-                if self.positional
-                else getattr(self.keywords.get("data"), "value", None)
-            )
-            shape = _literal_shape(src) if src is not None else None
-            if shape is None:
-                raise Unfixable(
-                    "`torch.tensor(...)` of something other than a literal: its shape is not known statically"
-                )
-            if not shape[1] and "dtype" not in self.keywords:
-                raise Unfixable(
-                    "`torch.tensor(...)` of integers makes an integer tensor: not rewritten"
-                )
-            dims = shape[0]
-            self.shape_args = [
-                cst.Arg(
-                    expr("(" + ", ".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")")
-                )
-            ]
-        else:
-            raise Unfixable(f"the shape of `{self.factory}(...)` is not derived statically")
-        self.random = self.factory in RANDOM_FACTORIES or (
-            self.method is not None and self.method.func.attr.value in RANDOM_DRAWS
-        )
-        if self.method is not None and self.call is not self.method.func.value:
-            raise Unfixable("the in-place init is not called on the new tensor itself")
-
-    def _normal(self) -> None:
-        """``torch.normal(mean=0, std=0.02, size=(...))`` (peft's multitask prompt): with two
-        numbers it is ``torch.empty(size).normal_(mean, std)``, what ``nn.init.normal_`` does to
-        the parameter (the same draws, bit for bit)."""
-        given = dict(zip(("mean", "std", "size"), (a.value for a in self.positional)))
-        given.update({k: a.value for k, a in self.keywords.items() if k in ("mean", "std", "size")})
-        if set(given) != {"mean", "std", "size"} or not all(
-            _number(given[k]) for k in ("mean", "std")
-        ):
-            raise Unfixable(
-                "`torch.normal` of tensors or without a size: its shape is not known statically"
-            )
-        self.normal = (given["mean"], given["std"])
-        self.shape_args = [cst.Arg(given["size"])]
-
-    def scale(self) -> cst.BaseExpression | None:
-        """``k`` when the value is ``factory * k`` or ``k * factory``."""
-        d = self.data
-        if (
-            isinstance(d, cst.BinaryOperation)
-            and isinstance(d.operator, cst.Multiply)
-            and not d.lpar
-        ):
-            if d.left is self.call and not any(n is self.call for n in walk_code(d.right)):
-                return d.right
-            if d.right is self.call and not any(n is self.call for n in walk_code(d.left)):
-                return d.left
-        return None
 
 
 def _parameter(
-    ctx: RuleContext, node: cst.CSTNode, path, cls=None, after_return: bool = False
+    ctx: RuleContext, finding: Finding, path, cls=None, after_return: bool = False
 ) -> tuple[str, cst.Arg, str | None]:
     """(attribute, the ``data`` argument of its ``nn.Parameter(...)``, the guard the hook
-    needs when the parameter may be ``None`` or is made in an ``if``)."""
-    pcall = next(
-        (
-            n
-            for n in walk_code(node)
-            if isinstance(n, cst.Call) and ctx.qualify(n.func) in PARAMETER_CLASSES
-        ),
-        None,
-    )
+    needs when the parameter may be ``None`` or is made in an ``if``), for the parameter the
+    rule matched (``finding.site``)."""
+    node, pcall = finding.node, finding.site.call
     if pcall is None:
         raise Unfixable("no `nn.Parameter(...)` call found")
     data_arg = next((a for a in pcall.args if a.keyword is None or a.keyword.value == "data"), None)
@@ -304,25 +116,7 @@ def _parameter(
         raise Unfixable("the parameter's attribute name is not known")
     guard = None
     if getattr(holder, "value", None) is not pcall:
-        inner = path_between(holder, pcall)
-        # ``nn.Parameter(grid).requires_grad_(False)``: the same parameter (:func:`same_tensor`)
-        wrappers: set[int] = set()
-        for n in inner or ():
-            if isinstance(n, cst.Call) and n is not pcall and same_tensor(n) is pcall:
-                wrappers |= {id(n), id(n.func)}
-        if inner is None or not all(
-            isinstance(n, (cst.IfExp, cst.Arg, cst.Assign, cst.AnnAssign))
-            or n is pcall
-            or id(n) in wrappers
-            for n in inner
-        ):
-            raise Unfixable("the parameter is built inside a larger expression")
-        if any(isinstance(n, cst.IfExp) for n in inner):
-            guard = f"self.{attr} is not None"
-        if not all(_none_otherwise(n, pcall) for n in inner if isinstance(n, cst.IfExp)):
-            # ``nn.Parameter(torch.ones(d)) if mult_bias else 1.`` (x-transformers' GLU): the
-            # attribute is a number when it is no parameter
-            guard = registered(cls, ctx.qualify, attr, "parameter")
+        guard = _wrapped_guard(ctx, cls, attr, holder, pcall)
     if any(isinstance(n, cst.If) for n in path) or after_return:
         guard = f"getattr(self, {attr!r}, None) is not None"
         if cls is not None and _assigned_otherwise(cls, attr, node):
@@ -330,6 +124,33 @@ def _parameter(
             # nn.Parameter(...)`` (x-transformers' Attention): there whatever the branch
             guard = registered(cls, ctx.qualify, attr, "parameter")
     return attr, data_arg, guard
+
+
+def _wrapped_guard(ctx: RuleContext, cls, attr: str, holder, pcall: cst.Call) -> str | None:
+    """The guard of a parameter whose call ``holder`` holds inside a conditional expression
+    (``nn.Parameter(..) if cond else None``) or behind ``.requires_grad_(..)``; raises
+    :class:`Unfixable` when it is built inside a larger expression."""
+    guard = None
+    inner = path_between(holder, pcall)
+    # ``nn.Parameter(grid).requires_grad_(False)``: the same parameter (:func:`same_tensor`)
+    wrappers: set[int] = set()
+    for n in inner or ():
+        if isinstance(n, cst.Call) and n is not pcall and same_tensor(n) is pcall:
+            wrappers |= {id(n), id(n.func)}
+    if inner is None or not all(
+        isinstance(n, (cst.IfExp, cst.Arg, cst.Assign, cst.AnnAssign))
+        or n is pcall
+        or id(n) in wrappers
+        for n in inner
+    ):
+        raise Unfixable("the parameter is built inside a larger expression")
+    if any(isinstance(n, cst.IfExp) for n in inner):
+        guard = f"self.{attr} is not None"
+    if not all(_none_otherwise(n, pcall) for n in inner if isinstance(n, cst.IfExp)):
+        # ``nn.Parameter(torch.ones(d)) if mult_bias else 1.`` (x-transformers' GLU): the
+        # attribute is a number when it is no parameter
+        guard = registered(cls, ctx.qualify, attr, "parameter")
+    return guard
 
 
 def _none_otherwise(e: cst.IfExp, pcall: cst.Call) -> bool:
@@ -350,51 +171,6 @@ def _assigned_otherwise(cls, attr: str, node: cst.CSTNode) -> bool:
     return False
 
 
-def empty_of(value: Value, torch_name: str) -> tuple[cst.BaseExpression, str]:
-    """``torch.empty(shape)`` for the value, passing on the factory's own
-    dtype/device/``**kwargs`` (no device is added: under ``with torch.device("meta")`` a factory
-    without one lands on meta; adding ``device``/``dtype`` arguments is ML012's fix); and the
-    shape's text."""
-    shape = ", ".join(
-        render(a.value) if not a.star else a.star + render(a.value) for a in value.shape_args
-    )
-    passed = [
-        f"{a.keyword.value}={render(a.value)}" if a.keyword else "**" + render(a.value)
-        for a in value.passed
-    ]
-    return expr(f"{torch_name}.empty({', '.join([shape, *passed])})"), shape
-
-
-def hook_body(value: Value, x: str, names: tuple[str, str], kept) -> cst.BaseStatement:
-    """The statement that gives ``x`` (``self.<attr>``) its value again, in the hook."""
-    torch_name, nn_name = names
-    k = value.scale()
-    f = value.factory
-    whole = value.data is value.call
-    drawn = "generator" not in value.keywords
-    if value.method is not None:
-        m = value.method
-        call = kept(m.with_changes(func=m.func.with_changes(value=expr(x))))
-        return fill(f"with {torch_name}.no_grad():\n    __v__", v=call)
-    if whole and value.normal is not None:
-        mean, std = value.normal
-        return stmt(f"{nn_name}.init.normal_({x}, mean={render(mean)}, std={render(std)})")
-    if whole and f == "torch.ones":
-        return stmt(f"{nn_name}.init.ones_({x})")
-    if whole and f == "torch.zeros":
-        return stmt(f"{nn_name}.init.zeros_({x})")
-    if whole and f == "torch.full":
-        return fill(f"{nn_name}.init.constant_({x}, __v__)", v=kept(value.fill))
-    if whole and f in FACTORY_DRAWS and drawn:
-        return stmt(f"{nn_name}.init.{FACTORY_DRAWS[f]}({x})")
-    if k is not None and f == "torch.ones":
-        return fill(f"{nn_name}.init.constant_({x}, __v__)", v=kept(k))
-    if k is not None and f in FACTORY_DRAWS and drawn:
-        draw = FACTORY_DRAWS[f]
-        return fill(f"with {torch_name}.no_grad():\n    {x}.{draw}().mul_(__v__)", v=kept(k))
-    return fill(f"with {torch_name}.no_grad():\n    {x}.copy_(__v__)", v=kept(value.data))
-
-
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     """The dinov2 rewrite (``torch.empty`` + the hook called at the end of ``__init__``); when
     that is unsafe or refused because of what ``__init__`` does after the value (draws of
@@ -402,7 +178,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     it is and re-created by a ``reset_parameters()`` that ``__init__`` does not call
     (:func:`_kept`), when that is possible. (No exception is kept in a local: with its
     traceback it would hold the syntax tree in a reference cycle.)"""
-    if _parameter_list_value(ctx, finding.node) is not None:
+    if _list_of_parameters(finding):
         return _parameter_list(ctx, cls, finding)
     try:
         rewrite = _plan(ctx, cls, finding, ClassEdit(ctx, cls))
@@ -424,23 +200,15 @@ LIST_INITS = {
 }
 
 
-def _parameter_list_value(ctx: RuleContext, node: cst.CSTNode) -> cst.BaseExpression | None:
-    """The list of ``self.ws = nn.ParameterList(<list>)`` (a list or a comprehension)."""
-    if not (isinstance(node, cst.SimpleStatementLine) or isinstance(node, cst.Assign)):
-        return None
-    a = node.body[0] if isinstance(node, cst.SimpleStatementLine) else node
-    if not isinstance(a, cst.Assign) or assigned_attr(a) is None:
-        return None
-    v = a.value
-    if not (
-        isinstance(v, cst.Call)
-        and ctx.qualify(v.func) == "torch.nn.ParameterList"
-        and v.args
-        and v.args[0].keyword is None
-        and isinstance(v.args[0].value, (cst.List, cst.ListComp))
-    ):
-        return None
-    return v.args[0].value
+def _list_of_parameters(finding: Finding) -> bool:
+    """Did the rule match a ``ParameterList`` of a list or a comprehension, set by a plain
+    ``self.ws = nn.ParameterList(...)`` (:func:`_parameter_list` rewrites those)?"""
+    items = finding.site.items
+    return (
+        type(items) in (cst.List, cst.ListComp)
+        and type(finding.node) is cst.Assign
+        and assigned_attr(finding.node) is not None
+    )
 
 
 def _parameter_list(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -452,8 +220,8 @@ def _parameter_list(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     ``dtype=``/``device=``), every element one of them."""
     edit = ClassEdit(ctx, cls)
     node = finding.node
-    items = _parameter_list_value(ctx, node)
-    attr = assigned_attr(node.body[0] if isinstance(node, cst.SimpleStatementLine) else node)
+    items = finding.site.items
+    attr = finding.site.attr
     index, line, _path = edit.locate(node)
     torch_name, nn_name = torch_spelling(ctx)
     elements = [items.elt] if isinstance(items, cst.ListComp) else [e.value for e in items.elements]
@@ -533,8 +301,8 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
         helper = helper_of(cls, finding.node)
         if helper is None or keep:
             raise
-        return _plan_in_helper(ctx, edit, finding.node, helper, str(exc))
-    attr, data_arg, guard = _parameter(ctx, finding.node, path, cls, edit.after_return(index))
+        return _plan_in_helper(ctx, edit, finding, helper, str(exc))
+    attr, data_arg, guard = _parameter(ctx, finding, path, cls, edit.after_return(index))
     _one_law(ctx, edit, attr, finding.node, data_arg.value)
     later = edit.used_after(attr, index, tensor=True)
     tail = edit.block_tail(line)
@@ -574,7 +342,7 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
     if keep:
         edit.use_hook(hook, index, [body])
         return edit.rewrite(_kept_message(attr, hook))
-    if value.random and not all(rng_free(s, ctx) for s in tail):
+    if value.random and not all(draws(s, ctx) is Draws.NEVER for s in tail):
         edit.unsafe.append(
             "the random value is now drawn at the end of `__init__`, after other random draws, "
             "so eager values differ under the same seed (same distribution)"
@@ -593,14 +361,14 @@ def _with_branch(ctx, edit: ClassEdit, attr, index: int, j: int, hook, body, ran
     The hook is called after ``j``; a random value drawn there, after draws between its
     statement and ``j``, is an unsafe fix."""
     between = edit.init_body[index + 1 : j]
-    if random and not all(rng_free(s, ctx) for s in between):
+    if random and not all(draws(s, ctx) is Draws.NEVER for s in between):
         edit.unsafe.append(
             "the random value is now drawn after the statements that follow it in `__init__`, "
             "after other random draws, so eager values differ under the same seed"
         )
     moved = take(edit, edit.init_body, [j])
-    draws = random or not rng_free(edit.init_body[j], ctx)
-    edit.use_hook(hook, j, [body, *moved], random=draws)
+    draws_random = random or draws(edit.init_body[j], ctx) is not Draws.NEVER
+    edit.use_hook(hook, j, [body, *moved], random=draws_random)
     return edit.rewrite(
         f"Create `{attr}` with `torch.empty({shape})`, set its value in `{hook}()` and move "
         "the in-place init that follows it (on some paths, or changing its values) after it"
@@ -612,7 +380,7 @@ def _used_in_block(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, tai
     all of it in place (the value is dead); None when none uses more than its metadata.
     Raises :class:`Unfixable` when one uses it otherwise."""
     for s in tail:
-        if _touches(s, attr, False, edit.memo()) and not (
+        if touches(s, attr, False, edit.memo()) and not (
             sets_metadata(s, attr) or reads_metadata_only(s, attr)
         ):
             if init_only(s, ctx) and overwrites(s, attr, ctx):
@@ -635,7 +403,7 @@ def _kept_unused_later(ctx, edit: ClassEdit, attr: str, index: int, later, tail)
     if later:
         raise Unfixable(_read_later(ctx, edit, attr, index, later))
     for s in tail:
-        if _touches(s, attr, False, edit.memo()) and not (
+        if touches(s, attr, False, edit.memo()) and not (
             sets_metadata(s, attr) or reads_metadata_only(s, attr)
         ):
             raise Unfixable(f"`self.{attr}` is used later in its block (line order matters)")
@@ -669,80 +437,9 @@ def _read_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, why: s
     return why
 
 
-def _helper_call(edit: ClassEdit, name: str, why: str):
-    """The one statement ``self.<name>()`` of ``__init__`` (the only caller of ``name``): (its
-    line, the index of its top-level statement, the path down to it)."""
-    callers = sorted(m.name for m in edit.cls.methods.values() if name in m.self_calls)
-    if not callers:
-        raise Unfixable(f"{why}: `{name}()` is called by a base class's `__init__`")
-    if callers != ["__init__"]:
-        raise Unfixable(f"{why}: `{name}()` is called by `{callers[-1]}()`, not only `__init__`")
-    call_lines = [
-        n
-        for n in walk_code(edit.init.node.body)
-        if isinstance(n, cst.SimpleStatementLine)
-        and len(n.body) == 1
-        and isinstance(n.body[0], cst.Expr)
-        and isinstance(n.body[0].value, cst.Call)
-        and render(n.body[0].value.func).strip() == f"self.{name}"
-    ]
-    sites = [n for n in walk_code(edit.init.node.body) if isinstance(n, cst.Call)]
-    if len(call_lines) != 1 or sum(render(c.func).strip() == f"self.{name}" for c in sites) != 1:
-        raise Unfixable(f"{why}: `__init__` does not call `{name}()` once, as a statement")
-    found = edit._path(call_lines[0])
-    if found is None or any(isinstance(n, NESTING) for n in found[1]):
-        raise Unfixable(f"{why}: `__init__` calls `{name}()` inside a loop, `with` or `try`")
-    return call_lines[0], found[0], found[1]
-
-
-def helper_of(cls, node: cst.CSTNode):
-    """The method other than ``__init__`` whose body holds ``node``, or None."""
-    return next(
-        (
-            m
-            for m in cls.methods.values()
-            if m.name != "__init__" and path_to(m.node.body, node) is not None
-        ),
-        None,
-    )
-
-
-def helper_statement(edit: ClassEdit, node: cst.CSTNode, helper, why: str):
-    """``node`` is in ``helper``, a private method that only ``__init__`` calls, once, as a
-    statement, and in a simple statement outside any loop, ``with`` or ``try`` of it: (the
-    call's line, the index of its top-level statement of ``__init__``, the path down to the
-    call, the statement line holding ``node``, the path from the helper's body down to
-    ``node``). Raises :class:`Unfixable` (``why``: the reason of the plain fix) otherwise."""
-    name = helper.name
-    if not name.startswith("_"):
-        raise Unfixable(
-            f"{why}: it is set in `{name}()`, a public method (a subclass may override it, a "
-            "caller may call it again)"
-        )
-    call_line, call_index, call_path = _helper_call(edit, name, why)
-    path = path_to(helper.node.body, node)
-    if path is None or any(isinstance(n, NESTING) for n in path):
-        raise Unfixable(f"{why}: the statement is inside a loop, `with`, `try` or nested function")
-    lines = [n for n in path if isinstance(n, cst.SimpleStatementLine)]
-    if not lines:
-        raise Unfixable(f"{why}: the value is not set by a simple statement")
-    return call_line, call_index, call_path, lines[-1], path
-
-
-def helper_conditional(edit: ClassEdit, helper, path, call_path, call_index: int) -> bool:
-    """Is the statement at the end of ``path`` (from the body of ``helper``, which ``__init__``
-    calls at top-level statement ``call_index`` by ``call_path``) run on some paths only:
-    inside an ``if`` of the method, after a ``return`` of it (julius's ``ResampleFrac.
-    _init_kernels()``: ``if self.old_sr == self.new_sr: return`` registers no ``kernel``), or
-    called so? A hook then sets what it makes only where it is there."""
-    return (
-        any(isinstance(n, cst.If) for n in path)
-        or edit.returns(helper.node.body)
-        or edit.conditional(call_path, call_index)
-    )
-
-
-def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -> Rewrite:
+def _plan_in_helper(
+    ctx: RuleContext, edit: ClassEdit, finding: Finding, helper, why: str
+) -> Rewrite:
     """The parameter is created in a private method that only ``__init__`` calls, once, as a
     statement (esm1's ``_init_submodules_esm1()``, called in an ``else``:
     ``self.embed_out = nn.Parameter(torch.zeros((self.alphabet_size, self.args.embed_dim)))``).
@@ -751,9 +448,10 @@ def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -
     values whose hook reads no name (``zeros``, ``ones``, a literal fill): nothing then draws
     at another point of construction, so eager values stay identical (safe)."""
     name = helper.name
+    node = finding.node
     call_line, call_index, call_path, line, path = helper_statement(edit, node, helper, why)
     memo = edit.memo()
-    attr, data_arg, guard = _parameter(ctx, node, path)
+    attr, data_arg, guard = _parameter(ctx, finding, path)
     one_value(edit.cls, ctx.qualify, attr, node)
     value = Value(data_arg.value, ctx)
     if value.random:
@@ -761,9 +459,9 @@ def _plan_in_helper(ctx: RuleContext, edit: ClassEdit, node, helper, why: str) -
     # nothing after the creation (the rest of the helper, then of __init__) touches it
     tail = statements_after(path) + edit.block_tail(call_line)
     for x in tail:
-        called = _uses(x, memo)[2]
-        if _touches(x, attr, False, memo) or any(
-            _touches(m.node.body, attr, False, memo)
+        called = uses(x, memo)[2]
+        if touches(x, attr, False, memo) or any(
+            touches(m.node.body, attr, False, memo)
             for c in called
             for m in edit.cls.reachable(c)
             if m.name != "__init__"
@@ -799,64 +497,6 @@ def path_between(root: cst.CSTNode, target: cst.CSTNode):
     return path_to(root, target)
 
 
-def overwritten_later(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, why: str):
-    """The value is dead: the next statement of ``__init__`` that uses ``self.<attr>``
-    re-initialises all of it in place (timm's ``self.pos_embed = nn.Parameter(torch.zeros(..))``
-    then ``trunc_normal_(self.pos_embed, std=.02)``). The fix is ML003's: the in-place inits
-    move, in order, into ``reset_parameters()``; the value stays (on meta it costs nothing)."""
-
-    body = edit.init_body
-    memo = edit.memo()
-    methods: set[str] = set()
-    for j in range(index + 1, len(body)):
-        s = body[j]
-        if _touches(s, attr, False, memo) is None:
-            helper = _initialised_by(ctx, edit, j, attr)
-            if helper is not None and not methods:
-                return method_into_reset(edit, helper)
-            # the class's own methods (``self.register_buffer("shift", ...)`` is not one)
-            methods |= _uses(s, memo)[2] & edit.cls.methods.keys()
-            continue
-        if not (init_only(s, ctx) and overwrites(s, attr, ctx)):
-            raise Unfixable(why)
-        break
-    else:
-        raise Unfixable(why)  # only a method that __init__ calls uses it
-    for name in sorted(methods):
-        for m in edit.cls.reachable(name):
-            if m.name != "__init__" and _touches(m.node.body, attr, False, memo):
-                raise Unfixable(why)
-    return move_own(
-        ctx,
-        edit,
-        f"`{attr}` is re-initialised in place later in `__init__`: move its in-place init "
-        "(with the class's others, in order) into `reset_parameters()`",
-    )
-
-
-def _initialised_by(ctx: RuleContext, edit: ClassEdit, j: int, attr: str):
-    """The method that statement ``j`` of ``__init__`` calls (``self._initialize(
-    identity_init)``, nflows ``LULinear``; kornia's ``Homography.reset_model()``:
-    ``torch.nn.init.eye_(self.model)``) when it only initialises this module's own tensors in
-    place and sets every element of ``self.<attr>`` on every path: ML003's fix (a
-    ``reset_parameters()`` calling it, the parameter created with ``torch.empty``) is this
-    one's too, for a public method as for a private one (ML003's fix calls either). None
-    otherwise."""
-    s = edit.init_body[j]
-    called = _uses(s, edit.memo())[2]
-    if len(called) != 1 or edit.hook_calls(next(iter(called))) != ([j], False):
-        return None
-    method = edit.cls.methods.get(next(iter(called)))
-    if method is None or method.name == "__init__":
-        return None
-    body = method.node.body
-    if not isinstance(body, cst.IndentedBlock) or not sets_every_element(body.body, attr, ctx):
-        return None
-    if initialising_method(edit.cls, body.body[0], ctx) is not method or not only_own(method, ctx):
-        return None
-    return method
-
-
 def _sprawls(full: cst.BaseExpression, data: cst.BaseExpression) -> bool:
     """Is ``full`` (``data`` with its locals inlined) too long to read as one expression?"""
     n = len(render(full))
@@ -868,7 +508,7 @@ def _reads_kept(edit: ClassEdit, attr: str, index: int, code, why: str) -> None:
     find changed: written later in ``__init__``, or the attribute this statement replaces
     (torchlibrosa's ``self.melW = nn.Parameter(torch.Tensor(self.melW))``: the hook would read
     the parameter itself, not the array ``__init__`` held there)."""
-    for a in sorted(set().union(*(_uses(c)[1] for c in code))):
+    for a in sorted(set().union(*(uses(c)[1] for c in code))):
         if a == attr:
             raise Unfixable(f"{why}; the value reads `self.{a}`, which this statement replaces")
         if edit.used_after(a, index, writes_only=True):
@@ -931,7 +571,7 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     if keep:
         edit.use_hook(hook, index, [*prelude, body])
         return edit.rewrite(_kept_message(attr, hook))
-    if not all(rng_free(c, ctx) for c in code):
+    if not all(draws(c, ctx) is Draws.NEVER for c in code):
         edit.unsafe.append(
             "the value may draw random numbers: it is drawn a second time in the hook, so "
             "eager values differ"

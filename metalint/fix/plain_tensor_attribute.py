@@ -36,26 +36,26 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from metalint.fix.buffer_from_value import _helper_effects, recompute_hook, refusal
-from metalint.fix.codemod import (
-    ClassEdit,
+from metalint.fix.codemod import ClassEdit
+from metalint.fix.edits import (
     Rewrite,
     Unfixable,
-    _uses,
-    binds,
     init_param,
     names_in,
     render,
     stmt,
     torch_spelling,
 )
-from metalint.fix.parameter_from_value import helper_of, helper_statement
-from metalint.fix.recompute import draws, recompute_locals
+from metalint.fix.flow import uses
+from metalint.fix.recompute import draws_or_builds, recompute_locals
+from metalint.fix.recompute_hook import helper_effects, recompute_hook, refusal
+from metalint.fix.values import helper_of, helper_statement
 from metalint.static.construction import is_tensor
 from metalint.static.model import construction
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import is_none, walk_code
+from metalint.static.tensor_kind import binds
 from metalint.vocabulary import BUFFER_HOOK
 
 
@@ -67,7 +67,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     # (one registered alone would stay a plain attribute in the other branch); else when the
     # attribute alone is refused
     edit = ClassEdit(ctx, cls)
-    found = edit._path(finding.node)
+    found = edit.path_of(finding.node)
     index = found[0] if found is not None else -1
     block = index >= 0 and type(edit.init_body[index]) is cst.If
     if block and _set_with_others(edit, index, finding.node):
@@ -128,16 +128,7 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         if helper is None:
             raise
         index, line = helper_statement(edit, node, helper, str(exc))[1:4:2]
-    if isinstance(node, cst.Assign):
-        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Attribute):
-            raise Unfixable("the tensor is assigned with several targets")
-        target = dotted(node.targets[0].target)
-    elif isinstance(node, cst.AnnAssign) and node.value is not None:
-        target = dotted(node.target)
-    else:
-        raise Unfixable("not a plain assignment")
-    if not target or not target.startswith("self.") or target.count(".") != 1:
-        raise Unfixable("not an attribute of `self`")
+    target = _target_of(node)
     attr = target[5:]
     if len(line.body) != 1:
         raise Unfixable("the assignment shares its line with other statements")
@@ -165,6 +156,22 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     # it would refuse that one (a subclass defining its own hook: monai ``TopologySearch``)
     rewrite.then_hook = recompute_hook(ctx, cls, node)
     return rewrite
+
+
+def _target_of(node: cst.CSTNode) -> str:
+    """``self.x`` for the plain assignment ``self.x = ...``; raises :class:`Unfixable`
+    otherwise."""
+    if isinstance(node, cst.Assign):
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Attribute):
+            raise Unfixable("the tensor is assigned with several targets")
+        target = dotted(node.targets[0].target)
+    elif isinstance(node, cst.AnnAssign) and node.value is not None:
+        target = dotted(node.target)
+    else:
+        raise Unfixable("not a plain assignment")
+    if not target or not target.startswith("self.") or target.count(".") != 1:
+        raise Unfixable("not an attribute of `self`")
+    return target
 
 
 def _other_assignments(
@@ -196,19 +203,27 @@ def _other_assignments(
                         f"`__init__` sets `self.{attr}` earlier: `register_buffer` refuses an "
                         "existing attribute"
                     )
-            elif m.name in built:
-                calls, _nested = edit.hook_calls(m.name)
-                if not calls:
-                    yield f"`{m.name}()`, which construction calls, also assigns `self.{attr}`"
-                    continue
-                if m is not helper and min(calls) < index:
-                    raise Unfixable(
-                        f"`__init__` calls `{m.name}()`, which sets `self.{attr}`, earlier: "
-                        "`register_buffer` refuses an existing attribute"
-                    )
+            elif m.name in built and not _called_later(edit, m, attr, index, helper):
+                yield f"`{m.name}()`, which construction calls, also assigns `self.{attr}`"
+                continue
             if a.target == target and (a.augmented or _tensor_or_none(ctx, m, a.value, target)):
                 continue
             yield f"`self.{attr}` is assigned elsewhere in the class; a buffer only takes tensors"
+
+
+def _called_later(edit: ClassEdit, m, attr: str, index: int, helper) -> bool:
+    """Does ``__init__`` call method ``m`` (which sets ``self.<attr>``) as a statement? Raises
+    :class:`Unfixable` when it does before top-level statement ``index`` (and ``m`` is not
+    the ``helper`` holding the assignment rewritten)."""
+    calls, _nested = edit.hook_calls(m.name)
+    if not calls:
+        return False
+    if m is not helper and min(calls) < index:
+        raise Unfixable(
+            f"`__init__` calls `{m.name}()`, which sets `self.{attr}`, earlier: "
+            "`register_buffer` refuses an existing attribute"
+        )
+    return True
 
 
 def _tensor_or_none(ctx, m, value, target: str) -> bool:
@@ -229,7 +244,7 @@ def _tensor_or_none(ctx, m, value, target: str) -> bool:
 
 def _exclusive(edit: ClassEdit, a: cst.CSTNode, b: cst.CSTNode) -> bool:
     """Do ``a`` and ``b`` sit in different branches of one ``if``/``elif``/``else``?"""
-    pa, pb = edit._path(a), edit._path(b)
+    pa, pb = edit.path_of(a), edit.path_of(b)
     if pa is None or pb is None or pa[0] != pb[0]:
         return False
     path_a, path_b = pa[1], pb[1]
@@ -278,7 +293,7 @@ def _block(ctx: RuleContext, edit: ClassEdit, cls, index: int, why: str) -> Rewr
         for s in prelude:
             bound |= binds(s, ctx.qualify)
     copy = edit.store_names(copy, top, index, bound=bound | set(local.values()))
-    effects = _helper_effects(edit, [*prelude, copy])
+    effects = helper_effects(edit, [*prelude, copy])
     if "host" in effects:
         raise Unfixable(f"{why}; the `if` calls `{effects['host']}()`, which copies to the host")
     if "random" in effects:
@@ -305,14 +320,14 @@ def _group(edit: ClassEdit, cls, index: int, why: str) -> list[str]:
     """The attributes the ``if`` at ``index`` sets, in order, when it does nothing else and
     they may all become buffers re-created by a copy of it."""
     top = edit.init_body[index]
-    written, _read, calls = _uses(top, edit.memo())
+    written, _read, calls = uses(top, edit.memo())
     group = [
         a.target[5:]
         for a in edit.init.assigns
         if a.target.count(".") == 1 and edit.top_index_of(a.node) == index
     ]
     group = list(dict.fromkeys(group))
-    if calls or draws(top, edit) or not group or set(written) != set(group):
+    if calls or draws_or_builds(top, edit) or not group or set(written) != set(group):
         raise Unfixable(why)
     if any(is_none(a.value) for a in edit.init.assigns if edit.top_index_of(a.node) == index):
         raise Unfixable(why)  # ``self.x = None`` in a branch: nothing to copy there

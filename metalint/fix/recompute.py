@@ -5,30 +5,30 @@ local tensor). Shared by the codemods; imports only :mod:`metalint.fix.codemod`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import libcst as cst
 
-from metalint.fix.codemod import (
+from metalint.fix.codemod import ClassEdit
+from metalint.fix.edits import (
     BUILTIN_NAMES,
-    ClassEdit,
     Unfixable,
-    _uses,
-    binds,
     fill,
     names_in,
     path_to,
     render,
-    rng_free,
     stmt,
     torch_spelling,
 )
+from metalint.fix.flow import uses
 from metalint.static.construction import tensor_registrations
+from metalint.static.draws import Draws, draws
 from metalint.static.model import construction
 from metalint.static.names import dotted
 from metalint.static.ownership import own_tensor_names, value_reads
 from metalint.static.syntax import walk_code
-from metalint.static.tensors import random_draw
-from metalint.vocabulary import FACTORY_DRAWS, FILL_FACTORIES, HOST_RANDOM_MODULES, INIT_KIND
+from metalint.static.tensor_kind import binds
+from metalint.vocabulary import FACTORY_DRAWS, FILL_FACTORIES
 
 
 def _raises_only(s: cst.CSTNode) -> bool:
@@ -148,7 +148,7 @@ def local_only(s: cst.CSTNode, edit: ClassEdit, random: bool = False) -> bool:
         )
     if not isinstance(s, cst.SimpleStatementLine):
         return False
-    written, _read, calls = _uses(s, edit.memo())
+    written, _read, calls = uses(s, edit.memo())
     return (
         not written
         and all(computes_only(edit, c, random=random) for c in calls)
@@ -228,7 +228,7 @@ def loop_targets(s: cst.For) -> set[str] | None:
 def _draws(node: cst.CSTNode, edit: ClassEdit, random: bool) -> bool:
     """``draws`` where no draw is allowed; where torch's draws are (``random``), does the
     code draw from numpy's or Python's generators, or build a module?"""
-    return draws(node, edit, host_only=random)
+    return draws_or_builds(node, edit, host_only=random)
 
 
 def computes_only(edit: ClassEdit, name: str, depth: int = 0, random: bool = False) -> bool:
@@ -241,7 +241,7 @@ def computes_only(edit: ClassEdit, name: str, depth: int = 0, random: bool = Fal
     if method is None or depth > 3 or name.startswith("__"):
         return False
     body = method.node.body
-    written, _read, calls = _uses(body, edit.memo())
+    written, _read, calls = uses(body, edit.memo())
     if written or _draws(body, edit, random):
         return False
     if any(isinstance(n, (cst.Global, cst.Nonlocal)) for n in walk_code(body)):
@@ -323,22 +323,17 @@ def _same_law(a, b, qualify) -> bool:
     return keywords(a) == keywords(b)
 
 
-def draws(node: cst.CSTNode, edit: ClassEdit, host_only: bool = False) -> bool:
-    """Does the code draw random numbers or build a module (whose init draws)? What
-    :func:`value_kind` calls random, as ML002 judges a buffer's value. ``host_only``: only
-    draws that torch's generator state does not hold (numpy's, Python's) and modules."""
-
-    for n in walk_code(node):
-        if not isinstance(n, cst.Call):
-            continue
-        q = edit.ctx.qualify(n.func) or ""
-        name = q.rsplit(".", 1)[-1] if q else getattr(getattr(n.func, "attr", None), "value", "")
-        if random_draw(q) or INIT_KIND.get(name) == "random":
-            if not host_only or q.startswith(HOST_RANDOM_MODULES):
-                return True
-        if q.startswith("torch.nn.") and name[:1].isupper():
-            return True
-    return False
+def draws_or_builds(node: cst.CSTNode, edit: ClassEdit, host_only: bool = False) -> bool:
+    """Does the code certainly draw random numbers (:func:`draws` says ``ALWAYS``) or build a
+    ``torch.nn`` module (whose init may draw)? What :func:`value_kind` calls random, as ML002
+    judges a buffer's value. ``host_only``: only draws that torch's generator state does not
+    hold (numpy's, Python's), and modules."""
+    return draws(node, edit.ctx, host_only) is Draws.ALWAYS or any(
+        type(n) is cst.Call
+        and (q := edit.ctx.qualify(n.func) or "").startswith("torch.nn.")
+        and q.rsplit(".", 1)[-1][:1].isupper()
+        for n in walk_code(node)
+    )
 
 
 def _local_names(edit: ClassEdit, method=None):
@@ -366,7 +361,7 @@ def _local_names(edit: ClassEdit, method=None):
     return local
 
 
-def _mentions(s: cst.CSTNode, names: set[str], edit: ClassEdit) -> bool:
+def may_change(s: cst.CSTNode, names: set[str], edit: ClassEdit) -> bool:
     """Does ``s`` use one of ``names`` in a way that may change it? Indexing an argument that
     ``__init__`` never assigns (``window_size[0]``, read to size a parameter) does not."""
     init = edit.init
@@ -381,7 +376,7 @@ def _mentions(s: cst.CSTNode, names: set[str], edit: ClassEdit) -> bool:
     return any(n.value in names and id(n) not in read_only for n in names_in(s))
 
 
-def _is_pass(s: cst.CSTNode) -> bool:
+def is_pass(s: cst.CSTNode) -> bool:
     return isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Pass) for x in s.body)
 
 
@@ -415,11 +410,11 @@ class _Slice:
                         return None
                 out.append(st)
                 want |= self.local(st)
-                self.kept_reads.update(_uses(st, edit.memo())[1])
-            elif _mentions(st, want, edit):
+                self.kept_reads.update(uses(st, edit.memo())[1])
+            elif may_change(st, want, edit):
                 return None
             else:
-                self.dropped_writes.update(_uses(st, edit.memo())[0])
+                self.dropped_writes.update(uses(st, edit.memo())[0])
         out.reverse()
         return out or [cst.SimpleStatementLine([cst.Pass()])]
 
@@ -431,13 +426,13 @@ class _Slice:
         if body is None:
             return None
         if isinstance(node, cst.Else):
-            if all(_is_pass(b) for b in body):
+            if all(is_pass(b) for b in body):
                 return False  # ``else: raise ValueError(..)``: nothing to copy
             return node.with_changes(body=node.body.with_changes(body=body))
         rest = self.branch(node.orelse, need) if node.orelse is not None else False
         if rest is None:
             return None
-        self.kept_reads.update(_uses(node.test, self.edit.memo())[1])
+        self.kept_reads.update(uses(node.test, self.edit.memo())[1])
         return node.with_changes(
             body=node.body.with_changes(body=body), orelse=rest if rest is not False else None
         )
@@ -562,12 +557,7 @@ def recompute_locals(
         s = before[i][1]
         hit = _binds(s, edit) & need
         if not hit:
-            if (
-                need & {n.value for n in names_in(s)}
-                and not _writes_seen(s)
-                and not _loop_of_seen_writes(s, need)
-            ):
-                raise Unfixable(why)
+            _refuse_unseen_change(s, need, why)
             continue
         # swin's ``if len(window_size) == 3:`` creates the bias table parameter and computes
         # the index's locals, regunet's computes the sizes of a layer and the bias it gets:
@@ -576,11 +566,7 @@ def recompute_locals(
         if sliced is not None and local_only(sliced, edit):
             s = sliced
         elif not local_only(s, edit):
-            top = before[i][0]
-            if not method and top < len(edit.init_body) and s is edit.init_body[top]:
-                if local_only(s, edit, random=True):
-                    raise Drawn(why, top)
-            raise Unfixable(why)
+            _refuse_copy(edit, before[i], method, why)
         picked.append(i)
         copies[i] = s
         need |= _reads(s, edit, local, imported)
@@ -596,28 +582,57 @@ def recompute_locals(
     else:
         out = [copies[i].with_changes(leading_lines=()) for i in picked] + [value]
         names = (set(method.arguments) | set(method.local_values)) - bound
-        reads = lambda c: _reads(c, edit, local, imported)  # noqa: E731
+
+        reads = partial(_reads, edit=edit, local=local, imported=imported)
         _reads_only_own(edit, out, lambda c: reads(c) & names, why, method)
         _no_argument_read(edit, out, reads, why, method)
     if hook in edit.cls.methods:
-        body = edit.cls.methods[hook].node.body
-        # the locals of the hook: ``self.atomic_numbers.copy_(..)`` binds no ``atomic_numbers``
-        # (torchani's ``_ChemModule``: its ``conv_tensor`` is computed from the local
-        # ``atomic_numbers``, also a buffer the hook already copies into)
-        attrs = {id(n.attr) for n in walk_code(body) if isinstance(n, cst.Attribute)}
-        mine = {n.value for n in walk_code(body) if isinstance(n, cst.Name) and id(n) not in attrs}
-        if mine & bound:
-            done = _already_computed(edit, hook, out[:-1], bound)
-            if done:
-                # a second buffer of the same locals (timm DistributionBalancedLoss: freq_inv
-                # and logit_bias from one ``counts``; RoPE's cos and sin of one ``freqs``):
-                # the hook computes them already, as __init__ does; the value reads them there.
-                # When it computes only the first of them (e3nn's voxel ``Convolution``: the
-                # ``lattice`` buffer's locals, then ``emb = soft_one_hot_linspace(lattice...)``
-                # for the ``emb`` buffer), the rest follow them, at the end of the hook
-                return out[done:]
-            raise Unfixable(why)
+        return _after_the_hooks_locals(edit, hook, out, bound, why)
     return out
+
+
+def _refuse_unseen_change(s: cst.BaseStatement, need: set[str], why: str) -> None:
+    """Raise :class:`Unfixable` (``why``) when statement ``s``, which binds none of the
+    locals ``need``ed, reads one and may change it in a way :func:`binds` does not see."""
+    if (
+        need & {n.value for n in names_in(s)}
+        and not _writes_seen(s)
+        and not _loop_of_seen_writes(s, need)
+    ):
+        raise Unfixable(why)
+
+
+def _refuse_copy(edit: ClassEdit, item: tuple, method, why: str) -> None:
+    """Raise for a statement (``item``: its top-level index and itself) that computes a
+    needed local but does more: :class:`Drawn` when a top-level statement of ``__init__``
+    only draws beyond that (the caller may keep the value), else :class:`Unfixable`."""
+    top, s = item
+    if not method and top < len(edit.init_body) and s is edit.init_body[top]:
+        if local_only(s, edit, random=True):
+            raise Drawn(why, top)
+    raise Unfixable(why)
+
+
+def _after_the_hooks_locals(edit: ClassEdit, hook: str, out: list, bound: set[str], why: str):
+    """:func:`recompute_locals`'s copies ``out`` for the existing ``hook``, less those it
+    computes already. The locals of the hook: ``self.atomic_numbers.copy_(..)`` binds no
+    ``atomic_numbers`` (torchani's ``_ChemModule``: its ``conv_tensor`` is computed from the
+    local ``atomic_numbers``, also a buffer the hook already copies into)."""
+    body = edit.cls.methods[hook].node.body
+    attrs = {id(n.attr) for n in walk_code(body) if isinstance(n, cst.Attribute)}
+    mine = {n.value for n in walk_code(body) if isinstance(n, cst.Name) and id(n) not in attrs}
+    if not mine & bound:
+        return out
+    done = _already_computed(edit, hook, out[:-1], bound)
+    if done:
+        # a second buffer of the same locals (timm DistributionBalancedLoss: freq_inv
+        # and logit_bias from one ``counts``; RoPE's cos and sin of one ``freqs``):
+        # the hook computes them already, as __init__ does; the value reads them there.
+        # When it computes only the first of them (e3nn's voxel ``Convolution``: the
+        # ``lattice`` buffer's locals, then ``emb = soft_one_hot_linspace(lattice...)``
+        # for the ``emb`` buffer), the rest follow them, at the end of the hook
+        return out[done:]
+    raise Unfixable(why)
 
 
 def _no_value_read(edit: ClassEdit, stmts: list, method, why: str) -> None:
@@ -678,7 +693,7 @@ def _copies(
     prelude = []
     for n in sorted(bound & init.arguments):
         # an argument the copied code assigns anew: kept as it is before the first copied line
-        attr, new = edit._attr_for(n, top)
+        attr, new = edit.attr_for(n, top)
         if new:
             edit.check_after_super(top)
             old = edit.replace.get(id(first))
@@ -764,14 +779,14 @@ def drawn_tail(edit: ClassEdit, start: int, hook: str, why: str) -> str:
         edit.replace[id(s)] = (s, [wrapped if c is s else c for c in current])
     # the copied statements and values draw nothing (``draws``, as for any recomputed local);
     # the others may
-    if not all(rng_free(s, edit.ctx) for s in tail.staying):
+    if not all(draws(s, edit.ctx) is Draws.NEVER for s in tail.staying):
         edit.unsafe.append(
             "other random draws follow the drawn locals in `__init__`: the hook draws them "
             "after those, so eager values differ under the same seed (same distribution)"
         )
     existing = edit.cls.methods.get(hook)
-    if any(not rng_free(s, edit.ctx) for s in edit.hook_append.get(hook, [])) or (
-        existing is not None and not rng_free(existing.node.body, edit.ctx)
+    if any(draws(s, edit.ctx) is not Draws.NEVER for s in edit.hook_append.get(hook, [])) or (
+        existing is not None and draws(existing.node.body, edit.ctx) is not Draws.NEVER
     ):
         edit.unsafe.append(
             f"`{hook}()` draws other random numbers before the drawn locals: eager values "
@@ -844,7 +859,7 @@ class _Tail:
         r = self.registration(s)
         if len(s.body) != 1 or not self.local(r.value or s) & self.bound:
             # reads none of the drawn locals: its own fix, if any
-            if r.value is None or draws(r.value, self.edit):
+            if r.value is None or draws_or_builds(r.value, self.edit):
                 self.staying.append(s)
             return
         if r.value is None or _draws(r.value, self.edit, False):

@@ -18,7 +18,7 @@ from types import ModuleType
 import libcst as cst
 
 from metalint.diagnostics import Edit, Fix, Position
-from metalint.fix.codemod import Rewrite, Unfixable, path_to
+from metalint.fix.edits import Rewrite, Unfixable, path_to
 from metalint.lines import count_breaks, split_lines
 from metalint.rules import all_rules
 from metalint.static.rule import Finding, RuleContext
@@ -400,19 +400,25 @@ class _Cut:
             for handler, theirs in zip(stmt.handlers, node.handlers):
                 parts.append((handler.body, theirs.body))
                 starts.append(theirs.lineno - len(handler.leading_lines))
-            clauses = ((stmt.orelse, node.orelse), (stmt.finalbody, node.finalbody))
-        elif type(stmt) in (cst.If, cst.For, cst.While):
-            clauses = ((stmt.orelse, node.orelse),)
-        elif type(stmt) in (cst.FunctionDef, cst.ClassDef, cst.With):
-            clauses = ()
-        else:
-            raise _Mismatch  # match, try/except*: rendered
-        for clause, theirs in clauses:
+        for clause, theirs in _else_clauses(stmt, node):
             if clause is not None:
                 parts.append((clause.body, theirs))
                 starts.append(_clause_start(clause, theirs))
         for i, (body, nodes) in enumerate(parts):
             self.block(body, nodes, indents, starts[i] - 1 if i < len(starts) else last)
+
+
+def _else_clauses(stmt, node) -> tuple:
+    """The ``else:`` (and ``finally:``) clauses of compound statement ``stmt``, with
+    CPython's statements of each; raises ``_Mismatch`` for a statement not placed by rows
+    (``match``, ``try``/``except*``: rendered)."""
+    if type(stmt) is cst.Try:
+        return ((stmt.orelse, node.orelse), (stmt.finalbody, node.finalbody))
+    if type(stmt) in (cst.If, cst.For, cst.While):
+        return ((stmt.orelse, node.orelse),)
+    if type(stmt) in (cst.FunctionDef, cst.ClassDef, cst.With):
+        return ()
+    raise _Mismatch
 
 
 def _clause_start(clause, nodes: list) -> int:

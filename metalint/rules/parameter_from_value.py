@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -8,7 +9,19 @@ from metalint.static.construction import borrowed_tensor
 from metalint.static.model import ClassFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short, string_value
-from metalint.static.tensors import parameter_value, value_kind
+from metalint.static.tensors import parameter_value, same_tensor, value_kind
+
+
+@dataclass(frozen=True)
+class ParameterSite:
+    """What the rule matched, handed to its fix (:mod:`metalint.fix.parameter_from_value`):
+    the attribute and either the ``nn.Parameter(...)`` call made from a value (``call``), the
+    list or comprehension of a ``ParameterList`` (``items``), or neither (a tensor of a module
+    built and thrown away, which no fix rewrites)."""
+
+    attr: str
+    call: cst.Call | None = None
+    items: cst.BaseExpression | None = None
 
 
 class ParameterFromValue(Rule):
@@ -431,6 +444,7 @@ class DepthwiseFilter(nn.Module):
                 "`reset_parameters()`",
                 unless_recreated=(attr,),
                 subject=(attr,),
+                site=ParameterSite(attr, items=items),
             )
             return
 
@@ -448,6 +462,7 @@ class DepthwiseFilter(nn.Module):
                 f"`{attr}` with `torch.empty(...)` and initialise it in `reset_parameters()`",
                 unless_recreated=(attr,),
                 subject=(attr,),
+                site=ParameterSite(attr),
             )
             return
         if type(value) is cst.IfExp:
@@ -467,4 +482,11 @@ class DepthwiseFilter(nn.Module):
             help="Create it with `torch.empty(...)` and set the value in `reset_parameters()`",
             unless_recreated=(attr,),
             subject=(attr,),
+            site=ParameterSite(attr, call=_parameter_call(value)),
         )
+
+
+def _parameter_call(value: cst.Call) -> cst.Call:
+    """The ``nn.Parameter(...)`` call of ``value`` (:func:`parameter_value` found its data):
+    the call itself, or the one under ``.requires_grad_(..)`` (:func:`same_tensor`)."""
+    return same_tensor(value)

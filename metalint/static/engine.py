@@ -539,7 +539,7 @@ def analyze_source(
     file reads a tensor's value (ML008/ML009 at a call of an imported function: on timm five
     in six of a file's findings, almost none of which the tree confirms) and lists the
     ``(code, function)`` of each in ``FileResult.helper_reads`` instead: ``check`` analyses a
-    file again in full when the tree confirms one (see :func:`metalint.check.run_check`).
+    file again in full when the tree confirms one (see :func:`metalint.checking.run_check`).
 
     The cycle collector is paused meanwhile: a libcst tree is tens of thousands of objects
     that live exactly as long as this call and are freed by reference counting when it

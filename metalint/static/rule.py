@@ -74,6 +74,9 @@ class Finding:
     #: the finding stands only while this module-level function of the tree returns a meta
     #: tensor (see ``Condition.if_returns_meta``)
     if_returns_meta: str = ""
+    #: what the rule matched, handed to its codemod (a dataclass of the rule's module, e.g.
+    #: ``ParameterSite``): the fix reads it and never detects the pattern again
+    site: object = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,424 @@
+"""The check pipeline below the commands: settings from the command line, discovery, analysis (parallel, cached), resolution across files. ``metalint check`` and ``metalint fix`` both run it."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from metalint.cache import Cache, NoKey, allowed_folder, secret, user_cache_home
+from metalint.config import (
+    DEFAULT_FILE_TIME_BUDGET,
+    ConfigError,
+    Settings,
+    load_settings,
+    validate_selectors,
+)
+from metalint.diagnostics import Diagnostic, Position
+from metalint.files import Discovery, display_path
+from metalint.jobs import analyze_isolated, analyze_one, can_isolate, preload
+from metalint.report import is_error
+from metalint.static.hierarchy import Hierarchy
+from metalint.static.pipeline import drop_repeated
+from metalint.static.protocol import Protocols
+from metalint.static.results import FileResult, decode, read_source
+
+UNUSED_NOQA = "ML100"
+
+
+@dataclass
+class CheckResult:
+    diagnostics: list[Diagnostic]
+    files_checked: int
+    results: list[FileResult]
+
+
+def analyze_files(
+    jobs: list, workers: int, budget: float = DEFAULT_FILE_TIME_BUDGET
+) -> list[FileResult]:
+    """Results of ``jobs`` in order; each file is analysed in a worker process under
+    ``budget`` CPU seconds (see :mod:`metalint.jobs`): one bad file costs that file only."""
+    if not jobs:
+        return []
+    preload()  # once, before the workers fork
+    if not can_isolate():
+        return [analyze_one(j) for j in jobs]
+    return analyze_isolated(jobs, workers, budget)
+
+
+def all_codes() -> tuple[list[str], set[str]]:
+    # read from the rule files' text: importing the rules imports libcst
+    from metalint.rules import rule_codes
+
+    codes, defaults = rule_codes()
+    return list(codes), set(defaults)
+
+
+def run_check(
+    paths: Sequence[Path],
+    settings: Settings,
+    *,
+    use_cache: bool = True,
+    workers: int | None = None,
+    project: Path | None = None,
+    force_exclude: bool = False,
+) -> CheckResult:
+    """Check ``paths``. With ``project`` (see :func:`project_root`) the files named are judged
+    among every file of the project (from the cache; the others are analysed) exactly as a run
+    on the whole project judges them, and the findings reported are theirs plus those of other
+    files that the named files cause (:func:`_named_and_caused`). ``force_exclude``: a path
+    named that an ``exclude`` pattern names is skipped too (pre-commit names every file)."""
+    codes, defaults = all_codes()
+    enabled = settings.enabled(codes, defaults)
+
+    def warn(message: str) -> None:
+        click.echo(f"metalint: warning: {message}", err=True)
+
+    discovery = Discovery(settings.root, settings.exclude, warn=warn)
+    if force_exclude:
+        paths = [p for p in paths if not _force_excluded(p, discovery, settings.root)]
+    files = list(discovery.files(paths))
+    checked_files = len(files)
+    named: set[int] | None = None  # a partial run: the indices of the files named
+    if project is not None and files:
+        by_key = {_abs_key(f): f for f in files}
+        tree = [by_key.get(_abs_key(f), f) for f in discovery.files([project])]
+        in_tree = {_abs_key(f) for f in tree}
+        # in the project's order (as a run on the whole project reads them), after the files
+        # named outside its tree
+        ordered = [f for f in files if _abs_key(f) not in in_tree] + tree
+        if len(ordered) > len(files):
+            files = ordered
+            named = {i for i, f in enumerate(files) if _abs_key(f) in by_key}
+    base = project or settings.root
+    cache = _open_cache(settings, base, codes) if use_cache else None
+    results: list[FileResult] = [None] * len(files)  # type: ignore[list-item]
+    jobs, job_index, digests = [], [], {}
+    checked: dict[int, str] = {}  # the digest of each file's bytes as checked
+    for i, path in enumerate(files):
+        display = display_path(path)
+        data, err = read_source(path, display)
+        if err:
+            results[i] = err
+            continue
+        key = _abs_key(path)
+        digest = checked[i] = Cache.digest(data)
+        cached = cache.get(key, digest) if cache else None
+        if cached is not None:
+            try:
+                results[i] = _from_cache(display, cached)
+                continue
+            except (KeyError, TypeError, ValueError, AttributeError):
+                cache.drop(key)  # not what this version writes: a miss
+        source, err = decode(data, display)
+        if err:
+            results[i] = err
+            continue
+        # imports libcst: only on a cache miss
+        from metalint.static.names import module_name_for
+
+        module = module_name_for(path.absolute())
+        jobs.append((source, display, module, path.name == "__init__.py", settings.hooks, True))
+        job_index.append(i)
+        digests[i] = key, digest
+    workers = workers or os.cpu_count() or 1
+    analysed = analyze_files(jobs, workers, settings.file_time_budget)
+    for i, result in zip(job_index, analysed):
+        results[i] = result
+        if cache is not None and not any(is_error(d.code) for d in result.diagnostics):
+            cache.put(*digests[i], _to_cache(result))
+    if cache is not None:
+        cache.save()
+    _confirmed_helper_reads(results, files, checked, settings, workers, named)
+    if named is None:
+        diagnostics = resolve(results, settings, enabled)
+    else:
+        diagnostics = _named_and_caused(results, named, settings, enabled)
+    return CheckResult(diagnostics, checked_files, results)
+
+
+def _abs_key(path: Path) -> str:
+    return os.path.normpath(str(path.absolute()))
+
+
+def _open_cache(settings: Settings, base: Path, codes: list[str]) -> Cache | None:
+    """The cache of ``base`` (the project, else the settings' root); None, with a warning, when
+    it cannot be used. A configured ``cache-dir`` outside the project (and outside the user's
+    cache folder) is a ConfigError: ``check`` writes nowhere else."""
+
+    def warn(message: str) -> None:
+        click.echo(f"metalint: warning: {message}", err=True)
+
+    folder = settings.cache_dir or base / ".metalint_cache"
+    if not allowed_folder(folder, base):
+        if settings.cache_dir is not None:
+            where = settings.config_file or "cache-dir"
+            raise ConfigError(
+                f"{where}: cache-dir {folder} is outside the project {base}: use a folder "
+                f"inside it or under {user_cache_home() or '~/.cache'}"
+            )
+        warn(f"cache not used ({folder} leads outside the project {base})")
+        return None
+    try:
+        key = secret()
+    except NoKey as exc:
+        warn(f"cache not used ({exc})")
+        return None
+    return Cache(folder, Cache.key(codes, settings.hooks), base, key, warn=warn)
+
+
+def _to_cache(result: FileResult) -> dict:
+    """A result as cached: without its display path, which is each run's own."""
+    out = result.to_json()
+    for d in out["diagnostics"]:
+        d["filename"] = ""
+    return out
+
+
+def _from_cache(display: str, cached: dict) -> FileResult:
+    result = FileResult.from_json(display, cached)
+    result.diagnostics = [d.with_(filename=display) for d in result.diagnostics]
+    return result
+
+
+def _force_excluded(path: Path, discovery: Discovery, root: Path) -> bool:
+    """``--force-exclude`` (ruff's meaning): a path named on the command line that an
+    ``exclude`` pattern names, itself or a folder above it below ``root``, is skipped."""
+    try:
+        parts = Path(os.path.abspath(path)).relative_to(root).parts
+    except ValueError:
+        return False
+    last = len(parts)
+    return any(
+        discovery.exclude.match_file(
+            "/".join(parts[:k]) + ("/" if k < last or os.path.isdir(path) else "")
+        )
+        for k in range(1, last + 1)
+    )
+
+
+def _named_and_caused(
+    results: list[FileResult], named: set[int], settings: Settings, enabled: set[str]
+) -> list[Diagnostic]:
+    """The findings of a run on some files of a project: the whole project's analysis judges
+    every file; reported are every finding of the named files, and each finding of another
+    file that the named files cause. A finding elsewhere is caused when the analysis of the
+    project without the named files does not make it, makes it otherwise (another root,
+    protocol or message), or finds other model roots containing its class (a class of a named
+    file builds it: that root's re-initialisation decides it, even once deleted). Input errors
+    (ML9xx) of the other files are theirs, not reported."""
+    found, protocols = _judged(results, settings, enabled)
+    shown = {results[i].path for i in named}
+    others = [r for i, r in enumerate(results) if i not in named]
+    alone, alone_protocols = _judged(others, settings, enabled)
+    without = Counter(_identity(d) for d in alone)
+    out = []
+    for d in found:
+        if d.filename in shown:
+            out.append(d)
+        elif is_error(d.code):
+            continue
+        elif without[_identity(d)] and (
+            d.condition is None
+            or protocols.roots(d.condition.cls) == alone_protocols.roots(d.condition.cls)
+        ):
+            without[_identity(d)] -= 1
+        else:
+            out.append(d)
+    return out
+
+
+def _identity(d: Diagnostic) -> tuple:
+    """What a reader of the finding sees (its fix is its own file's, the same either way)."""
+    return (
+        d.code,
+        d.message,
+        d.filename,
+        (d.start.row, d.start.column, d.end.row, d.end.column),
+        d.symbol,
+        d.subject,
+        d.hook,
+        d.help,
+        d.protocol,
+        d.root,
+        d.via,
+    )
+
+
+def _confirmed_helper_reads(
+    results: list[FileResult],
+    files: list[Path],
+    checked: dict[int, str],
+    settings: Settings,
+    workers: int,
+    named: set[int] | None = None,
+) -> None:
+    """Analyse again in full, in place in ``results``, each file holding a left-out finding
+    (``FileResult.helper_reads``: a call of a function of another file that may read a
+    tensor's value) that the tree confirms. A file's result (and its cache entry) cannot
+    depend on other files, so its analysis lists such calls and only a confirmed one costs a
+    second analysis; every other left-out finding is one the tree drops.
+
+    ``named``: a partial run, with the indices of the files named: another file is analysed
+    again only when the named files decide a confirmation (without them the tree answers
+    otherwise), the only way its left-out findings can be reported."""
+    if not any(r.helper_reads for r in results):
+        return
+    hierarchy = Hierarchy(results)
+    reduced = None
+    if named is not None:
+        reduced = Hierarchy([r for i, r in enumerate(results) if i not in named])
+    jobs, where = [], []
+    for i, r in enumerate(results):
+        reads = [hierarchy.construction_read(function, code) for code, function in r.helper_reads]
+        if all(read is None for read in reads):
+            continue
+        if (
+            reduced is not None
+            and i not in named
+            and reads
+            == [reduced.construction_read(function, code) for code, function in r.helper_reads]
+        ):
+            continue
+        path = files[i]
+        data, err = read_source(path, r.path)
+        if err is not None or Cache.digest(data) != checked.get(i):
+            continue  # changed during the run: the findings are those of the text checked
+        source, err = decode(data, r.path)
+        if err is not None:
+            continue
+        from metalint.static.names import module_name_for
+
+        module = module_name_for(path.absolute())
+        jobs.append((source, r.path, module, path.name == "__init__.py", settings.hooks, False))
+        where.append(i)
+    if not jobs:
+        return
+    for i, result in zip(where, analyze_files(jobs, workers, settings.file_time_budget)):
+        results[i] = result
+
+
+def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) -> list[Diagnostic]:
+    """Answer cross-file conditions, apply selection, per-file ignores and ``# noqa``."""
+    return _judged(results, settings, enabled)[0]
+
+
+def _judged(
+    results: list[FileResult], settings: Settings, enabled: set[str]
+) -> tuple[list[Diagnostic], Protocols]:
+    """:func:`resolve`, and the protocols it judged under."""
+    hierarchy = Hierarchy(results)
+    protocols = Protocols(hierarchy, settings.protocol)
+    out: list[Diagnostic] = []
+    for r in results:
+        ignored_here = _per_file_ignores(r.path, settings)
+        kept: list[Diagnostic] = []
+        for d in r.diagnostics:
+            if not is_error(d.code):
+                if d.code not in enabled or any(d.code.startswith(p) for p in ignored_here):
+                    continue
+                if d.condition is not None:
+                    if not hierarchy.holds(d.condition, settings.hooks, d.code):
+                        continue
+                    if d.condition.if_helper_reads:
+                        via = hierarchy.construction_read(d.condition.if_helper_reads, d.code)
+                        d = d.with_(
+                            via=via,
+                            help=f"{d.help} (the line is in `{via[0]}` at {via[1]}:{via[2]})",
+                        )
+                    d = protocols.judge(d)
+                    if d is None:
+                        continue
+            kept.append(d)
+        kept = drop_repeated(kept)
+        used: dict[int, set[str]] = {}
+        for d in kept:
+            codes = r.noqa.get(d.start.row, ())
+            if (
+                not is_error(d.code)
+                and d.start.row in r.noqa
+                and (codes is None or d.code in codes)
+            ):
+                used.setdefault(d.start.row, set()).add(d.code)
+                continue
+            out.append(d)
+        if UNUSED_NOQA in enabled:
+            for row, codes in sorted(r.noqa.items()):
+                if not codes:
+                    continue
+                stale = [
+                    c
+                    for c in codes
+                    if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
+                ]
+                if stale:
+                    pos = Position(row, 1)
+                    out.append(
+                        Diagnostic(
+                            UNUSED_NOQA,
+                            f"unused `# noqa` for {', '.join(stale)}: nothing is reported here",
+                            r.path,
+                            pos,
+                            pos,
+                            help=f"Remove {', '.join(stale)} from the `# noqa` comment",
+                        )
+                    )
+    return sorted(out, key=lambda d: d.sort_key), protocols
+
+
+def _per_file_ignores(display: str, settings: Settings) -> list[str]:
+    if not settings.per_file_ignores:
+        return []
+    path = Path(display).absolute()
+    try:
+        rel = path.relative_to(settings.root).as_posix()
+    except ValueError:
+        rel = path.as_posix()
+    out: list[str] = []
+    for pattern, codes in settings.per_file_ignores.items():
+        if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(path.name, pattern):
+            out += codes
+    return out
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [
+        v.strip().upper() if v.strip().upper() != "ALL" else "ALL"
+        for s in values
+        for v in s.split(",")
+        if v.strip()
+    ]
+
+
+def cli_settings(paths, config, select, extend_select, ignore) -> Settings:
+    """Settings of the nearest ``[tool.metalint]`` (or ``--config``) with the command line's
+    ``--select``/``--extend-select``/``--ignore`` applied; unknown selectors are a ConfigError."""
+    settings = load_settings(paths[0] if paths[0].exists() else Path.cwd(), config)
+    codes, _ = all_codes()
+    for name, values in (
+        ("--select", select),
+        ("--extend-select", extend_select),
+        ("--ignore", ignore),
+    ):
+        validate_selectors(_split(values), codes, name)
+    for what, values in (
+        ("select", settings.select),
+        ("extend-select", settings.extend_select),
+        ("ignore", settings.ignore),
+    ):
+        validate_selectors(values, codes, f"{settings.config_file}: {what}")
+    if select:
+        settings.select = _split(select)
+    settings.extend_select += _split(extend_select)
+    settings.ignore += _split(ignore)
+    return settings
+
+
+FORCE_EXCLUDE_HELP = (
+    "Apply the exclude patterns to paths named on the command line too (as pre-commit names them)."
+)
