@@ -164,17 +164,31 @@ def _lineage(results, protocols) -> Callable[[str], list]:
     """``module.Class`` -> ``(file, qualname)`` of the class and of its bases in the checked
     tree: a tensor a base's ``__init__`` creates is lost on the subclass the model builds
     (transformers' ``Sam3LiteTextRepMixer(Sam3LiteTextLayerScaledResidual)``), and the
-    finding is on the base."""
+    finding is on the base. A class generated from a code-generation template
+    (``modeling_llama.py`` from ``modular_llama.py``) lists the template's class too: the
+    template's findings are about the generated class, the one a model builds."""
+    from metalint.static.templates import twins
+
     where: dict[str, tuple[str, str]] = {}
     for r in results:
         for c in r.classes:
             if r.module and c.fullname.startswith(r.module + "."):
                 where[c.fullname] = (_norm(r.path), c.fullname[len(r.module) + 1 :])
+    template_of = {g: t for t, g in twins(where).items()}
 
     def lineage(fullname: str) -> list:
-        return [where[c] for c in protocols.mro(fullname) if c in where]
+        mro = protocols.mro(fullname)
+        return [where[c] for c in [*mro, *(template_of.get(c) for c in mro)] if c in where]
 
     return lineage
+
+
+def _generated_root(root: str | None) -> str | None:
+    """The class a model builds for the root a finding names: a code-generation template's
+    class (``pkg.modular_llama.LlamaModel``) is never built, the generated one is."""
+    from metalint.static.templates import generated_name
+
+    return (generated_name(root) or root) if root else root
 
 
 def _norm(path: str | None) -> str:
@@ -307,10 +321,11 @@ def _unbuilt_roots(static: list, rep, protocols) -> list[str]:
     for d in static:
         cls = d.condition.cls if d.condition is not None else ""
         if (_norm(d.filename), d.symbol) in contained:
-            if d.root and d.root not in built:
-                named[d.root] += 1
+            if d.root and _generated_root(d.root) not in built:
+                named[_generated_root(d.root)] += 1
             continue
         for root in [d.root] if d.root else sorted(protocols.roots(cls)) if cls else []:
+            root = _generated_root(root)
             if root not in built:
                 containing[root] += 1
     first = sorted(named, key=lambda r: (-named[r], r))
@@ -414,7 +429,7 @@ def _verdict(d, classes: list, built_in: dict[str, list]) -> str | None:
     anywhere = verdict_for(d, _lookup(classes, d.filename, d.symbol))
     if anywhere == "confirmed" or not d.root:
         return anywhere
-    outcomes = built_in.get(d.root)
+    outcomes = built_in.get(_generated_root(d.root))
     if not outcomes:
         return None
     named = list(ProbeReport(outcomes=outcomes).classes.values())
@@ -498,6 +513,34 @@ def table(results: list[LibraryAudit]) -> list[str]:
     return lines
 
 
+def by_file_kind(results: list[LibraryAudit]) -> list[str]:
+    """The findings of code-generation templates (transformers' ``modular_*.py``) and those of
+    the other files, apart: a template's class is judged as the class generated from it."""
+    from metalint.vocabulary import TEMPLATE_MODULE_PREFIXES
+
+    lines = [
+        "",
+        "| library | files | findings | in roots | alone | confirmed | refuted | "
+        "unproven | refuted ÷ proved |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    shown = False
+    for res in results:
+        kinds: dict[bool, collections.Counter] = {
+            False: collections.Counter(),
+            True: collections.Counter(),
+        }
+        for d, how in res.findings:
+            template = os.path.basename(d.filename).startswith(TEMPLATE_MODULE_PREFIXES)
+            kinds[template][d.verdict or "unproven"] += 1
+            kinds[template][how] += 1
+        if sum(kinds[True].values()):
+            shown = True
+            lines.append(_row(res.label, "templates (`modular_*.py`)", kinds[True]))
+            lines.append(_row(res.label, "other files", kinds[False]))
+    return lines if shown else []
+
+
 def _row(label: str, rule: str, c: collections.Counter) -> str:
     proved = c["confirmed"] + c["refuted"]
     ratio = f"{c['refuted'] / proved:.0%}" if proved else "n/a"
@@ -532,7 +575,8 @@ def render(results: list[LibraryAudit], command: str) -> str:
             + f"; {r.losing} classes lose a tensor, {len(r.missed)} of them not flagged; "
             f"check {r.check_s:.0f} s, probe {r.probe_s:.0f} s"
         )
-    out += ["", *table(results), "", "Refuted findings (rule, library, class: tensors):", ""]
+    out += ["", *table(results), *by_file_kind(results)]
+    out += ["", "Refuted findings (rule, library, class: tensors):", ""]
     groups: dict[tuple, list[str]] = collections.defaultdict(list)
     for r in results:
         for d, how in r.findings:
