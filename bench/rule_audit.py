@@ -206,6 +206,7 @@ def audit(
     workdir: Path,
     pythonpath: str | None = None,
     extra: int = EXTRA_ROOTS,
+    saved: Path | None = None,
 ) -> LibraryAudit:
     with _with_env(pythonpath):
         listing = list_roots(library, python, every, limit)
@@ -224,7 +225,16 @@ def audit(
     from metalint.probe.command import ProbeReport
 
     rep, built, built_groups = _probe_roots(
-        library, roots, group_of, python, timeout, pythonpath, workdir, "roots", res.not_built
+        library,
+        roots,
+        group_of,
+        python,
+        timeout,
+        pythonpath,
+        workdir,
+        "roots",
+        res.not_built,
+        saved,
     )
     res.built = built
     # the roots the findings name that the sample did not build (a finding judged under
@@ -250,6 +260,7 @@ def audit(
                 workdir,
                 "named",
                 res.not_built,
+                saved,
             )
             rep = ProbeReport(outcomes=[*rep.outcomes, *rep2.outcomes])
             res.groups_built_extra = len(more_groups - built_groups)
@@ -275,16 +286,22 @@ def audit(
     return res
 
 
-def _probe_roots(library, roots, group_of, python, timeout, pythonpath, workdir, tag, not_built):
+def _probe_roots(
+    library, roots, group_of, python, timeout, pythonpath, workdir, tag, not_built, saved=None
+):
     """Probe ``roots`` (one generated factory each) under ``--init auto``: the report, how many
     built, and the groups (families) they cover; why the others did not build is counted in
-    ``not_built``."""
-    from metalint.probe.command import run_probe
+    ``not_built``. ``saved``: a folder of each root's outcome, reused when there (see
+    ``--probe-cache``) and written for each root probed."""
+    from metalint.probe.command import ProbeReport, run_probe
     from metalint.probe.isolate import Options
 
     factories = write_factories(library, roots, workdir, tag)
     names = [_factory_name(r) for r in roots]
     by_name = dict(zip(names, roots))
+    reused = [o for n in names if (o := _load_outcome(saved, library, by_name[n], tag))]
+    done = {o.label.rpartition(":")[2] for o in reused}
+    names = [n for n in names if n not in done]
     # one child per batch (it imports torch and the library once); a child that times out
     # before it lists its roots costs its batch only, and counts as each of its roots not built
     batches = [names[i : i + ROOTS_PER_CHILD] for i in range(0, len(names), ROOTS_PER_CHILD)]
@@ -294,6 +311,9 @@ def _probe_roots(library, roots, group_of, python, timeout, pythonpath, workdir,
             Options(device="cpu", init="auto", timeout=timeout, python=python),
             progress=sys.stderr.isatty(),
         )
+    for o in rep.outcomes:
+        _save_outcome(saved, library, by_name.get(o.label.rpartition(":")[2]), o)
+    rep = ProbeReport(outcomes=[*reused, *rep.outcomes])
     built, groups = 0, set()
     for o in rep.outcomes:
         label = o.label.rpartition(":")[2]
@@ -303,6 +323,43 @@ def _probe_roots(library, roots, group_of, python, timeout, pythonpath, workdir,
         else:
             not_built[_why(o.message)] += len(label.split(","))
     return rep, built, groups
+
+
+def _outcome_path(saved: Path, library: str, root: str) -> Path:
+    import hashlib
+
+    return saved / f"{library}-{hashlib.sha1(root.encode()).hexdigest()[:16]}.json"
+
+
+def _load_outcome(saved: Path | None, library: str, root: str, tag: str):
+    """The saved outcome of ``root``'s probe, its label that of this run's factory module."""
+    import dataclasses
+
+    from metalint.probe.isolate import Outcome
+
+    path = _outcome_path(saved, library, root) if saved else None
+    if path is None or not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    if data.pop("root", None) != root:
+        return None
+    fields = {f.name for f in dataclasses.fields(Outcome)}
+    data = {k: v for k, v in data.items() if k in fields}
+    if data.get("site"):
+        data["site"] = tuple(data["site"])
+    data["label"] = f"{tag}_{library}.py:{_factory_name(root)}"
+    return Outcome(**data)
+
+
+def _save_outcome(saved: Path | None, library: str, root: str | None, outcome) -> None:
+    """Save the outcome of one root's probe (one of a whole batch is not saved)."""
+    import dataclasses
+
+    if saved is None or root is None:
+        return
+    saved.mkdir(parents=True, exist_ok=True)
+    data = {"root": root, **dataclasses.asdict(outcome)}
+    _outcome_path(saved, library, root).write_text(json.dumps(data))
 
 
 #: roots probed by one child process (see :func:`_probe_roots`)
@@ -613,6 +670,12 @@ def main(argv: list[str] | None = None) -> int:
         help="at most N more roots per library: those the findings name that were not built",
     )
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/metalint-audit"))
+    ap.add_argument(
+        "--probe-cache",
+        type=Path,
+        help="folder of each root's probe outcome: reused when there, written when probed "
+        "(two static versions judged on one probe; empty it when the library or probe changes)",
+    )
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per root or class")
     ap.add_argument("--out", type=Path, help="write the markdown here too")
     ap.add_argument("--json", type=Path, help="write per-finding verdicts as JSON here")
@@ -636,6 +699,7 @@ def main(argv: list[str] | None = None) -> int:
                     workdir=args.workdir,
                     pythonpath=paths.get(lib),
                     extra=args.extra_roots,
+                    saved=args.probe_cache,
                 )
             )
         except subprocess.CalledProcessError as exc:

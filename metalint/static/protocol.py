@@ -38,9 +38,11 @@ A tensor is lost when it is lost under at least one root that contains its class
 root contains is judged per module.
 
 Known limits: the composition is what construction names statically (a class picked from a
-module-level literal table of its file, ``ALL_LAYERS[config.kind](...)``, is a child, as is
+module-level literal table of its file, ``ALL_LAYERS[config.kind](...)`` or through a local,
+``layer_class = ALL_LAYERS[kind]``, or from a dict literal indexed in place, is a child, as is
 every class of that table; one from a registry filled at import or a table of another file has
-no parent); a condition the dispatch cannot
+no parent); a code-generation template's class whose generated class is in the tree is judged
+there (:mod:`metalint.static.templates`); a condition the dispatch cannot
 decide (a config value) counts both branches as run; under the transformers protocol a
 module's own ``reset_parameters()`` is still counted although ``_init_weights`` does not call
 it; a class swapped into a sub-model built by a call that names no class
