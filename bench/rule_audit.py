@@ -207,6 +207,7 @@ def audit(
     pythonpath: str | None = None,
     extra: int = EXTRA_ROOTS,
     saved: Path | None = None,
+    wait: float = 0.0,
 ) -> LibraryAudit:
     with _with_env(pythonpath):
         listing = list_roots(library, python, every, limit)
@@ -235,6 +236,7 @@ def audit(
         "roots",
         res.not_built,
         saved,
+        wait,
     )
     res.built = built
     # the roots the findings name that the sample did not build (a finding judged under
@@ -287,7 +289,17 @@ def audit(
 
 
 def _probe_roots(
-    library, roots, group_of, python, timeout, pythonpath, workdir, tag, not_built, saved=None
+    library,
+    roots,
+    group_of,
+    python,
+    timeout,
+    pythonpath,
+    workdir,
+    tag,
+    not_built,
+    saved=None,
+    wait=0.0,
 ):
     """Probe ``roots`` (one generated factory each) under ``--init auto``: the report, how many
     built, and the groups (families) they cover; why the others did not build is counted in
@@ -299,6 +311,7 @@ def _probe_roots(
     factories = write_factories(library, roots, workdir, tag)
     names = [_factory_name(r) for r in roots]
     by_name = dict(zip(names, roots))
+    _wait_for(saved, library, roots, wait)
     reused = [o for n in names if (o := _load_outcome(saved, library, by_name[n], tag))]
     done = {o.label.rpartition(":")[2] for o in reused}
     names = [n for n in names if n not in done]
@@ -323,6 +336,16 @@ def _probe_roots(
         else:
             not_built[_why(o.message)] += len(label.split(","))
     return rep, built, groups
+
+
+def _wait_for(saved: Path | None, library: str, roots: list[str], wait: float) -> None:
+    """Wait up to ``wait`` seconds for another audit (judging other static findings on the
+    same probe) to save the outcome of every root of ``roots``."""
+    end = time.monotonic() + wait
+    while saved and time.monotonic() < end:
+        if all(_outcome_path(saved, library, r).is_file() for r in roots):
+            return
+        time.sleep(10)
 
 
 def _outcome_path(saved: Path, library: str, root: str) -> Path:
@@ -676,6 +699,12 @@ def main(argv: list[str] | None = None) -> int:
         help="folder of each root's probe outcome: reused when there, written when probed "
         "(two static versions judged on one probe; empty it when the library or probe changes)",
     )
+    ap.add_argument(
+        "--probe-cache-wait",
+        type=float,
+        default=0.0,
+        help="seconds to wait for another audit to save the sampled roots' outcomes there",
+    )
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per root or class")
     ap.add_argument("--out", type=Path, help="write the markdown here too")
     ap.add_argument("--json", type=Path, help="write per-finding verdicts as JSON here")
@@ -700,6 +729,7 @@ def main(argv: list[str] | None = None) -> int:
                     pythonpath=paths.get(lib),
                     extra=args.extra_roots,
                     saved=args.probe_cache,
+                    wait=args.probe_cache_wait,
                 )
             )
         except subprocess.CalledProcessError as exc:
