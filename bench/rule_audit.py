@@ -164,17 +164,31 @@ def _lineage(results, protocols) -> Callable[[str], list]:
     """``module.Class`` -> ``(file, qualname)`` of the class and of its bases in the checked
     tree: a tensor a base's ``__init__`` creates is lost on the subclass the model builds
     (transformers' ``Sam3LiteTextRepMixer(Sam3LiteTextLayerScaledResidual)``), and the
-    finding is on the base."""
+    finding is on the base. A class generated from a code-generation template
+    (``modeling_llama.py`` from ``modular_llama.py``) lists the template's class too: the
+    template's findings are about the generated class, the one a model builds."""
+    from metalint.static.templates import twins
+
     where: dict[str, tuple[str, str]] = {}
     for r in results:
         for c in r.classes:
             if r.module and c.fullname.startswith(r.module + "."):
                 where[c.fullname] = (_norm(r.path), c.fullname[len(r.module) + 1 :])
+    template_of = {g: t for t, g in twins(where).items()}
 
     def lineage(fullname: str) -> list:
-        return [where[c] for c in protocols.mro(fullname) if c in where]
+        mro = protocols.mro(fullname)
+        return [where[c] for c in [*mro, *(template_of.get(c) for c in mro)] if c in where]
 
     return lineage
+
+
+def _generated_root(root: str | None) -> str | None:
+    """The class a model builds for the root a finding names: a code-generation template's
+    class (``pkg.modular_llama.LlamaModel``) is never built, the generated one is."""
+    from metalint.static.templates import generated_name
+
+    return (generated_name(root) or root) if root else root
 
 
 def _norm(path: str | None) -> str:
@@ -192,6 +206,8 @@ def audit(
     workdir: Path,
     pythonpath: str | None = None,
     extra: int = EXTRA_ROOTS,
+    saved: Path | None = None,
+    wait: float = 0.0,
 ) -> LibraryAudit:
     with _with_env(pythonpath):
         listing = list_roots(library, python, every, limit)
@@ -210,7 +226,17 @@ def audit(
     from metalint.probe.command import ProbeReport
 
     rep, built, built_groups = _probe_roots(
-        library, roots, group_of, python, timeout, pythonpath, workdir, "roots", res.not_built
+        library,
+        roots,
+        group_of,
+        python,
+        timeout,
+        pythonpath,
+        workdir,
+        "roots",
+        res.not_built,
+        saved,
+        wait,
     )
     res.built = built
     # the roots the findings name that the sample did not build (a finding judged under
@@ -236,6 +262,7 @@ def audit(
                 workdir,
                 "named",
                 res.not_built,
+                saved,
             )
             rep = ProbeReport(outcomes=[*rep.outcomes, *rep2.outcomes])
             res.groups_built_extra = len(more_groups - built_groups)
@@ -261,16 +288,33 @@ def audit(
     return res
 
 
-def _probe_roots(library, roots, group_of, python, timeout, pythonpath, workdir, tag, not_built):
+def _probe_roots(
+    library,
+    roots,
+    group_of,
+    python,
+    timeout,
+    pythonpath,
+    workdir,
+    tag,
+    not_built,
+    saved=None,
+    wait=0.0,
+):
     """Probe ``roots`` (one generated factory each) under ``--init auto``: the report, how many
     built, and the groups (families) they cover; why the others did not build is counted in
-    ``not_built``."""
-    from metalint.probe.command import run_probe
+    ``not_built``. ``saved``: a folder of each root's outcome, reused when there (see
+    ``--probe-cache``) and written for each root probed."""
+    from metalint.probe.command import ProbeReport, run_probe
     from metalint.probe.isolate import Options
 
     factories = write_factories(library, roots, workdir, tag)
     names = [_factory_name(r) for r in roots]
     by_name = dict(zip(names, roots))
+    _wait_for(saved, library, roots, wait)
+    reused = [o for n in names if (o := _load_outcome(saved, library, by_name[n], tag))]
+    done = {o.label.rpartition(":")[2] for o in reused}
+    names = [n for n in names if n not in done]
     # one child per batch (it imports torch and the library once); a child that times out
     # before it lists its roots costs its batch only, and counts as each of its roots not built
     batches = [names[i : i + ROOTS_PER_CHILD] for i in range(0, len(names), ROOTS_PER_CHILD)]
@@ -280,6 +324,9 @@ def _probe_roots(library, roots, group_of, python, timeout, pythonpath, workdir,
             Options(device="cpu", init="auto", timeout=timeout, python=python),
             progress=sys.stderr.isatty(),
         )
+    for o in rep.outcomes:
+        _save_outcome(saved, library, by_name.get(o.label.rpartition(":")[2]), o)
+    rep = ProbeReport(outcomes=[*reused, *rep.outcomes])
     built, groups = 0, set()
     for o in rep.outcomes:
         label = o.label.rpartition(":")[2]
@@ -289,6 +336,53 @@ def _probe_roots(library, roots, group_of, python, timeout, pythonpath, workdir,
         else:
             not_built[_why(o.message)] += len(label.split(","))
     return rep, built, groups
+
+
+def _wait_for(saved: Path | None, library: str, roots: list[str], wait: float) -> None:
+    """Wait up to ``wait`` seconds for another audit (judging other static findings on the
+    same probe) to save the outcome of every root of ``roots``."""
+    end = time.monotonic() + wait
+    while saved and time.monotonic() < end:
+        if all(_outcome_path(saved, library, r).is_file() for r in roots):
+            return
+        time.sleep(10)
+
+
+def _outcome_path(saved: Path, library: str, root: str) -> Path:
+    import hashlib
+
+    return saved / f"{library}-{hashlib.sha1(root.encode()).hexdigest()[:16]}.json"
+
+
+def _load_outcome(saved: Path | None, library: str, root: str, tag: str):
+    """The saved outcome of ``root``'s probe, its label that of this run's factory module."""
+    import dataclasses
+
+    from metalint.probe.isolate import Outcome
+
+    path = _outcome_path(saved, library, root) if saved else None
+    if path is None or not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    if data.pop("root", None) != root:
+        return None
+    fields = {f.name for f in dataclasses.fields(Outcome)}
+    data = {k: v for k, v in data.items() if k in fields}
+    if data.get("site"):
+        data["site"] = tuple(data["site"])
+    data["label"] = f"{tag}_{library}.py:{_factory_name(root)}"
+    return Outcome(**data)
+
+
+def _save_outcome(saved: Path | None, library: str, root: str | None, outcome) -> None:
+    """Save the outcome of one root's probe (one of a whole batch is not saved)."""
+    import dataclasses
+
+    if saved is None or root is None:
+        return
+    saved.mkdir(parents=True, exist_ok=True)
+    data = {"root": root, **dataclasses.asdict(outcome)}
+    _outcome_path(saved, library, root).write_text(json.dumps(data))
 
 
 #: roots probed by one child process (see :func:`_probe_roots`)
@@ -307,10 +401,11 @@ def _unbuilt_roots(static: list, rep, protocols) -> list[str]:
     for d in static:
         cls = d.condition.cls if d.condition is not None else ""
         if (_norm(d.filename), d.symbol) in contained:
-            if d.root and d.root not in built:
-                named[d.root] += 1
+            if d.root and _generated_root(d.root) not in built:
+                named[_generated_root(d.root)] += 1
             continue
         for root in [d.root] if d.root else sorted(protocols.roots(cls)) if cls else []:
+            root = _generated_root(root)
             if root not in built:
                 containing[root] += 1
     first = sorted(named, key=lambda r: (-named[r], r))
@@ -414,7 +509,7 @@ def _verdict(d, classes: list, built_in: dict[str, list]) -> str | None:
     anywhere = verdict_for(d, _lookup(classes, d.filename, d.symbol))
     if anywhere == "confirmed" or not d.root:
         return anywhere
-    outcomes = built_in.get(d.root)
+    outcomes = built_in.get(_generated_root(d.root))
     if not outcomes:
         return None
     named = list(ProbeReport(outcomes=outcomes).classes.values())
@@ -498,6 +593,34 @@ def table(results: list[LibraryAudit]) -> list[str]:
     return lines
 
 
+def by_file_kind(results: list[LibraryAudit]) -> list[str]:
+    """The findings of code-generation templates (transformers' ``modular_*.py``) and those of
+    the other files, apart: a template's class is judged as the class generated from it."""
+    from metalint.vocabulary import TEMPLATE_MODULE_PREFIXES
+
+    lines = [
+        "",
+        "| library | files | findings | in roots | alone | confirmed | refuted | "
+        "unproven | refuted ÷ proved |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    shown = False
+    for res in results:
+        kinds: dict[bool, collections.Counter] = {
+            False: collections.Counter(),
+            True: collections.Counter(),
+        }
+        for d, how in res.findings:
+            template = os.path.basename(d.filename).startswith(TEMPLATE_MODULE_PREFIXES)
+            kinds[template][d.verdict or "unproven"] += 1
+            kinds[template][how] += 1
+        if sum(kinds[True].values()):
+            shown = True
+            lines.append(_row(res.label, "templates (`modular_*.py`)", kinds[True]))
+            lines.append(_row(res.label, "other files", kinds[False]))
+    return lines if shown else []
+
+
 def _row(label: str, rule: str, c: collections.Counter) -> str:
     proved = c["confirmed"] + c["refuted"]
     ratio = f"{c['refuted'] / proved:.0%}" if proved else "n/a"
@@ -532,7 +655,8 @@ def render(results: list[LibraryAudit], command: str) -> str:
             + f"; {r.losing} classes lose a tensor, {len(r.missed)} of them not flagged; "
             f"check {r.check_s:.0f} s, probe {r.probe_s:.0f} s"
         )
-    out += ["", *table(results), "", "Refuted findings (rule, library, class: tensors):", ""]
+    out += ["", *table(results), *by_file_kind(results)]
+    out += ["", "Refuted findings (rule, library, class: tensors):", ""]
     groups: dict[tuple, list[str]] = collections.defaultdict(list)
     for r in results:
         for d, how in r.findings:
@@ -569,6 +693,18 @@ def main(argv: list[str] | None = None) -> int:
         help="at most N more roots per library: those the findings name that were not built",
     )
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/metalint-audit"))
+    ap.add_argument(
+        "--probe-cache",
+        type=Path,
+        help="folder of each root's probe outcome: reused when there, written when probed "
+        "(two static versions judged on one probe; empty it when the library or probe changes)",
+    )
+    ap.add_argument(
+        "--probe-cache-wait",
+        type=float,
+        default=0.0,
+        help="seconds to wait for another audit to save the sampled roots' outcomes there",
+    )
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per root or class")
     ap.add_argument("--out", type=Path, help="write the markdown here too")
     ap.add_argument("--json", type=Path, help="write per-finding verdicts as JSON here")
@@ -592,6 +728,8 @@ def main(argv: list[str] | None = None) -> int:
                     workdir=args.workdir,
                     pythonpath=paths.get(lib),
                     extra=args.extra_roots,
+                    saved=args.probe_cache,
+                    wait=args.probe_cache_wait,
                 )
             )
         except subprocess.CalledProcessError as exc:

@@ -23,6 +23,7 @@ from metalint.diagnostics import Diagnostic, Position
 from metalint.files import Discovery, display_path
 from metalint.jobs import analyze_isolated, analyze_one, can_isolate, preload
 from metalint.report import is_error
+from metalint.static import templates
 from metalint.static.hierarchy import Hierarchy
 from metalint.static.pipeline import drop_repeated
 from metalint.static.protocol import Protocols
@@ -311,64 +312,91 @@ def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) ->
 def _judged(
     results: list[FileResult], settings: Settings, enabled: set[str]
 ) -> tuple[list[Diagnostic], Protocols]:
-    """:func:`resolve`, and the protocols it judged under."""
+    """:func:`resolve`, and the protocols it judged under. A code-generation template's class
+    whose generated class is in the tree takes that class's judgement
+    (:mod:`metalint.static.templates`)."""
     hierarchy = Hierarchy(results)
     protocols = Protocols(hierarchy, settings.protocol)
+    pairs = templates.twins(hierarchy.classes)
+    original: dict[int, str] = {}
+    judged = [
+        _judge_file(r, hierarchy, protocols, settings, enabled, pairs, original) for r in results
+    ]
+    templates.as_generated(judged, [r.module for r in results], original, pairs)
     out: list[Diagnostic] = []
-    for r in results:
-        ignored_here = _per_file_ignores(r.path, settings)
-        kept: list[Diagnostic] = []
-        for d in r.diagnostics:
-            if not is_error(d.code):
-                if d.code not in enabled or any(d.code.startswith(p) for p in ignored_here):
-                    continue
-                if d.condition is not None:
-                    if not hierarchy.holds(d.condition, settings.hooks, d.code):
-                        continue
-                    if d.condition.if_helper_reads:
-                        via = hierarchy.construction_read(d.condition.if_helper_reads, d.code)
-                        d = d.with_(
-                            via=via,
-                            help=f"{d.help} (the line is in `{via[0]}` at {via[1]}:{via[2]})",
-                        )
-                    d = protocols.judge(d)
-                    if d is None:
-                        continue
-            kept.append(d)
-        kept = drop_repeated(kept)
-        used: dict[int, set[str]] = {}
-        for d in kept:
-            codes = r.noqa.get(d.start.row, ())
-            if (
-                not is_error(d.code)
-                and d.start.row in r.noqa
-                and (codes is None or d.code in codes)
-            ):
-                used.setdefault(d.start.row, set()).add(d.code)
-                continue
-            out.append(d)
-        if UNUSED_NOQA in enabled:
-            for row, codes in sorted(r.noqa.items()):
-                if not codes:
-                    continue
-                stale = [
-                    c
-                    for c in codes
-                    if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
-                ]
-                if stale:
-                    pos = Position(row, 1)
-                    out.append(
-                        Diagnostic(
-                            UNUSED_NOQA,
-                            f"unused `# noqa` for {', '.join(stale)}: nothing is reported here",
-                            r.path,
-                            pos,
-                            pos,
-                            help=f"Remove {', '.join(stale)} from the `# noqa` comment",
-                        )
-                    )
+    for r, kept in zip(results, judged):
+        out += _unsuppressed(r, drop_repeated(kept), enabled)
     return sorted(out, key=lambda d: d.sort_key), protocols
+
+
+def _judge_file(r, hierarchy, protocols, settings, enabled, pairs, original) -> list[Diagnostic]:
+    """The findings of one file kept after selection, per-file ignores and judgement; a
+    template's finding on a class with a generated twin is left to that twin's judgement.
+    ``original`` gets the message each judged finding had before."""
+    ignored_here = _per_file_ignores(r.path, settings)
+    kept: list[Diagnostic] = []
+    for d in r.diagnostics:
+        if is_error(d.code):
+            kept.append(d)
+            continue
+        if d.code not in enabled or any(d.code.startswith(p) for p in ignored_here):
+            continue
+        if d.condition is not None and templates.class_of(d, r.module) not in pairs:
+            message = d.message
+            d = _judge(d, hierarchy, protocols, settings)
+            if d is None:
+                continue
+            original[id(d)] = message
+        kept.append(d)
+    return kept
+
+
+def _judge(d: Diagnostic, hierarchy, protocols, settings) -> Diagnostic | None:
+    """A finding with a condition, judged across the tree: None when it does not stand."""
+    if not hierarchy.holds(d.condition, settings.hooks, d.code):
+        return None
+    if d.condition.if_helper_reads:
+        via = hierarchy.construction_read(d.condition.if_helper_reads, d.code)
+        d = d.with_(
+            via=via,
+            help=f"{d.help} (the line is in `{via[0]}` at {via[1]}:{via[2]})",
+        )
+    return protocols.judge(d)
+
+
+def _unsuppressed(r: FileResult, kept: list[Diagnostic], enabled: set[str]) -> list[Diagnostic]:
+    """The findings of a file that no ``# noqa`` suppresses, and ML100 for the codes of a
+    ``# noqa`` that suppress nothing."""
+    out: list[Diagnostic] = []
+    used: dict[int, set[str]] = {}
+    for d in kept:
+        codes = r.noqa.get(d.start.row, ())
+        if not is_error(d.code) and d.start.row in r.noqa and (codes is None or d.code in codes):
+            used.setdefault(d.start.row, set()).add(d.code)
+            continue
+        out.append(d)
+    if UNUSED_NOQA in enabled:
+        for row, codes in sorted(r.noqa.items()):
+            if not codes:
+                continue
+            stale = [
+                c
+                for c in codes
+                if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
+            ]
+            if stale:
+                pos = Position(row, 1)
+                out.append(
+                    Diagnostic(
+                        UNUSED_NOQA,
+                        f"unused `# noqa` for {', '.join(stale)}: nothing is reported here",
+                        r.path,
+                        pos,
+                        pos,
+                        help=f"Remove {', '.join(stale)} from the `# noqa` comment",
+                    )
+                )
+    return out
 
 
 def _per_file_ignores(display: str, settings: Settings) -> list[str]:

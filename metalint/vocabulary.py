@@ -316,6 +316,10 @@ FILL_FACTORIES = {
     "torch.full": "const",
     "torch.full_like": "const",
 }
+#: the law of ``torch.nn.init.zeros_(t)`` (and ``t.zero_()``) as ``init_law`` writes it
+ZEROS_LAW = "torch.nn.init.zeros_()"
+#: calls joining tensors end to end: every element comes from one of their inputs
+CONCATENATIONS = ("torch.cat", "torch.concat", "torch.concatenate")
 #: factories whose first argument is the size (``torch.tensor``: the data), so that ``0`` or
 #: ``[]`` there reads as a tensor with no elements (ML004)
 SIZE_FIRST_FACTORIES = ("torch.empty", "torch.zeros", "torch.ones", "torch.tensor")

@@ -14,6 +14,7 @@ from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import number, short, string_value
 from metalint.static.tensors import (
+    all_zeros,
     assigned_writes,
     every_parameter_written,
     init_law,
@@ -32,6 +33,7 @@ from metalint.vocabulary import (
     IDENTITY_OPERANDS,
     INPLACE_METHODS,
     NORM_LAYERS,
+    ZEROS_LAW,
 )
 
 #: in-place methods that set a tensor's values when called on an own tensor in ``__init__``
@@ -1096,6 +1098,11 @@ class FilterBank(nn.Module):
                 if child not in children:
                     continue
                 name = f"{child}.{tensor}"
+                law: tuple = ()
+                held = _child_class(cls, methods, child, self.qualify)
+                if held and all_zeros(data, self.qualify, method):
+                    # a protocol zeroing that tensor of the child restores it
+                    law = (held, tensor, ZEROS_LAW)
                 yield Finding(
                     a.node,
                     f"`{name}` (a tensor of the child `{child}`) is replaced by a parameter made "
@@ -1107,6 +1114,7 @@ class FilterBank(nn.Module):
                     "tensors) or the model's `init_weights()`, and call that hook from `__init__`",
                     unless_recreated=(child,),
                     subject=(name,),
+                    unless_same_law=law,
                 )
 
     def _parameter_loops(self, cls: ClassFacts, methods) -> Iterable[Finding]:

@@ -38,9 +38,11 @@ A tensor is lost when it is lost under at least one root that contains its class
 root contains is judged per module.
 
 Known limits: the composition is what construction names statically (a class picked from a
-module-level literal table of its file, ``ALL_LAYERS[config.kind](...)``, is a child, as is
+module-level literal table of its file, ``ALL_LAYERS[config.kind](...)`` or through a local,
+``layer_class = ALL_LAYERS[kind]``, or from a dict literal indexed in place, is a child, as is
 every class of that table; one from a registry filled at import or a table of another file has
-no parent); a condition the dispatch cannot
+no parent); a code-generation template's class whose generated class is in the tree is judged
+there (:mod:`metalint.static.templates`); a condition the dispatch cannot
 decide (a config value) counts both branches as run; under the transformers protocol a
 module's own ``reset_parameters()`` is still counted although ``_init_weights`` does not call
 it; a class swapped into a sub-model built by a call that names no class
@@ -65,6 +67,7 @@ from metalint.vocabulary import (
     TEMPLATE_MODULE_PREFIXES,
     TIE_BASES,
     TORCH_WITHOUT_RESET,
+    ZEROS_LAW,
 )
 
 TRANSFORMERS = "transformers _init_weights"
@@ -98,7 +101,7 @@ _BASE_NORMAL = [
     "torch.nn.init.normal_(mean=0.0, std=config.initializer_range)",
     ["config.initializer_range"],
 ]
-_ZEROS = "torch.nn.init.zeros_()"
+_ZEROS = ZEROS_LAW
 #: ``PreTrainedModel._init_weights`` of transformers 5.x (5.23.0), for models whose base is
 #: not in the checked tree (a user's model subclassing ``transformers.PreTrainedModel``)
 TRANSFORMERS_INIT_WEIGHTS: list = [
@@ -316,10 +319,7 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dic
     (``self.encoder = Encoder(...)``: encoder -> Encoder), the classes swapped in (see
     :func:`_swapped_in`) and the classes a container attribute holds (``self.levels =
     nn.Sequential(*levels)`` after ``levels.append(NestLevel(...))``: levels -> NestLevel)."""
-    import libcst as cst
-
     from metalint.static.model import construction
-    from metalint.static.tensors import string_value
 
     children: set[str] = set()
     attributes: set[str] = set()
@@ -334,33 +334,56 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dic
 
     methods = construction(cls)
     for m in methods:
+        for values in m.local_values.values():
+            # ``layer_class = LAYER_TYPES[kind]`` then ``layer_class(config)``
+            for _stmt, value in values:
+                children.update(_table_classes(value, ctx))
         for call in m.calls:
             child(call.node.func)
             for arg in call.node.args:
                 child(arg.value)
-            if call.receiver == "self" and call.method in _REGISTERS and call.node.args:
-                name = string_value(call.node.args[0].value)
-                if name:
-                    attributes.add(name)
-                value = call.node.args[1].value if len(call.node.args) > 1 else None
-                q = _class_ref(value.func, ctx) if type(value) is cst.Call else None
-                if name and q and call.method in _MODULE_REGISTERS:
-                    members.setdefault(name, set()).add(q)  # self.add_module("l", Linear())
+            _registered(call, ctx, attributes, members)
         for p in (*m.node.params.params, *m.node.params.kwonly_params):
             if p.default is not None:
                 child(p.default)
-        for a in m.assigns:
-            if a.target.count(".") != 1:
-                continue
-            attr = a.target.split(".")[1]
-            attributes.add(attr)
-            q = _class_ref(a.value.func, ctx) if type(a.value) is cst.Call else None
-            if q:
-                members.setdefault(attr, set()).add(q)
-            held = _held(a.value, m, ctx) if type(a.value) is cst.Call else set()
-            if held:
-                elements.setdefault(attr, set()).update(held)
+        _assigned(m, ctx, attributes, members, elements)
     return children, attributes, members, _swapped_in(methods, ctx, children), elements
+
+
+def _registered(call, ctx, attributes: set[str], members: dict[str, set[str]]) -> None:
+    """``self.register_buffer("b", ...)``, ``self.add_module("l", Linear())``: the attribute
+    it sets (into ``attributes``) and the class a module registered is built as."""
+    import libcst as cst
+
+    from metalint.static.tensors import string_value
+
+    if call.receiver != "self" or call.method not in _REGISTERS or not call.node.args:
+        return
+    name = string_value(call.node.args[0].value)
+    if name:
+        attributes.add(name)
+    value = call.node.args[1].value if len(call.node.args) > 1 else None
+    q = _class_ref(value.func, ctx) if type(value) is cst.Call else None
+    if name and q and call.method in _MODULE_REGISTERS:
+        members.setdefault(name, set()).add(q)  # self.add_module("l", Linear())
+
+
+def _assigned(m, ctx, attributes: set[str], members: dict, elements: dict) -> None:
+    """The attributes ``self.x = ...`` of the method ``m`` sets, the class each is built as
+    and the classes a container it is built as holds (see :func:`_composition`)."""
+    import libcst as cst
+
+    for a in m.assigns:
+        if a.target.count(".") != 1:
+            continue
+        attr = a.target.split(".")[1]
+        attributes.add(attr)
+        q = _class_ref(a.value.func, ctx) if type(a.value) is cst.Call else None
+        if q:
+            members.setdefault(attr, set()).add(q)
+        held = _held(a.value, m, ctx) if type(a.value) is cst.Call else set()
+        if held:
+            elements.setdefault(attr, set()).update(held)
 
 
 _REGISTERS = ("register_buffer", "register_parameter", "add_module", "register_module")
@@ -433,8 +456,9 @@ def _list_fills(method, ctx) -> dict[str, list]:
 def _table_classes(node, ctx) -> set[str]:
     """The classes a call may pick from a module-level table of this file
     (``ATTENTION_CLASSES[config._attn_implementation](config)``, ``LAYERS.get(kind)(dim)``,
-    ``ATTENTION_CLASSES = {"eager": Attention, "sdpa": SdpaAttention}``): every class value
-    of the dict, list or tuple literal, since the key is a config value."""
+    ``ATTENTION_CLASSES = {"eager": Attention, "sdpa": SdpaAttention}``) or from a dict
+    literal it indexes (``{"mamba": MambaLayer, "attention": Attention}[kind](config)``):
+    every class value of the dict, list or tuple literal, since the key is a config value."""
     import libcst as cst
 
     kind = type(node)  # none of these has subclasses (isinstance of an ABC is slow)
@@ -444,9 +468,12 @@ def _table_classes(node, ctx) -> set[str]:
         table = node.func.value
     else:
         return set()
-    if type(table) is not cst.Name:
+    if type(table) is cst.Dict:  # ``{"mamba": MambaLayer, "attention": Attention}[kind]``
+        values = [e.value for e in table.elements if type(e) is cst.DictElement]
+    elif type(table) is cst.Name:
+        values = _module_tables(ctx).get(table.value, ())
+    else:
         return set()
-    values = _module_tables(ctx).get(table.value, ())
     return {q for v in values if (q := _class_ref(v, ctx))}
 
 

@@ -25,7 +25,9 @@ from metalint.static.syntax import (
     walk_code,
 )
 from metalint.vocabulary import (
+    CONCATENATIONS,
     EMPTY_FACTORIES,
+    FILL_FACTORIES,
     HOST_RANDOM_MODULES,
     INIT_KIND,
     INIT_METHOD_ALIASES,
@@ -157,6 +159,35 @@ def value_kind(
     if "empty" in found:
         return "empty"
     return None
+
+
+def all_zeros(
+    expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, depth=0
+) -> bool:
+    """Is every element of the tensor ``expr`` makes zero? ``torch.zeros(n)``,
+    ``t.new_zeros(n)``, ``nn.Parameter`` of one, a concatenation of such (Blip-2's
+    ``torch.cat((q_bias, torch.zeros_like(v_bias), v_bias))`` with ``q_bias =
+    nn.Parameter(torch.zeros(d))``), or a local every value of which is one (a ``None`` it is
+    given on another branch makes nothing)."""
+    if expr is None or depth > 4:
+        return False
+    if type(expr) is cst.Name and method is not None:
+        values = [v for _stmt, v in method.local_values.get(expr.value, ()) if v is not expr]
+        made = [v for v in values if not (type(v) is cst.Name and v.value == "None")]
+        return bool(made) and all(all_zeros(v, qualify, method, depth + 1) for v in made)
+    if type(expr) is not cst.Call:
+        return False
+    q = qualify(expr.func)
+    if FILL_FACTORIES.get(q) == "zeros":
+        return True
+    if type(expr.func) is cst.Attribute and expr.func.attr.value == "new_zeros":
+        return True
+    if q in PARAMETER_CLASSES:
+        return all_zeros(parameter_value(expr, qualify), qualify, method, depth + 1)
+    if q in CONCATENATIONS and expr.args and type(expr.args[0].value) in (cst.Tuple, cst.List):
+        parts = [e.value for e in expr.args[0].value.elements if type(e) is cst.Element]
+        return bool(parts) and all(all_zeros(p, qualify, method, depth + 1) for p in parts)
+    return False
 
 
 def same_tensor(call: cst.Call) -> cst.Call:
