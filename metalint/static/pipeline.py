@@ -233,6 +233,7 @@ class _Scope:
 
     def built(self, call: ast.Call, meta: str) -> dict[str, Any] | None:
         """The site a constructor call starts: under a meta context, or ``device="meta"``."""
+        in_context = bool(meta)
         if not meta and _is_meta(_keyword(call, "device")):
             meta = "all"
         if not meta:
@@ -245,6 +246,10 @@ class _Scope:
         if not names:
             return None
         steps: list[dict[str, Any]] = []
+        site: dict[str, Any] = {}
+        buffers = self.included_buffers() if in_context else None
+        if buffers is not None:
+            site["context"] = buffers
         if meta == "lightning" and isinstance(self.context, ast.Call):
             # Lightning's strategies materialise the meta model by each module's own hook
             step = self.step("reset", self.context, name="reset_parameters")
@@ -257,6 +262,28 @@ class _Scope:
             "call": _short_call(call).replace("()", "(...)") if call.args else _short_call(call),
             "meta": meta,
             "steps": steps,
+            **site,
+        }
+
+    def included_buffers(self) -> dict[str, Any] | None:
+        """Where the meta context puts buffers on meta by choice (accelerate's
+        ``init_empty_weights(include_buffers=True)``): the span of that ``True``, for the fix
+        that turns it off (``{"line", "col", "end_line", "end_col", "call"}``, 1-based rows,
+        0-based columns as ``ast`` gives them)."""
+        ctx = self.context
+        if not isinstance(ctx, ast.Call) or self.qualify(ctx.func) not in PARAMS_ONLY_META_CONTEXTS:
+            return None
+        value = _keyword(ctx, "include_buffers")
+        if value is None and ctx.args:
+            value = ctx.args[0]
+        if not _true(value) or value.end_lineno is None or value.end_col_offset is None:
+            return None
+        return {
+            "line": value.lineno,
+            "col": value.col_offset,
+            "end_line": value.end_lineno,
+            "end_col": value.end_col_offset,
+            "call": _text(ctx),
         }
 
     def step(self, kind: str, call: ast.Call, **extra: Any) -> dict[str, Any]:
