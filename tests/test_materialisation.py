@@ -271,7 +271,9 @@ def test_accelerate_load_flags_only_the_non_persistent_buffer(tmp_path, monkeypa
         echo=lambda *a, **k: None,
     )
     assert "def reset_parameters" not in (root / "tinylm" / "model.py").read_text()
-    assert "init_empty_weights(include_buffers=False)" in (root / "scripts" / "infer.py").read_text()
+    assert (
+        "init_empty_weights(include_buffers=False)" in (root / "scripts" / "infer.py").read_text()
+    )
     assert check(root) == []
 
 

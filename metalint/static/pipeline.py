@@ -498,6 +498,13 @@ def root_only(seqs: list[Sequence]) -> Sequence | None:
     return None
 
 
+def probed_site(seqs: list[Sequence]) -> Sequence | None:
+    """The site the probe replays under ``--init auto``: the first that runs only the root's
+    entry point (:func:`root_only`), else the first whose checkpoint load always runs (the
+    probe then loads the model's own persistent tensors with ``assign=True``)."""
+    return root_only(seqs) or next((q for q in seqs if q.loads), None)
+
+
 def tree_sites(start: str, limit: int = 5_000) -> list[tuple[str, dict]]:
     """The materialisation sites of the tree a file belongs to: the files of its project (the
     folder of the nearest ``[tool.metalint]`` config above it, else its git work tree; the

@@ -1,0 +1,184 @@
+"""The user's pipeline through the CLI: a script's checkpoint load fixed in the script and
+replayed by the probe; builders returning the meta model, classes held in variables, one file
+of a project fixed in its project; framework root initialisers learned from the code that
+builds the model."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "pipeline"
+ACCEL = FIXTURES / "accelerate_repo"
+TITAN = FIXTURES / "torchtitan_repo"
+FINDING = re.compile(r"^(\S+\.py):(\d+):\d+: (M[LP]\d+) (.*)$", re.M)
+
+
+@pytest.fixture(autouse=True)
+def user_cache(tmp_path, monkeypatch) -> Path:
+    home = tmp_path / "user-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home
+
+
+def copy(tmp_path: Path, src: Path) -> Path:
+    dest = tmp_path / src.name
+    shutil.copytree(src, dest)
+    return dest
+
+
+def findings(output: str) -> list[tuple[str, int, str, str]]:
+    return [(f, int(row), code, msg) for f, row, code, msg in FINDING.findall(output)]
+
+
+def subjects(output: str) -> set[str]:
+    """The tensor each finding names (the first back-quoted name of its message)."""
+    return {msg.split("`")[1] for *_, msg in findings(output)}
+
+
+# -- 1. accelerate: init_empty_weights(include_buffers=True) + load_state_dict(assign=True) ---
+def test_accelerate_script_is_fixed_and_the_probe_replays_its_load(cli, tmp_path):
+    pytest.importorskip("torch")
+    root = copy(tmp_path, ACCEL)
+    script = root / "scripts" / "infer.py"
+    before = cli("check", "--no-cache", cwd=root)
+    assert before.exit_code == 1, before.output
+    assert subjects(before.output) == {"inv_freq"}  # LayerScale's gamma is in the checkpoint
+    assert "lost under `model.load_state_dict(..., assign=True)` at scripts/infer.py:13" in (
+        before.output
+    )
+    probed = cli("probe", "tinylm.model:TinyLM", cwd=root)
+    assert probed.exit_code == 1, probed.output
+    assert "checkpoint load (assign=True), as model.load_state_dict(..., assign=True) at " in (
+        probed.output
+    )
+    assert subjects(probed.output) == {"inv_freq"}, probed.output
+    fixed = cli("fix", "--no-cache", "--write", "--unsafe-fixes", cwd=root)
+    assert fixed.exit_code == 0, fixed.output
+    assert "Fixed 1 error (0 remaining; 0 unfixable)." in fixed.output
+    text = script.read_text()
+    assert "with init_empty_weights(include_buffers=False):" in text
+    # the script alone was rewritten: a hook the script never calls would change nothing
+    assert (root / "tinylm" / "model.py").read_text() == (ACCEL / "tinylm" / "model.py").read_text()
+    after = cli("probe", "tinylm.model:TinyLM", cwd=root)
+    assert after.exit_code == 0, after.output
+    assert "onto parameters built on meta" in after.output and "passed" in after.output
+    assert cli("check", "--no-cache", cwd=root).output.strip() == "All checks passed!"
+
+
+def test_accelerate_script_fix_is_unsafe(cli, tmp_path):
+    root = copy(tmp_path, ACCEL)
+    script = root / "scripts" / "infer.py"
+    diff = cli("fix", "--no-cache", "--diff", "--unsafe-fixes", cwd=root)
+    assert "-    with init_empty_weights(include_buffers=True):" in diff.output
+    assert "+    with init_empty_weights(include_buffers=False):" in diff.output
+    assert "Would fix 1 error (0 remaining; 0 unfixable)." in diff.output
+    safe = cli("fix", "--no-cache", "--write", cwd=root)
+    assert "include_buffers=True" in script.read_text()
+    assert "ML015" in safe.output and "[not fixed: unsafe fix: use --unsafe-fixes]" in safe.output
+    assert "1 fixable with --unsafe-fixes" in safe.output
+
+
+def test_positional_flag_and_the_class_in_the_script(cli, tmp_path):
+    """``init_empty_weights(True)`` in the file that defines the model: the script's rewrite
+    and the class's file are one file."""
+    (tmp_path / "pyproject.toml").write_text("[tool.metalint]\n")
+    (tmp_path / "infer.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+            from accelerate import init_empty_weights
+
+
+            class Rope(nn.Module):
+                def __init__(self, dim=8):
+                    super().__init__()
+                    self.proj = nn.Linear(dim, dim)
+                    inv = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+                    self.register_buffer("inv_freq", inv, persistent=False)
+
+
+            def load(sd):
+                with init_empty_weights(True):
+                    model = Rope()
+                model.load_state_dict(sd, assign=True)
+                return model
+            """
+        )
+    )
+    assert cli("check", "--no-cache").exit_code == 1
+    fixed = cli("fix", "--no-cache", "--write", "--unsafe-fixes")
+    assert fixed.exit_code == 0, fixed.output
+    text = (tmp_path / "infer.py").read_text()
+    assert "with init_empty_weights(False):" in text and "reset_parameters" not in text
+    assert cli("check", "--no-cache").output.strip() == "All checks passed!"
+
+
+META_LOAD = """
+import torch
+from torch import nn
+
+
+class Rope(nn.Module):
+    def __init__(self, dim=8):
+        super().__init__()
+        self.scale = nn.Parameter(0.5 * torch.ones(dim))
+        inv = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv, persistent={persistent})
+
+
+def load(sd):
+    with torch.device("meta"):
+        model = Rope()
+    model.load_state_dict(sd, assign=True)
+    return model
+"""
+
+
+def test_a_meta_device_load_is_not_rewritten_and_says_why(cli, tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.metalint]\n")
+    (tmp_path / "model.py").write_text(META_LOAD.format(persistent=False))
+    out = cli("fix", "--no-cache", "--write", "--unsafe-fixes", "--select", "ML015")
+    assert out.exit_code == 1
+    assert "[not fixed: the model is built on meta by no flag the script can turn off" in (
+        out.output
+    )
+    assert (tmp_path / "model.py").read_text() == META_LOAD.format(persistent=False)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_probe_replays_a_meta_device_load(cli, tmp_path, persistent):
+    """A persistent tensor comes back from the checkpoint; a non-persistent buffer does not."""
+    pytest.importorskip("torch")
+    (tmp_path / "pyproject.toml").write_text("[tool.metalint]\n")
+    (tmp_path / "model.py").write_text(META_LOAD.format(persistent=persistent))
+    out = cli("probe", "model.py:Rope")
+    assert "checkpoint load (assign=True), as model.load_state_dict(..., assign=True)" in (
+        out.output
+    )
+    if persistent:
+        assert out.exit_code == 0, out.output
+    else:
+        assert out.exit_code == 1 and subjects(out.output) == {"inv_freq"}, out.output
+
+
+def test_torchtitan_flow_still_passes(cli, tmp_path):
+    pytest.importorskip("torch")
+    root = copy(tmp_path, TITAN)
+    before = cli("check", "--no-cache", cwd=root)
+    assert before.exit_code == 1
+    assert subjects(before.output) >= {"weight", "inv_freq", "cos_cached", "gamma"}
+    assert cli("probe", "tinytitan.model:tiny_model", cwd=root).exit_code == 1
+    fixed = cli("fix", "--no-cache", "--write", "--unsafe-fixes", cwd=root)
+    assert fixed.exit_code == 0, fixed.output
+    assert (root / "scripts" / "train.py").read_text() == (
+        TITAN / "scripts" / "train.py"
+    ).read_text()
+    after = cli("probe", "tinytitan.model:tiny_model", cwd=root)
+    assert after.exit_code == 0 and "root init_weights() only" in after.output, after.output
+    assert cli("check", "--no-cache", cwd=root).output.strip() == "All checks passed!"
