@@ -182,3 +182,27 @@ def test_torchtitan_flow_still_passes(cli, tmp_path):
     after = cli("probe", "tinytitan.model:tiny_model", cwd=root)
     assert after.exit_code == 0 and "root init_weights() only" in after.output, after.output
     assert cli("check", "--no-cache", cwd=root).output.strip() == "All checks passed!"
+
+
+# -- 2. one file of a project, fixed in its project -----------------------------------------
+def test_fix_of_one_file_matches_the_full_run(cli, tmp_path):
+    """``fix tinytitan/model.py`` judges it with the script that materialises its model: the
+    root's entry point gets the modules' hooks (ML016), as a run on the whole project does."""
+    root = copy(tmp_path, TITAN)
+    one = cli("fix", "--no-cache", "--diff", "--unsafe-fixes", "tinytitan/model.py", cwd=root)
+    full = cli("fix", "--no-cache", "--diff", "--unsafe-fixes", cwd=root)
+    assert 'if module is not self and hasattr(module, "reset_parameters"):' in one.output
+    assert one.output == full.output
+    checked = cli("check", "--no-cache", "tinytitan/model.py", cwd=root)
+    assert {c for *_, c, _ in findings(checked.output)} >= {"ML015", "ML016"}
+
+
+def test_fix_of_one_file_leaves_the_script_it_did_not_name(cli, tmp_path):
+    root = copy(tmp_path, ACCEL)
+    out = cli("fix", "--no-cache", "--write", "--unsafe-fixes", "tinylm/model.py", cwd=root)
+    assert "[not fixed: the fix edits scripts/infer.py, which is not among the files named]" in (
+        out.output
+    )
+    assert (root / "scripts" / "infer.py").read_text() == (
+        ACCEL / "scripts" / "infer.py"
+    ).read_text()

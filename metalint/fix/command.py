@@ -19,7 +19,7 @@ import click
 
 from metalint.check import FORCE_EXCLUDE_HELP, all_codes, cli_settings, resolve, run_check
 from metalint.codes import ERROR_CODE
-from metalint.config import ConfigError
+from metalint.config import ConfigError, project_root
 from metalint.diagnostics import Applicability, Diagnostic, Fix, Position
 from metalint.extras import torch_missing
 from metalint.files import MAX_SOURCE_BYTES, read_regular
@@ -102,14 +102,27 @@ def _fix_all(paths, settings, unsafe: bool, use_cache: bool, workers, force_excl
     the check's result, the errors so far, the fixer and each file's :class:`FileFix`."""
     codes, defaults = all_codes()
     enabled = settings.enabled(codes, defaults)
+    # some files of a project are judged among all of its files, as ``check`` judges them;
+    # only the files named are rewritten
     checked = run_check(
-        paths, settings, use_cache=use_cache, workers=workers, force_exclude=force_exclude
+        paths,
+        settings,
+        use_cache=use_cache,
+        workers=workers,
+        project=project_root(settings, (paths or [Path(".")])[0]),
+        force_exclude=force_exclude,
     )
     errors = [d for d in checked.diagnostics if is_error(d.code)]
     fixer = Fixer(checked.results, settings, enabled, unsafe, resolve)
     # the scripts first: a site that no longer loses a tensor needs no hook for it
     scripts = _fix_sites(checked, fixer, errors)
-    candidates = sorted({d.filename for d in checked.diagnostics if d.code in CODEMODS})
+    candidates = sorted(
+        {
+            d.filename
+            for d in checked.diagnostics
+            if d.code in CODEMODS and (checked.named is None or d.filename in checked.named)
+        }
+    )
     fixes = [
         ff
         for ff in (_fix_file(c, fixer, errors, scripts.get(c)) for c in candidates)
@@ -138,8 +151,15 @@ def _fix_sites(checked, fixer, errors: list) -> dict[str, FileFix]:
     scripts: dict[str, FileFix] = {}
     for (file, line), diags in sorted(named.items()):
         site = site_at(sites, ("", file, line))
+        if site is None:
+            continue
+        if checked.named is not None and file not in checked.named:
+            fixer.refused_sites[file, line] = (
+                f"the fix edits {file}, which is not among the files named"
+            )
+            continue
         ff = scripts.get(file) or _read(file, errors)
-        if site is None or ff is None:
+        if ff is None:
             continue
         try:
             rewrite = plan_site(file, ff.text or ff.original, site)
