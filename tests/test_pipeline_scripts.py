@@ -206,3 +206,90 @@ def test_fix_of_one_file_leaves_the_script_it_did_not_name(cli, tmp_path):
     assert (root / "scripts" / "infer.py").read_text() == (
         ACCEL / "scripts" / "infer.py"
     ).read_text()
+
+
+# -- 2. a builder returning the meta model, a class held in a variable or a dict -------------
+BUILDER = FIXTURES / "builder_repo"
+
+
+def only_script(tmp_path: Path, script: str) -> Path:
+    root = copy(tmp_path, BUILDER)
+    for f in (root / "scripts").glob("*.py"):
+        if f.name != script:
+            f.unlink()
+    return root
+
+
+@pytest.mark.parametrize(
+    ("script", "line", "roots"),
+    [
+        ("train.py", 9, {"Decoder"}),  # model = build_decoder(): the builder's meta model
+        ("eval_variable.py", 13, {"Encoder"}),  # cls = Encoder; cls(16)
+        ("serve_registry.py", 11, {"Decoder", "Encoder"}),  # MODELS[name](16), another file
+    ],
+)
+def test_the_callers_sequence_is_the_site(cli, tmp_path, script, line, roots):
+    root = only_script(tmp_path, script)
+    out = cli("check", "--no-cache", cwd=root).output
+    got = findings(out)
+    assert {(c, m.split("`")[1]) for _, _, c, m in got if c == "ML015"} == {("ML015", "weight")}
+    assert {m.split("`")[1].split(".")[0] for _, _, c, m in got if c == "ML016"} == roots
+    assert all(f"at scripts/{script}:{line}" in m for *_, m in got), out
+    fixed = cli("fix", "--no-cache", "--write", "--unsafe-fixes", cwd=root)
+    assert fixed.exit_code == 0, fixed.output
+    assert cli("check", "--no-cache", cwd=root).output.strip() == "All checks passed!"
+
+
+def test_the_builders_caller_is_what_the_probe_replays(cli, tmp_path):
+    pytest.importorskip("torch")
+    root = only_script(tmp_path, "train.py")
+    out = cli("probe", "tinybuild.model:Decoder", cwd=root)
+    assert out.exit_code == 1, out.output
+    assert "root init_weights() only, as model.init_weights() at scripts/train.py:9" in out.output
+    assert subjects(out.output) == {"weight"}
+
+
+def test_a_dict_of_classes_in_the_scripts_own_file(cli, tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.metalint]\n")
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+
+
+            class Norm(nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.weight = nn.Parameter(torch.ones(dim))
+
+                def reset_parameters(self):
+                    nn.init.ones_(self.weight)
+
+
+            class Model(nn.Module):
+                def __init__(self, dim=8):
+                    super().__init__()
+                    self.norm = Norm(dim)
+                    self.proj = nn.Linear(dim, dim)
+
+                def init_weights(self):
+                    nn.init.zeros_(self.proj.bias)
+
+
+            MODELS = {"small": Model}
+
+
+            def main(name):
+                with torch.device("meta"):
+                    model = MODELS[name]()
+                model.to_empty(device="cpu")
+                model.init_weights()
+            """
+        )
+    )
+    got = findings(cli("check", "--no-cache").output)
+    assert {(c, m.split("`")[1]) for _, _, c, m in got} == {
+        ("ML015", "weight"),
+        ("ML016", "Model.init_weights()"),
+    }
