@@ -293,3 +293,90 @@ def test_a_dict_of_classes_in_the_scripts_own_file(cli, tmp_path):
         ("ML015", "weight"),
         ("ML016", "Model.init_weights()"),
     }
+
+
+# -- 3. framework root initialisers, learned from the code that builds the model -------------
+FRAMEWORK = FIXTURES / "framework_repo"
+
+
+def test_the_librarys_initialisers_are_its_protocol(cli, tmp_path):
+    """Each root's own initialiser (a method of the root, a function applied to or handed the
+    model) that the library's builder runs after construction re-creates the gains: no
+    finding; the builder whose initialiser misses the gain (``Tagger.setup_head()``) keeps
+    it, naming that call."""
+    root = copy(tmp_path, FRAMEWORK)
+    out = cli("check", "--no-cache", cwd=root).output
+    got = findings(out)
+    assert [(f, row, code) for f, row, code, _ in got] == [("tinyfw/tagger.py", 9, "ML001")], out
+    assert "lost under `model.setup_head()` at tinyfw/registry.py:14" in got[0][3]
+
+
+@pytest.mark.parametrize(
+    ("builder", "call", "file", "row"),
+    [
+        # a root's own method initialising its decoder and head
+        ("seq2seq.py", "    model.prepare_decoder_and_head()\n", "tinyfw/seq2seq.py", 10),
+        # a module-level function applied to the whole model
+        ("vision.py", "    model.apply(_small_gains)\n", "tinyfw/vision.py", 10),
+        # a module-level function handed the model
+        ("vision.py", "    _half_gains(model)\n", "tinyfw/vision.py", 23),
+        # a root method with a name of the library's own, called by a builder in another file
+        ("registry.py", "    model.setup_weights()\n", "tinyfw/mixer.py", 10),
+    ],
+)
+def test_without_the_builders_call_the_finding_is_back(cli, tmp_path, builder, call, file, row):
+    root = copy(tmp_path, FRAMEWORK)
+    path = root / "tinyfw" / builder
+    assert call in path.read_text()
+    path.write_text(path.read_text().replace(call, ""))
+    got = findings(cli("check", "--no-cache", cwd=root).output)
+    assert (file, row, "ML001") in [(f, r, c) for f, r, c, _ in got]
+
+
+def test_a_meta_site_running_the_librarys_initialiser(cli, tmp_path):
+    """``to_empty()`` then the root's own initialiser of another name: check and the probe
+    both run it (it reaches every tensor: nothing is lost), not ``model.train()``."""
+    pytest.importorskip("torch")
+    (tmp_path / "pyproject.toml").write_text("[tool.metalint]\n")
+    (tmp_path / "net.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+
+
+            class Gain(nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.gamma = nn.Parameter(0.2 * torch.ones(dim))
+
+
+            class Net(nn.Module):
+                def __init__(self, dim=8):
+                    super().__init__()
+                    self.mix = nn.Linear(dim, dim)
+                    self.gain = Gain(dim)
+                    self.setup_weights()
+
+                def setup_weights(self):
+                    for m in self.modules():
+                        if isinstance(m, nn.Linear):
+                            nn.init.trunc_normal_(m.weight, std=0.02)
+                            nn.init.zeros_(m.bias)
+                        elif isinstance(m, Gain):
+                            nn.init.constant_(m.gamma, 0.2)
+
+
+            def main():
+                with torch.device("meta"):
+                    model = Net()
+                model.to_empty(device="cpu")
+                model.setup_weights()
+                model.train()
+            """
+        )
+    )
+    assert cli("check", "--no-cache").output.strip() == "All checks passed!"
+    out = cli("probe", "net.py:Net")
+    assert out.exit_code == 0, out.output
+    assert "root setup_weights() only, as model.setup_weights() at net.py:32" in out.output

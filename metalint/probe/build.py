@@ -390,7 +390,7 @@ def materialisation_site(cls: type):
     instance of ``cls`` (:func:`metalint.static.pipeline.probed_site`: one that runs only
     the root's entry point, else a checkpoint load; the answer ``check`` judges the class's
     tensors under), or None."""
-    from metalint.static.pipeline import probed_site, sequences, tree_sites
+    from metalint.static.pipeline import probed_site, sequences, settled, tree_sites
 
     file = _class_file(cls)
     if not file:
@@ -404,7 +404,18 @@ def materialisation_site(cls: type):
             return None
         return "root" if obj is cls else None
 
-    return probed_site(sequences(tree_sites(file), resolve).get("root", []))
+    def defines(name: str) -> bool:
+        # the class's own method (or a base's of the library), not one of torch's
+        return any(name in vars(k) for k in cls.__mro__ if not k.__module__.startswith("torch"))
+
+    def known_function(name: str) -> bool:
+        try:
+            return callable(resolve_callable(name))
+        except Exception:  # a name the probe cannot import runs nothing
+            return False
+
+    seqs = sequences(tree_sites(file), resolve).get("root", [])
+    return probed_site([settled(q, defines, known_function) for q in seqs])
 
 
 def per_module_hooks(hooks: Sequence[str]) -> tuple[str, ...]:

@@ -50,15 +50,18 @@ Known limits: a builder that materialises the model itself before returning it i
 from __future__ import annotations
 
 import ast
+import builtins
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from metalint.vocabulary import (
     CHECKPOINT_LOADER_NAMES,
     CHECKPOINT_LOADERS,
     EMPTY_INIT_CONTEXTS,
+    LIBRARY_PREFIXES,
     MODULE_HOOKS,
+    NOT_INITIALISERS,
     PARAMS_ONLY_META_CONTEXTS,
     ROOT_ENTRIES,
     SHARDING_WRAPPERS_WITH_INIT,
@@ -69,6 +72,9 @@ from metalint.vocabulary import (
 PREFILTER = re.compile(
     r"to_empty|load_state_dict|init_empty_weights|init_module|param_init_fn|[\"']meta[\"']"
 )
+#: a name bound to a call of a class (``model = Model(cfg)``): maybe an eager build whose
+#: builder runs the library's initialisers on it
+_EAGER_HINT = re.compile(r"^[ \t]+\w+\s*=\s*(?:\w+\.)*[A-Z]\w*\(", re.M)
 #: a module-level dict whose first value is a class name (``MODELS = {"tiny": Tiny, ...}``)
 _TABLE_HINT = re.compile(r"^[A-Za-z_]\w*\s*(?::[^=\n]*)?=\s*\{[^}]*?:\s*[A-Z]", re.M)
 
@@ -84,7 +90,7 @@ def materialisations(
     """The materialisation sites of a file (see the module docstring), in source order, and
     its builders and module-level dicts of classes (``{"table": name, "build": classes}``)."""
     tabled = _TABLE_HINT.search(source)
-    if not (tabled or PREFILTER.search(source)):
+    if not (tabled or PREFILTER.search(source) or _EAGER_HINT.search(source)):
         return []
     from metalint.static.names import _ast_imports
 
@@ -102,7 +108,7 @@ def materialisations(
         for name, classes in tables.items()
         if module
     ]
-    if not PREFILTER.search(source):
+    if not (PREFILTER.search(source) or _EAGER_HINT.search(source)):
         return out
     scopes: list[tuple[list[ast.stmt], str]] = [(tree.body, "")]
     scopes += [
@@ -113,9 +119,30 @@ def materialisations(
     for body, function in scopes:
         walker = _Scope(aliases, local, module, is_package, tables, function)
         walker.block(body, conditional=False)
-        out += [s for s in walker.sites if _materialised(s) or s.get("builder")]
+        out += [s for s in walker.sites if _kept(s)]
     out.sort(key=lambda s: s["line"])
     return out
+
+
+def _kept(site: dict) -> bool:
+    """A site that materialises its model, a builder, or an eager build of a class (``model
+    = Model(cfg)``) that then runs something of the library's on it (``model.setup_weights()``,
+    ``model.apply(init_fn)``, ``init_fn(model)``): the library's own initialisers."""
+    if _materialised(site) or site.get("builder"):
+        return True
+    if site.get("meta") or not _class_like(site.get("via", "")):
+        return False
+    return any(s["kind"] in _LEARNED for s in site["steps"])
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+#: steps that run something of the library's on a model it built eagerly
+_LEARNED = ("entry", "call", "apply", "fn")
+
+
+def _class_like(name: str) -> bool:
+    return name.rsplit(".", 1)[-1][:1].isupper()
 
 
 def _class_tables(tree: ast.Module, scope: "_Scope") -> dict[str, list[str]]:
@@ -421,8 +448,18 @@ class _Scope:
         q = self.qualify(func)
         if q in CHECKPOINT_LOADERS or q.rsplit(".", 1)[-1] in CHECKPOINT_LOADER_NAMES:
             site["steps"].append(self.step("load", call, maybe=conditional))
-        else:
+        elif q in SHARDING_WRAPPERS_WITH_INIT:
             self.wrapper(call, site)
+        elif (
+            q
+            and isinstance(func, ast.Name)
+            and len(call.args) == 1
+            and not call.keywords
+            and func.id not in _BUILTINS
+            and not q.startswith(LIBRARY_PREFIXES)
+        ):
+            # ``init_model(model)``: maybe a function of the tree handed the whole model
+            site["steps"].append(self.step("fn", call, function=q))
 
     def method(self, site: dict, name: str, call: ast.Call, conditional: bool) -> None:
         steps = site["steps"]
@@ -436,6 +473,11 @@ class _Scope:
             loaded = _true(_keyword(call, "assign")) or any(s["kind"] == "to_empty" for s in steps)
             if loaded:
                 steps.append(self.step("load", call, maybe=conditional))
+        elif not name.startswith("__") and name not in NOT_INITIALISERS:
+            # ``model.setup_weights()``: the model's own method, an initialiser of the
+            # library's when the class defines it and it re-creates tensors (the cross-file
+            # step decides: :class:`~metalint.static.protocol.Protocols`)
+            steps.append(self.step("call", call, name=name))
 
     def loop(self, stmt: ast.For | ast.AsyncFor, conditional: bool) -> None:
         """``for m in model.modules(): m.reset_parameters()``: every module's own hook, parents
@@ -567,6 +609,25 @@ def sequences(sites: list[tuple[str, dict]], resolve) -> dict[str, list[Sequence
     return out
 
 
+def eager_builds(sites: list[tuple[str, dict]], resolve) -> dict[str, list[Sequence]]:
+    """Model root -> what the library's builders run on it after an eager build (``model =
+    Model(cfg)``, then ``model.setup_weights()``, ``model.apply(init_fn)``, ``init_fn(model)``):
+    the library's own initialisers, learned from the code that builds the model. No site
+    (nothing is built on meta there), but the protocol a materialiser of the model follows:
+    what they re-create is not lost. Read with :func:`settled`."""
+    out: dict[str, list[Sequence]] = {}
+    for path, site in sites:
+        if site.get("meta") or site.get("builder") or site.get("table"):
+            continue
+        root = resolve(site.get("via", ""))
+        steps = [s for s in site.get("steps", ()) if s["kind"] in _LEARNED]
+        if root is None or not steps:
+            continue
+        seq = _sequence(root, path, {**site, "steps": steps})
+        out.setdefault(root, []).append(replace(seq, meta="", to_empty=False))
+    return out
+
+
 def _through_builder(site: dict, builders: dict[str, dict]) -> dict | None:
     """The site as the caller of a builder materialises it (``model = build(cfg)``: what the
     builder builds on meta, then its steps and the caller's); None for a builder itself, or a
@@ -593,9 +654,9 @@ def _sequence(root: str, path: str, site: dict) -> Sequence:
     runs = tuple(
         (s["kind"], s.get("name") or s.get("function") or "")
         for s in steps
-        if s["kind"] in ("entry", "apply", "reset")
+        if s["kind"] in ("entry", "apply", "reset", "call", "fn")
     )
-    shown = [s for s in steps if s["kind"] in ("entry", "apply")]
+    shown = [s for s in steps if s["kind"] in ("entry", "apply", "call", "fn")]
     for kinds in (("load", "to_empty"), ("reset",)):
         shown = shown or [s for s in steps if s["kind"] in kinds][-1:]
     last = shown[-1] if shown else {"line": site["line"], "call": site["call"]}
@@ -630,6 +691,21 @@ def drop_repeated(diagnostics: list) -> list:
                 continue
         out.append(d)
     return out
+
+
+def settled(seq: Sequence, defines, known_function) -> Sequence:
+    """``seq`` with what its script calls on the model read: ``("call", name)`` is the root's
+    entry point when ``defines(name)`` (the root's class, of the tree, defines that method),
+    ``("fn", name)`` stays when ``known_function(name)`` (a function of the tree); anything
+    else (``model.generate()``, ``wandb.watch(model)``) runs nothing of the model's init."""
+    runs: list[tuple[str, str]] = []
+    for kind, name in seq.runs:
+        if kind == "call":
+            if defines(name):
+                runs.append(("entry", name))
+        elif kind != "fn" or known_function(name):
+            runs.append((kind, name))
+    return seq if tuple(runs) == seq.runs else replace(seq, runs=tuple(runs))
 
 
 def root_only(seqs: list[Sequence]) -> Sequence | None:
