@@ -19,7 +19,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from metalint.diagnostics import Applicability, Diagnostic
+from metalint.diagnostics import Applicability, Diagnostic, Fix
 from metalint.fix.registry import CODEMODS, REASONS, apply_edits, fix_for
 from metalint.report import ERROR_CODE, TOO_COMPLEX_CODE, is_error
 from metalint.rules import all_rules
@@ -81,6 +81,8 @@ class SiteFix:
 
     display: str
     applied: list[Diagnostic]
+    #: the rewrite, as each finding it resolves carries it
+    fix: Fix | None = None
     after: list[Diagnostic] = field(default_factory=list)
 
     @property

@@ -138,8 +138,7 @@ def _fix_sites(checked, fixer, errors: list) -> dict[str, FileFix]:
     :class:`FileFix` by its display path. The tree is analysed again with the new scripts, so
     the classes' own fixes see the sites as they now are; what each site rewrite resolved is
     in ``fixer.sites``."""
-    from metalint.fix.codemod import Unfixable
-    from metalint.fix.unrestored_at_materialisation import plan_site, site_at
+    from metalint.fix.unrestored_at_materialisation import site_at
 
     sites = [(r.path, s) for r in checked.results for s in r.materialisations]
     named: dict[tuple[str, int], list[Diagnostic]] = {}
@@ -154,25 +153,39 @@ def _fix_sites(checked, fixer, errors: list) -> dict[str, FileFix]:
         if site is None:
             continue
         if checked.named is not None and file not in checked.named:
-            fixer.refused_sites[file, line] = (
-                f"the fix edits {file}, which is not among the files named"
-            )
+            why = f"the fix edits {file}, which is not among the files named"
+            fixer.refused_sites[file, line] = why
             continue
         ff = scripts.get(file) or _read(file, errors)
-        if ff is None:
-            continue
-        try:
-            rewrite = plan_site(file, ff.text or ff.original, site)
-        except Unfixable as exc:
-            fixer.refused_sites[file, line] = str(exc)
-            continue
-        if not fixer.unsafe and rewrite.applicability != Applicability.SAFE:
-            fixer.refused_sites[file, line] = UNSAFE_HINT
-            continue
-        ff.text = rewrite.text
-        scripts[file] = ff
-        fix = Fix(rewrite.applicability, rewrite.message)
-        fixer.sites.append(SiteFix(file, [d.with_(fix=fix) for d in diags]))
+        if ff is not None and _fix_site(ff, site, (file, line), fixer):
+            scripts[file] = ff
+            fixer.sites[-1].applied = [d.with_(fix=fixer.sites[-1].fix) for d in diags]
+    _reanalyse(scripts, checked, fixer)
+    return scripts
+
+
+def _fix_site(ff: FileFix, site: dict, where: tuple[str, int], fixer) -> bool:
+    """Rewrite ``ff`` (a script) at ``site``; False, with the reason noted, when the fix does
+    not apply."""
+    from metalint.fix.codemod import Unfixable
+    from metalint.fix.unrestored_at_materialisation import plan_site
+
+    try:
+        rewrite = plan_site(ff.display, ff.text or ff.original, site)
+    except Unfixable as exc:
+        fixer.refused_sites[where] = str(exc)
+        return False
+    if not fixer.unsafe and rewrite.applicability != Applicability.SAFE:
+        fixer.refused_sites[where] = UNSAFE_HINT
+        return False
+    ff.text = rewrite.text
+    fixer.sites.append(SiteFix(ff.display, [], Fix(rewrite.applicability, rewrite.message)))
+    return True
+
+
+def _reanalyse(scripts: dict[str, FileFix], checked, fixer) -> None:
+    """Analyse the rewritten scripts (the tree's results now hold them) and note which
+    findings naming each rewritten site still stand."""
     for ff in scripts.values():
         diags, _ = fixer.analyse(ff, ff.text)
         ff.before = [d for d in checked.diagnostics if d.filename == ff.display]
@@ -181,7 +194,6 @@ def _fix_sites(checked, fixer, errors: list) -> dict[str, FileFix]:
         now = fixer.resolve_tree()
         for site in fixer.sites:
             site.after = [d for d in now if any(_key(d)[:3] == _key(b)[:3] for b in site.before)]
-    return scripts
 
 
 def _key(d: Diagnostic) -> tuple:

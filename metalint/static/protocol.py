@@ -691,20 +691,8 @@ def summarize_functions(
         if name in done or name not in top:
             continue
         done.add(name)
-        stmt = top[name]
-        entry: dict[str, Any] = {}
-        param = _module_param(stmt, method=False)
-        if param is not None:
-            block = _block(_body(stmt), param, ctx, stmt)
-            if block:
-                entry["block"] = block
-            each = _each_module(stmt, param, ctx)
-            if each:
-                entry["modules"] = each
-        returns = _returned_functions(stmt, ctx)
-        if returns:
-            entry["returns"] = returns
-        more = _called_functions(entry.get("block", [])) + returns
+        entry = _function_summary(top[name], ctx)
+        more = _called_functions(entry.get("block", [])) + entry.get("returns", [])
         todo += [q[len(prefix) :] for q in more if q.startswith(prefix)]
         if entry:
             out[f"{prefix}{name}"] = entry
@@ -714,6 +702,24 @@ def summarize_functions(
             if param and _applies_to_modules(stmt, param, ctx):
                 out.setdefault(f"{prefix}{name}", {})["applies_to_modules"] = True
     return out
+
+
+def _function_summary(stmt, ctx) -> dict[str, Any]:
+    """What a module-level function re-creates on its first argument (``block``), on each
+    module of it it loops over (``modules``), and the functions it returns (``returns``)."""
+    entry: dict[str, Any] = {}
+    param = _module_param(stmt, method=False)
+    if param is not None:
+        block = _block(_body(stmt), param, ctx, stmt)
+        if block:
+            entry["block"] = block
+        each = _each_module(stmt, param, ctx)
+        if each:
+            entry["modules"] = each
+    returns = _returned_functions(stmt, ctx)
+    if returns:
+        entry["returns"] = returns
+    return entry
 
 
 def _each_module(fn, param: str, ctx) -> list:
@@ -1408,20 +1414,23 @@ class Protocols:
         #: function the tree does not summarise (``model.apply(fn)`` of another package) is
         #: not judged: the protocol the root's methods suggest stands
         self.sequences: dict[str, list[Sequence]] = {}
-        sites = getattr(hierarchy, "sites", [])
-        for root, seqs in sequences(sites, hierarchy.resolve).items():
+        #: model root -> what the library's builders run on it after an eager build
+        #: (:func:`~metalint.static.pipeline.eager_builds`): its own initialisers
+        self.learned: dict[str, list[Sequence]] = {}
+        self._read_sites(getattr(hierarchy, "sites", []))
+        self._children: dict[str, set[str]] | None = None
+
+    def _read_sites(self, sites: list) -> None:
+        """:attr:`sequences` and :attr:`learned` from the tree's sites."""
+        for root, seqs in sequences(sites, self.h.resolve).items():
             seqs = [self._settled(root, q) for q in seqs]
             known = [q for q in seqs if all(k != "apply" or self._readable(n) for k, n in q.runs)]
             if known:
                 self.sequences[root] = known
-        #: model root -> what the library's builders run on it after an eager build
-        #: (:func:`~metalint.static.pipeline.eager_builds`): its own initialisers
-        self.learned: dict[str, list[Sequence]] = {}
-        for root, seqs in eager_builds(sites, hierarchy.resolve).items():
+        for root, seqs in eager_builds(sites, self.h.resolve).items():
             seqs = [q for q in (self._settled(root, q) for q in seqs) if q.runs]
             if seqs:
                 self.learned[root] = seqs
-        self._children: dict[str, set[str]] | None = None
 
     def _settled(self, root: str, seq: Sequence) -> Sequence:
         """What a site runs, read against the tree: a method the root defines, a function of
@@ -2137,6 +2146,12 @@ class Protocols:
                 protocol=RESET,
                 materialised=seq.call,
             )
+        return self._named_loss(d, protocol, root)
+
+    def _named_loss(self, d, protocol: str, root: str):
+        """A finding lost under ``root``'s ``protocol``, naming what loses it: the site, the
+        library's own initialiser, or the root's entry point."""
+        cond = d.condition
         seq = next(
             (
                 q
