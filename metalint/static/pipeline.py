@@ -29,6 +29,15 @@ kind one of
   persistent tensor comes from the checkpoint; ``maybe`` when it runs only on one branch
   (``if args.resume:``), where it restores nothing for certain.
 
+- ``call`` (``name``): another method called on the model (``model.setup_weights()``): the
+  root's entry point when its class defines it (:func:`settled`);
+- ``fn`` (``function``): ``init_model(model)``, a function handed the whole model (kept when
+  the tree summarises it).
+
+An eager build of a class (``model = Model(cfg)``, no meta) followed by ``entry``, ``call``,
+``apply`` or ``fn`` steps is kept too: the library's own initialisers
+(:func:`eager_builds`), which re-create what a materialiser following the library runs.
+
 A site is kept only when something materialises the model (``to_empty``, a load, a per-module
 reset): a model built on meta to count its parameters is no site.
 
