@@ -854,21 +854,26 @@ def _applies(method, ctx, wanted: set[str]) -> list[list]:
             continue
         q = ctx.qualify(fn) or _local_function(fn, ctx)
         out.append(["function", q] if q else ["unknown"])
+    return out + _loop_items(method, ctx)
+
+
+def _loop_items(method, ctx) -> list[list]:
+    """What the loops of a root entry method apply: to every module (``for m in
+    self.modules()``), to every module inside a child (``self.decoder.modules()``), to each
+    element of a container child, and the element's own entry point."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+
+    out: list[list] = []
     for node, targets, it in method.loops:
         over = (dotted(it.func) or "") if isinstance(it, cst.Call) else ""
+        # ``self.modules()`` (child ""), ``self.decoder.modules()`` (child "decoder")
         child, _, iterator = over[5:].rpartition(".") if over.startswith("self.") else ("", "", "")
-        if (
-            isinstance(node, cst.For)
-            and targets
-            and over in {f"self.{n}" for n in _MODULE_ITERATORS}
-        ):
+        modules = isinstance(node, cst.For) and bool(targets) and iterator in _MODULE_ITERATORS
+        if modules and not child:
             out.append(["block", _block(_body_of(node), targets[-1], ctx, method.node)])
-        elif (
-            isinstance(node, cst.For)
-            and targets
-            and child.isidentifier()
-            and iterator in _MODULE_ITERATORS
-        ):
+        elif modules and child.isidentifier():
             # for m in self.decoder.modules(): every module inside that child
             block = _block(_body_of(node), targets[-1], ctx, method.node)
             if block:
