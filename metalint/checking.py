@@ -37,6 +37,9 @@ class CheckResult:
     diagnostics: list[Diagnostic]
     files_checked: int
     results: list[FileResult]
+    #: a run on some files of a project: the display paths of the files named (None: every
+    #: file read was named)
+    named: frozenset[str] | None = None
 
 
 def analyze_files(
@@ -140,7 +143,8 @@ def run_check(
         diagnostics = resolve(results, settings, enabled)
     else:
         diagnostics = _named_and_caused(results, named, settings, enabled)
-    return CheckResult(diagnostics, checked_files, results)
+    shown = None if named is None else frozenset(results[i].path for i in named)
+    return CheckResult(diagnostics, checked_files, results, shown)
 
 
 def _abs_key(path: Path) -> str:

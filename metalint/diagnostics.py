@@ -277,6 +277,10 @@ class Condition:
     #: the finding (a read of the value of what this module-level function of the tree
     #: returns) stands only while that function returns a meta tensor (resolved across files)
     if_returns_meta: str = ""
+    #: the finding (an init in this method of the class, which construction calls) stands
+    #: unless the tree runs the method on the class as a model root after building it (a
+    #: materialisation site or a builder of the library: its own initialiser)
+    unless_run: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -308,6 +312,8 @@ class Condition:
             out["unless_children_first"] = True
         if self.if_returns_meta:
             out["if_returns_meta"] = self.if_returns_meta
+        if self.unless_run:
+            out["unless_run"] = self.unless_run
         return out
 
     @classmethod
@@ -328,6 +334,7 @@ class Condition:
             bool(data.get("skips_module_hooks", False)),
             bool(data.get("unless_children_first", False)),
             data.get("if_returns_meta", ""),
+            data.get("unless_run", ""),
         )
 
 

@@ -825,6 +825,59 @@ SHARDING_WRAPPERS_WITH_INIT = frozenset(
         "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
     }
 )
+#: ``nn.Module`` methods a script calls on a model that initialise nothing (a call of any
+#: other method of the model may be the library's initialiser: ``model.setup_weights()``)
+NOT_INITIALISERS = frozenset(
+    {
+        "to",
+        "cuda",
+        "cpu",
+        "half",
+        "float",
+        "double",
+        "bfloat16",
+        "type",
+        "train",
+        "eval",
+        "requires_grad_",
+        "zero_grad",
+        "forward",
+        "parameters",
+        "named_parameters",
+        "buffers",
+        "named_buffers",
+        "modules",
+        "named_modules",
+        "children",
+        "named_children",
+        "state_dict",
+        "register_buffer",
+        "register_parameter",
+        "register_module",
+        "add_module",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "register_full_backward_hook",
+        "compile",
+        "share_memory",
+        "extra_repr",
+        "get_submodule",
+        "get_parameter",
+        "get_buffer",
+    }
+)
+#: the libraries whose functions a script hands a model to (``fully_shard(model)``,
+#: ``torch.compile(model)``): none of them is the model's own init
+LIBRARY_PREFIXES = (
+    "torch.",
+    "accelerate.",
+    "transformers.",
+    "lightning.",
+    "pytorch_lightning.",
+    "deepspeed.",
+    "safetensors.",
+    "peft.",
+)
 #: functions that load a whole checkpoint into the model passed first: every persistent
 #: parameter and buffer comes from it
 CHECKPOINT_LOADERS = frozenset(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from metalint.diagnostics import Applicability, Diagnostic
+from metalint.diagnostics import Applicability, Diagnostic, Fix
 from metalint.fix.registry import CODEMODS, REASONS, apply_edits, fix_for
 from metalint.report import ERROR_CODE, TOO_COMPLEX_CODE, is_error
 from metalint.rules import all_rules
@@ -29,6 +29,9 @@ from metalint.static.protocol import ROOT_INIT, Protocols
 from metalint.vocabulary import EXTERNAL_RESET_BASES, HOOKLESS_BASES, RESET_HOOK, ROOT_ENTRIES
 
 MAX_ROUNDS = 64
+#: ML015's fix rewrites the script that materialises the model, not a class
+SITE_FIXED = "ML015"
+UNSAFE_HINT = "unsafe fix: use --unsafe-fixes"
 #: CPU seconds the fix loop of one file may spend, as a multiple of the file time budget
 FIX_BUDGET_FACTOR = 4
 
@@ -59,6 +62,8 @@ class FileFix:
     )  # (code,row,symbol) -> why
     error: str | None = None
     error_code: str = ERROR_CODE  # ML900, or ML901 when the fix loop ran past its budget
+    #: the text the codemods start from: a site rewrite's of a script (None: ``original``)
+    start: str | None = None
 
     @property
     def changed(self) -> bool:
@@ -67,6 +72,22 @@ class FileFix:
     @property
     def classes(self) -> list[str]:
         return sorted({d.symbol for d in self.applied if d.symbol})
+
+
+@dataclass
+class SiteFix:
+    """A rewrite of the script ``display`` at a materialisation site: the findings naming the
+    site before (``applied``, each with the fix that resolves it) and those naming it after."""
+
+    display: str
+    applied: list[Diagnostic]
+    #: the rewrite, as each finding it resolves carries it
+    fix: Fix | None = None
+    after: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def before(self) -> list[Diagnostic]:
+        return self.applied
 
 
 class Fixer:
@@ -82,6 +103,15 @@ class Fixer:
         self.unsafe = unsafe
         #: the tree's protocols, made once per hierarchy (:meth:`_unrun_root_hook`)
         self._protocols: tuple[Hierarchy | None, Protocols | None] = (None, None)
+        #: the scripts' rewrites (:mod:`metalint.fix.unrestored_at_materialisation`)
+        self.sites: list[SiteFix] = []
+        #: why a site was not rewritten: (script, row of the call findings name) -> why
+        self.refused_sites: dict[tuple[str, int], str] = {}
+
+    def resolve_tree(self) -> list[Diagnostic]:
+        """The findings that stand across the tree as it now is (the last text of each file
+        analysed)."""
+        return self._resolve(list(self.results.values()), self.settings, self.enabled)
 
     # -- analysis of the current text ---------------------------------------------------------
     def analyse(self, ff: FileFix, text: str) -> tuple[list[Diagnostic], Hierarchy]:
@@ -149,7 +179,7 @@ class Fixer:
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self, ff: FileFix, exclude: set[str] = frozenset()) -> FileFix:
-        ff.text = ff.original
+        ff.text = ff.original if ff.start is None else ff.start
         ff.applied = []
         ff.refused = {}
         broken: set[str] = set(exclude)
@@ -270,12 +300,18 @@ class Fixer:
         ff.error, ff.error_code = why, TOO_COMPLEX_CODE
         return ff
 
-    def reason(self, ff: FileFix, d: Diagnostic) -> str | None:
+    def reason(self, ff: FileFix | None, d: Diagnostic) -> str | None:
+        site = None
+        if d.code == SITE_FIXED and d.materialised:
+            # its only fix is the script's (the other codes keep their own codemod's answer)
+            site = self.refused_sites.get(d.materialised[1:])
+        if site is not None or ff is None:
+            return site
         why = ff.refused.get((d.code, d.start.row, d.symbol or ""))
         if why:
             return why
         if d.fix is not None and not self.applicable(d):
-            return "unsafe fix: use --unsafe-fixes"
+            return UNSAFE_HINT
         if d.code not in CODEMODS:
             return None
         return REASONS.get((ff.display, d.code, d.start.row))

@@ -19,11 +19,11 @@ import click
 
 from metalint.checking import FORCE_EXCLUDE_HELP, all_codes, cli_settings, resolve, run_check
 from metalint.codes import ERROR_CODE
-from metalint.config import ConfigError
-from metalint.diagnostics import Diagnostic, Position
+from metalint.config import ConfigError, project_root
+from metalint.diagnostics import Applicability, Diagnostic, Fix, Position
 from metalint.extras import torch_missing
 from metalint.files import MAX_SOURCE_BYTES, read_regular
-from metalint.fix.apply import FileFix, Fixer
+from metalint.fix.apply import SITE_FIXED, UNSAFE_HINT, FileFix, Fixer, SiteFix
 from metalint.fix.registry import CODEMODS
 from metalint.fix.write import (
     ChangedOnDisk,
@@ -38,6 +38,10 @@ from metalint.report import is_error, render
 from metalint.static.names import module_name_for
 from metalint.static.results import decode
 from metalint.terminal import progress
+
+#: findings about a tensor a materialisation site leaves uninitialised (a script's rewrite
+#: resolves them before any class's)
+SITE_CODES = frozenset({"ML001", "ML002", "ML004", SITE_FIXED})
 
 
 def _summary(fixed: int, remaining: int, unfixable: int, unsafe_hidden: int, write: bool) -> str:
@@ -73,6 +77,8 @@ def run_fix(
     tree = tree_of(paths or [Path(".")])
     proven = _write(changed, fixer, errors, echo, verify=verify, tree=tree) if write else {}
     shown: set[str] = set()
+    for d in (d for site in fixer.sites for d in site.applied):
+        _echo_applied(d, None, echo, write=write, show_fixes=show_fixes, shown=shown)
     for ff in fixes:
         for d in ff.applied:
             _echo_applied(
@@ -96,14 +102,102 @@ def _fix_all(paths, settings, unsafe: bool, use_cache: bool, workers, force_excl
     the check's result, the errors so far, the fixer and each file's :class:`FileFix`."""
     codes, defaults = all_codes()
     enabled = settings.enabled(codes, defaults)
+    # some files of a project are judged among all of its files, as ``check`` judges them;
+    # only the files named are rewritten
     checked = run_check(
-        paths, settings, use_cache=use_cache, workers=workers, force_exclude=force_exclude
+        paths,
+        settings,
+        use_cache=use_cache,
+        workers=workers,
+        project=project_root(settings, (paths or [Path(".")])[0]),
+        force_exclude=force_exclude,
     )
     errors = [d for d in checked.diagnostics if is_error(d.code)]
     fixer = Fixer(checked.results, settings, enabled, unsafe, resolve)
-    candidates = sorted({d.filename for d in checked.diagnostics if d.code in CODEMODS})
-    fixes = [ff for ff in (_fix_file(c, fixer, errors) for c in candidates) if ff is not None]
+    # the scripts first: a site that no longer loses a tensor needs no hook for it
+    scripts = _fix_sites(checked, fixer, errors)
+    candidates = sorted(
+        {
+            d.filename
+            for d in checked.diagnostics
+            if d.code in CODEMODS and (checked.named is None or d.filename in checked.named)
+        }
+    )
+    fixes = [
+        ff
+        for ff in (_fix_file(c, fixer, errors, scripts.get(c)) for c in candidates)
+        if ff is not None
+    ]
+    fixes += [ff for name, ff in scripts.items() if name not in candidates]
     return checked, errors, fixer, fixes
+
+
+def _fix_sites(checked, fixer, errors: list) -> dict[str, FileFix]:
+    """Rewrite the scripts whose materialisation site loses a tensor (ML015 at a checkpoint
+    load: :mod:`metalint.fix.unrestored_at_materialisation`), in memory: each script's
+    :class:`FileFix` by its display path. The tree is analysed again with the new scripts, so
+    the classes' own fixes see the sites as they now are; what each site rewrite resolved is
+    in ``fixer.sites``."""
+    from metalint.fix.unrestored_at_materialisation import site_at
+
+    sites = [(r.path, s) for r in checked.results for s in r.materialisations]
+    named: dict[tuple[str, int], list[Diagnostic]] = {}
+    for d in checked.diagnostics:
+        # a tensor lost at a site (ML015, and ML001/ML002 judged there): the codes whose
+        # findings name a tensor the site leaves, not a root's hook (ML016)
+        if d.materialised and d.materialised[1] and d.subject and d.code in SITE_CODES:
+            named.setdefault(d.materialised[1:], []).append(d)
+    scripts: dict[str, FileFix] = {}
+    for (file, line), diags in sorted(named.items()):
+        site = site_at(sites, ("", file, line))
+        if site is None:
+            continue
+        if checked.named is not None and file not in checked.named:
+            why = f"the fix edits {file}, which is not among the files named"
+            fixer.refused_sites[file, line] = why
+            continue
+        ff = scripts.get(file) or _read(file, errors)
+        if ff is not None and _fix_site(ff, site, (file, line), fixer):
+            scripts[file] = ff
+            fixer.sites[-1].applied = [d.with_(fix=fixer.sites[-1].fix) for d in diags]
+    _reanalyse(scripts, checked, fixer)
+    return scripts
+
+
+def _fix_site(ff: FileFix, site: dict, where: tuple[str, int], fixer) -> bool:
+    """Rewrite ``ff`` (a script) at ``site``; False, with the reason noted, when the fix does
+    not apply."""
+    from metalint.fix.codemod import Unfixable
+    from metalint.fix.unrestored_at_materialisation import plan_site
+
+    try:
+        rewrite = plan_site(ff.display, ff.text or ff.original, site)
+    except Unfixable as exc:
+        fixer.refused_sites[where] = str(exc)
+        return False
+    if not fixer.unsafe and rewrite.applicability != Applicability.SAFE:
+        fixer.refused_sites[where] = UNSAFE_HINT
+        return False
+    ff.text = rewrite.text
+    fixer.sites.append(SiteFix(ff.display, [], Fix(rewrite.applicability, rewrite.message)))
+    return True
+
+
+def _reanalyse(scripts: dict[str, FileFix], checked, fixer) -> None:
+    """Analyse the rewritten scripts (the tree's results now hold them) and note which
+    findings naming each rewritten site still stand."""
+    for ff in scripts.values():
+        diags, _ = fixer.analyse(ff, ff.text)
+        ff.before = [d for d in checked.diagnostics if d.filename == ff.display]
+        ff.after = [d for d in diags if not is_error(d.code)]
+    if scripts:
+        now = fixer.resolve_tree()
+        for site in fixer.sites:
+            site.after = [d for d in now if any(_key(d)[:3] == _key(b)[:3] for b in site.before)]
+
+
+def _key(d: Diagnostic) -> tuple:
+    return (d.code, d.symbol, d.subject, d.filename, d.start.row)
 
 
 @dataclass
@@ -125,17 +219,30 @@ def apply_fixes(paths, settings, *, unsafe: bool, use_cache: bool = True, worker
     tree = tree_of(paths or [Path(".")])
     _write(changed, fixer, errors, lambda *a, **k: None, verify=False, tree=tree)
     return Applied(
-        fixed=sum(_resolved(ff.before, ff.after) for ff in fixes),
-        applied=[d for ff in fixes for d in ff.applied],
+        fixed=sum(_resolved(ff.before, ff.after) for ff in [*fixes, *fixer.sites]),
+        applied=[d for ff in [*fixer.sites, *fixes] for d in ff.applied],
         files=sum(1 for ff in changed if ff.changed),
         errors=[e for e in errors if e not in checked.diagnostics],
     )
 
 
-def _fix_file(display: str, fixer, errors: list):
-    """Read one file and run the codemods on it; ``None`` when it cannot be read or decoded
-    (the reason goes to ``errors``)."""
+def _fix_file(display: str, fixer, errors: list, start: FileFix | None = None):
+    """Read one file and run the codemods on it (``start``: the file as a site rewrite left
+    it); ``None`` when it cannot be read or decoded (the reason goes to ``errors``)."""
+    ff = start or _read(display, errors)
+    if ff is None:
+        return None
+    if start is not None:
+        ff.start = start.text
+    fixer.run(ff)
+    if ff.error:
+        errors.append(_error(display, ff.error, ff.error_code))
+    return ff
 
+
+def _read(display: str, errors: list) -> FileFix | None:
+    """One file, read and decoded for a rewrite; ``None`` when it cannot be (the reason goes
+    to ``errors``)."""
     path = Path(display)
     try:
         data = read_regular(path, MAX_SOURCE_BYTES)
@@ -156,7 +263,7 @@ def _fix_file(display: str, fixer, errors: list):
         why = f"could not be fixed: the file holds bytes that are not valid {encoding}"
         errors.append(_error(display, why))
         return None
-    ff = FileFix(
+    return FileFix(
         path,
         display,
         module_name_for(path.absolute()),
@@ -164,11 +271,8 @@ def _fix_file(display: str, fixer, errors: list):
         data,
         encoding,
         text,
+        text,
     )
-    fixer.run(ff)
-    if ff.error:
-        errors.append(_error(display, ff.error, ff.error_code))
-    return ff
 
 
 def _echo_diff(changed: list, echo) -> None:
@@ -240,16 +344,24 @@ def _resolved(before: list, after: list) -> int:
 def _summarise(diagnostics: list, fixes: list, fixer, errors: list, echo, *, write: bool) -> list:
     """Print what remains (with why it was not fixed), the errors and the summary line; the
     remaining findings."""
-    fixed = sum(_resolved(ff.before, ff.after) for ff in fixes)
+    fixed = sum(_resolved(ff.before, ff.after) for ff in [*fixes, *fixer.sites])
     fixed_files = {f.display for f in fixes}
-    remaining = [d for d in diagnostics if not is_error(d.code) and d.filename not in fixed_files]
+    # a finding a script's rewrite resolved stands no more; one it left, once
+    at_sites = {_key(d) for site in fixer.sites for d in site.before}
+    remaining = [
+        d
+        for d in diagnostics
+        if not is_error(d.code) and d.filename not in fixed_files and _key(d) not in at_sites
+    ]
     for ff in fixes:
         remaining.extend(ff.after)
+    for site in fixer.sites:
+        remaining += [d for d in site.after if d.filename not in fixed_files]
     unfixable = unsafe_hidden = 0
     for d in sorted(remaining, key=lambda d: d.sort_key):
         ff = next((f for f in fixes if f.display == d.filename), None)
-        why = fixer.reason(ff, d) if ff else None
-        if d.fix is not None and not fixer.applicable(d):
+        why = fixer.reason(ff, d)
+        if (d.fix is not None and not fixer.applicable(d)) or why == UNSAFE_HINT:
             unsafe_hidden += 1
         elif why is not None or d.fix is None:
             unfixable += 1

@@ -374,8 +374,8 @@ def _root_only(model: nn.Module, init: str) -> str | None:
         getattr(model, entry)()
         return f"root {entry}() only"
     site = materialisation_site(type(model))
-    if site is None:
-        return None
+    if site is None or site.loads:
+        return None  # a checkpoint load is replayed whole (:func:`replay_load`)
     for _, entry in site.runs:
         if not _has(model, entry):
             raise ProbeSetupError(f"{type(model).__qualname__} has no {entry}()")
@@ -386,10 +386,11 @@ def _root_only(model: nn.Module, init: str) -> str | None:
 
 @functools.lru_cache(maxsize=64)
 def materialisation_site(cls: type):
-    """The materialisation site of the class's tree that runs only the root's entry point on
-    an instance of ``cls`` (:func:`metalint.static.pipeline.root_only`, the answer ``check``
-    judges the class's tensors under), or None."""
-    from metalint.static.pipeline import root_only, sequences, tree_sites
+    """The materialisation site of the class's tree that ``--init auto`` replays on an
+    instance of ``cls`` (:func:`metalint.static.pipeline.probed_site`: one that runs only
+    the root's entry point, else a checkpoint load; the answer ``check`` judges the class's
+    tensors under), or None."""
+    from metalint.static.pipeline import probed_site, sequences, settled, tree_sites
 
     file = _class_file(cls)
     if not file:
@@ -403,7 +404,18 @@ def materialisation_site(cls: type):
             return None
         return "root" if obj is cls else None
 
-    return root_only(sequences(tree_sites(file), resolve).get("root", []))
+    def defines(name: str) -> bool:
+        # the class's own method (or a base's of the library), not one of torch's
+        return any(name in vars(k) for k in cls.__mro__ if not k.__module__.startswith("torch"))
+
+    def known_function(name: str) -> bool:
+        try:
+            return callable(resolve_callable(name))
+        except Exception:  # a name the probe cannot import runs nothing
+            return False
+
+    seqs = sequences(tree_sites(file), resolve).get("root", [])
+    return probed_site([settled(q, defines, known_function) for q in seqs])
 
 
 def per_module_hooks(hooks: Sequence[str]) -> tuple[str, ...]:
@@ -637,24 +649,20 @@ def _deferred(
     track: bool,
     hooks: Sequence[str] = (),
     on_meta: bool = True,
+    seed: int = 0,
 ):
     # ``on_meta=False``: the meta build raised, and an eager build stands in for it;
     # ``to_empty()`` wipes its tensors as it would the meta one's
     with torch.device("meta") if on_meta else contextlib.nullcontext():
         model = make()
+    site = materialisation_site(type(model)) if init == "auto" and on_meta else None
+    if site is not None and site.loads:
+        del model
+        model, used = replay_load(make, device, site, seed, eager)
+        return model, used, {}, None
     model.to_empty(device=device)
     _, tensors = snapshot(model, None, stats=False)
-    poisons: dict[str, compare.Stats] = {}
-    seen: set[int] = set()
-    for name, t in tensors.items():
-        e = eager.entries.get(name)
-        if id(t) in seen or (e is not None and e.kind == "attribute") or t.device.type == "meta":
-            continue
-        seen.add(id(t))
-        compare.poison_(t, e.stats if e else None)
-        poisons[name] = (
-            compare.tensor_stats(t, keep_copy=False) if t.numel() <= compare.SMALL else None
-        )
+    poisons = _poison(tensors, eager)
     tracker = None
     if track:
         owners = {}
@@ -670,6 +678,84 @@ def _deferred(
     else:
         used = run_init(model, init, order, hooks=hooks, device=device)
     return model, used, poisons, tracker
+
+
+def _poison(tensors: dict[str, torch.Tensor], eager: Snapshot) -> dict[str, Any]:
+    """Poison every tensor ``to_empty()`` left (not plain attributes, not what is still on
+    meta); each one's statistics after (small ones only)."""
+    poisons: dict[str, Any] = {}
+    seen: set[int] = set()
+    for name, t in tensors.items():
+        e = eager.entries.get(name)
+        if id(t) in seen or (e is not None and e.kind == "attribute") or t.device.type == "meta":
+            continue
+        seen.add(id(t))
+        compare.poison_(t, e.stats if e else None)
+        poisons[name] = (
+            compare.tensor_stats(t, keep_copy=False) if t.numel() <= compare.SMALL else None
+        )
+    return poisons
+
+
+@contextlib.contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Build parameters on the meta device and everything else where construction puts it:
+    what accelerate's ``init_empty_weights()`` (without ``include_buffers``) does, without
+    accelerate: each parameter a module registers is replaced by a meta one of its class."""
+    register = nn.Module.register_parameter
+
+    def on_meta(module: nn.Module, name: str, param) -> None:
+        register(module, name, param)
+        p = module._parameters.get(name)
+        if p is not None and p.device.type != "meta":
+            extra = {**p.__dict__, "requires_grad": p.requires_grad}
+            module._parameters[name] = type(p)(p.detach().to("meta"), **extra)
+
+    nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register
+
+
+def replay_load(
+    make: Callable[[], nn.Module], device: str, site, seed: int, eager: Snapshot
+) -> tuple[nn.Module, str]:
+    """Replay a checkpoint-load site (:class:`metalint.static.pipeline.Sequence` with
+    ``loads``): build eagerly under ``seed`` and keep its ``state_dict()`` (persistent tensors
+    only, as a checkpoint holds them), build the way the site does (every tensor on meta, or
+    only the parameters: ``site.meta == "params"``), ``to_empty()`` and poison when the site
+    calls it, load with ``assign=True``, then run what the site runs after. A non-persistent
+    buffer is in no checkpoint: it stays where the build left it (on meta, or poisoned)."""
+    torch.manual_seed(seed)
+    reference = make()
+    checkpoint = {k: v.detach().to(device) for k, v in reference.state_dict().items()}
+    del reference
+    build = parameters_on_meta() if site.meta == "params" else torch.device("meta")
+    with build:
+        model = make()
+    if site.to_empty:
+        model.to_empty(device=device)
+        _, tensors = snapshot(model, None, stats=False)
+        _poison(tensors, eager)
+        del tensors
+    model.load_state_dict(checkpoint, assign=True)
+    del checkpoint
+    for kind, name in site.runs:
+        if kind == "entry":
+            if not _has(model, name):
+                raise ProbeSetupError(f"{type(model).__qualname__} has no {name}()")
+            getattr(model, name)()
+        elif kind == "reset":
+            for _, m in _post_order(model):
+                if _has(m, name):
+                    getattr(m, name)()
+        else:
+            model.apply(resolve_callable(name))
+    onto = " onto parameters built on meta" if site.meta == "params" else ""
+    ran = "".join(f" + {name}()" for _, name in site.runs)
+    where = site.label.replace("`", "")
+    return model, f"checkpoint load (assign=True){onto}{ran}, as {where}"
 
 
 def _poison_hit(t: torch.Tensor, st: compare.Stats, eager: compare.Stats | None) -> bool:
@@ -778,7 +864,7 @@ def probe(
     torch.manual_seed(seed + 1)
     try:
         model, used, _, tracker = _deferred(
-            make, device, init, "post", eager, track=True, hooks=hooks, on_meta=on_meta
+            make, device, init, "post", eager, track=True, hooks=hooks, on_meta=on_meta, seed=seed
         )
     except ProbeSetupError:
         raise

@@ -793,6 +793,7 @@ class Captioner(nn.Module):
                     unless_reset_init=self._imported_init(node, env),
                     unless_root_replays=replays[0][0] if replays else "",
                     if_applies_init=helper,
+                    unless_run="" if method.name == "__init__" else method.name,
                 )
         yield from self._base_inits(cls, in_reset)
 

@@ -77,10 +77,15 @@ class UnrestoredAtMaterialisation(Rule):
     ```
 
     ## Fix safety
-    No fix of its own: the tensor is restored by what the root's entry point runs. ML016's
-    fix makes the root's entry point call every module's `reset_parameters()`; ML001 and
-    ML002 give a class without a hook its `reset_parameters()`. A tensor that only a
-    checkpoint restores needs the script to re-create it after the load.
+    At a checkpoint load under accelerate's `init_empty_weights(include_buffers=True)` the fix
+    edits the script, not the class: `include_buffers=False`, so the buffers are computed at
+    construction on the real device and only the parameters come from the checkpoint.
+    Unsafe: every buffer is computed eagerly on the default device (a model whose parameters
+    go to an accelerator must move them). Elsewhere the tensor is restored by what the root's
+    entry point runs: ML016's fix makes it call every module's `reset_parameters()`; ML001
+    and ML002 give a class without a hook its `reset_parameters()`. A non-persistent buffer
+    of a model built under `torch.device("meta")` and loaded needs the script to re-create
+    it after the load.
     """
 
     code = "ML015"

@@ -618,7 +618,13 @@ def _analyze(
     for name, summary in _helper_summaries(functions, facts, ctx).items():
         result.functions.setdefault(name, {})["arg_writes"] = summary
     protocols = [c.protocol for c in result.classes]
-    for name, summary in summarize_functions(module, module_name, ctx, protocols).items():
+    applied = tuple(
+        s.get("function", "")
+        for site in result.materialisations
+        for s in site.get("steps", ())
+        if s.get("kind") in ("apply", "fn")
+    )
+    for name, summary in summarize_functions(module, module_name, ctx, protocols, applied).items():
         result.functions.setdefault(name, {}).update(summary)
     findings: list[tuple[str, Finding]] = []
     instances = [r(ctx) for r in rules]
@@ -671,6 +677,7 @@ def _analyze(
                         f.skips_module_hooks,
                         f.unless_children_first,
                         f.if_returns_meta,
+                        f.unless_run,
                     ),
                 )
             )

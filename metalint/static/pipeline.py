@@ -29,44 +29,77 @@ kind one of
   persistent tensor comes from the checkpoint; ``maybe`` when it runs only on one branch
   (``if args.resume:``), where it restores nothing for certain.
 
+- ``call`` (``name``): another method called on the model (``model.setup_weights()``): the
+  root's entry point when its class defines it (:func:`settled`);
+- ``fn`` (``function``): ``init_model(model)``, a function handed the whole model (kept when
+  the tree summarises it).
+
+An eager build of a class (``model = Model(cfg)``, no meta) followed by ``entry``, ``call``,
+``apply`` or ``fn`` steps is kept too: the library's own initialisers
+(:func:`eager_builds`), which re-create what a materialiser following the library runs.
+
 A site is kept only when something materialises the model (``to_empty``, a load, a per-module
 reset): a model built on meta to count its parameters is no site.
 
 Across files (:class:`Sequence`, :func:`sequences`) the built name is resolved to a class of
 the tree; :mod:`.protocol` judges the roots built there under the sequence.
 
-Known limits: the model must be built and materialised in one function (a builder returning
-the meta model to its caller is not followed), under a literal ``"meta"`` device; a branch's
-entry point or reset counts as run (it is the protocol the script names).
+The class built may be named through a local (``cls = Transformer``) or a module-level dict of
+classes (``MODELS[name](args)``, of this file or another: every class of the dict is judged). A
+top-level function that returns a model it built on meta (``def build(cfg): with
+torch.device("meta"): return Model(cfg)``) is a *builder* (``{"builder": name, ...}``); the site
+is then its caller's sequence (``model = build(cfg)``, ``model.to_empty(...)``, ...):
+:func:`sequences` reads the builder's build in place of the call.
+
+Known limits: a builder that materialises the model itself before returning it is its own site
+(its callers' steps are not added); methods are no builders; the device must be a literal
+``"meta"``; a branch's entry point or reset counts as run (it is the protocol the script names).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from metalint.vocabulary import (
     CHECKPOINT_LOADER_NAMES,
     CHECKPOINT_LOADERS,
     EMPTY_INIT_CONTEXTS,
+    LIBRARY_PREFIXES,
     MODULE_HOOKS,
+    NOT_INITIALISERS,
     PARAMS_ONLY_META_CONTEXTS,
     ROOT_ENTRIES,
     SHARDING_WRAPPERS_WITH_INIT,
 )
 
-#: a file that mentions none of these has no site (no ``ast`` walk)
-PREFILTER = re.compile(r"to_empty|load_state_dict|init_empty_weights|init_module|param_init_fn")
+#: a file that mentions none of these has no site (no ``ast`` walk); ``"meta"``: a builder
+#: that returns the meta model to its caller
+PREFILTER = re.compile(
+    r"to_empty|load_state_dict|init_empty_weights|init_module|param_init_fn|[\"']meta[\"']"
+)
+#: a name bound to a call of a class (``model = Model(cfg)``): maybe an eager build whose
+#: builder runs the library's initialisers on it
+_EAGER_HINT = re.compile(r"^[ \t]+\w+\s*=\s*(?:\w+\.)*[A-Z]\w*\(", re.M)
+#: a module-level dict whose first value is a class name (``MODELS = {"tiny": Tiny, ...}``)
+_TABLE_HINT = re.compile(r"^[A-Za-z_]\w*\s*(?::[^=\n]*)?=\s*\{[^}]*?:\s*[A-Z]", re.M)
+
+
+#: ``pkg.models.MODELS[]``: a build name that is an element of a module-level dict of classes
+TABLE = "[]"
 
 
 # -- per file (ast) -------------------------------------------------------------------------
 def materialisations(
     tree: ast.Module, source: str, module: str, is_package: bool
 ) -> list[dict[str, Any]]:
-    """The materialisation sites of a file (see the module docstring), in source order."""
-    if not PREFILTER.search(source):
+    """The materialisation sites of a file (see the module docstring), in source order, and
+    its builders and module-level dicts of classes (``{"table": name, "build": classes}``)."""
+    tabled = _TABLE_HINT.search(source)
+    if not (tabled or PREFILTER.search(source) or _EAGER_HINT.search(source)):
         return []
     from metalint.static.names import _ast_imports
 
@@ -77,16 +110,66 @@ def materialisations(
             _ast_imports(node, aliases, module, is_package)
         elif isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             local.add(node.name)
-    out: list[dict[str, Any]] = []
-    scopes: list[list[ast.stmt]] = [tree.body]
-    scopes += [
-        n.body for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    top = _Scope(aliases, local, module, is_package)
+    tables = _class_tables(tree, top) if tabled else {}
+    out: list[dict[str, Any]] = [
+        {"table": f"{module}.{name}", "build": classes, "line": 0, "steps": []}
+        for name, classes in tables.items()
+        if module
     ]
-    for body in scopes:
-        walker = _Scope(aliases, local, module, is_package)
+    if not (PREFILTER.search(source) or _EAGER_HINT.search(source)):
+        return out
+    scopes: list[tuple[list[ast.stmt], str]] = [(tree.body, "")]
+    scopes += [
+        (n.body, f"{module}.{n.name}" if n in tree.body and module else "")
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    for body, function in scopes:
+        walker = _Scope(aliases, local, module, is_package, tables, function)
         walker.block(body, conditional=False)
-        out += [s for s in walker.sites if _materialised(s)]
+        out += [s for s in walker.sites if _kept(s)]
     out.sort(key=lambda s: s["line"])
+    return out
+
+
+def _kept(site: dict) -> bool:
+    """A site that materialises its model, a builder, or an eager build of a class (``model
+    = Model(cfg)``) that then runs something of the library's on it (``model.setup_weights()``,
+    ``model.apply(init_fn)``, ``init_fn(model)``): the library's own initialisers."""
+    if _materialised(site) or site.get("builder"):
+        return True
+    if site.get("meta") or not _class_like(site.get("via", "")):
+        return False
+    return any(s["kind"] in _LEARNED for s in site["steps"])
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+#: steps that run something of the library's on a model it built eagerly
+_LEARNED = ("entry", "call", "apply", "fn")
+
+
+def _class_like(name: str) -> bool:
+    return name.rsplit(".", 1)[-1][:1].isupper()
+
+
+def _class_tables(tree: ast.Module, scope: "_Scope") -> dict[str, list[str]]:
+    """Module-level dicts of classes (``MODELS = {"llama": Transformer, ...}``): name -> the
+    qualified names of its values."""
+    out: dict[str, list[str]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if not (isinstance(target, ast.Name) and isinstance(value, ast.Dict) and value.values):
+            continue
+        names = [scope.qualify(v) for v in value.values]
+        if all(names):
+            out[target.id] = list(dict.fromkeys(names))
     return out
 
 
@@ -138,11 +221,25 @@ def _true(expr: ast.AST | None) -> bool:
 class _Scope:
     """One function body (or the module's), walked in source order."""
 
-    def __init__(self, aliases: dict[str, str], local: set[str], module: str, is_package: bool):
+    def __init__(
+        self,
+        aliases: dict[str, str],
+        local: set[str],
+        module: str,
+        is_package: bool,
+        tables: dict[str, list[str]] | None = None,
+        function: str = "",
+    ):
         self.aliases = dict(aliases)
         self.local = local
         self.module = module
         self.is_package = is_package
+        #: module-level dicts of classes (:func:`_class_tables`)
+        self.tables = tables or {}
+        #: the qualified name of the top-level function walked ("": another scope)
+        self.function = function
+        #: a local name -> the classes it holds (``cls = Transformer``, ``cls = MODELS[k]``)
+        self.classes: dict[str, list[str]] = {}
         self.sites: list[dict[str, Any]] = []
         #: the expression text (``model``, ``self.model``) -> its site
         self.tracked: dict[str, dict[str, Any]] = {}
@@ -169,14 +266,11 @@ class _Scope:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             _ast_imports_into(stmt, self.aliases, self.module, self.is_package)
         elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-            kind = meta
-            for item in stmt.items:
-                found = self.meta_context(item.context_expr)
-                if found:
-                    kind, self.context = found, item.context_expr
-            self.block(stmt.body, conditional, kind)
+            self.with_(stmt, conditional, meta)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             self.assign(stmt, conditional, meta)
+        elif isinstance(stmt, ast.Return) and stmt.value is not None:
+            self.returned(stmt.value, meta)
         elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             self.call(stmt.value, conditional)
         elif isinstance(stmt, (ast.For, ast.AsyncFor)):
@@ -192,6 +286,14 @@ class _Scope:
                 self.block(handler.body, True, meta)
             self.block(stmt.orelse, True, meta)
             self.block(stmt.finalbody, conditional, meta)
+
+    def with_(self, stmt: ast.With | ast.AsyncWith, conditional: bool, meta: str) -> None:
+        kind = meta
+        for item in stmt.items:
+            found = self.meta_context(item.context_expr)
+            if found:
+                kind, self.context = found, item.context_expr
+        self.block(stmt.body, conditional, kind)
 
     def meta_context(self, expr: ast.AST) -> str:
         """``"all"``, ``"params"`` or ``""``: what a ``with`` puts on the meta device."""
@@ -212,6 +314,10 @@ class _Scope:
     def assign(self, stmt: ast.Assign | ast.AnnAssign, conditional: bool, meta: str) -> None:
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         value = stmt.value
+        if len(targets) == 1 and isinstance(targets[0], ast.Name) and value is not None:
+            held = self.held_classes(value)
+            if held:
+                self.classes[targets[0].id] = held  # ``cls = Transformer``
         if len(targets) != 1 or not isinstance(value, ast.Call):
             if isinstance(value, ast.Call):
                 self.call(value, conditional)
@@ -230,33 +336,101 @@ class _Scope:
             self.tracked[target] = wrapped
             return
         self.call(value, conditional)
+        via = self.qualify(value.func)
+        if target and via and not meta:
+            # ``model = build(cfg)``: a site when a builder of the tree returns a meta model
+            # (:func:`sequences` resolves it)
+            pending = {"build": [], "via": via, "line": value.lineno, "meta": "", "steps": []}
+            pending["call"] = _short_call(value)
+            self.sites.append(pending)
+            self.tracked[target] = pending
+
+    def held_classes(self, value: ast.expr) -> list[str]:
+        """The classes an expression names: ``Transformer``, a local holding one, an element
+        of a module-level dict of classes (``MODELS[name]``)."""
+        if isinstance(value, ast.Name) and value.id in self.classes:
+            return self.classes[value.id]
+        if isinstance(value, ast.Subscript) and isinstance(value.value, (ast.Name, ast.Attribute)):
+            if isinstance(value.value, ast.Name) and value.value.id in self.tables:
+                return self.tables[value.value.id]
+            # a dict of another file: :func:`sequences` reads its classes (``TABLE``)
+            table = self.qualify(value.value)
+            return [f"{table}{TABLE}"] if table else []
+        if isinstance(value, (ast.Name, ast.Attribute)):
+            name = self.qualify(value)
+            return [name] if name and name.rsplit(".", 1)[-1][:1].isupper() else []
+        return []
+
+    def returned(self, value: ast.expr, meta: str) -> None:
+        """``return Model(cfg)`` under a meta context, or ``return model`` of a model built on
+        meta here: the function is a builder (its callers' sequences are the sites)."""
+        if not self.function:
+            return
+        site = self.built(value, meta) if isinstance(value, ast.Call) else None
+        if site is None:
+            site = self.tracked.get(_dotted(value))
+            if site is None or not site.get("meta") or _materialised(site):
+                return  # a model materialised here is this function's own site
+        self.sites.append({**site, "builder": self.function, "steps": list(site["steps"])})
 
     def built(self, call: ast.Call, meta: str) -> dict[str, Any] | None:
         """The site a constructor call starts: under a meta context, or ``device="meta"``."""
+        in_context = bool(meta)
         if not meta and _is_meta(_keyword(call, "device")):
             meta = "all"
         if not meta:
             return None
-        names = [self.qualify(call.func)]
+        held = [] if isinstance(call.func, ast.Attribute) else self.held_classes(call.func)
+        names = held[:1] if len(held) == 1 else [] if held else [self.qualify(call.func)]
         if isinstance(call.func, ast.Attribute):
             # ``Transformer.from_model_args(args)``: a class's factory
             names.append(self.qualify(call.func.value))
         names = [n for n in names if n]
+        if len(held) > 1:
+            names = held  # ``MODELS[name](args)``: each class of the table may be built
         if not names:
             return None
         steps: list[dict[str, Any]] = []
+        site: dict[str, Any] = {}
+        buffers = self.included_buffers() if in_context else None
+        if buffers is not None:
+            site["context"] = buffers
         if meta == "lightning" and isinstance(self.context, ast.Call):
             # Lightning's strategies materialise the meta model by each module's own hook
             step = self.step("reset", self.context, name="reset_parameters")
             step["call"] = f"{_text(self.context.func)}(empty_init=True)"
             steps.append(step)
             meta = "all"
+        if len(held) > 1 or any(n.endswith(TABLE) for n in held):
+            site["each"] = True
         return {
             "build": names,
             "line": call.lineno,
             "call": _short_call(call).replace("()", "(...)") if call.args else _short_call(call),
             "meta": meta,
             "steps": steps,
+            **site,
+        }
+
+    def included_buffers(self) -> dict[str, Any] | None:
+        """Where the meta context puts buffers on meta by choice (accelerate's
+        ``init_empty_weights(include_buffers=True)``): the span of that ``True``, for the fix
+        that turns it off (``{"line", "col", "end_line", "end_col", "call"}``, 1-based rows,
+        0-based columns as ``ast`` gives them)."""
+        ctx = self.context
+        if not isinstance(ctx, ast.Call) or self.qualify(ctx.func) not in PARAMS_ONLY_META_CONTEXTS:
+            return None
+        value = _keyword(ctx, "include_buffers")
+        if value is None and ctx.args:
+            value = ctx.args[0]
+        if not _true(value) or value.end_lineno is None or value.end_col_offset is None:
+            return None
+        return {
+            "line": value.lineno,
+            "col": value.col_offset,
+            "end_line": value.end_lineno,
+            "end_col": value.end_col_offset,
+            "call": _text(ctx),
         }
 
     def step(self, kind: str, call: ast.Call, **extra: Any) -> dict[str, Any]:
@@ -283,8 +457,18 @@ class _Scope:
         q = self.qualify(func)
         if q in CHECKPOINT_LOADERS or q.rsplit(".", 1)[-1] in CHECKPOINT_LOADER_NAMES:
             site["steps"].append(self.step("load", call, maybe=conditional))
-        else:
+        elif q in SHARDING_WRAPPERS_WITH_INIT:
             self.wrapper(call, site)
+        elif (
+            q
+            and isinstance(func, ast.Name)
+            and len(call.args) == 1
+            and not call.keywords
+            and func.id not in _BUILTINS
+            and not q.startswith(LIBRARY_PREFIXES)
+        ):
+            # ``init_model(model)``: maybe a function of the tree handed the whole model
+            site["steps"].append(self.step("fn", call, function=q))
 
     def method(self, site: dict, name: str, call: ast.Call, conditional: bool) -> None:
         steps = site["steps"]
@@ -298,6 +482,11 @@ class _Scope:
             loaded = _true(_keyword(call, "assign")) or any(s["kind"] == "to_empty" for s in steps)
             if loaded:
                 steps.append(self.step("load", call, maybe=conditional))
+        elif not name.startswith("__") and name not in NOT_INITIALISERS:
+            # ``model.setup_weights()``: the model's own method, an initialiser of the
+            # library's when the class defines it and it re-creates tensors (the cross-file
+            # step decides: :class:`~metalint.static.protocol.Protocols`)
+            steps.append(self.step("call", call, name=name))
 
     def loop(self, stmt: ast.For | ast.AsyncFor, conditional: bool) -> None:
         """``for m in model.modules(): m.reset_parameters()``: every module's own hook, parents
@@ -412,33 +601,84 @@ def sequences(sites: list[tuple[str, dict]], resolve) -> dict[str, list[Sequence
     or None. A site whose built name is no class of the tree (a factory function) is left
     out."""
     out: dict[str, list[Sequence]] = {}
+    builders = {s["builder"]: s for _, s in sites if s.get("builder")}
+    tables = {s["table"]: s["build"] for _, s in sites if s.get("table")}
     for path, site in sites:
-        root = next((r for n in site.get("build", ()) if (r := resolve(n))), None)
-        if root is None:
+        site = _through_builder(site, builders)
+        if site is None or site.get("table"):
             continue
-        steps = site.get("steps", [])
-        runs = tuple(
-            (s["kind"], s.get("name") or s.get("function") or "")
-            for s in steps
-            if s["kind"] in ("entry", "apply", "reset")
-        )
-        shown = [s for s in steps if s["kind"] in ("entry", "apply")]
-        for kinds in (("load", "to_empty"), ("reset",)):
-            shown = shown or [s for s in steps if s["kind"] in kinds][-1:]
-        last = shown[-1] if shown else {"line": site["line"], "call": site["call"]}
-        out.setdefault(root, []).append(
-            Sequence(
-                root,
-                (path, last["line"], last["call"]),
-                site.get("meta", "all"),
-                any(s["kind"] == "to_empty" for s in steps),
-                runs,
-                any(s["kind"] == "load" and not s.get("maybe") for s in steps),
-                any(s["kind"] == "reset" for s in steps)
-                and all(s.get("order") == "children" for s in steps if s["kind"] == "reset"),
-            )
-        )
+        names = [
+            c
+            for n in site.get("build", ())
+            for c in (tables.get(n[: -len(TABLE)], ()) if n.endswith(TABLE) else (n,))
+        ]
+        resolved = [r for n in names if (r := resolve(n))]
+        for root in dict.fromkeys(resolved if site.get("each") else resolved[:1]):
+            out.setdefault(root, []).append(_sequence(root, path, site))
     return out
+
+
+def eager_builds(sites: list[tuple[str, dict]], resolve) -> dict[str, list[Sequence]]:
+    """Model root -> what the library's builders run on it after an eager build (``model =
+    Model(cfg)``, then ``model.setup_weights()``, ``model.apply(init_fn)``, ``init_fn(model)``):
+    the library's own initialisers, learned from the code that builds the model. No site
+    (nothing is built on meta there), but the protocol a materialiser of the model follows:
+    what they re-create is not lost. Read with :func:`settled`."""
+    out: dict[str, list[Sequence]] = {}
+    for path, site in sites:
+        if site.get("meta") or site.get("builder") or site.get("table"):
+            continue
+        root = resolve(site.get("via", ""))
+        steps = [s for s in site.get("steps", ()) if s["kind"] in _LEARNED]
+        if root is None or not steps:
+            continue
+        seq = _sequence(root, path, {**site, "steps": steps})
+        out.setdefault(root, []).append(replace(seq, meta="", to_empty=False))
+    return out
+
+
+def _through_builder(site: dict, builders: dict[str, dict]) -> dict | None:
+    """The site as the caller of a builder materialises it (``model = build(cfg)``: what the
+    builder builds on meta, then its steps and the caller's); None for a builder itself, or a
+    call of a function that builds no meta model."""
+    if site.get("builder"):
+        return None
+    if site.get("meta") or site.get("table"):
+        return site
+    builder = builders.get(site.get("via", ""))
+    if builder is None:
+        return None
+    return {
+        **site,
+        "build": builder.get("build", []),
+        "meta": builder.get("meta", "all"),
+        "each": builder.get("each", False),
+        "steps": [*builder.get("steps", []), *site.get("steps", [])],
+    }
+
+
+def _sequence(root: str, path: str, site: dict) -> Sequence:
+    """The :class:`Sequence` of one site that builds ``root``."""
+    steps = site.get("steps", [])
+    runs = tuple(
+        (s["kind"], s.get("name") or s.get("function") or "")
+        for s in steps
+        if s["kind"] in ("entry", "apply", "reset", "call", "fn")
+    )
+    shown = [s for s in steps if s["kind"] in ("entry", "apply", "call", "fn")]
+    for kinds in (("load", "to_empty"), ("reset",)):
+        shown = shown or [s for s in steps if s["kind"] in kinds][-1:]
+    last = shown[-1] if shown else {"line": site["line"], "call": site["call"]}
+    return Sequence(
+        root,
+        (path, last["line"], last["call"]),
+        site.get("meta", "all"),
+        any(s["kind"] == "to_empty" for s in steps),
+        runs,
+        any(s["kind"] == "load" and not s.get("maybe") for s in steps),
+        any(s["kind"] == "reset" for s in steps)
+        and all(s.get("order") == "children" for s in steps if s["kind"] == "reset"),
+    )
 
 
 def drop_repeated(diagnostics: list) -> list:
@@ -462,6 +702,21 @@ def drop_repeated(diagnostics: list) -> list:
     return out
 
 
+def settled(seq: Sequence, defines, known_function) -> Sequence:
+    """``seq`` with what its script calls on the model read: ``("call", name)`` is the root's
+    entry point when ``defines(name)`` (the root's class, of the tree, defines that method),
+    ``("fn", name)`` stays when ``known_function(name)`` (a function of the tree); anything
+    else (``model.generate()``, ``wandb.watch(model)``) runs nothing of the model's init."""
+    runs: list[tuple[str, str]] = []
+    for kind, name in seq.runs:
+        if kind == "call":
+            if defines(name):
+                runs.append(("entry", name))
+        elif kind != "fn" or known_function(name):
+            runs.append((kind, name))
+    return seq if tuple(runs) == seq.runs else replace(seq, runs=tuple(runs))
+
+
 def root_only(seqs: list[Sequence]) -> Sequence | None:
     """The first of ``seqs`` that runs the root's entry point and nothing per module (no
     ``apply``, no reset, no checkpoint load): the probe's ``init_weights-only`` mode."""
@@ -469,6 +724,13 @@ def root_only(seqs: list[Sequence]) -> Sequence | None:
         if seq.runs and all(kind == "entry" for kind, _ in seq.runs) and not seq.loads:
             return seq
     return None
+
+
+def probed_site(seqs: list[Sequence]) -> Sequence | None:
+    """The site the probe replays under ``--init auto``: the first that runs only the root's
+    entry point (:func:`root_only`), else the first whose checkpoint load always runs (the
+    probe then loads the model's own persistent tensors with ``assign=True``)."""
+    return root_only(seqs) or next((q for q in seqs if q.loads), None)
 
 
 def tree_sites(start: str, limit: int = 5_000) -> list[tuple[str, dict]]:
@@ -501,7 +763,7 @@ def tree_sites(start: str, limit: int = 5_000) -> list[tuple[str, dict]]:
             break
         try:
             source = path.read_text(encoding="utf-8")
-            if not PREFILTER.search(source):
+            if not (PREFILTER.search(source) or _TABLE_HINT.search(source)):
                 continue
             tree = ast.parse(source)
         except (OSError, UnicodeError, SyntaxError, ValueError, RecursionError, MemoryError):

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from metalint.static.pipeline import Sequence, sequences
+from metalint.static.pipeline import Sequence, eager_builds, sequences, settled
 from metalint.vocabulary import (
     AFFINE_NORMS,
     PROTOCOLS,
@@ -692,7 +692,9 @@ def _applied_functions(classes: list[dict]) -> list[str]:
     return out
 
 
-def summarize_functions(module, module_name: str, ctx, classes: list[dict]) -> dict[str, dict]:
+def summarize_functions(
+    module, module_name: str, ctx, classes: list[dict], applied: tuple[str, ...] = ()
+) -> dict[str, dict]:
     """Module-level functions of this file that a class applies to every module (``def
     init_weights_vit_timm(module, name="")``), that an init factory returns, or that a
     dispatch calls with the module (``classes``: the :func:`summarize_class` results of the
@@ -705,8 +707,10 @@ def summarize_functions(module, module_name: str, ctx, classes: list[dict]) -> d
     top = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
     todo = [q[len(prefix) :] for q in _applied_functions(classes) if q.startswith(prefix)]
     # an init function a training script applies (``model.apply(init_fn)``, see
-    # :mod:`metalint.static.pipeline`): the file cannot know, its name says it may be one
+    # :mod:`metalint.static.pipeline`): the file cannot know, its name says it may be one;
+    # one this file's builders apply or hand the model to (``applied``) is one
     todo += [n for n in top if "init" in n.lower()]
+    todo += [q[len(prefix) :] for q in applied if q.startswith(prefix)]
     out: dict[str, dict[str, Any]] = {}
     done: set[str] = set()
     while todo:
@@ -714,17 +718,8 @@ def summarize_functions(module, module_name: str, ctx, classes: list[dict]) -> d
         if name in done or name not in top:
             continue
         done.add(name)
-        stmt = top[name]
-        entry: dict[str, Any] = {}
-        param = _module_param(stmt, method=False)
-        if param is not None:
-            block = _block(_body(stmt), param, ctx, stmt)
-            if block:
-                entry["block"] = block
-        returns = _returned_functions(stmt, ctx)
-        if returns:
-            entry["returns"] = returns
-        more = _called_functions(entry.get("block", [])) + returns
+        entry = _function_summary(top[name], ctx)
+        more = _called_functions(entry.get("block", [])) + entry.get("returns", [])
         todo += [q[len(prefix) :] for q in more if q.startswith(prefix)]
         if entry:
             out[f"{prefix}{name}"] = entry
@@ -733,6 +728,44 @@ def summarize_functions(module, module_name: str, ctx, classes: list[dict]) -> d
             param = _module_param(stmt, method=False)
             if param and _applies_to_modules(stmt, param, ctx):
                 out.setdefault(f"{prefix}{name}", {})["applies_to_modules"] = True
+    return out
+
+
+def _function_summary(stmt, ctx) -> dict[str, Any]:
+    """What a module-level function re-creates on its first argument (``block``), on each
+    module of it it loops over (``modules``), and the functions it returns (``returns``)."""
+    entry: dict[str, Any] = {}
+    param = _module_param(stmt, method=False)
+    if param is not None:
+        block = _block(_body(stmt), param, ctx, stmt)
+        if block:
+            entry["block"] = block
+        each = _each_module(stmt, param, ctx)
+        if each:
+            entry["modules"] = each
+    returns = _returned_functions(stmt, ctx)
+    if returns:
+        entry["returns"] = returns
+    return entry
+
+
+def _each_module(fn, param: str, ctx) -> list:
+    """What ``def init_model(model): for m in model.modules(): ...`` re-creates on each
+    module it loops over (a block, as :func:`_block` reads it)."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+    from metalint.static.syntax import walk_code
+
+    out: list = []
+    for loop in walk_code(fn.body):
+        if not type(loop) is cst.For or not type(loop.iter) is cst.Call:
+            continue
+        if (dotted(loop.iter.func) or "") not in {f"{param}.{m}" for m in _MODULE_ITERATORS}:
+            continue
+        names = [n.value for n in walk_code(loop.target) if type(n) is cst.Name]
+        if names:
+            out += _block(_body_of(loop), names[-1], ctx, fn)
     return out
 
 
@@ -848,14 +881,30 @@ def _applies(method, ctx, wanted: set[str]) -> list[list]:
             continue
         q = ctx.qualify(fn) or _local_function(fn, ctx)
         out.append(["function", q] if q else ["unknown"])
+    return out + _loop_items(method, ctx)
+
+
+def _loop_items(method, ctx) -> list[list]:
+    """What the loops of a root entry method apply: to every module (``for m in
+    self.modules()``), to every module inside a child (``self.decoder.modules()``), to each
+    element of a container child, and the element's own entry point."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+
+    out: list[list] = []
     for node, targets, it in method.loops:
-        if (
-            isinstance(node, cst.For)
-            and isinstance(it, cst.Call)
-            and (dotted(it.func) or "") in {f"self.{n}" for n in _MODULE_ITERATORS}
-            and targets
-        ):
+        over = (dotted(it.func) or "") if isinstance(it, cst.Call) else ""
+        # ``self.modules()`` (child ""), ``self.decoder.modules()`` (child "decoder")
+        child, _, iterator = over[5:].rpartition(".") if over.startswith("self.") else ("", "", "")
+        modules = isinstance(node, cst.For) and bool(targets) and iterator in _MODULE_ITERATORS
+        if modules and not child:
             out.append(["block", _block(_body_of(node), targets[-1], ctx, method.node)])
+        elif modules and child.isidentifier():
+            # for m in self.decoder.modules(): every module inside that child
+            block = _block(_body_of(node), targets[-1], ctx, method.node)
+            if block:
+                out.append(["within", child, block])
         elif (
             isinstance(node, cst.For)
             and len(targets) == 1
@@ -1397,11 +1446,32 @@ class Protocols:
         #: function the tree does not summarise (``model.apply(fn)`` of another package) is
         #: not judged: the protocol the root's methods suggest stands
         self.sequences: dict[str, list[Sequence]] = {}
-        for root, seqs in sequences(getattr(hierarchy, "sites", []), hierarchy.resolve).items():
+        #: model root -> what the library's builders run on it after an eager build
+        #: (:func:`~metalint.static.pipeline.eager_builds`): its own initialisers
+        self.learned: dict[str, list[Sequence]] = {}
+        self._read_sites(getattr(hierarchy, "sites", []))
+        self._children: dict[str, set[str]] | None = None
+
+    def _read_sites(self, sites: list) -> None:
+        """:attr:`sequences` and :attr:`learned` from the tree's sites."""
+        for root, seqs in sequences(sites, self.h.resolve).items():
+            seqs = [self._settled(root, q) for q in seqs]
             known = [q for q in seqs if all(k != "apply" or self._readable(n) for k, n in q.runs)]
             if known:
                 self.sequences[root] = known
-        self._children: dict[str, set[str]] | None = None
+        for root, seqs in eager_builds(sites, self.h.resolve).items():
+            seqs = [q for q in (self._settled(root, q) for q in seqs) if q.runs]
+            if seqs:
+                self.learned[root] = seqs
+
+    def _settled(self, root: str, seq: Sequence) -> Sequence:
+        """What a site runs, read against the tree: a method the root defines, a function of
+        the tree (:func:`~metalint.static.pipeline.settled`)."""
+        return settled(
+            seq,
+            lambda name: self.h.defines(root, (name,), set()),
+            lambda name: self._readable(name),
+        )
 
     # -- composition --------------------------------------------------------------------
     def roots(self, cls: str) -> frozenset[str]:
@@ -1483,7 +1553,7 @@ class Protocols:
 
     def _readable(self, function: str) -> bool:
         summary = self._function(function)
-        return summary is not None and ("block" in summary or "returns" in summary)
+        return summary is not None and any(k in summary for k in ("block", "returns", "modules"))
 
     def sequences_of(self, root: str) -> list[Sequence]:
         """What materialises ``root``: its sites in the tree, else under ``protocol =
@@ -1511,6 +1581,31 @@ class Protocols:
                 out |= self._run_function(name, cls, set())
             elif kind == "reset":
                 out |= self._called(cls, name, name == RESET_HOOK)
+            elif kind == "fn":
+                out |= self._handed(name, seq.root, cls)
+        return out
+
+    def _handed(self, function: str, root: str, cls: str) -> set[str]:
+        """Tensors of a ``cls`` inside ``root`` that ``function(model)`` re-creates: what it
+        writes on every module it loops over (``for m in model.modules():``), and on the
+        root itself."""
+        summary = self._function(function) or {}
+        out = self._run(summary.get("modules", []), cls, None, None, {function})
+        if cls in self.family(root) or cls == root:
+            out |= self._run(summary.get("block", []), cls, None, None, {function})
+        return out
+
+    def runs_on_root(self, root: str, method: str) -> bool:
+        """Does a site or a builder of the tree run ``root.method()`` after building it?"""
+        seqs = [*self.sequences.get(root, ()), *self.learned.get(root, ())]
+        return any(("entry", method) in q.runs for q in seqs)
+
+    def learned_recreated(self, root: str, cls: str) -> set[str]:
+        """Tensors of a ``cls`` inside ``root`` that the library's own initialisers (what its
+        builders run after an eager build) re-create."""
+        out: set[str] = set()
+        for seq in self.learned.get(root, ()):
+            out |= self.site_recreated(seq, cls)
         return out
 
     def _entry_recreated(self, root: str, entry: str, cls: str) -> set[str]:
@@ -1724,7 +1819,7 @@ class Protocols:
             (member, root)
             for member in self.family(cls)
             for root in self.model_roots(member)
-            if self.protocol_of(root) != RESET
+            if self.protocol_of(root) != RESET or root in self.learned
         ]
         if not pairs:
             return ("", "")
@@ -1735,6 +1830,7 @@ class Protocols:
                     return (self.protocol_of(root), root)
                 continue
             done = self.recreated(member, root, self.protocol_of(root))
+            done |= self.learned_recreated(root, member)
             if "*" in done or all(t in done for t in tensors):
                 continue
             if law and self.same_law(member, root, *law):
@@ -1873,6 +1969,11 @@ class Protocols:
         if kind == "block":
             return self._run(item[1], cls, root, None, set())
         if kind == "each" and cls in self._held(root, item[1]):
+            return self._run(item[2], cls, root, None, set())
+        if kind == "within" and any(
+            cls in self.descendants(c) for c in self._child_classes(root, item[1])
+        ):
+            # ``for m in self.decoder.modules():``: every module inside that child
             return self._run(item[2], cls, root, None, set())
         return set()
 
@@ -2042,6 +2143,8 @@ class Protocols:
         None when every root re-creates what it says is lost (or replays what it says is
         not replayed), else the finding naming the protocol and root it is lost under."""
         cond = d.condition
+        if cond.unless_run and self.runs_on_root(cond.cls, cond.unless_run):
+            return None
         if cond.unless_root_replays:
             return self._judge_replayed(d)
         if cond.at_materialisation:
@@ -2075,6 +2178,12 @@ class Protocols:
                 protocol=RESET,
                 materialised=seq.call,
             )
+        return self._named_loss(d, protocol, root)
+
+    def _named_loss(self, d, protocol: str, root: str):
+        """A finding lost under ``root``'s ``protocol``, naming what loses it: the site, the
+        library's own initialiser, or the root's entry point."""
+        cond = d.condition
         seq = next(
             (
                 q
@@ -2089,6 +2198,14 @@ class Protocols:
                 protocol=protocol,
                 root=root,
                 materialised=seq.call,
+            )
+        learned = self.learned.get(root)
+        if learned:
+            return d.with_(
+                message=f"{d.message}; lost under {learned[0].label}, what the library runs "
+                "on the model after building it",
+                protocol=protocol,
+                root=root,
             )
         short = root.rsplit(".", 1)[-1]
         where = (

@@ -51,6 +51,9 @@ class Finding:
     #: the finding stands unless the class is a model root whose entry point (this hook)
     #: replays it (see :mod:`metalint.static.protocol`)
     unless_root_replays: str = ""
+    #: the finding stands unless the tree runs this method of the class on it as a model root
+    #: after building it (see ``Condition.unless_run``)
+    unless_run: str = ""
     #: the finding stands only while this module-level function applies init to every module
     #: of its argument (resolved across files)
     if_applies_init: str = ""
