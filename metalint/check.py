@@ -29,6 +29,7 @@ from metalint.jobs import analyze_isolated, analyze_one, can_isolate, preload
 from metalint.report import FORMATS, TEXT_FORMATS, exit_code, is_error, render
 from metalint.show import settings_text
 from metalint.static.hierarchy import Hierarchy
+from metalint.static.installed import Installed
 from metalint.static.pipeline import drop_repeated
 from metalint.static.protocol import Protocols
 from metalint.static.results import FileResult, decode, read_source
@@ -104,6 +105,66 @@ def run_check(
             named = {i for i, f in enumerate(files) if _abs_key(f) in by_key}
     base = project or settings.root
     cache = _open_cache(settings, base, codes) if use_cache else None
+    results, jobs, job_index, digests, checked = _cached_or_jobs(files, cache, settings)
+    workers = workers or os.cpu_count() or 1
+    analysed = analyze_files(jobs, workers, settings.file_time_budget)
+    for i, result in zip(job_index, analysed):
+        results[i] = result
+        if cache is not None and not any(is_error(d.code) for d in result.diagnostics):
+            cache.put(*digests[i], _to_cache(result))
+    if cache is not None:
+        cache.save()
+    _confirmed_helper_reads(results, files, checked, settings, workers, named)
+    # the installed packages' summaries are cached beside the tree's (not when it is not)
+    installed = read_installed(results, settings, codes, workers, base if cache else None)
+    if named is None:
+        diagnostics = resolve(results, settings, enabled, installed)
+    else:
+        diagnostics = _named_and_caused(results, named, settings, enabled, installed)
+    return CheckResult(diagnostics, checked_files, results)
+
+
+def read_installed(
+    results: list[FileResult],
+    settings: Settings,
+    codes: list[str],
+    workers: int,
+    cache_base: Path | None,
+) -> Installed | None:
+    """The installed packages' modules the tree's classes lead to (see
+    :mod:`metalint.static.installed`), cached in the cache folder of ``cache_base`` (None:
+    no cache); None when no environment is known."""
+    from metalint.sitepackages import Environment, search_folders
+    from metalint.static.installed import reach
+
+    folders = search_folders(settings.site_packages)
+    if not folders:
+        return None
+    cache = None
+    if cache_base is not None:
+        cache = _open_cache(settings, cache_base, codes, INSTALLED_CACHE)
+    installed = reach(
+        results,
+        Environment(folders),
+        lambda jobs: analyze_files(jobs, workers, settings.file_time_budget),
+        settings.hooks,
+        cache,
+    )
+    if cache is not None:
+        cache.save()
+    for note in installed.notes:
+        click.echo(f"metalint: note: {note}", err=True)
+    return installed
+
+
+#: the cache of the installed modules' summaries beside the tree's (another file, same key)
+INSTALLED_CACHE = "installed"
+
+
+def _cached_or_jobs(files: list[Path], cache: Cache | None, settings: Settings):
+    """Each file's cached result, or the job analysing it: ``(results, jobs, the index of
+    each job's file, (cache key, digest) of each such file, the digest of each file's bytes
+    as checked)``; a file that cannot be read or decoded has its error as result."""
     results: list[FileResult] = [None] * len(files)  # type: ignore[list-item]
     jobs, job_index, digests = [], [], {}
     checked: dict[int, str] = {}  # the digest of each file's bytes as checked
@@ -133,27 +194,14 @@ def run_check(
         jobs.append((source, display, module, path.name == "__init__.py", settings.hooks, True))
         job_index.append(i)
         digests[i] = key, digest
-    workers = workers or os.cpu_count() or 1
-    analysed = analyze_files(jobs, workers, settings.file_time_budget)
-    for i, result in zip(job_index, analysed):
-        results[i] = result
-        if cache is not None and not any(is_error(d.code) for d in result.diagnostics):
-            cache.put(*digests[i], _to_cache(result))
-    if cache is not None:
-        cache.save()
-    _confirmed_helper_reads(results, files, checked, settings, workers, named)
-    if named is None:
-        diagnostics = resolve(results, settings, enabled)
-    else:
-        diagnostics = _named_and_caused(results, named, settings, enabled)
-    return CheckResult(diagnostics, checked_files, results)
+    return results, jobs, job_index, digests, checked
 
 
 def _abs_key(path: Path) -> str:
     return os.path.normpath(str(path.absolute()))
 
 
-def _open_cache(settings: Settings, base: Path, codes: list[str]) -> Cache | None:
+def _open_cache(settings: Settings, base: Path, codes: list[str], kind: str = "") -> Cache | None:
     """The cache of ``base`` (the project, else the settings' root); None, with a warning, when
     it cannot be used. A configured ``cache-dir`` outside the project (and outside the user's
     cache folder) is a ConfigError: ``check`` writes nowhere else."""
@@ -176,7 +224,8 @@ def _open_cache(settings: Settings, base: Path, codes: list[str]) -> Cache | Non
     except NoKey as exc:
         warn(f"cache not used ({exc})")
         return None
-    return Cache(folder, Cache.key(codes, settings.hooks), base, key, warn=warn)
+    name = Cache.key(codes, settings.hooks) + (f"/{kind}" if kind else "")
+    return Cache(folder, name, base, key, warn=warn)
 
 
 def _to_cache(result: FileResult) -> dict:
@@ -210,7 +259,11 @@ def _force_excluded(path: Path, discovery: Discovery, root: Path) -> bool:
 
 
 def _named_and_caused(
-    results: list[FileResult], named: set[int], settings: Settings, enabled: set[str]
+    results: list[FileResult],
+    named: set[int],
+    settings: Settings,
+    enabled: set[str],
+    installed: Installed | None = None,
 ) -> list[Diagnostic]:
     """The findings of a run on some files of a project: the whole project's analysis judges
     every file; reported are every finding of the named files, and each finding of another
@@ -219,10 +272,10 @@ def _named_and_caused(
     protocol or message), or finds other model roots containing its class (a class of a named
     file builds it: that root's re-initialisation decides it, even once deleted). Input errors
     (ML9xx) of the other files are theirs, not reported."""
-    found, protocols = _judged(results, settings, enabled)
+    found, protocols = _judged(results, settings, enabled, installed)
     shown = {results[i].path for i in named}
     others = [r for i, r in enumerate(results) if i not in named]
-    alone, alone_protocols = _judged(others, settings, enabled)
+    alone, alone_protocols = _judged(others, settings, enabled, installed)
     without = Counter(_identity(d) for d in alone)
     out = []
     for d in found:
@@ -310,72 +363,95 @@ def _confirmed_helper_reads(
         results[i] = result
 
 
-def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) -> list[Diagnostic]:
-    """Answer cross-file conditions, apply selection, per-file ignores and ``# noqa``."""
-    return _judged(results, settings, enabled)[0]
+def resolve(
+    results: list[FileResult],
+    settings: Settings,
+    enabled: set[str],
+    installed: Installed | None = None,
+) -> list[Diagnostic]:
+    """Answer cross-file conditions, apply selection, per-file ignores and ``# noqa``;
+    ``installed``: the installed modules the tree reaches (their classes join the hierarchy,
+    their findings are reported where the tree builds or extends them)."""
+    return _judged(results, settings, enabled, installed)[0]
 
 
 def _judged(
-    results: list[FileResult], settings: Settings, enabled: set[str]
+    results: list[FileResult],
+    settings: Settings,
+    enabled: set[str],
+    installed: Installed | None = None,
 ) -> tuple[list[Diagnostic], Protocols]:
     """:func:`resolve`, and the protocols it judged under."""
-    hierarchy = Hierarchy(results)
+    hierarchy = Hierarchy([*results, *installed.results] if installed else results)
     protocols = Protocols(hierarchy, settings.protocol)
+    reached = {}
+    if installed is not None:
+        from metalint.static.installed import reached_findings
+
+        reached = reached_findings(results, installed, hierarchy, protocols, settings.hooks)
     out: list[Diagnostic] = []
     for r in results:
         ignored_here = _per_file_ignores(r.path, settings)
-        kept: list[Diagnostic] = []
-        for d in r.diagnostics:
-            if not is_error(d.code):
-                if d.code not in enabled or any(d.code.startswith(p) for p in ignored_here):
-                    continue
-                if d.condition is not None:
-                    if not hierarchy.holds(d.condition, settings.hooks, d.code):
-                        continue
-                    if d.condition.if_helper_reads:
-                        via = hierarchy.construction_read(d.condition.if_helper_reads, d.code)
-                        d = d.with_(
-                            via=via,
-                            help=f"{d.help} (the line is in `{via[0]}` at {via[1]}:{via[2]})",
-                        )
-                    d = protocols.judge(d)
-                    if d is None:
-                        continue
-            kept.append(d)
-        kept = drop_repeated(kept)
-        used: dict[int, set[str]] = {}
-        for d in kept:
-            codes = r.noqa.get(d.start.row, ())
-            if (
-                not is_error(d.code)
-                and d.start.row in r.noqa
-                and (codes is None or d.code in codes)
-            ):
-                used.setdefault(d.start.row, set()).add(d.code)
-                continue
-            out.append(d)
-        if UNUSED_NOQA in enabled:
-            for row, codes in sorted(r.noqa.items()):
-                if not codes:
-                    continue
-                stale = [
-                    c
-                    for c in codes
-                    if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
-                ]
-                if stale:
-                    pos = Position(row, 1)
-                    out.append(
-                        Diagnostic(
-                            UNUSED_NOQA,
-                            f"unused `# noqa` for {', '.join(stale)}: nothing is reported here",
-                            r.path,
-                            pos,
-                            pos,
-                            help=f"Remove {', '.join(stale)} from the `# noqa` comment",
-                        )
-                    )
+        kept = [
+            d
+            for d in (*r.diagnostics, *reached.get(r.path, ()))
+            if is_error(d.code)
+            or (d.code in enabled and not any(d.code.startswith(p) for p in ignored_here))
+        ]
+        kept = [j for d in kept if (j := _judged_one(d, hierarchy, protocols, settings))]
+        out += _unsilenced(r, drop_repeated(kept), enabled)
     return sorted(out, key=lambda d: d.sort_key), protocols
+
+
+def _judged_one(
+    d: Diagnostic, hierarchy: Hierarchy, protocols: Protocols, settings: Settings
+) -> Diagnostic | None:
+    """A finding with its condition answered across files (None: it does not stand)."""
+    if is_error(d.code) or d.condition is None:
+        return d
+    if not hierarchy.holds(d.condition, settings.hooks, d.code):
+        return None
+    if d.condition.if_helper_reads:
+        via = hierarchy.construction_read(d.condition.if_helper_reads, d.code)
+        d = d.with_(
+            via=via,
+            help=f"{d.help} (the line is in `{via[0]}` at {via[1]}:{via[2]})",
+        )
+    return protocols.judge(d)
+
+
+def _unsilenced(r: FileResult, kept: list[Diagnostic], enabled: set[str]) -> list[Diagnostic]:
+    """The findings of ``r`` that no ``# noqa`` silences, and ML100 for each code a ``# noqa``
+    names that silences nothing."""
+    out: list[Diagnostic] = []
+    used: dict[int, set[str]] = {}
+    for d in kept:
+        codes = r.noqa.get(d.start.row, ())
+        if not is_error(d.code) and d.start.row in r.noqa and (codes is None or d.code in codes):
+            used.setdefault(d.start.row, set()).add(d.code)
+            continue
+        out.append(d)
+    if UNUSED_NOQA not in enabled:
+        return out
+    for row, codes in sorted(r.noqa.items()):
+        stale = [
+            c
+            for c in codes or ()
+            if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
+        ]
+        if stale:
+            pos = Position(row, 1)
+            out.append(
+                Diagnostic(
+                    UNUSED_NOQA,
+                    f"unused `# noqa` for {', '.join(stale)}: nothing is reported here",
+                    r.path,
+                    pos,
+                    pos,
+                    help=f"Remove {', '.join(stale)} from the `# noqa` comment",
+                )
+            )
+    return out
 
 
 def probe_findings(

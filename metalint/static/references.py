@@ -1,0 +1,131 @@
+"""Where a class names the classes of other files (``ClassSummary.refs``).
+
+A finding of a class outside the checked tree (an installed package) is reported on the class
+of the tree that builds or extends it, at the place that names it: the base in ``class
+Encoder(ResNet):``, the call in ``self.features = MelFilterbank(40)``. The positions are read
+from CPython's tree (cheap, exact rows and columns) for the names the class's summary already
+holds (its bases and the classes its construction refers to) that are not of its own file.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from metalint.lines import split_lines
+from metalint.static.names import canonical
+from metalint.static.results import OWN_REF, ClassSummary
+
+
+def add_references(
+    tree: ast.Module | None, facts, summaries: list[ClassSummary], source: str
+) -> None:
+    """Fill ``refs`` of each summary (in the order of ``facts.classes``) with the first
+    mention of each name of another file among its bases and construction's classes
+    (``source``: the text ``tree`` was parsed from, for the columns of a non-ASCII line)."""
+    if tree is None:
+        return
+    local = set(facts.local_classes.values())
+    wanted: dict[str, tuple[set[str], set[str]]] = {}
+    for cls, summary in zip(facts.classes, summaries):
+        bases = {b for b in summary.bases if _elsewhere(b, local)}
+        children = {c for c in summary.protocol.get("children", ()) if _elsewhere(c, local)}
+        if bases or children:
+            wanted.setdefault(cls.qualname, (bases, children))
+    if not wanted:
+        return
+    nodes = dict(_class_nodes(tree.body, ()))
+    for cls, summary in zip(facts.classes, summaries):
+        node = nodes.get(cls.qualname)
+        if node is None or cls.qualname not in wanted:
+            continue
+        bases, children = wanted[cls.qualname]
+        summary.refs = {
+            k: _characters(v, source) for k, v in _mentions(node, bases, children, facts).items()
+        }
+
+
+def _elsewhere(name: str, local: set[str]) -> bool:
+    return "." in name and name not in local and not name.startswith("torch.")
+
+
+def _class_nodes(body: list, stack: tuple[str, ...]) -> Iterator[tuple[str, ast.ClassDef]]:
+    """``(qualname, node)`` of every class outside a function (the first of a name first)."""
+    for node in body:
+        if isinstance(node, ast.ClassDef):
+            qual = (*stack, node.name)
+            yield ".".join(qual), node
+            yield from _class_nodes(node.body, qual)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list):
+                    yield from _class_nodes(inner, stack)
+
+
+def _mentions(node: ast.ClassDef, bases: set[str], children: set[str], facts) -> dict:
+    out: dict[str, list[int]] = {}
+    out[OWN_REF] = [node.lineno, node.col_offset + 1, node.lineno, node.col_offset + 1]
+    for base in node.bases:
+        target = base.value if isinstance(base, ast.Subscript) else base
+        q = _qualify(target, facts)
+        if q in bases:
+            out.setdefault(q, _span(base))
+    if not children:
+        return out
+    calls, names = [], []
+    for n in _walk_class(node):
+        if isinstance(n, ast.Call):
+            calls.append(n.func)
+        elif isinstance(n, (ast.Name, ast.Attribute)):
+            names.append(n)
+    for n in calls + names:  # a call first: ``MelFilterbank(40)`` rather than an annotation
+        q = _qualify(n, facts)
+        if q in children:
+            out.setdefault(q, _span(n))
+    return out
+
+
+def _walk_class(node: ast.ClassDef) -> Iterator[ast.AST]:
+    """The nodes of a class's body in source order, without its nested classes."""
+    todo = list(reversed(node.body))
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.ClassDef):
+            continue
+        yield n
+        todo.extend(reversed(list(ast.iter_child_nodes(n))))
+
+
+def _qualify(node: ast.AST, facts) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    head = facts.aliases.names.get(node.id)
+    if head is None:
+        return None
+    return canonical(".".join([head, *reversed(parts)]))
+
+
+def _characters(span: list[int], source: str) -> list[int]:
+    """``span`` with CPython's columns (UTF-8 bytes) counted in characters, as the reports'."""
+    if source.isascii():
+        return span
+    lines = split_lines(source)
+    out = list(span)
+    for i in (0, 2):
+        row = out[i]
+        if 0 < row <= len(lines) and not lines[row - 1].isascii():
+            head = lines[row - 1].encode("utf-8", "surrogatepass")[: out[i + 1] - 1]
+            out[i + 1] = len(head.decode("utf-8", "replace")) + 1
+    return out
+
+
+def _span(node: ast.AST) -> list[int]:
+    end_row = getattr(node, "end_lineno", None) or node.lineno
+    end_col = getattr(node, "end_col_offset", None)
+    end_col = node.col_offset if end_col is None else end_col
+    return [node.lineno, node.col_offset + 1, end_row, end_col + 1]
