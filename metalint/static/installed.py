@@ -41,6 +41,9 @@ TRANSFERRED = frozenset(
     {"ML001", "ML002", "ML003", "ML007", "ML008", "ML009", "ML010", "ML013", "ML014"}
 )
 
+#: the findings that say construction (or ``to_empty()``) raises
+CRASHES = frozenset({"ML008", "ML013"})
+
 #: ``analyze(jobs) -> results``, one per job (``metalint.jobs.Job``), in order
 Analyze = Callable[[list], list[FileResult]]
 
@@ -77,11 +80,12 @@ def reach(
     analyze: Analyze,
     hooks: tuple[str, ...],
     cache=None,
-    limit: int = MAX_FILES,
+    limit: int | None = None,
 ) -> Installed:
     """The installed modules the classes of ``tree`` lead to, analysed (``analyze``) or read
-    from ``cache`` (a :class:`metalint.cache.Cache`, or None)."""
-    return _Reach(tree, env, analyze, hooks, cache, limit).run()
+    from ``cache`` (a :class:`metalint.cache.Cache`, or None), reading at most ``limit``
+    files (default :data:`MAX_FILES`)."""
+    return _Reach(tree, env, analyze, hooks, cache, limit or MAX_FILES).run()
 
 
 class _Reach:
@@ -379,17 +383,7 @@ class _Outside:
             f"`{name}` {verb} `{cls}` (installed: {package}), whose construction runs{runs} "
             f"{where}:{line}: {found.message}"
         )
-        if found.code == "ML008" or found.code == "ML013":
-            help = (
-                f'`{cls}` cannot be built on meta: build it outside `torch.device("meta")` '
-                f"and attach it, or report it to {package.split()[0]}"
-            )
-        else:
-            help = (
-                f"Re-create what `{cause.rsplit('.', 1)[-1]}.__init__` sets in a hook of "
-                f"`{name}` (`reset_parameters()`, or the root's `init_weights()`), or report "
-                f"it to {package.split()[0]}"
-            )
+        help = _help(found.code, cls, cause, name, package.split()[0], extends)
         symbol = summary.fullname[len(r.module) + 1 :] if r.module else summary.fullname
         return Diagnostic(
             found.code,
@@ -410,6 +404,23 @@ class _Outside:
     def _file_of(self, cls: str) -> tuple[str, ModuleFile | None]:
         r = self.classes[cls][0]
         return r.module, self.installed.files.get(r.module)
+
+
+def _help(code: str, cls: str, cause: str, name: str, package: str, extends: bool) -> str:
+    """What the user of an installed class can do: build it elsewhere (it crashes on meta),
+    or re-create what its construction set (in the subclass's own hook, when the tree's class
+    extends it; where the model is materialised, when it builds it)."""
+    if code in CRASHES:
+        return (
+            f'`{cls}` cannot be built on meta: build it outside `torch.device("meta")` and '
+            f"attach it, or report it to {package}"
+        )
+    what = f"what `{cause.rsplit('.', 1)[-1]}.__init__` sets"
+    if extends:
+        where = f"in `{name}`'s own `reset_parameters()` (or the root's `init_weights()`)"
+    else:
+        where = "after `to_empty()`, where the model is materialised (the root's `init_weights()`)"
+    return f"Re-create {what} {where}, or report it to {package}"
 
 
 def _silenced(d: Diagnostic, r: FileResult) -> bool:
