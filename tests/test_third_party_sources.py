@@ -406,3 +406,24 @@ def test_a_really_installed_torchvision_resnet(tmp_path):
     assert d["via"]["function"] == "torchvision.models.resnet.ResNet"
     assert d["via"]["filename"].endswith("torchvision/models/resnet.py")
     assert "(installed: torchvision " in d["message"]
+
+
+def test_source_on_stdin_is_judged_with_the_installed_packages(project, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "c")}
+    env.pop("VIRTUAL_ENV", None)
+    r = subprocess.run(
+        [sys.executable, "-m", "metalint", "check", "--output-format", "json",
+         "--stdin-filename", "models.py", "-"],
+        cwd=project,
+        env=env,
+        input=(project / "models.py").read_text(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert {(d["code"], d["filename"]) for d in json.loads(r.stdout)} == {
+        ("ML008", "models.py"),
+        ("ML010", "models.py"),
+    }
+    assert not (project / ".metalint_cache").exists()
