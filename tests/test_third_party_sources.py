@@ -427,3 +427,33 @@ def test_source_on_stdin_is_judged_with_the_installed_packages(project, tmp_path
         ("ML010", "models.py"),
     }
     assert not (project / ".metalint_cache").exists()
+
+
+WARM = """
+import sys
+from metalint.cli import main
+try:
+    main(["check", "--exit-zero", "-q", "."])
+except SystemExit:
+    pass
+print("LIBCST" if "libcst" in sys.modules else "NO-LIBCST")
+"""
+
+
+def test_a_warm_run_reads_installed_summaries_without_libcst(project, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path / "c")}
+    env.pop("VIRTUAL_ENV", None)
+    outs = []
+    for _ in range(2):
+        r = subprocess.run(
+            [sys.executable, "-c", WARM],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        outs.append(r.stdout)
+    assert "featlib.layers.MelFilterbank" in outs[0]
+    assert [o.splitlines()[-1] for o in outs] == ["LIBCST", "NO-LIBCST"]
+    assert outs[1].splitlines()[:-1] == outs[0].splitlines()[:-1]
