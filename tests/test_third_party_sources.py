@@ -457,3 +457,20 @@ def test_a_warm_run_reads_installed_summaries_without_libcst(project, tmp_path):
     assert "featlib.layers.MelFilterbank" in outs[0]
     assert [o.splitlines()[-1] for o in outs] == ["LIBCST", "NO-LIBCST"]
     assert outs[1].splitlines()[:-1] == outs[0].splitlines()[:-1]
+
+
+def test_an_installed_base_makes_the_tree_class_a_module(cli, project):
+    """The tree's own finding that needs its class to be an ``nn.Module`` stands when the
+    module base is installed (it was unknown, and the finding dropped)."""
+    (project / "models.py").write_text(
+        "import torch\nfrom visionlib.models import ResNet\n\n\n"
+        "class Stem(ResNet):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(width=8)\n"
+        "        self.mean = torch.zeros(3)\n"
+    )
+    rc, found, _ = run(cli, project, "--no-cache")
+    assert {(d["code"], d["location"]["row"]) for d in found} == {("ML007", 8), ("ML010", 5)}
+    (project / "pyproject.toml").write_text("[tool.metalint]\nsite-packages = []\n")
+    rc, found, _ = run(cli, project, "--no-cache")
+    assert found == []
