@@ -305,8 +305,8 @@ def reached_findings(
     seen: set[tuple] = set()
     for r in tree:
         for summary in r.classes:
-            for name, span in summary.refs.items():
-                cls = hierarchy.resolve(name) if name != OWN_REF else None
+            for name, span in _named(summary):
+                cls = hierarchy.resolve(name)
                 if cls is None or cls not in outside.classes:
                     continue
                 extends = name in summary.bases
@@ -323,6 +323,16 @@ def reached_findings(
                             outside.report(found, r, summary, span, cls, cause, extends)
                         )
     return out
+
+
+def _named(summary: ClassSummary) -> list[tuple[str, list[int]]]:
+    """The classes of other files ``summary``'s class extends or builds, each with where it
+    names it (the class's own name when that was not found)."""
+    own = summary.refs.get(OWN_REF)
+    if own is None:
+        return []
+    names = dict.fromkeys([*summary.bases, *summary.protocol.get("children", ())])
+    return [(n, summary.refs.get(n, own)) for n in names if n in summary.refs or "." in n]
 
 
 class _Outside:

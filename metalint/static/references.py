@@ -13,6 +13,7 @@ import ast
 from collections.abc import Iterator
 
 from metalint.lines import split_lines
+from metalint.static.model import construction
 from metalint.static.names import canonical
 from metalint.static.results import OWN_REF, ClassSummary
 
@@ -26,10 +27,12 @@ def add_references(
     if tree is None:
         return
     local = set(facts.local_classes.values())
+    # a class of the file's own package is the tree's (never read from an installed copy)
+    own = facts.module.split(".")[0] + "." if facts.module else None
     wanted: dict[str, tuple[set[str], set[str]]] = {}
     for cls, summary in zip(facts.classes, summaries):
-        bases = {b for b in summary.bases if _elsewhere(b, local)}
-        children = {c for c in summary.protocol.get("children", ()) if _elsewhere(c, local)}
+        bases = {b for b in summary.bases if _elsewhere(b, local, own)}
+        children = {c for c in summary.protocol.get("children", ()) if _elsewhere(c, local, own)}
         if bases or children:
             wanted.setdefault(cls.qualname, (bases, children))
     if not wanted:
@@ -40,13 +43,18 @@ def add_references(
         if node is None or cls.qualname not in wanted:
             continue
         bases, children = wanted[cls.qualname]
-        summary.refs = {
-            k: _characters(v, source) for k, v in _mentions(node, bases, children, facts).items()
-        }
+        methods = {m.name for m in construction(cls)} if children else set()
+        found = _mentions(node, bases, children, methods, facts)
+        summary.refs = {k: _characters(v, source) for k, v in found.items()}
 
 
-def _elsewhere(name: str, local: set[str]) -> bool:
-    return "." in name and name not in local and not name.startswith("torch.")
+def _elsewhere(name: str, local: set[str], own: str | None) -> bool:
+    return (
+        "." in name
+        and name not in local
+        and not name.startswith("torch.")
+        and not (own and name.startswith(own))
+    )
 
 
 def _class_nodes(body: list, stack: tuple[str, ...]) -> Iterator[tuple[str, ast.ClassDef]]:
@@ -63,7 +71,7 @@ def _class_nodes(body: list, stack: tuple[str, ...]) -> Iterator[tuple[str, ast.
                     yield from _class_nodes(inner, stack)
 
 
-def _mentions(node: ast.ClassDef, bases: set[str], children: set[str], facts) -> dict:
+def _mentions(node: ast.ClassDef, bases: set[str], children: set[str], methods, facts) -> dict:
     out: dict[str, list[int]] = {}
     out[OWN_REF] = [node.lineno, node.col_offset + 1, node.lineno, node.col_offset + 1]
     for base in node.bases:
@@ -71,28 +79,50 @@ def _mentions(node: ast.ClassDef, bases: set[str], children: set[str], facts) ->
         q = _qualify(target, facts)
         if q in bases:
             out.setdefault(q, _span(base))
-    if not children:
-        return out
-    calls, names = [], []
-    for n in _walk_class(node):
-        if isinstance(n, ast.Call):
-            calls.append(n.func)
-        elif isinstance(n, (ast.Name, ast.Attribute)):
-            names.append(n)
-    for n in calls + names:  # a call first: ``MelFilterbank(40)`` rather than an annotation
-        q = _qualify(n, facts)
-        if q in children:
-            out.setdefault(q, _span(n))
+    if children:
+        for q, span in _children(node, children, methods, facts).items():
+            out.setdefault(q, span)
     return out
 
 
-def _walk_class(node: ast.ClassDef) -> Iterator[ast.AST]:
-    """The nodes of a class's body in source order, without its nested classes."""
-    todo = list(reversed(node.body))
+def _children(node: ast.ClassDef, children: set[str], methods, facts) -> dict:
+    """The first mention of each of ``children`` in the class's ``methods``: a call (a call
+    of each ends the search: ``MelFilterbank(40)`` rather than an annotation), else a name."""
+    last = {c.rpartition(".")[2] for c in children}
+    called: dict[str, list[int]] = {}
+    named: dict[str, list[int]] = {}
+    for n in _walk_methods(node, methods):
+        kind = type(n)
+        if kind is ast.Call:
+            q = _qualify(n.func, facts) if _last(n.func) in last else None
+            if q in children and q not in called:
+                called[q] = _span(n.func)
+                if len(called) == len(children):
+                    break
+        elif (kind is ast.Name or kind is ast.Attribute) and _last(n) in last:
+            q = _qualify(n, facts)
+            if q in children:
+                named.setdefault(q, _span(n))
+    return {**named, **called}
+
+
+def _last(node: ast.AST) -> str | None:
+    kind = type(node)
+    return node.id if kind is ast.Name else node.attr if kind is ast.Attribute else None
+
+
+def _walk_methods(node: ast.ClassDef, methods: set[str]) -> Iterator[ast.AST]:
+    """The nodes of the class's ``methods`` (those construction runs, where it names the
+    classes it builds), ``__init__`` first, then in source order."""
+    body = [
+        s
+        for s in node.body
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name in methods
+    ]
+    body.sort(key=lambda s: s.name != "__init__")
+    todo = list(reversed(body))
     while todo:
         n = todo.pop()
-        if isinstance(n, ast.ClassDef):
-            continue
         yield n
         todo.extend(reversed(list(ast.iter_child_nodes(n))))
 
