@@ -474,3 +474,24 @@ def test_an_installed_base_makes_the_tree_class_a_module(cli, project):
     (project / "pyproject.toml").write_text("[tool.metalint]\nsite-packages = []\n")
     rc, found, _ = run(cli, project, "--no-cache")
     assert found == []
+
+
+def test_a_class_defined_under_try_in_an_installed_module(cli, project):
+    site = project.parent / "site-packages"
+    (site / "trylib").mkdir()
+    (site / "trylib" / "__init__.py").write_text(
+        "try:\n    from fastlayers import Layer\n"
+        "except ImportError:\n"
+        "    import torch\n    from torch import nn\n\n"
+        "    class Layer(nn.Module):\n"
+        "        def __init__(self):\n            super().__init__()\n"
+        "            self.n = torch.zeros(2).sum().item()\n"
+    )
+    (project / "models.py").write_text(
+        "from torch import nn\nimport trylib\n\n\n"
+        "class M(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.layer = trylib.Layer()\n"
+    )
+    rc, found, _ = run(cli, project, "--no-cache")
+    [d] = found
+    assert (d["code"], d["location"]["row"], d["via"]["line"]) == ("ML008", 8, 10)

@@ -201,10 +201,13 @@ class _Reach:
         except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
             self.note(file, f"not read ({type(exc).__name__}: {exc})")
             return None
-        from metalint.static.names import exports_from_ast  # libcst: only on a miss
+        # libcst: only on a miss
+        from metalint.static.names import exports_from_ast
+        from metalint.static.references import class_nodes
 
         exports = exports_from_ast(tree, name, file.is_package)
-        classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+        # its top-level classes, also under ``if``/``try`` (as the full analysis finds them)
+        classes = {q for q, _ in class_nodes(tree.body, ()) if "." not in q}
         m = _Module(file, exports, classes, source)
         self._put(m)
         return m

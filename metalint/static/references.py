@@ -37,9 +37,14 @@ def add_references(
             wanted.setdefault(cls.qualname, (bases, children))
     if not wanted:
         return
-    nodes = dict(_class_nodes(tree.body, ()))
+    # the k-th class of a name (``if ...: class Block`` / ``else: class Block``) is the k-th
+    # node of that name
+    nodes: dict[str, list[ast.ClassDef]] = {}
+    for qual, node in class_nodes(tree.body, ()):
+        nodes.setdefault(qual, []).append(node)
     for cls, summary in zip(facts.classes, summaries):
-        node = nodes.get(cls.qualname)
+        same = nodes.get(cls.qualname)
+        node = same.pop(0) if same else None
         if node is None or cls.qualname not in wanted:
             continue
         bases, children = wanted[cls.qualname]
@@ -57,18 +62,18 @@ def _elsewhere(name: str, local: set[str], own: str | None) -> bool:
     )
 
 
-def _class_nodes(body: list, stack: tuple[str, ...]) -> Iterator[tuple[str, ast.ClassDef]]:
-    """``(qualname, node)`` of every class outside a function (the first of a name first)."""
+def class_nodes(body: list, stack: tuple[str, ...]) -> Iterator[tuple[str, ast.ClassDef]]:
+    """``(qualname, node)`` of every class outside a function, in source order."""
     for node in body:
         if isinstance(node, ast.ClassDef):
             qual = (*stack, node.name)
             yield ".".join(qual), node
-            yield from _class_nodes(node.body, qual)
+            yield from class_nodes(node.body, qual)
         elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for field in ("body", "orelse", "finalbody", "handlers", "cases"):
                 inner = getattr(node, field, None)
                 if isinstance(inner, list):
-                    yield from _class_nodes(inner, stack)
+                    yield from class_nodes(inner, stack)
 
 
 def _mentions(node: ast.ClassDef, bases: set[str], children: set[str], methods, facts) -> dict:
