@@ -168,6 +168,8 @@ class Environment:
         self._dists: dict[str, dict[str, tuple[str, str]]] = {}
         #: folder -> whether every dist-info's ``top_level.txt`` was read
         self._indexed: set[str] = set()
+        #: folder -> its dist-info folders
+        self._infos: dict[str, list[str]] = {}
 
     def find(self, module: str) -> ModuleFile | None:
         """The file of the installed ``module`` (``pkg.sub.mod``), or None: not found, not a
@@ -220,7 +222,7 @@ class Environment:
         found = self._dist_named(folder, top)
         if found is None and folder not in self._indexed:
             self._indexed.add(folder)
-            for info in _dist_infos(folder):
+            for info in self._dist_infos(folder):
                 for name in (_small_text(os.path.join(info, "top_level.txt")) or "").split():
                     if name.isidentifier() and name not in known:
                         known[name] = _metadata(info)
@@ -228,13 +230,17 @@ class Environment:
         known[top] = found or ("", "")
         return known[top]
 
-    @staticmethod
-    def _dist_named(folder: str, top: str) -> tuple[str, str] | None:
+    def _dist_named(self, folder: str, top: str) -> tuple[str, str] | None:
         want = normalize(top)
-        for info in _dist_infos(folder):
+        for info in self._dist_infos(folder):
             if normalize(os.path.basename(info).split("-", 1)[0]) == want:
                 return _metadata(info)
         return None
+
+    def _dist_infos(self, folder: str) -> list[str]:
+        if folder not in self._infos:
+            self._infos[folder] = _dist_infos(folder)
+        return self._infos[folder]
 
     def read(self, module: ModuleFile) -> bytes:
         """The bytes of ``module``'s file: a regular file of at most
