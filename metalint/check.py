@@ -115,8 +115,7 @@ def run_check(
     if cache is not None:
         cache.save()
     _confirmed_helper_reads(results, files, checked, settings, workers, named)
-    # the installed packages' summaries are cached beside the tree's (not when it is not)
-    installed = read_installed(results, settings, codes, workers, base if cache else None)
+    installed = read_installed(results, settings, codes, workers, cache)
     if named is None:
         diagnostics = resolve(results, settings, enabled, installed)
     else:
@@ -129,11 +128,12 @@ def read_installed(
     settings: Settings,
     codes: list[str],
     workers: int,
-    cache_base: Path | None,
+    tree_cache: Cache | None,
 ) -> Installed | None:
     """The installed packages' modules the tree's classes lead to (see
-    :mod:`metalint.static.installed`), cached in the cache folder of ``cache_base`` (None:
-    no cache); None when no environment is known."""
+    :mod:`metalint.static.installed`), their summaries cached beside the tree's results in a
+    file of their own (none without ``tree_cache``; a problem writing it is not warned about
+    again); None when no environment is known."""
     from metalint.sitepackages import Environment, search_folders
     from metalint.static.installed import reach
 
@@ -141,8 +141,14 @@ def read_installed(
     if not folders:
         return None
     cache = None
-    if cache_base is not None:
-        cache = _open_cache(settings, cache_base, codes, INSTALLED_CACHE)
+    if tree_cache is not None:
+        cache = Cache(
+            tree_cache.folder,
+            f"{Cache.key(codes, settings.hooks)}/installed",
+            Path(tree_cache.project),
+            tree_cache.secret,
+            warn=None if tree_cache.warned else _warn,
+        )
     installed = reach(
         results,
         Environment(folders),
@@ -157,8 +163,8 @@ def read_installed(
     return installed
 
 
-#: the cache of the installed modules' summaries beside the tree's (another file, same key)
-INSTALLED_CACHE = "installed"
+def _warn(message: str) -> None:
+    click.echo(f"metalint: warning: {message}", err=True)
 
 
 def _cached_or_jobs(files: list[Path], cache: Cache | None, settings: Settings):
@@ -201,7 +207,7 @@ def _abs_key(path: Path) -> str:
     return os.path.normpath(str(path.absolute()))
 
 
-def _open_cache(settings: Settings, base: Path, codes: list[str], kind: str = "") -> Cache | None:
+def _open_cache(settings: Settings, base: Path, codes: list[str]) -> Cache | None:
     """The cache of ``base`` (the project, else the settings' root); None, with a warning, when
     it cannot be used. A configured ``cache-dir`` outside the project (and outside the user's
     cache folder) is a ConfigError: ``check`` writes nowhere else."""
@@ -224,8 +230,7 @@ def _open_cache(settings: Settings, base: Path, codes: list[str], kind: str = ""
     except NoKey as exc:
         warn(f"cache not used ({exc})")
         return None
-    name = Cache.key(codes, settings.hooks) + (f"/{kind}" if kind else "")
-    return Cache(folder, name, base, key, warn=warn)
+    return Cache(folder, Cache.key(codes, settings.hooks), base, key, warn=warn)
 
 
 def _to_cache(result: FileResult) -> dict:
