@@ -49,6 +49,7 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+@functools.lru_cache(maxsize=1)
 def code_stamp() -> str:
     """Size and modification time of every source file of metalint itself: an editable or
     git install changed without a new version must not read results its old code cached."""

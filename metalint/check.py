@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import gc
 import os
 import sys
 from collections import Counter
@@ -75,6 +76,35 @@ def run_check(
     workers: int | None = None,
     project: Path | None = None,
     force_exclude: bool = False,
+) -> CheckResult:
+    """:func:`_run_check`, with the cycle collector paused: the results, the hierarchy and
+    the protocols are many objects, without cycles, that live as long as the run and are
+    freed by reference counting; a full pass over them finds nothing (on a check of timm
+    from the cache, a fifth of its time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run_check(
+            paths,
+            settings,
+            use_cache=use_cache,
+            workers=workers,
+            project=project,
+            force_exclude=force_exclude,
+        )
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run_check(
+    paths: Sequence[Path],
+    settings: Settings,
+    *,
+    use_cache: bool,
+    workers: int | None,
+    project: Path | None,
+    force_exclude: bool,
 ) -> CheckResult:
     """Check ``paths``. With ``project`` (see :func:`project_root`) the files named are judged
     among every file of the project (from the cache; the others are analysed) exactly as a run

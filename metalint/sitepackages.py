@@ -22,7 +22,6 @@ import glob
 import os
 import re
 import sys
-import sysconfig
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -78,6 +77,8 @@ def venv_folders(venv: str) -> list[str]:
 
 def interpreter_folders() -> list[str]:
     """The site-packages folders of the interpreter running metalint."""
+    import sysconfig  # only when no environment is named
+
     paths = sysconfig.get_paths()
     return [p for p in (paths.get("purelib"), paths.get("platlib")) if p]
 

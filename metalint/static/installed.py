@@ -90,9 +90,7 @@ def reach(
 
 class _Reach:
     def __init__(self, tree, env, analyze, hooks, cache, limit):
-        from metalint.static.hierarchy import Hierarchy
-
-        self.tree = Hierarchy(tree)
+        self.tree = tree
         self.tops = {r.module.split(".")[0] for r in tree if r.module}
         self.env = env
         self.analyze = analyze
@@ -104,11 +102,13 @@ class _Reach:
         self.out = Installed()
 
     def run(self) -> Installed:
+        # a name of another top-level module than the tree's cannot be a class of the tree
         pending = [
             (name, 0)
-            for c in self.tree.classes.values()
+            for r in self.tree
+            for c in r.classes
             for name in (*c.bases, *c.protocol.get("children", ()))
-            if self.outside(name) and self.tree.resolve(name) is None
+            if self.outside(name)
         ]
         names: set[str] = set()
         classes: set[str] = set()
