@@ -34,8 +34,8 @@ from metalint import __version__
 #: reads of a tensor's value, for ML008 across files; 4: classes swapped into a sub-model;
 #: 5: findings at calls of another file's functions listed, not made, until confirmed;
 #: 6: authenticated, paths relative to the project, no display path in the results; the
-#: sites that materialise a model built on meta)
-CACHE_SCHEMA = 6
+#: sites that materialise a model built on meta; 7: where a class names another file's classes)
+CACHE_SCHEMA = 7
 
 #: first line of a cache file: ``metalint-cache <name> <mac>``; the second is the entries' JSON
 CACHE_MAGIC = b"metalint-cache"
@@ -49,6 +49,7 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+@functools.lru_cache(maxsize=1)
 def code_stamp() -> str:
     """Size and modification time of every source file of metalint itself: an editable or
     git install changed without a new version must not read results its old code cached."""

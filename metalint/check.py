@@ -15,6 +15,7 @@ from metalint.checking import (
     all_codes,
     analyze_files,
     cli_settings,
+    read_installed,
     resolve,
     run_check,
 )
@@ -300,7 +301,10 @@ def _check_stdin(name: str, settings: Settings, sources: dict[str, str]) -> Chec
     if job is not None:
         [result] = analyze_files([job], 1, settings.file_time_budget)
     codes, defaults = all_codes()
-    return CheckResult(resolve([result], settings, settings.enabled(codes, defaults)), 1, [result])
+    # the installed packages it builds on, read without cache (stdin writes nothing)
+    installed = read_installed([result], settings, codes, 1, None)
+    enabled = settings.enabled(codes, defaults)
+    return CheckResult(resolve([result], settings, enabled, installed), 1, [result])
 
 
 def _shown(paths: list[Path], settings: Settings, show_settings: bool) -> str:

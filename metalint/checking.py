@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import gc
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from metalint.jobs import analyze_isolated, analyze_one, can_isolate, preload
 from metalint.report import is_error
 from metalint.static import templates
 from metalint.static.hierarchy import Hierarchy
+from metalint.static.installed import Installed
 from metalint.static.pipeline import drop_repeated
 from metalint.static.protocol import Protocols
 from metalint.static.results import FileResult, decode, read_source
@@ -72,6 +74,35 @@ def run_check(
     project: Path | None = None,
     force_exclude: bool = False,
 ) -> CheckResult:
+    """:func:`_run_check`, with the cycle collector paused: the results, the hierarchy and
+    the protocols are many objects, without cycles, that live as long as the run and are
+    freed by reference counting; a full pass over them finds nothing (on a check of timm
+    from the cache, a fifth of its time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run_check(
+            paths,
+            settings,
+            use_cache=use_cache,
+            workers=workers,
+            project=project,
+            force_exclude=force_exclude,
+        )
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run_check(
+    paths: Sequence[Path],
+    settings: Settings,
+    *,
+    use_cache: bool,
+    workers: int | None,
+    project: Path | None,
+    force_exclude: bool,
+) -> CheckResult:
     """Check ``paths``. With ``project`` (see :func:`project_root`) the files named are judged
     among every file of the project (from the cache; the others are analysed) exactly as a run
     on the whole project judges them, and the findings reported are theirs plus those of other
@@ -101,6 +132,73 @@ def run_check(
             named = {i for i, f in enumerate(files) if _abs_key(f) in by_key}
     base = project or settings.root
     cache = _open_cache(settings, base, codes) if use_cache else None
+    results, jobs, job_index, digests, checked = _cached_or_jobs(files, cache, settings)
+    workers = workers or os.cpu_count() or 1
+    analysed = analyze_files(jobs, workers, settings.file_time_budget)
+    for i, result in zip(job_index, analysed):
+        results[i] = result
+        if cache is not None and not any(is_error(d.code) for d in result.diagnostics):
+            cache.put(*digests[i], _to_cache(result))
+    if cache is not None:
+        cache.save()
+    _confirmed_helper_reads(results, files, checked, settings, workers, named)
+    installed = read_installed(results, settings, codes, workers, cache)
+    if named is None:
+        diagnostics = resolve(results, settings, enabled, installed)
+    else:
+        diagnostics = _named_and_caused(results, named, settings, enabled, installed)
+    shown = None if named is None else frozenset(results[i].path for i in named)
+    return CheckResult(diagnostics, checked_files, results, shown)
+
+
+def read_installed(
+    results: list[FileResult],
+    settings: Settings,
+    codes: list[str],
+    workers: int,
+    tree_cache: Cache | None,
+) -> Installed | None:
+    """The installed packages' modules the tree's classes lead to (see
+    :mod:`metalint.static.installed`), their summaries cached beside the tree's results in a
+    file of their own (none without ``tree_cache``; a problem writing it is not warned about
+    again); None when no environment is known."""
+    from metalint.sitepackages import Environment, search_folders
+    from metalint.static.installed import reach
+
+    folders = search_folders(settings.site_packages)
+    if not folders:
+        return None
+    cache = None
+    if tree_cache is not None:
+        cache = Cache(
+            tree_cache.folder,
+            f"{Cache.key(codes, settings.hooks)}/installed",
+            Path(tree_cache.project),
+            tree_cache.secret,
+            warn=None if tree_cache.warned else _warn,
+        )
+    installed = reach(
+        results,
+        Environment(folders),
+        lambda jobs: analyze_files(jobs, workers, settings.file_time_budget),
+        settings.hooks,
+        cache,
+    )
+    if cache is not None:
+        cache.save()
+    for note in installed.notes:
+        click.echo(f"metalint: note: {note}", err=True)
+    return installed
+
+
+def _warn(message: str) -> None:
+    click.echo(f"metalint: warning: {message}", err=True)
+
+
+def _cached_or_jobs(files: list[Path], cache: Cache | None, settings: Settings):
+    """Each file's cached result, or the job analysing it: ``(results, jobs, the index of
+    each job's file, (cache key, digest) of each such file, the digest of each file's bytes
+    as checked)``; a file that cannot be read or decoded has its error as result."""
     results: list[FileResult] = [None] * len(files)  # type: ignore[list-item]
     jobs, job_index, digests = [], [], {}
     checked: dict[int, str] = {}  # the digest of each file's bytes as checked
@@ -130,21 +228,7 @@ def run_check(
         jobs.append((source, display, module, path.name == "__init__.py", settings.hooks, True))
         job_index.append(i)
         digests[i] = key, digest
-    workers = workers or os.cpu_count() or 1
-    analysed = analyze_files(jobs, workers, settings.file_time_budget)
-    for i, result in zip(job_index, analysed):
-        results[i] = result
-        if cache is not None and not any(is_error(d.code) for d in result.diagnostics):
-            cache.put(*digests[i], _to_cache(result))
-    if cache is not None:
-        cache.save()
-    _confirmed_helper_reads(results, files, checked, settings, workers, named)
-    if named is None:
-        diagnostics = resolve(results, settings, enabled)
-    else:
-        diagnostics = _named_and_caused(results, named, settings, enabled)
-    shown = None if named is None else frozenset(results[i].path for i in named)
-    return CheckResult(diagnostics, checked_files, results, shown)
+    return results, jobs, job_index, digests, checked
 
 
 def _abs_key(path: Path) -> str:
@@ -208,7 +292,11 @@ def _force_excluded(path: Path, discovery: Discovery, root: Path) -> bool:
 
 
 def _named_and_caused(
-    results: list[FileResult], named: set[int], settings: Settings, enabled: set[str]
+    results: list[FileResult],
+    named: set[int],
+    settings: Settings,
+    enabled: set[str],
+    installed: Installed | None = None,
 ) -> list[Diagnostic]:
     """The findings of a run on some files of a project: the whole project's analysis judges
     every file; reported are every finding of the named files, and each finding of another
@@ -217,10 +305,10 @@ def _named_and_caused(
     protocol or message), or finds other model roots containing its class (a class of a named
     file builds it: that root's re-initialisation decides it, even once deleted). Input errors
     (ML9xx) of the other files are theirs, not reported."""
-    found, protocols = _judged(results, settings, enabled)
+    found, protocols = _judged(results, settings, enabled, installed)
     shown = {results[i].path for i in named}
     others = [r for i, r in enumerate(results) if i not in named]
-    alone, alone_protocols = _judged(others, settings, enabled)
+    alone, alone_protocols = _judged(others, settings, enabled, installed)
     without = Counter(_identity(d) for d in alone)
     out = []
     for d in found:
@@ -308,23 +396,37 @@ def _confirmed_helper_reads(
         results[i] = result
 
 
-def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) -> list[Diagnostic]:
-    """Answer cross-file conditions, apply selection, per-file ignores and ``# noqa``."""
-    return _judged(results, settings, enabled)[0]
+def resolve(
+    results: list[FileResult],
+    settings: Settings,
+    enabled: set[str],
+    installed: Installed | None = None,
+) -> list[Diagnostic]:
+    """Answer cross-file conditions, apply selection, per-file ignores and ``# noqa``;
+    ``installed``: the installed modules the tree reaches (their classes join the hierarchy,
+    their findings are reported where the tree builds or extends them)."""
+    return _judged(results, settings, enabled, installed)[0]
 
 
 def _judged(
-    results: list[FileResult], settings: Settings, enabled: set[str]
+    results: list[FileResult],
+    settings: Settings,
+    enabled: set[str],
+    installed: Installed | None = None,
 ) -> tuple[list[Diagnostic], Protocols]:
     """:func:`resolve`, and the protocols it judged under. A code-generation template's class
     whose generated class is in the tree takes that class's judgement
-    (:mod:`metalint.static.templates`)."""
-    hierarchy = Hierarchy(results)
+    (:mod:`metalint.static.templates`). ``installed``: the installed modules the tree reaches
+    (their classes join the hierarchy; their findings are reported where the tree builds or
+    extends them)."""
+    hierarchy = Hierarchy([*results, *installed.results] if installed else results)
     protocols = Protocols(hierarchy, settings.protocol)
+    reached = _reached(results, installed, hierarchy, protocols, settings)
     pairs = templates.twins(hierarchy.classes)
     original: dict[int, str] = {}
     judged = [
-        _judge_file(r, hierarchy, protocols, settings, enabled, pairs, original) for r in results
+        _judge_file(r, (hierarchy, protocols, settings), enabled, pairs, original, reached)
+        for r in results
     ]
     templates.as_generated(judged, [r.module for r in results], original, pairs)
     out: list[Diagnostic] = []
@@ -333,13 +435,25 @@ def _judged(
     return sorted(out, key=lambda d: d.sort_key), protocols
 
 
-def _judge_file(r, hierarchy, protocols, settings, enabled, pairs, original) -> list[Diagnostic]:
-    """The findings of one file kept after selection, per-file ignores and judgement; a
-    template's finding on a class with a generated twin is left to that twin's judgement.
-    ``original`` gets the message each judged finding had before."""
+def _reached(results, installed, hierarchy, protocols, settings) -> dict:
+    """The findings of installed classes, by the display path of the tree's file that builds
+    or extends them."""
+    if installed is None:
+        return {}
+    from metalint.static.installed import reached_findings
+
+    return reached_findings(results, installed, hierarchy, protocols, settings.hooks)
+
+
+def _judge_file(r, judges, enabled, pairs, original, reached) -> list[Diagnostic]:
+    """The findings of one file (its own and those ``reached`` through installed classes)
+    kept after selection, per-file ignores and judgement (``judges``: the hierarchy, the
+    protocols and the settings); a template's finding on a class with a generated twin is left
+    to that twin's judgement. ``original`` gets the message each judged finding had before."""
+    hierarchy, protocols, settings = judges
     ignored_here = _per_file_ignores(r.path, settings)
     kept: list[Diagnostic] = []
-    for d in r.diagnostics:
+    for d in (*r.diagnostics, *reached.get(r.path, ())):
         if is_error(d.code):
             kept.append(d)
             continue

@@ -11,6 +11,9 @@ Keys (all optional)::
     hooks = ["rope_init"]           # methods called on every module after to_empty (check and probe)
     cache-dir = ".metalint_cache"
     file-time-budget = 5            # CPU seconds one file's analysis may take (then ML901)
+    site-packages = [".venv/lib/python3.12/site-packages"]  # installed packages read as
+                                    # source (default: $VIRTUAL_ENV's, else metalint's own
+                                    # interpreter's; [] reads none)
     protocol = "auto"               # or "transformers", "init_weights", "init_weights-only",
                                     # "reset_parameters", or the root method that
                                     # materialises your models
@@ -75,6 +78,7 @@ KNOWN_KEYS = {
     "file-time-budget",
     "probe",
     "protocol",
+    "site-packages",
 }
 
 
@@ -104,6 +108,10 @@ class Settings:
     #: ``[tool.metalint.probe] expected-differences``: ``module:Class.tensor`` (a file one made
     #: absolute) whose difference from eager init the probe reports as declared
     expected_differences: tuple[str, ...] = ()
+    #: ``site-packages``: the folders of the environment whose installed packages ``check``
+    #: reads (absolute; empty: none); None: ``$VIRTUAL_ENV``'s, else the interpreter's (see
+    #: :mod:`metalint.sitepackages`)
+    site_packages: tuple[str, ...] | None = None
 
     def enabled(self, codes: list[str], defaults: set[str]) -> set[str]:
         """Which of ``codes`` are enabled: select (or the defaults), + extend-select, - ignore."""
@@ -231,16 +239,14 @@ def load_settings(start: Path | None = None, config: Path | None = None) -> Sett
         raise ConfigError(f"{path}: [tool.metalint] hooks are method names, not {bad!r}")
     s.hooks = tuple(dict.fromkeys([*DEFAULT_HOOKS, *hooks]))
     if "cache-dir" in table:
-        cache_dir = table["cache-dir"]
-        if not isinstance(cache_dir, str) or not cache_dir or "\0" in cache_dir:
-            raise ConfigError(
-                f"{path}: [tool.metalint] cache-dir must be a folder name (a string), "
-                f"not {cache_dir!r}"
-            )
-        s.cache_dir = (path.parent / cache_dir).resolve()
+        s.cache_dir = _folder(table["cache-dir"], "cache-dir", path)
     if "file-time-budget" in table:
         s.file_time_budget = time_budget(table["file-time-budget"], f"{path}: file-time-budget")
     _read_probe(table.get("probe", {}), s, path)
+    if "site-packages" in table:
+        value = table["site-packages"]
+        folders = value if isinstance(value, list) else [value]
+        s.site_packages = tuple(str(_folder(f, "site-packages", path)) for f in folders)
     protocol = table.get("protocol", "auto")
     if not isinstance(protocol, str) or not (protocol in PROTOCOLS or protocol.isidentifier()):
         raise ConfigError(
@@ -252,6 +258,15 @@ def load_settings(start: Path | None = None, config: Path | None = None) -> Sett
         # the repo's own entry point: what it re-creates counts as re-created, as a hook's
         s.hooks = tuple(dict.fromkeys([*s.hooks, protocol]))
     return s
+
+
+def _folder(value: Any, key: str, path: Path) -> Path:
+    """A folder named in the configuration, made absolute from the config's folder."""
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise ConfigError(
+            f"{path}: [tool.metalint] {key} must be a folder name (a string), not {value!r}"
+        )
+    return (path.parent / value).resolve()
 
 
 #: the keys of ``[tool.metalint.probe]``

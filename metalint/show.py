@@ -5,6 +5,12 @@ from __future__ import annotations
 import json
 
 from metalint.config import Settings
+from metalint.sitepackages import search_folders
+
+
+def site_packages(settings: Settings) -> list[str]:
+    """The folders whose installed packages ``check`` reads (see :mod:`metalint.sitepackages`)."""
+    return search_folders(settings.site_packages)
 
 
 def settings_text(settings: Settings, path: str, enabled: set[str]) -> str:
@@ -23,6 +29,7 @@ def settings_text(settings: Settings, path: str, enabled: set[str]) -> str:
         "cache-dir": str(settings.cache_dir or settings.root / ".metalint_cache"),
         "file-time-budget": settings.file_time_budget,
         "probe": settings.probe,
+        "site-packages": site_packages(settings),
     }
     lines = [
         f"Resolved settings for: {json.dumps(path)}",

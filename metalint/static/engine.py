@@ -29,6 +29,7 @@ from metalint.static.names import exports_from_ast
 from metalint.static.ownership import meta_returning_functions
 from metalint.static.pipeline import materialisations
 from metalint.static.protocol import summarize_class, summarize_functions
+from metalint.static.references import add_references
 
 # re-exported: the results live in a module that does not import libcst (cache hits need no parser)
 from metalint.static.results import HELPER_MARK, STAR, ClassSummary, FileResult, error_result
@@ -588,7 +589,7 @@ def _analyze(
     if not PREFILTER.search(source.encode("utf-8", "surrogatepass")):
         result.exports = exports_from_ast(tree, module_name, is_package)
         return result
-    whole = source
+    whole, whole_tree = source, tree
     if elide_unread:
         # CPython's parser finds what no rule reads; libcst then parses the rest (see elide.py)
         source = elide(source, tree, hooks)
@@ -606,11 +607,13 @@ def _analyze(
         )
     result.parsed = True
     facts = collect(module, module_name, is_package)
+
     ctx = RuleContext(facts, module, hooks, display, whole, tree=tree)
     result.exports = dict(facts.aliases.names)
     result.exports.update(facts.local_classes)
     result.exports.update({f"{STAR}{m}": m for m in facts.aliases.stars})
     result.classes = [summarize(c, ctx) for c in facts.classes]
+    add_references(whole_tree, facts, result.classes, whole)
     result.functions = init_functions(module, module_name, ctx.qualify)
     functions = [
         (f, t) for f, t in _short_functions(module, source, tree) if f.name.value not in unread
@@ -626,13 +629,23 @@ def _analyze(
     )
     for name, summary in summarize_functions(module, module_name, ctx, protocols, applied).items():
         result.functions.setdefault(name, {}).update(summary)
-    findings: list[tuple[str, Finding]] = []
     instances = [r(ctx) for r in rules]
     for name, summary in _construction_reads(
         module, functions, source, facts, instances, tree
     ).items():
         result.functions.setdefault(name, {}).update(summary)
     _returns_meta(module, facts, ctx, result)
+    findings, helper_reads = _run_rules(facts, instances, defer)
+    result.helper_reads = sorted(helper_reads)
+    if findings:
+        result.diagnostics += _diagnostics(findings, module, source, facts, tree, ctx, fix_for)
+    return result
+
+
+def _run_rules(facts, instances, defer: bool):
+    """``(code, finding)`` of every rule on every class, and the ``(code, function)`` of
+    those left out until the tree confirms them (``defer``: see :func:`analyze_source`)."""
+    findings: list[tuple[str, Finding]] = []
     helper_reads: set[tuple[str, str]] = set()
     for cls in facts.classes:
         for rule in instances:
@@ -641,44 +654,49 @@ def _analyze(
                     helper_reads.add((rule.code, finding.if_helper_reads))
                 else:
                     findings.append((rule.code, finding))
-    result.helper_reads = sorted(helper_reads)
-    if findings:
-        positions = _positions(module, source, [(f.cls, f.node) for _, f in findings], facts, tree)
-        for code, f in findings:
-            rng = positions[f.node]
-            result.diagnostics.append(
-                Diagnostic(
-                    code,
-                    f.message,
-                    display,
-                    Position(rng.start.line, rng.start.column + 1),
-                    Position(rng.end.line, rng.end.column + 1),
-                    symbol=f.cls.qualname,
-                    subject=f.subject,
-                    hook=f.hook,
-                    help=f.help,
-                    # a finding that stands only across files (a helper's read) has no fix
-                    fix=f.fix
-                    if f.fix is not None or fix_for is None or f.if_helper_reads
-                    else fix_for(code, ctx, f, rng.start.line, source),
-                    condition=Condition(
-                        f.cls.fullname,
-                        True,
-                        tuple(f.unless_recreated),
-                        f.unless_hook,
-                        tuple(f.recreated_by),
-                        tuple(f.unless_method),
-                        f.unless_reset_init,
-                        f.unless_root_replays,
-                        f.if_applies_init,
-                        f.if_helper_reads,
-                        tuple(f.unless_same_law),
-                        tuple(f.at_materialisation),
-                        f.skips_module_hooks,
-                        f.unless_children_first,
-                        f.if_returns_meta,
-                        f.unless_run,
-                    ),
-                )
+    return findings, helper_reads
+
+
+def _diagnostics(findings, module, source, facts, tree, ctx, fix_for) -> list[Diagnostic]:
+    """The diagnostics of ``(code, finding)`` pairs: positions, fixes and conditions."""
+    out: list[Diagnostic] = []
+    display = ctx.path
+    positions = _positions(module, source, [(f.cls, f.node) for _, f in findings], facts, tree)
+    for code, f in findings:
+        rng = positions[f.node]
+        out.append(
+            Diagnostic(
+                code,
+                f.message,
+                display,
+                Position(rng.start.line, rng.start.column + 1),
+                Position(rng.end.line, rng.end.column + 1),
+                symbol=f.cls.qualname,
+                subject=f.subject,
+                hook=f.hook,
+                help=f.help,
+                # a finding that stands only across files (a helper's read) has no fix
+                fix=f.fix
+                if f.fix is not None or fix_for is None or f.if_helper_reads
+                else fix_for(code, ctx, f, rng.start.line, source),
+                condition=Condition(
+                    f.cls.fullname,
+                    True,
+                    tuple(f.unless_recreated),
+                    f.unless_hook,
+                    tuple(f.recreated_by),
+                    tuple(f.unless_method),
+                    f.unless_reset_init,
+                    f.unless_root_replays,
+                    f.if_applies_init,
+                    f.if_helper_reads,
+                    tuple(f.unless_same_law),
+                    tuple(f.at_materialisation),
+                    f.skips_module_hooks,
+                    f.unless_children_first,
+                    f.if_returns_meta,
+                    f.unless_run,
+                ),
             )
-    return result
+        )
+    return out

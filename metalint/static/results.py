@@ -25,6 +25,10 @@ from metalint.lines import source_encoding
 HELPER_MARK = "@"
 
 
+#: the key of ``ClassSummary.refs`` that holds the position of the class's own name
+OWN_REF = ""
+
+
 #: the key of a module's exports that stands for ``from <module> import *`` (no name has it)
 STAR = "*"
 
@@ -45,6 +49,11 @@ class ClassSummary:
     methods: list[str] = field(default_factory=list)  # names of the methods it defines
     #: what :mod:`metalint.static.protocol` needs across files (children, dispatch, ...)
     protocol: dict[str, Any] = field(default_factory=dict)
+    #: where the class names a class of another file: qualified name -> ``[row, column,
+    #: end row, end column]`` (1-based) of its first mention (a base, else a call, else any);
+    #: ``""``: the class's own name. A finding of an installed class is reported there (see
+    #: :mod:`metalint.static.installed`)
+    refs: dict[str, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +63,7 @@ class ClassSummary:
             "uses_module_api": self.uses_module_api,
             "methods": self.methods,
             **({"protocol": self.protocol} if self.protocol else {}),
+            **({"refs": self.refs} if self.refs else {}),
         }
 
     @classmethod
@@ -65,7 +75,17 @@ class ClassSummary:
             d["uses_module_api"],
             d.get("methods", []),
             d.get("protocol", {}),
+            _refs(d.get("refs", {})),
         )
+
+
+def _refs(value) -> dict[str, list[int]]:
+    if not isinstance(value, dict) or not all(
+        type(k) is str and type(v) is list and len(v) == 4 and all(type(x) is int for x in v)
+        for k, v in value.items()
+    ):
+        raise TypeError("a class's references are name -> four numbers")
+    return value
 
 
 @dataclass
