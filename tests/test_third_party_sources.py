@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import metalint.check as check_module
+import metalint.checking as check_module
 from metalint.sitepackages import MAX_INSTALLED_BYTES, Environment, search_folders
 
 REPO = Path(__file__).resolve().parent.parent
