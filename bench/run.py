@@ -771,6 +771,11 @@ TITLES = {
     "gpu": "GPU",
     "profile": "Where a cold check's time goes (timm)",
 }
+#: what the page says of a section with no stored result
+NOT_STORED = {
+    "gpu": "Measured only where CUDA is available; none was where this page was written. "
+    "Figures measured by hand on an H200: [panels.md](panels.md#gpu).",
+}
 RENDER = {
     "speed": render_speed,
     "fix": render_fix,
@@ -921,12 +926,8 @@ def measure(section: str, ctx: Context, argv: list[str]) -> dict | None:
 def render_section(section: str, res: dict | None) -> list[str]:
     title = TITLES[section]
     if res is None:
-        return [
-            f"## {title}",
-            "",
-            "Not measured yet: `python bench/run.py --only " + section + "`.",
-            "",
-        ]
+        why = NOT_STORED.get(section, f"Not measured yet: `python bench/run.py --only {section}`.")
+        return [f"## {title}", "", why, ""]
     quick = " **(`--quick`: the short variant)**" if res.get("quick") else ""
     head = [
         f"## {title}",
@@ -945,7 +946,9 @@ def page(results: Path, sections: list[str]) -> str:
         "Written whole by `python bench/run.py --out bench/RESULTS.md` from the stored results "
         "in `bench/results/*.json` (`--only SECTION,...` re-measures sections; see "
         "[bench/README.md](README.md)). Each section gives its date, commit and command; a "
-        "section marked `--quick` ran its short variant. Do not edit by hand.",
+        "section marked `--quick` ran its short variant. Do not edit by hand. Figures measured "
+        "by hand (other libraries, a GPU, long fuzzing): [panels.md](panels.md); the "
+        "model-level audit of seven libraries: [model_audit.md](model_audit.md).",
         "",
     ]
     for section in sections:
