@@ -500,7 +500,8 @@ def measure_truth(ctx: Context) -> dict:
     if ctx.opts.quick:
         # a sample: a few roots per library, no roots the findings name beyond it, no classes
         # probed alone
-        args += ["--limit", "timm=24", "--every", "transformers=40", "--extra-roots", "0"]
+        args += ["--limit", "timm=24", "--every", "transformers=40", "--limit", "transformers=20"]
+        args += ["--extra-roots", "0"]
         args += ["--no-alone", "timm", "--no-alone", "transformers"]
     args += ["--timeout", "120", "--workdir", str(work), "--json", str(work / "verdicts.json")]
     wall, proc = timed(
