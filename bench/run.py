@@ -495,8 +495,9 @@ def measure_truth(ctx: Context) -> dict:
     work = ctx.work / "audit"
     work.mkdir(parents=True, exist_ok=True)
     args = []
-    for lib in ("timm", "transformers"):
-        args += [lib, "--python", f"{lib}={lib_python(ctx.opts, lib)}"]
+    libs = ["timm", "transformers"]
+    for lib in libs:
+        args += ["--python", f"{lib}={lib_python(ctx.opts, lib)}"]
     if ctx.opts.quick:
         # a sample: a few roots per library, no roots the findings name beyond it, no classes
         # probed alone
@@ -504,6 +505,7 @@ def measure_truth(ctx: Context) -> dict:
         args += ["--extra-roots", "0"]
         args += ["--no-alone", "timm", "--no-alone", "transformers"]
     args += ["--timeout", "120", "--workdir", str(work), "--json", str(work / "verdicts.json")]
+    args += libs
     wall, proc = timed(
         [sys.executable, str(BENCH / "rule_audit.py"), *args], ROOT, ctx.opts.long_timeout
     )
