@@ -122,7 +122,7 @@ def fetch_tree(work: Path, name: str) -> Path:
 
 def local_tree(work: Path, name: str, path: Path) -> Path:
     """A copy of ``path`` in the work dir: the runs write their caches into the tree."""
-    dest = work / "trees" / f"local-{name}"
+    dest = work / "trees" / "local" / name / path.name
     if not dest.exists():
         shutil.copytree(path, dest, ignore=shutil.ignore_patterns("__pycache__", ".metalint_cache"))
     return dest
