@@ -48,7 +48,8 @@ class UnrestoredAtMaterialisation(Rule):
     `protocol = "init_weights-only"` judges every root this way without a script.
 
     ## When to switch it off
-    Never while such a script exists: it trains on what this rule names.
+    When a step the rule does not follow (a function the script calls after the load)
+    restores what it names.
 
     ## Known limits
     - A builder that returns the meta model to its caller, a class or device held in a
