@@ -521,6 +521,12 @@ def measure_truth(ctx: Context) -> dict:
     }
 
 
+SAMPLE = (
+    "a sample of each library's roots (`--limit`, `--every`; no other roots, no class probed "
+    "alone: findings on classes outside the sample are not judged)"
+)
+
+
 def render_truth(res: dict) -> list[str]:
     data = res["data"]
     if "error" in data:
@@ -544,7 +550,13 @@ def render_truth(res: dict) -> list[str]:
             f"| {lib} | {name} | {sum(c.values())} | {c['confirmed']} | {c['refuted']} "
             f"| {c['unproven']} | {prec} |"
         )
-    return [*out, "", *(f"- {line}" for line in data["summary"])]
+    ran = f"Ran `python bench/rule_audit.py {' '.join(data['args'])}` ({data['wall_s']:.0f} s): "
+    how = (
+        f"{SAMPLE if res.get('quick') else 'every root of each library'} built at tiny size and "
+        "probed under `--init auto`; a finding is confirmed when the probe saw its tensor lost under a "
+        "root, refuted when every root built it and it survived, unproven when no root made it."
+    )
+    return [*out, "", ran + how, "", *(f"- {line}" for line in data["summary"])]
 
 
 # ------------------------------------------------------------------------- coverage
@@ -574,7 +586,8 @@ def render_coverage(res: dict) -> list[str]:
     note = (
         "Rewritten classes probed (`metalint.fix.verify`) with timm's interpreter."
         if data["probed"]
-        else "`--quick`: no probe of the rewritten classes and no import check (columns empty)."
+        else "`--quick`: `bench/fix_coverage.py --lib timm=DIR` without an interpreter: no probe "
+        "of the rewritten classes and no import check (those columns are empty)."
     )
     return [fix_coverage.markdown(data["results"]), "", note]
 
