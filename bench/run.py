@@ -499,11 +499,10 @@ def measure_truth(ctx: Context) -> dict:
     for lib in libs:
         args += ["--python", f"{lib}={lib_python(ctx.opts, lib)}"]
     if ctx.opts.quick:
-        # a sample: a few roots per library, no roots the findings name beyond it, no classes
-        # probed alone
-        args += ["--limit", "timm=24", "--every", "transformers=40", "--limit", "transformers=20"]
-        args += ["--extra-roots", "0"]
-        args += ["--no-alone", "timm", "--no-alone", "transformers"]
+        # a sample: a few roots of each library, then the roots its findings name (up to 25),
+        # no class probed alone
+        args += ["--limit", "timm=8", "--every", "transformers=100", "--limit", "transformers=8"]
+        args += ["--extra-roots", "25", "--no-alone", "timm", "--no-alone", "transformers"]
     args += ["--timeout", "120", "--workdir", str(work), "--json", str(work / "verdicts.json")]
     args += libs
     wall, proc = timed(
@@ -522,8 +521,9 @@ def measure_truth(ctx: Context) -> dict:
 
 
 SAMPLE = (
-    "a sample of each library's roots (`--limit`, `--every`; no other roots, no class probed "
-    "alone: findings on classes outside the sample are not judged)"
+    "a sample of each library's roots (`--limit`, `--every`) and up to 25 roots its findings "
+    "name (`--extra-roots`), no class probed alone (findings on classes outside the built roots "
+    "are not judged),"
 )
 
 
