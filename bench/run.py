@@ -352,12 +352,13 @@ def render_speed(res: dict) -> list[str]:
                 f"| {tr['tree']} ({tr['files']} files, {tr['lines']} lines) | {r['tool']} "
                 f"| {fmt_s(r)} | {fmt_s(r, 'cpu_s')} | {fps} | {r['runs']} | {summary} |"
             )
-    out += ["", "| tree | ratio (wall) | value |", "|---|---|---:|"]
+    out += ["", "| tree | ratio | wall | CPU |", "|---|---|---:|---:|"]
     for tr in data["trees"]:
         by = {r["tool"]: r for r in tr["rows"]}
         for label, a, b in SPEED_RATIOS:
             if a in by and b in by:
-                out.append(f"| {tr['tree']} | {label} | {ratio(by[a], by[b])[0]} |")
+                cpu = ratio(*({"median_s": by[t]["cpu_s"]} for t in (a, b)))[0]
+                out.append(f"| {tr['tree']} | {label} | {ratio(by[a], by[b])[0]} | {cpu} |")
     versions = ", ".join(f"{k} {v}" for k, v in data["versions"].items())
     return [
         *out,
