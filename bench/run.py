@@ -788,6 +788,14 @@ TITLES = {
     "gpu": "GPU",
     "profile": "Where a cold check's time goes (timm)",
 }
+#: what the short variant of a section runs, said on the page where a section ran it (the full
+#: variant of these takes more than 15 minutes on a shared 2-CPU machine)
+QUICK_NOTES = {
+    "fix": "The short variant: smaller generated trees (`--fix-sizes`; 1k, 2k and 4k files take "
+    "over an hour on a shared 2-CPU machine, 1k alone 7 minutes at load 25), one run each.",
+    "truth": "The short variant: a sample of roots, below.",
+    "coverage": "The short variant: no probe of the rewritten classes, below.",
+}
 #: what the page says of a section with no stored result
 NOT_STORED = {
     "gpu": "Measured only where CUDA is available; none was where this page was written. "
@@ -953,6 +961,8 @@ def render_section(section: str, res: dict | None) -> list[str]:
         f"load average {res['load']}. `{res['command']}`",
         "",
     ]
+    if res.get("quick") and section in QUICK_NOTES:
+        head += [QUICK_NOTES[section], ""]
     return [*head, *RENDER.get(section, render_text)(res), ""]
 
 
