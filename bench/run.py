@@ -883,8 +883,11 @@ def commit() -> str:
             "status",
             "--porcelain",
             "--untracked-files=no",
+            "--",
             "metalint",
             "bench",
+            ":!bench/RESULTS.md",  # this script's own output
+            ":!bench/results",
         ]
     ).stdout
     return sha + (" + uncommitted changes" if dirty.strip() else "")
