@@ -706,11 +706,12 @@ def measure_loader(ctx: Context) -> dict:
 
 def measure_sharded(ctx: Context) -> dict:
     args = ["--tiny"] if ctx.opts.quick else ["--repeat", "2"]
-    return script_text(
-        [str(BENCH / "sharded_load_bench.py"), *args],
-        ctx.opts.long_timeout,
-        ctx.opts.sharded_python,
-    )
+    out = ctx.work / "sharded.md"
+    script = [str(BENCH / "sharded_load_bench.py"), *args, "--out", str(out)]
+    res = script_text(script, ctx.opts.long_timeout, ctx.opts.sharded_python)
+    if "error" not in res and out.exists():
+        res["table"] = out.read_text().strip()  # without the progress lines
+    return res
 
 
 def measure_gpu(ctx: Context) -> dict | None:
