@@ -462,14 +462,15 @@ def measure_fix(ctx: Context) -> dict:
 def render_fix(res: dict) -> list[str]:
     rows = res["data"]["rows"]
     out = [
-        "| tree | .py files | lines | wall s | CPU s | wall ÷ previous (per doubling) | runs | output |",
+        "| tree | .py files | lines | wall s | CPU s | per doubling: wall / CPU | runs | output |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     prev = None
     for r in rows:
         doubling = ""
         if prev is not None and r["files"] == 2 * prev["files"]:
-            doubling = ratio(r, prev)[0]
+            cpu = ratio(*({"median_s": x["cpu_s"]} for x in (r, prev)))[0]
+            doubling = f"{ratio(r, prev)[0]} / {cpu}"
         out.append(
             f"| {r['tool']} | {r['files']} | {r['lines']} | {fmt_s(r)} | {fmt_s(r, 'cpu_s')} "
             f"| {doubling} | {r['runs']} | {r['summary']} |"
