@@ -22,7 +22,15 @@ import libcst as cst
 from metalint.diagnostics import Fix
 from metalint.static.model import ClassFacts, FileFacts
 
-DOC_SECTIONS = ("What it does", "Why is this bad on meta?", "Example", "Use instead", "Fix safety")
+DOC_SECTIONS = (
+    "What it does",
+    "Why is this bad on meta?",
+    "Example",
+    "Fix safety",
+    "Options",
+    "When to switch it off",
+    "Known limits",
+)
 
 
 @dataclass
