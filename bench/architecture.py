@@ -1,4 +1,4 @@
-"""Issue 20's architecture figures for one exported tree (``git archive REV metalint | tar -x
+"""Architecture figures for one exported tree (``git archive REV metalint | tar -x
 -C DIR``), side by side for several trees:
 
     python bench/architecture.py DIR [DIR...]

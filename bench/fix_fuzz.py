@@ -1,4 +1,4 @@
-"""Generated models: do check, fix and the probe agree? (issue 22's claims, fuzzed)
+"""Generated models: do check, fix and the probe agree?
 
     python bench/fix_fuzz.py [--examples N] [--seed S]
 

@@ -1,4 +1,4 @@
-"""Fuzz metalint with hostile input: check, fix and the loader (issue 25).
+"""Fuzz metalint with hostile input: check, fix and the loader.
 
     python bench/fuzz.py [--examples N] [--parts check,fix,loader,cache] [--seed S]
 

@@ -64,26 +64,24 @@ def test_static_bench_on_tiny_tree(tmp_path, monkeypatch):
             f"tiny={tree}",
             "--workdir",
             str(work),
-            "--static-only",
+            "--results",
+            str(tmp_path / "results"),
+            "--only",
+            "speed,profile",
             "--reps",
             "1",
             "--no-torchfix",
-            "--profile",
             "--out",
             str(out),
         ]
     )
     assert rc == 0
     text = out.read_text()
-    assert (
-        "| tree | .py files | lines | tool | wall s (median) | CPU s (median) | runs | files/s |"
-        in text
-    )
-    assert "| tiny | 4 |" in text
+    assert "| tree | tool | wall s | CPU s | files/s | runs | last line of output |" in text
     rows = {
-        line.split("|")[4].strip(): line
+        line.split("|")[2].strip(): line
         for line in text.splitlines()
-        if line.startswith("| tiny | 4 |")
+        if line.startswith("| tiny (4 files, ")
     }
     assert {"metalint cold", "metalint warm"} <= set(rows)
     assert "Found 3 errors in 4 files checked." in rows["metalint cold"]
@@ -96,10 +94,12 @@ def test_static_bench_on_tiny_tree(tmp_path, monkeypatch):
     assert "Parsed 4 of 4 files." in rows["floor: ast.parse"]
     assert "Parsed 4 of 4 files, " in rows["floor: ast.parse + ast.walk"]
     assert "| tiny | metalint cold / floor: ast.parse |" in text
-    assert "## Where time goes: one cold check of tiny" in text
+    assert "## Where a cold check's time goes" in text
     assert "| parse (libcst) | 3 |" in text
-    for key in ("- date:", "- machine:", "- python", "torch", "libcst"):
+    for key in ("x86_64" if "x86" in text else "CPUs", "Python", "torch", "libcst", "commit"):
         assert key in text
+    # the tree given is copied: no cache written into it
+    assert not (tree / ".metalint_cache").exists()
 
 
 def test_quick_bench_runs_every_section(tmp_path, monkeypatch):
@@ -116,10 +116,14 @@ def test_quick_bench_runs_every_section(tmp_path, monkeypatch):
     rc = run.main(
         [
             "--quick",
+            "--only",
+            "probe,loader,gpu",
             "--tree",
             f"tiny={tree}",
             "--workdir",
             str(tmp_path / "work"),
+            "--results",
+            str(tmp_path / "results"),
             "--probe-python",
             sys.executable,
             "--out",
@@ -129,16 +133,14 @@ def test_quick_bench_runs_every_section(tmp_path, monkeypatch):
     assert rc == 0
     assert asked == [tmp_path / "work"]
     text = out.read_text()
-    for section in ("## Static check", "## Probe", "## Loader", "## GPU"):
+    for section in ("## Probe", "## Loader", "## GPU"):
         assert section in text
-    loader = text.split("## Loader", 1)[1].split("## GPU", 1)[0]
-    assert "`python bench/loader_bench.py --tiny`" in loader
+    loader = text.split("## Loader", 1)[1].split("## Sharded", 1)[0]
+    assert "`python bench/run.py --quick --only probe,loader,gpu" in loader
     assert "| metalint |" in loader and "| accelerate |" in loader
-    # without timm the real-model probe says so instead of giving its row
-    if importlib.util.find_spec("timm") is None:
-        assert "real models skipped" in text
-    else:
-        assert "| vit_tiny_patch16_224 | cpu |" in text
+    assert "2 x Linear(64, 64)" in text
+    if importlib.util.find_spec("timm") is not None:
+        assert "| timm `vit_tiny_patch16_224` |" in text
 
 
 def test_parse_floor_counts_what_it_parsed(tmp_path, capsys):

@@ -648,8 +648,8 @@ def test_action_check_step_runs(tmp_path, write, sarif):
 
 
 def test_readme_ci_workflow_installs_and_never_hides_the_exit_code():
-    readme = (ROOT / "README.md").read_text()
-    ci = readme[readme.index("### CI (GitHub Actions)") : readme.index("## `metalint probe`")]
+    page = (ROOT / "docs" / "ci.md").read_text()
+    ci = page[page.index("## GitHub Actions") :]
     assert "|| true" not in ci
     assert "- run: pip install metalint" in ci
     assert f"uses: metalint/metalint@v{__version__}" in ci
@@ -660,11 +660,15 @@ def test_readme_ci_workflow_installs_and_never_hides_the_exit_code():
 
 
 def test_pre_commit_rev_follows_the_version():
+    page = (ROOT / "docs" / "ci.md").read_text()
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### pre-commit") : readme.index("### CI (GitHub Actions)")]
-    revs = re.findall(r"^\s*rev: (\S+)(.*)$", section, re.M)
-    assert [r[0] for r in revs] == [f"v{__version__}"]
-    assert "tags follow the version" in revs[0][1]
+    for section in (
+        page[page.index("## pre-commit") : page.index("## GitHub Actions")],
+        readme[readme.index("## pre-commit and CI") :],
+    ):
+        revs = re.findall(r"^\s*rev: (\S+)(.*)$", section, re.M)
+        assert [r[0] for r in revs] == [f"v{__version__}"]
+        assert "tags follow the version" in revs[0][1]
     if shutil.which("git") and (ROOT / ".git").exists():
         tags = subprocess.run(
             ["git", "tag", "--list", "v*"], cwd=ROOT, capture_output=True, text=True

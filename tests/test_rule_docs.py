@@ -25,7 +25,7 @@ def test_every_rule_has_a_page_and_an_index_row():
             "## What it does",
             "## Why is this bad on meta?",
             "## Example",
-            "## Use instead",
+            "Use instead:",
             "## Fix safety",
         ):
             assert section in page
@@ -35,7 +35,7 @@ def test_every_rule_has_a_page_and_an_index_row():
 def test_rule_command(cli):
     r = cli("rule", "ML001")
     assert r.exit_code == 0 and r.output.startswith("# parameter-from-value (ML001)")
-    assert "## Use instead" in r.output
+    assert "Use instead:" in r.output
     r = cli("rule")
     assert "ML001  parameter-from-value" in r.output
     r = cli("rule", "ML999")

@@ -21,47 +21,44 @@ class ApplyWithoutRecurse(Rule):
     """
     ## What it does
     Finds an `nn.Module` that overrides `_apply(self, fn)` without the `recurse` argument
-    torch's own `Module._apply(self, fn, recurse=True)` takes (since torch 2.1). Overrides like
-    this move tensors the module keeps outside its parameters and buffers (spikingjelly's
-    `MemoryModule` moves its neuron states, YOLOv5's `DetectMultiBackend` its grids), also one
-    bound in the class body from a function of the file or a lambda (`_apply = move_states`).
+    torch's own `Module._apply(self, fn, recurse=True)` takes (since torch 2.1), also one bound
+    in the class body (`_apply = move_states`).
 
     ## Why is this bad on meta?
-    `module.to_empty(device=...)`, the step that materialises a model built under
-    `with torch.device("meta"):`, calls `module._apply(..., recurse=recurse)` on the module it
-    is given. An override without `recurse` raises `TypeError: _apply() got an unexpected
-    keyword argument 'recurse'` there: a model whose own class has (or inherits) the override
-    cannot be materialised at all. A child is reached through `Module._apply(fn)`, which passes
-    no `recurse`, and so are `.to()`, `.cuda()` and `.half()`: nothing else shows the defect
-    until such a module is the one materialised (a neuron, a detection head, any subclass
-    used as a model).
+    `module.to_empty(device=...)` calls `module._apply(..., recurse=recurse)`: the override
+    raises `TypeError: _apply() got an unexpected keyword argument 'recurse'`, so a model whose
+    class has the override cannot be materialised at all. `.to()` and `.cuda()` pass no
+    `recurse`, so nothing else shows the defect.
 
     ## Example
     ```python
     class MemoryModule(nn.Module):
         def _apply(self, fn):
-            for key, value in self._memories.items():
-                if isinstance(value, torch.Tensor):
-                    self._memories[key] = fn(value)
+            ...
             return super()._apply(fn)
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class MemoryModule(nn.Module):
         def _apply(self, fn, recurse=True):
-            for key, value in self._memories.items():
-                if isinstance(value, torch.Tensor):
-                    self._memories[key] = fn(value)
+            ...
             return super()._apply(fn, recurse)
     ```
 
     ## Fix safety
-    The fix adds `recurse=True` to the signature (torch's own default) and passes it on to the
-    base's `_apply()` where the override calls it. Calls that worked before behave the same,
-    but it is a signature change, so the fix is unsafe (`--unsafe-fixes`). It is not offered
-    when a base class of another file defines the `_apply()` called: whether that one accepts
-    `recurse` is not known from this file.
+    The fix adds `recurse=True` and passes it on: calls that worked behave the same, but it is
+    a signature change, so it is unsafe. Not offered when the base `_apply()` it calls is
+    defined in another file.
+
+    ## Options
+    None beyond selecting the rule.
+
+    ## When to switch it off
+    When the tree supports only torch older than 2.1.
+
+    ## Known limits
+    - A base class of another file is not read: whether its `_apply()` takes `recurse` is
+      unknown, so no fix is offered there.
     """
 
     code = "ML013"

@@ -20,47 +20,14 @@ from metalint.static.tensors import local_value
 class BufferFromValue(Rule):
     """
     ## What it does
-    Finds a buffer registered in `__init__` (or a helper it calls) with a computed value —
-    `self.register_buffer("inv_freq", 1.0 / base ** (torch.arange(0, d, 2) / d))`,
-    `torch.zeros(...)`, `torch.tril(torch.ones(n, n))`, `gen_relative_position_index(...)`,
-    `self._compute_inv_freq()` — when no reset hook of the class (or of a base class)
-    re-creates it (`reset_parameters`, `init_weights`, `_init_weights`,
-    `init_non_persistent_buffers`, or a hook named in `[tool.metalint] hooks`). A registered
-    buffer assigned a computed value afterwards counts the same (MoCo's
-    `self.queue = normalize(torch.randn(d, k))` in a `_setup_queue()`: `nn.Module` stores it as
-    the buffer). A buffer that a torch base's own hook sets to the same value is kept (a
-    `BatchNorm2d` subclass registering `running_var` again as `torch.ones(c)`:
-    `reset_running_stats()` fills it with ones).
-
-    A buffer created with `torch.empty(...)` (nothing to lose), or one that a hook
-    re-registers, copies into (`self.inv_freq.copy_(self._compute_inv_freq())`) or
-    re-assigns, is not reported.
-
-    A non-persistent buffer registered from a tensor the caller passes to `__init__`
-    (torch-geometric's `LinkPredDiversity`: `self.register_buffer('category', category,
-    persistent=False)`, also through a conversion such as `popularity.to(torch.float)`) is
-    reported too, unless a hook re-creates it: it is the caller's data. A persistent one is
-    not (a checkpoint holds it: timm's `BinaryCrossEntropy(pos_weight=...)`, PyG's
-    `SchNet(atomref=...)`; ML004 names it when the class has no hook at all), nor is a plain
-    attribute holding the caller's tensor (`to_empty()` leaves it as it was).
-
-    Judged under the protocol that materialises the model (`[tool.metalint] protocol`), as
-    ML001: the buffer is reported when it is lost under at least one model root that contains
-    the class, naming that root, and a class no model root contains is judged per module.
-    ML001's page says how roots are found (sub-models swapped in by a function, classes picked
-    from a module-level table) and lists the known limits, which are the same for buffers.
+    Finds a buffer registered during construction from a computed value (`torch.tril(
+    torch.ones(n, n))`, a position index) that no reset hook re-creates, and a non-persistent
+    buffer holding a tensor the caller passed to `__init__`.
 
     ## Why is this bad on meta?
-    Under `with torch.device("meta"):` the value is never computed, and `module.to_empty()`
-    gives the buffer uninitialised memory. With `persistent=False` nothing ever restores it:
-    no checkpoint holds it, so RoPE's `inv_freq`, position tables and attention masks stay
-    garbage even after `load_state_dict` (torchtitan saw loss 3.6 against 11 from this). A
-    persistent buffer (the default) is restored when a checkpoint is loaded, but a model
-    initialised from scratch on meta (pre-training, FSDP `reset_parameters`, Lightning
-    `init_module(empty_init=True)`) keeps garbage — metalint reports both, and says which one
-    it is: the fix is the same. A non-persistent buffer holding the caller's tensor (item
-    categories, popularity counts) silently becomes garbage: the metric computes on it
-    without an error.
+    `to_empty()` gives the buffer uninitialised memory. A non-persistent one is in no checkpoint:
+    RoPE's `inv_freq` stays garbage even after `load_state_dict` (torchtitan saw loss 3.6
+    against 11 from this); a persistent one, in a model initialised from scratch.
 
     ## Example
     ```python
@@ -71,94 +38,34 @@ class BufferFromValue(Rule):
             self.register_buffer("inv_freq", inv_freq, persistent=False)
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class RotaryEmbedding(nn.Module):
-        def __init__(self, dim, base=10000.0, device=None):
+        def __init__(self, dim, base=10000.0):
             super().__init__()
             self.dim, self.base = dim, base
-            self.register_buffer(
-                "inv_freq", torch.empty(dim // 2, device=device), persistent=False
-            )
+            self.register_buffer("inv_freq", torch.empty(dim // 2), persistent=False)
             self.reset_parameters()
 
-        def _compute_inv_freq(self, device=None):
-            return 1.0 / (self.base ** (torch.arange(0, self.dim, 2, device=device).float() / self.dim))
-
         def reset_parameters(self):
-            with torch.no_grad():
-                self.inv_freq.copy_(self._compute_inv_freq(self.inv_freq.device))
+            t = torch.arange(0, self.dim, 2, device=self.inv_freq.device).float()
+            self.inv_freq.copy_(1.0 / (self.base ** (t / self.dim)))
     ```
 
     ## Fix safety
+    The fix keeps the registration and recomputes the value in a hook `__init__` calls last
+    (`init_non_persistent_buffers()` when the class has one, else `reset_parameters()`):
+    deterministic values are exact (safe); a value drawn at random again is unsafe.
 
-    `metalint fix` keeps the registration and re-computes the value in a hook that `__init__`
-    calls last (`init_non_persistent_buffers()` when the class has one, else
-    `reset_parameters()`), copying it into the buffer; the constructor arguments the computation
-    reads are kept on `self`. A value computed through locals assigned more than once (swin's
-    relative position index: `relative_coords[:, :, 0] += ...`) has the statements that compute
-    them copied into the hook, in order, when they only compute locals (no `self` written, no
-    method called, no random draw; an `if` of such statements and `if ...: raise` checks
-    count), also for a local changed in place after it is created (`coords[:, 0] += 1`,
-    `table.view(-1).add_(k)`, a `for i, z in enumerate(numbers)` loop writing it, a `try` whose
-    handlers only raise again; a loop before it that only checks, binding nothing those
-    statements need, is passed over: nequip's atomic-number lookup table); of an `if` that
-    also does more (creates the relative position
-    bias table), only the statements computing the needed locals are copied. A buffer
-    registered inside an `if` block from locals that block computes (peft's `OrthLayer`: `if
-    orth:` computes `rows, cols = torch.triu_indices(size, size, 1)` and registers both) gets
-    those statements copied under the guard that the buffer is there, and the other buffers
-    the block registers from the same locals are copied in the same place. A local that
-    `__init__` keeps on `self` as it is (`self.codebook_dim = codebook_dim`, after its last
-    assignment) is read from that attribute, not inlined. A local made by `torch.empty(shape)`
-    and initialised in place by one call before it is registered (vector-quantize-pytorch's
-    `LFQ`: `nn.init.orthogonal_(orthogonal_rot)`) is registered as it is, and the init call
-    moves into the hook, on the buffer: the same draws from the same generator state when
-    nothing draws in between (safe), else unsafe. A non-persistent
-    buffer of a class whose `reset_parameters()` returns early, takes required arguments, or
-    is not called by `__init__` (an adapter's init that its tuner calls with its config) gets
-    a new `init_non_persistent_buffers()` instead. An `__init__` that returns early
-    (vector-quantize-pytorch's `Codebook`: `if not affine_param: return` before its affine
-    buffers) calls the hook before that `return` and at its end; a buffer registered after
-    the `return` is copied into only where it is there. A buffer that may
-    be `None` (`torch.as_tensor(w) if w is not None else None`) is copied into only where it is
-    a tensor. Deterministic values are recomputed exactly (safe). A random value made by one
-    factory whose shape is derived (`scale * torch.randn((3, n))`, a fixed Gaussian projection)
-    is registered from `torch.empty((3, n))` and drawn once in the hook
-    (`self.x.normal_().mul_(self.scale)`: the same draws and rounding), safe when nothing after
-    it in `__init__` (its own block included) draws; any other random value would be drawn
-    twice (unsafe), as is a value a function of the file draws (`gaussian_matrix(n)` calling
-    `torch.randn`). A buffer written later in `__init__`, also further down its own block
-    (pretrained values loaded into it), is not fixed, nor one a function of the file computes by
-    copying a tensor to the host (torch-geometric's `orthogonal_matrix`: `torch.linalg.qr(
-    mat.cpu())`; under meta the hook would raise).
+    ## Options
+    `protocol`, `hooks`.
 
-    When a base class has its own `reset_parameters()` (torchani's `_ChemModule` after this
-    fix of its `atomic_numbers`, neuralop's `DiscreteContinuousConv` after ML001's fix of its
-    `weight`: both called by the base's `__init__`), a new hook would override it. The code
-    then goes into a private method `__reset_own_tensors()` (name-mangled: each class of a
-    hierarchy keeps its own) that `__init__` calls where it would have called the hook, and
-    the new `reset_parameters()` extends the base's: `super().reset_parameters()`, then the
-    method, guarded by the class's last tensor registered before the call (the base's
-    `__init__` calls the override before the subclass made it). `__init__` does not call the
-    hook itself, which would run the base's init again (a second random draw where it draws).
-    Later fixes of the class add to that method. The same for ML001, ML003 and ML007.
+    ## When to switch it off
+    When the model is always loaded from a checkpoint holding every buffer and none is
+    non-persistent.
 
-    A buffer registered in a private method that only `__init__` calls, once, as a statement
-    (speechbrain's `_init_drop()` registering its dropout masks) keeps its registration there;
-    the hook computes the value again, the method's locals inlined, and copies it in: safe for
-    a value that draws nothing, unsafe for one that draws or calls a child module (its
-    `self.drop(torch.ones(n, h))` is drawn a second time). Not fixed when the method is public
-    (a subclass may override it), or the value reads an argument of the method or an attribute
-    set again after the registration (`__init__` making `self.drop` anew after the call).
-
-    A buffer from the caller's tensor keeps that tensor on `self` (`self._category =
-    category`, as for any constructor argument a computation reads) and copies it in the hook
-    (`self.category.copy_(self._category)`), only where the buffer is a tensor when the
-    argument may be `None`. Eagerly the buffer is still the caller's tensor itself (safe); the
-    kept reference is the same object, so it costs no memory until the module is moved to
-    another device, where it keeps the caller's original alive. A caller's tensor that is
-    itself on meta has no data: the hook then raises rather than leave garbage.
+    ## Known limits
+    - A buffer written later in `__init__` (pretrained values), or computed by copying a tensor
+      to the host, is reported but not fixed. ML001's limits on model roots apply.
     """
 
     code = "ML002"

@@ -28,90 +28,41 @@ MODULE_CASTS = frozenset({"half", "float", "double", "bfloat16", "to", "train", 
 class DataDependentInit(Rule):
     """
     ## What it does
-    Finds code that runs during construction (`__init__`, and the methods it calls) and reads
-    the *value* of a tensor that the meta context creates: `.item()`, `.tolist()`, `.numpy()`,
-    `float(t)` / `int(t)` / `bool(t)`, a move of the module itself to a real device
-    (`self.to(device)`, `self.cuda()`, `self.cpu()`: it copies every tensor, and a meta tensor
-    cannot be copied), a tensor used as a condition (`if mask.any():`,
-    `assert (x > 0).all()`, `while t < n:`), or a tensor used as a size
-    (`torch.ones(n)`, `torch.zeros([n, 1])`, `torch.arange(n)`, `t.view(n, *shape)`,
-    `t.new_zeros(n)`: torch turns it into a Python int), or an op whose output's shape depends on
-    the values (`t.nonzero()`, `torch.unique(t)`, `torch.where(mask)`, `t.masked_select(m)`,
-    `t.bincount()`, `t.repeat_interleave(counts)` without `output_size`, and indexing by a boolean
-    mask, `x[x.abs() <= 1]`, as e3nn's `LowPassFilter` does: none has a meta kernel). Only
-    expressions known to be tensors are
-    reported: torch factories without an explicit real device (`torch.linspace(...)`,
-    `torch.tensor(...)`), arithmetic and methods on them, locals and loop variables holding
-    them, and own buffers/parameters made from them. Shape queries (`t.shape`, `t.size(0)`,
-    `t.numel()`) work on meta and are not reported. Module-level functions that construction
-    calls are followed: those of the same file (the read is reported where it is), and those
-    of another file of the checked tree, imported by name or through a module alias
-    (`utils.make_window(n)`), also through the functions they call: the finding is at the
-    call in `__init__`, and names the function and line of the read (`via` in JSON output).
-    A module-level function that returns a meta tensor (`def steps(n): return
-    torch.linspace(0, 1, n)`) makes its call one: `steps(n).tolist()` is a read, whether
-    `steps` is of the same file or imported by name from another file of the tree. A function
-    outside the checked tree is not followed.
+    Finds construction code that reads a tensor's value: `.item()`, `.tolist()`, `float(t)`,
+    `if t.any():`, a tensor used as a size, an op whose output shape depends on values
+    (`t.nonzero()`), or `self.to(device)`. Module-level functions it calls are followed across
+    the checked tree.
 
     ## Why is this bad on meta?
-    Under `with torch.device("meta"):` every factory without an explicit device returns a
-    meta tensor: it has a shape and a dtype but no data. Reading its value raises
-    (`RuntimeError: Tensor.item() cannot be called on meta tensors`,
-    `NotImplementedError: Cannot copy out of meta tensor`), so the model cannot be built on
-    meta at all. timm's and dinov2's stochastic-depth schedule
-    `[x.item() for x in torch.linspace(0, drop_path_rate, depth)]` is the classic case
-    (dinov2 #477).
+    A meta tensor has no data: the read raises, so the model cannot be built on meta at all.
 
     ## Example
     ```python
-    class ViT(nn.Module):
         def __init__(self, depth, drop_path_rate=0.1):
             super().__init__()
             dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)]
             self.blocks = nn.ModuleList(Block(drop_path=dpr[i]) for i in range(depth))
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class ViT(nn.Module):
-        def __init__(self, depth, drop_path_rate=0.1):
-            super().__init__()
-            # plain Python numbers (or: torch.linspace(..., device="cpu").tolist())
-            dpr = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
-            self.blocks = nn.ModuleList(Block(drop_path=dpr[i]) for i in range(depth))
+            dpr = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
     ```
 
     ## Fix safety
-    `metalint fix` rewrites a read in `__init__`'s own body of a constant computable on the
-    CPU: the tensor is followed back (through arithmetic, tensor methods, torch functions,
-    indexing, locals and loop variables) to the factories that make it (`torch.linspace`,
-    `arange`, `tensor`, `ones`, ...), and each gets `device="cpu"`:
-    `torch.linspace(0, drop_path_rate, depth, device="cpu")`. When a local is also kept
-    (registered as a buffer: torch-geometric's `GaussianSmearing` reads
-    `(offset[1] - offset[0]).item()` and registers `offset`), a CPU twin
-    `offset_cpu = torch.linspace(..., device="cpu")` is created after it and the reads use it:
-    the kept tensor stays on meta. A local assigned again after the reads (timm
-    `DistributionBalancedLoss`: `counts = torch.as_tensor(class_counts, dtype=torch.float32)`,
-    `if ... (counts < 0).any() ...: raise ValueError(...)`, then `counts = counts.clamp(...)`)
-    gets its twin from the assignment the reads see, so the check reads a CPU copy of the
-    caller's data. A local that only feeds reads through other locals (monai's
-    `win = torch.as_tensor(window)`, `n = torch.prod(win)`, then `torch.ones(n).view(n, 1)`)
-    gets `device="cpu"` in place like one read directly. The fix is safe: under the default CPU device the factory made a CPU tensor
-    already, so every value read and every tensor of the module is bit-identical (a copy of
-    a caller's tensor on another device holds the same values). Not fixed: a random draw (`torch.randperm(n).tolist()`: built on meta, the
-    CPU generator is not where it is eagerly, so the value read would differ), uninitialised
-    memory, a factory that already names a device or takes `**kwargs`, a value read from the
-    module's own tensors or a tensor argument, a read in a helper, an op whose output's shape
-    depends on the values (the tensors it makes are usually kept: compute the whole value on the
-    CPU by hand).
+    The fix makes a constant that construction reads with `device="cpu"` (a kept buffer gets a
+    CPU twin that the reads use): safe, the same values. A random draw read during construction
+    is not fixed.
 
-    A module moving itself (`self.to(self.device)` at the end of `__init__`, peft's
-    `MontecloraSampler`) is put under the guard peft writes for its own moves of adapters:
-    `if not any(t.is_meta for t in (*self.parameters(), *self.buffers())): self.to(self.device)`.
-    Eagerly no tensor is on meta and the move runs as before (safe); built on meta, the copy
-    that raised is skipped and the caller places the module with `to_empty()`. A move inside
-    such a test of the meta device is not reported. Not fixed: a move chained to a cast
-    (`self.half().cuda()`: skipping it would skip the cast).
+    ## Options
+    None beyond selecting the rule.
+
+    ## When to switch it off
+    When the model is never built on meta.
+
+    ## Known limits
+    - A function outside the checked tree is not followed.
+    - Only expressions known to be tensors are reported.
     """
 
     code = "ML008"

@@ -61,77 +61,43 @@ def default_device(target, lineage: list[ClassFacts], method: MethodFacts) -> st
 class DeviceEscape(Rule):
     """
     ## What it does
-    Finds tensors that `__init__` (or a helper it calls) creates on an explicit real device
-    and keeps in the module — `torch.arange(n, device="cpu")`,
-    `torch.zeros(d, device=torch.device("cuda"))`, `nn.Linear(d, d, device="cpu")` — and the
-    legacy constructors `torch.Tensor(3, 4)`, `torch.FloatTensor(...)`,
-    `torch.LongTensor([...])`, which allocate CPU memory even under
-    `with torch.device("meta"):`. It also finds `.cpu()`, `.cuda()` and `.to("cpu")` applied
-    to a tensor created in `__init__`, also in a module-level function of another file of the
-    checked tree that construction calls (`masks.causal(n)` doing `.cuda()`, directly or
-    through the functions it calls): the finding is at the call, and names the function and
-    line of the copy (`via` in JSON output). `.to(device)` counts when `device` is a
-    constructor argument whose default is a real device, or `self.device` set from one (monai
-    DiNTS: `device: str = "cpu"`, `torch.ones(shape).to(self.device)`): the default build on
-    meta raises.
-
-    The rule follows where the value flows: a real-device tensor that is only a temporary
-    input (`torch.linspace(0, rate, depth, device="cpu").tolist()` for drop-path rates, a
-    value copied into an existing buffer, code inside a reset hook) is not reported — it
-    allocates a little and is freed, and computing it on CPU is how `__init__` gets real
-    numbers while building on meta. `device=device` with a constructor argument is not
-    reported either.
+    Finds tensors `__init__` creates on an explicit real device and keeps
+    (`torch.arange(n, device="cpu")`, `nn.Linear(d, d, device="cpu")`, `.cuda()`, `.to("cpu")`)
+    and legacy constructors (`torch.Tensor(3, 4)`, `torch.LongTensor([...])`).
 
     ## Why is this bad on meta?
-    The tensor escapes the meta context: building the model on `meta` allocates it for real
-    (for `nn.Parameter(torch.Tensor(out, in))`, the whole weight), which is what meta
-    construction exists to avoid. `module.to_empty()` then replaces it with uninitialised
-    memory, so its value is lost unless a reset hook re-creates it. `.cpu()` /
-    `.to("cpu")` of a tensor built on meta raises "Cannot copy out of meta tensor; no data!".
+    These allocate real memory even under `with torch.device("meta"):`: building a large model
+    on meta then costs real memory, and the tensor sits on the wrong device after
+    `to_empty(device="cuda")`.
 
     ## Example
     ```python
-    class Embedding(nn.Module):
-        def __init__(self, num, dim):
-            super().__init__()
             self.weight = nn.Parameter(torch.Tensor(num, dim))
             self.register_buffer("ids", torch.arange(num, device="cpu"), persistent=False)
-            self.reset_parameters()
-
-        def reset_parameters(self):
-            nn.init.normal_(self.weight)
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class Embedding(nn.Module):
-        def __init__(self, num, dim, device=None, dtype=None):
-            super().__init__()
-            self.weight = nn.Parameter(torch.empty(num, dim, device=device, dtype=dtype))
-            self.register_buffer("ids", torch.empty(num, device=device, dtype=torch.long), persistent=False)
-            self.reset_parameters()
-
-        def reset_parameters(self):
-            nn.init.normal_(self.weight)
-            with torch.no_grad():
-                self.ids.copy_(torch.arange(self.ids.numel(), device=self.ids.device))
+            self.weight = nn.Parameter(torch.empty(num, dim))
+            self.register_buffer("ids", torch.empty(num, dtype=torch.long), persistent=False)
+            # and in reset_parameters(): self.ids.copy_(torch.arange(self.ids.numel()))
     ```
 
     ## Fix safety
-    `metalint fix` rewrites a legacy constructor of sizes, `torch.Tensor(in_channels,
-    out_channels)`, to `torch.empty(in_channels, out_channels)` (a typed one keeps its dtype:
-    `torch.LongTensor(n)` -> `torch.empty(n, dtype=torch.int64)`): the same uninitialised
-    tensor, allocated where the default device says. One argument counts as a size only when
-    it is an integer, an arithmetic of one or an `__init__` parameter annotated `int`
-    (`torch.Tensor(values)` copies data: not rewritten). Safe: the same allocation (shape, dtype,
-    uninitialised contents), so whatever a hook then writes gives the same values. Real-device
-    factories and `.cpu()` are not rewritten (the constructor's `device` argument is ML012's
-    fix). A new tensor copied to the constructor's device, `torch.ones(shape).to(self.device)`,
-    is created there instead: `torch.ones(shape, device=self.device)`, the same tensor in
-    `__init__` eagerly. Safe when nothing between the factory and the copy draws random numbers;
-    unsafe otherwise (`torch.zeros(n).normal_(0, 0.01).to(self.device)`: a GPU draws other
-    numbers than the CPU). These fixes run before the others of their class, so that a value
-    another fix copies into a hook is the rewritten one.
+    The fix turns a legacy constructor of sizes into `torch.empty(sizes)` (safe: the same
+    uninitialised allocation) and makes a new tensor copied to the constructor's device there
+    (`torch.ones(s).to(self.device)` → `torch.ones(s, device=self.device)`: unsafe when a draw
+    comes between). Real-device factories and `.cpu()` are not rewritten.
+
+    ## Options
+    None beyond selecting the rule.
+
+    ## When to switch it off
+    When a small CPU tensor is kept on purpose (a lookup table used on the host).
+
+    ## Known limits
+    - A temporary real-device tensor (a value copied into a buffer, `.tolist()` of CPU numbers)
+      is not reported: computing on CPU is how `__init__` gets real numbers on meta.
     """
 
     code = "ML009"

@@ -329,59 +329,17 @@ def _tensor_name(target: str) -> str:
 class InplaceInitOutsideHook(Rule):
     """
     ## What it does
-    Finds in-place initialisation of the module's tensors in `__init__` (or a helper it calls)
-    outside any reset hook: `nn.init.trunc_normal_(self.pos_embed, std=.02)`,
-    `self.weight.data.fill_(1.0)`, `self.w.normal_()`, `self.head.weight.data.mul_(0.1)`,
-    `with torch.no_grad(): self.weight.copy_(...)`, timm's `trunc_normal_(self.cls_token)`.
-    It is quiet when a reset hook of the class or of a base class
-    (`reset_parameters`, `init_weights`, `_init_weights`, `init_non_persistent_buffers`, or a
-    configured hook) re-creates that tensor, and for writes inside those hooks — calling
-    `self.reset_parameters()` from `__init__` is the right pattern.
-
-    Writes to a child's tensor (`self.head.weight`) are reported too: the child's own
-    `reset_parameters()` restores its default init, and only a hook of this class (run after
-    the children's) can replay the parent's choice. So is the init of a module built in a
-    local before it is attached (`fc1 = nn.Linear(...)`, `nn.init.normal_(fc1.weight)`, then
-    `self.mlp = nn.Sequential(fc1, act)`), and a write by assignment, through `.data` or into
-    a slice (`self.conv.weight.data[:] = torch.arange(...)`, `child.weight.data = t` of a
-    local module then attached): not fixed. Not when the write gives what the child's
-    reset gives anyway (`nn.init.constant_(self.bn.bias, 0)` on a `BatchNorm`/`LayerNorm`/
-    `GroupNorm`: weight ones, bias zeros), nor when it is a no-op with the constructor's
-    defaults (`self.head.weight.data.mul_(head_init_scale)` with `head_init_scale=1.0`,
-    `nn.init.constant_(self.bn.weight, bn_weight_init)` with `bn_weight_init=1`) and no call in
-    the file passes that argument another value, nor when a model class of the file, while it
-    is built, applies an init that resets every such norm layer (timm EfficientViM's
-    `elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)): m.reset_parameters()`): that
-    overwrites the child's init in an eager build too.
-
-    Judged under the protocol of the model roots that contain the class, as ML001: not
-    reported when every root's protocol re-creates the tensor (a transformers `_init_weights`
-    branch for the class, or for its parent when the write is to a child's tensor; what a root
-    `init_weights()` applies to every module), nor when the write is to a child's tensor that
-    every root's protocol re-draws from the same law in every write it makes to it: the same
-    init function (`t.normal_()`, `nn.init.normal_` and transformers' `init.normal_` are one),
-    the same arguments by name with defaults filled in, `config` and `self.config` alike
-    (transformers ConvBert's `self.depthwise.weight.data.normal_(mean=0.0,
-    std=config.initializer_range)`, which the base `_init_weights` re-draws for every
-    `nn.Conv1d`; timm iformer's `trunc_normal_(self.l.weight, std=std)` with `std=0.02` by
-    default and no call in the file passing another, re-drawn by the root's
-    `trunc_normal_(m.weight, std=0.02)`). Another function, mean, std or configuration field
-    is reported. Known limits: `std = self.config.initializer_range or 0.02` is read as
-    `config.initializer_range` (they differ only for a config giving 0); a caller in another
-    file passing the constructor another default is not seen; a write under a condition on a
-    config value counts as run: peft's `PrefixEncoder` (`if init_weights == "zero":
-    zeros_(self.embedding.weight.data)`) is reported, and is lost under `to_empty()` with
-    `init_weights="zero"`, although the audit's default config (None) skips it.
+    Finds in-place init of the module's tensors in `__init__` outside any reset hook:
+    `nn.init.trunc_normal_(self.pos_embed, std=.02)`, `self.weight.data.fill_(1.0)`, and writes
+    to a child's tensor (`self.head.weight.data.mul_(0.1)`), unless every root's protocol
+    re-creates that tensor the same way.
 
     ## Why is this bad on meta?
-    Under `with torch.device("meta"):` the init runs on tensors without data and does
-    nothing; `module.to_empty()` then gives them uninitialised memory. Only the reset hooks run
-    after materialisation, so an init written directly in `__init__` is silently lost
-    (llm-foundry #1745: an RMSNorm whose `ones` init was lost produced NaN).
+    The init runs on meta tensors and does nothing; after `to_empty()` only the hooks run. A
+    child's own `reset_parameters()` restores its default init, not the parent's choice.
 
     ## Example
     ```python
-    class VisionTransformer(nn.Module):
         def __init__(self, dim, num_patches):
             super().__init__()
             self.pos_embed = nn.Parameter(torch.empty(1, num_patches, dim))
@@ -390,90 +348,32 @@ class InplaceInitOutsideHook(Rule):
             self.head.weight.data.mul_(0.001)
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class VisionTransformer(nn.Module):
-        def __init__(self, dim, num_patches):
-            super().__init__()
-            self.pos_embed = nn.Parameter(torch.empty(1, num_patches, dim))
             self.head = nn.Linear(dim, 1000)
             self.init_weights()
 
-        def init_weights(self):  # run after materialisation, after the children's resets
+        def init_weights(self):  # after materialisation, after the children's resets
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
             with torch.no_grad():
                 self.head.weight.mul_(0.001)
     ```
 
     ## Fix safety
+    Own tensors' inits move, in order, into `reset_parameters()`; children's into a root
+    `init_weights()`, each called where the last moved statement ran. Safe when no random draw
+    of `__init__` comes between them and their new place, unsafe otherwise.
 
-    Own tensors: `metalint fix` moves every top-level statement of `__init__` that only
-    initialises this module's own tensors in place (a `with torch.no_grad():` block of them
-    too), in order, to the end of `reset_parameters()` (created or extended), which `__init__`
-    calls last; the constructor arguments they read are kept on `self`. When later code draws
-    random numbers (timm's tokens, then `nn.Linear` heads) and the hook is new, `__init__`
-    calls it where the last moved statement was instead, so the draws keep their order. Own
-    inits inside a block that also creates the tensors (`if rel_pos: self.rel_h =
-    nn.Parameter(torch.zeros(..)); trunc_normal_(self.rel_h)`): the block's run of them moves,
-    in order, into `reset_parameters()`, each guarded by its tensor being there. Own inits in
-    a branch that does not create the tensor (monai `PatchEmbeddingBlock`: `trunc_normal_` of
-    the position embedding only under `elif self.pos_embed_type == "learnable":`, while the
-    `"sincos"` branch replaces it with a fixed table) move under the branch's own condition,
-    read again in the hook (constructor arguments kept on `self`; not fixable when `__init__`
-    changes what it reads); when later code draws random numbers and the hook is new, it is
-    called right after that `if`. A
-    child's tensor (`self.head.weight`): every statement that only initialises own or
-    children's tensors in place (an `if` whose branches all do, too) moves, in order, into a
-    new root `init_weights()`, whose call takes the place of the last one; a child's init
-    inside the `if` block that creates that child (`if gated: self.g_proj = nn.Linear(..)`,
-    then `zeros_(self.g_proj.weight)`) moves with them, guarded by the child being there (not
-    when another branch makes the child too, unless as an `nn.Identity()` placeholder: the guard
-    is then that the child is not one), and a local tensor it reads (`out_init` chosen by
-    an `if`) is recomputed before it by a copy of the statements computing it. Safe when the moved
-    statements draw no random numbers, or no random draw of `__init__` comes between them and
-    their new place; unsafe otherwise (same distribution, other values under the same seed).
-    An init in a method `__init__` calls once, as a statement, that only initialises tensors
-    (open_clip's `init_parameters()`: it creates, assigns and registers nothing) is called from
-    a new root `init_weights()` that takes the call's place and also runs the class's own
-    `reset_parameters()`; safe (the same draws in the same order). A private method of only
-    the module's own inits (nflows `LULinear._initialize(identity_init)`) is called from a new
-    `reset_parameters()` that takes the call's place, its arguments passed again (the
-    constructor arguments and locals they read kept on `self`; not fixable when an argument
-    calls something or reads an attribute set later), and the parameters it sets on every path
-    are made with `torch.empty`. When a base class has its own `reset_parameters()` (nflows
-    `Linear`, after ML001's fix of its `bias`), the new hook extends it:
-    `super().reset_parameters()` first, then the method, guarded by the class's last parameter
-    (the base's `__init__` calls the hook before it exists), and `__init__` keeps calling the
-    method itself (the base's init is not run twice); safe. Not fixable when the init is
-    in any other method (fairseq's `build_output_projection()` also builds a child), or when a
-    moved tensor is used later in `__init__` (or, for children, between the moved statements).
-    A class whose `__init__` already calls its `init_weights()` once (timm HieraDet, after
-    ML010's fix of `if weight_init != 'skip': named_apply(init_fn, self)`, which goes first):
-    the statements that ran before the call open the hook and those after it end it (the call
-    then moves to the last), in the order `__init__` ran them, so the fix stays safe; not
-    fixable when code left between them and the call draws random numbers, calls a method
-    (HieraDet's head rescale after `self.fix_init_weight()`), reads a tensor or touches the
-    moved tensors (merge by hand).
+    ## Options
+    `protocol`, `hooks`.
 
-    Children's inits and the class's own hook: the root `init_weights()` is made after the
-    fixes of the class's own tensors (their `reset_parameters()`), and ends by calling it;
-    `__init__` then calls `init_weights()` where it called `reset_parameters()` (enformer's
-    `Attention`: `zeros_` of `to_out`, then `rel_content_bias`/`rel_pos_bias` drawn later). Safe
-    when the code the moved inits now pass draws nothing (or the moved inits draw nothing: a
-    `zeros_` or `dirac_` may pass children that draw), calls no method other than registering a
-    tensor or child, runs no loop and reads no tensor. Children made after an early return of
-    `__init__` (bs-roformer's `AdaLN`: `if not exists(time_cond_dim): return`) have their inits
-    guarded in the hook by the children being there, so the protocol can call it on every module.
-    A child created between the moved inits, before its own init (`self.concept_embedding =
-    nn.Embedding(..)` between the item table's init and its own), is not "used between" them;
-    an `assert` inside the `with torch.no_grad():` block moves with the init; a write of a slice
-    (`normal_(self.proj.weight[2 * dim :])`) is an init of that weight, in order with the others.
+    ## When to switch it off
+    When the tree's models are never built on meta, or always loaded from a checkpoint.
 
-    A loop that initialises each parameter in place, over every parameter
-    (`for p in self.parameters()`, in a module with no child modules: titans-pytorch's memory
-    MLPs) or over an own `ParameterList` (`for weight in self.weights`), is reported too; its
-    fix moves the loop into `reset_parameters()`, called where it stood (safe: the same code at
-    the same point of `__init__`).
+    ## Known limits
+    - A write under a condition on a config value counts as run.
+    - A caller in another file passing the constructor another default is not seen.
+    - Writes by assignment, through `.data` or into a slice are reported, not fixed.
     """
 
     code = "ML003"

@@ -76,35 +76,14 @@ def _has_value(expr, qualify, method, depth: int = 0) -> bool:
 class MissingResetHook(Rule):
     """
     ## What it does
-    Finds an `nn.Module` that creates its own parameters or buffers in `__init__`
-    (`nn.Parameter(...)`, `nn.Buffer(...)`, `register_buffer`, `register_parameter`) but has
-    no public `reset_parameters()` — neither its own nor inherited (from a base class in the
-    checked tree or a `torch.nn` layer such as `nn.Linear`) — and no other public init hook
-    (`init_weights()`, `init_non_persistent_buffers()`, or the `hooks` you configure). A
-    private `_reset_parameters()` does not count: nothing calls it after materialisation.
-    `nn.MultiheadAttention` and `nn.Transformer*` are such classes, and so are their
-    subclasses.
-
-    Judged under the protocol of the model roots that contain the class, as ML001: not
-    reported when every root's protocol re-creates the tensors it names (a transformers
-    `_init_weights` branch for the class), else naming the root they are lost under.
-
-    The finding is reported once, on the `class` line, and names the tensors whose value is
-    lost: those initialised in place during construction (`_reset_parameters()`,
-    `nn.init.*_` in `__init__`), those that come from constructor arguments, and computed
-    buffers. Tensors already reported by ML001/ML002 (created from a value, or a
-    non-persistent buffer from a constructor argument) are left to them — their fix adds the
-    missing `reset_parameters()` — so a dinov2 `LayerScale` gets one ML001 finding. A `torch.empty(...)` tensor that nothing in the class initialises (a device
-    anchor, or a table the parent initialises: ML010) is not counted: eager construction
-    leaves it uninitialised too.
+    Finds a module that creates its own parameters or buffers but has no public
+    `reset_parameters()` (own or inherited) and no other public init hook (`init_weights()`,
+    `init_non_persistent_buffers()`, a configured hook), naming the tensors whose value is lost.
+    A private `_reset_parameters()` does not count.
 
     ## Why is this bad on meta?
-    After `module.to_empty(device=...)` every parameter and buffer is uninitialised memory.
-    FSDP, Lightning's `init_module(empty_init=True)`, `torch.nn.utils.skip_init` and every
-    "build on meta, then reset" loop call `reset_parameters()` on each module to give its own
-    tensors their values back. A module without that method keeps garbage — even a tensor
-    created with `torch.empty` that a parent initialises in eager mode (`model.apply(init_fn)`)
-    is only restored if the caller knows to run that parent code again.
+    After `to_empty()` a materialiser (FSDP, Lightning, `reset_parameters()` loops) calls each
+    module's public hook; a module without one keeps uninitialised memory.
 
     ## Example
     ```python
@@ -118,12 +97,8 @@ class MissingResetHook(Rule):
             nn.init.xavier_uniform_(self.in_proj_weight)
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class Attention(nn.Module):
-        def __init__(self, dim, device=None, dtype=None):
-            super().__init__()
-            self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim, device=device, dtype=dtype))
             self.reset_parameters()
 
         def reset_parameters(self):
@@ -131,8 +106,18 @@ class MissingResetHook(Rule):
     ```
 
     ## Fix safety
-    No automatic fix: which values `reset_parameters()` must give is a modelling decision
-    (ML001/ML002/ML003 fixes add it when the value is written in `__init__`).
+    No automatic fix: renaming the hook changes the class's interface.
+
+    ## Options
+    `protocol`, `hooks` (a configured hook counts as the module's hook).
+
+    ## When to switch it off
+    When the model's root `init_weights()` re-initialises every tensor of the class and
+    `protocol` cannot say so.
+
+    ## Known limits
+    - Tensors ML001/ML002 report are left to them, so a class gets one finding.
+    - A `torch.empty` tensor nothing initialises is not counted: it is uninitialised eagerly too.
     """
 
     code = "ML004"

@@ -19,41 +19,40 @@ def _accepts_device(fn: cst.FunctionDef) -> bool:
 class NoDeviceDtypeKwargs(Rule):
     """
     ## What it does
-    Finds an `nn.Module` whose `__init__` creates tensors itself — `nn.Parameter(torch.empty(...))`,
-    `register_buffer(name, torch.zeros(...))` — but has no parameter named `device`.
-    `**kwargs` / `**factory_kwargs` is not enough: `skip_init` looks for `device` in the
-    signature. Opt-in: enable it for libraries that want to support `skip_init` and per-call
-    device placement like `torch.nn` does.
+    Finds a module whose `__init__` creates tensors itself (`nn.Parameter(torch.empty(...))`,
+    `register_buffer(name, torch.zeros(...))`) but takes no parameter named `device`.
+    `**kwargs` is not enough: `skip_init` looks for `device` in the signature. Opt-in.
 
     ## Why is this bad on meta?
-    `torch.nn.utils.skip_init(Cls, *args)` builds a module without initialising it by calling
-    `Cls(*args, device="meta")` and then `to_empty()`; for a constructor without `device` it
-    refuses (`RuntimeError: Module must support a 'device' arg to skip initialization`). Every `torch.nn` layer takes `device=None, dtype=None` and passes them to its
-    factories, so callers can place and type tensors at creation instead of copying them
-    afterwards.
+    `torch.nn.utils.skip_init(Cls, *args)` calls `Cls(*args, device="meta")` and refuses a
+    constructor without `device`. Every `torch.nn` layer takes `device=None, dtype=None`, so
+    callers place and type tensors at creation instead of copying them afterwards.
 
     ## Example
     ```python
-    class LayerScale(nn.Module):
         def __init__(self, dim, init_values=1e-5):
             super().__init__()
-            self.init_values = init_values
             self.gamma = nn.Parameter(torch.empty(dim))
-            self.reset_parameters()
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class LayerScale(nn.Module):
         def __init__(self, dim, init_values=1e-5, device=None, dtype=None):
             super().__init__()
-            self.init_values = init_values
             self.gamma = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
-            self.reset_parameters()
     ```
 
     ## Fix safety
     No automatic fix: adding parameters to a public constructor changes its signature.
+
+    ## Options
+    Enable it with `extend-select = ["ML012"]`.
+
+    ## When to switch it off
+    For application code that never calls `skip_init` (it is off by default).
+
+    ## Known limits
+    - A `device` parameter that is not passed on to the factories is not checked.
     """
 
     code = "ML012"

@@ -27,46 +27,15 @@ class ParameterSite:
 class ParameterFromValue(Rule):
     """
     ## What it does
-    Finds an `nn.Parameter` created in `__init__` from a value — `v * torch.ones(dim)`,
-    `torch.randn(...)`, `torch.tensor(...)`, `torch.full(...)`, `torch.zeros(...)` — that no
-    reset hook of the class (or of a base class) re-creates. A legacy constructor of sizes
-    (`torch.Tensor(in_channels, out_channels)`) is no value: it is uninitialised memory, as
-    `torch.empty`, eagerly too (its CPU allocation is ML009's, its init ML003's). A parameter
-    taken from a module that `__init__` builds only for it (`conv = nn.Conv1d(...)`,
-    `self.weight = conv.weight`, the module thrown away) holds that module's init: no hook of
-    the class re-creates it either.
-
-    Judged under the protocol that materialises the model (`[tool.metalint] protocol`): the
-    tensor is reported when it is lost under at least one model root that contains the class
-    (transformers' `_init_weights` dispatch, a root `init_weights()` and what it applies to
-    every module, a dispatch on a parent that writes its child's tensor such as
-    `init.normal_(module.gate.weight)`), naming that root; a class no model root contains is
-    judged per module. A code-generation template (transformers' `modular_*.py`) is no root of
-    the real classes it builds or extends.
-    A class swapped into a sub-model by a module-level function (transformers'
-    `replace_batch_norm(backbone)` putting `RTDetrV2FrozenBatchNorm2d` into the backbone) is
-    dispatched by that sub-model's `_init_weights`.
-    A class picked from a module-level table of its file
-    (`ATTENTION_CLASSES[config._attn_implementation](config)`, or `.get(...)`) is a child of
-    the class that calls it, as is every class of the table.
-    Known limits: a table built any other way (a registry filled at import, a table of another
-    file) gives no parent, and the class is judged per module; a sub-model built by a call that names no class (`load_backbone(config)`) is taken
-    to dispatch by the tree's `_init_weights` that test the class's name and match it
-    (`"BatchNorm" in module.__class__.__name__`); a dispatch condition on a config value counts
-    both branches as run; under the transformers protocol the class's own
-    `reset_parameters()` still counts.
-    A tensor that another object gives an instance after its construction is outside what
-    `check` models (construction is `__init__` and what it calls): peft's
-    `DoraLinearLayer.weight`, created by the `update_layer()` that `DoraLinearVariant.init()`
-    calls when LoRA injects the adapter, and the buffers `VeraModel` puts into a `BufferDict`
-    then, are lost on meta unreported.
+    Finds an `nn.Parameter` created in `__init__` from a value (`v * torch.ones(dim)`,
+    `torch.randn(...)`, `torch.tensor(...)`, `torch.zeros(...)`) that no reset hook of the class,
+    or of a base class, re-creates, judged under the protocol of the model roots that contain
+    the class ([protocols](../docs/protocols.md)).
 
     ## Why is this bad on meta?
-    Under `with torch.device("meta"):` the value is never computed, and `module.to_empty()`
-    gives the parameter uninitialised memory. `reset_parameters()` (or the model's
-    `init_weights()`) is the only code that runs after materialisation; a value that only
-    `__init__` sets is silently lost. This is dinov2's `LayerScale` bug: `gamma` becomes garbage
-    and training diverges.
+    Under `with torch.device("meta"):` the value is never computed, and `to_empty()` gives the
+    parameter uninitialised memory. Only `reset_parameters()` (or the model's `init_weights()`)
+    runs after materialisation: dinov2's `LayerScale.gamma` became garbage this way.
 
     ## Example
     ```python
@@ -76,13 +45,12 @@ class ParameterFromValue(Rule):
             self.gamma = nn.Parameter(init_values * torch.ones(dim))
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class LayerScale(nn.Module):
-        def __init__(self, dim, init_values=1e-5, device=None, dtype=None):
+        def __init__(self, dim, init_values=1e-5):
             super().__init__()
             self.init_values = init_values
-            self.gamma = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+            self.gamma = nn.Parameter(torch.empty(dim))
             self.reset_parameters()
 
         def reset_parameters(self):
@@ -90,60 +58,21 @@ class ParameterFromValue(Rule):
     ```
 
     ## Fix safety
+    The fix makes the parameter with `torch.empty(shape)` and sets its value in
+    `reset_parameters()`, called by `__init__`: safe when the random draws keep their order
+    (constants, `randn(s) * k` as `normal_().mul_(k)`); unsafe when the value is drawn after
+    other draws or an existing hook `__init__` did not call must now be called.
 
-    `metalint fix` creates the parameter with `torch.empty(shape)` (keeping the factory's own
-    `dtype=`/`device=`/`**kwargs`, no signature change) and sets its value in
-    `reset_parameters()`, which `__init__` calls last, so eager construction gives the same
-    tensors. Constants are exact; `torch.randn(s) * k` becomes `normal_().mul_(k)` (the same
-    draws), `torch.normal(mean, std, size)` of two numbers `nn.init.normal_(p, mean=, std=)`
-    and `torch.empty(...).normal_()` (peft's adaption prompt) the same in-place init on the
-    parameter: the same draws. When code after it in `__init__` draws random numbers and makes
-    no child module (peft's `MontecloraSampler` fills a noise bank), or uses every tensor of
-    the module (`self.load_state_dict(...)`: peft's multitask prompt loads a checkpoint over
-    its drawn factors), a new `reset_parameters()` is called right after the parameter, where
-    `__init__` made it (later parameters move the call down when the code between draws
-    nothing and calls no method): safe. Else (later children draw: denoising-diffusion-pytorch's
-    `LinearAttention` draws `mem_kv` before its convolutions) the value stays where `__init__`
-    makes it (on meta it allocates nothing) and a `reset_parameters()` that `__init__` does not
-    call re-creates it for the protocol: eager construction is unchanged (safe), and `check`
-    reports nothing, since the protocol's hook re-creates it. The same holds for a class with
-    a `reset_parameters()` that `__init__` does not call, and for a value drawn again by the
-    hook (a random value through a local). Where `__init__` already calls `reset_parameters()`
-    after other draws, the value is drawn there: unsafe. Calling an existing `reset_parameters()` that
-    `__init__` did not call is unsafe, unless its body is empty (`pass`). A value that
-    `__init__` re-initialises in place later (timm's `torch.zeros` then
-    `trunc_normal_(self.pos_embed)`) is dead: the fix moves the in-place init into
-    `reset_parameters()` (ML003's fix) and keeps the value; inside an `if` block (mvitv2's
-    optional relative position tables) the block's run of in-place inits moves, each guarded
-    by its tensor being there.
-    When no shape can be derived (`torch.tensor(sigma[0])`, a value through a local), the
-    creation stays (on meta it costs nothing) and `reset_parameters()` computes the same value
-    again and copies it in: exact for a value that draws no random numbers, unsafe otherwise;
-    a local changed in place after it is created (`coords[:, 0] += 1`) has the statements
-    computing it copied, not its bare factory.
-    A constant parameter created in a private method that only `__init__` calls, once, as a
-    statement (fair-esm's `_init_submodules_esm1()`, called in an `else`: `embed_out =
-    nn.Parameter(torch.zeros(...))`) is created there with `torch.empty` and set in
-    `reset_parameters()`, guarded by the parameter being there (safe: `zeros`, `ones` and literal
-    fills draw nothing). A random value there, one whose hook would read the method's locals,
-    or one created in a public method (a builder a subclass overrides) is not fixed.
-    A class that already has a root `init_weights()` that construction does not call (timm's
-    `RotAttentionPool2d`, initialised by its model's `named_apply`) gets `self.reset_parameters()`
-    as the first statement of it, as every fix's new hook does: under timm's protocol a module
-    with an `init_weights()` is initialised by it alone, and the moved value must come back
-    there too (eager construction never runs it: safe).
-    A random value made before others that an existing `reset_parameters()` already draws
-    (enformer's `rel_content_bias`, made one line before `rel_pos_bias`, fixed a round earlier)
-    opens that hook, so the draws keep the order `__init__` made them in (safe). A parameter
-    frozen where it is made (`nn.Parameter(grid).requires_grad_(False)`, pytorch-forecasting's
-    KAN layer) is that parameter: reported and fixed as any other.
-    A `ParameterList` built from parameters of values (`nn.ParameterList([nn.Parameter(
-    torch.randn(d, d)) for _ in range(n)])`, a list of them) is reported once; its fix makes each
-    with `torch.empty` of the same size and sets it in `reset_parameters()` by the init that
-    draws or sets the same values (`normal_` for `randn`, `uniform_` for `rand`, `zeros_`,
-    `ones_`), in order: a loop over the list for a comprehension, one call per element for a
-    list (safe when no other draw comes between). A list filled by `.append` in a loop is not
-    reported yet.
+    ## Options
+    `protocol` and `hooks` (a hook you name counts as re-creating), in `[tool.metalint]`.
+
+    ## When to switch it off
+    When every model is always loaded whole from a checkpoint that holds the parameter.
+
+    ## Known limits
+    - A class from a registry filled at import, or a table of another file, is judged alone.
+    - A tensor given to an instance after construction (peft's `DoraLinearLayer.weight`), or a
+      `ParameterList` filled by `.append` in a loop, is not reported.
     """
 
     code = "ML001"

@@ -116,91 +116,47 @@ def parent_inits(
 class ParentAppliedInit(Rule):
     """
     ## What it does
-    Finds initialisation that a parent module applies to its children during construction:
-    `self.apply(self._init_weights)`, timm's `named_apply(init_fn, self)`, or a loop
-    `for m in self.modules(): nn.init.kaiming_normal_(m.weight)` (or one that hands each
-    module to a function of the file that initialises it: a detector's
-    `for n, m in self.named_modules(): _init_weight(m, n)`), or nanoGPT's
-    `for pn, p in self.named_parameters(): ... normal_(p)` in a module with children, or a
-    module-level helper handed the module that loops over its modules and initialises them
-    (timm's `efficientnet_init_weights(self)`, resolved across files), also in a method of a
-    base class of the same file that `__init__` calls (`self._finish()` doing
-    `self.apply(partial(init_fn))`: reported at the call; a base's hook such as
-    `init_weights()` is the protocol's to judge). Calls inside `reset_parameters()` are ML006's. The message says which root
-    hook of the class replays it after materialisation (`init_weights()`, or a hook you
-    configure), if any.
-
-    Judged under the protocol of the model roots that contain the class (see
-    `[tool.metalint] protocol`): not reported when the class is a model root (nothing in the
-    checked tree constructs it) whose entry point (`init_weights()`, `init_states()`) replays
-    the applied init: under that protocol (`to_empty()`, then the root's `init_weights()`, as
-    timm and torchtitan do) the call *is* the re-initialisation. A class built inside another
-    model is reported when that model does not call its `init_weights()`. A repo that
-    materialises per module (FSDP's `reset_parameters()` loop) sets `protocol =
-    "reset_parameters"` and gets these findings back. An applied function that only calls
-    each module's own hook (`m.reset_parameters()`, `m.init_weights()`) gives what the
-    per-module hooks give: not reported.
-
-    Known limits: a root built by a class outside the checked tree is taken for a root; an
-    applied function that calls each module's own `init_weights(scheme=...)` with an argument
-    (timm MaxxVit) is taken to give what `init_weights()` with its defaults gives.
+    Finds init a parent applies to its children during construction: `self.apply(
+    self._init_weights)`, timm's `named_apply(init_fn, self)`, loops over `self.modules()` or
+    `self.named_parameters()` (also one handing each module to a function of the file that
+    initialises it: `for n, m in self.named_modules(): _init_weight(m, n)`), or a function
+    handed the module that does so.
 
     ## Why is this bad on meta?
-    On meta the applied init writes nothing; after `to_empty()` each child gets its values
-    back only from its own `reset_parameters()` — kaiming-uniform for an `nn.Linear`, not the
-    `trunc_normal_(std=.02)` the parent applied in eager mode. FSDP and every per-module reset
-    loop therefore give a different model than eager construction (timm ViT: 88 tensors
-    differ). Only calling the parent's root hook again restores it, and only if there is one.
+    The applied init runs on meta tensors; after `to_empty()` each child's own
+    `reset_parameters()` restores the child's default init, not the parent's law.
 
     ## Example
     ```python
-    class Net(nn.Module):
-        def __init__(self, dim):
-            super().__init__()
             self.fc = nn.Linear(dim, dim)
             self.apply(self._init_weights)
-
-        def _init_weights(self, m):
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=.02)
-                nn.init.zeros_(m.bias)
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class Net(nn.Module):
-        def __init__(self, dim):
-            super().__init__()
             self.fc = nn.Linear(dim, dim)
             self.init_weights()
 
-        def init_weights(self):
-            # the root hook: run it again after `to_empty()` (not per module)
+        def init_weights(self):  # the root hook: run again after to_empty()
             self.apply(self._init_weights)
-
-        def _init_weights(self, m):
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=.02)
-                nn.init.zeros_(m.bias)
     ```
-    Or give each child class a `reset_parameters()` that sets the values itself.
 
     ## Fix safety
-    `metalint fix` moves the statement that applies the init (or the call of the private
-    method that does) into a new root `init_weights()`, called where the statement ran: eager
-    construction draws the same random numbers in the same order, so the fix is safe. The
-    constructor arguments the statement reads are kept on `self` under a private name
-    (`self._zero_init_last`). Whoever materialises the model must then call `init_weights()`
-    after `to_empty()` (timm's and transformers' protocol). A class that already has an
-    `init_weights()` (or a `reset_parameters()` for its own tensors) that `__init__` calls
-    earlier gets the statement at the end of it (a new `init_weights()` calls
-    `reset_parameters()` first: under timm's protocol a module with an `init_weights()` is
-    initialised by it alone), and the call moves to where the statement ran, when nothing
-    between draws random numbers, calls a method or reads a tensor: safe, the init runs in the
-    same order. Not fixable otherwise when the class already has an `init_weights()` (or an
-    attribute of that name), when the statement is inside a loop, `with`, `try` or nested
-    function or is part of a larger statement, or when the private method takes arguments,
-    returns a value or is not called once from `__init__`.
+    The fix moves the applied init into a root `init_weights()` called where it ran (or
+    appends it to the existing one): eager construction draws the same numbers in the same
+    order (safe). Refused when a child created after it would be reached, or the statement is
+    inside a loop, `with` or `try`.
+
+    ## Options
+    `protocol`: not reported for a model root whose `init_weights()` replays the init (timm,
+    torchtitan); `protocol = "reset_parameters"` (per-module materialisation) reports it.
+
+    ## When to switch it off
+    When your models are always materialised by their root `init_weights()`.
+
+    ## Known limits
+    - A root built by a class outside the checked tree is taken for a root.
+    - `init_weights(scheme=...)` with an argument is taken to act as its defaults.
     """
 
     code = "ML010"

@@ -14,61 +14,25 @@ from metalint.vocabulary import TENSOR_INPUT_FUNCTIONS
 class PlainTensorAttribute(Rule):
     """
     ## What it does
-    Finds a tensor stored on an `nn.Module` as a plain attribute in `__init__` (or a helper it
-    calls) — `self.mask = torch.ones(n, n).tril()`, `self.scale = torch.tensor(dim ** -0.5)`,
-    `self.freqs = torch.arange(n).float() / n` — that is neither a parameter nor a buffer.
-    Only values that are certainly tensors are reported (torch factories, arithmetic on them,
-    `.to()`/`.float()`/indexing of them, locals holding them); Python numbers, lists, modules
-    and tensors passed in by the caller are not. An attribute that the class also registers as a
-    buffer or parameter (assigning to it then writes the buffer) is not reported.
-
-    An alias of one of the class's own buffers or parameters (`self.original_inv_freq =
-    self.inv_freq`) is reported too: `to_empty()` replaces the buffer, the alias keeps the meta
-    tensor. So is the result of a function of the same file annotated `-> torch.Tensor`, or
-    unannotated with a tensor in every `return`, and of a method of the class annotated
-    `-> torch.Tensor` (monai regunet's `self.grid = self.get_reference_grid(image_size)`). A
-    tensor from a legacy constructor
-    (`torch.Tensor()`, `torch.FloatTensor(table)`, `torch.from_numpy`), directly or returned by
-    such a function, is not: it is built on the CPU even under meta (ML009 reports the
-    allocation of a direct one). Neither is one moved by `.to(device)` in a method that
-    construction calls without `device` (default `None`: monai's and diffusers'
-    `self.timesteps = torch.from_numpy(timesteps).to(device)` in `set_timesteps(n,
-    device=None)`, which `__init__` calls as `self.set_timesteps(n)`): `.to(None)` keeps it
-    on the CPU. An attribute construction uses as a tensor is reported whatever it was
-    assigned (monai `Scheduler`'s `self.betas = noise_sched`, from a registry of schedule
-    functions): the input of a torch function that takes only a tensor
-    (`torch.cumprod(self.alphas, dim=0)`), and the attribute that number arithmetic made it
-    from (`self.alphas = 1.0 - self.betas`).
-
-    A reset hook that re-creates the attribute does **not** silence this rule: the hook runs
-    after `to_empty()` and builds the tensor on the default device, but `.to(device)`,
-    `.cuda()`, `to_empty()` and FSDP never move a plain attribute, so it still ends on the
-    wrong device (and `state_dict()` never sees it).
+    Finds a tensor stored as a plain attribute in `__init__` (`self.mask = torch.tril(...)`),
+    not as a parameter or buffer.
 
     ## Why is this bad on meta?
-    Built under `with torch.device("meta"):` the attribute is a meta tensor. `module.to_empty()`
-    and `module.to(device)` move only parameters and buffers, so the attribute stays on `meta`
-    and the first `forward` fails with "Tensor on device meta is not on the expected device"
-    (or silently computes nothing). transformers tests every model for this
-    (`test_all_tensors_are_parameter_or_buffer`).
+    `to_empty()`, `.to()` and `.cuda()` move only parameters and buffers: the plain tensor stays
+    on meta (or on the wrong device) and its first use fails or computes garbage.
 
     ## Example
     ```python
-    class CausalSelfAttention(nn.Module):
         def __init__(self, block_size):
             super().__init__()
             self.mask = torch.tril(torch.ones(block_size, block_size))
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class CausalSelfAttention(nn.Module):
-        def __init__(self, block_size, device=None):
+        def __init__(self, block_size):
             super().__init__()
-            self.block_size = block_size
-            self.register_buffer(
-                "mask", torch.empty(block_size, block_size, device=device), persistent=False
-            )
+            self.register_buffer("mask", torch.empty(block_size, block_size), persistent=False)
             self.reset_parameters()
 
         def reset_parameters(self):
@@ -77,34 +41,22 @@ class PlainTensorAttribute(Rule):
     ```
 
     ## Fix safety
+    The fix registers the tensor as a non-persistent buffer (the same value eagerly, no new
+    `state_dict()` key); ML002's fix then moves the value into a hook. Safe when every other
+    assignment of the attribute gives a tensor or `None`, unsafe when one may assign anything
+    else (a buffer takes only tensors).
 
-    `metalint fix` registers the tensor as a non-persistent buffer
-    (`self.register_buffer("mask", torch.ones(n), persistent=False)`): the same value eagerly, no
-    new `state_dict()` key, and `to_empty()`/`.to()` now move it; ML002 then reports the computed
-    value and its fix moves it into a hook. Safe when every other assignment of the attribute
-    gives it a tensor or `None` (a scheduler's `set_timesteps()` assigning a new schedule,
-    `self.t = self.t.to(device)`, an argument annotated `Tensor`) or runs in another branch of
-    the same `if` in `__init__`; unsafe when one may assign something else (a buffer only takes
-    tensors). Not fixable when `__init__` (or a method it calls first) assigns the attribute
-    before the tensor (`register_buffer` refuses an existing attribute), before
-    `super().__init__()`, when the assignment has several targets or shares its line with other
-    statements, when the target is not an attribute of `self`, or when ML002's fix could not
-    then re-create the value in a hook (a local computed by code a hook cannot copy):
-    registered, the buffer would be uninitialised after `to_empty()`. A tensor set in a private
-    method that only `__init__` calls, once, as a statement (speechbrain `SincConv.
-    _init_sinc_conv()`'s Hamming window) is registered there; ML002's fix then computes it in
-    the hook.
+    ## Options
+    None beyond selecting the rule: a hook that re-creates the attribute does not silence it
+    (nothing moves a plain attribute).
 
-    Tensors an `if` of `__init__` computes together, from each other (monai `Scheduler`:
-    `self.betas, self.alphas, self.alphas_cumprod = noise_sched`, else `self.alphas = 1.0 -
-    self.betas` and `self.alphas_cumprod = torch.cumprod(self.alphas, dim=0)`), become
-    buffers at once: each is registered as a `None` non-persistent buffer before the `if`,
-    which keeps its code (assigning to a buffer's name sets the buffer), and the hook runs a
-    copy of the `if` on locals in place of the attributes (the locals and arguments it reads
-    recomputed or kept on `self`), then copies each into its buffer. Unsafe: a buffer takes
-    only tensors, and what the `if` assigns is not known to be one. Not fixable when the `if`
-    also sets an attribute that is no tensor, calls a method of `self`, draws random numbers,
-    or its attributes are assigned elsewhere in `__init__` or by a method construction calls.
+    ## When to switch it off
+    When the attribute is moved by hand after materialisation (an `_apply` override).
+
+    ## Known limits
+    - Only values certainly tensors are reported: a caller's tensor or a Python number is not.
+    - Not fixed when the attribute is assigned before the tensor or before
+      `super().__init__()`, or the assignment has several targets.
     """
 
     code = "ML007"

@@ -52,72 +52,49 @@ def _order(method: MethodFacts) -> dict[int, int]:
 class ResetMissesTensor(Rule):
     """
     ## What it does
-    For a class that defines `reset_parameters()` itself, finds a tensor the class creates in
-    `__init__` that this hook (with the helpers it calls and the `super().reset_parameters()`
-    chain, across files) does not re-initialise, or re-initialises to a different kind of
-    value than `__init__` does (`__init__` makes ones and the hook draws random numbers;
-    `__init__` makes zeros and the hook ones).
-
-    Split with the other rules, so each tensor is reported once:
-    - a value that `__init__` computes (`nn.Parameter(torch.ones(d))`, a computed buffer, an
-      in-place `nn.init.*_` in `__init__`) that *no* hook re-creates is reported by ML001,
-      ML002 or ML003; this rule reports it only when another hook of the class (say
-      `init_weights()`) re-creates it but `reset_parameters()` does not — per-module reset
-      (FSDP, Lightning `init_module(empty_init=True)`) still loses it;
-    - a tensor `__init__` leaves uninitialised (`torch.empty`, `torch.Tensor(out, in)`) and
-      `reset_parameters()` misses is reported here: nothing ever initialises it;
-    - a tensor handed to a helper function (torch-geometric's `glorot(self.att_src)`,
-      `zeros(self.bias)`, `uniform(size, self.root)`, defined in the same file or another
-      file of the checked tree) is initialised when the helper writes that argument in place,
-      itself, through a loop over `value.parameters()` or through another helper; a helper
-      outside the checked tree, or longer than 40 lines (12 statements), is not followed and
-      the tensor counts as missed;
-    - a non-persistent buffer re-created by `init_non_persistent_buffers()` is fine (that is
-      timm's entry point for them), as are tensors of child modules (their own
-      `reset_parameters()` handles them).
+    For a class that defines `reset_parameters()`, finds a tensor created in `__init__` that the
+    hook (with the functions it calls and the `super()` chain, across files) does not re-initialise, or
+    sets to another kind of value (`__init__` makes ones, the hook draws).
 
     ## Why is this bad on meta?
-    `reset_parameters()` is the contract: after `module.to_empty()`, calling it on every
-    module must give back what eager construction gave. A tensor it misses keeps the
-    uninitialised memory of `to_empty()`; a tensor it sets differently silently changes the
-    model (TransformerEngine #2528, timm #2605: a norm weight `__init__` made ones that the
-    hook re-drew at random).
+    Per-module materialisers (FSDP, Lightning's `init_module(empty_init=True)`) call only
+    `reset_parameters()`: what it misses stays uninitialised, what it sets differently differs
+    from an eager build.
 
     ## Example
     ```python
-    class Adapter(nn.Module):
-        def __init__(self, d, r):
-            super().__init__()
-            self.down = nn.Parameter(torch.empty(r, d))
             self.up = nn.Parameter(torch.empty(d, r))
             self.gate = nn.Parameter(torch.ones(d))
             self.reset_parameters()
             nn.init.zeros_(self.up)
 
         def reset_parameters(self):
-            nn.init.kaiming_uniform_(self.down)
             nn.init.normal_(self.gate)
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class Adapter(nn.Module):
-        def __init__(self, d, r):
-            super().__init__()
-            self.down = nn.Parameter(torch.empty(r, d))
-            self.up = nn.Parameter(torch.empty(d, r))
             self.gate = nn.Parameter(torch.empty(d))
             self.reset_parameters()
 
         def reset_parameters(self):
-            nn.init.kaiming_uniform_(self.down)
             nn.init.zeros_(self.up)
             nn.init.ones_(self.gate)
     ```
 
     ## Fix safety
-    No automatic fix: which value is intended (the one of `__init__` or the one of the hook)
-    is a decision for the author.
+    No automatic fix: which value is intended is the author's call.
+
+    ## Options
+    `hooks` (a value another configured hook re-creates is still reported: per-module reset
+    loses it).
+
+    ## When to switch it off
+    When nothing materialises the model per module.
+
+    ## Known limits
+    - A function outside the checked tree, or longer than 40 lines, is not followed: its
+      tensors count as missed.
     """
 
     code = "ML005"

@@ -37,47 +37,20 @@ def _needs_arguments(fn: cst.FunctionDef) -> bool:
 class ResetTouchesChildren(Rule):
     """
     ## What it does
-    Finds a `reset_parameters()` (or a helper it calls) that re-initialises tensors of child
-    modules instead of only the module's own: `nn.init.zeros_(self.proj.bias)`,
-    `self.fc.weight.data.normal_()`, `self.attn._reset_parameters()`, loops over
-    `self.modules()` / `self.children()` that write the children's tensors, `self.apply(...)`,
-    or a loop over `self.parameters()` (which recurses into children) in a module that has
-    children.
-
-    Calling a child's own `reset_parameters()` (`self.lin.reset_parameters()`, `for lin in
-    self.lins: lin.reset_parameters()`, PyG's `reset(self.nn)`) is not reported: it applies
-    the same law the per-module materialiser applies to that child, so the order in which the
-    two run does not change any value. Nor is a `reset_parameters` that requires arguments
-    (peft's `RoadLayer.reset_parameters(adapter_name, init_weights)`): no per-module
-    materialiser can call it, so its writes never race a child's own reset, nor a write through
-    a plain object the class builds around its own tensor (`self.state = State(self.weight)`,
-    then `nn.init.normal_(self.state.weight)`). Nor is it reported
-    when every site of the tree that materialises a model containing the class runs the
-    modules' own hooks children first (`for m in reversed(list(model.modules())):
-    m.reset_parameters()`): the parent's hook runs last and what it writes stays.
-
-    Known limits: the probe proves the order dependence (MP009) only when the two orders give
-    values its statistics can tell apart; at the tiny widths the audit builds, a parent that
-    re-draws a child's weight with a law of similar scale (torch-geometric `RECT_L`:
-    `xavier_uniform_` over `Linear`'s own `kaiming_uniform`, a factor 2 in range on 128
-    draws) passes both orders and reads as refuted, though the values differ at full size;
-    likewise a law of the same mean and scale (torch-geometric DimeNet's `EmbeddingBlock`:
-    `uniform_(-sqrt(3), sqrt(3))` over `Embedding`'s `normal_(0, 1)`, both of std 1).
+    Finds a `reset_parameters()` (or a function it calls) that re-initialises child modules'
+    tensors (`nn.init.zeros_(self.proj.bias)`, `self.apply(...)`, a loop over `self.modules()`
+    or `self.parameters()`) instead of only the module's own. Calling a child's own
+    `reset_parameters()` is fine.
 
     ## Why is this bad on meta?
-    The contract of `reset_parameters()` is "my own tensors only" (pytorch#104187): FSDP and
-    other per-module materialisers call it on *every* module, in an order they choose (FSDP1
-    uses `module.modules()`, parents first). A parent that also writes a child's tensor is
-    then overwritten by the child's own reset — or overwrites it, depending on the order — so
-    the value after materialisation depends on who runs last, and children are initialised
-    twice (wasted work, different random draws than eager).
+    A per-module materialiser calls every module's hook in an order it chooses: when the child's
+    own reset runs after the parent's, the parent's init is silently replaced. The result
+    depends on hook order (the probe's MP009).
 
     ## Example
     ```python
-    class Attention(nn.Module):
         def __init__(self, dim):
             super().__init__()
-            self.qkv = nn.Linear(dim, 3 * dim)
             self.proj = nn.Linear(dim, dim)
             self.reset_parameters()
 
@@ -85,25 +58,27 @@ class ResetTouchesChildren(Rule):
             nn.init.zeros_(self.proj.weight)
     ```
 
-    ## Use instead
+    Use instead:
     ```python
     class ZeroLinear(nn.Linear):
         def reset_parameters(self):
             nn.init.zeros_(self.weight)
-            if self.bias is not None:
-                nn.init.zeros_(self.bias)
-
-    class Attention(nn.Module):
-        def __init__(self, dim):
-            super().__init__()
-            self.qkv = nn.Linear(dim, 3 * dim)
-            self.proj = ZeroLinear(dim, dim)
     ```
-    Or keep model-wide init in a root `init_weights()` that is called once, not per module.
+    Or keep model-wide init in a root `init_weights()` called once, not per module.
 
     ## Fix safety
-    No automatic fix: the child's value must move into the child's own class (or a root
-    hook).
+    No automatic fix.
+
+    ## Options
+    `protocol`: not reported when every site of the tree that materialises the model runs the
+    hooks children first.
+
+    ## When to switch it off
+    When your materialiser always runs children's hooks before their parent's.
+
+    ## Known limits
+    - The probe proves the order dependence only when the two laws differ visibly at the
+      audit's tiny widths (PyG `RECT_L`, DimeNet's `EmbeddingBlock` read as refuted).
     """
 
     code = "ML006"

@@ -10,36 +10,23 @@ from metalint.vocabulary import ROOT_ENTRIES
 class RootInitSkipsModuleHooks(Rule):
     """
     ## What it does
-    Finds a model root whose entry point (`init_weights()`, `init_states()`) is all that the
-    tree's materialisation runs (a training script: `with torch.device("meta"):`, then
-    `model.to_empty(...)` and `model.init_weights()` only, in the torchtitan idiom), while
-    some module inside it has a `reset_parameters()` that restores a tensor the entry point
-    does not. Reported only where the checked tree has such a script (see ML015), or under
-    `protocol = "init_weights-only"`.
+    Finds a model root whose entry point (`init_weights()`, `init_states()`) is all the tree's
+    materialisation runs (`to_empty()` then `model.init_weights()`, the torchtitan idiom) while a
+    module inside it has a `reset_parameters()` restoring a tensor the entry point does not.
+    Only where such a script exists, or under `protocol = "init_weights-only"`.
 
     ## Why is this bad on meta?
-    Every module's own `reset_parameters()` is the code that gives its tensors their values
-    after `to_empty()`. When the script calls only the root's `init_weights()` and that
-    method never calls them, the norms' weights, RoPE tables and gains stay uninitialised
-    memory and the model trains on garbage.
+    Each module's own hook gives its tensors their values after `to_empty()`; when the root's
+    `init_weights()` never calls them, norms, RoPE tables and gains stay uninitialised.
 
     ## Example
     ```python
-    class Model(nn.Module):
-        def __init__(self, dim):
-            super().__init__()
-            self.proj = nn.Linear(dim, dim)
-            self.norm = nn.LayerNorm(dim)
-
-        def init_weights(self):
+        def init_weights(self):  # self.norm = nn.LayerNorm(dim) is never reset
             nn.init.trunc_normal_(self.proj.weight, std=0.02)
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class Model(nn.Module):
-        ...
-
         def init_weights(self):
             for module in self.modules():
                 if module is not self and hasattr(module, "reset_parameters"):
@@ -48,11 +35,17 @@ class RootInitSkipsModuleHooks(Rule):
     ```
 
     ## Fix safety
-    The fix puts that loop at the start of the entry point: every module's own hook runs
-    first, then the root's own init overrides what it re-initialises (the order the
-    `init_weights` protocol assumes). Unsafe: the model's initial values change (tensors
-    that were garbage get their values, and the random draws of the hooks shift the root's
-    own ones).
+    The fix puts that loop at the start of the entry point. Unsafe: the model's initial values
+    change (garbage gets values, and the hooks' draws shift the root's own).
+
+    ## Options
+    `protocol`.
+
+    ## When to switch it off
+    When the script restores those tensors itself after `init_weights()`.
+
+    ## Known limits
+    - The limits of ML015 on reading the script apply.
     """
 
     code = "ML016"

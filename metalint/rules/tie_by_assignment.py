@@ -16,47 +16,41 @@ def _text(parts: list[str]) -> str:
 class TieByAssignment(Rule):
     """
     ## What it does
-    Finds weight tying written as an assignment during construction —
-    `self.head.weight = self.embed.weight`, `self.lm_head.weight = self.transformer.wte.weight`,
-    `self.decoder.bias = self.bias` — in a class that has no `tie_weights()` method (own or
-    inherited) and no reset hook that repeats the assignment. `tie_weights()` is the name
-    transformers' `from_pretrained` and accelerate's `load_checkpoint_and_dispatch` call after
-    materialisation; a hook (`reset_parameters()`, `init_weights()`) that repeats the same
-    assignment counts too.
+    Finds weight tying written as an assignment during construction (`self.lm_head.weight =
+    self.wte.weight`) in a class with no `tie_weights()` method (own or inherited) and no reset
+    hook that repeats the assignment.
 
     ## Why is this bad on meta?
-    On meta the two modules share one `Parameter` object. `module.to_empty()` replaces the
-    parameters module by module, so each of the two gets a new, separate tensor: after
-    materialisation the head and the embedding are two independent parameters. A checkpoint
-    that stores the tied tensor once fills only one of them, the other stays uninitialised
-    memory, and training updates them separately.
+    `to_empty()` replaces the parameters module by module, so the two get separate tensors: a
+    checkpoint storing the tied tensor once fills only one, and training updates them apart.
 
     ## Example
     ```python
-    class GPT(nn.Module):
-        def __init__(self, vocab, dim):
-            super().__init__()
             self.wte = nn.Embedding(vocab, dim)
             self.lm_head = nn.Linear(dim, vocab, bias=False)
             self.lm_head.weight = self.wte.weight
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class GPT(nn.Module):
-        def __init__(self, vocab, dim):
-            super().__init__()
-            self.wte = nn.Embedding(vocab, dim)
-            self.lm_head = nn.Linear(dim, vocab, bias=False)
             self.tie_weights()
 
-        def tie_weights(self):
-            # call again after `to_empty()` / loading a checkpoint
+        def tie_weights(self):  # call again after to_empty() or loading a checkpoint
             self.lm_head.weight = self.wte.weight
     ```
 
     ## Fix safety
-    No automatic fix: the caller must also run `tie_weights()` after materialising the model.
+    No automatic fix.
+
+    ## Options
+    `hooks` (a configured hook that ties them counts).
+
+    ## When to switch it off
+    When your loader re-ties the weights itself after materialisation.
+
+    ## Known limits
+    - A `tie_weights()` method counts whether or not your materialiser calls it (transformers'
+      `from_pretrained` and accelerate's `load_checkpoint_and_dispatch` do).
     """
 
     code = "ML011"

@@ -13,62 +13,26 @@ from metalint.static.tensors import inplace_write
 class UnrestoredAtMaterialisation(Rule):
     """
     ## What it does
-    Finds a parameter or buffer that construction gives a value and that the tree's own
-    materialisation of the model leaves uninitialised. It reads the code that materialises a
-    model built on the meta device (a training script's `with torch.device("meta"):`,
-    accelerate's `init_empty_weights()`, Lightning's `init_module(empty_init=True)`,
-    `device="meta"`), then `to_empty()`, and what runs next on that model: its root entry
-    point (`model.init_weights()`, `init_states()`), `model.apply(fn)`, a loop calling each
-    module's `reset_parameters()`, FSDP1's materialisation, a checkpoint load
-    (`load_state_dict(sd, assign=True)`: every persistent tensor comes from it). Each class
-    built inside such a model is judged under exactly that sequence, and the finding names
-    the call, e.g. "lost under `model.init_weights()` at scripts/train.py:17".
-
-    Without such a site (or `protocol = "init_weights-only"`) it reports nothing: the other
-    rules judge each class under the protocol its model's methods suggest. A tensor another
-    finding of its class already names is left to that finding.
+    Finds a tensor that the tree's own materialisation leaves uninitialised: a script that
+    builds a model on meta (`with torch.device("meta"):`, `init_empty_weights()`,
+    `init_module(empty_init=True)`), calls `to_empty()`, then runs only the root's
+    `init_weights()`, `model.apply(fn)` or a checkpoint load. The finding names the call.
 
     ## Why is this bad on meta?
-    A torchtitan-style script calls `model.init_weights()` on the root and nothing else:
-    no module's own `reset_parameters()` runs. A norm's weight, a RoPE table or a
-    LayerScale gain that only its own hook restores stays uninitialised memory, and the
-    model trains on it, although every class "has a `reset_parameters()`". After a
-    checkpoint load with `assign=True`, a non-persistent buffer (a RoPE table) is not in the
-    checkpoint and stays on the meta device.
+    A torchtitan-style script calls `model.init_weights()` and nothing else: a norm's weight or
+    a RoPE table that only its module's own `reset_parameters()` restores stays garbage. After
+    `load_state_dict(sd, assign=True)` a non-persistent buffer stays on meta.
 
     ## Example
     ```python
-    class RMSNorm(nn.Module):
-        def __init__(self, dim):
-            super().__init__()
-            self.weight = nn.Parameter(torch.ones(dim))  # lost: only its own hook restores it
-
-        def reset_parameters(self):
-            nn.init.ones_(self.weight)
-
-
-    class Model(nn.Module):
-        def __init__(self, dim):
-            super().__init__()
-            self.proj = nn.Linear(dim, dim)
-            self.norm = RMSNorm(dim)
-
-        def init_weights(self):
-            nn.init.trunc_normal_(self.proj.weight, std=0.02)
-
-
-    def build():
-        with torch.device("meta"):
-            model = Model(16)
-        model.to_empty(device="cuda")
-        model.init_weights()
+    with torch.device("meta"):
+        model = Model(16)          # holds an RMSNorm whose weight only its own hook sets
+    model.to_empty(device="cuda")
+    model.init_weights()           # never calls the modules' reset_parameters()
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class Model(nn.Module):
-        ...
-
         def init_weights(self):
             for module in self.modules():
                 if module is not self and hasattr(module, "reset_parameters"):
@@ -78,14 +42,22 @@ class UnrestoredAtMaterialisation(Rule):
 
     ## Fix safety
     At a checkpoint load under accelerate's `init_empty_weights(include_buffers=True)` the fix
-    edits the script, not the class: `include_buffers=False`, so the buffers are computed at
-    construction on the real device and only the parameters come from the checkpoint.
-    Unsafe: every buffer is computed eagerly on the default device (a model whose parameters
-    go to an accelerator must move them). Elsewhere the tensor is restored by what the root's
-    entry point runs: ML016's fix makes it call every module's `reset_parameters()`; ML001
-    and ML002 give a class without a hook its `reset_parameters()`. A non-persistent buffer
-    of a model built under `torch.device("meta")` and loaded needs the script to re-create
-    it after the load.
+    edits the script to `include_buffers=False` (unsafe: every buffer is then computed at
+    construction on the default device). Elsewhere ML016's fix makes the entry point call
+    every module's hook; a tensor only a checkpoint restores under `torch.device("meta")`
+    needs the script to re-create it after the load.
+
+    ## Options
+    `protocol = "init_weights-only"` judges every root this way without a script.
+
+    ## When to switch it off
+    When a step the rule does not follow (a function the script calls after the load)
+    restores what it names.
+
+    ## Known limits
+    - A builder that materialises the model itself before returning it is its own site; its
+      callers' steps are not added.
+    - No script rewrite for a `torch.device("meta")` build followed by a load.
     """
 
     code = "ML015"

@@ -7,26 +7,33 @@ class UnusedNoqa(Rule):
     """
     ## What it does
     Reports a `# noqa: MLxxx` comment that suppresses nothing: the code it names is enabled but
-    no finding of that code is on that line. Bare `# noqa` and codes of other tools are left
-    alone.
+    no finding of that code is on that line. Bare `# noqa` and other tools' codes are left alone.
 
     ## Why is this bad on meta?
-    A stale suppression hides the next real finding on that line: when someone later adds a
-    value-carrying parameter there, metalint stays silent and the value is lost after
-    `to_empty()` without anyone noticing.
+    A stale suppression hides the next real finding on that line: a value-carrying parameter
+    added there later is lost after `to_empty()` without a word.
 
     ## Example
     ```python
     self.weight = nn.Parameter(torch.empty(d))  # noqa: ML001
     ```
 
-    ## Use instead
+    Use instead:
     ```python
     self.weight = nn.Parameter(torch.empty(d))
     ```
 
     ## Fix safety
     No automatic fix: delete the comment by hand.
+
+    ## Options
+    Enable it with `extend-select = ["ML100"]`.
+
+    ## When to switch it off
+    It is off by default.
+
+    ## Known limits
+    - A code that is disabled is not judged: its `# noqa` may be stale unseen.
     """
 
     code = "ML100"

@@ -69,42 +69,27 @@ class WeightNormNotReset(Rule):
     ## What it does
     Finds `weight_norm(...)`, `spectral_norm(...)`, `orthogonal(...)` or
     `register_parametrization(...)` applied to a layer while a module is built, directly or
-    through a function (`WNConv1d = lambda *a, **k: weight_norm(nn.Conv1d(*a, **k))`, the
-    audio codecs' and vocoders' idiom), in a class with no init hook of its own, or whose hook
-    initialises the re-parametrised layer's `weight` in place or hands it to an initializer
-    (`init_fn(self.conv1.weight)`) without assigning it: that writes the weight the
-    parametrization computes, a temporary, and leaves g and v as they were.
+    through a function (`WNConv1d = lambda *a, **k: weight_norm(nn.Conv1d(*a, **k))`), in a
+    class with no init hook of its own, or whose hook initialises the layer's computed
+    `weight` (`init_fn(self.conv1.weight)`): that writes a temporary and leaves g and v.
 
     ## Why is this bad on meta?
-    Re-parametrising a weight computes new parameters from the value the layer's init gave it:
-    weight norm's `original0`/`original1` (g = ‖v‖ and v; `weight_g`/`weight_v` for the old
-    hook-based `torch.nn.utils.weight_norm`), spectral norm's `original` and its power-iteration
-    vectors. Built on meta there is no value to compute them from. After `to_empty()` the
-    layer's own `reset_parameters()` initialises `self.weight`, which is now computed from
-    those parameters on every access: the init lands in a temporary and g and v stay
-    uninitialised memory. Every convolution of the model trains from garbage.
+    The re-parametrisation computes g and v (or spectral norm's vectors) from the weight's
+    value; on meta there is none. After `to_empty()` the layer's `reset_parameters()` writes
+    `self.weight`, now computed from g and v on every access: the init lands in a temporary and
+    g and v stay uninitialised memory.
 
     ## Example
     ```python
-    def WNConv1d(*args, **kwargs):
-        return weight_norm(nn.Conv1d(*args, **kwargs))
-
     class ResidualUnit(nn.Module):
         def __init__(self, dim):
             super().__init__()
             self.conv = WNConv1d(dim, dim, kernel_size=7, padding=3)
     ```
 
-    ## Use instead
+    Use instead:
     ```python
-    class ResidualUnit(nn.Module):
-        def __init__(self, dim):
-            super().__init__()
-            self.conv = WNConv1d(dim, dim, kernel_size=7, padding=3)
-
-        def reset_parameters(self):
-            # runs after the convolution's own reset; assigning `weight` runs the
-            # parametrization's right_inverse, which sets g and v from the new value
+        def reset_parameters(self):  # assigning `weight` sets g and v from the new value
             weight = torch.empty_like(self.conv.weight)
             nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
             self.conv.weight = weight
@@ -112,8 +97,17 @@ class WeightNormNotReset(Rule):
     Or materialise such models from a checkpoint, which holds g and v.
 
     ## Fix safety
-    No automatic fix: the re-initialisation must say which init the weight had before it was
-    re-parametrised, and a hook that assigns it changes what eager construction draws.
+    No automatic fix: the hook must say which init the weight had, and assigning it changes
+    what eager construction draws.
+
+    ## Options
+    `hooks` (a configured hook of the class counts as its own).
+
+    ## When to switch it off
+    When such models are always loaded from a checkpoint.
+
+    ## Known limits
+    - A class with any init hook of its own is taken to re-create g and v.
     """
 
     code = "ML014"

@@ -1,8 +1,9 @@
 """The base class of a static rule.
 
 A rule is one file in ``metalint/rules/``: a :class:`Rule` subclass whose docstring is its
-reference page (ruff's sections: What it does, Why is this bad on meta?, Example, Use instead,
-Fix safety) and whose ``VALID``/``INVALID`` examples are executed as tests (Fixit's way). In an
+reference page (ruff's sections, :data:`DOC_SECTIONS`: What it does, Why is this bad on meta?,
+Example with its "Use instead:" block, Fix safety, Options, When to switch it off, Known
+limits; at most 60 lines of page) and whose ``VALID``/``INVALID`` examples are executed as tests (Fixit's way). In an
 ``INVALID`` example every line that must be reported ends with ``# ERROR``.
 
 A rule reads the facts of one class (:class:`~metalint.static.model.ClassFacts`) and yields
@@ -22,7 +23,15 @@ import libcst as cst
 from metalint.diagnostics import Fix
 from metalint.static.model import ClassFacts, FileFacts
 
-DOC_SECTIONS = ("What it does", "Why is this bad on meta?", "Example", "Use instead", "Fix safety")
+DOC_SECTIONS = (
+    "What it does",
+    "Why is this bad on meta?",
+    "Example",
+    "Fix safety",
+    "Options",
+    "When to switch it off",
+    "Known limits",
+)
 
 
 @dataclass
