@@ -75,7 +75,8 @@ def main() -> int:
         ),
     }
 
-    from metalint import check, report
+    from metalint import checking as check
+    from metalint import report
     from metalint.config import load_settings
     from metalint.rules import all_rules
     from metalint.static import engine, names
