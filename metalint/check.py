@@ -32,6 +32,7 @@ from metalint.static.hierarchy import Hierarchy
 from metalint.static.pipeline import drop_repeated
 from metalint.static.protocol import Protocols
 from metalint.static.results import FileResult, decode, read_source
+from metalint.static.tree import Tree
 from metalint.stdin import STDIN, read_stdin, stdin_job
 from metalint.terminal import progress, use_color
 
@@ -310,17 +311,29 @@ def _confirmed_helper_reads(
         results[i] = result
 
 
-def resolve(results: list[FileResult], settings: Settings, enabled: set[str]) -> list[Diagnostic]:
-    """Answer cross-file conditions, apply selection, per-file ignores and ``# noqa``."""
-    return _judged(results, settings, enabled)[0]
+def resolve(
+    results: list[FileResult], settings: Settings, enabled: set[str], tree: Tree | None = None
+) -> list[Diagnostic]:
+    """Answer cross-file conditions, apply selection, per-file ignores and ``# noqa``.
+    ``tree``: the tree's cross-file view, when it holds more files than ``results`` (whose
+    findings alone are judged: ``metalint fix`` judges one file at a time)."""
+    return _judged(results, settings, enabled, tree)[0]
+
+
+def _views(
+    results: list[FileResult], settings: Settings, tree: Tree | None
+) -> tuple[Hierarchy, Protocols]:
+    if tree is not None:
+        return tree.hierarchy, tree.protocols
+    hierarchy = Hierarchy(results)
+    return hierarchy, Protocols(hierarchy, settings.protocol)
 
 
 def _judged(
-    results: list[FileResult], settings: Settings, enabled: set[str]
+    results: list[FileResult], settings: Settings, enabled: set[str], tree: Tree | None = None
 ) -> tuple[list[Diagnostic], Protocols]:
     """:func:`resolve`, and the protocols it judged under."""
-    hierarchy = Hierarchy(results)
-    protocols = Protocols(hierarchy, settings.protocol)
+    hierarchy, protocols = _views(results, settings, tree)
     out: list[Diagnostic] = []
     for r in results:
         ignored_here = _per_file_ignores(r.path, settings)
@@ -329,53 +342,63 @@ def _judged(
             if not is_error(d.code):
                 if d.code not in enabled or any(d.code.startswith(p) for p in ignored_here):
                     continue
-                if d.condition is not None:
-                    if not hierarchy.holds(d.condition, settings.hooks, d.code):
-                        continue
-                    if d.condition.if_helper_reads:
-                        via = hierarchy.construction_read(d.condition.if_helper_reads, d.code)
-                        d = d.with_(
-                            via=via,
-                            help=f"{d.help} (the line is in `{via[0]}` at {via[1]}:{via[2]})",
-                        )
-                    d = protocols.judge(d)
-                    if d is None:
-                        continue
-            kept.append(d)
-        kept = drop_repeated(kept)
-        used: dict[int, set[str]] = {}
-        for d in kept:
-            codes = r.noqa.get(d.start.row, ())
-            if (
-                not is_error(d.code)
-                and d.start.row in r.noqa
-                and (codes is None or d.code in codes)
-            ):
-                used.setdefault(d.start.row, set()).add(d.code)
-                continue
-            out.append(d)
-        if UNUSED_NOQA in enabled:
-            for row, codes in sorted(r.noqa.items()):
-                if not codes:
+                d = _judge_condition(d, hierarchy, protocols, settings)
+                if d is None:
                     continue
-                stale = [
-                    c
-                    for c in codes
-                    if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
-                ]
-                if stale:
-                    pos = Position(row, 1)
-                    out.append(
-                        Diagnostic(
-                            UNUSED_NOQA,
-                            f"unused `# noqa` for {', '.join(stale)}: nothing is reported here",
-                            r.path,
-                            pos,
-                            pos,
-                            help=f"Remove {', '.join(stale)} from the `# noqa` comment",
-                        )
-                    )
+            kept.append(d)
+        out += _noqa_applied(r, drop_repeated(kept), enabled)
     return sorted(out, key=lambda d: d.sort_key), protocols
+
+
+def _judge_condition(
+    d: Diagnostic, hierarchy: Hierarchy, protocols: Protocols, settings: Settings
+) -> Diagnostic | None:
+    """``d`` as the tree judges its cross-file condition; None when it does not stand."""
+    if d.condition is None:
+        return d
+    if not hierarchy.holds(d.condition, settings.hooks, d.code):
+        return None
+    if d.condition.if_helper_reads:
+        via = hierarchy.construction_read(d.condition.if_helper_reads, d.code)
+        d = d.with_(
+            via=via,
+            help=f"{d.help} (the line is in `{via[0]}` at {via[1]}:{via[2]})",
+        )
+    return protocols.judge(d)
+
+
+def _noqa_applied(r: FileResult, kept: list[Diagnostic], enabled: set[str]) -> list[Diagnostic]:
+    """The findings of ``kept`` (of the file ``r``) that no ``# noqa`` silences, and an
+    ML100 for each code of a ``# noqa`` that silenced nothing."""
+    out: list[Diagnostic] = []
+    used: dict[int, set[str]] = {}
+    for d in kept:
+        codes = r.noqa.get(d.start.row, ())
+        if not is_error(d.code) and d.start.row in r.noqa and (codes is None or d.code in codes):
+            used.setdefault(d.start.row, set()).add(d.code)
+            continue
+        out.append(d)
+    if UNUSED_NOQA not in enabled:
+        return out
+    for row, codes in sorted(r.noqa.items()):
+        stale = [
+            c
+            for c in codes or ()
+            if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
+        ]
+        if stale:
+            pos = Position(row, 1)
+            out.append(
+                Diagnostic(
+                    UNUSED_NOQA,
+                    f"unused `# noqa` for {', '.join(stale)}: nothing is reported here",
+                    r.path,
+                    pos,
+                    pos,
+                    help=f"Remove {', '.join(stale)} from the `# noqa` comment",
+                )
+            )
+    return out
 
 
 def probe_findings(

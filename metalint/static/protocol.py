@@ -1369,12 +1369,27 @@ class Protocols:
         #: model root -> what the tree's materialisation sites run on it; a site applying a
         #: function the tree does not summarise (``model.apply(fn)`` of another package) is
         #: not judged: the protocol the root's methods suggest stands
-        self.sequences: dict[str, list[Sequence]] = {}
-        for root, seqs in sequences(getattr(hierarchy, "sites", []), hierarchy.resolve).items():
+        self.sequences: dict[str, list[Sequence]] = self._sequences()
+        self._children: dict[str, set[str]] | None = None
+
+    def _sequences(self) -> dict[str, list[Sequence]]:
+        out = {}
+        for root, seqs in sequences(getattr(self.h, "sites", []), self.h.resolve).items():
             known = [q for q in seqs if all(k != "apply" or self._readable(n) for k, n in q.runs)]
             if known:
-                self.sequences[root] = known
-        self._children: dict[str, set[str]] | None = None
+                out[root] = known
+        return out
+
+    def forget(self) -> None:
+        """Drop every answer memoised from the hierarchy's summaries, after one file's
+        summaries were replaced by others of the same classes, bases and children
+        (:class:`metalint.static.tree.Tree`): what was derived from those stands."""
+        self._roots.clear()
+        self._mro.clear()
+        self._name_tests = None
+        self._laws = None
+        self._children = None
+        self.sequences = self._sequences()
 
     # -- composition --------------------------------------------------------------------
     def roots(self, cls: str) -> frozenset[str]:
