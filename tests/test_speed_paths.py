@@ -169,3 +169,25 @@ def _is_target(line, name) -> bool:
         if isinstance(n, cst.AssignTarget) and n.target is name:
             return True
     return False
+
+
+FIXTURES = sorted((Path(__file__).parent.parent / "fixtures" / "check").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_positions_rendered_by_parts_are_those_of_the_whole_module(path, monkeypatch):
+    """Findings are positioned by rendering the top-level classes and functions that hold
+    them alone; the positions are those a render of the whole module gives (forced here by
+    refusing every render alone)."""
+    from metalint.static import engine
+
+    source = path.read_text(encoding="utf-8")
+    job = (source, path.name, path.stem, False, ("reset_parameters",), True)
+    fast = analyze_one(job)
+    whole = []
+    monkeypatch.setattr(engine, "_render_alone", lambda *a, **k: whole.append(1))
+    slow = analyze_one(job)
+    assert [(d.code, d.start, d.end) for d in fast.diagnostics] == [
+        (d.code, d.start, d.end) for d in slow.diagnostics
+    ]
+    assert whole or not fast.diagnostics
