@@ -30,6 +30,7 @@ from metalint.static.installed import Installed
 from metalint.static.pipeline import drop_repeated
 from metalint.static.protocol import Protocols
 from metalint.static.results import FileResult, decode, read_source
+from metalint.static.tree import Tree
 
 UNUSED_NOQA = "ML100"
 
@@ -401,11 +402,23 @@ def resolve(
     settings: Settings,
     enabled: set[str],
     installed: Installed | None = None,
+    tree: Tree | None = None,
 ) -> list[Diagnostic]:
     """Answer cross-file conditions, apply selection, per-file ignores and ``# noqa``;
     ``installed``: the installed modules the tree reaches (their classes join the hierarchy,
-    their findings are reported where the tree builds or extends them)."""
-    return _judged(results, settings, enabled, installed)[0]
+    their findings are reported where the tree builds or extends them). ``tree``: the tree's
+    cross-file view, when it holds more files than ``results`` (whose findings alone are
+    judged: ``metalint fix`` judges one file at a time)."""
+    return _judged(results, settings, enabled, installed, tree)[0]
+
+
+def _views(results, settings: Settings, installed, tree) -> tuple[Hierarchy, Protocols]:
+    """The hierarchy and protocols to judge ``results`` under: ``tree``'s, else built from
+    ``results`` (and the ``installed`` modules' results)."""
+    if tree is not None:
+        return tree.hierarchy, tree.protocols
+    hierarchy = Hierarchy([*results, *installed.results] if installed else results)
+    return hierarchy, Protocols(hierarchy, settings.protocol)
 
 
 def _judged(
@@ -413,14 +426,14 @@ def _judged(
     settings: Settings,
     enabled: set[str],
     installed: Installed | None = None,
+    tree: Tree | None = None,
 ) -> tuple[list[Diagnostic], Protocols]:
     """:func:`resolve`, and the protocols it judged under. A code-generation template's class
     whose generated class is in the tree takes that class's judgement
     (:mod:`metalint.static.templates`). ``installed``: the installed modules the tree reaches
     (their classes join the hierarchy; their findings are reported where the tree builds or
     extends them)."""
-    hierarchy = Hierarchy([*results, *installed.results] if installed else results)
-    protocols = Protocols(hierarchy, settings.protocol)
+    hierarchy, protocols = _views(results, settings, installed, tree)
     reached = _reached(results, installed, hierarchy, protocols, settings)
     pairs = templates.twins(hierarchy.classes)
     original: dict[int, str] = {}

@@ -26,6 +26,7 @@ from metalint.rules import all_rules
 from metalint.static.engine import FileResult, analyze_source
 from metalint.static.hierarchy import Hierarchy
 from metalint.static.protocol import ROOT_INIT, Protocols
+from metalint.static.tree import Tree
 from metalint.vocabulary import EXTERNAL_RESET_BASES, HOOKLESS_BASES, RESET_HOOK, ROOT_ENTRIES
 
 MAX_ROUNDS = 64
@@ -103,6 +104,8 @@ class Fixer:
         self.unsafe = unsafe
         #: the tree's protocols, made once per hierarchy (:meth:`_unrun_root_hook`)
         self._protocols: tuple[Hierarchy | None, Protocols | None] = (None, None)
+        #: the cross-file view of the tree, as each file's analysis replaces its result
+        self.tree = Tree(results, settings.protocol)
         #: the scripts' rewrites (:mod:`metalint.fix.unrestored_at_materialisation`)
         self.sites: list[SiteFix] = []
         #: why a site was not rewritten: (script, row of the call findings name) -> why
@@ -126,13 +129,16 @@ class Fixer:
             elide_unread=False,
         )
         self.results[ff.display] = result
-        results = list(self.results.values())
+        # the tree's view, updated for this file alone: building it again from every result
+        # each round made a fix of N files take time in N squared
+        self.tree.replace(result)
         diags = [
             d
-            for d in self._resolve(results, self.settings, self.enabled)
+            for d in self._resolve([result], self.settings, self.enabled, tree=self.tree)
             if d.filename == ff.display
         ]
-        return diags, Hierarchy(results)
+        self._protocols = (self.tree.hierarchy, self.tree.protocols)
+        return diags, self.tree.hierarchy
 
     def blocked(self, d: Diagnostic, h: Hierarchy) -> str | None:
         """Why the whole tree forbids this fix (None: it does not): the hook it puts code in,

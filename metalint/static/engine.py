@@ -299,12 +299,14 @@ def _positions(
         for node in nodes:
             if node in pos:
                 continue
-            # a finding outside the class: in a module-level helper it calls
+            # a finding outside the class: in a module-level helper it calls, or in a
+            # method it inherits from a base class of the same file
             holder = next(
                 (
                     s
                     for s in module.body
-                    if isinstance(s, cst.FunctionDef) and any(n is node for n in walk(s))
+                    if isinstance(s, (cst.FunctionDef, cst.ClassDef))
+                    and any(n is node for n in walk(s))
                 ),
                 None,
             )

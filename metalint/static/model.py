@@ -84,14 +84,24 @@ class MethodFacts:
         its assignments decide, as any local's do."""
         if name.value not in self.params:
             return False
-        mine = {id(stmt) for stmt, _ in self.local_values.get(name.value, ())}
-        for line in self.node.body.body:
-            nodes = list(walk_code(line))
-            if any(n is name for n in nodes):
-                return True
-            if any(id(n) in mine for n in nodes):
-                return False
-        return True
+        row = self._statement_of()
+        at = row.get(id(name))
+        mine = [
+            row[id(stmt)] for stmt, _ in self.local_values.get(name.value, ()) if id(stmt) in row
+        ]
+        first = min(mine, default=None)
+        return first is None or (at is not None and at <= first)
+
+    def _statement_of(self) -> dict[int, int]:
+        """id of each code node of the body -> the index of the top-level statement holding
+        it, once per method (rules ask :meth:`holds_argument` of many names)."""
+        index = self.__dict__.get("_statements")
+        if index is None:
+            index = self.__dict__["_statements"] = {}
+            for i, line in enumerate(self.node.body.body):
+                for n in walk_code(line):
+                    index.setdefault(id(n), i)
+        return index
 
     #: every ``Assign`` and ``AugAssign`` statement, in visiting order
     binds: list[cst.CSTNode] = field(default_factory=list)

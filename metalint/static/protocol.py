@@ -1473,6 +1473,19 @@ class Protocols:
             lambda name: self._readable(name),
         )
 
+    def forget(self) -> None:
+        """Drop every answer memoised from the hierarchy's summaries, after one file's
+        summaries were replaced by others of the same classes, bases and children
+        (:class:`metalint.static.tree.Tree`): what was derived from those stands."""
+        self._roots.clear()
+        self._mro.clear()
+        self._name_tests = None
+        self._laws = None
+        self._children = None
+        self.sequences = {}
+        self.learned = {}
+        self._read_sites(getattr(self.h, "sites", []))
+
     # -- composition --------------------------------------------------------------------
     def roots(self, cls: str) -> frozenset[str]:
         """The classes nobody constructs that contain ``cls`` (``cls`` itself when nobody
