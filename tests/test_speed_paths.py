@@ -72,14 +72,14 @@ def test_tree_replace_judges_as_a_fresh_build(tmp_path):
         "    def reset_parameters(self):\n        nn.init.ones_(self.gamma)\n",
     )
     new = _result(fixed, "pkg/layers.py", "pkg.layers")
-    before = resolve([model], settings, enabled, tree)
+    before = resolve([model], settings, enabled, tree=tree)
     tree.replace(new)
     assert tree.rebuilds == 1  # updated in place, not built again
     fresh = resolve([new, model], settings, enabled)
-    judged = resolve([new], settings, enabled, tree) + resolve([model], settings, enabled, tree)
+    judged = resolve([new], settings, enabled, tree=tree) + resolve([model], settings, enabled, tree=tree)
     assert _shown(sorted(judged, key=lambda d: d.sort_key)) == _shown(fresh)
     # the model's own finding stands either way; Scale's is gone once it has its hook
-    assert [d.code for d in before] == [d.code for d in resolve([model], settings, enabled, tree)]
+    assert [d.code for d in before] == [d.code for d in resolve([model], settings, enabled, tree=tree)]
     assert not [d for d in fresh if d.filename == "pkg/layers.py"]
 
 
@@ -94,7 +94,7 @@ def test_tree_replace_rebuilds_when_the_shape_changes(tmp_path):
     assert tree.rebuilds == 2
     assert tree.hierarchy.resolve("pkg.layers.Scale") is None
     fresh = [d for d in resolve([gone, model], settings, enabled) if d.filename == "pkg/model.py"]
-    assert _shown(resolve([model], settings, enabled, tree)) == _shown(fresh)
+    assert _shown(resolve([model], settings, enabled, tree=tree)) == _shown(fresh)
 
 
 def test_fix_of_a_file_updates_the_tree_in_place(tmp_path, monkeypatch):
