@@ -34,3 +34,17 @@ def _ruff_check(*args: str) -> subprocess.CompletedProcess:
 def test_fix_functions_pass_c901_at_10():
     r = _ruff_check("--select", "C901", "--config", "lint.mccabe.max-complexity=10")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_fix_size_findings_per_thousand_lines():
+    """Too many arguments, returns, branches or statements (ruff's PLR0911/0912/0913/0915):
+    at most 2.9 findings per 1,000 lines of ``metalint/fix``."""
+    r = _ruff_check(
+        "--select", "PLR0911,PLR0912,PLR0913,PLR0915", "--output-format", "concise", "--exit-zero"
+    )
+    assert r.returncode == 0, r.stderr
+    findings = [line for line in r.stdout.splitlines() if ": PLR09" in line]
+    lines = sum(
+        p.read_text(encoding="utf-8").count("\n") for p in (ROOT / "metalint/fix").glob("*.py")
+    )
+    assert len(findings) * 1000 / lines <= 2.9, "\n".join(findings)

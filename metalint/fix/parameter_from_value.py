@@ -344,7 +344,7 @@ def _later_use(ctx: RuleContext, edit: ClassEdit, at: _At) -> tuple[Rewrite | No
     branch = init_in_branch(ctx, edit, attr, index) if later and not keep else None
     later = later if branch is None else None
     if keep:
-        _kept_unused_later(ctx, edit, attr, index, later, tail)
+        _kept_unused_later(ctx, edit, at, later)
         tail = []
     if later and not edit.used_after(attr, index, writes_only=True, tensor=True):
         # only read later: the read sees the value `__init__` makes, which a hook would not
@@ -428,14 +428,15 @@ def _used_in_block(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, tai
     return None
 
 
-def _kept_unused_later(ctx, edit: ClassEdit, attr: str, index: int, later, tail) -> None:
+def _kept_unused_later(ctx: RuleContext, edit: ClassEdit, at: _At, later) -> None:
     """Raise :class:`Unfixable` when code after a kept value uses more than its shape: what it
     computes from the value (later_init's ``self.twice = nn.Parameter(self.gamma.detach() *
     2)``) would still be lost (the class would fail the probe), and what it writes the hook
     would not replay."""
+    attr, index = at.attr, at.index
     if later:
         raise Unfixable(_read_later(ctx, edit, attr, index, later))
-    for s in tail:
+    for s in edit.block_tail(at.line):
         if touches(s, attr, False, edit.memo()) and not (
             sets_metadata(s, attr) or reads_metadata_only(s, attr)
         ):

@@ -147,7 +147,7 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         edit.replace[id(line)] = (line, [new_line])
     else:
         edit.replace_in_method(helper.node, line, [new_line])
-    for why in _other_assignments(ctx, edit, cls, node, target, index, helper):
+    for why in _other_assignments(edit, node, target, index, helper):
         edit.unsafe.append(why)
     rewrite = edit.rewrite(
         f'Register `{attr}` with `self.register_buffer("{attr}", ..., persistent=False)`'
@@ -175,12 +175,13 @@ def _target_of(node: cst.CSTNode) -> str:
 
 
 def _other_assignments(
-    ctx, edit: ClassEdit, cls, node, target: str, index: int, helper=None
+    edit: ClassEdit, node, target: str, index: int, helper=None
 ) -> Iterator[str]:
     """Why another assignment of ``target`` makes the rewrite unsafe (one reason each);
     raises :class:`Unfixable` when ``__init__`` assigns it before ``node`` (before the call of
     ``helper``, the method holding ``node``, at top-level statement ``index``, or earlier in
     that method)."""
+    ctx, cls = edit.ctx, edit.cls
     attr = target[5:]
     order = {id(n): i for i, n in enumerate(walk_code(edit.init.node))}
     at = node if helper is None else edit.init_body[index]
