@@ -42,4 +42,4 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     attr = string_value(node.args[0].value)
     if attr is None:
         raise Unfixable("the buffer's name is not a string literal")
-    return located(ctx, edit, node, attr, node.args[1].value)
+    return located(edit, node, attr, node.args[1].value)

@@ -40,6 +40,7 @@ import libcst as cst
 
 from metalint.fix.codemod import ClassEdit
 from metalint.fix.edits import Rewrite, Unfixable, guarded, path_to, render, stmt, with_device
+from metalint.static.draws import random_call
 from metalint.static.model import MethodFacts, construction
 from metalint.static.names import dotted
 from metalint.static.ownership import (
@@ -52,6 +53,7 @@ from metalint.static.ownership import (
 )
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import keyword, walk_code
+from metalint.static.tensor_kind import TensorKind, argument_kind
 from metalint.static.tensors import META_GUARD
 from metalint.vocabulary import (
     CONSTANT_FACTORIES,
@@ -59,7 +61,6 @@ from metalint.vocabulary import (
     EMPTY_FACTORIES,
     HOST_READS,
     NOT_TENSOR_METHODS,
-    RANDOM_FACTORIES,
     TENSOR_ATTRIBUTES,
 )
 
@@ -296,7 +297,7 @@ class _Follow:
             if q in CONSTANT_FACTORIES:
                 self.chain.roots.append(_constant(expr))
                 return
-            if q in RANDOM_FACTORIES:
+            if random_call(q):
                 raise Unfixable(
                     f"`{q}` draws random numbers: built on meta the CPU generator is not where "
                     "it is eagerly, so the value read would differ"
@@ -367,11 +368,8 @@ def _elements(e: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
 def _not_a_tensor_operand(e: cst.BaseExpression, method: MethodFacts) -> None:
     """An operand that may be a tensor of another device (an argument annotated ``Tensor``,
     an attribute of ``self``): computing the other side on the CPU could mix devices."""
-    if isinstance(e, cst.Name) and e.value in method.params:
-        for p in (*method.node.params.params, *method.node.params.kwonly_params):
-            if p.name.value == e.value and p.annotation is not None:
-                if "Tensor" in render(p.annotation.annotation):
-                    raise Unfixable(f"the value is computed with the tensor argument `{e.value}`")
+    if isinstance(e, cst.Name) and argument_kind(method, e.value) is not TensorKind.NOT:
+        raise Unfixable(f"the value is computed with the tensor argument `{e.value}`")
     if isinstance(e, cst.Attribute) and render(e).startswith("self."):
         raise Unfixable(f"the value is computed with `{render(e)}`")
 

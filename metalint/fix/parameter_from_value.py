@@ -31,6 +31,8 @@ Safety (eager construction under the same seed gives the same tensors):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from metalint.diagnostics import Applicability
@@ -288,78 +290,114 @@ def _one_law(ctx: RuleContext, edit: ClassEdit, attr: str, node, data) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _At:
+    """The parameter's statement in ``__init__`` (top-level ``index``, ``line``, the ``path``
+    to it), its attribute, its value (``data``) and the guard its hook needs (:func:`_parameter`)."""
+
+    index: int
+    line: cst.CSTNode
+    path: list
+    attr: str
+    data: cst.BaseExpression
+    guard: str | None
+
+
 def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
     """One rewrite; with ``edit.keep_value``, the value stays in ``__init__`` (eager
     construction runs exactly as before: LinearAttention's ``self.mem_kv = nn.Parameter(
     torch.randn(...))`` of denoising-diffusion-pytorch, drawn before the convolutions made
     after it) and a ``reset_parameters()`` that ``__init__`` does not call re-creates it for
     the protocol. Code after it may only read its shape or dtype, as for the plain rewrite."""
-    keep = edit.keep_value
     try:
         index, line, path = edit.locate(finding.node)
     except Unfixable as exc:
         helper = helper_of(cls, finding.node)
-        if helper is None or keep:
+        if helper is None or edit.keep_value:
             raise
         return _plan_in_helper(ctx, edit, finding, helper, str(exc))
     attr, data_arg, guard = _parameter(ctx, finding, path, cls, edit.after_return(index))
-    _one_law(ctx, edit, attr, finding.node, data_arg.value)
+    at = _At(index, line, path, attr, data_arg.value, guard)
+    _one_law(ctx, edit, attr, finding.node, at.data)
+    done, branch = _later_use(ctx, edit, at)
+    if done is not None:
+        return done
+    try:
+        value = Value(at.data, ctx)
+    except Unfixable as exc:
+        if branch is not None:
+            raise Unfixable(f"`self.{attr}` is initialised in place later in an `if`: {exc}")
+        return _recompute(ctx, edit, at, torch_spelling(ctx), str(exc))
+    return _created_empty(ctx, edit, at, value, branch)
+
+
+def _later_use(ctx: RuleContext, edit: ClassEdit, at: _At) -> tuple[Rewrite | None, int | None]:
+    """What code after the value in ``__init__`` does with it: (the rewrite for a value
+    re-initialised in place later, or None; the top-level statement of an ``if`` that first
+    sets it on some paths only, which the hook runs after re-creating the value, or None).
+    Raises :class:`Unfixable` when later code reads it."""
+    attr, index = at.attr, at.index
+    keep = edit.keep_value
     later = edit.used_after(attr, index, tensor=True)
-    tail = edit.block_tail(line)
+    tail = edit.block_tail(at.line)
     # first set on some paths only, by an `if`: the hook re-creates the value, then runs it
     branch = init_in_branch(ctx, edit, attr, index) if later and not keep else None
     later = later if branch is None else None
     if keep:
-        _kept_unused_later(ctx, edit, attr, index, later, tail)
+        _kept_unused_later(ctx, edit, at, later)
         tail = []
     if later and not edit.used_after(attr, index, writes_only=True, tensor=True):
         # only read later: the read sees the value `__init__` makes, which a hook would not
         raise Unfixable(_read_later(ctx, edit, attr, index, later))
     if later:
-        return overwritten_later(ctx, edit, attr, index, later)
-    moved = _used_in_block(ctx, edit, attr, index, tail)
-    if moved is not None:
-        return moved
-    names = torch_spelling(ctx)
-    try:
-        value = Value(data_arg.value, ctx)
-    except Unfixable as exc:
-        if branch is not None:
-            raise Unfixable(f"`self.{attr}` is initialised in place later in an `if`: {exc}")
-        return _recompute(
-            ctx, edit, attr, (index, line, path), data_arg.value, guard, names, str(exc)
-        )
+        return overwritten_later(ctx, edit, attr, index, later), branch
+    return _used_in_block(ctx, edit, attr, index, tail), branch
 
+
+def _created_empty(
+    ctx: RuleContext, edit: ClassEdit, at: _At, value: Value, branch: int | None
+) -> Rewrite:
+    """The value created with ``torch.empty`` of its shape and set by the hook (or, with
+    ``edit.keep_value``, kept and re-created by a hook ``__init__`` does not call)."""
+    keep = edit.keep_value
+    names = torch_spelling(ctx)
     empty, shape = empty_of(value, names[0])
     if not keep:
-        edit.replace[id(line)] = (line, [line.deep_replace(data_arg.value, empty)])
+        edit.replace[id(at.line)] = (at.line, [at.line.deep_replace(at.data, empty)])
 
     # the hook: re-create the value
-    body = hook_body(value, f"self.{attr}", names, lambda e: edit.store_names(e, line, index))
-    if guard:
-        body = guarded(guard, body)
-    hook = HOOK if keep else edit.choose_hook(index)
+    body = hook_body(
+        value, f"self.{at.attr}", names, lambda e: edit.store_names(e, at.line, at.index)
+    )
+    if at.guard:
+        body = guarded(at.guard, body)
     if keep:
-        edit.use_hook(hook, index, [body])
-        return edit.rewrite(_kept_message(attr, hook))
-    if value.random and not all(draws(s, ctx) is Draws.NEVER for s in tail):
+        edit.use_hook(HOOK, at.index, [body])
+        return edit.rewrite(_kept_message(at.attr, HOOK))
+    hook = edit.choose_hook(at.index)
+    if value.random and not all(draws(s, ctx) is Draws.NEVER for s in edit.block_tail(at.line)):
         edit.unsafe.append(
             "the random value is now drawn at the end of `__init__`, after other random draws, "
             "so eager values differ under the same seed (same distribution)"
         )
-    if branch is not None:
-        return _with_branch(ctx, edit, attr, index, branch, hook, body, value.random, shape)
-    edit.use_hook(hook, index, [body], random=value.random)
+    if branch is None:
+        edit.use_hook(hook, at.index, [body], random=value.random)
+        return edit.rewrite(
+            f"Create `{at.attr}` with `torch.empty({shape})` and set its value in `{hook}()`"
+        )
+    moved, random = _branch_moved(ctx, edit, at.index, branch, value.random)
+    edit.use_hook(hook, branch, [body, *moved], random=random)
     return edit.rewrite(
-        f"Create `{attr}` with `torch.empty({shape})` and set its value in `{hook}()`"
+        f"Create `{at.attr}` with `torch.empty({shape})`, set its value in `{hook}()` and move "
+        "the in-place init that follows it (on some paths, or changing its values) after it"
     )
 
 
-def _with_branch(ctx, edit: ClassEdit, attr, index: int, j: int, hook, body, random, shape):
-    """The hook sets the value (``body``), then runs the ``if`` at top-level statement ``j``
-    of ``__init__`` (:func:`init_in_branch`), moved there: the same inits in the same order.
-    The hook is called after ``j``; a random value drawn there, after draws between its
-    statement and ``j``, is an unsafe fix."""
+def _branch_moved(ctx: RuleContext, edit: ClassEdit, index: int, j: int, random: bool):
+    """The ``if`` at top-level statement ``j`` of ``__init__`` (:func:`init_in_branch`), moved
+    into the hook after the value: the same inits in the same order; with whether the hook
+    then draws. The hook is called after ``j``; a random value drawn there, after draws
+    between its statement and ``j``, is an unsafe fix."""
     between = edit.init_body[index + 1 : j]
     if random and not all(draws(s, ctx) is Draws.NEVER for s in between):
         edit.unsafe.append(
@@ -367,12 +405,7 @@ def _with_branch(ctx, edit: ClassEdit, attr, index: int, j: int, hook, body, ran
             "after other random draws, so eager values differ under the same seed"
         )
     moved = take(edit, edit.init_body, [j])
-    draws_random = random or draws(edit.init_body[j], ctx) is not Draws.NEVER
-    edit.use_hook(hook, j, [body, *moved], random=draws_random)
-    return edit.rewrite(
-        f"Create `{attr}` with `torch.empty({shape})`, set its value in `{hook}()` and move "
-        "the in-place init that follows it (on some paths, or changing its values) after it"
-    )
+    return moved, random or draws(edit.init_body[j], ctx) is not Draws.NEVER
 
 
 def _used_in_block(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, tail):
@@ -395,14 +428,15 @@ def _used_in_block(ctx: RuleContext, edit: ClassEdit, attr: str, index: int, tai
     return None
 
 
-def _kept_unused_later(ctx, edit: ClassEdit, attr: str, index: int, later, tail) -> None:
+def _kept_unused_later(ctx: RuleContext, edit: ClassEdit, at: _At, later) -> None:
     """Raise :class:`Unfixable` when code after a kept value uses more than its shape: what it
     computes from the value (later_init's ``self.twice = nn.Parameter(self.gamma.detach() *
     2)``) would still be lost (the class would fail the probe), and what it writes the hook
     would not replay."""
+    attr, index = at.attr, at.index
     if later:
         raise Unfixable(_read_later(ctx, edit, attr, index, later))
-    for s in tail:
+    for s in edit.block_tail(at.line):
         if touches(s, attr, False, edit.memo()) and not (
             sets_metadata(s, attr) or reads_metadata_only(s, attr)
         ):
@@ -515,7 +549,7 @@ def _reads_kept(edit: ClassEdit, attr: str, index: int, code, why: str) -> None:
             raise Unfixable(f"{why}; the value reads `self.{a}`, which changes later")
 
 
-def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
+def _recompute(ctx: RuleContext, edit: ClassEdit, at: _At, names, why: str) -> Rewrite:
     """No shape can be derived (``torch.tensor(spatial_sigma[0])``, a local computed from
     factories, ``torch.arange(n).float()``): the creation stays as it is (on meta it costs
     nothing and has the right shape and dtype) and the hook computes the same value again and
@@ -527,54 +561,67 @@ def _recompute(ctx, edit: ClassEdit, attr, where, data, guard, names, why: str):
     (:func:`recompute_locals`); inside an ``if`` (pypots' ``TKANCell``: ``bias =
     torch.zeros(3 * h)``, ``bias[h : 2 * h] = 1.0`` under ``if use_bias:``), under the guard
     of the parameter being there, which holds exactly where that block ran."""
-    index, line, path = where
     keep = edit.keep_value
-    hook = HOOK if keep else edit.choose_hook(index)
-    prelude: list[cst.BaseStatement] = []
-    try:
-        full = inline_locals(edit, data)
-    except Unfixable as exc:
-        before = preceding(edit, path, index)
-        try:
-            prelude = recompute_locals(edit, data, index, hook, str(exc), before)
-        except Drawn as drawn:
-            if keep:
-                raise
-            return edit.rewrite(drawn_tail(edit, drawn.index, hook, str(exc)))
-        if any(isinstance(n, cst.If) for n in path) and not guard:
-            raise
-        full = data
-    else:
-        if _sprawls(full, data) and not any(isinstance(n, cst.If) for n in path):
-            # the locals written out in one expression, some twice (N-BEATS' ``grid`` in
-            # both its cosine and its sine): the statements computing them are copied, as a
-            # maintainer would write the hook
-            try:
-                prelude = recompute_locals(
-                    edit, data, index, hook, why, preceding(edit, path, index)
-                )
-            except Unfixable:
-                prelude = []
-            else:
-                full = data
+    hook = HOOK if keep else edit.choose_hook(at.index)
+    done = _recomputed(edit, at, hook, why)
+    if isinstance(done, Rewrite):
+        return done
+    full, prelude = done
     code = [full, *prelude]
     if any(mentions_none(c) for c in code):
         raise Unfixable(why)
-    _reads_kept(edit, attr, index, code, why)
-    value = prelude.pop() if prelude else edit.store_names(full, line, index)
-    body = fill(f"with {names[0]}.no_grad():\n    self.{attr}.copy_(__v__)", v=value)
-    if guard:
-        inner = [*prelude, body] if any(isinstance(n, cst.If) for n in path) else [body]
-        body = guarded(guard, body)
+    _reads_kept(edit, at.attr, at.index, code, why)
+    value = prelude.pop() if prelude else edit.store_names(full, at.line, at.index)
+    body = fill(f"with {names[0]}.no_grad():\n    self.{at.attr}.copy_(__v__)", v=value)
+    if at.guard:
+        inner = [*prelude, body] if _in_if(at) else [body]
+        body = guarded(at.guard, body)
         body = body.with_changes(body=body.body.with_changes(body=inner))
         prelude = [] if len(inner) > 1 else prelude
     if keep:
-        edit.use_hook(hook, index, [*prelude, body])
-        return edit.rewrite(_kept_message(attr, hook))
+        edit.use_hook(hook, at.index, [*prelude, body])
+        return edit.rewrite(_kept_message(at.attr, hook))
     if not all(draws(c, ctx) is Draws.NEVER for c in code):
         edit.unsafe.append(
             "the value may draw random numbers: it is drawn a second time in the hook, so "
             "eager values differ"
         )
-    edit.use_hook(hook, index, [*prelude, body])
-    return edit.rewrite(f"Compute `{attr}` again in `{hook}()` and copy it in")
+    edit.use_hook(hook, at.index, [*prelude, body])
+    return edit.rewrite(f"Compute `{at.attr}` again in `{hook}()` and copy it in")
+
+
+def _in_if(at: _At) -> bool:
+    return any(isinstance(n, cst.If) for n in at.path)
+
+
+def _recomputed(edit: ClassEdit, at: _At, hook: str, why: str):
+    """(the value for the hook, the statements computing its locals before it) for
+    :func:`_recompute`: the value with its locals inlined, else (when they cannot be, or it
+    sprawls, :func:`_sprawls`) the value after copies of those statements; or the rewrite
+    drawing a drawn tail once (:func:`drawn_tail`)."""
+    data, index = at.data, at.index
+    try:
+        full = inline_locals(edit, data)
+    except Unfixable as exc:
+        before = preceding(edit, at.path, index)
+        try:
+            prelude = recompute_locals(edit, data, index, hook, str(exc), before)
+        except Drawn as drawn:
+            if edit.keep_value:
+                raise
+            return edit.rewrite(drawn_tail(edit, drawn.index, hook, str(exc)))
+        if _in_if(at) and not at.guard:
+            raise
+        return data, prelude
+    if _sprawls(full, data) and not _in_if(at):
+        # the locals written out in one expression, some twice (N-BEATS' ``grid`` in
+        # both its cosine and its sine): the statements computing them are copied, as a
+        # maintainer would write the hook
+        try:
+            prelude = recompute_locals(
+                edit, data, index, hook, why, preceding(edit, at.path, index)
+            )
+        except Unfixable:
+            return full, []
+        return data, prelude
+    return full, []

@@ -50,12 +50,11 @@ from metalint.fix.flow import uses
 from metalint.fix.recompute import draws_or_builds, recompute_locals
 from metalint.fix.recompute_hook import helper_effects, recompute_hook, refusal
 from metalint.fix.values import helper_of, helper_statement
-from metalint.static.construction import is_tensor
 from metalint.static.model import construction
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import is_none, walk_code
-from metalint.static.tensor_kind import binds
+from metalint.static.tensor_kind import binds, class_tensors
 from metalint.vocabulary import BUFFER_HOOK
 
 
@@ -147,7 +146,7 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         edit.replace[id(line)] = (line, [new_line])
     else:
         edit.replace_in_method(helper.node, line, [new_line])
-    for why in _other_assignments(ctx, edit, cls, node, target, index, helper):
+    for why in _other_assignments(edit, node, target, index, helper):
         edit.unsafe.append(why)
     rewrite = edit.rewrite(
         f'Register `{attr}` with `self.register_buffer("{attr}", ..., persistent=False)`'
@@ -175,12 +174,13 @@ def _target_of(node: cst.CSTNode) -> str:
 
 
 def _other_assignments(
-    ctx, edit: ClassEdit, cls, node, target: str, index: int, helper=None
+    edit: ClassEdit, node, target: str, index: int, helper=None
 ) -> Iterator[str]:
     """Why another assignment of ``target`` makes the rewrite unsafe (one reason each);
     raises :class:`Unfixable` when ``__init__`` assigns it before ``node`` (before the call of
     ``helper``, the method holding ``node``, at top-level statement ``index``, or earlier in
     that method)."""
+    ctx, cls = edit.ctx, edit.cls
     attr = target[5:]
     order = {id(n): i for i, n in enumerate(walk_code(edit.init.node))}
     at = node if helper is None else edit.init_body[index]
@@ -206,7 +206,9 @@ def _other_assignments(
             elif m.name in built and not _called_later(edit, m, attr, index, helper):
                 yield f"`{m.name}()`, which construction calls, also assigns `self.{attr}`"
                 continue
-            if a.target == target and (a.augmented or _tensor_or_none(ctx, m, a.value, target)):
+            if a.target == target and (
+                a.augmented or _tensor_or_none(ctx, cls, m, a.value, target)
+            ):
                 continue
             yield f"`self.{attr}` is assigned elsewhere in the class; a buffer only takes tensors"
 
@@ -226,20 +228,10 @@ def _called_later(edit: ClassEdit, m, attr: str, index: int, helper) -> bool:
     return True
 
 
-def _tensor_or_none(ctx, m, value, target: str) -> bool:
-    """``None``, or certainly a tensor (an argument annotated ``Tensor``, the buffer itself:
-    ``self.t.to(device)``, and what :func:`is_tensor` knows)."""
-
-    def vouch(e) -> bool:
-        if isinstance(e, cst.Attribute) and dotted(e) == target:
-            return True
-        if isinstance(e, cst.Name) and e.value in m.params:
-            for p in (*m.node.params.params, *m.node.params.kwonly_params):
-                if p.name.value == e.value and p.annotation is not None:
-                    return render(p.annotation.annotation).rsplit(".", 1)[-1] == "Tensor"
-        return False
-
-    return is_none(value) or is_tensor(value, ctx.qualify, m, extra=vouch)
+def _tensor_or_none(ctx, cls, m, value, target: str) -> bool:
+    """``None``, or certainly a tensor (:meth:`ClassTensors.certainly`: an argument annotated
+    ``Tensor``, the buffer itself: ``self.t.to(device)``, and what :func:`is_tensor` knows)."""
+    return is_none(value) or class_tensors(ctx, cls).certainly(value, m, itself=target)
 
 
 def _exclusive(edit: ClassEdit, a: cst.CSTNode, b: cst.CSTNode) -> bool:

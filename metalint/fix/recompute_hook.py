@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from metalint.fix.codemod import ClassEdit
@@ -47,7 +49,42 @@ from metalint.static.tensors import inplace_write, value_kind
 from metalint.vocabulary import BUFFER_HOOK, FILL_FACTORIES, HOST_READS, RESET_HOOK
 
 
-def located(ctx, edit: ClassEdit, node, attr: str, value, dry=False) -> Rewrite | None:
+@dataclass(frozen=True)
+class _Registration:
+    """``node`` registers buffer ``attr`` from ``value``."""
+
+    node: cst.CSTNode
+    attr: str
+    value: cst.BaseExpression
+
+
+@dataclass(frozen=True)
+class _Buffer(_Registration):
+    """A registration in ``__init__``: its top-level statement (``index``, ``line``, the
+    ``path`` down to the registration) and the hook that computes the value."""
+
+    index: int
+    line: cst.CSTNode
+    path: list
+    hook: str
+
+
+@dataclass(frozen=True)
+class _HelperCall:
+    """A registration in ``helper``, a private method that ``__init__`` calls once as a
+    statement (:func:`helper_statement`): the call's line, top-level index and path, the
+    registration's line and path in the method, and why it is not in ``__init__``."""
+
+    helper: object
+    call_line: cst.CSTNode
+    call_index: int
+    call_path: list
+    line: cst.CSTNode
+    path: list
+    why: str
+
+
+def located(edit: ClassEdit, node, attr: str, value, dry=False) -> Rewrite | None:
     """:func:`_compute` for a registration in ``__init__``, :func:`_in_helper` for one in a
     private method that ``__init__`` calls."""
     try:
@@ -56,8 +93,17 @@ def located(ctx, edit: ClassEdit, node, attr: str, value, dry=False) -> Rewrite 
         helper = helper_of(edit.cls, node)
         if helper is None:
             raise
-        return _in_helper(ctx, edit, node, attr, value, helper, str(exc))
-    return _compute(ctx, edit, node, attr, value, index, line, path, dry=dry)
+        why = str(exc)
+        at = _HelperCall(helper, *helper_statement(edit, node, helper, why), why)
+        return _in_helper(edit, _Registration(node, attr, value), at)
+    later = edit.used_after(attr, index, writes_only=True)
+    if later:
+        # re-initialised in place later (kornia's ``Similarity``: ``register_buffer("rot",
+        # torch.zeros(1))``, then ``self.reset_model()`` does ``zeros_(self.rot)``): ML003's fix
+        return overwritten_later(edit.ctx, edit, attr, index, later)
+    _settled(edit, node, attr, line)
+    hook = _buffer_hook(edit, index, node)
+    return _compute(edit, _Buffer(node, attr, value, index, line, path, hook), dry=dry)
 
 
 def refusal(ctx: RuleContext, cls, node: cst.CSTNode, attr: str, value) -> str | None:
@@ -66,13 +112,13 @@ def refusal(ctx: RuleContext, cls, node: cst.CSTNode, attr: str, value) -> str |
     no hook re-creates leaves it uninitialised after ``to_empty()`` (DiNTS's ``arch_code_a``
     chosen by an ``if``, monai ``Scheduler.alphas_cumprod`` read from a plain tensor)."""
     try:
-        located(ctx, ClassEdit(ctx, cls), node, attr, value, dry=True)
+        located(ClassEdit(ctx, cls), node, attr, value, dry=True)
     except Unfixable as exc:
         return str(exc)
     return None
 
 
-def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -> Rewrite:
+def _in_helper(edit: ClassEdit, reg: _Registration, at: _HelperCall) -> Rewrite:
     """The buffer is registered in a private method that only ``__init__`` calls, once, as a
     statement (speechbrain ``LiGRU_Layer._init_drop()``: ``self.register_buffer(
     "drop_mask_te", torch.tensor([1.0]).float())``). The method stays as it is; the hook
@@ -82,50 +128,82 @@ def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -
     calls a child module (its dropout: ``self.drop(torch.ones(n, h))``) is drawn a second time
     (unsafe). Refused when the value reads an argument of the method, or an attribute that
     is written after the registration (the hook would read another value)."""
-    call_line, call_index, call_path, line, path = helper_statement(edit, node, helper, why)
-    one_value(edit.cls, ctx.qualify, attr, node)
+    attr, why = reg.attr, at.why
+    one_value(edit.cls, edit.ctx.qualify, attr, reg.node)
     memo = edit.memo()
-    tail = statements_after(path) + edit.block_tail(call_line)
+    tail = statements_after(at.path) + edit.block_tail(at.call_line)
     if any(touches(x, attr, True, memo) for x in tail):
         raise Unfixable(f"{why}: `self.{attr}` is written later (line order matters)")
-    later = edit.used_after(attr, call_index, writes_only=True)
+    later = edit.used_after(attr, at.call_index, writes_only=True)
     if later:
         raise Unfixable(f"{why}: {later}")
-    hook = _buffer_hook(edit, call_index, node)
-    prelude: list[cst.BaseStatement] = []
-    try:
-        full = inline_locals(edit, value, method=helper)
-    except Unfixable as exc:
-        # ``kernels = []`` filled in a loop (julius's ``ResampleFrac._init_kernels()``): the
-        # hook computes it again, as the method does
-        before = preceding(edit, path, call_index, helper=True)
-        prelude = recompute_locals(
-            edit, value, call_index, hook, f"{why}: {exc}", before, method=helper
-        )
-        full = prelude.pop()
-    else:
-        for name in names_in(full):
-            if name.value != "self" and (
-                name.value in helper.arguments or name.value in helper.local_values
-            ):
-                raise Unfixable(
-                    f"{why}: the value reads `{name.value}`, a name of `{helper.name}()`"
-                )
+    hook = _buffer_hook(edit, at.call_index, reg.node)
+    full, prelude = _helper_code(edit, reg, at, hook)
     code = [*prelude, full]
-    for a in sorted(set().union(*(uses(c)[1] for c in code))):
-        if any(touches(x, a, True, memo) for x in tail) or edit.used_after(
-            a, call_index, writes_only=True
-        ):
-            raise Unfixable(f"{why}: the value reads `self.{a}`, which is set again later")
+    _settled_reads(edit, at, code, tail)
     edit.refuse_plain_reads(full)
     if any(_may_be_none(c) for c in code):
         raise Unfixable(f"{why}: the buffer may be registered as `None`")
-    effects = helper_effects(edit, code)
-    if "host" in effects:
-        raise Unfixable(
-            f"the value calls `{effects['host']}()`, which copies a tensor to the host "
-            "(`.cpu()`, `.item()`, ...): under meta the hook would raise"
+    random, children = _drawn_again(edit, code)
+    torch_name, _ = torch_spelling(edit.ctx)
+    body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=full)
+    if helper_conditional(edit, at.helper, at.path, at.call_path, at.call_index):
+        body = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
+        body = body.with_changes(body=body.body.with_changes(body=[*prelude, *body.body.body]))
+    else:
+        body = [*prelude, body]
+    if random:
+        drawn = f" (`{children[0]}(...)` may draw: a dropout)" if children else ""
+        edit.unsafe.append(
+            f"the random value is drawn a second time in the hook{drawn}: eager values differ"
         )
+    edit.use_hook(hook, at.call_index, body if isinstance(body, list) else [body], random=random)
+    return edit.rewrite(
+        f"Compute buffer `{attr}` (registered in `{at.helper.name}()`) in `{hook}()` and call it "
+        "from `__init__`"
+    )
+
+
+def _helper_code(edit: ClassEdit, reg: _Registration, at: _HelperCall, hook: str):
+    """(the value with the method's locals inlined, []) for :func:`_in_helper`; when they
+    cannot be, (the value, the statements that compute its locals again before it)."""
+    helper = at.helper
+    try:
+        full = inline_locals(edit, reg.value, method=helper)
+    except Unfixable as exc:
+        # ``kernels = []`` filled in a loop (julius's ``ResampleFrac._init_kernels()``): the
+        # hook computes it again, as the method does
+        before = preceding(edit, at.path, at.call_index, helper=True)
+        prelude = recompute_locals(
+            edit, reg.value, at.call_index, hook, f"{at.why}: {exc}", before, method=helper
+        )
+        return prelude.pop(), prelude
+    for name in names_in(full):
+        if name.value != "self" and (
+            name.value in helper.arguments or name.value in helper.local_values
+        ):
+            raise Unfixable(
+                f"{at.why}: the value reads `{name.value}`, a name of `{helper.name}()`"
+            )
+    return full, []
+
+
+def _settled_reads(edit: ClassEdit, at: _HelperCall, code, tail) -> None:
+    """Raise :class:`Unfixable` when the value reads an attribute set again after the
+    registration (``tail``, then the rest of ``__init__``): the hook would read another value."""
+    memo = edit.memo()
+    for a in sorted(set().union(*(uses(c)[1] for c in code))):
+        if any(touches(x, a, True, memo) for x in tail) or edit.used_after(
+            a, at.call_index, writes_only=True
+        ):
+            raise Unfixable(f"{at.why}: the value reads `self.{a}`, which is set again later")
+
+
+def _drawn_again(edit: ClassEdit, code) -> tuple[bool, list[str]]:
+    """(does computing ``code`` again draw random numbers, the child modules it calls: a
+    dropout may draw); raises :class:`Unfixable` when it copies a tensor to the host."""
+    effects = helper_effects(edit, code)
+    _no_host(effects)
     children = [
         a
         for c in code
@@ -136,31 +214,25 @@ def _in_helper(ctx, edit: ClassEdit, node, attr: str, value, helper, why: str) -
         and a[5:] not in edit.cls.methods
     ]
     random = (
-        any(value_kind(c, ctx.qualify) == "random" for c in code)
+        any(value_kind(c, edit.ctx.qualify) == "random" for c in code)
         or "random" in effects
         or any(draws_or_builds(c, edit) for c in code)
         or bool(children)
     )
-    torch_name, _ = torch_spelling(ctx)
-    body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=full)
-    if helper_conditional(edit, helper, path, call_path, call_index):
-        body = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
-        body = body.with_changes(body=body.body.with_changes(body=[*prelude, *body.body.body]))
-    else:
-        body = [*prelude, body]
-    if random:
-        drawn = f" (`{children[0]}(...)` may draw: a dropout)" if children else ""
-        edit.unsafe.append(
-            f"the random value is drawn a second time in the hook{drawn}: eager values differ"
+    return random, children
+
+
+def _no_host(effects: dict[str, str]) -> None:
+    """Raise :class:`Unfixable` when a helper of the file the value calls copies a tensor to
+    the host (:func:`helper_effects`)."""
+    if "host" in effects:
+        raise Unfixable(
+            f"the value calls `{effects['host']}()`, which copies a tensor to the host "
+            "(`.cpu()`, `.item()`, ...): under meta the hook would raise"
         )
-    edit.use_hook(hook, call_index, body if isinstance(body, list) else [body], random=random)
-    return edit.rewrite(
-        f"Compute buffer `{attr}` (registered in `{helper.name}()`) in `{hook}()` and call it "
-        "from `__init__`"
-    )
 
 
-def _stored(ctx, edit: ClassEdit, full, value, attr: str, line, path, index: int, hook, prelude):
+def _stored(edit: ClassEdit, b: _Buffer, full, prelude):
     """The value for the hook and the statements before it: the last of ``prelude`` (the
     statements computing the value's locals, when there are some); else ``(value with its
     locals kept on self, [])``; when a local cannot be kept (changed in
@@ -169,18 +241,14 @@ def _stored(ctx, edit: ClassEdit, full, value, attr: str, line, path, index: int
     if prelude:
         return prelude.pop(), prelude
     try:
-        return edit.store_names(full, line, index), []
+        return edit.store_names(full, b.line, b.index), []
     except Unfixable as exc:
-        done = _not_inlined(ctx, edit, value, attr, line, path, index, hook, str(exc))
+        done = _not_inlined(edit, b, str(exc))
         if isinstance(done, Rewrite):
             return done
         effects = helper_effects(edit, done)
-        if "host" in effects:
-            raise Unfixable(
-                f"the value calls `{effects['host']}()`, which copies a tensor to the host "
-                "(`.cpu()`, `.item()`, ...): under meta the hook would raise"
-            ) from exc
-        if "random" in effects or not all(draws(c, ctx) is Draws.NEVER for c in done):
+        _no_host(effects)
+        if "random" in effects or not all(draws(c, edit.ctx) is Draws.NEVER for c in done):
             edit.unsafe.append(
                 "the hook computes the value again with calls that may draw random numbers: "
                 "eager values may differ"
@@ -188,89 +256,96 @@ def _stored(ctx, edit: ClassEdit, full, value, attr: str, line, path, index: int
         return done.pop(), done
 
 
-def _compute(ctx, edit: ClassEdit, node, attr: str, value, index, line, path, dry=False):
-    """The rewrite computing buffer ``attr`` (registered by ``node`` from ``value``) in a hook;
-    ``dry``: only whether it can be made (no random value's single draw is planned)."""
-    later = edit.used_after(attr, index, writes_only=True)
-    if later:
-        # re-initialised in place later (kornia's ``Similarity``: ``register_buffer("rot",
-        # torch.zeros(1))``, then ``self.reset_model()`` does ``zeros_(self.rot)``): ML003's fix
-        return overwritten_later(ctx, edit, attr, index, later)
-    _settled(ctx, edit, node, attr, line)
-    torch_name, nn_name = torch_spelling(ctx)
-    kind = value_kind(value, ctx.qualify, edit.init)
-    hook = _buffer_hook(edit, index, node)
-    constant = _constant_fill(ctx, value, f"self.{attr}", nn_name)
-    if constant is not None:
-        return _fill(edit, constant, attr, path, index, hook)
-    prelude: list[cst.BaseStatement] = []
-    covered: set[str] = set()
-    try:
-        full = inline_locals(edit, value, index=index)
-    except Unfixable as exc:
-        done, covered = _with_siblings(ctx, edit, value, attr, line, path, index, hook, str(exc))
-        if isinstance(done, Rewrite):
-            return done
-        full, prelude = value, done
-    effects = helper_effects(edit, [full, *prelude])
-    if "host" in effects:
-        raise Unfixable(
-            f"the value calls `{effects['host']}()`, which copies a tensor to the host "
-            "(`.cpu()`, `.item()`, ...): under meta the hook would raise"
-        )
-    if "random" in effects:
-        kind = "random"  # drawn by a helper of the file: drawn a second time in the hook
-    arg = argument_of(value, edit.init)
-    optional = _optional(edit, value, full, prelude, arg)
-    if optional:
-        full = _tensor_branch(full)
-    if kind == "random" and full is value and not optional and not dry:
-        drawn = _drawn_once(ctx, edit, line, index, path, node, attr, hook)
-        if drawn is not None:
-            return drawn
-    done = _stored(ctx, edit, full, value, attr, line, path, index, hook, prelude)
+def _compute(edit: ClassEdit, b: _Buffer, dry=False):
+    """The rewrite computing buffer ``b`` in its hook; ``dry``: only whether it can be made
+    (no random value's single draw is planned)."""
+    kind = value_kind(b.value, edit.ctx.qualify, edit.init)
+    done = _value_code(edit, b)
     if isinstance(done, Rewrite):
         return done
+    full, prelude, covered = done
+    effects = helper_effects(edit, [full, *prelude])
+    _no_host(effects)
+    if "random" in effects:
+        kind = "random"  # drawn by a helper of the file: drawn a second time in the hook
+    arg = argument_of(b.value, edit.init)
+    optional = _optional(edit, b.value, full, prelude, arg)
+    if optional:
+        full = _tensor_branch(full)
+    if kind == "random" and full is b.value and not optional and not dry:
+        drawn = _drawn_once(edit, b)
+        if drawn is not None:
+            return drawn
+    done = _stored(edit, b, full, prelude)
+    if isinstance(done, Rewrite):
+        return done
+    torch_name, _ = torch_spelling(edit.ctx)
     value_node, prelude = done
-    body = fill(f"with {torch_name}.no_grad():\n    self.{attr}.copy_(__v__)", v=value_node)
-    if edit.conditional(path, index):
-        body = _in_block(edit, body, line, path, attr, prelude, index, covered)
+    body = fill(f"with {torch_name}.no_grad():\n    self.{b.attr}.copy_(__v__)", v=value_node)
+    if edit.conditional(b.path, b.index):
+        body = _in_block(edit, b, body, prelude, covered)
         prelude = []
     elif optional:
         # a buffer that may be registered as ``None`` (monai's ``FocalLoss.class_weight``
         # without class weights) is copied into only where it is a tensor; the same code
         # decided it in ``__init__``
-        body = guarded(f"self.{attr} is not None", body)
-    body = [*prelude, body]
+        body = guarded(f"self.{b.attr} is not None", body)
     if kind == "random":
         edit.unsafe.append(
             "the random value is drawn a second time in the hook: eager values differ"
         )
-    edit.use_hook(hook, index, body)
+    edit.use_hook(b.hook, b.index, [*prelude, body])
+    return edit.rewrite(_copied(b, arg, kind))
+
+
+def _copied(b: _Buffer, arg: str | None, kind: str | None) -> str:
+    """The message of :func:`_compute`: the caller's tensor kept (``arg``, a value of no known
+    kind), or the value computed."""
     if arg is not None and kind is None:
-        what = f"Keep the caller's `{arg}` and copy it into buffer `{attr}` in `{hook}()`, called"
+        what = (
+            f"Keep the caller's `{arg}` and copy it into buffer `{b.attr}` in `{b.hook}()`, called"
+        )
     else:
-        what = f"Compute buffer `{attr}` in `{hook}()` and call it"
-    return edit.rewrite(f"{what} from `__init__`")
+        what = f"Compute buffer `{b.attr}` in `{b.hook}()` and call it"
+    return f"{what} from `__init__`"
 
 
-def _settled(ctx, edit: ClassEdit, node, attr: str, line) -> None:
+def _value_code(edit: ClassEdit, b: _Buffer):
+    """(the value with its locals inlined, [], set()); when they cannot be, (the value, the
+    statements computing its locals, the locals of later buffers of its block those compute
+    too: :func:`_with_siblings`); or the rewrite that fills a constant (:func:`_constant_fill`)
+    or otherwise needs no copy."""
+    nn_name = torch_spelling(edit.ctx)[1]
+    constant = _constant_fill(edit.ctx, b.value, f"self.{b.attr}", nn_name)
+    if constant is not None:
+        return _fill(edit, b, constant)
+    try:
+        full = inline_locals(edit, b.value, index=b.index)
+    except Unfixable as exc:
+        done, covered = _with_siblings(edit, b, str(exc))
+        if isinstance(done, Rewrite):
+            return done
+        return b.value, done, covered
+    return full, [], set()
+
+
+def _settled(edit: ClassEdit, node, attr: str, line) -> None:
     """Raise :class:`Unfixable` unless the registration of ``node`` gives buffer ``attr`` the
     value it keeps: nothing later in its block writes it, and no other path of construction
     makes it from another value (:func:`one_value`)."""
     tail = edit.block_tail(line)
     if any(touches(s, attr, True, edit.memo()) for s in tail):
         raise Unfixable(f"`self.{attr}` is written later in its block (line order matters)")
-    one_value(edit.cls, ctx.qualify, attr, node)
+    one_value(edit.cls, edit.ctx.qualify, attr, node)
 
 
-def _fill(edit: ClassEdit, constant, attr: str, path, index: int, hook: str) -> Rewrite:
-    """Fill buffer ``attr`` with ``constant`` (:func:`_constant_fill`) in ``hook``, where the
+def _fill(edit: ClassEdit, b: _Buffer, constant) -> Rewrite:
+    """Fill buffer ``b`` with ``constant`` (:func:`_constant_fill`) in its hook, where the
     buffer is there when ``__init__`` registers it in a block."""
-    if edit.conditional(path, index):
-        constant = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), constant)
-    edit.use_hook(hook, index, [constant])
-    return edit.rewrite(f"Fill buffer `{attr}` in `{hook}()` and call it from `__init__`")
+    if edit.conditional(b.path, b.index):
+        constant = guarded(registered(edit.cls, edit.ctx.qualify, b.attr, "buffer"), constant)
+    edit.use_hook(b.hook, b.index, [constant])
+    return edit.rewrite(f"Fill buffer `{b.attr}` in `{b.hook}()` and call it from `__init__`")
 
 
 def _constant_fill(ctx, value, x: str, nn_name: str) -> cst.BaseStatement | None:
@@ -297,40 +372,42 @@ def _constant_fill(ctx, value, x: str, nn_name: str) -> cst.BaseStatement | None
     return stmt(f"{nn_name}.init.constant_({x}, {render(fill_value).strip()})")
 
 
-def _with_siblings(ctx, edit: ClassEdit, value, attr: str, line, path, index: int, hook, why):
+def _with_siblings(edit: ClassEdit, b: _Buffer, why: str):
     """:func:`_not_inlined`, computing in a block (``if``) the locals the later buffers of that
     block are registered from too (:func:`_sibling_locals`), when it can; with those locals."""
-    covered = _sibling_locals(edit, line, path, attr) if edit.conditional(path, index) else set()
+    covered = (
+        _sibling_locals(edit, b.line, b.path, b.attr)
+        if edit.conditional(b.path, b.index)
+        else set()
+    )
     if covered:
         try:
-            done = _not_inlined(ctx, edit, value, attr, line, path, index, hook, why, covered)
+            done = _not_inlined(edit, b, why, covered)
             return done, covered
         except Unfixable:
             pass
-    return _not_inlined(ctx, edit, value, attr, line, path, index, hook, why), set()
+    return _not_inlined(edit, b, why), set()
 
 
-def _not_inlined(
-    ctx, edit: ClassEdit, value, attr: str, line, path, index: int, hook, why, also=frozenset()
-):
+def _not_inlined(edit: ClassEdit, b: _Buffer, why: str, also=frozenset()):
     """The statements computing the value's locals, copied for the hook (or a rewrite), when
     they cannot be inlined: an in-place init moved (:func:`_init_moved`), else
     :func:`recompute_locals` (computing the locals ``also`` too), else one draw for the drawn
     tail (:func:`drawn_tail`)."""
-    moved = _init_moved(ctx, edit, value, attr, line, path, index, hook, why)
+    moved = _init_moved(edit, b)
     if moved is not None:
         return moved
-    before = preceding(edit, path, index)
+    before = preceding(edit, b.path, b.index)
     if also:
         # no drawn tail: a draw refuses, and the caller asks again without ``also``
-        return recompute_locals(edit, value, index, hook, why, before, also)
+        return recompute_locals(edit, b.value, b.index, b.hook, why, before, also)
     try:
-        return recompute_locals(edit, value, index, hook, why, before)
+        return recompute_locals(edit, b.value, b.index, b.hook, why, before)
     except Drawn as drawn:
-        return edit.rewrite(drawn_tail(edit, drawn.index, hook, why))
+        return edit.rewrite(drawn_tail(edit, drawn.index, b.hook, why))
 
 
-def _init_moved(ctx, edit: ClassEdit, value, attr: str, line, path, index: int, hook, why):
+def _init_moved(edit: ClassEdit, b: _Buffer) -> Rewrite | None:
     """A local made by ``torch.empty(shape)``, initialised in place by one call and then
     registered (vector-quantize-pytorch's ``LFQ``: ``orthogonal_rot = torch.empty(d, d)``,
     ``nn.init.orthogonal_(orthogonal_rot)``, ``register_buffer('orthogonal_rot',
@@ -340,17 +417,50 @@ def _init_moved(ctx, edit: ClassEdit, value, attr: str, line, path, index: int, 
     hook draws the same numbers from the same generator state when nothing draws in between
     (the hook is then called right after the statement, :meth:`ClassEdit.use_hook`); else
     unsafe. None when the value is not made that way."""
-    if not isinstance(value, cst.Name):
+    found = _empty_local(edit, b)
+    found = found and _init_call(edit, b, *found)
+    if not found:
         return None
-    name = value.value
+    before, init, call, target = found
+    ctx = edit.ctx
+    moved = call.deep_replace(target, expr(f"self.{b.attr}"))
+    moved = edit.store_names(moved, init, b.index)
+    body = stmt(render(cst.SimpleStatementLine([cst.Expr(moved)])))
+    if edit.conditional(b.path, b.index):
+        body = guarded(registered(edit.cls, edit.ctx.qualify, b.attr, "buffer"), body)
+    edit.replace[id(init)] = (init, [])
+    between = [*before[before.index(init) + 1 :], *edit.block_tail(b.line)]
+    random = draws_or_builds(call, edit) or draws(call, ctx) is not Draws.NEVER
+    if random and not all(draws(s, ctx) is Draws.NEVER for s in between):
+        edit.unsafe.append(
+            "the in-place init now runs in the hook, after other random draws of its block: "
+            "eager values differ under the same seed (same distribution)"
+        )
+    edit.use_hook(b.hook, b.index, [body], random=random)
+    return edit.rewrite(
+        f"Register buffer `{b.attr}` from its `torch.empty(...)` and initialise it in place in "
+        f"`{b.hook}()`, called from `__init__`"
+    )
+
+
+def _block_of(edit: ClassEdit, line, path) -> list:
+    """The statements of the block holding ``line`` (``__init__``'s body at top level)."""
     at = next((k for k, n in enumerate(path) if n is line), 0)
-    block = path[at - 1].body if at > 0 and isinstance(path[at - 1], cst.IndentedBlock) else None
-    if block is None:
-        block = edit.init_body
-    stmts = list(block)
-    if line not in stmts:
+    if at > 0 and isinstance(path[at - 1], cst.IndentedBlock):
+        return path[at - 1].body
+    return edit.init_body
+
+
+def _empty_local(edit: ClassEdit, b: _Buffer):
+    """(the statements of its block before the registration, the index among them of the one
+    assignment of the local ``b`` is registered from, made by ``torch.empty(...)``), or None."""
+    if not isinstance(b.value, cst.Name):
         return None
-    before = stmts[: stmts.index(line)]
+    name = b.value.value
+    stmts = list(_block_of(edit, b.line, b.path))
+    if b.line not in stmts:
+        return None
+    before = stmts[: stmts.index(b.line)]
     made = [
         k
         for k, s in enumerate(before)
@@ -365,10 +475,19 @@ def _init_moved(ctx, edit: ClassEdit, value, attr: str, line, path, index: int, 
     if len(made) != 1 or len(values) != 1:
         return None
     made_value = before[made[0]].body[0].value
-    if not (isinstance(made_value, cst.Call) and ctx.qualify(made_value.func) == "torch.empty"):
+    if not (
+        isinstance(made_value, cst.Call) and edit.ctx.qualify(made_value.func) == "torch.empty"
+    ):
         return None
-    rest = before[made[0] + 1 :]
-    mentions = [s for s in rest if name in {n.value for n in names_in(s)}]
+    return before, made[0]
+
+
+def _init_call(edit: ClassEdit, b: _Buffer, before: list, made: int):
+    """``(before, the statement, the in-place init call on the local, the local's name in it)``
+    for the one statement after its ``torch.empty`` (``before[made]``) that mentions the local:
+    a call initialising it in place, the local read nowhere after the registration; or None."""
+    name = b.value.value
+    mentions = [s for s in before[made + 1 :] if name in {n.value for n in names_in(s)}]
     if len(mentions) != 1:
         return None
     init = mentions[0]
@@ -380,35 +499,16 @@ def _init_moved(ctx, edit: ClassEdit, value, attr: str, line, path, index: int, 
     ):
         return None
     call = init.body[0].value
-    w = inplace_write(call, ctx.qualify)
-    if w is None or w.chain != (name,):
-        return None
-    if sum(1 for n in names_in(call) if n.value == name) != 1:
+    w = inplace_write(call, edit.ctx.qualify)
+    if w is None or w.chain != (name,) or sum(1 for n in names_in(call) if n.value == name) != 1:
         return None
     target = next(n for n in names_in(call) if n.value == name)
     if any(
         name in {n.value for n in names_in(s)}
-        for s in [*edit.block_tail(line), *edit.init_body[index + 1 :]]
+        for s in [*edit.block_tail(b.line), *edit.init_body[b.index + 1 :]]
     ):
         return None  # the local is read again after its registration
-    moved = call.deep_replace(target, expr(f"self.{attr}"))
-    moved = edit.store_names(moved, init, index)
-    body = stmt(render(cst.SimpleStatementLine([cst.Expr(moved)])))
-    if edit.conditional(path, index):
-        body = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
-    edit.replace[id(init)] = (init, [])
-    between = [*before[before.index(init) + 1 :], *edit.block_tail(line)]
-    random = draws_or_builds(call, edit) or draws(call, ctx) is not Draws.NEVER
-    if random and not all(draws(s, ctx) is Draws.NEVER for s in between):
-        edit.unsafe.append(
-            "the in-place init now runs in the hook, after other random draws of its block: "
-            "eager values differ under the same seed (same distribution)"
-        )
-    edit.use_hook(hook, index, [body], random=random)
-    return edit.rewrite(
-        f"Register buffer `{attr}` from its `torch.empty(...)` and initialise it in place in "
-        f"`{hook}()`, called from `__init__`"
-    )
+    return before, init, call, target
 
 
 def _buffer_hook(edit: ClassEdit, index: int, node) -> str:
@@ -457,29 +557,25 @@ def _own_buffer_hook(edit: ClassEdit) -> bool:
     )
 
 
-def _in_block(edit: ClassEdit, body, line, path, attr: str, prelude, index: int, covered=()):
+def _in_block(edit: ClassEdit, b: _Buffer, body, prelude, covered=()):
     """The hook's code for a buffer registered inside an ``if``: guarded by the buffer being
     there (exactly when the block ran), with the locals it was computed from (``prelude``)
     computed again under the guard, and the other buffers the block registers from the locals
     ``covered`` (``rows, cols = torch.triu_indices(n, n, 1)``, both registered) copied in the
     same ``with``."""
     if not prelude:
-        return guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
-    siblings = _siblings(edit, line, path, attr, covered, index)
+        return guarded(registered(edit.cls, edit.ctx.qualify, b.attr, "buffer"), body)
+    siblings = _siblings(edit, b, covered)
     if siblings:
         body = body.with_changes(body=body.body.with_changes(body=[*body.body.body, *siblings]))
-    node = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
+    node = guarded(registered(edit.cls, edit.ctx.qualify, b.attr, "buffer"), body)
     return node.with_changes(body=node.body.with_changes(body=[*prelude, body]))
 
 
 def _later_registrations(edit: ClassEdit, line, path, attr: str):
     """``(other, local)`` for each other buffer registered later in the block of ``line``
     straight from a local that no statement in between mentions (nothing changes it there)."""
-    at = next((k for k, n in enumerate(path) if n is line), 0)
-    if at > 0 and isinstance(path[at - 1], cst.IndentedBlock):
-        block = path[at - 1].body
-    else:
-        block = edit.init_body
+    block = _block_of(edit, line, path)
     after = False
     between: list[cst.CSTNode] = []
     for s in block:
@@ -509,7 +605,7 @@ def _sibling_locals(edit: ClassEdit, line, path, attr: str) -> set[str]:
     return {local for _s, _other, local in _later_registrations(edit, line, path, attr)}
 
 
-def _siblings(edit: ClassEdit, line, path, attr: str, covered, index: int) -> list:
+def _siblings(edit: ClassEdit, b: _Buffer, covered) -> list:
     """``self.<b>.copy_(<local>)`` for each other buffer registered later in the block of
     ``line`` straight from a local the hook's copied statements compute as ``__init__`` has it
     there (``covered``: :func:`recompute_locals` was asked for them; a local merely bound by
@@ -517,10 +613,10 @@ def _siblings(edit: ClassEdit, line, path, attr: str, covered, index: int) -> li
     ``kernel_sin, kernel_cos`` and converts each with its own ``torch.tensor(..)`` line), with
     nothing after its registration writing it: it is re-created by the same copy."""
     out = []
-    for s, other, local in _later_registrations(edit, line, path, attr):
+    for s, other, local in _later_registrations(edit, b.line, b.path, b.attr):
         if local not in covered:
             continue
-        if edit.used_after(other, index, writes_only=True) or any(
+        if edit.used_after(other, b.index, writes_only=True) or any(
             touches(t, other, True, edit.memo()) for t in edit.block_tail(s)
         ):
             continue
@@ -573,24 +669,25 @@ def helper_effects(edit: ClassEdit, nodes, seen: set[str] | None = None) -> dict
     return out
 
 
-def _drawn_once(ctx, edit: ClassEdit, line, index, path, node, attr, hook) -> Rewrite | None:
+def _drawn_once(edit: ClassEdit, b: _Buffer) -> Rewrite | None:
     """A random buffer made by one factory (``scale * torch.randn((2, n))``, vista3d's and
     SAM's positional Gaussian matrix) is registered from ``torch.empty(shape)`` and drawn once,
     in the hook (``self.x.normal_().mul_(scale)``: the same draws and rounding, as ML001's fix
     does for parameters): eager values stay identical when nothing after it in ``__init__``
     draws. None when its shape is not derived statically (the value is then drawn twice)."""
+    ctx, line, index, attr, hook = edit.ctx, b.line, b.index, b.attr, b.hook
     try:
-        value = Value(node.args[1].value, ctx)
+        value = Value(b.node.args[1].value, ctx)
     except Unfixable:
         return None
     if not value.random:
         return None
     names = torch_spelling(ctx)
     empty, shape = empty_of(value, names[0])
-    arg = node.args[1]
+    arg = b.node.args[1]
     new_line = line.deep_replace(arg, arg.with_changes(value=empty))
     body = hook_body(value, f"self.{attr}", names, lambda e: edit.store_names(e, line, index))
-    if edit.conditional(path, index):
+    if edit.conditional(b.path, index):
         body = guarded(registered(edit.cls, edit.ctx.qualify, attr, "buffer"), body)
     old = edit.replace.get(id(line))
     current = old[1] if old else [line]

@@ -27,6 +27,7 @@ from metalint.fix.move_init import (
     overwrites,
     sets_every_element,
 )
+from metalint.static.draws import random_call
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import walk_code
 from metalint.vocabulary import (
@@ -80,7 +81,8 @@ def _chained_init(data: cst.BaseExpression, ctx: RuleContext) -> cst.Call | None
         and isinstance(data.func, cst.Attribute)
         and data.func.attr.value in CHAINED_INITS
         and isinstance(data.func.value, cst.Call)
-        and ctx.qualify(data.func.value.func) in FACTORIES - RANDOM_FACTORIES
+        and (q := ctx.qualify(data.func.value.func)) in FACTORIES
+        and not random_call(q)
         and not data.lpar
     ):
         return data
@@ -136,7 +138,7 @@ class Value:
         self.fill: cst.BaseExpression | None = None
         self.shape_args: list[cst.Arg]
         self._shape(bool(normal))
-        self.random = self.factory in RANDOM_FACTORIES or (
+        self.random = random_call(self.factory) or (
             self.method is not None and self.method.func.attr.value in RANDOM_DRAWS
         )
         if self.method is not None and self.call is not self.method.func.value:

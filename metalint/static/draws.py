@@ -56,7 +56,7 @@ def _call_draws(n: cst.Call, ctx: RuleContext, host_only: bool, seen: frozenset)
     last = (
         (q or "").rsplit(".", 1)[-1] if q else getattr(getattr(n.func, "attr", None), "value", "")
     )
-    if random_draw(q) or INIT_KIND.get(last) == "random":
+    if random_call(q) or INIT_KIND.get(last) == "random":
         return (
             Draws.ALWAYS
             if not host_only or (q or "").startswith(HOST_RANDOM_MODULES)
@@ -76,6 +76,12 @@ def _call_draws(n: cst.Call, ctx: RuleContext, host_only: bool, seen: frozenset)
         ):
             return Draws.NEVER
     return Draws.MAYBE
+
+
+def random_call(qualname: str | None) -> bool:
+    """Does a call of ``qualname`` draw random numbers whatever its arguments: a torch random
+    factory (``torch.randn``), numpy's or Python's generators (:func:`random_draw`)?"""
+    return random_draw(qualname)
 
 
 def _read(fn: cst.FunctionDef) -> bool:

@@ -18,7 +18,7 @@ from metalint.static.construction import is_number, is_tensor, registrations, re
 from metalint.static.model import ClassFacts, MethodFacts, builds_module
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
-from metalint.static.syntax import walk_code
+from metalint.static.syntax import node_text, walk_code
 from metalint.static.tensors import inplace_write
 from metalint.vocabulary import CONTAINER_MUTATORS
 
@@ -84,6 +84,20 @@ class ClassTensors:
         return changed_in_place(
             method, n, self.ctx.qualify, attributes=False
         ) and self.may_be_tensor(name, method, 0)
+
+    def certainly(self, v: cst.BaseExpression, method: MethodFacts, itself: str = "") -> bool:
+        """Is ``v`` certainly a tensor: what :func:`is_tensor` knows, an argument annotated
+        ``Tensor`` (:func:`argument_kind`), or ``itself``, the dotted name of the tensor that
+        ``v`` is assigned to (``self.t = self.t.to(device)``)?"""
+
+        def vouch(e) -> bool:
+            if isinstance(e, cst.Attribute):
+                return bool(itself) and dotted(e) == itself
+            return isinstance(e, cst.Name) and (
+                argument_kind(method, e.value) is TensorKind.CERTAINLY
+            )
+
+        return is_tensor(v, self.ctx.qualify, method, extra=vouch)
 
     def may_be_tensor(self, v: cst.BaseExpression, method: MethodFacts, depth: int = 0) -> bool:
         """Is :meth:`kind` of ``v`` other than ``NOT``?"""
@@ -155,6 +169,23 @@ class ClassTensors:
         ``filters.append(filter_)``, julius's ``LowPassFilters``)?"""
         values = [lv for _, lv in method.local_values.get(n, ()) if lv is not v]
         return any(self.may_be_tensor(x, method, depth + 1) for x in [*values, *fills(method, n)])
+
+
+def argument_kind(method: MethodFacts, name: str) -> TensorKind:
+    """Is argument ``name`` of ``method`` a tensor by its annotation? ``CERTAINLY`` annotated
+    ``Tensor`` (``torch.Tensor``), ``MAYBE`` an annotation naming it otherwise
+    (``Optional[Tensor]``, ``list[Tensor]``), ``NOT`` without one (or not an argument)."""
+    if name not in method.params:
+        return TensorKind.NOT
+    for p in (*method.node.params.params, *method.node.params.kwonly_params):
+        if p.name.value == name and p.annotation is not None:
+            spelled = node_text(p.annotation.annotation)
+            if spelled.rsplit(".", 1)[-1] == "Tensor":
+                return TensorKind.CERTAINLY
+            if "Tensor" in spelled:
+                return TensorKind.MAYBE
+            return TensorKind.NOT
+    return TensorKind.NOT
 
 
 def class_tensors(ctx: RuleContext, cls: ClassFacts) -> ClassTensors:
