@@ -22,7 +22,7 @@ from metalint.config import (
     time_budget,
     validate_selectors,
 )
-from metalint.diagnostics import Diagnostic, Position
+from metalint.diagnostics import Diagnostic, HelperReads, Position
 from metalint.extras import torch_missing
 from metalint.files import Discovery, display_path
 from metalint.jobs import analyze_isolated, analyze_one, can_isolate, preload
@@ -332,8 +332,9 @@ def _judged(
                 if d.condition is not None:
                     if not hierarchy.holds(d.condition, settings.hooks, d.code):
                         continue
-                    if d.condition.if_helper_reads:
-                        via = hierarchy.construction_read(d.condition.if_helper_reads, d.code)
+                    reads = d.condition.get(HelperReads)
+                    if reads:
+                        via = hierarchy.construction_read(reads.function, d.code)
                         d = d.with_(
                             via=via,
                             help=f"{d.help} (the line is in `{via[0]}` at {via[1]}:{via[2]})",

@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import NotRecreated
 from metalint.static.construction import (
     Registration,
     argument_of,
@@ -465,7 +466,7 @@ class WarmStatsBatchNorm(nn.BatchNorm2d):
                 cls,
                 help="Register it with `torch.empty(...)` and compute it in "
                 "`reset_parameters()` (or `init_non_persistent_buffers()`)",
-                unless_recreated=(reg.attr,),
+                conditions=(NotRecreated((reg.attr,)),),
                 subject=(reg.attr,),
             )
 
@@ -490,6 +491,6 @@ class WarmStatsBatchNorm(nn.BatchNorm2d):
             cls,
             help=f"Keep the caller's tensor on `self` and copy it into `self.{reg.attr}` in "
             "`reset_parameters()`",
-            unless_recreated=(reg.attr,),
+            conditions=(NotRecreated((reg.attr,)),),
             subject=(reg.attr,),
         )

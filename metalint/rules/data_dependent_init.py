@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import HelperReads, ReturnsMeta
 from metalint.static.model import (
     ClassFacts,
     MethodFacts,
@@ -524,13 +525,13 @@ class SpeechEncoder(nn.Module):
                         f"cannot be built on meta",
                         cls,
                         help='Compute it with Python numbers, or create that tensor with `device="cpu"`',
-                        if_helper_reads=call.qualname,
+                        conditions=(HelperReads(call.qualname),),
                     )
 
     def _imported_reads(self, cls, method, own, assumed) -> Iterable[Finding]:
         """``steps(n).tolist()``, ``steps`` imported from another file of the tree: a read
         when that function returns a meta tensor, which the tree answers
-        (``Finding.if_returns_meta``)."""
+        (``ReturnsMeta``)."""
         names = {
             call.node.func.value: call.qualname
             for call in method.calls
@@ -545,7 +546,7 @@ class SpeechEncoder(nn.Module):
                     continue
                 base.add(id(node))
                 finding = self._finding(cls, method, node, what)
-                finding.if_returns_meta = qualname
+                finding.conditions += (ReturnsMeta(qualname),)
                 yield finding
 
     def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:

@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import HelperReads
 from metalint.static.construction import (
     BUFFER_CLASSES,
     is_tensor,
@@ -297,7 +298,7 @@ class Table(nn.Module):
                         cls,
                         help="Create the tensor with `device=device` from the constructor, or "
                         "compute it in `reset_parameters()`",
-                        if_helper_reads=call.qualname,
+                        conditions=(HelperReads(call.qualname),),
                     )
 
     def _copy_target(self, cls, method: MethodFacts, call) -> str | bool | None:

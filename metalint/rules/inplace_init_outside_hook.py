@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import NotRecreated, SameLaw
 from metalint.static.construction import attached_child, tensor_registrations
 from metalint.static.defaults import applied_function, is_self_apply, unwrap_partial
 from metalint.static.model import CallSite, ClassFacts, construction
@@ -922,13 +923,13 @@ class FilterBank(nn.Module):
                         continue
                 attr = name.split(".")[0]
                 child = "." in name
-                law: tuple = ()
+                law: tuple = ()  # the child's tensor drawn from a law (``SameLaw``), if known
                 if child:
                     names = _law_names(cls, method, self._file_calls())
                     text = init_law(call.node, self.qualify, lambda e: law_text(e, names))
                     held = _child_class(cls, methods, attr, self.qualify)
                     if text and held:
-                        law = (held, name.split(".", 1)[1], text)
+                        law = (SameLaw(held, name.split(".", 1)[1], text),)
                 what = f"`{name}` (a tensor of the child `{attr}`)" if child else f"`{name}`"
                 where = (
                     "the child's own `reset_parameters()` restores its default init and "
@@ -943,9 +944,8 @@ class FilterBank(nn.Module):
                     cls,
                     help="Move this init into `reset_parameters()` (own tensors) or the model's "
                     "`init_weights()`, and call that hook from `__init__`",
-                    unless_recreated=(attr,),
+                    conditions=(NotRecreated((attr,)), *law),
                     subject=(name,),
-                    unless_same_law=law,
                 )
         yield from self._parameter_loops(cls, methods)
         yield from self._local_children(cls, methods)
@@ -989,7 +989,7 @@ class FilterBank(nn.Module):
                     cls,
                     help="Move this init into `reset_parameters()` or the model's "
                     "`init_weights()` (on the child's tensor), and call that hook from `__init__`",
-                    unless_recreated=(attr,),
+                    conditions=(NotRecreated((attr,)),),
                     subject=(f"{attr}.{chain[1]}",),
                 )
 
@@ -1026,7 +1026,7 @@ class FilterBank(nn.Module):
                         cls,
                         help="Move this init into the model's `init_weights()` (or a "
                         "`reset_parameters()` of this class), and call that hook from `__init__`",
-                        unless_recreated=(attr,),
+                        conditions=(NotRecreated((attr,)),),
                         subject=(f"{attr}.{parts[-1]}",),
                     )
 
@@ -1072,7 +1072,7 @@ class FilterBank(nn.Module):
                     cls,
                     help="Move the loop into the model's `init_weights()` (or a hook that runs "
                     "after the children's), and call that hook from `__init__`",
-                    unless_recreated=(attr,),
+                    conditions=(NotRecreated((attr,)),),
                     subject=(name,),
                 )
 
@@ -1105,7 +1105,7 @@ class FilterBank(nn.Module):
                     cls,
                     help="Copy the value into the child's tensor in `reset_parameters()` (own "
                     "tensors) or the model's `init_weights()`, and call that hook from `__init__`",
-                    unless_recreated=(child,),
+                    conditions=(NotRecreated((child,)),),
                     subject=(name,),
                 )
 
@@ -1157,6 +1157,6 @@ class FilterBank(nn.Module):
                 "`to_empty()` the values are lost",
                 cls,
                 help="Move the loop into `reset_parameters()` and call it from `__init__`",
-                unless_recreated=written,
+                conditions=(NotRecreated(written),) if written else (),
                 subject=written,
             )

@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import NotRecreated
 from metalint.static.construction import borrowed_tensor
 from metalint.static.model import ClassFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
@@ -429,7 +430,7 @@ class DepthwiseFilter(nn.Module):
                 cls,
                 help="Create them with `torch.empty(...)` and set their values in "
                 "`reset_parameters()`",
-                unless_recreated=(attr,),
+                conditions=(NotRecreated((attr,)),),
                 subject=(attr,),
             )
             return
@@ -446,7 +447,7 @@ class DepthwiseFilter(nn.Module):
                 cls,
                 help=f"Keep the module as a child (`self.{value.value.value} = ...`) or create "
                 f"`{attr}` with `torch.empty(...)` and initialise it in `reset_parameters()`",
-                unless_recreated=(attr,),
+                conditions=(NotRecreated((attr,)),),
                 subject=(attr,),
             )
             return
@@ -465,6 +466,6 @@ class DepthwiseFilter(nn.Module):
             f"re-creates it, so after `to_empty()` it is uninitialised memory",
             cls,
             help="Create it with `torch.empty(...)` and set the value in `reset_parameters()`",
-            unless_recreated=(attr,),
+            conditions=(NotRecreated((attr,)),),
             subject=(attr,),
         )

@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import AppliesInit, NotOnlyReset, RootReplays
 from metalint.static import constants
 from metalint.static.defaults import (
     applied_function,
@@ -644,10 +645,10 @@ class Captioner(nn.Module):
             name = f"{self.ctx.facts.module}.{fn.value}"
         return name
 
-    def _imported_init(self, node: cst.CSTNode, env: dict) -> tuple:
+    def _imported_init(self, node: cst.CSTNode, env: dict) -> tuple[NotOnlyReset, ...]:
         """``named_apply(get_init_weights_vit(mode, ...), self)`` or ``self.apply(f)`` with a
         module-level ``f`` (maybe in another file): (qualified name, constant arguments of the
-        factory call or None), for the cross-file step to judge."""
+        factory call or None), for the cross-file step to judge (none: nothing to ask)."""
         fn = applied_function(node) if isinstance(node, cst.Call) else None
         if fn is None:
             return ()
@@ -663,9 +664,9 @@ class Captioner(nn.Module):
                 value = value_of(arg.value, env)
                 if constants.is_constant(value):
                     args[arg.keyword.value if arg.keyword is not None else str(i)] = value
-            return (name, tuple(sorted(args.items())))
+            return (NotOnlyReset(name, tuple(sorted(args.items()))),)
         name = self._function_name(fn) if isinstance(fn, (cst.Name, cst.Attribute)) else None
-        return (name, None) if name and not name.startswith("self.") else ()
+        return (NotOnlyReset(name, None),) if name and not name.startswith("self.") else ()
 
     def _helper_inits(self, method: MethodFacts) -> list[tuple[cst.CSTNode, str, str]]:
         """``efficientnet_init_weights(self)``: a module-level function handed the module in
@@ -744,9 +745,7 @@ class Captioner(nn.Module):
                     f"get their default init instead; {tail}",
                     cls,
                     help=advice,
-                    unless_reset_init=self._imported_init(node, env),
-                    unless_root_replays=replays[0][0] if replays else "",
-                    if_applies_init=helper,
+                    conditions=_conditions(self._imported_init(node, env), replays, helper),
                 )
         yield from self._base_inits(cls, in_reset)
 
@@ -791,9 +790,7 @@ class Captioner(nn.Module):
                     cls,
                     help="Move it into `init_weights()` and call that after `to_empty()`, or "
                     "give each child a `reset_parameters()` that sets these values",
-                    unless_reset_init=self._imported_init(node, env),
-                    unless_root_replays=replays[0][0] if replays else "",
-                    if_applies_init=helper,
+                    conditions=_conditions(self._imported_init(node, env), replays, helper),
                 )
                 break
 
@@ -832,3 +829,15 @@ def _norm_defaults_only(m: MethodFacts) -> bool:
                 return False
             kinds.add(name)
     return bool(kinds)
+
+
+def _conditions(reset_init: tuple, replays: list, helper: str) -> tuple:
+    """What a parent's init of its children stands under: the applied function does more than
+    reset each module (``reset_init``), no root hook replays it (the first of ``replays``),
+    and ``helper`` (if any) applies an init to every module."""
+    out = list(reset_init)
+    if replays:
+        out.append(RootReplays(replays[0][0]))
+    if helper:
+        out.append(AppliesInit(helper))
+    return tuple(out)

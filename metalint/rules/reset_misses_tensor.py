@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import NotRecreated
 from metalint.static.construction import (
     Registration,
     computed,
@@ -485,8 +486,7 @@ class Head(nn.Module):
             msg,
             cls,
             help=advice,
-            unless_recreated=(reg.attr,),
-            recreated_by=(HOOK,),
+            conditions=(NotRecreated((reg.attr,), hooks=(HOOK,)),),
             subject=(reg.attr,),
             hook=HOOK,
         )

@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import ChildrenFirst
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.ownership import child_chain, module_children, own_tensor_names, proxies
@@ -384,5 +385,5 @@ class Block(nn.Module):
             f"`reset_parameters()`, so the result depends on the order",
             cls,
             help="Move the child's value into the child's class, or into a root `init_weights()`",
-            unless_children_first=True,
+            conditions=(ChildrenFirst(),),
         )

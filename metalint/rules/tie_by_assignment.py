@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from metalint.diagnostics import NoMethod
 from metalint.static.model import ClassFacts, construction
 from metalint.static.ownership import owned_tensors
 from metalint.static.rule import Finding, Rule
@@ -222,5 +223,5 @@ class Seq2Seq(nn.Module):
                     cls,
                     help="Repeat this assignment in a `tie_weights()` method and call it after "
                     "`to_empty()`",
-                    unless_method=TIE_HOOKS,
+                    conditions=(NoMethod(TIE_HOOKS),),
                 )

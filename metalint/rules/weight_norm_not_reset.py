@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import HelperReads, NoHook
 from metalint.static.construction import top_function
 from metalint.static.model import (
     NOT_THE_TREE,
@@ -202,6 +203,5 @@ class Discriminator(nn.Module):
                     help="Re-derive it in a hook that runs after the layer's reset: assign a "
                     "freshly initialised `weight` (the parametrization's right_inverse sets g and "
                     "v), or load a checkpoint",
-                    unless_hook=True,
-                    if_helper_reads=cross,
+                    conditions=(NoHook(), HelperReads(cross)) if cross else (NoHook(),),
                 )

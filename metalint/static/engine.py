@@ -20,7 +20,7 @@ import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
 from metalint.codes import TOO_COMPLEX_CODE
-from metalint.diagnostics import Condition, Diagnostic, Fix, Position
+from metalint.diagnostics import Condition, Diagnostic, Fix, HelperReads, Position
 from metalint.lines import split_lines
 from metalint.static.defaults import init_functions
 from metalint.static.elide import HOST_READ, REPARAMETRIZE, elide, unread_functions
@@ -566,7 +566,7 @@ def analyze_source(
 
 def _returns_meta(module, facts, ctx: RuleContext, result: FileResult) -> None:
     """Mark the module-level functions returning a meta tensor (``returns_meta``):
-    ``steps(n).tolist()`` in another file reads one (``Condition.if_returns_meta``)."""
+    ``steps(n).tolist()`` in another file reads one (``ReturnsMeta``)."""
     if not facts.local_functions:
         return
     for name in meta_returning_functions(module, facts, ctx.qualify):
@@ -631,8 +631,9 @@ def _analyze(
     for cls in facts.classes:
         for rule in instances:
             for finding in rule.check_class(cls):
-                if defer and finding.if_helper_reads:
-                    helper_reads.add((rule.code, finding.if_helper_reads))
+                reads = finding.get(HelperReads)
+                if defer and reads:
+                    helper_reads.add((rule.code, reads.function))
                 else:
                     findings.append((rule.code, finding))
     result.helper_reads = sorted(helper_reads)
@@ -653,25 +654,9 @@ def _analyze(
                     help=f.help,
                     # a finding that stands only across files (a helper's read) has no fix
                     fix=f.fix
-                    if f.fix is not None or fix_for is None or f.if_helper_reads
+                    if f.fix is not None or fix_for is None or f.get(HelperReads)
                     else fix_for(code, ctx, f, rng.start.line, source),
-                    condition=Condition(
-                        f.cls.fullname,
-                        True,
-                        tuple(f.unless_recreated),
-                        f.unless_hook,
-                        tuple(f.recreated_by),
-                        tuple(f.unless_method),
-                        f.unless_reset_init,
-                        f.unless_root_replays,
-                        f.if_applies_init,
-                        f.if_helper_reads,
-                        tuple(f.unless_same_law),
-                        tuple(f.at_materialisation),
-                        f.skips_module_hooks,
-                        f.unless_children_first,
-                        f.if_returns_meta,
-                    ),
+                    condition=Condition(f.cls.fullname, True, f.conditions),
                 )
             )
     return result

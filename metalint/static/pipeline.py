@@ -47,6 +47,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from metalint.diagnostics import AtMaterialisation, NotRecreated
 from metalint.vocabulary import (
     CHECKPOINT_LOADER_NAMES,
     CHECKPOINT_LOADERS,
@@ -443,19 +444,19 @@ def sequences(sites: list[tuple[str, dict]], resolve) -> dict[str, list[Sequence
 
 def drop_repeated(diagnostics: list) -> list:
     """The findings of one file less those judged at a materialisation site
-    (``Condition.at_materialisation``) about a tensor whose lost value another finding of its
+    (``AtMaterialisation``) about a tensor whose lost value another finding of its
     class already names (ML001's ``gamma``): one finding per lost tensor, the one whose fix restores it."""
     named: dict[str, set[str]] = {}
     for d in diagnostics:
         cond = d.condition
-        if cond is not None and cond.not_recreated and d.subject:
+        if cond is not None and cond.get(NotRecreated) and d.subject:
             # a finding about a lost value (ML001, ML002, ML004), not one about the same
             # tensor for another reason (ML012's factory without `device`)
             named.setdefault(cond.cls, set()).update(d.subject)
     out = []
     for d in diagnostics:
         cond = d.condition
-        if cond is not None and cond.at_materialisation and d.subject:
+        if cond is not None and cond.get(AtMaterialisation) and d.subject:
             if all(t in named.get(cond.cls, ()) for t in d.subject):
                 continue
         out.append(d)

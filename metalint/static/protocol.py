@@ -54,6 +54,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from metalint.diagnostics import (
+    AtMaterialisation,
+    ChildrenFirst,
+    NotRecreated,
+    RootReplays,
+    SameLaw,
+    SkipsModuleHooks,
+)
 from metalint.static.pipeline import Sequence, sequences
 from metalint.vocabulary import (
     AFFINE_NORMS,
@@ -2015,17 +2023,21 @@ class Protocols:
         None when every root re-creates what it says is lost (or replays what it says is
         not replayed), else the finding naming the protocol and root it is lost under."""
         cond = d.condition
-        if cond.unless_root_replays:
+        if cond.get(RootReplays):
             return self._judge_replayed(d)
-        if cond.at_materialisation:
+        if cond.get(AtMaterialisation):
             return self._judge_site(d)
-        if cond.skips_module_hooks:
+        if cond.get(SkipsModuleHooks):
             return self._judge_skipped(d)
-        if cond.unless_children_first:
+        if cond.get(ChildrenFirst):
             return None if self._children_first(cond.cls) else d
-        if not cond.not_recreated:
+        recreated = cond.get(NotRecreated)
+        if recreated is None:
             return d
-        lost = self.lost_under(cond.cls, cond.not_recreated, cond.unless_same_law)
+        law = cond.get(SameLaw)
+        lost = self.lost_under(
+            cond.cls, recreated.tensors, (law.child, law.tensor, law.law) if law else ()
+        )
         if lost is None:
             return None
         protocol, root = lost
@@ -2052,7 +2064,7 @@ class Protocols:
             (
                 q
                 for q in self.sequences_of(root)
-                if any(self.lost_at(q, m, cond.not_recreated) for m in self.family(cond.cls))
+                if any(self.lost_at(q, m, recreated.tensors) for m in self.family(cond.cls))
             ),
             None,
         )
@@ -2081,11 +2093,11 @@ class Protocols:
         return bool(seqs) and all(q.per_module and q.children_first for q in seqs)
 
     def _judge_site(self, d):
-        """The tensors ``cond.at_materialisation`` of a class, judged under the sites that
+        """The tensors of a class its ``AtMaterialisation`` names, judged under the sites that
         build a root containing it: None when every site restores them, else the finding
         naming the site and the tensors lost there."""
         cond = d.condition
-        found = self.first_loss(cond.cls, cond.at_materialisation)
+        found = self.first_loss(cond.cls, cond.get(AtMaterialisation).tensors)
         if found is None:
             return None
         seq, lost = found
@@ -2124,12 +2136,12 @@ class Protocols:
         )
 
     def _judge_replayed(self, d):
-        """ML010: init applied by a parent that its hook ``cond.unless_root_replays`` replays.
+        """ML010: init applied by a parent that its hook (``RootReplays``) replays.
         Under a model root's ``init_weights()`` protocol that hook is the re-initialisation
         when the class is the root itself; inside another root (or per module) the finding
         stands, naming the first root that does not replay it."""
         cond = d.condition
-        hook = cond.unless_root_replays
+        hook = cond.get(RootReplays).hook
         if self.protocol == RESET:
             return d.with_(protocol=RESET)
         roots = sorted(self.roots(cond.cls))
