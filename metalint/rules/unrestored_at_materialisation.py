@@ -4,9 +4,9 @@ from collections.abc import Iterable
 
 from metalint.diagnostics import AtMaterialisation
 from metalint.rules.missing_reset_hook import _from_argument, _has_value, _size_zero
+from metalint.static.composition import affine_norms
 from metalint.static.model import ClassFacts, construction
 from metalint.static.ownership import owned_tensors
-from metalint.static.protocol import affine_norms
 from metalint.static.rule import Finding, Rule
 from metalint.static.tensors import inplace_write
 

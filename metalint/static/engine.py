@@ -22,13 +22,13 @@ from libcst.metadata import CodePosition, CodeRange
 from metalint.codes import TOO_COMPLEX_CODE
 from metalint.diagnostics import Condition, Diagnostic, Fix, HelperReads, Position
 from metalint.lines import split_lines
+from metalint.static.composition import summarize_class, summarize_functions
 from metalint.static.defaults import init_functions
 from metalint.static.elide import HOST_READ, REPARAMETRIZE, elide, unread_functions
 from metalint.static.model import NOT_THE_TREE, ClassFacts, collect
 from metalint.static.names import exports_from_ast
 from metalint.static.ownership import meta_returning_functions
 from metalint.static.pipeline import materialisations
-from metalint.static.protocol import summarize_class, summarize_functions
 
 # re-exported: the results live in a module that does not import libcst (cache hits need no parser)
 from metalint.static.results import HELPER_MARK, STAR, ClassSummary, FileResult, error_result
