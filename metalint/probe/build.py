@@ -58,9 +58,7 @@ from metalint.probe.snapshot import (
     release_memory,
     snapshot,
 )
-from metalint.vocabulary import (
-    ROOT_ONLY_PROTOCOL,
-)
+from metalint.vocabulary import ROOT_ONLY_PROTOCOL
 
 INIT_CHOICES = ("auto", "reset_parameters", "init_weights", ROOT_ONLY_PROTOCOL)
 #: a device escape that the build frees again is reported only from this size on
