@@ -140,141 +140,6 @@ class DeviceEscape(Rule):
     summary = "Tensor created on an explicit real device (or a legacy constructor) in `__init__`"
     codemod = "metalint.fix.device_escape"
 
-    VALID = [
-        # a copy to a device argument whose default is None keeps the tensor where it is
-        """
-import torch
-from torch import nn
-
-class Scheduler(nn.Module):
-    def __init__(self, n, device=None):
-        super().__init__()
-        self.register_buffer("timesteps", torch.arange(n).to(device), persistent=False)
-""",
-        # device from the constructor; a CPU tensor used only for Python numbers (timm drop-path)
-        """
-import torch
-from torch import nn
-
-class Stage(nn.Module):
-    def __init__(self, dim, depth, drop_path_rate, device=None, dtype=None):
-        super().__init__()
-        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device="cpu")]
-        self.num_blocks = (4 ** torch.arange(depth, device="cpu")).flip(0).tolist()
-        self.weight = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
-        self.proj = nn.Linear(dim, dim, device=device)
-""",
-        # a CPU input copied into a meta buffer; a CPU computation inside a reset hook
-        """
-import torch
-import torch.nn as nn
-
-class BlurPool(nn.Module):
-    def __init__(self, size, device=None):
-        super().__init__()
-        self.size = size
-        self.register_buffer("filt", torch.empty(size, size, device=device), persistent=False)
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        coeffs = torch.tensor([1.0, 2.0, 1.0], device="cpu")
-        self.filt.copy_(coeffs[:, None] * coeffs[None, :])
-""",
-    ]
-    INVALID = [
-        # the pre-2019 style: torch.Tensor(sizes) + reset_parameters still allocates
-        Invalid(
-            """
-import math
-import torch
-from torch import nn
-
-class Linear(nn.Module):
-    def __init__(self, in_features, out_features: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.Tensor(out_features, in_features))  # ERROR
-        self.bias = nn.Parameter(torch.FloatTensor(out_features))  # ERROR
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        nn.init.zeros_(self.bias)
-""",
-            fixed="""
-import math
-import torch
-from torch import nn
-
-class Linear(nn.Module):
-    def __init__(self, in_features, out_features: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(out_features, in_features))  # ERROR
-        self.bias = nn.Parameter(torch.empty(out_features, dtype=torch.float32))  # ERROR
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        nn.init.zeros_(self.bias)
-""",
-        ),
-        # explicit devices, through locals and into buffers
-        """
-import torch
-import torch.nn as nn
-
-class PosIds(nn.Module):
-    def __init__(self, n, dim):
-        super().__init__()
-        cpu = torch.device("cpu")
-        ids = torch.arange(n, device=cpu)  # ERROR
-        self.register_buffer("position_ids", ids.expand((1, -1)), persistent=False)
-        self.register_buffer("idx", torch.LongTensor([0, 2, 1]))  # ERROR
-        self.mask = torch.ones(n, n, device="cuda").triu(1)  # ERROR
-        self.proj = nn.Linear(dim, dim, device="cpu")  # ERROR
-""",
-        # a copy to the constructor's device, whose default is a real one (monai DiNTS)
-        Invalid(
-            """
-import torch
-from torch import nn
-
-class TopologyConstruction(nn.Module):
-    def __init__(self, num_blocks, num_paths, device: str = "cpu"):
-        super().__init__()
-        self.device = device
-        arch_code_a = torch.ones((num_blocks, num_paths)).to(self.device)  # ERROR
-        self.cells = nn.ModuleList(
-            nn.Identity() for i in range(num_blocks) if arch_code_a[i, 0] == 1
-        )
-""",
-            fixed="""
-import torch
-from torch import nn
-
-class TopologyConstruction(nn.Module):
-    def __init__(self, num_blocks, num_paths, device: str = "cpu"):
-        super().__init__()
-        self.device = device
-        arch_code_a = torch.ones((num_blocks, num_paths), device=self.device)  # ERROR
-        self.cells = nn.ModuleList(
-            nn.Identity() for i in range(num_blocks) if arch_code_a[i, 0] == 1
-        )
-""",
-        ),
-        # .cpu() / .to("cpu") of a tensor built on meta raises
-        """
-import torch
-from torch import nn
-
-class Table(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        t = torch.arange(n).float()
-        self.register_buffer("table", t.cpu(), persistent=False)  # ERROR
-        self.register_buffer("other", torch.ones(n).to("cpu"), persistent=False)  # ERROR
-""",
-    ]
-
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         for method in construction(cls, enter_hooks=False, hooks=self.ctx.hooks):
             reported: list[cst.CSTNode] = []
@@ -467,3 +332,142 @@ class Table(nn.Module):
             seen.add(local)
             todo += land(lambda v, name=local: _mentions(v, name))
         return sorted(set(attrs))
+
+
+# the rule's examples: the reported lines end with ``# ERROR``; they run as tests
+# (tests/test_rule_examples.py)
+DeviceEscape.VALID = [
+    # a copy to a device argument whose default is None keeps the tensor where it is
+    """
+import torch
+from torch import nn
+
+class Scheduler(nn.Module):
+    def __init__(self, n, device=None):
+        super().__init__()
+        self.register_buffer("timesteps", torch.arange(n).to(device), persistent=False)
+""",
+    # device from the constructor; a CPU tensor used only for Python numbers (timm drop-path)
+    """
+import torch
+from torch import nn
+
+class Stage(nn.Module):
+    def __init__(self, dim, depth, drop_path_rate, device=None, dtype=None):
+        super().__init__()
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device="cpu")]
+        self.num_blocks = (4 ** torch.arange(depth, device="cpu")).flip(0).tolist()
+        self.weight = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+        self.proj = nn.Linear(dim, dim, device=device)
+""",
+    # a CPU input copied into a meta buffer; a CPU computation inside a reset hook
+    """
+import torch
+import torch.nn as nn
+
+class BlurPool(nn.Module):
+    def __init__(self, size, device=None):
+        super().__init__()
+        self.size = size
+        self.register_buffer("filt", torch.empty(size, size, device=device), persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        coeffs = torch.tensor([1.0, 2.0, 1.0], device="cpu")
+        self.filt.copy_(coeffs[:, None] * coeffs[None, :])
+""",
+]
+
+DeviceEscape.INVALID = [
+    # the pre-2019 style: torch.Tensor(sizes) + reset_parameters still allocates
+    Invalid(
+        """
+import math
+import torch
+from torch import nn
+
+class Linear(nn.Module):
+    def __init__(self, in_features, out_features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.Tensor(out_features, in_features))  # ERROR
+        self.bias = nn.Parameter(torch.FloatTensor(out_features))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.bias)
+""",
+        fixed="""
+import math
+import torch
+from torch import nn
+
+class Linear(nn.Module):
+    def __init__(self, in_features, out_features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))  # ERROR
+        self.bias = nn.Parameter(torch.empty(out_features, dtype=torch.float32))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.bias)
+""",
+    ),
+    # explicit devices, through locals and into buffers
+    """
+import torch
+import torch.nn as nn
+
+class PosIds(nn.Module):
+    def __init__(self, n, dim):
+        super().__init__()
+        cpu = torch.device("cpu")
+        ids = torch.arange(n, device=cpu)  # ERROR
+        self.register_buffer("position_ids", ids.expand((1, -1)), persistent=False)
+        self.register_buffer("idx", torch.LongTensor([0, 2, 1]))  # ERROR
+        self.mask = torch.ones(n, n, device="cuda").triu(1)  # ERROR
+        self.proj = nn.Linear(dim, dim, device="cpu")  # ERROR
+""",
+    # a copy to the constructor's device, whose default is a real one (monai DiNTS)
+    Invalid(
+        """
+import torch
+from torch import nn
+
+class TopologyConstruction(nn.Module):
+    def __init__(self, num_blocks, num_paths, device: str = "cpu"):
+        super().__init__()
+        self.device = device
+        arch_code_a = torch.ones((num_blocks, num_paths)).to(self.device)  # ERROR
+        self.cells = nn.ModuleList(
+            nn.Identity() for i in range(num_blocks) if arch_code_a[i, 0] == 1
+        )
+""",
+        fixed="""
+import torch
+from torch import nn
+
+class TopologyConstruction(nn.Module):
+    def __init__(self, num_blocks, num_paths, device: str = "cpu"):
+        super().__init__()
+        self.device = device
+        arch_code_a = torch.ones((num_blocks, num_paths), device=self.device)  # ERROR
+        self.cells = nn.ModuleList(
+            nn.Identity() for i in range(num_blocks) if arch_code_a[i, 0] == 1
+        )
+""",
+    ),
+    # .cpu() / .to("cpu") of a tensor built on meta raises
+    """
+import torch
+from torch import nn
+
+class Table(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        t = torch.arange(n).float()
+        self.register_buffer("table", t.cpu(), persistent=False)  # ERROR
+        self.register_buffer("other", torch.ones(n).to("cpu"), persistent=False)  # ERROR
+""",
+]

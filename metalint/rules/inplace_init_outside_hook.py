@@ -198,400 +198,6 @@ class InplaceInitOutsideHook(Rule):
     summary = "In-place init of the module's tensors in `__init__`, outside any reset hook"
     codemod = "metalint.fix.inplace_init"
 
-    VALID = [
-        # the init lives in reset_parameters, called from __init__
-        """
-import torch
-import torch.nn as nn
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(dim))
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        nn.init.ones_(self.weight)
-""",
-        # timm-style: init_weights() called from __init__, helpers of the hook are hook code
-        """
-import torch
-from torch import nn
-from torch.nn.init import trunc_normal_
-
-class VisionTransformer(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
-        self.pos_embed = nn.Parameter(torch.empty(1, 197, dim))
-        self.init_weights()
-
-    def init_weights(self):
-        self._init_tokens()
-        trunc_normal_(self.pos_embed, std=.02)
-
-    def _init_tokens(self):
-        nn.init.normal_(self.cls_token, std=1e-6)
-""",
-        # a base class in the same tree re-initialises it; writes on a local are not own tensors
-        """
-import torch
-from torch.nn import init as I
-import torch.nn as nn
-
-class Base(nn.Module):
-    def reset_parameters(self):
-        I.xavier_uniform_(self.proj)
-
-class Proj(Base):
-    def __init__(self, d):
-        super().__init__()
-        self.proj = nn.Parameter(torch.empty(d, d))
-        I.xavier_uniform_(self.proj)
-        w = torch.empty(d)
-        nn.init.normal_(w)
-""",
-        # timm's ConvNorm: the BatchNorm's own reset_parameters() gives ones / zeros again
-        """
-import torch
-from torch import nn
-
-class ConvNorm(nn.Sequential):
-    def __init__(self, a, b, norm_layer=nn.BatchNorm2d):
-        super().__init__()
-        self.add_module("c", nn.Conv2d(a, b, 1, bias=False))
-        self.add_module("bn", nn.BatchNorm2d(b))
-        self.norm = norm_layer(b)
-        nn.init.constant_(self.bn.weight, 1)
-        nn.init.constant_(self.bn.bias, 0)
-        nn.init.zeros_(self.norm.bias)
-""",
-        # a no-op by default, and no caller in the file passes another value
-        """
-import torch
-from torch import nn
-
-class Net(nn.Module):
-    def __init__(self, dim, classes, head_init_scale=1.0, bn_weight_init=1):
-        super().__init__()
-        self.head = nn.Linear(dim, classes)
-        self.bn = nn.BatchNorm2d(dim)
-        self.head.weight.data.mul_(head_init_scale)
-        nn.init.constant_(self.bn.weight, bn_weight_init)
-
-def make():
-    return Net(8, 10, head_init_scale=1.0)
-""",
-        # timm LeViT: another class of the file gets bn_weight_init=0, ConvNorm never does
-        """
-import torch
-from torch import nn
-
-class ConvNorm(nn.Module):
-    def __init__(self, a, b, bn_weight_init=1):
-        super().__init__()
-        self.c = nn.Conv2d(a, b, 1, bias=False)
-        self.bn = nn.BatchNorm2d(b)
-        nn.init.constant_(self.bn.weight, bn_weight_init)
-
-class LinearNorm(nn.Module):
-    def __init__(self, a, b, bn_weight_init=1):
-        super().__init__()
-        self.c = nn.Linear(a, b, bias=False)
-        self.bn_weight_init = bn_weight_init
-
-class Stem(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = ConvNorm(3, 8)
-        self.proj = nn.Sequential(nn.Flatten(), LinearNorm(8, 8, bn_weight_init=0))
-""",
-        # timm EfficientViM: the model, while built, resets every BatchNorm it holds, so the
-        # block's zero init of its BatchNorm is overwritten in an eager build too
-        """
-from functools import partial
-import torch
-from torch import nn
-
-class ConvLayer(nn.Module):
-    def __init__(self, a, b, norm=nn.BatchNorm2d, bn_weight_init=1.0):
-        super().__init__()
-        self.conv = nn.Conv2d(a, b, 1, bias=False)
-        self.norm = norm(b) if norm else None
-        if isinstance(self.norm, nn.modules.batchnorm._BatchNorm):
-            nn.init.constant_(self.norm.weight, bn_weight_init)
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.block = ConvLayer(8, 8, bn_weight_init=0)
-        self.head = nn.Linear(8, 10)
-        self.init_weights(needs_reset=False)
-
-    def init_weights(self, needs_reset=True):
-        self.apply(partial(self._init_weights, needs_reset=needs_reset))
-
-    def _init_weights(self, m, needs_reset=True):
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-        elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)):
-            m.reset_parameters()
-""",
-        # the init a norm's own reset gives, written before the norm is attached
-        """
-import torch
-from torch import nn
-
-class Block(nn.Module):
-    def __init__(self, d, device=None, dtype=None):
-        super().__init__()
-        norm = nn.LayerNorm(d, device=device, dtype=dtype)
-        nn.init.ones_(norm.weight)
-        nn.init.zeros_(norm.bias)
-        self.pre = nn.Sequential(norm, nn.GELU())
-""",
-    ]
-    INVALID = [
-        # a child's tensor replaced by a table computed here (Informer's FixedEmbedding)
-        """
-import math
-import torch
-import torch.nn as nn
-
-class FixedEmbedding(nn.Module):
-    def __init__(self, c_in, d_model):
-        super().__init__()
-        w = torch.zeros(c_in, d_model)
-        position = torch.arange(0, c_in).float().unsqueeze(1)
-        div_term = (torch.arange(0, d_model, 2).float() * -(math.log(10000.0) / d_model)).exp()
-        w[:, 0::2] = torch.sin(position * div_term)
-        w[:, 1::2] = torch.cos(position * div_term)
-        self.emb = nn.Embedding(c_in, d_model)
-        self.emb.weight = nn.Parameter(w, requires_grad=False)  # ERROR
-""",
-        # a loop over every parameter of a module with no child modules (titans-pytorch)
-        """
-import torch
-from torch import nn
-
-class MemoryMLP(nn.Module):
-    def __init__(self, dim, depth=2):
-        super().__init__()
-        self.weights = nn.ParameterList([nn.Parameter(torch.empty(dim, dim)) for _ in range(depth)])
-        self.final_proj = nn.Parameter(torch.empty(dim, dim))
-        for param in self.parameters():  # ERROR
-            nn.init.xavier_uniform_(param)
-""",
-        # a loop over an own ParameterList, beside a child module
-        """
-import torch
-from torch import nn
-
-class MemoryMLP(nn.Module):
-    def __init__(self, dim, depth=2):
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.weights = nn.ParameterList([nn.Parameter(torch.empty(dim, dim)) for _ in range(depth)])
-        for weight in self.weights:  # ERROR
-            nn.init.xavier_uniform_(weight)
-""",
-        # a loop over the modules of a container child (torch-geometric's DimeNet blocks,
-        # in __init__ rather than reset_parameters())
-        """
-import torch
-from torch import nn
-
-class Mlp(nn.Module):
-    def __init__(self, dim, depth=2):
-        super().__init__()
-        self.lins = nn.ModuleList([nn.Linear(dim, dim) for _ in range(depth)])
-        for lin in self.lins:
-            nn.init.zeros_(lin.bias)  # ERROR
-""",
-        # a subclass built with bn_weight_init=0 forwards it to the class that sets it
-        """
-import torch
-from torch import nn
-
-class ConvNorm(nn.Module):
-    def __init__(self, a, b, bn_weight_init=1):
-        super().__init__()
-        self.c = nn.Conv2d(a, b, 1, bias=False)
-        self.bn = nn.BatchNorm2d(b)
-        nn.init.constant_(self.bn.weight, bn_weight_init)  # ERROR
-
-class ConvNormAct(ConvNorm):
-    def __init__(self, a, b, **kwargs):
-        super().__init__(a, b, **kwargs)
-        self.act = nn.ReLU()
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = ConvNormAct(8, 8, bn_weight_init=0)
-""",
-        # llm-foundry style RMSNorm, every spelling of nn.init
-        # timm's tokens, then a head that draws: the new hook is called where the init was
-        Invalid(
-            """
-import torch
-from torch import nn
-
-class Tokens(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
-        nn.init.normal_(self.cls_token, std=1e-6)  # ERROR
-        self.head = nn.Linear(dim, dim)
-""",
-            fixed="""
-import torch
-from torch import nn
-
-class Tokens(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
-        self.reset_parameters()
-        self.head = nn.Linear(dim, dim)
-
-    def reset_parameters(self):
-        nn.init.normal_(self.cls_token, std=1e-6)  # ERROR
-""",
-        ),
-        Invalid(
-            """
-import torch
-from torch import nn
-from torch.nn import init as I
-from torch.nn.init import trunc_normal_
-
-class Block(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(dim))
-        self.bias = nn.Parameter(torch.empty(dim))
-        self.pos = nn.Parameter(torch.empty(4, dim))
-        self.scale = nn.Parameter(torch.empty(dim))
-        self.weight.data.fill_(1.0)  # ERROR
-        I.zeros_(self.bias)  # ERROR
-        trunc_normal_(self.pos, std=.02)  # ERROR
-        torch.nn.init.constant_(self.scale, 0.1)  # ERROR
-""",
-            fixed="""
-import torch
-from torch import nn
-from torch.nn import init as I
-from torch.nn.init import trunc_normal_
-
-class Block(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(dim))
-        self.bias = nn.Parameter(torch.empty(dim))
-        self.pos = nn.Parameter(torch.empty(4, dim))
-        self.scale = nn.Parameter(torch.empty(dim))
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        self.weight.data.fill_(1.0)  # ERROR
-        I.zeros_(self.bias)  # ERROR
-        trunc_normal_(self.pos, std=.02)  # ERROR
-        torch.nn.init.constant_(self.scale, 0.1)  # ERROR
-""",
-        ),
-        # no_grad copy and a child's tensor (ConvNeXt head_init_scale)
-        """
-import torch
-import torch.nn as nn
-
-class ConvNeXt(nn.Module):
-    def __init__(self, dim, classes, head_init_scale=1.0):
-        super().__init__()
-        self.head = nn.Linear(dim, classes)
-        self.table = nn.Parameter(torch.empty(16, dim))
-        with torch.no_grad():
-            self.table.copy_(torch.randn(16, dim) * 0.02)  # ERROR
-        self.head.weight.data.mul_(head_init_scale)  # ERROR
-        self.head.bias.data.mul_(head_init_scale)  # ERROR
-
-def convnext_atto():
-    return ConvNeXt(40, 1000, head_init_scale=0.001)
-""",
-        # MultiheadAttention-style private hook: not a reset hook, so the init is lost
-        """
-import torch
-from torch import nn
-
-class MHA(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim))
-        self.in_proj_bias = nn.Parameter(torch.empty(3 * dim))
-        self._reset_parameters()
-
-    def _reset_parameters(self):
-        nn.init.xavier_uniform_(self.in_proj_weight)  # ERROR
-        self.in_proj_bias.data.zero_()  # ERROR
-""",
-        # timm LeViT: the model resets its modules only when asked (`needs_reset`), and not
-        # while it is built, so the block's zero init of its BatchNorm is the built value
-        """
-from functools import partial
-import torch
-from torch import nn
-
-class ConvNorm(nn.Module):
-    def __init__(self, a, b, bn_weight_init=1):
-        super().__init__()
-        self.c = nn.Conv2d(a, b, 1, bias=False)
-        self.bn = nn.BatchNorm2d(b)
-        nn.init.constant_(self.bn.weight, bn_weight_init)  # ERROR
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.block = ConvNorm(8, 8, bn_weight_init=0)
-        self.init_weights(needs_reset=False)
-
-    def init_weights(self, needs_reset=True):
-        self.apply(partial(self._init_weights, needs_reset=needs_reset))
-
-    def _init_weights(self, m, needs_reset=True):
-        if needs_reset and hasattr(m, "reset_parameters"):
-            m.reset_parameters()
-""",
-        # a timm-style MLP: the first layer initialised before it is attached
-        """
-import torch
-from torch import nn
-
-class Mlp(nn.Module):
-    def __init__(self, d, hidden, device=None, dtype=None):
-        super().__init__()
-        fc1 = nn.Linear(d, hidden, device=device, dtype=dtype)
-        nn.init.normal_(fc1.weight, std=0.02)  # ERROR
-        fc2 = nn.Linear(hidden, d, device=device, dtype=dtype)
-        fc2.bias.data.zero_()  # ERROR
-        self.mlp = nn.Sequential(fc1, nn.GELU())
-        self.add_module("out", fc2)
-""",
-        # a fixed filter bank and an identity start written through `.data`
-        """
-import torch
-from torch import nn
-
-class FilterBank(nn.Module):
-    def __init__(self, c, device=None, dtype=None):
-        super().__init__()
-        self.conv = nn.Conv1d(c, c, 1, bias=False, device=device, dtype=dtype)
-        self.conv.weight.data[:] = torch.arange(c * c).view(c, c, 1)  # ERROR
-        mix = nn.Linear(c, c, device=device, dtype=dtype)
-        mix.weight.data = torch.eye(c)  # ERROR
-        self.mix = mix
-""",
-    ]
-
     def _reset_by_parents(self) -> set[str]:
         if not hasattr(self, "_parents_reset"):
             self._parents_reset = reset_while_built(self.ctx)
@@ -665,7 +271,7 @@ class FilterBank(nn.Module):
                     conditions=(NotRecreated((attr,)), *law),
                     subject=(name,),
                 )
-        yield from self._parameter_loops(cls, methods)
+        yield from _parameter_loops(cls, methods, self.qualify)
         yield from self._local_children(cls, methods)
         yield from self._data_writes(cls, methods)
         yield from self._replaced_child_tensors(cls, methods)
@@ -827,54 +433,451 @@ class FilterBank(nn.Module):
                     subject=(name,),
                 )
 
-    def _parameter_loops(self, cls: ClassFacts, methods) -> Iterable[Finding]:
-        """``for param in self.parameters(): nn.init.xavier_uniform_(param)`` in a class with
-        no child modules (titans-pytorch's memory MLPs: a `ParameterList` and a projection):
-        every parameter initialised in place by the parent's loop. With children it is ML010's
-        (the parent's init of its children's tensors)."""
-        lists = frozenset(
-            a.target[5:]
-            for m in methods
-            for a in m.assigns
-            if a.target.count(".") == 1
-            and isinstance(a.value, cst.Call)
-            and self.qualify(a.value.func) == "torch.nn.ParameterList"
+
+def _parameter_loops(cls: ClassFacts, methods, qualify) -> Iterable[Finding]:
+    """``for param in self.parameters(): nn.init.xavier_uniform_(param)`` in a class with
+    no child modules (titans-pytorch's memory MLPs: a `ParameterList` and a projection):
+    every parameter initialised in place by the parent's loop. With children it is ML010's
+    (the parent's init of its children's tensors)."""
+    lists = frozenset(
+        a.target[5:]
+        for m in methods
+        for a in m.assigns
+        if a.target.count(".") == 1
+        and isinstance(a.value, cst.Call)
+        and qualify(a.value.func) == "torch.nn.ParameterList"
+    )
+    loops = [
+        (node, method, head)
+        for method in methods
+        for node, _targets, _it in method.loops
+        if isinstance(node, cst.For)
+        and (head := every_parameter_written(node, qualify, lists)) is not None
+    ]
+    # every parameter (``self.parameters()``) of a module with children is ML010's: the
+    # parent's init of its children's tensors; an own ``ParameterList`` is this module's
+    loops = [x for x in loops if not x[2].endswith("()")] + (
+        [] if module_children(cls, qualify) else [x for x in loops if x[2].endswith("()")]
+    )
+    if not loops:
+        return
+    own = tuple(
+        sorted(r.attr for r in tensor_registrations(methods, qualify) if r.kind == "parameter")
+    )
+    for node, method, head in loops:
+        # a literal list of own tensors (``[self.w_qkv_c, self.w_o_c]``): those
+        listed = own_attributes(node.iter) if type(node.iter) in (cst.List, cst.Tuple) else []
+        written = tuple(listed) or own
+        which = (
+            "every parameter"
+            if head.endswith("()")
+            else f"every parameter of `{head.split(' in ', 1)[1]}`"
         )
-        loops = [
-            (node, method, head)
-            for method in methods
-            for node, _targets, _it in method.loops
-            if isinstance(node, cst.For)
-            and (head := every_parameter_written(node, self.qualify, lists)) is not None
-        ]
-        # every parameter (``self.parameters()``) of a module with children is ML010's: the
-        # parent's init of its children's tensors; an own ``ParameterList`` is this module's
-        loops = [x for x in loops if not x[2].endswith("()")] + (
-            [] if module_children(cls, self.qualify) else [x for x in loops if x[2].endswith("()")]
+        yield Finding(
+            node,
+            f"{which} is initialised in place by the loop `{head}` in "
+            f"`{method.name}`, outside any reset hook: on meta this does nothing and after "
+            "`to_empty()` the values are lost",
+            cls,
+            help="Move the loop into `reset_parameters()` and call it from `__init__`",
+            conditions=(NotRecreated(written),) if written else (),
+            subject=written,
         )
-        if not loops:
-            return
-        own = tuple(
-            sorted(
-                r.attr for r in tensor_registrations(methods, self.qualify) if r.kind == "parameter"
-            )
-        )
-        for node, method, head in loops:
-            # a literal list of own tensors (``[self.w_qkv_c, self.w_o_c]``): those
-            listed = own_attributes(node.iter) if type(node.iter) in (cst.List, cst.Tuple) else []
-            written = tuple(listed) or own
-            which = (
-                "every parameter"
-                if head.endswith("()")
-                else f"every parameter of `{head.split(' in ', 1)[1]}`"
-            )
-            yield Finding(
-                node,
-                f"{which} is initialised in place by the loop `{head}` in "
-                f"`{method.name}`, outside any reset hook: on meta this does nothing and after "
-                "`to_empty()` the values are lost",
-                cls,
-                help="Move the loop into `reset_parameters()` and call it from `__init__`",
-                conditions=(NotRecreated(written),) if written else (),
-                subject=written,
-            )
+
+
+# the rule's examples: the reported lines end with ``# ERROR``; they run as tests
+# (tests/test_rule_examples.py)
+InplaceInitOutsideHook.VALID = [
+    # the init lives in reset_parameters, called from __init__
+    """
+import torch
+import torch.nn as nn
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.ones_(self.weight)
+""",
+    # timm-style: init_weights() called from __init__, helpers of the hook are hook code
+    """
+import torch
+from torch import nn
+from torch.nn.init import trunc_normal_
+
+class VisionTransformer(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.empty(1, 197, dim))
+        self.init_weights()
+
+    def init_weights(self):
+        self._init_tokens()
+        trunc_normal_(self.pos_embed, std=.02)
+
+    def _init_tokens(self):
+        nn.init.normal_(self.cls_token, std=1e-6)
+""",
+    # a base class in the same tree re-initialises it; writes on a local are not own tensors
+    """
+import torch
+from torch.nn import init as I
+import torch.nn as nn
+
+class Base(nn.Module):
+    def reset_parameters(self):
+        I.xavier_uniform_(self.proj)
+
+class Proj(Base):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Parameter(torch.empty(d, d))
+        I.xavier_uniform_(self.proj)
+        w = torch.empty(d)
+        nn.init.normal_(w)
+""",
+    # timm's ConvNorm: the BatchNorm's own reset_parameters() gives ones / zeros again
+    """
+import torch
+from torch import nn
+
+class ConvNorm(nn.Sequential):
+    def __init__(self, a, b, norm_layer=nn.BatchNorm2d):
+        super().__init__()
+        self.add_module("c", nn.Conv2d(a, b, 1, bias=False))
+        self.add_module("bn", nn.BatchNorm2d(b))
+        self.norm = norm_layer(b)
+        nn.init.constant_(self.bn.weight, 1)
+        nn.init.constant_(self.bn.bias, 0)
+        nn.init.zeros_(self.norm.bias)
+""",
+    # a no-op by default, and no caller in the file passes another value
+    """
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, dim, classes, head_init_scale=1.0, bn_weight_init=1):
+        super().__init__()
+        self.head = nn.Linear(dim, classes)
+        self.bn = nn.BatchNorm2d(dim)
+        self.head.weight.data.mul_(head_init_scale)
+        nn.init.constant_(self.bn.weight, bn_weight_init)
+
+def make():
+    return Net(8, 10, head_init_scale=1.0)
+""",
+    # timm LeViT: another class of the file gets bn_weight_init=0, ConvNorm never does
+    """
+import torch
+from torch import nn
+
+class ConvNorm(nn.Module):
+    def __init__(self, a, b, bn_weight_init=1):
+        super().__init__()
+        self.c = nn.Conv2d(a, b, 1, bias=False)
+        self.bn = nn.BatchNorm2d(b)
+        nn.init.constant_(self.bn.weight, bn_weight_init)
+
+class LinearNorm(nn.Module):
+    def __init__(self, a, b, bn_weight_init=1):
+        super().__init__()
+        self.c = nn.Linear(a, b, bias=False)
+        self.bn_weight_init = bn_weight_init
+
+class Stem(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = ConvNorm(3, 8)
+        self.proj = nn.Sequential(nn.Flatten(), LinearNorm(8, 8, bn_weight_init=0))
+""",
+    # timm EfficientViM: the model, while built, resets every BatchNorm it holds, so the
+    # block's zero init of its BatchNorm is overwritten in an eager build too
+    """
+from functools import partial
+import torch
+from torch import nn
+
+class ConvLayer(nn.Module):
+    def __init__(self, a, b, norm=nn.BatchNorm2d, bn_weight_init=1.0):
+        super().__init__()
+        self.conv = nn.Conv2d(a, b, 1, bias=False)
+        self.norm = norm(b) if norm else None
+        if isinstance(self.norm, nn.modules.batchnorm._BatchNorm):
+            nn.init.constant_(self.norm.weight, bn_weight_init)
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = ConvLayer(8, 8, bn_weight_init=0)
+        self.head = nn.Linear(8, 10)
+        self.init_weights(needs_reset=False)
+
+    def init_weights(self, needs_reset=True):
+        self.apply(partial(self._init_weights, needs_reset=needs_reset))
+
+    def _init_weights(self, m, needs_reset=True):
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+        elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)):
+            m.reset_parameters()
+""",
+    # the init a norm's own reset gives, written before the norm is attached
+    """
+import torch
+from torch import nn
+
+class Block(nn.Module):
+    def __init__(self, d, device=None, dtype=None):
+        super().__init__()
+        norm = nn.LayerNorm(d, device=device, dtype=dtype)
+        nn.init.ones_(norm.weight)
+        nn.init.zeros_(norm.bias)
+        self.pre = nn.Sequential(norm, nn.GELU())
+""",
+]
+
+InplaceInitOutsideHook.INVALID = [
+    # a child's tensor replaced by a table computed here (Informer's FixedEmbedding)
+    """
+import math
+import torch
+import torch.nn as nn
+
+class FixedEmbedding(nn.Module):
+    def __init__(self, c_in, d_model):
+        super().__init__()
+        w = torch.zeros(c_in, d_model)
+        position = torch.arange(0, c_in).float().unsqueeze(1)
+        div_term = (torch.arange(0, d_model, 2).float() * -(math.log(10000.0) / d_model)).exp()
+        w[:, 0::2] = torch.sin(position * div_term)
+        w[:, 1::2] = torch.cos(position * div_term)
+        self.emb = nn.Embedding(c_in, d_model)
+        self.emb.weight = nn.Parameter(w, requires_grad=False)  # ERROR
+""",
+    # a loop over every parameter of a module with no child modules (titans-pytorch)
+    """
+import torch
+from torch import nn
+
+class MemoryMLP(nn.Module):
+    def __init__(self, dim, depth=2):
+        super().__init__()
+        self.weights = nn.ParameterList([nn.Parameter(torch.empty(dim, dim)) for _ in range(depth)])
+        self.final_proj = nn.Parameter(torch.empty(dim, dim))
+        for param in self.parameters():  # ERROR
+            nn.init.xavier_uniform_(param)
+""",
+    # a loop over an own ParameterList, beside a child module
+    """
+import torch
+from torch import nn
+
+class MemoryMLP(nn.Module):
+    def __init__(self, dim, depth=2):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.weights = nn.ParameterList([nn.Parameter(torch.empty(dim, dim)) for _ in range(depth)])
+        for weight in self.weights:  # ERROR
+            nn.init.xavier_uniform_(weight)
+""",
+    # a loop over the modules of a container child (torch-geometric's DimeNet blocks,
+    # in __init__ rather than reset_parameters())
+    """
+import torch
+from torch import nn
+
+class Mlp(nn.Module):
+    def __init__(self, dim, depth=2):
+        super().__init__()
+        self.lins = nn.ModuleList([nn.Linear(dim, dim) for _ in range(depth)])
+        for lin in self.lins:
+            nn.init.zeros_(lin.bias)  # ERROR
+""",
+    # a subclass built with bn_weight_init=0 forwards it to the class that sets it
+    """
+import torch
+from torch import nn
+
+class ConvNorm(nn.Module):
+    def __init__(self, a, b, bn_weight_init=1):
+        super().__init__()
+        self.c = nn.Conv2d(a, b, 1, bias=False)
+        self.bn = nn.BatchNorm2d(b)
+        nn.init.constant_(self.bn.weight, bn_weight_init)  # ERROR
+
+class ConvNormAct(ConvNorm):
+    def __init__(self, a, b, **kwargs):
+        super().__init__(a, b, **kwargs)
+        self.act = nn.ReLU()
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = ConvNormAct(8, 8, bn_weight_init=0)
+""",
+    # llm-foundry style RMSNorm, every spelling of nn.init
+    # timm's tokens, then a head that draws: the new hook is called where the init was
+    Invalid(
+        """
+import torch
+from torch import nn
+
+class Tokens(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
+        nn.init.normal_(self.cls_token, std=1e-6)  # ERROR
+        self.head = nn.Linear(dim, dim)
+""",
+        fixed="""
+import torch
+from torch import nn
+
+class Tokens(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
+        self.reset_parameters()
+        self.head = nn.Linear(dim, dim)
+
+    def reset_parameters(self):
+        nn.init.normal_(self.cls_token, std=1e-6)  # ERROR
+""",
+    ),
+    Invalid(
+        """
+import torch
+from torch import nn
+from torch.nn import init as I
+from torch.nn.init import trunc_normal_
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.bias = nn.Parameter(torch.empty(dim))
+        self.pos = nn.Parameter(torch.empty(4, dim))
+        self.scale = nn.Parameter(torch.empty(dim))
+        self.weight.data.fill_(1.0)  # ERROR
+        I.zeros_(self.bias)  # ERROR
+        trunc_normal_(self.pos, std=.02)  # ERROR
+        torch.nn.init.constant_(self.scale, 0.1)  # ERROR
+""",
+        fixed="""
+import torch
+from torch import nn
+from torch.nn import init as I
+from torch.nn.init import trunc_normal_
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.bias = nn.Parameter(torch.empty(dim))
+        self.pos = nn.Parameter(torch.empty(4, dim))
+        self.scale = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        self.weight.data.fill_(1.0)  # ERROR
+        I.zeros_(self.bias)  # ERROR
+        trunc_normal_(self.pos, std=.02)  # ERROR
+        torch.nn.init.constant_(self.scale, 0.1)  # ERROR
+""",
+    ),
+    # no_grad copy and a child's tensor (ConvNeXt head_init_scale)
+    """
+import torch
+import torch.nn as nn
+
+class ConvNeXt(nn.Module):
+    def __init__(self, dim, classes, head_init_scale=1.0):
+        super().__init__()
+        self.head = nn.Linear(dim, classes)
+        self.table = nn.Parameter(torch.empty(16, dim))
+        with torch.no_grad():
+            self.table.copy_(torch.randn(16, dim) * 0.02)  # ERROR
+        self.head.weight.data.mul_(head_init_scale)  # ERROR
+        self.head.bias.data.mul_(head_init_scale)  # ERROR
+
+def convnext_atto():
+    return ConvNeXt(40, 1000, head_init_scale=0.001)
+""",
+    # MultiheadAttention-style private hook: not a reset hook, so the init is lost
+    """
+import torch
+from torch import nn
+
+class MHA(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim))
+        self.in_proj_bias = nn.Parameter(torch.empty(3 * dim))
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        nn.init.xavier_uniform_(self.in_proj_weight)  # ERROR
+        self.in_proj_bias.data.zero_()  # ERROR
+""",
+    # timm LeViT: the model resets its modules only when asked (`needs_reset`), and not
+    # while it is built, so the block's zero init of its BatchNorm is the built value
+    """
+from functools import partial
+import torch
+from torch import nn
+
+class ConvNorm(nn.Module):
+    def __init__(self, a, b, bn_weight_init=1):
+        super().__init__()
+        self.c = nn.Conv2d(a, b, 1, bias=False)
+        self.bn = nn.BatchNorm2d(b)
+        nn.init.constant_(self.bn.weight, bn_weight_init)  # ERROR
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = ConvNorm(8, 8, bn_weight_init=0)
+        self.init_weights(needs_reset=False)
+
+    def init_weights(self, needs_reset=True):
+        self.apply(partial(self._init_weights, needs_reset=needs_reset))
+
+    def _init_weights(self, m, needs_reset=True):
+        if needs_reset and hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+""",
+    # a timm-style MLP: the first layer initialised before it is attached
+    """
+import torch
+from torch import nn
+
+class Mlp(nn.Module):
+    def __init__(self, d, hidden, device=None, dtype=None):
+        super().__init__()
+        fc1 = nn.Linear(d, hidden, device=device, dtype=dtype)
+        nn.init.normal_(fc1.weight, std=0.02)  # ERROR
+        fc2 = nn.Linear(hidden, d, device=device, dtype=dtype)
+        fc2.bias.data.zero_()  # ERROR
+        self.mlp = nn.Sequential(fc1, nn.GELU())
+        self.add_module("out", fc2)
+""",
+    # a fixed filter bank and an identity start written through `.data`
+    """
+import torch
+from torch import nn
+
+class FilterBank(nn.Module):
+    def __init__(self, c, device=None, dtype=None):
+        super().__init__()
+        self.conv = nn.Conv1d(c, c, 1, bias=False, device=device, dtype=dtype)
+        self.conv.weight.data[:] = torch.arange(c * c).view(c, c, 1)  # ERROR
+        mix = nn.Linear(c, c, device=device, dtype=dtype)
+        mix.weight.data = torch.eye(c)  # ERROR
+        self.mix = mix
+""",
+]
