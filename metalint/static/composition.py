@@ -40,15 +40,49 @@ def summarize_class(cls, ctx, hooks: tuple[str, ...] = ("reset_parameters",)) ->
         "attributes": sorted(attributes),
     }
     out = {k: v for k, v in out.items() if v}
-    applies: dict[str, list] = {}
+    # the per-module init functions the entry points apply join ``wanted``
     wanted = {"_init_weights"}
+    applies = _entry_applies(cls, ctx, hooks, wanted)
+    dispatch, deleted = _dispatches(cls, ctx, wanted)
+    inits = {
+        name: writes
+        for name in sorted(cls.methods)
+        if "init" in name and name != "__init__" and name not in hooks
+        if (writes := _method_writes(cls, name, ctx))
+    }
+    buffers, volatile = _buffers(cls, ctx)
+    norms = sorted(
+        {f"{a.target.split('.')[1]}.{t}" for a, ts in affine_norms(cls, ctx.qualify) for t in ts}
+    )
+    more = {
+        "dispatch": dispatch,
+        "inits": inits,
+        "deleted": deleted,
+        "applies": applies,
+        "buffers": buffers,
+        "volatile": volatile,
+        "norms": norms,
+    }
+    out.update((k, v) for k, v in more.items() if v)
+    return out
+
+
+def _entry_applies(cls, ctx, hooks, wanted: set[str]) -> dict[str, list]:
+    """Public method -> what it applies to every module: a public method may be a root's
+    entry point (``init_weights``, or one configured)."""
+    applies: dict[str, list] = {}
     for entry in cls.methods:
-        # a public method may be a root's entry point (``init_weights``, or one configured)
         if entry.startswith(("_", "forward")) or entry in hooks:
             continue
         items = [i for m in cls.reachable(entry) for i in _applies(m, ctx, wanted)]
         if items:
             applies[entry] = items
+    return applies
+
+
+def _dispatches(cls, ctx, wanted: set[str]) -> tuple[dict[str, list], list[str]]:
+    """The per-module init methods of the class among ``wanted`` as blocks, and those that
+    delete a tensor (not replayed)."""
     dispatch: dict[str, list] = {}
     deleted = []
     for name in sorted(wanted):
@@ -58,31 +92,7 @@ def summarize_class(cls, ctx, hooks: tuple[str, ...] = ("reset_parameters",)) ->
             deleted.append(name)
         elif param:
             dispatch[name] = _block(_body(m.node), param, ctx, m.node)
-    if dispatch:
-        out["dispatch"] = dispatch
-    inits = {
-        name: writes
-        for name in sorted(cls.methods)
-        if "init" in name and name != "__init__" and name not in hooks
-        if (writes := _method_writes(cls, name, ctx))
-    }
-    if inits:
-        out["inits"] = inits
-    if deleted:
-        out["deleted"] = deleted
-    if applies:
-        out["applies"] = applies
-    buffers, volatile = _buffers(cls, ctx)
-    if buffers:
-        out["buffers"] = buffers
-    if volatile:
-        out["volatile"] = volatile
-    norms = sorted(
-        {f"{a.target.split('.')[1]}.{t}" for a, ts in affine_norms(cls, ctx.qualify) for t in ts}
-    )
-    if norms:
-        out["norms"] = norms
-    return out
+    return dispatch, deleted
 
 
 def affine_norms(cls, qualify) -> list[tuple[Any, tuple[str, ...]]]:
@@ -167,10 +177,7 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dic
     (``self.encoder = Encoder(...)``: encoder -> Encoder), the classes swapped in (see
     :func:`_swapped_in`) and the classes a container attribute holds (``self.levels =
     nn.Sequential(*levels)`` after ``levels.append(NestLevel(...))``: levels -> NestLevel)."""
-    import libcst as cst
-
     from metalint.static.model import construction
-    from metalint.static.tensors import string_value
 
     children: set[str] = set()
     attributes: set[str] = set()
@@ -190,28 +197,50 @@ def _composition(cls, ctx) -> tuple[set[str], set[str], dict[str, set[str]], dic
             for arg in call.node.args:
                 child(arg.value)
             if call.receiver == "self" and call.method in _REGISTERS and call.node.args:
-                name = string_value(call.node.args[0].value)
-                if name:
-                    attributes.add(name)
-                value = call.node.args[1].value if len(call.node.args) > 1 else None
-                q = _class_ref(value.func, ctx) if type(value) is cst.Call else None
-                if name and q and call.method in _MODULE_REGISTERS:
-                    members.setdefault(name, set()).add(q)  # self.add_module("l", Linear())
-        for p in (*m.node.params.params, *m.node.params.kwonly_params):
-            if p.default is not None:
-                child(p.default)
+                _note_registration(call, ctx, attributes, members)
+        for default in _defaults(m.node):
+            child(default)
         for a in m.assigns:
-            if a.target.count(".") != 1:
-                continue
-            attr = a.target.split(".")[1]
-            attributes.add(attr)
-            q = _class_ref(a.value.func, ctx) if type(a.value) is cst.Call else None
-            if q:
-                members.setdefault(attr, set()).add(q)
-            held = _held(a.value, m, ctx) if type(a.value) is cst.Call else set()
-            if held:
-                elements.setdefault(attr, set()).update(held)
+            if a.target.count(".") == 1:
+                _note_assignment(a, m, ctx, attributes, members, elements)
     return children, attributes, members, _swapped_in(methods, ctx, children), elements
+
+
+def _defaults(fn) -> list:
+    """The default values of a function's parameters (``norm_layer=nn.LayerNorm``)."""
+    params = (*fn.params.params, *fn.params.kwonly_params)
+    return [p.default for p in params if p.default is not None]
+
+
+def _note_registration(call, ctx, attributes: set[str], members: dict[str, set[str]]) -> None:
+    """``self.register_buffer("b", ...)``, ``self.add_module("l", Linear())``: the attribute,
+    and the class a registered module is built as."""
+    import libcst as cst
+
+    from metalint.static.tensors import string_value
+
+    name = string_value(call.node.args[0].value)
+    if name:
+        attributes.add(name)
+    value = call.node.args[1].value if len(call.node.args) > 1 else None
+    q = _class_ref(value.func, ctx) if type(value) is cst.Call else None
+    if name and q and call.method in _MODULE_REGISTERS:
+        members.setdefault(name, set()).add(q)
+
+
+def _note_assignment(a, m, ctx, attributes, members, elements) -> None:
+    """``self.encoder = Encoder(...)``: the attribute, the class it is built as and the
+    classes a container it is built as holds."""
+    import libcst as cst
+
+    attr = a.target.split(".")[1]
+    attributes.add(attr)
+    q = _class_ref(a.value.func, ctx) if type(a.value) is cst.Call else None
+    if q:
+        members.setdefault(attr, set()).add(q)
+    held = _held(a.value, m, ctx) if type(a.value) is cst.Call else set()
+    if held:
+        elements.setdefault(attr, set()).update(held)
 
 
 _REGISTERS = ("register_buffer", "register_parameter", "add_module", "register_module")
@@ -413,22 +442,9 @@ def _builds_of(fn, ctx) -> tuple[set[str], set[str], list[str]]:
                 built.add(q)
             called = dotted(node.func) or ""
             calls.append(called)
-            if called == "setattr" and len(node.args) == 3:
-                installs.append((node.args[0].value, node.args[2].value))
-            elif called.endswith(".add_module") and len(node.args) == 2:
-                installs.append((node.func.value, node.args[1].value))
+            installs.extend(_installed_by_call(node, called))
         elif type(node) is cst.Assign and len(node.targets) == 1:
-            target = node.targets[0].target
-            if type(target) is cst.Name and type(node.value) is cst.Call:
-                q = _class_ref(node.value.func, ctx)
-                if q:
-                    made[target.value] = q
-            elif (
-                type(target) is cst.Subscript
-                and type(target.value) is cst.Attribute
-                and target.value.attr.value == "_modules"
-            ):
-                installs.append((target.value.value, node.value))
+            installs.extend(_installed_by_assignment(node, ctx, made))
     param = _module_param(fn, method=False)
     into = (param, *_iterated(fn, param)) if param else ()
     swaps = set()
@@ -439,6 +455,34 @@ def _builds_of(fn, ctx) -> tuple[set[str], set[str], list[str]]:
             if q:
                 swaps.add(q)
     return built, swaps, calls
+
+
+def _installed_by_call(node, called: str) -> list:
+    """``setattr(model, k, v)``, ``model.add_module(k, v)``: (module, value)."""
+    if called == "setattr" and len(node.args) == 3:
+        return [(node.args[0].value, node.args[2].value)]
+    if called.endswith(".add_module") and len(node.args) == 2:
+        return [(node.func.value, node.args[1].value)]
+    return []
+
+
+def _installed_by_assignment(node, ctx, made: dict[str, str]) -> list:
+    """``model._modules[k] = v``: (module, value); ``x = Cls(...)`` notes the class the
+    local holds in ``made``."""
+    import libcst as cst
+
+    target = node.targets[0].target
+    if type(target) is cst.Name and type(node.value) is cst.Call:
+        q = _class_ref(node.value.func, ctx)
+        if q:
+            made[target.value] = q
+    elif (
+        type(target) is cst.Subscript
+        and type(target.value) is cst.Attribute
+        and target.value.attr.value == "_modules"
+    ):
+        return [(target.value.value, node.value)]
+    return []
 
 
 def _iterated(fn, param: str) -> tuple[str, ...]:

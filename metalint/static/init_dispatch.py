@@ -161,20 +161,8 @@ def _applies(method, ctx, wanted: set[str]) -> list[list]:
         if not is_self_apply(call):
             continue
         fn = applied_function(call.node)
-        if fn is None:
-            continue
-        fn = unwrap_partial(fn, ctx.qualify)
-        if isinstance(fn, cst.Call):
-            q = ctx.qualify(fn.func) or _local_function(fn.func, ctx)
-            out.append(["factory", q] if q else ["unknown"])
-            continue
-        name = dotted(fn) or ""
-        if name.startswith("self.") and name.count(".") == 1:
-            wanted.add(name[5:])
-            out.append(["method", name[5:]])
-            continue
-        q = ctx.qualify(fn) or _local_function(fn, ctx)
-        out.append(["function", q] if q else ["unknown"])
+        if fn is not None:
+            out.append(_applied(unwrap_partial(fn, ctx.qualify), ctx, wanted))
     for node, targets, it in method.loops:
         if (
             isinstance(node, cst.For)
@@ -196,6 +184,25 @@ def _applies(method, ctx, wanted: set[str]) -> list[list]:
         if isinstance(node, cst.For) and len(targets) == 1:
             out += _element_calls(node, targets[0], it)
     return out
+
+
+def _applied(fn, ctx, wanted: set[str]) -> list:
+    """What ``self.apply(fn)`` applies: ``["factory", q]`` (``fn`` a call), ``["method",
+    name]`` (a method of the class, which joins ``wanted``), ``["function", q]`` or
+    ``["unknown"]``."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+
+    if isinstance(fn, cst.Call):
+        q = ctx.qualify(fn.func) or _local_function(fn.func, ctx)
+        return ["factory", q] if q else ["unknown"]
+    name = dotted(fn) or ""
+    if name.startswith("self.") and name.count(".") == 1:
+        wanted.add(name[5:])
+        return ["method", name[5:]]
+    q = ctx.qualify(fn) or _local_function(fn, ctx)
+    return ["function", q] if q else ["unknown"]
 
 
 def _element_calls(loop, var: str, it) -> list[list]:
@@ -243,53 +250,80 @@ def _block(stmts, param: str, ctx, fn=None) -> list:
     attributes ``guards`` exist (see :func:`_law`)."""
     import libcst as cst
 
+    out: list = []
+    for stmt in stmts:
+        if type(stmt) is cst.If:
+            out.extend(_if_block(stmt, param, ctx, fn))
+        elif type(stmt) in (cst.For, cst.While):
+            out.extend(_loop_block(stmt, param, ctx, fn))
+        elif type(stmt) in (cst.With, cst.Try):
+            out.extend(_block(_body_of(stmt), param, ctx, fn))
+        elif not type(stmt) in (cst.FunctionDef, cst.ClassDef):
+            out.extend(_simple_block(stmt, param, ctx, fn))
+    return out
+
+
+def _if_block(stmt, param: str, ctx, fn) -> list:
+    """``["if", condition, body, orelse]`` of an ``if`` (none when neither branch does
+    anything to the module)."""
+    import libcst as cst
+
+    orelse = stmt.orelse
+    if type(orelse) is cst.If:
+        other = _block([orelse], param, ctx, fn)
+    elif type(orelse) is cst.Else:
+        other = _block(_body_of(orelse), param, ctx, fn)
+    else:
+        other = []
+    body = _block(_body_of(stmt), param, ctx, fn)
+    if body or other:
+        return [["if", _condition(stmt.test, param, ctx), body, other]]
+    return []
+
+
+def _loop_block(stmt, param: str, ctx, fn) -> list:
+    """A loop: ``["all"]`` for one over every tensor of the module that writes each in
+    place (``for name, p in module.named_parameters(): init(p)``), the writes of one over a
+    list of its tensors, else its body's block."""
+    import libcst as cst
+
     from metalint.static.names import dotted
     from metalint.static.syntax import walk_code
     from metalint.static.tensors import inplace_write
 
+    it = stmt.iter if type(stmt) is cst.For else None
+    listed = _listed_tensors(stmt, param, ctx)
+    if (
+        type(it) is cst.Call
+        and type(it.func) is cst.Attribute
+        and dotted(it.func.value) == param
+        and it.func.attr.value in _TENSOR_ITERATORS
+        and any(
+            type(n) is cst.Call and inplace_write(n, ctx.qualify) is not None
+            for n in walk_code(stmt.body)
+        )
+    ):
+        return [["all"]]
+    if listed:
+        return [_write(names) for names in listed]
+    return _block(_body_of(stmt), param, ctx, fn)
+
+
+def _simple_block(stmt, param: str, ctx, fn) -> list:
+    """What the nodes of a simple statement do to the module, each write followed by its
+    law."""
+    from metalint.static.syntax import walk_code
+
     out: list = []
-    for stmt in stmts:
-        if type(stmt) is cst.If:
-            orelse = stmt.orelse
-            if type(orelse) is cst.If:
-                other = _block([orelse], param, ctx, fn)
-            elif type(orelse) is cst.Else:
-                other = _block(_body_of(orelse), param, ctx, fn)
-            else:
-                other = []
-            body = _block(_body_of(stmt), param, ctx, fn)
-            if body or other:
-                out.append(["if", _condition(stmt.test, param, ctx), body, other])
-        elif type(stmt) in (cst.For, cst.While):
-            it = stmt.iter if type(stmt) is cst.For else None
-            listed = _listed_tensors(stmt, param, ctx)
-            if (
-                type(it) is cst.Call
-                and type(it.func) is cst.Attribute
-                and dotted(it.func.value) == param
-                and it.func.attr.value in _TENSOR_ITERATORS
-                and any(
-                    type(n) is cst.Call and inplace_write(n, ctx.qualify) is not None
-                    for n in walk_code(stmt.body)
-                )
-            ):
-                out.append(["all"])  # for name, p in module.named_parameters(): init(p)
-            elif listed:
-                out += [_write(names) for names in listed]
-            else:
-                out.extend(_block(_body_of(stmt), param, ctx, fn))
-        elif type(stmt) in (cst.With, cst.Try):
-            out.extend(_block(_body_of(stmt), param, ctx, fn))
-        elif not type(stmt) in (cst.FunctionDef, cst.ClassDef):
-            for node in walk_code(stmt):
-                item = _item(node, param, ctx)
-                if item is not None:
-                    out.append(item)
-                    if item[0] == "w" and ".[]" in item[-1]:
-                        # a part of the tensor (``module.weight[module.padding_idx]``)
-                        out.append(["law", item[-1].split(".[]")[0], None, []])
-                    elif item[0] == "w":
-                        out.append(["law", item[-1], *_law(node, fn, ctx)])
+    for node in walk_code(stmt):
+        item = _item(node, param, ctx)
+        if item is not None:
+            out.append(item)
+            if item[0] == "w" and ".[]" in item[-1]:
+                # a part of the tensor (``module.weight[module.padding_idx]``)
+                out.append(["law", item[-1].split(".[]")[0], None, []])
+            elif item[0] == "w":
+                out.append(["law", item[-1], *_law(node, fn, ctx)])
     return out
 
 
@@ -388,16 +422,10 @@ def _item(node, param: str, ctx) -> list | None:
     import libcst as cst
 
     from metalint.static.names import dotted
-    from metalint.static.syntax import chain
     from metalint.static.tensors import inplace_write
 
     if type(node) in (cst.Assign, cst.AugAssign, cst.AnnAssign):
-        targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
-        for t in targets:
-            parts = chain(t)
-            if parts and len(parts) >= 2 and parts[0] == param:
-                return _write(parts[1:])
-        return None
+        return _assigned_item(node, param)
     if not type(node) is cst.Call:
         return None
     w = inplace_write(_getattr_as_attribute(node, param), ctx.qualify)
@@ -406,10 +434,34 @@ def _item(node, param: str, ctx) -> list | None:
     func = node.func
     first = dotted(node.args[0].value) if node.args else None
     if not type(func) is cst.Attribute:
-        if first != param:
-            return None
-        q = ctx.qualify(func) or _local_function(func, ctx)
+        q = (ctx.qualify(func) or _local_function(func, ctx)) if first == param else None
         return ["fn", q] if q else None
+    return _method_item(node, first, param, ctx)
+
+
+def _assigned_item(node, param: str) -> list | None:
+    """``module.weight = ...``: a write of that tensor."""
+    import libcst as cst
+
+    from metalint.static.syntax import chain
+
+    targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
+    for t in targets:
+        parts = chain(t)
+        if parts and len(parts) >= 2 and parts[0] == param:
+            return _write(parts[1:])
+    return None
+
+
+def _method_item(node, first: str | None, param: str, ctx) -> list | None:
+    """What a call of an attribute does to the module ``param`` (``first``: its first
+    argument): its reset, another of its methods, a base class's dispatch called by name,
+    ``super()``'s or the class's own dispatch, a function."""
+    import libcst as cst
+
+    from metalint.static.names import dotted
+
+    func = node.func
     recv = func.value
     if dotted(recv) == param and func.attr.value in ("reset_parameters", "_reset_parameters"):
         return ["reset", func.attr.value]

@@ -229,39 +229,71 @@ class Replay(Roots):
         return set()
 
     def _run(self, block: list, cls: str, owner: str | None, defined: str | None, stack) -> set:
+        """The tensors of a module of class ``cls`` a dispatch block writes (``"*"``: every
+        one), recording the law of each write while :meth:`same_law` asks."""
         out: set[str] = set()
         for item in block:
-            kind = item[0]
-            if kind == "w":
-                out.update(item[1:])
-            elif kind == "law":
-                self._record([item[1]], item[2], item[3])
-            elif kind in ("all",):
-                out.add("*")
-                self._record(["*"])
-            elif kind in ("call", "reset"):
-                got = self._called(cls, item[1], kind == "reset")
-                self._record(got)
-                out |= got
-            elif kind == "super" and owner and defined:
-                out |= self._run_method(owner, item[1], cls, stack, after=defined)
-            elif kind == "self" and owner:
-                out |= self._run_method(owner, item[1], cls, stack)
-            elif kind == "base":
-                out |= self._run_base(item[1], item[2], cls, owner, stack)
-            elif kind == "fn" and self._function(item[1]) is None:
-                # ``PreTrainedModel._init_weights(module)``: a class's method, not a function
-                head, _, method = item[1].rpartition(".")
-                out |= self._run_base(head, method, cls, owner, stack)
-            elif kind == "fn":
-                out |= self._run_function(item[1], cls, stack)
-            elif kind == "if":
-                value = self.test(item[1], cls)
-                if value is not False:
-                    out |= self._run(item[2], cls, owner, defined, stack)
-                if value is not True:
-                    out |= self._run(item[3], cls, owner, defined, stack)
+            step = self._STEPS.get(item[0])
+            if step is not None:
+                out |= step(self, item, cls, owner, defined, stack)
         return out
+
+    def _step_write(self, item, cls, owner, defined, stack) -> set:
+        return set(item[1:])
+
+    def _step_law(self, item, cls, owner, defined, stack) -> set:
+        self._record([item[1]], item[2], item[3])
+        return set()
+
+    def _step_all(self, item, cls, owner, defined, stack) -> set:
+        self._record(["*"])
+        return {"*"}
+
+    def _step_call(self, item, cls, owner, defined, stack) -> set:
+        got = self._called(cls, item[1], item[0] == "reset")
+        self._record(got)
+        return got
+
+    def _step_super(self, item, cls, owner, defined, stack) -> set:
+        if owner and defined:
+            return self._run_method(owner, item[1], cls, stack, after=defined)
+        return set()
+
+    def _step_self(self, item, cls, owner, defined, stack) -> set:
+        return self._run_method(owner, item[1], cls, stack) if owner else set()
+
+    def _step_base(self, item, cls, owner, defined, stack) -> set:
+        return self._run_base(item[1], item[2], cls, owner, stack)
+
+    def _step_function(self, item, cls, owner, defined, stack) -> set:
+        if self._function(item[1]) is None:
+            # ``PreTrainedModel._init_weights(module)``: a class's method, not a function
+            head, _, method = item[1].rpartition(".")
+            return self._run_base(head, method, cls, owner, stack)
+        return self._run_function(item[1], cls, stack)
+
+    def _step_if(self, item, cls, owner, defined, stack) -> set:
+        out: set[str] = set()
+        value = self.test(item[1], cls)
+        if value is not False:
+            out |= self._run(item[2], cls, owner, defined, stack)
+        if value is not True:
+            out |= self._run(item[3], cls, owner, defined, stack)
+        return out
+
+    #: what each kind of item of a dispatch block runs (see ``init_dispatch._block``)
+    _STEPS = {
+        "w": _step_write,
+        "law": _step_law,
+        "all": _step_all,
+        "call": _step_call,
+        "reset": _step_call,
+        "super": _step_super,
+        "self": _step_self,
+        "base": _step_base,
+        "fn": _step_function,
+        "if": _step_if,
+    }
 
     def _record(self, tensors, law: str | None = None, guards: list | tuple = ()) -> None:
         """While :meth:`same_law` asks, note a write of ``tensors`` from ``law`` (None: a
@@ -272,51 +304,66 @@ class Replay(Roots):
 
     def test(self, cond: list, cls: str) -> bool | None:
         """A dispatch condition on a module of class ``cls``: True, False or None (unknown)."""
-        kind = cond[0]
-        short = cls.rsplit(".", 1)[-1]
-        if kind == "and":
-            a, b = self.test(cond[1], cls), self.test(cond[2], cls)
-            return False if a is False or b is False else (True if a and b else None)
-        if kind == "or":
-            a, b = self.test(cond[1], cls), self.test(cond[2], cls)
-            return True if a or b else (False if a is False and b is False else None)
-        if kind == "not":
-            a = self.test(cond[1], cls)
-            return None if a is None else not a
-        if kind == "name_in":
-            return cond[1] in short
-        if kind == "name_eq":
-            return cond[1] == short
-        if kind == "name_one_of":
-            return short in cond[1]
-        if kind == "isinstance":
-            mro = self.mro(cls)
-            raw = self.raw_bases(cls)
-            shorts = {c.rsplit(".", 1)[-1] for c in mro} | {b.rsplit(".", 1)[-1] for b in raw}
-            for name in cond[1]:
-                full = self.h.resolve(name)
-                if name in mro or full in mro or name in raw:
-                    return True
-                if (
-                    full is None
-                    and not name.startswith("torch.")
-                    and name.rsplit(".")[-1] in shorts
-                ):
-                    return True
-            return False
-        if kind == "has":
-            known = False
-            for c in self.mro(cls):
-                summary = self.h.classes.get(c)
-                if summary is None:
-                    continue
-                known = True
-                # ``hasattr(m, "reset_parameters")``: a method is an attribute too
-                if cond[1] in summary.protocol.get("attributes", ()) or cond[1] in summary.methods:
-                    return True
-            # a torch built-in base (nn.Linear) has attributes the tree does not show
-            torch_base = any(
-                b.startswith("torch.nn.") and b != "torch.nn.Module" for b in self.raw_bases(cls)
-            )
-            return False if known and not torch_base else None
-        return None
+        judge = self._TESTS.get(cond[0])
+        return None if judge is None else judge(self, cond, cls)
+
+    def _test_and(self, cond: list, cls: str) -> bool | None:
+        a, b = self.test(cond[1], cls), self.test(cond[2], cls)
+        return False if a is False or b is False else (True if a and b else None)
+
+    def _test_or(self, cond: list, cls: str) -> bool | None:
+        a, b = self.test(cond[1], cls), self.test(cond[2], cls)
+        return True if a or b else (False if a is False and b is False else None)
+
+    def _test_not(self, cond: list, cls: str) -> bool | None:
+        a = self.test(cond[1], cls)
+        return None if a is None else not a
+
+    def _test_name_in(self, cond: list, cls: str) -> bool:
+        return cond[1] in cls.rsplit(".", 1)[-1]
+
+    def _test_name_eq(self, cond: list, cls: str) -> bool:
+        return cond[1] == cls.rsplit(".", 1)[-1]
+
+    def _test_name_one_of(self, cond: list, cls: str) -> bool:
+        return cls.rsplit(".", 1)[-1] in cond[1]
+
+    def _test_isinstance(self, cond: list, cls: str) -> bool:
+        mro = self.mro(cls)
+        raw = self.raw_bases(cls)
+        shorts = {c.rsplit(".", 1)[-1] for c in mro} | {b.rsplit(".", 1)[-1] for b in raw}
+        for name in cond[1]:
+            full = self.h.resolve(name)
+            if name in mro or full in mro or name in raw:
+                return True
+            if full is None and not name.startswith("torch.") and name.rsplit(".")[-1] in shorts:
+                return True
+        return False
+
+    def _test_has(self, cond: list, cls: str) -> bool | None:
+        known = False
+        for c in self.mro(cls):
+            summary = self.h.classes.get(c)
+            if summary is None:
+                continue
+            known = True
+            # ``hasattr(m, "reset_parameters")``: a method is an attribute too
+            if cond[1] in summary.protocol.get("attributes", ()) or cond[1] in summary.methods:
+                return True
+        # a torch built-in base (nn.Linear) has attributes the tree does not show
+        torch_base = any(
+            b.startswith("torch.nn.") and b != "torch.nn.Module" for b in self.raw_bases(cls)
+        )
+        return False if known and not torch_base else None
+
+    #: how each kind of dispatch condition is judged (see ``init_dispatch._condition``)
+    _TESTS = {
+        "and": _test_and,
+        "or": _test_or,
+        "not": _test_not,
+        "name_in": _test_name_in,
+        "name_eq": _test_name_eq,
+        "name_one_of": _test_name_one_of,
+        "isinstance": _test_isinstance,
+        "has": _test_has,
+    }
