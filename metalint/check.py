@@ -93,46 +93,18 @@ def run_check(
     checked_files = len(files)
     named: set[int] | None = None  # a partial run: the indices of the files named
     if project is not None and files:
-        by_key = {_abs_key(f): f for f in files}
-        tree = [by_key.get(_abs_key(f), f) for f in discovery.files([project])]
-        in_tree = {_abs_key(f) for f in tree}
-        # in the project's order (as a run on the whole project reads them), after the files
-        # named outside its tree
-        ordered = [f for f in files if _abs_key(f) not in in_tree] + tree
-        if len(ordered) > len(files):
-            files = ordered
-            named = {i for i, f in enumerate(files) if _abs_key(f) in by_key}
+        files, named = _in_project_order(files, discovery, project)
     base = project or settings.root
     cache = _open_cache(settings, base, codes) if use_cache else None
     results: list[FileResult] = [None] * len(files)  # type: ignore[list-item]
     jobs, job_index, digests = [], [], {}
     checked: dict[int, str] = {}  # the digest of each file's bytes as checked
     for i, path in enumerate(files):
-        display = display_path(path)
-        data, err = read_source(path, display)
-        if err:
-            results[i] = err
-            continue
-        key = _abs_key(path)
-        digest = checked[i] = Cache.digest(data)
-        cached = cache.get(key, digest) if cache else None
-        if cached is not None:
-            try:
-                results[i] = _from_cache(display, cached)
-                continue
-            except (KeyError, TypeError, ValueError, AttributeError):
-                cache.drop(key)  # not what this version writes: a miss
-        source, err = decode(data, display)
-        if err:
-            results[i] = err
-            continue
-        # imports libcst: only on a cache miss
-        from metalint.static.names import module_name_for
-
-        module = module_name_for(path.absolute())
-        jobs.append((source, display, module, path.name == "__init__.py", settings.hooks, True))
-        job_index.append(i)
-        digests[i] = key, digest
+        job = _read(i, path, cache, settings, results, checked)
+        if job is not None:
+            jobs.append(job[0])
+            job_index.append(i)
+            digests[i] = job[1]
     workers = workers or os.cpu_count() or 1
     analysed = analyze_files(jobs, workers, settings.file_time_budget)
     for i, result in zip(job_index, analysed):
@@ -147,6 +119,49 @@ def run_check(
     else:
         diagnostics = _named_and_caused(results, named, settings, enabled)
     return CheckResult(diagnostics, checked_files, results)
+
+
+def _in_project_order(files: list[Path], discovery, project: Path):
+    """The files named and every file of the project, in the project's order (as a run on
+    the whole project reads them) after the files named outside its tree, with the indices
+    of those named; the files named alone (None) when the project adds none."""
+    by_key = {_abs_key(f): f for f in files}
+    tree = [by_key.get(_abs_key(f), f) for f in discovery.files([project])]
+    in_tree = {_abs_key(f) for f in tree}
+    ordered = [f for f in files if _abs_key(f) not in in_tree] + tree
+    if len(ordered) > len(files):
+        return ordered, {i for i, f in enumerate(ordered) if _abs_key(f) in by_key}
+    return files, None
+
+
+def _read(i: int, path: Path, cache, settings: Settings, results: list, checked: dict):
+    """File ``i``: its result read back from the cache (or its error) into ``results``, or
+    the job that analyses it and its cache key and digest. The digest of its bytes goes
+    into ``checked``."""
+    display = display_path(path)
+    data, err = read_source(path, display)
+    if err:
+        results[i] = err
+        return None
+    key = _abs_key(path)
+    digest = checked[i] = Cache.digest(data)
+    cached = cache.get(key, digest) if cache else None
+    if cached is not None:
+        try:
+            results[i] = _from_cache(display, cached)
+            return None
+        except (KeyError, TypeError, ValueError, AttributeError):
+            cache.drop(key)  # not what this version writes: a miss
+    source, err = decode(data, display)
+    if err:
+        results[i] = err
+        return None
+    # imports libcst: only on a cache miss
+    from metalint.static.names import module_name_for
+
+    module = module_name_for(path.absolute())
+    job = (source, display, module, path.name == "__init__.py", settings.hooks, True)
+    return job, (key, digest)
 
 
 def _abs_key(path: Path) -> str:
@@ -330,22 +345,12 @@ def _judged(
                 if d.code not in enabled or any(d.code.startswith(p) for p in ignored_here):
                     continue
                 if d.condition is not None:
-                    if not hierarchy.holds(d.condition, settings.hooks, d.code):
-                        continue
-                    reads = d.condition.get(HelperReads)
-                    if reads:
-                        via = hierarchy.construction_read(reads.function, d.code)
-                        d = d.with_(
-                            via=via,
-                            help=f"{d.help} (the line is in `{via[0]}` at {via[1]}:{via[2]})",
-                        )
-                    d = protocols.judge(d)
+                    d = _judge(d, hierarchy, protocols, settings)
                     if d is None:
                         continue
             kept.append(d)
-        kept = drop_repeated(kept)
         used: dict[int, set[str]] = {}
-        for d in kept:
+        for d in drop_repeated(kept):
             codes = r.noqa.get(d.start.row, ())
             if (
                 not is_error(d.code)
@@ -356,27 +361,49 @@ def _judged(
                 continue
             out.append(d)
         if UNUSED_NOQA in enabled:
-            for row, codes in sorted(r.noqa.items()):
-                if not codes:
-                    continue
-                stale = [
-                    c
-                    for c in codes
-                    if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
-                ]
-                if stale:
-                    pos = Position(row, 1)
-                    out.append(
-                        Diagnostic(
-                            UNUSED_NOQA,
-                            f"unused `# noqa` for {', '.join(stale)}: nothing is reported here",
-                            r.path,
-                            pos,
-                            pos,
-                            help=f"Remove {', '.join(stale)} from the `# noqa` comment",
-                        )
-                    )
+            out.extend(_unused_noqa(r, used, enabled))
     return sorted(out, key=lambda d: d.sort_key), protocols
+
+
+def _judge(d: Diagnostic, hierarchy, protocols, settings: Settings) -> Diagnostic | None:
+    """A finding with a condition across files, judged: None when it does not hold or every
+    root's protocol re-creates what it says is lost; a read in a helper of another file
+    names that helper's line."""
+    if not hierarchy.holds(d.condition, settings.hooks, d.code):
+        return None
+    reads = d.condition.get(HelperReads)
+    if reads:
+        via = hierarchy.construction_read(reads.function, d.code)
+        d = d.with_(
+            via=via,
+            help=f"{d.help} (the line is in `{via[0]}` at {via[1]}:{via[2]})",
+        )
+    return protocols.judge(d)
+
+
+def _unused_noqa(r: FileResult, used: dict[int, set[str]], enabled: set[str]) -> list:
+    """ML100 findings: codes of a file's ``# noqa`` comments nothing was reported
+    for."""
+    out = []
+    for row, codes in sorted(r.noqa.items()):
+        if not codes:
+            continue
+        stale = [
+            c for c in codes if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
+        ]
+        if stale:
+            pos = Position(row, 1)
+            out.append(
+                Diagnostic(
+                    UNUSED_NOQA,
+                    f"unused `# noqa` for {', '.join(stale)}: nothing is reported here",
+                    r.path,
+                    pos,
+                    pos,
+                    help=f"Remove {', '.join(stale)} from the `# noqa` comment",
+                )
+            )
+    return out
 
 
 def probe_findings(

@@ -37,25 +37,41 @@ def default_device(target, lineage: list[ClassFacts], method: MethodFacts) -> st
         init = cls.init
         if init is None:
             continue
-        name = None
-        if isinstance(target, cst.Name):
-            if method is not init:
-                return None
-            name = target.value
-        elif isinstance(target, cst.Attribute) and dotted(target) == f"self.{target.attr.value}":
-            values = [a.value for a in init.assigns if a.target == f"self.{target.attr.value}"]
-            if not values:
-                continue  # set by a base class
-            if len(values) == 1 and isinstance(values[0], cst.Name):
-                name = values[0].value
+        name = _argument_named(target, init, method)
+        if name is _BY_A_BASE:
+            continue
         if name is None or name not in init.params:
             return None
-        for p in (*init.node.params.params, *init.node.params.kwonly_params):
-            if p.name.value == name and p.default is not None:
-                dev = real_device(p.default, lambda _n: None, None)
-                if dev is not None:
-                    return f'`{name}` (default "{dev}")'
-        return None
+        return _real_default(init, name)
+    return None
+
+
+#: :func:`_argument_named`: a base class sets the attribute
+_BY_A_BASE = object()
+
+
+def _argument_named(target, init: MethodFacts, method: MethodFacts):
+    """The constructor argument ``target`` is (a name in ``__init__``) or that ``__init__``
+    assigns to it (``self.device = device``); None when neither, :data:`_BY_A_BASE` when
+    ``__init__`` does not set it."""
+    if isinstance(target, cst.Name):
+        return target.value if method is init else None
+    if isinstance(target, cst.Attribute) and dotted(target) == f"self.{target.attr.value}":
+        values = [a.value for a in init.assigns if a.target == f"self.{target.attr.value}"]
+        if not values:
+            return _BY_A_BASE
+        if len(values) == 1 and isinstance(values[0], cst.Name):
+            return values[0].value
+    return None
+
+
+def _real_default(init: MethodFacts, name: str) -> str | None:
+    """``device` (default "cpu")`` when the argument's default is a real device."""
+    for p in (*init.node.params.params, *init.node.params.kwonly_params):
+        if p.name.value == name and p.default is not None:
+            dev = real_device(p.default, lambda _n: None, None)
+            if dev is not None:
+                return f'`{name}` (default "{dev}")'
     return None
 
 
@@ -227,6 +243,23 @@ class DeviceEscape(Rule):
             subject=tuple(attrs),
         )
 
+    def _keeping(self, method: MethodFacts, pred) -> list[str]:
+        """Own attributes assigned or registered a value matching ``pred``."""
+        attrs: list[str] = []
+        for a in method.assigns:
+            if a.value is not None and pred(a.value) and self._keepable(a.value, method):
+                attr = self_attr(a.target)
+                if attr:
+                    attrs.append(attr)
+        for call in method.calls:
+            if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
+                args = call.node.args
+                if len(args) >= 2 and pred(args[1].value):
+                    name = string_value(args[0].value)
+                    if name:
+                        attrs.append(name)
+        return attrs
+
     # -- .cpu() / .cuda() / .to("cpu") of a tensor created on meta ------------------------------
     def _copy_out(self, cls, method: MethodFacts, call) -> Finding | None:
         if call.method not in DEVICE_COPY_METHODS:
@@ -240,26 +273,10 @@ class DeviceEscape(Rule):
         receiver = func.value
         if not is_tensor(receiver, self.qualify, method):
             return None
-        if default is not None and (
-            off_meta(receiver, self.qualify, method)
-            or any(
-                isinstance(n, cst.Call) and (self.qualify(n.func) or "") in CPU_CONSTRUCTORS
-                for n in walk_code(receiver)
-            )
-        ):
+        if default is not None and self._on_the_cpu(receiver, method):
             return None  # ``F.one_hot(torch.from_numpy(a)).to(self.device)``: on the CPU already
-        # already on a real device (reported as an escape) or from a legacy constructor
-        for n in walk_code(receiver):
-            if isinstance(n, cst.Call) and (
-                keyword(n, "device") is not None
-                or (self.qualify(n.func) or "") in LEGACY_CONSTRUCTORS
-            ):
-                return None
-        if isinstance(receiver, cst.Name):
-            for _, v in method.local_values.get(receiver.value, ()):
-                for n in walk_code(v):
-                    if isinstance(n, cst.Call) and keyword(n, "device") is not None:
-                        return None
+        if self._made_off_meta(receiver, method):
+            return None
         if default is not None:
             return Finding(
                 call.node,
@@ -278,6 +295,30 @@ class DeviceEscape(Rule):
             cls,
             help="Create the tensor with `device=device` from the constructor, or compute it "
             "in `reset_parameters()`",
+        )
+
+    def _on_the_cpu(self, receiver, method: MethodFacts) -> bool:
+        """Is the tensor certainly on the CPU (a legacy constructor, ``torch.from_numpy``)?"""
+        return off_meta(receiver, self.qualify, method) or any(
+            isinstance(n, cst.Call) and (self.qualify(n.func) or "") in CPU_CONSTRUCTORS
+            for n in walk_code(receiver)
+        )
+
+    def _made_off_meta(self, receiver, method: MethodFacts) -> bool:
+        """Is the tensor already on a real device (``device=``: reported as an escape) or
+        from a legacy constructor, itself or the local it is?"""
+        for n in walk_code(receiver):
+            if isinstance(n, cst.Call) and (
+                keyword(n, "device") is not None
+                or (self.qualify(n.func) or "") in LEGACY_CONSTRUCTORS
+            ):
+                return True
+        if not isinstance(receiver, cst.Name):
+            return False
+        return any(
+            isinstance(n, cst.Call) and keyword(n, "device") is not None
+            for _, v in method.local_values.get(receiver.value, ())
+            for n in walk_code(v)
         )
 
     def _keepable(self, value: cst.BaseExpression | None, method: MethodFacts) -> bool:
@@ -301,27 +342,13 @@ class DeviceEscape(Rule):
 
         def land(pred) -> list[str]:
             """Locals whose value matches ``pred``; record attributes that keep it."""
-            new_locals: list[str] = []
-            for a in method.assigns:
-                if a.value is not None and pred(a.value) and self._keepable(a.value, method):
-                    attr = self_attr(a.target)
-                    if attr:
-                        attrs.append(attr)
-            for call in method.calls:
-                if call.receiver == "self" and call.method in (
-                    "register_buffer",
-                    "register_parameter",
-                ):
-                    args = call.node.args
-                    if len(args) >= 2 and pred(args[1].value):
-                        name = string_value(args[0].value)
-                        if name:
-                            attrs.append(name)
-            for local, values in method.local_values.items():
-                for _, value in values:
-                    if pred(value) and is_tensor(value, self.qualify, method):
-                        new_locals.append(local)
-            return new_locals
+            attrs.extend(self._keeping(method, pred))
+            return [
+                local
+                for local, values in method.local_values.items()
+                for _, value in values
+                if pred(value) and is_tensor(value, self.qualify, method)
+            ]
 
         todo = land(lambda v: _contains(v, node))
         seen: set[str] = set()

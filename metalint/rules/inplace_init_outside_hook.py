@@ -217,6 +217,33 @@ class InplaceInitOutsideHook(Rule):
             self._calls = None if tree is None else file_calls_and_dicts(tree)
         return self._calls
 
+    def _child_default_kept(self, cls: ClassFacts, methods, call, name: str) -> bool:
+        """Is the write into a child's tensor a no-op on its default (a norm layer's ones),
+        or one a parent's reset overwrites anyway?"""
+        if not hasattr(self, "_code"):
+            # callers' keywords are read from the whole file: elided code calls too
+            self._code = self.ctx.source or self.ctx.module.code
+        restored = norm_default(cls, methods, name, self.qualify)
+        others = frozenset(
+            c.name
+            for c in self.ctx.facts.classes
+            if c.name != cls.name and cls.fullname not in c.bases  # a subclass forwards it
+        )
+        if no_op_by_default(cls, call, name, restored, self._code, others):
+            return True
+        return restored is not None and overwritten_by_parent(
+            child_class(cls, methods, name.split(".")[0], self.qualify),
+            self._reset_by_parents(),
+        )
+
+    def _same_law(self, cls: ClassFacts, method, methods, call, name: str) -> tuple:
+        """``(SameLaw(child class, tensor, law),)`` of a write into a child's tensor whose
+        law is known, else ()."""
+        names = law_names(cls, method, self._file_calls())
+        text = init_law(call.node, self.qualify, lambda e: law_text(e, names))
+        held = child_class(cls, methods, name.split(".")[0], self.qualify)
+        return (SameLaw(held, name.split(".", 1)[1], text),) if text and held else ()
+
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
         for method in methods:
@@ -227,33 +254,12 @@ class InplaceInitOutsideHook(Rule):
                 name = tensor_name(target)
                 if not name or restored_by_child(cls, methods, name, call, self.qualify):
                     continue
-                if "." in name:
-                    if not hasattr(self, "_code"):
-                        # callers' keywords are read from the whole file: elided code calls too
-                        self._code = self.ctx.source or self.ctx.module.code
-                    restored = norm_default(cls, methods, name, self.qualify)
-                    others = frozenset(
-                        c.name
-                        for c in self.ctx.facts.classes
-                        if c.name != cls.name
-                        and cls.fullname not in c.bases  # a subclass forwards it
-                    )
-                    if no_op_by_default(cls, call, name, restored, self._code, others):
-                        continue
-                    if restored is not None and overwritten_by_parent(
-                        child_class(cls, methods, name.split(".")[0], self.qualify),
-                        self._reset_by_parents(),
-                    ):
-                        continue
+                if "." in name and self._child_default_kept(cls, methods, call, name):
+                    continue
                 attr = name.split(".")[0]
                 child = "." in name
-                law: tuple = ()  # the child's tensor drawn from a law (``SameLaw``), if known
-                if child:
-                    names = law_names(cls, method, self._file_calls())
-                    text = init_law(call.node, self.qualify, lambda e: law_text(e, names))
-                    held = child_class(cls, methods, attr, self.qualify)
-                    if text and held:
-                        law = (SameLaw(held, name.split(".", 1)[1], text),)
+                # the child's tensor drawn from a law (``SameLaw``), if known
+                law = self._same_law(cls, method, methods, call, name) if child else ()
                 what = f"`{name}` (a tensor of the child `{attr}`)" if child else f"`{name}`"
                 where = (
                     "the child's own `reset_parameters()` restores its default init and "

@@ -113,25 +113,7 @@ class PlainTensorAttribute(Rule):
     codemod = "metalint.fix.plain_tensor_attribute"
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
-        registered: set[str] = set()
-        for reg in registrations(list(cls.methods.values()), self.qualify):
-            registered.add(reg.attr)
-        for m in cls.methods.values():
-            for call in m.calls:
-                if (
-                    call.receiver == "self"
-                    and call.method
-                    in (
-                        "register_buffer",
-                        "register_parameter",
-                        "register_module",
-                        "add_module",
-                    )
-                    and call.node.args
-                ):
-                    name = string_value(call.node.args[0].value)
-                    if name:
-                        registered.add(name)
+        registered = self._registered(cls)
         if not hasattr(self, "_tensor_fns"):
             self._tensor_fns = TensorFunctions(self.ctx.module, self.ctx.qualify, self.ctx.facts)
         fns = self._tensor_fns
@@ -165,6 +147,17 @@ class PlainTensorAttribute(Rule):
                     "persistent=False)` and compute it in `reset_parameters()`",
                     subject=(attr,),
                 )
+
+    def _registered(self, cls: ClassFacts) -> set[str]:
+        """The attributes any method registers as a tensor or a module."""
+        registered = {reg.attr for reg in registrations(list(cls.methods.values()), self.qualify)}
+        for m in cls.methods.values():
+            for call in m.calls:
+                if call.receiver == "self" and call.method in _REGISTERS and call.node.args:
+                    name = string_value(call.node.args[0].value)
+                    if name:
+                        registered.add(name)
+        return registered
 
     def _vouch(self, cls: ClassFacts, tensors: set[str], fns):
         """``extra`` for :func:`is_tensor`: leaves this class knows are tensors."""
@@ -500,6 +493,9 @@ def _self_attr(e: cst.BaseExpression) -> str | None:
     return None
 
 
+_REGISTERS = ("register_buffer", "register_parameter", "register_module", "add_module")
+
+
 def _tensors_by_use(methods: list[MethodFacts], qualify) -> set[str]:
     """Attributes of ``self`` that construction uses as tensors, whatever they were assigned
     (monai ``Scheduler``: ``self.betas = noise_sched``, from a registry of schedules):
@@ -526,19 +522,25 @@ def _tensors_by_use(methods: list[MethodFacts], qualify) -> set[str]:
             for a in m.assigns:
                 if a.target.count(".") != 1 or a.target[5:] not in found:
                     continue
-                v = a.value
-                operand = None
-                if type(v) is cst.BinaryOperation:
-                    if type(v.left) in (cst.Integer, cst.Float):
-                        operand = _self_attr(v.right)
-                    elif type(v.right) in (cst.Integer, cst.Float):
-                        operand = _self_attr(v.left)
-                elif type(v) is cst.UnaryOperation and type(v.operator) is cst.Minus:
-                    operand = _self_attr(v.expression)
+                operand = _number_operand(a.value)
                 if operand is not None and operand not in found:
                     found.add(operand)
                     changed = True
     return found
+
+
+def _number_operand(v) -> str | None:
+    """The own attribute that arithmetic with a number operates on (``1.0 - self.betas``,
+    ``-self.x``), if any."""
+    if type(v) is cst.BinaryOperation:
+        if type(v.left) in (cst.Integer, cst.Float):
+            return _self_attr(v.right)
+        if type(v.right) in (cst.Integer, cst.Float):
+            return _self_attr(v.left)
+        return None
+    if type(v) is cst.UnaryOperation and type(v.operator) is cst.Minus:
+        return _self_attr(v.expression)
+    return None
 
 
 def _none(default) -> bool:

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import libcst as cst
-
 from metalint.diagnostics import NotRecreated
 from metalint.static.construction import (
     Registration,
@@ -135,14 +133,7 @@ class ResetMissesTensor(Rule):
         in_reset = self._recreated(cls, hook_methods)
         if "*" in in_reset:
             return
-        other: dict[str, set[str]] = {}
-        for hook in self.ctx.hooks:
-            if hook == HOOK or hook not in cls.methods:
-                continue
-            names: set[str] = set()
-            for m in cls.reachable(hook):
-                names |= recreated(m, self.qualify)
-            other[hook] = names
+        other = self._other_hooks(cls)
         init = cls.init
         if init is None:
             return  # built by a base's ``__init__`` (``ClassFacts.inherited``): order unknown
@@ -159,13 +150,7 @@ class ResetMissesTensor(Rule):
             ),
             default=None,
         )
-        # in-place writes of own tensors during construction: attr -> [(method, call, kind)]
-        writes: dict[str, list[tuple[MethodFacts, object, str | None]]] = {}
-        for m in built:
-            for call in m.calls:
-                attr = _own_name(initialised_target(call.node, self.qualify))
-                if attr:
-                    writes.setdefault(attr, []).append((m, call, inplace_kind(call, self.qualify)))
+        writes = self._writes(built)
         seen: set[str] = set()
         for reg in registrations(built, self.qualify):
             if reg.attr in seen:
@@ -179,6 +164,29 @@ class ResetMissesTensor(Rule):
                 )
                 continue
             yield from self._missed(cls, reg, writes.get(reg.attr, []), other)
+
+    def _other_hooks(self, cls: ClassFacts) -> dict[str, set[str]]:
+        """What each other configured hook of the class re-creates."""
+        other: dict[str, set[str]] = {}
+        for hook in self.ctx.hooks:
+            if hook == HOOK or hook not in cls.methods:
+                continue
+            names: set[str] = set()
+            for m in cls.reachable(hook):
+                names |= recreated(m, self.qualify)
+            other[hook] = names
+        return other
+
+    def _writes(self, built) -> dict[str, list[tuple[MethodFacts, object, str | None]]]:
+        """In-place writes of own tensors during construction: attr -> [(method, call,
+        kind)]."""
+        writes: dict[str, list[tuple[MethodFacts, object, str | None]]] = {}
+        for m in built:
+            for call in m.calls:
+                attr = _own_name(initialised_target(call.node, self.qualify))
+                if attr:
+                    writes.setdefault(attr, []).append((m, call, inplace_kind(call, self.qualify)))
+        return writes
 
     def _recreated(self, cls: ClassFacts, hook_methods) -> set[str]:
         """What ``reset_parameters()`` re-creates (``"*"``: every parameter, as the hook of an
@@ -250,33 +258,10 @@ class ResetMissesTensor(Rule):
     def _mismatch(
         self, cls, reg: Registration, writes, hook_methods, reset_call, order
     ) -> Iterable[Finding]:
-        # what construction leaves in the tensor (eager), and the node that sets it
-        eager_kind = None
-        eager_node: cst.CSTNode | None = None
-        after = []
-        for m, call, kind in writes:
-            pos = order.get(id(call.node)) if m.name == "__init__" else None
-            if reset_call is not None and (pos is None or pos < reset_call):
-                continue  # overwritten by the hook call in __init__
-            after.append((call.node, kind))
-        if after:
-            eager_node, eager_kind = after[-1]
-        elif reset_call is None:
-            eager_node = reg.node
-            eager_kind = creation_kind(reg.value, self.qualify, reg.method)
-            if writes:
-                eager_node, eager_kind = writes[-1][1].node, writes[-1][2]
+        eager_node, eager_kind = self._eager(reg, writes, reset_call, order)
         if eager_kind is None or eager_node is None:
             return
-        hook_kinds: set[str | None] = set()
-        for m in hook_methods:
-            for call in m.calls:
-                if _own_name(initialised_target(call.node, self.qualify)) == reg.attr:
-                    hook_kinds.add(inplace_kind(call, self.qualify))
-            for a in m.assigns:
-                if _own_name(a.target) == reg.attr:
-                    data = parameter_value(a.value, self.qualify) or a.value
-                    hook_kinds.add(creation_kind(data, self.qualify, m))
+        hook_kinds = self._hook_kinds(hook_methods, reg.attr)
         if len(hook_kinds) != 1:
             return
         hook_kind = hook_kinds.pop()
@@ -293,6 +278,35 @@ class ResetMissesTensor(Rule):
             subject=(reg.attr,),
             hook=HOOK,
         )
+
+    def _eager(self, reg: Registration, writes, reset_call, order):
+        """What construction leaves in the tensor (eager), and the node that sets it."""
+        after = []
+        for m, call, kind in writes:
+            pos = order.get(id(call.node)) if m.name == "__init__" else None
+            if reset_call is not None and (pos is None or pos < reset_call):
+                continue  # overwritten by the hook call in __init__
+            after.append((call.node, kind))
+        if after:
+            return after[-1]
+        if reset_call is not None:
+            return None, None
+        if writes:
+            return writes[-1][1].node, writes[-1][2]
+        return reg.node, creation_kind(reg.value, self.qualify, reg.method)
+
+    def _hook_kinds(self, hook_methods, attr: str) -> set[str | None]:
+        """How the hook's methods set the tensor ``attr``."""
+        hook_kinds: set[str | None] = set()
+        for m in hook_methods:
+            for call in m.calls:
+                if _own_name(initialised_target(call.node, self.qualify)) == attr:
+                    hook_kinds.add(inplace_kind(call, self.qualify))
+            for a in m.assigns:
+                if _own_name(a.target) == attr:
+                    data = parameter_value(a.value, self.qualify) or a.value
+                    hook_kinds.add(creation_kind(data, self.qualify, m))
+        return hook_kinds
 
 
 # the rule's examples: the reported lines end with ``# ERROR``; they run as tests

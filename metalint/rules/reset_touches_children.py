@@ -360,17 +360,8 @@ class Block(nn.Module):
                 and isinstance(node.func, cst.Attribute)
             ):
                 target = chain(node.func.value)
-            if not target:
-                continue
-            for loop in call.loops:
-                if loop not in loops:
-                    continue
-                names = next(t for n, t, _ in method.loops if n is loop)
-                if target[0] in names:
-                    it, kind = loops[loop]
-                    if kind == "modules" or target[0] != "self":
-                        yield loop, (f"the loop over `{it}` re-initialises child modules")
-                    break
+            if target:
+                yield from _child_loop(call, target, method, loops)
 
     def _finding(self, cls, method, node, why) -> Finding:
         where = (
@@ -387,3 +378,17 @@ class Block(nn.Module):
             help="Move the child's value into the child's class, or into a root `init_weights()`",
             conditions=(ChildrenFirst(),),
         )
+
+
+def _child_loop(call, target: list[str], method: MethodFacts, loops):
+    """The loop over children whose variable the call writes or re-initialises (``for m in
+    self.modules(): init(m.weight)``), with why; nothing for another loop."""
+    for loop in call.loops:
+        if loop not in loops:
+            continue
+        names = next(t for n, t, _ in method.loops if n is loop)
+        if target[0] in names:
+            it, kind = loops[loop]
+            if kind == "modules" or target[0] != "self":
+                yield loop, (f"the loop over `{it}` re-initialises child modules")
+            break

@@ -170,12 +170,7 @@ class _Scope:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             _ast_imports_into(stmt, self.aliases, self.module, self.is_package)
         elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-            kind = meta
-            for item in stmt.items:
-                found = self.meta_context(item.context_expr)
-                if found:
-                    kind, self.context = found, item.context_expr
-            self.block(stmt.body, conditional, kind)
+            self.with_block(stmt, conditional, meta)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             self.assign(stmt, conditional, meta)
         elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
@@ -188,11 +183,25 @@ class _Scope:
             self.block(stmt.body, True, meta)
             self.block(stmt.orelse, True, meta)
         elif isinstance(stmt, ast.Try):
-            self.block(stmt.body, conditional, meta)
-            for handler in stmt.handlers:
-                self.block(handler.body, True, meta)
-            self.block(stmt.orelse, True, meta)
-            self.block(stmt.finalbody, conditional, meta)
+            self.try_block(stmt, conditional, meta)
+
+    def with_block(self, stmt: ast.With | ast.AsyncWith, conditional: bool, meta: str) -> None:
+        """A ``with``: its body under the meta context it enters, if any."""
+        kind = meta
+        for item in stmt.items:
+            found = self.meta_context(item.context_expr)
+            if found:
+                kind, self.context = found, item.context_expr
+        self.block(stmt.body, conditional, kind)
+
+    def try_block(self, stmt: ast.Try, conditional: bool, meta: str) -> None:
+        """A ``try``: its body and ``finally`` as the statement runs, the handlers and
+        ``else`` conditionally."""
+        self.block(stmt.body, conditional, meta)
+        for handler in stmt.handlers:
+            self.block(handler.body, True, meta)
+        self.block(stmt.orelse, True, meta)
+        self.block(stmt.finalbody, conditional, meta)
 
     def meta_context(self, expr: ast.AST) -> str:
         """``"all"``, ``"params"`` or ``""``: what a ``with`` puts on the meta device."""
