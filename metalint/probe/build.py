@@ -602,46 +602,57 @@ def _class_summary(
     for path, info in eager.classes.items():
         key = f"{info['file']}::{info['cls']}"
         path_cls[path] = key
-        out.setdefault(
-            key,
-            {
-                "file": info["file"],
-                "cls": info["cls"],
-                "module": info["module"],
-                "attrs": [],
-                "plain": [],
-                "broken": {},
-                "codes": [],
-                "subtree_broken": 0,
-                "raised": False,
-                # its tensors were compared after a meta build: False when the model's meta
-                # build raised (in this class or another one); then ``substitute``: they were
-                # compared on an eager build wiped by to_empty() (not what stays on meta)
-                "compared": raised is None,
-                "substitute": raised is not None,
-            },
-        )
+        out.setdefault(key, _empty_summary(info, raised))
     for e in eager.entries.values():
         key = path_cls.get(e.owner)
         kind = "plain" if e.kind == "attribute" else "attrs"
         if key and e.attr not in out[key][kind]:
             out[key][kind].append(e.attr)
     for f in findings:
-        if f.code in ("MP006", "MP007", "MP009", "MP005"):
-            for path, key in path_cls.items():
-                if out[key]["cls"] == f.cls and f.code not in out[key]["codes"]:
-                    out[key]["codes"].append(f.code)
-            if f.code != "MP005":
-                continue
-        for n in f.names:
-            e = eager.entries.get(n)
-            if e is not None:
-                _mark_broken(out, path_cls, e, f.code)
+        _mark_finding(out, path_cls, eager, f)
     if raised:
         for info in out.values():
             if info["cls"] == raised:
                 info["raised"] = True
     return out
+
+
+def _empty_summary(info: dict[str, Any], raised: str | None) -> dict[str, Any]:
+    return {
+        "file": info["file"],
+        "cls": info["cls"],
+        "module": info["module"],
+        "attrs": [],
+        "plain": [],
+        "broken": {},
+        "codes": [],
+        "subtree_broken": 0,
+        "raised": False,
+        # its tensors were compared after a meta build: False when the model's meta
+        # build raised (in this class or another one); then ``substitute``: they were
+        # compared on an eager build wiped by to_empty() (not what stays on meta)
+        "compared": raised is None,
+        "substitute": raised is not None,
+    }
+
+
+#: probe codes about a class as a whole (MP005 also names its tensors)
+_CLASS_CODES = ("MP006", "MP007", "MP009", "MP005")
+
+
+def _mark_finding(out: dict, path_cls: dict[str, str], eager: Snapshot, f: Finding) -> None:
+    """A finding in the summaries: a class-level code on its class, a broken tensor in its
+    owner's class and its ancestors' subtrees."""
+    if f.code in _CLASS_CODES:
+        for key in path_cls.values():
+            if out[key]["cls"] == f.cls and f.code not in out[key]["codes"]:
+                out[key]["codes"].append(f.code)
+        if f.code != "MP005":
+            return
+    for n in f.names:
+        e = eager.entries.get(n)
+        if e is not None:
+            _mark_broken(out, path_cls, e, f.code)
 
 
 def _mark_broken(out: dict, path_cls: dict[str, str], e, code: str) -> None:

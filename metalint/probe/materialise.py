@@ -142,28 +142,7 @@ def run_init(
         model.init_weights()
         used = "init_weights()"
     elif init in ("reset_parameters", "auto"):
-        mods = _post_order(model) if order == "post" else _pre_order(model)
-        ran: set[str] = set()
-        for path, m in mods:
-            # a module's own reset_parameters() always runs (every protocol runs every
-            # module's own hooks: ``metalint.static.protocol``); under ``auto`` its
-            # init_weights() (or the root's entry) then patches on top of it, as a fix that
-            # gives one class both hooks expects (pypots' SCINet: its buffer in
-            # reset_parameters(), its children's init in init_weights())
-            hooks_here = [RESET_HOOK]
-            if init == "auto":
-                entries = ROOT_ENTRIES if path == "" else ROOT_ENTRIES[:1]
-                hooks_here += [next((h for h in entries if _has(m, h)), entries[0])]
-            for hook in hooks_here:
-                if _has(m, hook):
-                    ran.add(hook)
-                    if tracker is not None and hook == RESET_HOOK:
-                        tracker.current = path
-                    try:
-                        getattr(m, hook)()
-                    finally:
-                        if tracker is not None:
-                            tracker.current = None
+        ran = _per_module_hooks(model, init, order, tracker)
         where = "children first" if order == "post" else "parents first"
         root = next((h for h in ROOT_ENTRIES if _has(model, h)), None)
         if root is not None and init == "auto":
@@ -176,6 +155,37 @@ def run_init(
         resolve_callable(init)(model)
         used = f"{init}(model)"
     return used + _buffer_and_configured_hooks(model, hooks, device)
+
+
+def _per_module_hooks(model: nn.Module, init: str, order: str, tracker) -> set[str]:
+    """Run every module's own ``reset_parameters()`` (every protocol runs every module's own
+    hooks: ``metalint.static.protocol``); under ``auto`` its ``init_weights()`` (or the
+    root's entry) then patches on top of it, as a fix that gives one class both hooks expects
+    (pypots' SCINet: its buffer in ``reset_parameters()``, its children's init in
+    ``init_weights()``). The hooks that ran."""
+    mods = _post_order(model) if order == "post" else _pre_order(model)
+    ran: set[str] = set()
+    for path, m in mods:
+        hooks_here = [RESET_HOOK]
+        if init == "auto":
+            entries = ROOT_ENTRIES if path == "" else ROOT_ENTRIES[:1]
+            hooks_here += [next((h for h in entries if _has(m, h)), entries[0])]
+        for hook in hooks_here:
+            if _has(m, hook):
+                ran.add(hook)
+                _run_hook(m, hook, path, tracker)
+    return ran
+
+
+def _run_hook(m: nn.Module, hook: str, path: str, tracker) -> None:
+    """``m.<hook>()``, its writes of a reset counted as the module's at ``path``."""
+    if tracker is not None and hook == RESET_HOOK:
+        tracker.current = path
+    try:
+        getattr(m, hook)()
+    finally:
+        if tracker is not None:
+            tracker.current = None
 
 
 def _buffer_and_configured_hooks(model: nn.Module, hooks: Sequence[str], device) -> str:
