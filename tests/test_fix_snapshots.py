@@ -96,4 +96,4 @@ def test_a_refused_fix_says_why_and_the_finding_stands(path, tmp_path, monkeypat
 
 
 def test_there_are_refused_examples():
-    assert len(REFUSED) >= 7
+    assert len(REFUSED) >= 8
