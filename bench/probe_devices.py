@@ -3,7 +3,7 @@
     python bench/probe_devices.py [FILE ...] [--devices cpu,cuda] [-j 8] [--timeout 60]
 
 Runs ``metalint probe FILE --device D --output-format json`` on every file (default: every
-fixture pair of ``fixtures/fix`` and every example of ``fixtures/check``) once per device and
+fixture pair of ``fixtures/fix/<CODE>/`` and every example of ``fixtures/check``) once per device and
 compares what each reports: the findings as (code, class, tensors, line). The probe builds
 eagerly on the CPU, then on meta, materialises with ``to_empty(device=D)`` and runs the init
 there, so a finding that appears on one device only is a device bug of the probe, of the
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--timeout", type=float, default=60.0)
     a = ap.parse_args(argv)
-    files = a.files or sorted((ROOT / "fixtures" / "fix").glob("*.py")) + sorted(
+    files = a.files or sorted((ROOT / "fixtures" / "fix").glob("*/*.py")) + sorted(
         (ROOT / "fixtures" / "check").glob("*.py")
     )
     devices = a.devices.split(",")

@@ -34,8 +34,9 @@ from metalint import __version__
 #: reads of a tensor's value, for ML008 across files; 4: classes swapped into a sub-model;
 #: 5: findings at calls of another file's functions listed, not made, until confirmed;
 #: 6: authenticated, paths relative to the project, no display path in the results; the
-#: sites that materialise a model built on meta; 7: where a class names another file's classes)
-CACHE_SCHEMA = 7
+#: sites that materialise a model built on meta; 7: a finding's conditions as typed clauses,
+#: where a class names another file's classes)
+CACHE_SCHEMA = 8
 
 #: first line of a cache file: ``metalint-cache <name> <mac>``; the second is the entries' JSON
 CACHE_MAGIC = b"metalint-cache"

@@ -20,7 +20,7 @@ from metalint.config import (
     load_settings,
     validate_selectors,
 )
-from metalint.diagnostics import Diagnostic, Position
+from metalint.diagnostics import Diagnostic, HelperReads, Position
 from metalint.files import Discovery, display_path
 from metalint.jobs import analyze_isolated, analyze_one, can_isolate, preload
 from metalint.report import is_error
@@ -122,15 +122,7 @@ def _run_check(
     checked_files = len(files)
     named: set[int] | None = None  # a partial run: the indices of the files named
     if project is not None and files:
-        by_key = {_abs_key(f): f for f in files}
-        tree = [by_key.get(_abs_key(f), f) for f in discovery.files([project])]
-        in_tree = {_abs_key(f) for f in tree}
-        # in the project's order (as a run on the whole project reads them), after the files
-        # named outside its tree
-        ordered = [f for f in files if _abs_key(f) not in in_tree] + tree
-        if len(ordered) > len(files):
-            files = ordered
-            named = {i for i, f in enumerate(files) if _abs_key(f) in by_key}
+        files, named = _in_project_order(files, discovery, project)
     base = project or settings.root
     cache = _open_cache(settings, base, codes) if use_cache else None
     results, jobs, job_index, digests, checked = _cached_or_jobs(files, cache, settings)
@@ -204,32 +196,55 @@ def _cached_or_jobs(files: list[Path], cache: Cache | None, settings: Settings):
     jobs, job_index, digests = [], [], {}
     checked: dict[int, str] = {}  # the digest of each file's bytes as checked
     for i, path in enumerate(files):
-        display = display_path(path)
-        data, err = read_source(path, display)
-        if err:
-            results[i] = err
-            continue
-        key = _abs_key(path)
-        digest = checked[i] = Cache.digest(data)
-        cached = cache.get(key, digest) if cache else None
-        if cached is not None:
-            try:
-                results[i] = _from_cache(display, cached)
-                continue
-            except (KeyError, TypeError, ValueError, AttributeError):
-                cache.drop(key)  # not what this version writes: a miss
-        source, err = decode(data, display)
-        if err:
-            results[i] = err
-            continue
-        # imports libcst: only on a cache miss
-        from metalint.static.names import module_name_for
-
-        module = module_name_for(path.absolute())
-        jobs.append((source, display, module, path.name == "__init__.py", settings.hooks, True))
-        job_index.append(i)
-        digests[i] = key, digest
+        job = _read(i, path, cache, settings, results, checked)
+        if job is not None:
+            jobs.append(job[0])
+            job_index.append(i)
+            digests[i] = job[1]
     return results, jobs, job_index, digests, checked
+
+
+def _in_project_order(files: list[Path], discovery, project: Path):
+    """The files named and every file of the project, in the project's order (as a run on
+    the whole project reads them) after the files named outside its tree, with the indices
+    of those named; the files named alone (None) when the project adds none."""
+    by_key = {_abs_key(f): f for f in files}
+    tree = [by_key.get(_abs_key(f), f) for f in discovery.files([project])]
+    in_tree = {_abs_key(f) for f in tree}
+    ordered = [f for f in files if _abs_key(f) not in in_tree] + tree
+    if len(ordered) > len(files):
+        return ordered, {i for i, f in enumerate(ordered) if _abs_key(f) in by_key}
+    return files, None
+
+
+def _read(i: int, path: Path, cache, settings: Settings, results: list, checked: dict):
+    """File ``i``: its result read back from the cache (or its error) into ``results``, or
+    the job that analyses it and its cache key and digest. The digest of its bytes goes
+    into ``checked``."""
+    display = display_path(path)
+    data, err = read_source(path, display)
+    if err:
+        results[i] = err
+        return None
+    key = _abs_key(path)
+    digest = checked[i] = Cache.digest(data)
+    cached = cache.get(key, digest) if cache else None
+    if cached is not None:
+        try:
+            results[i] = _from_cache(display, cached)
+            return None
+        except (KeyError, TypeError, ValueError, AttributeError):
+            cache.drop(key)  # not what this version writes: a miss
+    source, err = decode(data, display)
+    if err:
+        results[i] = err
+        return None
+    # imports libcst: only on a cache miss
+    from metalint.static.names import module_name_for
+
+    module = module_name_for(path.absolute())
+    job = (source, display, module, path.name == "__init__.py", settings.hooks, True)
+    return job, (key, digest)
 
 
 def _abs_key(path: Path) -> str:
@@ -486,8 +501,9 @@ def _judge(d: Diagnostic, hierarchy, protocols, settings) -> Diagnostic | None:
     """A finding with a condition, judged across the tree: None when it does not stand."""
     if not hierarchy.holds(d.condition, settings.hooks, d.code):
         return None
-    if d.condition.if_helper_reads:
-        via = hierarchy.construction_read(d.condition.if_helper_reads, d.code)
+    reads = d.condition.get(HelperReads)
+    if reads:
+        via = hierarchy.construction_read(reads.function, d.code)
         d = d.with_(
             via=via,
             help=f"{d.help} (the line is in `{via[0]}` at {via[1]}:{via[2]})",
@@ -507,26 +523,32 @@ def _unsuppressed(r: FileResult, kept: list[Diagnostic], enabled: set[str]) -> l
             continue
         out.append(d)
     if UNUSED_NOQA in enabled:
-        for row, codes in sorted(r.noqa.items()):
-            if not codes:
-                continue
-            stale = [
-                c
-                for c in codes
-                if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
-            ]
-            if stale:
-                pos = Position(row, 1)
-                out.append(
-                    Diagnostic(
-                        UNUSED_NOQA,
-                        f"unused `# noqa` for {', '.join(stale)}: nothing is reported here",
-                        r.path,
-                        pos,
-                        pos,
-                        help=f"Remove {', '.join(stale)} from the `# noqa` comment",
-                    )
+        out.extend(_unused_noqa(r, used, enabled))
+    return out
+
+
+def _unused_noqa(r: FileResult, used: dict[int, set[str]], enabled: set[str]) -> list:
+    """ML100 findings: codes of a file's ``# noqa`` comments nothing was reported
+    for."""
+    out = []
+    for row, codes in sorted(r.noqa.items()):
+        if not codes:
+            continue
+        stale = [
+            c for c in codes if c in enabled and c != UNUSED_NOQA and c not in used.get(row, set())
+        ]
+        if stale:
+            pos = Position(row, 1)
+            out.append(
+                Diagnostic(
+                    UNUSED_NOQA,
+                    f"unused `# noqa` for {', '.join(stale)}: nothing is reported here",
+                    r.path,
+                    pos,
+                    pos,
+                    help=f"Remove {', '.join(stale)} from the `# noqa` comment",
                 )
+            )
     return out
 
 

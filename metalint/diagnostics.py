@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import fields as dataclass_fields
+from typing import Any, TypeVar
+
+_C = TypeVar("_C")
 
 
 class Applicability(str, enum.Enum):
@@ -221,121 +224,220 @@ class Diagnostic:
         )
 
 
+# -- the conditions a static finding stands under -------------------------------------------
+# Each kind is one frozen dataclass of plain fields (strings, bools, tuples of them): the rule
+# builds it, the engine carries it in a :class:`Condition`, the cache writes it as its fields
+# and its class name, and reads back only the classes of :data:`CLAUSES`. Adding a condition
+# is adding one class here (and answering it in ``Hierarchy.holds`` or ``Protocols.judge``).
+
+
+@dataclass(frozen=True)
+class NotRecreated:
+    """The finding stands only while no reset hook of the class (or of a base it inherits the
+    hook from) re-creates one of these tensors; ``hooks``: only those hooks (empty: every
+    configured hook)."""
+
+    tensors: tuple[str, ...]
+    hooks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NoHook:
+    """The finding stands only while neither the class nor a base has a public init hook."""
+
+
+@dataclass(frozen=True)
+class NoMethod:
+    """The finding stands only while neither the class nor a base defines one of these
+    methods."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NotOnlyReset:
+    """The finding stands unless the module-level ``function`` applied to the children (or
+    what the factory call ``function(**args)`` returns, ``args``: its constant arguments as
+    ``((argument, constant), ...)``) only calls each module's own ``reset_parameters()``;
+    ``args`` None: the function itself is applied."""
+
+    function: str
+    args: tuple | None = None
+
+
+@dataclass(frozen=True)
+class RootReplays:
+    """The finding stands unless the class is a model root whose entry point (this ``hook``,
+    e.g. ``init_weights``) replays it: under that protocol the call is the
+    re-initialisation."""
+
+    hook: str
+
+
+@dataclass(frozen=True)
+class AppliesInit:
+    """The finding stands only while this module-level ``function`` (resolved across files)
+    hands every module of its argument to an init (``efficientnet_init_weights(self)``)."""
+
+    function: str
+
+
+@dataclass(frozen=True)
+class HelperReads:
+    """The finding stands only while this module-level ``function`` (resolved across files)
+    does what the finding's rule reports (reads a tensor's value: ML008; copies one to a real
+    device: ML009), itself or through the functions it calls."""
+
+    function: str
+
+
+@dataclass(frozen=True)
+class SameLaw:
+    """The finding (an init of a child's ``tensor``, drawn from ``law`` as
+    :func:`metalint.static.tensors.init_law` gives it) stands only while a root's protocol
+    does not re-draw that tensor of the ``child`` class from the same law."""
+
+    child: str
+    tensor: str
+    law: str
+
+
+@dataclass(frozen=True)
+class AtMaterialisation:
+    """Tensors of the class that carry a value after construction: the finding stands only
+    while a materialisation site of the tree (or ``protocol = "init_weights-only"``) that
+    builds a root containing the class loses one of them (see
+    :mod:`metalint.static.pipeline`)."""
+
+    tensors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SkipsModuleHooks:
+    """The class is a root whose entry point may be all its materialisation runs: the finding
+    stands only while a site runs that entry point alone and a module's own
+    ``reset_parameters()`` would restore a tensor it loses."""
+
+
+@dataclass(frozen=True)
+class ChildrenFirst:
+    """The finding (an order dependence between a parent's hook and its children's) stands
+    unless every site materialising a root containing the class runs the children's hooks
+    first (see ``Sequence.children_first``)."""
+
+
+@dataclass(frozen=True)
+class ReturnsMeta:
+    """The finding (a read of the value of what this module-level ``function`` of the tree
+    returns) stands only while that function returns a meta tensor (resolved across
+    files)."""
+
+    function: str
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """The finding (an init in this ``method`` of the class, which construction calls) stands
+    unless the tree runs the method on the class as a model root after building it (a
+    materialisation site or a builder of the library: its own initialiser)."""
+
+    method: str
+
+
+Clause = (
+    NotRecreated
+    | NoHook
+    | NoMethod
+    | NotOnlyReset
+    | RootReplays
+    | AppliesInit
+    | HelperReads
+    | SameLaw
+    | AtMaterialisation
+    | SkipsModuleHooks
+    | ChildrenFirst
+    | ReturnsMeta
+    | NotRun
+)
+
+#: every kind of condition by its class name: the only classes the cache reads back
+CLAUSES: dict[str, type] = {
+    c.__name__: c
+    for c in (
+        NotRecreated,
+        NoHook,
+        NoMethod,
+        NotOnlyReset,
+        RootReplays,
+        AppliesInit,
+        HelperReads,
+        SameLaw,
+        AtMaterialisation,
+        SkipsModuleHooks,
+        ChildrenFirst,
+        ReturnsMeta,
+        NotRun,
+    )
+}
+
+
+def clause_of(clauses: tuple, kind: type[_C]) -> _C | None:
+    """The clause of ``kind`` among ``clauses``, if any."""
+    return next((c for c in clauses if type(c) is kind), None)
+
+
+def clause_to_json(clause: Any) -> dict[str, Any]:
+    return {"kind": type(clause).__name__, **asdict(clause)}
+
+
+def clause_from_json(data: Any) -> Any:
+    """The clause written by :func:`clause_to_json`; ValueError for a kind that is not one
+    of :data:`CLAUSES` (nothing else is ever constructed) or fields that are not its own."""
+    if type(data) is not dict:
+        raise ValueError("a condition is not an object")
+    fields = dict(data)
+    name = fields.pop("kind", None)
+    kind = CLAUSES.get(name) if type(name) is str else None
+    if kind is None:
+        raise ValueError("unknown kind of condition")
+    names = {f.name for f in dataclass_fields(kind)}
+    if not set(fields) <= names:
+        raise ValueError(f"unknown fields of {kind.__name__}")
+    return kind(**{k: _frozen(v) for k, v in fields.items()})
+
+
+def _frozen(value: Any) -> Any:
+    """JSON's lists back as the tuples they were written from."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
+
+
 @dataclass(frozen=True)
 class Condition:
-    """What must hold across the class hierarchy for a static finding to stand.
-
-    ``cls`` is the fully qualified name of the class (``pkg.mod.Block``).
-    - ``module``: the class must be an ``nn.Module`` subclass.
-    - ``not_recreated``: tensor attribute names; the finding stands only while no reset hook of
-      the class or of a base class it inherits the hook from re-creates one of them
-      (only the hooks named in ``hooks`` when it is not empty).
-    - ``no_hook``: the finding stands only while neither the class nor a base has a recognised
-      public init hook.
-    - ``unless_reset_init``: see below (parent-applied init resolved across files).
-    """
+    """What must hold across the class hierarchy for a static finding to stand: every one of
+    ``clauses`` (the kinds above), about the class ``cls`` (fully qualified,
+    ``pkg.mod.Block``), which must be an ``nn.Module`` subclass when ``module``."""
 
     cls: str
     module: bool = True
-    not_recreated: tuple[str, ...] = ()
-    no_hook: bool = False
-    #: the hooks ``not_recreated`` is checked against; empty: every configured hook
-    hooks: tuple[str, ...] = ()
-    #: the finding stands only while neither the class nor a base defines one of these methods
-    unless_method: tuple[str, ...] = ()
-    #: ``(function, ((argument, constant), ...))``: the finding stands unless the module-level
-    #: function applied to the children (or what the factory call returns) only calls each
-    #: module's own ``reset_parameters()``; no arguments: the function itself is applied
-    unless_reset_init: tuple = ()
-    #: the finding stands unless the class is a model root whose entry point (this hook,
-    #: e.g. ``init_weights``) replays it: under that protocol the call is the re-initialisation
-    unless_root_replays: str = ""
-    #: the finding stands only while this module-level function (resolved across files) hands
-    #: every module of its argument to an init (``efficientnet_init_weights(self)``)
-    if_applies_init: str = ""
-    #: the finding stands only while this module-level function (resolved across files)
-    #: does what the finding's rule reports (reads a tensor's value: ML008; copies one to a
-    #: real device: ML009), itself or through the functions it calls
-    if_helper_reads: str = ""
-    #: ``(child class, tensor, law)``: the finding (an init of a child's tensor, whose law
-    #: :func:`metalint.static.tensors.init_law` gives) stands only while a root's protocol does
-    #: not re-draw that tensor of the child from the same law
-    unless_same_law: tuple = ()
-    #: tensors of the class that carry a value after construction: the finding stands only
-    #: while a materialisation site of the tree (or ``protocol = "init_weights-only"``) that
-    #: builds a root containing the class loses one of them (see
-    #: :mod:`metalint.static.pipeline`)
-    at_materialisation: tuple[str, ...] = ()
-    #: the class is a root whose entry point may be all its materialisation runs: the finding
-    #: stands only while a site runs that entry point alone and a module's own
-    #: ``reset_parameters()`` would restore a tensor it loses
-    skips_module_hooks: bool = False
-    #: the finding (an order dependence between a parent's hook and its children's) stands
-    #: unless every site materialising a root containing the class runs the children's hooks
-    #: first (see ``Sequence.children_first``)
-    unless_children_first: bool = False
-    #: the finding (a read of the value of what this module-level function of the tree
-    #: returns) stands only while that function returns a meta tensor (resolved across files)
-    if_returns_meta: str = ""
-    #: the finding (an init in this method of the class, which construction calls) stands
-    #: unless the tree runs the method on the class as a model root after building it (a
-    #: materialisation site or a builder of the library: its own initialiser)
-    unless_run: str = ""
+    clauses: tuple[Clause, ...] = ()
+
+    def get(self, kind: type[_C]) -> _C | None:
+        """The clause of ``kind``, if the finding stands under one."""
+        return clause_of(self.clauses, kind)
 
     def to_json(self) -> dict[str, Any]:
-        out = {
+        return {
             "cls": self.cls,
             "module": self.module,
-            "not_recreated": list(self.not_recreated),
-            "no_hook": self.no_hook,
+            "clauses": [clause_to_json(c) for c in self.clauses],
         }
-        if self.hooks:
-            out["hooks"] = list(self.hooks)
-        if self.unless_method:
-            out["unless_method"] = list(self.unless_method)
-        if self.unless_reset_init:
-            name, args = self.unless_reset_init
-            out["unless_reset_init"] = [name, None if args is None else dict(args)]
-        if self.unless_root_replays:
-            out["unless_root_replays"] = self.unless_root_replays
-        if self.if_applies_init:
-            out["if_applies_init"] = self.if_applies_init
-        if self.if_helper_reads:
-            out["if_helper_reads"] = self.if_helper_reads
-        if self.unless_same_law:
-            out["unless_same_law"] = list(self.unless_same_law)
-        if self.at_materialisation:
-            out["at_materialisation"] = list(self.at_materialisation)
-        if self.skips_module_hooks:
-            out["skips_module_hooks"] = True
-        if self.unless_children_first:
-            out["unless_children_first"] = True
-        if self.if_returns_meta:
-            out["if_returns_meta"] = self.if_returns_meta
-        if self.unless_run:
-            out["unless_run"] = self.unless_run
-        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Condition":
-        return cls(
-            data["cls"],
-            data["module"],
-            tuple(data["not_recreated"]),
-            data["no_hook"],
-            tuple(data.get("hooks", ())),
-            tuple(data.get("unless_method", ())),
-            _reset_init(data.get("unless_reset_init")),
-            data.get("unless_root_replays", ""),
-            data.get("if_applies_init", ""),
-            data.get("if_helper_reads", ""),
-            tuple(data.get("unless_same_law", ())),
-            tuple(data.get("at_materialisation", ())),
-            bool(data.get("skips_module_hooks", False)),
-            bool(data.get("unless_children_first", False)),
-            data.get("if_returns_meta", ""),
-            data.get("unless_run", ""),
-        )
+        clauses = data["clauses"]
+        if type(clauses) is not list:
+            raise ValueError("the clauses of a condition are not a list")
+        return cls(data["cls"], bool(data["module"]), tuple(clause_from_json(c) for c in clauses))
 
 
 def _materialised(value: Any) -> tuple[str, str, int] | None:
@@ -344,10 +446,3 @@ def _materialised(value: Any) -> tuple[str, str, int] | None:
 
 def _via(value: Any) -> tuple[str, str, int] | None:
     return None if not value else (value["function"], value["filename"], value["line"])
-
-
-def _reset_init(value: Any) -> tuple:
-    if not value:
-        return ()
-    name, args = value
-    return (name, None if args is None else tuple(sorted(args.items())))

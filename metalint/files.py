@@ -247,27 +247,30 @@ class Discovery:
         except OSError:
             return
         if not named:
-            names = {e.name for e in entries}
-            if base is None and ".git" in names:
-                chain = ()
-            spec = self._gitignore(folder) if ".gitignore" in names else None
-            if spec is not None:
-                chain = (*chain, (folder, spec))
+            chain = self._chain_in(folder, entries, base, chain)
         for entry in entries:
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 is_dir = False
-            if is_dir:
-                if entry.name in ALWAYS_SKIP or entry.name.endswith(".egg-info"):
-                    continue
-                path = entry.path
-                if not (self._excluded(path, True, base) or self._git_ignored(path, True, chain)):
-                    yield from self._walk(path, base, chain, named=False)
-            elif entry.name.endswith(".py"):
-                path = entry.path
-                if not (self._excluded(path, False, base) or self._git_ignored(path, False, chain)):
-                    yield path
+            if is_dir and not (entry.name in ALWAYS_SKIP or entry.name.endswith(".egg-info")):
+                if self._kept(entry.path, True, base, chain):
+                    yield from self._walk(entry.path, base, chain, named=False)
+            elif not is_dir and entry.name.endswith(".py"):
+                if self._kept(entry.path, False, base, chain):
+                    yield entry.path
+
+    def _chain_in(self, folder: str, entries, base: str | None, chain: Chain) -> Chain:
+        """The ``.gitignore`` files that apply below ``folder``: its own added; a nested
+        repository (its own ``.git``) starts afresh."""
+        names = {e.name for e in entries}
+        if base is None and ".git" in names:
+            chain = ()
+        spec = self._gitignore(folder) if ".gitignore" in names else None
+        return (*chain, (folder, spec)) if spec is not None else chain
+
+    def _kept(self, path: str, is_dir: bool, base: str | None, chain: Chain) -> bool:
+        return not (self._excluded(path, is_dir, base) or self._git_ignored(path, is_dir, chain))
 
 
 def _ancestors(folder: str) -> Iterator[str]:

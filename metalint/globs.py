@@ -171,37 +171,52 @@ class Pattern:
     def match(self, parts: list[str], is_dir: bool, above: bool | None = None) -> int:
         """How this pattern matches ``parts`` (a folder when ``is_dir``): NO, FOLDER, ITSELF.
         ``above``: :meth:`above` of ``parts[:-1]``, when the caller has it."""
-        n, shape, segs = len(parts), self.shape, self.segs
+        shape = self.shape
         if shape == "all":
             return ITSELF
         if shape == "nested":  # any path with a "/" in it
-            return (FOLDER if self.folder_only else ITSELF) if n > 1 or is_dir else NO
-        if shape == "name":  # one glob at any depth: the commonest pattern
-            if segs[1].match(parts[-1]):
-                return FOLDER if is_dir else ITSELF
-            if above is None:
-                above = self.above(parts[:-1])
-            return FOLDER if above else NO
-        if shape == "name/**":  # "name/": a folder at any depth
-            if above is None:
-                above = self.above(parts[:-1])
-            hit = above or (is_dir and segs[1].match(parts[-1]))
-        elif shape == "fixed" or shape == "fixed/**":  # "a/b", "a/b/": no "**" before the end
-            m = len(segs) - (shape == "fixed/**")
-            if n < m or not all(segs[i].match(parts[i]) for i in range(m)):
-                return NO
-            if shape == "fixed":
-                return ITSELF if n == m and not is_dir else FOLDER
-            hit = m < n or is_dir
-        elif segs[-1] is GLOBSTAR:  # "a/**/b/**": everything below a match
-            ok = self._ends(len(segs) - 1, parts)
-            hit = any(ok[:n]) or (ok[n] and is_dir)
-        else:
-            ok = self._ends(len(segs), parts)
-            if ok[n] and not is_dir:
-                return ITSELF
-            return FOLDER if ok[n] or any(ok[:n]) else NO
+            return self._verdict(len(parts) > 1 or is_dir)
+        if shape in ("name", "name/**"):
+            return self._match_name(parts, is_dir, above)
+        if shape in ("fixed", "fixed/**"):
+            return self._match_fixed(parts, is_dir)
+        return self._match_globs(parts, is_dir)
+
+    def _verdict(self, hit: bool) -> int:
         return NO if not hit else FOLDER if self.folder_only else ITSELF
+
+    def _match_name(self, parts: list[str], is_dir: bool, above: bool | None) -> int:
+        """ "name": one glob at any depth, the commonest pattern; "name/": a folder at any
+        depth."""
+        here = self.segs[1].match(parts[-1])
+        if self.shape == "name" and here:
+            return FOLDER if is_dir else ITSELF
+        if above is None:
+            above = self.above(parts[:-1])
+        if self.shape == "name":
+            return FOLDER if above else NO
+        return self._verdict(above or (is_dir and here))
+
+    def _match_fixed(self, parts: list[str], is_dir: bool) -> int:
+        """ "a/b", "a/b/": no "**" before the end."""
+        n, segs = len(parts), self.segs
+        m = len(segs) - (self.shape == "fixed/**")
+        if n < m or not all(segs[i].match(parts[i]) for i in range(m)):
+            return NO
+        if self.shape == "fixed":
+            return ITSELF if n == m and not is_dir else FOLDER
+        return self._verdict(m < n or is_dir)
+
+    def _match_globs(self, parts: list[str], is_dir: bool) -> int:
+        """A pattern with "**" inside; "a/**/b/**": everything below a match."""
+        n, segs = len(parts), self.segs
+        if segs[-1] is GLOBSTAR:
+            ok = self._ends(len(segs) - 1, parts)
+            return self._verdict(any(ok[:n]) or (ok[n] and is_dir))
+        ok = self._ends(len(segs), parts)
+        if ok[n] and not is_dir:
+            return ITSELF
+        return FOLDER if ok[n] or any(ok[:n]) else NO
 
     def _ends(self, end: int, parts: list[str]) -> list[bool]:
         """``ok[k]``: ``segs[:end]`` match ``parts[:k]`` exactly: a set of states, one step

@@ -295,59 +295,79 @@ def _death(w: _Worker, display: str, budget: float) -> FileResult:
 def analyze_isolated(jobs: list[Job], workers: int, budget: float) -> list[FileResult]:
     """Results of ``jobs``, in order, each analysed in a worker process under ``budget``
     CPU seconds."""
-    out: list[FileResult | None] = [None] * len(jobs)
-    # biggest first, handed out as workers free up, so the workers finish together
-    todo = sorted(range(len(jobs)), key=lambda i: len(jobs[i][0]))  # popped from the end
-    wall = budget * WALL_FACTOR + WALL_MARGIN
-    pool: list[_Worker] = []
-
-    def feed(w: _Worker) -> None:
-        while todo:
-            i = todo.pop()
-            if w.give(i, jobs[i]):
-                return
-            out[i] = _death(w, jobs[i][1], budget)
-            w = _replace(w)
-        w.index = None
-
-    def _replace(w: _Worker) -> _Worker:
-        fresh = _Worker(budget)
-        pool[pool.index(w)] = fresh
-        return fresh
-
-    def done() -> None:
-        advance(len(jobs) - len(todo) - sum(w.index is not None for w in pool), len(jobs))
-
+    run = _IsolatedRun(jobs, budget)
     try:
         for _ in range(max(1, min(workers, len(jobs)))):
-            pool.append(_Worker(budget))
-        for w in list(pool):
-            feed(w)
-        while True:
-            busy = {w.results: w for w in pool if w.index is not None}
-            if not busy:
-                break
-            ready, _, _ = select.select(list(busy), [], [], 1.0)
-            for fd in ready:
-                w = busy[fd]
-                try:
-                    index, data = _recv(fd)
-                except (EOFError, OSError):  # the worker died on its file
-                    i = w.index
-                    out[i] = _death(w, jobs[i][1], budget)
-                    feed(_replace(w))
-                    continue
-                out[index] = FileResult.from_json(jobs[index][1], data)
-                feed(w)
-            done()
-            now = time.monotonic()
-            for w in list(pool):
-                if w.index is not None and now - w.started > wall and not _runnable(w.pid):
-                    i = w.index
-                    w.reap(kill=True)
-                    out[i] = too_complex(jobs[i][1], f"blocked for over {wall:g} s of wall time")
-                    feed(_replace(w))
+            run.pool.append(_Worker(budget))
+        for w in list(run.pool):
+            run.feed(w)
+        while run.step():
+            pass
     finally:
-        for w in pool:
+        for w in run.pool:
             w.reap(kill=w.index is not None)
-    return [r for r in out if r is not None]
+    return [r for r in run.out if r is not None]
+
+
+class _IsolatedRun:
+    """The workers of :func:`analyze_isolated` and what they have answered."""
+
+    def __init__(self, jobs: list[Job], budget: float) -> None:
+        self.jobs = jobs
+        self.budget = budget
+        self.out: list[FileResult | None] = [None] * len(jobs)
+        # biggest first, handed out as workers free up, so the workers finish together
+        self.todo = sorted(range(len(jobs)), key=lambda i: len(jobs[i][0]))  # popped from the end
+        self.wall = budget * WALL_FACTOR + WALL_MARGIN
+        self.pool: list[_Worker] = []
+
+    def feed(self, w: _Worker) -> None:
+        """Give ``w`` the next job (a worker that dies taking it is replaced)."""
+        while self.todo:
+            i = self.todo.pop()
+            if w.give(i, self.jobs[i]):
+                return
+            self.out[i] = _death(w, self.jobs[i][1], self.budget)
+            w = self._replace(w)
+        w.index = None
+
+    def _replace(self, w: _Worker) -> _Worker:
+        fresh = _Worker(self.budget)
+        self.pool[self.pool.index(w)] = fresh
+        return fresh
+
+    def step(self) -> bool:
+        """Read what the busy workers answered within a second; False when none is busy."""
+        busy = {w.results: w for w in self.pool if w.index is not None}
+        if not busy:
+            return False
+        ready, _, _ = select.select(list(busy), [], [], 1.0)
+        for fd in ready:
+            self._answer(busy[fd], fd)
+        n = len(self.jobs)
+        advance(n - len(self.todo) - sum(w.index is not None for w in self.pool), n)
+        self._reap_blocked()
+        return True
+
+    def _answer(self, w: _Worker, fd) -> None:
+        try:
+            index, data = _recv(fd)
+        except (EOFError, OSError):  # the worker died on its file
+            i = w.index
+            self.out[i] = _death(w, self.jobs[i][1], self.budget)
+            self.feed(self._replace(w))
+            return
+        self.out[index] = FileResult.from_json(self.jobs[index][1], data)
+        self.feed(w)
+
+    def _reap_blocked(self) -> None:
+        """Replace each worker blocked (not runnable) for longer than the wall time."""
+        now = time.monotonic()
+        for w in list(self.pool):
+            if w.index is not None and now - w.started > self.wall and not _runnable(w.pid):
+                i = w.index
+                w.reap(kill=True)
+                self.out[i] = too_complex(
+                    self.jobs[i][1], f"blocked for over {self.wall:g} s of wall time"
+                )
+                self.feed(self._replace(w))

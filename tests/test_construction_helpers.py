@@ -12,6 +12,7 @@ from pathlib import Path
 
 from metalint.check import run_check
 from metalint.config import Settings
+from metalint.diagnostics import HelperReads
 
 # a recommender's feature utilities: bucket boundaries computed with torch at build time
 FEATURES = """
@@ -151,10 +152,10 @@ def test_deferred_analysis_lists_the_calls_it_leaves_out():
         )
 
     full, deferred = analyse(False), analyse(True)
-    at_calls = [d for d in full.diagnostics if d.condition and d.condition.if_helper_reads]
+    at_calls = [d for d in full.diagnostics if d.condition and d.condition.get(HelperReads)]
     assert at_calls and full.helper_reads == []
     assert deferred.helper_reads == sorted(
-        {(d.code, d.condition.if_helper_reads) for d in at_calls}
+        {(d.code, d.condition.get(HelperReads).function) for d in at_calls}
     )
     assert ("ML008", "recsys_t.features.bucket_count") in deferred.helper_reads
     assert [d for d in full.diagnostics if d not in at_calls] == deferred.diagnostics

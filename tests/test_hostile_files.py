@@ -387,10 +387,6 @@ def _special(rng: random.Random, folder: Path, name: str, outside: Path) -> None
     path = folder / name
     if kind == "fifo":
         os.mkfifo(path)
-    elif kind == "zero":
-        os.symlink("/dev/zero", path)
-    elif kind == "null":
-        os.symlink("/dev/null", path)
     elif kind == "socket":
         s = socket.socket(socket.AF_UNIX)
         try:
@@ -399,18 +395,21 @@ def _special(rng: random.Random, folder: Path, name: str, outside: Path) -> None
             os.mkfifo(path)
         finally:
             s.close()
-    elif kind == "dangling":
-        os.symlink("missing.py", path)
-    elif kind == "loop":
-        os.symlink(path.name, path)
-    elif kind == "dir-link":
-        os.symlink(".", path)
-    elif kind == "outside-link":
-        os.symlink(outside / "victim.py", path)
-    elif kind == "outside-dir-link":
-        os.symlink(outside, path)
     else:
-        os.symlink("/proc/self/status", path)
+        os.symlink(_LINKS[kind](path, outside), path)
+
+
+#: what each kind of special file :func:`_special` makes links to
+_LINKS = {
+    "zero": lambda path, outside: "/dev/zero",
+    "null": lambda path, outside: "/dev/null",
+    "dangling": lambda path, outside: "missing.py",
+    "loop": lambda path, outside: path.name,
+    "dir-link": lambda path, outside: ".",
+    "outside-link": lambda path, outside: outside / "victim.py",
+    "outside-dir-link": lambda path, outside: outside,
+    "proc": lambda path, outside: "/proc/self/status",
+}
 
 
 def _tree(rng: random.Random, root: Path) -> tuple[Path, Path]:

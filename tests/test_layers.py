@@ -70,24 +70,35 @@ def imports() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.level:
                 raise AssertionError(f"{name}: relative import")
-            targets = []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                targets = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            for target in targets:
-                if target in modules and target != name:
-                    found.add(target)
-                    break
-            else:
-                for target in targets:
-                    while target and target not in modules:
-                        target = target.rpartition(".")[0]
-                    if target and target != name:
-                        found.add(target)
-                        break
+            target = _imported(_targets(node), modules, name)
+            if target:
+                found.add(target)
         out[name] = found
     return out
+
+
+def _targets(node: ast.AST) -> list[str]:
+    """The names an import statement may import a module by (``a.b.c`` of ``from a.b import
+    c``, then ``a.b``)."""
+    if isinstance(node, ast.ImportFrom) and node.module:
+        return [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    return []
+
+
+def _imported(targets: list[str], modules, name: str) -> str | None:
+    """The metalint module an import of ``targets`` in module ``name`` imports: the first
+    target that is a module, else the nearest module that holds one."""
+    for target in targets:
+        if target in modules and target != name:
+            return target
+    for target in targets:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            return target
+    return None
 
 
 def test_dependencies_point_down():
@@ -105,6 +116,16 @@ def test_dependencies_point_down():
 def test_known_exceptions_still_exist():
     graph = imports()
     assert all(b in graph[a] for a, b in KNOWN), "a KNOWN arrow is gone: remove it from KNOWN"
+
+
+def _pop_to(stack: list[str], v: str) -> list[str]:
+    """Pop ``stack`` down to ``v``, inclusive: one strongly connected group."""
+    group = []
+    while True:
+        w = stack.pop()
+        group.append(w)
+        if w == v:
+            return group
 
 
 def cycles(graph) -> list[list[str]]:
@@ -125,12 +146,7 @@ def cycles(graph) -> list[list[str]]:
             elif w in stack:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                group.append(w)
-                if w == v:
-                    break
+            group = _pop_to(stack, v)
             if len(group) > 1:
                 out.append(sorted(group))
 

@@ -966,9 +966,9 @@ def test_list_fills_are_what_a_walk_of_the_body_finds(elided):
     nested in the body or a method the collector skips holds."""
     import ast as pyast
 
+    from metalint.static.composition import _list_fills
     from metalint.static.elide import elide
     from metalint.static.model import collect
-    from metalint.static.protocol import _list_fills
     from metalint.static.rule import RuleContext
     from metalint.static.syntax import parse_valid_module
 

@@ -76,10 +76,14 @@ def test_tree_replace_judges_as_a_fresh_build(tmp_path):
     tree.replace(new)
     assert tree.rebuilds == 1  # updated in place, not built again
     fresh = resolve([new, model], settings, enabled)
-    judged = resolve([new], settings, enabled, tree=tree) + resolve([model], settings, enabled, tree=tree)
+    judged = resolve([new], settings, enabled, tree=tree) + resolve(
+        [model], settings, enabled, tree=tree
+    )
     assert _shown(sorted(judged, key=lambda d: d.sort_key)) == _shown(fresh)
     # the model's own finding stands either way; Scale's is gone once it has its hook
-    assert [d.code for d in before] == [d.code for d in resolve([model], settings, enabled, tree=tree)]
+    assert [d.code for d in before] == [
+        d.code for d in resolve([model], settings, enabled, tree=tree)
+    ]
     assert not [d for d in fresh if d.filename == "pkg/layers.py"]
 
 

@@ -25,6 +25,31 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
+def _load(checkpoint, target, guess_args, verify, **options):
+    """Load ``checkpoint`` into the model ``target`` builds on meta (``options``: those of
+    :func:`~metalint.loader.core.load_checkpoint`), then, with ``verify``, compare it with
+    an eager load; the report."""
+    from metalint.loader.core import load_checkpoint
+
+    try:
+        factory = model_factory(target, guess_args=guess_args)
+    except ImportError as exc:
+        _fail(f"model target {target!r}: cannot import: {exc}")
+    report = load_checkpoint(factory, checkpoint, **options)
+    if verify:
+        from metalint.loader.verify import verify_against_eager
+
+        verify_against_eager(
+            factory,
+            checkpoint,
+            report.model,
+            dtype=options["dtype"],
+            keep_in_fp32=options["keep_in_fp32"],
+            report=report,
+        )
+    return report
+
+
 @click.command("load")
 @click.argument("checkpoint", type=click.Path())
 @click.option(
@@ -156,15 +181,11 @@ def load_command(
         _load_sharded(opts, nproc, timeout, output_format)
         return
     try:
-        from metalint.loader.core import load_checkpoint
-
-        try:
-            factory = model_factory(target, guess_args=guess_args)
-        except ImportError as exc:
-            _fail(f"model target {target!r}: cannot import: {exc}")
-        report = load_checkpoint(
-            factory,
+        report = _load(
             checkpoint,
+            target,
+            guess_args,
+            verify,
             dtype=dtype,
             device=device,
             keep_in_fp32=keep_in_fp32,
@@ -173,17 +194,6 @@ def load_command(
             allow_missing=allow_missing,
             progress=progress,
         )
-        if verify:
-            from metalint.loader.verify import verify_against_eager
-
-            verify_against_eager(
-                factory,
-                checkpoint,
-                report.model,
-                dtype=dtype,
-                keep_in_fp32=keep_in_fp32,
-                report=report,
-            )
     except CheckpointError as exc:
         _fail(str(exc))
     except (ValueError, TypeError) as exc:

@@ -136,6 +136,20 @@ class LoadReport:
             }
         return out
 
+    def _materialised_lines(self) -> list[str]:
+        """Shape mismatches, and what the init materialised and did not."""
+        lines = [
+            f"  shape mismatch: {n}: checkpoint {list(c)} vs model {list(m)}"
+            for n, c, m in self.shape_mismatches
+        ]
+        lines += [f"  materialised by init: {n} <- {how}" for n, how in self.materialized.items()]
+        if self.unmaterialized:
+            lines.append(
+                f"  NOT materialised (no init entry point re-creates them; left on meta): "
+                f"{', '.join(self.unmaterialized)}"
+            )
+        return lines
+
     def __str__(self) -> str:
         mb = self.bytes_read / 2**20
         lines = [
@@ -152,15 +166,7 @@ class LoadReport:
         ):
             if items:
                 lines.append(f"  {title} ({len(items)}): {', '.join(items)}")
-        for n, c, m in self.shape_mismatches:
-            lines.append(f"  shape mismatch: {n}: checkpoint {list(c)} vs model {list(m)}")
-        for n, how in self.materialized.items():
-            lines.append(f"  materialised by init: {n} <- {how}")
-        if self.unmaterialized:
-            lines.append(
-                f"  NOT materialised (no init entry point re-creates them; left on meta): "
-                f"{', '.join(self.unmaterialized)}"
-            )
+        lines += self._materialised_lines()
         for t in self.tied:
             lines.append(f"  tied: {' = '.join(t)}")
         if self.sharded:
@@ -169,18 +175,7 @@ class LoadReport:
             per = ", ".join(f"rank {r}: {b} bytes" for r, b in enumerate(self.bytes_read_per_rank))
             lines.append(f"  bytes read per rank ({self.world_size} ranks): {per}")
         if self.verify is not None:
-            v = self.verify
-            verdict = "identical" if v.ok else f"{len(v.mismatches)} DIFFER"
-            lines.append(
-                f"  verify against eager load_state_dict: {v.identical}/{v.compared} compared "
-                f"tensors identical -> {verdict}"
-            )
-            for m in v.mismatches:
-                lines.append(f"    differs: {m}")
-            if v.skipped:
-                lines.append(
-                    f"    randomly initialised, shape/dtype checked only: {', '.join(v.skipped)}"
-                )
+            lines += _verify_lines(self.verify)
         return "\n".join(lines)
 
 
@@ -888,3 +883,17 @@ def _load(model, checkpoint, policy, device, strict, init, allow, shards, progre
     if error is not None:
         tx.rollback()
         raise error
+
+
+def _verify_lines(v) -> list[str]:
+    """The report's lines of ``--verify``: how many tensors are identical to an eager load,
+    each that differs, those only checked for shape and dtype."""
+    verdict = "identical" if v.ok else f"{len(v.mismatches)} DIFFER"
+    lines = [
+        f"  verify against eager load_state_dict: {v.identical}/{v.compared} compared "
+        f"tensors identical -> {verdict}"
+    ]
+    lines += [f"    differs: {m}" for m in v.mismatches]
+    if v.skipped:
+        lines.append(f"    randomly initialised, shape/dtype checked only: {', '.join(v.skipped)}")
+    return lines

@@ -203,22 +203,7 @@ def _checked(md) -> Metadata:
             entries[name] = _checked_tensor(name, meta)
         else:
             raise PickleRefused(f"entry {name[:80]!r} is a {type(meta).__name__}")
-    items = {}
-    for key, info in storage.items():
-        fqn, offset = getattr(key, "fqn", None), getattr(key, "offset", None)
-        if type(key) is not MetadataIndex or type(fqn) is not str or type(offset) is not torch.Size:
-            raise PickleRefused("storage_data key is not a MetadataIndex of a name and offsets")
-        if type(info) is not _StorageInfo:
-            raise PickleRefused(f"storage item of {fqn[:80]!r} is a {type(info).__name__}")
-        rel, off, n = (getattr(info, a, None) for a in ("relative_path", "offset", "length"))
-        if type(rel) is not str or not all(type(x) is int and 0 <= x < _U63 for x in (off, n)):
-            raise PickleRefused(f"storage item of {fqn[:80]!r} has no path, offset, length")
-        td = getattr(info, "transform_descriptors", None)
-        if td is not None and (
-            type(td) not in (list, tuple) or any(type(t) is not str for t in td)
-        ):
-            raise PickleRefused(f"storage item of {fqn[:80]!r}: bad transform descriptors")
-        items[MetadataIndex(fqn, offset)] = _StorageInfo(rel, off, n, td)
+    items = dict(_checked_item(key, info) for key, info in storage.items())
     version = getattr(md, "version", None)
     return Metadata(
         state_dict_metadata=entries,
@@ -227,6 +212,22 @@ def _checked(md) -> Metadata:
         storage_meta=StorageMeta(),
         version=version if type(version) is str else None,
     )
+
+
+def _checked_item(key, info) -> tuple[MetadataIndex, _StorageInfo]:
+    """A new storage item (its index and info) from the checked parts of one."""
+    fqn, offset = getattr(key, "fqn", None), getattr(key, "offset", None)
+    if type(key) is not MetadataIndex or type(fqn) is not str or type(offset) is not torch.Size:
+        raise PickleRefused("storage_data key is not a MetadataIndex of a name and offsets")
+    if type(info) is not _StorageInfo:
+        raise PickleRefused(f"storage item of {fqn[:80]!r} is a {type(info).__name__}")
+    rel, off, n = (getattr(info, a, None) for a in ("relative_path", "offset", "length"))
+    if type(rel) is not str or not all(type(x) is int and 0 <= x < _U63 for x in (off, n)):
+        raise PickleRefused(f"storage item of {fqn[:80]!r} has no path, offset, length")
+    td = getattr(info, "transform_descriptors", None)
+    if td is not None and (type(td) not in (list, tuple) or any(type(t) is not str for t in td)):
+        raise PickleRefused(f"storage item of {fqn[:80]!r}: bad transform descriptors")
+    return MetadataIndex(fqn, offset), _StorageInfo(rel, off, n, td)
 
 
 def _checked_tensor(name: str, meta) -> TensorStorageMetadata:

@@ -517,6 +517,22 @@ def launch(
     return _wait_all(procs, timeout)
 
 
+def _wait_or_terminate(procs, deadline: float) -> None:
+    """Wait for the ranks until the deadline, or 10 s after one of them failed; then
+    terminate those still running."""
+    grace = None
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        if grace is None and any(p.poll() not in (None, 0) for p in procs):
+            grace = now + 10.0
+        if now > deadline or (grace is not None and now > grace):
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            return
+        time.sleep(0.05)
+
+
 def _wait_all(procs, timeout: float) -> list[subprocess.CompletedProcess]:
     import threading
 
@@ -530,18 +546,7 @@ def _wait_all(procs, timeout: float) -> list[subprocess.CompletedProcess]:
     ]
     for th in threads:
         th.start()
-    deadline = time.monotonic() + timeout
-    grace = None
-    while any(p.poll() is None for p in procs):
-        now = time.monotonic()
-        if grace is None and any(p.poll() not in (None, 0) for p in procs):
-            grace = now + 10.0
-        if now > deadline or (grace is not None and now > grace):
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-            break
-        time.sleep(0.05)
+    _wait_or_terminate(procs, time.monotonic() + timeout)
     for p in procs:
         try:
             p.wait(timeout=10)

@@ -381,29 +381,7 @@ def open_checkpoint(checkpoint) -> Source:
     if not p.exists():
         raise CheckpointError("no such file or folder", file=str(p))
     if p.is_dir():
-        # exists, not is_file: a FIFO or device under a name the loader reads is refused
-        # (by the reader, with one line) rather than passed over
-        if (p / ".metadata").exists():
-            return DCPSource(str(p))
-        for preferred in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
-            if (p / preferred).exists():
-                return _from_index(p / preferred)
-        indexes = sorted(p.glob("*.safetensors.index.json"))
-        if len(indexes) == 1:
-            return _from_index(indexes[0])
-        if len(indexes) > 1:
-            names = ", ".join(i.name for i in indexes)
-            raise CheckpointError(f"several index files ({names}); pass one of them", file=str(p))
-        shards = sorted(str(f) for f in p.glob("*.safetensors"))
-        if shards:
-            return SafetensorsSource(str(p), _inside(p, shards))
-        zips = sorted(str(f) for f in p.iterdir() if f.suffix in TORCH_SUFFIXES and f.is_file())
-        if zips:
-            return TorchZipSource(str(p), _inside(p, zips))
-        raise CheckpointError(
-            "folder holds no .safetensors, index.json, torch .bin/.pt or DCP .metadata",
-            file=str(p),
-        )
+        return _open_folder(p)
     require_regular(p)
     if p.name.endswith(".index.json"):
         return _from_index(p)
@@ -417,6 +395,34 @@ def open_checkpoint(checkpoint) -> Source:
     if magic == b"PK":
         return TorchZipSource(str(p), [str(p)])
     return SafetensorsSource(str(p), [str(p)])
+
+
+def _open_folder(p: Path) -> Source:
+    """A checkpoint folder: DCP, an index (the usual names first), safetensors shards or
+    torch files."""
+    # exists, not is_file: a FIFO or device under a name the loader reads is refused
+    # (by the reader, with one line) rather than passed over
+    if (p / ".metadata").exists():
+        return DCPSource(str(p))
+    for preferred in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (p / preferred).exists():
+            return _from_index(p / preferred)
+    indexes = sorted(p.glob("*.safetensors.index.json"))
+    if len(indexes) == 1:
+        return _from_index(indexes[0])
+    if len(indexes) > 1:
+        names = ", ".join(i.name for i in indexes)
+        raise CheckpointError(f"several index files ({names}); pass one of them", file=str(p))
+    shards = sorted(str(f) for f in p.glob("*.safetensors"))
+    if shards:
+        return SafetensorsSource(str(p), _inside(p, shards))
+    zips = sorted(str(f) for f in p.iterdir() if f.suffix in TORCH_SUFFIXES and f.is_file())
+    if zips:
+        return TorchZipSource(str(p), _inside(p, zips))
+    raise CheckpointError(
+        "folder holds no .safetensors, index.json, torch .bin/.pt or DCP .metadata",
+        file=str(p),
+    )
 
 
 TORCH_TO_ST = {v: k for k, v in ST_TO_TORCH.items() if v is not None}

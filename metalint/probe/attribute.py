@@ -159,14 +159,7 @@ class WriteRecorder(Mode):
             return
         rand = name in RANDOM_ATEN_OPS or name.startswith("rand") or "dropout" in name
         if not rand:
-            flat_in, _ = tree_flatten((args, kwargs))
-            skip = set(keys) if name in OVERWRITE_ATEN_OPS else set()
-            for x in flat_in:
-                if isinstance(x, torch.Tensor):
-                    k = _storage_key(x)
-                    if k is not None and k not in skip and self.random.get(k, False):
-                        rand = True
-                        break
+            rand = self._reads_random(name, keys, args, kwargs)
         site = user_frame()
         for t in targets:
             k = _storage_key(t)
@@ -180,6 +173,18 @@ class WriteRecorder(Mode):
                 self.random[k] = self.random.get(k, False)
             else:
                 self.random[k] = rand
+
+    def _reads_random(self, name: str, keys: list, args, kwargs) -> bool:
+        """Does the op read a tensor that holds random values (not one it overwrites
+        whole)?"""
+        flat_in, _ = tree_flatten((args, kwargs))
+        skip = set(keys) if name in OVERWRITE_ATEN_OPS else set()
+        for x in flat_in:
+            if isinstance(x, torch.Tensor):
+                k = _storage_key(x)
+                if k is not None and k not in skip and self.random.get(k, False):
+                    return True
+        return False
 
     def lookup(self, t: torch.Tensor) -> tuple[Site | None, bool | None]:
         k = _storage_key(t)

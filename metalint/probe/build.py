@@ -22,51 +22,50 @@ Steps (:func:`probe` runs them in this order, one function each):
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
-import importlib
 import inspect
 import linecache
 import os
 import re
 import time
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.parameter import is_lazy
 
 from metalint.diagnostics import Diagnostic, Position, Severity
 from metalint.lines import split_lines
 from metalint.probe import attribute, compare
+from metalint.probe.materialise import (
+    LazyModules,
+    ProbeSetupError,
+    _HookWrites,
+    _lazy_modules,
+    _poison,
+    _stage_error,
+    materialisation_site,
+    replay_load,
+    run_init,
+)
+from metalint.probe.materialise import per_module_hooks as per_module_hooks
 from metalint.probe.memory import rss_anon
 from metalint.probe.results import verdict_text
-from metalint.vocabulary import (
-    BUFFER_HOOK,
-    DEFAULT_HOOKS,
-    RESET_HOOK,
-    ROOT_ENTRIES,
-    ROOT_ONLY_PROTOCOL,
+from metalint.probe.snapshot import (
+    Snapshot,
+    _class_file,
+    _mark_seed_dependent,
+    _raise_site,
+    release_memory,
+    snapshot,
 )
+from metalint.vocabulary import ROOT_ONLY_PROTOCOL
 
 INIT_CHOICES = ("auto", "reset_parameters", "init_weights", ROOT_ONLY_PROTOCOL)
 #: a device escape that the build frees again is reported only from this size on
 TRANSIENT_ESCAPE_BYTES = 1 << 20
-
-
-def release_memory() -> None:
-    """Free the eager model for real: collect, then return freed heap pages to the OS (glibc
-    raises its mmap threshold after the first large free, so later tensors live in the heap)."""
-    gc.collect()
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def pick_device(device: str, ranks: int = 1) -> str:
@@ -86,372 +85,7 @@ def pick_device(device: str, ranks: int = 1) -> str:
 # ----------------------------------------------------------------------------- tensors
 
 
-@dataclass
-class Entry:
-    name: str  # path in the model: blocks.0.ls1.gamma
-    kind: str  # parameter | buffer | attribute
-    owner: str  # module path: blocks.0.ls1
-    attr: str  # gamma
-    cls: str  # owner class qualname
-    cls_file: str | None
-    cls_module: str
-    stats: compare.Stats | None = None
-    site: attribute.Site | None = None
-
-
-@functools.lru_cache(maxsize=None)
-def _class_file(cls: type) -> str | None:
-    try:
-        return os.path.realpath(inspect.getsourcefile(cls) or "")
-    except (TypeError, OSError):
-        return None
-
-
-def _walk_tensors(model: nn.Module) -> Iterator[tuple[str, str, str, nn.Module, torch.Tensor]]:
-    """(kind, owner path, attr, owner module, tensor) for every name, ties included. A lazy
-    module's uninitialised parameters and buffers (``nn.LazyLinear``: no shape until the first
-    forward, eagerly as on meta) hold no value to compare: left out (torchrl's ``MLP`` of lazy
-    layers raised "Attempted to use an uninitialized parameter")."""
-    for path, mod in model.named_modules(remove_duplicate=False):
-        for attr, p in mod._parameters.items():
-            if p is not None and not is_lazy(p):
-                yield "parameter", path, attr, mod, p
-        for attr, b in mod._buffers.items():
-            if b is not None and not is_lazy(b):
-                yield "buffer", path, attr, mod, b
-        for attr, v in vars(mod).items():
-            if isinstance(v, torch.Tensor) and not attr.startswith("__"):
-                yield "attribute", path, attr, mod, v
-
-
-def _name(path: str, attr: str) -> str:
-    return f"{path}.{attr}" if path else attr
-
-
-@dataclass
-class Snapshot:
-    entries: dict[str, Entry]
-    ties: list[list[str]]  # groups of names that share one Parameter/buffer object
-    classes: dict[str, dict[str, Any]]  # module path -> {cls, file, module}
-
-
-def snapshot(
-    model: nn.Module,
-    recorder: attribute.WriteRecorder | None,
-    *,
-    stats: bool = True,
-    keep_copy: bool = True,
-) -> tuple[Snapshot, dict[str, torch.Tensor]]:
-    entries: dict[str, Entry] = {}
-    by_id: dict[int, list[str]] = {}
-    tensors: dict[str, torch.Tensor] = {}
-    seen_stats: dict[int, compare.Stats] = {}
-    classes: dict[str, dict[str, Any]] = {}
-    for path, mod in model.named_modules(remove_duplicate=False):
-        cls = type(mod)
-        classes[path] = {
-            "cls": cls.__qualname__,
-            "file": _class_file(cls),
-            "module": cls.__module__,
-        }
-    for kind, path, attr, mod, t in _walk_tensors(model):
-        name = _name(path, attr)
-        cls = type(mod)
-        e = Entry(name, kind, path, attr, cls.__qualname__, _class_file(cls), cls.__module__)
-        if kind != "attribute":
-            by_id.setdefault(id(t), []).append(name)
-        if stats:
-            if id(t) not in seen_stats:
-                seen_stats[id(t)] = compare.tensor_stats(t, keep_copy=keep_copy)
-            e.stats = seen_stats[id(t)]
-        if recorder is not None:
-            e.site, rand = recorder.lookup(t)
-            if e.stats is not None:
-                e.stats.random = bool(rand)
-                e.stats.uninitialised = recorder.never_written(t)
-        entries[name] = e
-        tensors[name] = t
-    ties = [names for names in by_id.values() if len(names) > 1]
-    return Snapshot(entries, ties, classes), tensors
-
-
-def _mark_seed_dependent(make: Callable[[], nn.Module], seed: int, eager: Snapshot) -> None:
-    """Build eager again under another seed: a tensor whose bytes differ is random, whatever
-    the write recorder saw (a draw through numpy or Python's ``random``, a 1-element tensor)."""
-    torch.manual_seed(seed + 7919)
-    try:
-        model = make()
-    except Exception:
-        return  # the first build succeeded: the recorder's verdict stands
-    for kind, path, attr, _mod, t in _walk_tensors(model):
-        e = eager.entries.get(_name(path, attr))
-        st = e.stats if e is not None else None
-        if st is None or st.random or st.numel == 0 or tuple(t.shape) != st.shape:
-            continue
-        if t.device.type != "meta" and compare._hash(t) != st.digest:
-            st.random = True
-    del model
-    release_memory()
-
-
 # ----------------------------------------------------------------------------- init
-
-
-def _post_order(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    out: list[tuple[str, nn.Module]] = []
-    seen: set[int] = set()
-
-    def visit(path: str, m: nn.Module) -> None:
-        if id(m) in seen:
-            return
-        seen.add(id(m))
-        for n, c in m.named_children():
-            visit(_name(path, n), c)
-        out.append((path, m))
-
-    visit("", model)
-    return out
-
-
-def _pre_order(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    return list(model.named_modules())
-
-
-def resolve_callable(spec: str) -> Callable:
-    if ":" in spec:
-        mod, _, attr = spec.partition(":")
-    else:
-        mod, _, attr = spec.rpartition(".")
-    obj: Any = importlib.import_module(mod)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-class _HookWrites(attribute.Mode):
-    """During reset hooks: which module's hook wrote which storage."""
-
-    def __init__(self, owners: dict[int, str]) -> None:
-        super().__init__()
-        self.owners = owners
-        self.current: str | None = None
-        self.foreign: list[tuple[str, str]] = []  # (hook module path, written tensor name)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if self.current is not None:
-            for t in attribute._written_args(func, args, kwargs):
-                k = attribute._storage_key(t)
-                name = self.owners.get(k) if k is not None else None
-                if name is not None:
-                    owner = name.rpartition(".")[0]
-                    if owner != self.current:
-                        self.foreign.append((self.current, name))
-        return out
-
-
-def _has(m: nn.Module, name: str) -> bool:
-    """``m`` has the hook ``name``, callable with no argument as every materialiser calls it
-    (peft's ``RoadLayer.reset_parameters(adapter_name, init_weights)`` is no such hook: the
-    per-module protocol cannot run it, and ML006 does not judge it)."""
-    fn = getattr(m, name, None)
-    if not callable(fn):
-        return False
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return all(
-        p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params
-    )
-
-
-def run_init(
-    model: nn.Module,
-    init: str,
-    order: str = "post",
-    tracker: _HookWrites | None = None,
-    hooks: Sequence[str] = (),
-    device: str | None = None,
-) -> str:
-    """Run the init entry point on ``model``; returns a description of what ran.
-
-    - ``reset_parameters``: every module's ``reset_parameters()``, children first (``order``);
-    - ``init_weights``: the root's ``init_weights()`` only;
-    - ``init_weights-only``: the root's entry point and nothing after it (no per-module
-      hooks); ``auto`` is this when a materialisation site of the class's tree runs so
-      (:func:`materialisation_site`);
-    - ``auto``: every module, children first: its ``reset_parameters()``, then its
-      ``init_weights()`` when it defines one. This is timm's protocol (``named_apply(depth_first=True)``
-      with ``init_weights_vit_timm``): a per-module ``init_weights()`` patches values on top of
-      its children's own init, and a root ``init_weights()`` that re-initialises the whole tree
-      runs last, so it wins. The root's entry point is the first of
-      :data:`~metalint.vocabulary.ROOT_ENTRIES` it has (torchtitan's ``init_states()`` when it
-      has no ``init_weights()``), as ``metalint check`` and ``metalint load`` read it. Without
-      any of them this is ``reset_parameters``.
-    - ``module:callable``: called with the model.
-
-    Then ``init_non_persistent_buffers()`` on every module that has it (timm), and each of
-    ``hooks`` (the configured ``[tool.metalint] hooks``, e.g. torchtune's ``rope_init``) on every
-    module that has it, under ``torch.device(device)``. ``metalint check`` counts what these
-    re-create as re-created, so the probe runs them too; the built-in hooks and private ones
-    (``_init_weights(m)``, applied by a parent) are not called again.
-    """
-    if init in ("auto", ROOT_ONLY_PROTOCOL):
-        used = _root_only(model, init)
-        if used is not None:
-            return used
-    if init == "init_weights":
-        if not _has(model, "init_weights"):
-            raise ProbeSetupError(f"{type(model).__qualname__} has no init_weights()")
-        model.init_weights()
-        used = "init_weights()"
-    elif init in ("reset_parameters", "auto"):
-        mods = _post_order(model) if order == "post" else _pre_order(model)
-        ran: set[str] = set()
-        for path, m in mods:
-            # a module's own reset_parameters() always runs (every protocol runs every
-            # module's own hooks: ``metalint.static.protocol``); under ``auto`` its
-            # init_weights() (or the root's entry) then patches on top of it, as a fix that
-            # gives one class both hooks expects (pypots' SCINet: its buffer in
-            # reset_parameters(), its children's init in init_weights())
-            hooks_here = [RESET_HOOK]
-            if init == "auto":
-                entries = ROOT_ENTRIES if path == "" else ROOT_ENTRIES[:1]
-                hooks_here += [next((h for h in entries if _has(m, h)), entries[0])]
-            for hook in hooks_here:
-                if _has(m, hook):
-                    ran.add(hook)
-                    if tracker is not None and hook == RESET_HOOK:
-                        tracker.current = path
-                    try:
-                        getattr(m, hook)()
-                    finally:
-                        if tracker is not None:
-                            tracker.current = None
-        where = "children first" if order == "post" else "parents first"
-        root = next((h for h in ROOT_ENTRIES if _has(model, h)), None)
-        if root is not None and init == "auto":
-            used = f"root {root}() after submodules' reset_parameters()/init_weights() {where}"
-        elif "init_weights" in ran:
-            used = f"reset_parameters() and init_weights() per module, {where}"
-        else:
-            used = f"reset_parameters() {where}"
-    else:
-        resolve_callable(init)(model)
-        used = f"{init}(model)"
-    return used + _buffer_and_configured_hooks(model, hooks, device)
-
-
-def _buffer_and_configured_hooks(model: nn.Module, hooks: Sequence[str], device) -> str:
-    """Run ``init_non_persistent_buffers()`` and the configured ``hooks`` on every module
-    that has them (see :func:`run_init`); what ran, as `` + hook()`` for each."""
-    used = ""
-    for hook in (BUFFER_HOOK, *per_module_hooks(hooks)):
-        having = [m for m in model.modules() if _has(m, hook)]
-        # a configured hook may re-create its tensors (``register_buffer`` anew): torchtune's
-        # recipes call ``rope_init()`` under ``with torch.device(device)``, so it runs under the
-        # device the model was materialised on
-        on_device = hook != BUFFER_HOOK and device is not None
-        with torch.device(device) if on_device else contextlib.nullcontext():
-            for m in having:
-                getattr(m, hook)()
-        if having:
-            used += f" + {hook}()"
-    return used
-
-
-def _root_only(model: nn.Module, init: str) -> str | None:
-    """``init_weights-only``: the root's entry point and nothing else, no module's own hook;
-    ``auto`` runs so when the class's tree materialises it so (a training script's
-    ``model.init_weights()`` after ``to_empty()``), as ``check`` judged it. None: ``auto``
-    on a class no such site builds."""
-    if init == ROOT_ONLY_PROTOCOL:
-        entry = next((h for h in ROOT_ENTRIES if _has(model, h)), None)
-        if entry is None:
-            raise ProbeSetupError(f"{type(model).__qualname__} has no {ROOT_ENTRIES[0]}()")
-        getattr(model, entry)()
-        return f"root {entry}() only"
-    site = materialisation_site(type(model))
-    if site is None or site.loads:
-        return None  # a checkpoint load is replayed whole (:func:`replay_load`)
-    for _, entry in site.runs:
-        if not _has(model, entry):
-            raise ProbeSetupError(f"{type(model).__qualname__} has no {entry}()")
-        getattr(model, entry)()
-    ran = " + ".join(f"{entry}()" for _, entry in site.runs)
-    return f"root {ran} only, as {site.label.replace('`', '')}"
-
-
-@functools.lru_cache(maxsize=64)
-def materialisation_site(cls: type):
-    """The materialisation site of the class's tree that ``--init auto`` replays on an
-    instance of ``cls`` (:func:`metalint.static.pipeline.probed_site`: one that runs only
-    the root's entry point, else a checkpoint load; the answer ``check`` judges the class's
-    tensors under), or None."""
-    from metalint.static.pipeline import probed_site, sequences, settled, tree_sites
-
-    file = _class_file(cls)
-    if not file:
-        return None
-
-    def resolve(name: str) -> str | None:
-        module, _, attr = name.rpartition(".")
-        try:
-            obj = getattr(importlib.import_module(module), attr) if module else None
-        except Exception:  # noqa: BLE001 (a name the probe cannot import is not this class)
-            return None
-        return "root" if obj is cls else None
-
-    def defines(name: str) -> bool:
-        # the class's own method (or a base's of the library), not one of torch's
-        return any(name in vars(k) for k in cls.__mro__ if not k.__module__.startswith("torch"))
-
-    def known_function(name: str) -> bool:
-        try:
-            return callable(resolve_callable(name))
-        except Exception:  # a name the probe cannot import runs nothing
-            return False
-
-    seqs = sequences(tree_sites(file), resolve).get("root", [])
-    return probed_site([settled(q, defines, known_function) for q in seqs])
-
-
-def per_module_hooks(hooks: Sequence[str]) -> tuple[str, ...]:
-    """The configured hooks the probe calls on every module after the init entry point: those
-    beyond the built-in ones, and public (a private hook is applied by a parent)."""
-    return tuple(
-        h for h in dict.fromkeys(hooks) if h not in DEFAULT_HOOKS and not h.startswith("_")
-    )
-
-
-class ProbeSetupError(Exception):
-    """The probe itself cannot run (bad --init, no init_weights, to_empty or the init entry
-    point raised): reported as ML900 for the item."""
-
-
-class LazyModules(ProbeSetupError):
-    """The model holds lazy modules (``nn.LazyLinear``): their tensors get a shape only at the
-    first forward, so ``to_empty()`` cannot materialise them (it raises "Attempted to use an
-    uninitialized parameter"). Nothing to judge: the probe skips it."""
-
-
-def _lazy_modules(model: nn.Module) -> list[str]:
-    return [
-        f"`{path or type(model).__name__}`: {type(m).__name__}"
-        for path, m in model.named_modules()
-        if any(is_lazy(t) for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
-    ]
-
-
-def _stage_error(stage: str, exc: BaseException) -> ProbeSetupError:
-    site, _ = _raise_site(exc)
-    where = f" at {site.short()}" if site else ""
-    msg = traceback.format_exception_only(type(exc), exc)[-1].strip()[:300]
-    err = ProbeSetupError(f"{stage} raised {msg}{where}")
-    err.stage = stage
-    return err
 
 
 # ----------------------------------------------------------------------------- results
@@ -583,28 +217,6 @@ def _findings_to_diags(
 # ----------------------------------------------------------------------------- probe
 
 
-def _raise_site(exc: BaseException) -> tuple[attribute.Site | None, str | None]:
-    tb = exc.__traceback__
-    site = None
-    owner = None
-    torch_dir = attribute._TORCH_DIR
-    while tb is not None:
-        fr = tb.tb_frame
-        fn = fr.f_code.co_filename
-        if (
-            not fn.startswith(torch_dir)
-            and not fn.startswith(attribute._PROBE_DIR)
-            and not fn.startswith("<")
-        ):
-            site = attribute.Site(fn, tb.tb_lineno, fr.f_code.co_name)
-            obj = fr.f_locals.get("self")
-            if isinstance(obj, nn.Module):
-                owner = type(obj).__qualname__
-                site.owner = owner
-        tb = tb.tb_next
-    return site, owner
-
-
 def _tie_site(model_classes: dict[str, dict[str, Any]], names: list[str]) -> attribute.Site | None:
     """Find the assignment that made a tie: ``self.<...>.<attr> = ...`` in an ancestor's source."""
     for name in names[1:] + names[:1]:
@@ -678,84 +290,6 @@ def _deferred(
     else:
         used = run_init(model, init, order, hooks=hooks, device=device)
     return model, used, poisons, tracker
-
-
-def _poison(tensors: dict[str, torch.Tensor], eager: Snapshot) -> dict[str, Any]:
-    """Poison every tensor ``to_empty()`` left (not plain attributes, not what is still on
-    meta); each one's statistics after (small ones only)."""
-    poisons: dict[str, Any] = {}
-    seen: set[int] = set()
-    for name, t in tensors.items():
-        e = eager.entries.get(name)
-        if id(t) in seen or (e is not None and e.kind == "attribute") or t.device.type == "meta":
-            continue
-        seen.add(id(t))
-        compare.poison_(t, e.stats if e else None)
-        poisons[name] = (
-            compare.tensor_stats(t, keep_copy=False) if t.numel() <= compare.SMALL else None
-        )
-    return poisons
-
-
-@contextlib.contextmanager
-def parameters_on_meta() -> Iterator[None]:
-    """Build parameters on the meta device and everything else where construction puts it:
-    what accelerate's ``init_empty_weights()`` (without ``include_buffers``) does, without
-    accelerate: each parameter a module registers is replaced by a meta one of its class."""
-    register = nn.Module.register_parameter
-
-    def on_meta(module: nn.Module, name: str, param) -> None:
-        register(module, name, param)
-        p = module._parameters.get(name)
-        if p is not None and p.device.type != "meta":
-            extra = {**p.__dict__, "requires_grad": p.requires_grad}
-            module._parameters[name] = type(p)(p.detach().to("meta"), **extra)
-
-    nn.Module.register_parameter = on_meta
-    try:
-        yield
-    finally:
-        nn.Module.register_parameter = register
-
-
-def replay_load(
-    make: Callable[[], nn.Module], device: str, site, seed: int, eager: Snapshot
-) -> tuple[nn.Module, str]:
-    """Replay a checkpoint-load site (:class:`metalint.static.pipeline.Sequence` with
-    ``loads``): build eagerly under ``seed`` and keep its ``state_dict()`` (persistent tensors
-    only, as a checkpoint holds them), build the way the site does (every tensor on meta, or
-    only the parameters: ``site.meta == "params"``), ``to_empty()`` and poison when the site
-    calls it, load with ``assign=True``, then run what the site runs after. A non-persistent
-    buffer is in no checkpoint: it stays where the build left it (on meta, or poisoned)."""
-    torch.manual_seed(seed)
-    reference = make()
-    checkpoint = {k: v.detach().to(device) for k, v in reference.state_dict().items()}
-    del reference
-    build = parameters_on_meta() if site.meta == "params" else torch.device("meta")
-    with build:
-        model = make()
-    if site.to_empty:
-        model.to_empty(device=device)
-        _, tensors = snapshot(model, None, stats=False)
-        _poison(tensors, eager)
-        del tensors
-    model.load_state_dict(checkpoint, assign=True)
-    del checkpoint
-    for kind, name in site.runs:
-        if kind == "entry":
-            if not _has(model, name):
-                raise ProbeSetupError(f"{type(model).__qualname__} has no {name}()")
-            getattr(model, name)()
-        elif kind == "reset":
-            for _, m in _post_order(model):
-                if _has(m, name):
-                    getattr(m, name)()
-        else:
-            model.apply(resolve_callable(name))
-    onto = " onto parameters built on meta" if site.meta == "params" else ""
-    ran = "".join(f" + {name}()" for _, name in site.runs)
-    where = site.label.replace("`", "")
-    return model, f"checkpoint load (assign=True){onto}{ran}, as {where}"
 
 
 def _poison_hit(t: torch.Tensor, st: compare.Stats, eager: compare.Stats | None) -> bool:
@@ -1067,46 +601,57 @@ def _class_summary(
     for path, info in eager.classes.items():
         key = f"{info['file']}::{info['cls']}"
         path_cls[path] = key
-        out.setdefault(
-            key,
-            {
-                "file": info["file"],
-                "cls": info["cls"],
-                "module": info["module"],
-                "attrs": [],
-                "plain": [],
-                "broken": {},
-                "codes": [],
-                "subtree_broken": 0,
-                "raised": False,
-                # its tensors were compared after a meta build: False when the model's meta
-                # build raised (in this class or another one); then ``substitute``: they were
-                # compared on an eager build wiped by to_empty() (not what stays on meta)
-                "compared": raised is None,
-                "substitute": raised is not None,
-            },
-        )
+        out.setdefault(key, _empty_summary(info, raised))
     for e in eager.entries.values():
         key = path_cls.get(e.owner)
         kind = "plain" if e.kind == "attribute" else "attrs"
         if key and e.attr not in out[key][kind]:
             out[key][kind].append(e.attr)
     for f in findings:
-        if f.code in ("MP006", "MP007", "MP009", "MP005"):
-            for path, key in path_cls.items():
-                if out[key]["cls"] == f.cls and f.code not in out[key]["codes"]:
-                    out[key]["codes"].append(f.code)
-            if f.code != "MP005":
-                continue
-        for n in f.names:
-            e = eager.entries.get(n)
-            if e is not None:
-                _mark_broken(out, path_cls, e, f.code)
+        _mark_finding(out, path_cls, eager, f)
     if raised:
         for info in out.values():
             if info["cls"] == raised:
                 info["raised"] = True
     return out
+
+
+def _empty_summary(info: dict[str, Any], raised: str | None) -> dict[str, Any]:
+    return {
+        "file": info["file"],
+        "cls": info["cls"],
+        "module": info["module"],
+        "attrs": [],
+        "plain": [],
+        "broken": {},
+        "codes": [],
+        "subtree_broken": 0,
+        "raised": False,
+        # its tensors were compared after a meta build: False when the model's meta
+        # build raised (in this class or another one); then ``substitute``: they were
+        # compared on an eager build wiped by to_empty() (not what stays on meta)
+        "compared": raised is None,
+        "substitute": raised is not None,
+    }
+
+
+#: probe codes about a class as a whole (MP005 also names its tensors)
+_CLASS_CODES = ("MP006", "MP007", "MP009", "MP005")
+
+
+def _mark_finding(out: dict, path_cls: dict[str, str], eager: Snapshot, f: Finding) -> None:
+    """A finding in the summaries: a class-level code on its class, a broken tensor in its
+    owner's class and its ancestors' subtrees."""
+    if f.code in _CLASS_CODES:
+        for key in path_cls.values():
+            if out[key]["cls"] == f.cls and f.code not in out[key]["codes"]:
+                out[key]["codes"].append(f.code)
+        if f.code != "MP005":
+            return
+    for n in f.names:
+        e = eager.entries.get(n)
+        if e is not None:
+            _mark_broken(out, path_cls, e, f.code)
 
 
 def _mark_broken(out: dict, path_cls: dict[str, str], e, code: str) -> None:

@@ -193,6 +193,36 @@ def summary_lines(rep: ProbeReport, declared: list[Declared] = ()) -> list[str]:
     return lines
 
 
+def _targets(targets, config):
+    """The targets to probe (those given, else the configured factories) and the
+    settings."""
+    specs = list(targets)
+    first = parse_target(specs[0]) if specs else []
+    settings = load_settings_for_probe(first[0].path if first else None, config)
+    if not specs:
+        specs = list(settings.probe.get("factories", []))
+        if not specs:
+            raise click.UsageError("no TARGET given and no [tool.metalint.probe] factories")
+    return specs, settings
+
+
+def _show_declared(intended, stale, where: str, fmt: str) -> None:
+    """The differences ``expected-differences`` declares (not failures) and the stale
+    declarations."""
+    for d, x in intended:
+        click.echo(
+            f"declared {d.filename}:{d.start.row}:{d.start.column}: {d.code} {d.message} "
+            f"(expected-differences {x.spec!r} in {where}: not a failure)",
+            err=fmt != "text",
+        )
+    for x in stale:
+        click.echo(
+            f"metalint probe: warning: expected-differences {x.spec!r} in {where} matched no "
+            f"difference: {x.cls} was built and no finding names its `{x.tensor}` (stale)",
+            err=True,
+        )
+
+
 @click.command("probe")
 @click.argument("targets", nargs=-1)
 @click.option(
@@ -255,13 +285,7 @@ def probe_command(
     if needs:
         click.echo(needs, err=True)
         sys.exit(2)
-    specs = list(targets)
-    first = parse_target(specs[0]) if specs else []
-    settings = load_settings_for_probe(first[0].path if first else None, config)
-    if not specs:
-        specs = list(settings.probe.get("factories", []))
-        if not specs:
-            raise click.UsageError("no TARGET given and no [tool.metalint.probe] factories")
+    specs, settings = _targets(targets, config)
     opts = Options(device=device, init=init, seed=seed, timeout=timeout, hooks=settings.hooks)
     if nproc is not None and shard is None:
         raise click.UsageError("--nproc needs --shard fsdp|tp")
@@ -272,19 +296,7 @@ def probe_command(
     if fmt in report.TEXT_FORMATS:
         for line in summary_lines(rep, declared):
             click.echo(line)
-    where = settings.config_file or "pyproject.toml"
-    for d, x in intended:
-        click.echo(
-            f"declared {d.filename}:{d.start.row}:{d.start.column}: {d.code} {d.message} "
-            f"(expected-differences {x.spec!r} in {where}: not a failure)",
-            err=fmt != "text",
-        )
-    for x in stale:
-        click.echo(
-            f"metalint probe: warning: expected-differences {x.spec!r} in {where} matched no "
-            f"difference: {x.cls} was built and no finding names its `{x.tensor}` (stale)",
-            err=True,
-        )
+    _show_declared(intended, stale, settings.config_file or "pyproject.toml", fmt)
     if not_probed:
         click.echo(not_probed, err=True)
     if built == 0:

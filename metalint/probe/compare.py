@@ -322,6 +322,20 @@ def ks_critical(n: int, m: int, alpha: float = KS_ALPHA) -> float:
     return math.sqrt(-0.5 * math.log(alpha / 2)) * math.sqrt((n + m) / (n * m))
 
 
+def _law_or_range(eager: Stats, deferred: Stats, deferred_tensor, n: int, both: bool) -> list:
+    """A two-sample Kolmogorov-Smirnov test when both samples are at hand and small, else
+    the range from ``RANGE_MIN`` elements on: what differs, if either does."""
+    if both and n <= SMALL:
+        d = ks_distance(eager.copy, deferred_tensor)
+        if d > ks_critical(n, max(deferred.numel - deferred.nonfinite, 1)):
+            return [f"law (KS distance {d:.3g})"]
+    elif n >= RANGE_MIN:
+        span1, span2 = eager.max - eager.min, deferred.max - deferred.min
+        if span1 > 0 and not (0.5 * span1 <= span2 <= 2.0 * span1):
+            return ["range"]
+    return []
+
+
 def _compare_distributions(
     eager: Stats, deferred: Stats, deferred_tensor: torch.Tensor | None
 ) -> Difference | None:
@@ -356,14 +370,7 @@ def _compare_distributions(
     if hi_s > 1e-12 and (lo_s <= 0 or math.log(hi_s / lo_s) > 6 * math.sqrt(2.0 / (n - 1)) + 0.02):
         why.append("std")
     both = eager.copy is not None and deferred_tensor is not None and outliers == 0
-    if both and n <= SMALL:
-        d = ks_distance(eager.copy, deferred_tensor)
-        if d > ks_critical(n, max(deferred.numel - deferred.nonfinite, 1)):
-            why.append(f"law (KS distance {d:.3g})")
-    elif n >= RANGE_MIN:
-        span1, span2 = eager.max - eager.min, deferred.max - deferred.min
-        if span1 > 0 and not (0.5 * span1 <= span2 <= 2.0 * span1):
-            why.append("range")
+    why += _law_or_range(eager, deferred, deferred_tensor, n, both)
     if why:
         return Difference(
             "MP002",

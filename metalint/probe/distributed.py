@@ -1,11 +1,11 @@
 """``metalint probe --nproc N --shard fsdp|tp TARGET``: prove the init under sharding.
 
 On every rank: build eagerly on one device under the seed and keep statistics (as the
-single-process probe does, :func:`metalint.probe.build.snapshot` with the write recorder, so
+single-process probe does, :func:`metalint.probe.snapshot.snapshot` with the write recorder, so
 findings point at the same source lines); build on ``meta``, shard (FSDP2 ``fully_shard`` or
 tensor parallel, :func:`metalint.loader.distributed.shard_model`), ``to_empty``, poison, seed
 every rank alike (as a training script does) and run the init entry point
-(:func:`metalint.probe.build.run_init`). Then, per tensor:
+(:func:`metalint.probe.materialise.run_init`). Then, per tensor:
 
 - all-reduced statistics of the sharded tensor (count, sum, sum of squares, non-finite and NaN
   counts, min, max; replicas counted once) make a :class:`~metalint.probe.compare.Stats` that
@@ -46,10 +46,11 @@ from metalint.loader.distributed import (
     shard_model,
     shard_settings,
 )
-from metalint.probe import build, compare
-from metalint.probe.build import Finding, _walk_tensors, pick_device
+from metalint.probe import build, compare, materialise
+from metalint.probe.build import Finding, pick_device
 from metalint.probe.compare import Stats, tensor_stats
 from metalint.probe.isolate import Options, Outcome
+from metalint.probe.snapshot import _walk_tensors
 from metalint.probe.target import Target, parse_target, resolve_items
 
 
@@ -348,11 +349,13 @@ def probe_sharded(
             compare.poison_(local(t), eager.entries[name].stats)
         torch.manual_seed(seed + 1)  # every rank alike, as a training script seeds them
         with dtensor_rng(device) as tracked:
-            used = build.run_init(model, init, "post", hooks=hooks, device=device)
+            used = materialise.run_init(model, init, "post", hooks=hooks, device=device)
     except build.ProbeSetupError:
         raise
     except Exception as exc:
-        raise build._stage_error(f"meta build + --shard {shard} + init {init!r}", exc) from exc
+        raise materialise._stage_error(
+            f"meta build + --shard {shard} + init {init!r}", exc
+        ) from exc
     world = dist.get_world_size()
     res.init_used = f"{used}, sharded with {shard} over {world} ranks"
     findings = _compare(eager, _sharded_tensors(model, eager), shard, world, tracked)

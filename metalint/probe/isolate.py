@@ -51,7 +51,7 @@ class Options:
     init: str = "auto"
     seed: int = 0
     timeout: float = 120.0
-    hooks: tuple[str, ...] = ()  # [tool.metalint] hooks: see metalint.probe.build.run_init
+    hooks: tuple[str, ...] = ()  # [tool.metalint] hooks: see metalint.probe.materialise.run_init
     python: str = field(default_factory=lambda: sys.executable)
     #: called as each item starts: (label, items done in this target, items in it); a terminal
     #: progress line (never part of the report)

@@ -122,6 +122,12 @@ def verdict_for(diag: Diagnostic, info: Mapping[str, Any] | None) -> str | None:
     stood_in = info.get("substitute", False) and diag.code not in _META_ONLY_RULES
     if not compared and not stood_in:
         return None
+    return _compared_verdict(diag, info, codes, child, attr)
+
+
+def _compared_verdict(diag: Diagnostic, info, codes: set[str], child, attr) -> str:
+    """The verdict on a finding whose class's tensors were compared: ``attr`` the tensor it
+    names, when that build made it."""
     broken = info.get("broken", {})
     if diag.code == "ML009" and "MP007" in codes:
         return "confirmed"

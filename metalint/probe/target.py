@@ -256,6 +256,19 @@ def _guess(name: str, ann: Any, empty: Any) -> Any:
         return torch.nn.SiLU()
     if ann is torch.Tensor or text == "Tensor":
         return torch.ones(4)
+    composite = _composite_guess(name, ann, empty, origin, args)
+    if composite is not _SIMPLE:
+        return composite
+    return _simple_guess(name, ann, empty)
+
+
+#: :func:`_composite_guess` of an annotation that is no ``Literal``, union, tuple or list
+_SIMPLE = object()
+
+
+def _composite_guess(name: str, ann: Any, empty: Any, origin: Any, args: tuple) -> Any:
+    """:func:`_guess` of ``Literal``, ``Optional``/``Union``, ``tuple`` and ``list``
+    annotations; ``_SIMPLE`` for any other."""
     if origin is typing.Literal and args:
         return args[0]
     if origin is typing.Union or type(ann).__name__ == "UnionType":
@@ -274,6 +287,14 @@ def _guess(name: str, ann: Any, empty: Any) -> Any:
     if origin in (list, collections.abc.Sequence) and args:
         g = _guess(name, args[0], empty)
         return _NO if g is _NO else [g, g]
+    return _SIMPLE
+
+
+def _simple_guess(name: str, ann: Any, empty: Any) -> Any:
+    """:func:`_guess` of a ``bool``, dtype, ``float`` or ``int`` parameter, or one without
+    annotation whose name tells (``dim``, ``eps``, ``dropout``)."""
+    import torch
+
     if ann is bool:
         return False
     named_dtype = ann is empty and name.lower() == "dtype"
@@ -319,21 +340,34 @@ def _used_as_number(cls: type, name: str) -> bool:
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and (named(node.left) or named(node.right)):
             return True
-        if isinstance(node, ast.Compare) and (
-            named(node.left) or any(named(c) for c in node.comparators)
-        ):
-            others = [node.left, *node.comparators]
-            if any(isinstance(o, ast.Constant) and type(o.value) in (int, float) for o in others):
-                return True
+        if isinstance(node, ast.Compare) and _compared_to_number(node, named):
+            return True
         if isinstance(node, ast.Call) and any(named(a) for a in node.args):
-            f = node.func
-            if isinstance(f, ast.Name) and f.id in ("range", "min", "max", "int"):
-                return True
-            while isinstance(f, ast.Attribute):
-                f = f.value
-            if isinstance(f, ast.Name) and f.id == "torch":
+            if _numeric_call(node):
                 return True
     return False
+
+
+def _compared_to_number(node, named) -> bool:
+    """``n > 0``: the parameter compared with a number."""
+    import ast
+
+    others = [node.left, *node.comparators]
+    return any(named(o) for o in others) and any(
+        isinstance(o, ast.Constant) and type(o.value) in (int, float) for o in others
+    )
+
+
+def _numeric_call(node) -> bool:
+    """``range(n)``, ``min(n, m)``, ``int(n)`` or a ``torch`` function's call."""
+    import ast
+
+    f = node.func
+    if isinstance(f, ast.Name) and f.id in ("range", "min", "max", "int"):
+        return True
+    while isinstance(f, ast.Attribute):
+        f = f.value
+    return isinstance(f, ast.Name) and f.id == "torch"
 
 
 def _forwarded_guess(cls: type, name: str, depth: int = 0) -> Any:
@@ -349,29 +383,46 @@ def _forwarded_guess(cls: type, name: str, depth: int = 0) -> Any:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        slot: int | str | None = None
-        for i, a in enumerate(node.args):
-            if isinstance(a, ast.Name) and a.id == name:
-                slot = i
-        for kw in node.keywords:
-            if isinstance(kw.value, ast.Name) and kw.value.id == name and kw.arg:
-                slot = kw.arg
+        slot = _slot(node, name)
         if slot is None:
             continue
-        func = node.func
-        while isinstance(func, ast.Attribute):
-            func = func.value
-        if not isinstance(func, ast.Name) or func.id == "self":
-            continue  # only a plain name or dotted path is evaluated: nothing is called
-        callee: Any = None
-        try:
-            callee = eval(compile(ast.Expression(node.func), "<callee>", "eval"), dict(scope))
-        except Exception:
+        callee = _callee(node, scope)
+        if callee is _NO:
             continue
         g = _callee_guess(callee, slot, depth)
         if g is not _NO:
             return g
     return _NO
+
+
+def _slot(node, name: str) -> int | str | None:
+    """Where a call takes the parameter ``name``: its position or keyword (the last)."""
+    import ast
+
+    slot: int | str | None = None
+    for i, a in enumerate(node.args):
+        if isinstance(a, ast.Name) and a.id == name:
+            slot = i
+    for kw in node.keywords:
+        if isinstance(kw.value, ast.Name) and kw.value.id == name and kw.arg:
+            slot = kw.arg
+    return slot
+
+
+def _callee(node, scope: dict) -> Any:
+    """What a call calls, evaluated in ``scope`` when it is a plain name or a dotted path
+    (nothing is called); ``_NO`` otherwise."""
+    import ast
+
+    func = node.func
+    while isinstance(func, ast.Attribute):
+        func = func.value
+    if not isinstance(func, ast.Name) or func.id == "self":
+        return _NO
+    try:
+        return eval(compile(ast.Expression(node.func), "<callee>", "eval"), dict(scope))
+    except Exception:
+        return _NO
 
 
 def _callee_guess(callee: Any, slot: int | str, depth: int) -> Any:
@@ -423,12 +474,7 @@ def infer_arguments(cls: type) -> dict[str, Any]:
             continue
         if p.kind is p.POSITIONAL_ONLY:
             raise CannotConstruct(f"positional-only parameter `{p.name}`")
-        ann = hints.get(p.name, p.annotation)
-        if isinstance(ann, str):  # get_type_hints failed on some annotation: this one alone
-            try:
-                ann = eval(ann, getattr(cls.__init__, "__globals__", {}))  # as get_type_hints does
-            except Exception:
-                pass
+        ann = _annotation(cls, hints.get(p.name, p.annotation))
         value = _guess(p.name, ann, p.empty)
         if value is _NO:
             value = _forwarded_guess(cls, p.name)
@@ -442,6 +488,17 @@ def infer_arguments(cls: type) -> dict[str, Any]:
             raise CannotConstruct(f"required parameter `{p.name}{shown}` cannot be inferred")
         kwargs[p.name] = value
     return kwargs
+
+
+def _annotation(cls: type, ann: Any) -> Any:
+    """A parameter's annotation; one still a string (``get_type_hints`` failed on some
+    annotation) evaluated alone, as ``get_type_hints`` does."""
+    if isinstance(ann, str):
+        try:
+            return eval(ann, getattr(cls.__init__, "__globals__", {}))
+        except Exception:
+            pass
+    return ann
 
 
 def module_items(mod, file: str | None) -> list[Item]:

@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import NotRecreated
 from metalint.static.construction import (
     Registration,
     argument_of,
@@ -73,266 +74,6 @@ class BufferFromValue(Rule):
     summary = "Buffer registered from a computed value in `__init__` that no reset hook re-creates"
     codemod = "metalint.fix.buffer_from_value"
 
-    VALID = [
-        # timm 1.0: empty buffer + init_non_persistent_buffers
-        """
-import torch
-from torch import nn
-
-def gen_relative_position_index(h, w):
-    return torch.arange(h * w).view(h, w)
-
-class Attention(nn.Module):
-    def __init__(self, window, device=None):
-        super().__init__()
-        self.window = window
-        self.register_buffer(
-            "relative_position_index",
-            torch.empty(window * window, device=device, dtype=torch.long),
-            persistent=False,
-        )
-        self.init_non_persistent_buffers()
-
-    def init_non_persistent_buffers(self):
-        self.relative_position_index.copy_(gen_relative_position_index(self.window, self.window).view(-1))
-""",
-        # a hook that re-computes through a helper
-        """
-import torch
-import torch.nn as nn
-
-class Rope(nn.Module):
-    def __init__(self, dim, base=10000.0):
-        super().__init__()
-        self.dim, self.base = dim, base
-        self.register_buffer("inv_freq", self._compute_inv_freq(), persistent=False)
-
-    def _compute_inv_freq(self):
-        return 1.0 / (self.base ** (torch.arange(0, self.dim, 2).float() / self.dim))
-
-    def reset_parameters(self):
-        self.inv_freq = self._compute_inv_freq()
-""",
-        # a base class in the same tree re-registers it
-        """
-import torch
-from torch import nn
-
-class BaseNorm(nn.Module):
-    def reset_parameters(self):
-        self.running_mean.zero_()
-        self.running_var.fill_(1)
-
-class Norm(BaseNorm):
-    def __init__(self, n):
-        super().__init__()
-        self.register_buffer("running_mean", torch.zeros(n))
-        self.register_buffer("running_var", torch.ones(n))
-""",
-        # nothing computed: an empty buffer, a buffer passed in, None
-        """
-import torch
-from torch import nn
-
-class Holder(nn.Module):
-    def __init__(self, table, n):
-        super().__init__()
-        self.register_buffer("scratch", torch.empty(n), persistent=False)
-        self.register_buffer("table", table)
-        self.register_buffer("mask", None)
-""",
-        # a BatchNorm subclass registering its statistics again: the base's own
-        # ``reset_running_stats()`` gives them the same values
-        """
-import torch
-from torch import nn
-
-class SyncStatsBatchNorm(nn.BatchNorm2d):
-    def __init__(self, c, eps=1e-5, device=None):
-        super().__init__(c, eps=eps, device=device)
-        self.register_buffer("running_mean", torch.zeros(c, device=device))
-        self.register_buffer("running_var", torch.ones(c, device=device))
-        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long, device=device))
-""",
-    ]
-    INVALID = [
-        # a count table through a local assigned twice: its statements are copied into the hook
-        Invalid(
-            """
-import torch
-from torch import nn
-
-class BalancedLoss(nn.Module):
-    def __init__(self, class_counts, num_samples):
-        super().__init__()
-        counts = torch.as_tensor(class_counts, dtype=torch.float32)
-        counts = counts.clamp(1.0, num_samples - 1.0)
-        self.register_buffer("freq_inv", 1.0 / counts)  # ERROR
-""",
-            fixed="""
-import torch
-from torch import nn
-
-class BalancedLoss(nn.Module):
-    def __init__(self, class_counts, num_samples):
-        super().__init__()
-        self.num_samples = num_samples
-        self.class_counts = class_counts
-        counts = torch.as_tensor(class_counts, dtype=torch.float32)
-        counts = counts.clamp(1.0, num_samples - 1.0)
-        self.register_buffer("freq_inv", 1.0 / counts)  # ERROR
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        counts = torch.as_tensor(self.class_counts, dtype=torch.float32)
-        counts = counts.clamp(1.0, self.num_samples - 1.0)
-        with torch.no_grad():
-            self.freq_inv.copy_(1.0 / counts)
-""",
-        ),
-        # the classic RoPE (Llama-style, transformers 4.x)
-        Invalid(
-            """
-import torch
-from torch import nn
-
-class LlamaRotaryEmbedding(nn.Module):
-    def __init__(self, dim, max_position_embeddings=2048, base=10000, device=None):
-        super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float().to(device) / dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # ERROR
-""",
-            fixed="""
-import torch
-from torch import nn
-
-class LlamaRotaryEmbedding(nn.Module):
-    def __init__(self, dim, max_position_embeddings=2048, base=10000, device=None):
-        super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float().to(device) / dim))
-        self.base = base
-        self.dim = dim
-        self.device = device
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # ERROR
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        with torch.no_grad():
-            self.inv_freq.copy_(1.0 / (self.base ** (torch.arange(0, self.dim, 2).float().to(self.inv_freq.device) / self.dim)))
-""",
-        ),
-        # transformers 4.4x: the value comes from a function returning a tuple
-        """
-import torch
-import torch.nn as nn
-
-class RotaryEmbedding(nn.Module):
-    def __init__(self, config, device=None):
-        super().__init__()
-        self.rope_init_fn = ROPE_INIT_FUNCTIONS[config.rope_type]
-        inv_freq, self.attention_scaling = self.rope_init_fn(config, device)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # ERROR
-        self.original_inv_freq = self.inv_freq
-""",
-        # causal mask and position ids (GPT-2 / BERT style), persistent and not
-        """
-import torch
-from torch import nn
-
-class SelfAttention(nn.Module):
-    def __init__(self, n_positions):
-        super().__init__()
-        self.register_buffer(  # ERROR
-            "bias",
-            torch.tril(torch.ones((n_positions, n_positions), dtype=torch.bool)).view(1, 1, n_positions, n_positions),
-            persistent=False,
-        )
-        self.register_buffer("position_ids", torch.arange(n_positions).expand((1, -1)))  # ERROR
-        self.register_buffer("counter", torch.zeros(1, dtype=torch.long))  # ERROR
-""",
-        # a local re-assigned from itself, and a mask that is None in one branch (timm 0.9)
-        """
-import torch
-from torch import nn
-
-class Attention(nn.Module):
-    def __init__(self, resolution, shift_size=0):
-        super().__init__()
-        pos = torch.stack(torch.meshgrid(torch.arange(resolution), torch.arange(resolution))).flatten(1)
-        rel_pos = (pos[..., :, None] - pos[..., None, :]).abs()
-        rel_pos = (rel_pos[0] * resolution) + rel_pos[1]
-        self.register_buffer("attention_bias_idxs", rel_pos, persistent=False)  # ERROR
-        if shift_size > 0:
-            attn_mask = torch.zeros(resolution, resolution)
-            attn_mask = attn_mask.masked_fill(attn_mask != 0, float(-100.0))
-        else:
-            attn_mask = None
-        self.register_buffer("attn_mask", attn_mask, persistent=False)  # ERROR
-""",
-        # torch-geometric's link-prediction metrics: a non-persistent buffer from the caller's
-        # tensor; the fix keeps it and copies it back in the hook
-        Invalid(
-            """
-import torch
-from torch import Tensor
-from torch.nn import Module
-
-class LinkPredAveragePopularity(Module):
-    def __init__(self, k: int, popularity: Tensor) -> None:
-        super().__init__()
-        self.k = k
-        self.popularity: Tensor
-        self.register_buffer('popularity', popularity, persistent=False)  # ERROR
-""",
-            fixed="""
-import torch
-from torch import Tensor
-from torch.nn import Module
-
-class LinkPredAveragePopularity(Module):
-    def __init__(self, k: int, popularity: Tensor) -> None:
-        super().__init__()
-        self.k = k
-        self.popularity: Tensor
-        self._popularity = popularity
-        self.register_buffer('popularity', popularity, persistent=False)  # ERROR
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        with torch.no_grad():
-            self.popularity.copy_(self._popularity)
-""",
-        ),
-        # a hook exists but re-creates something else; a helper registers the buffer
-        """
-import torch
-from torch import nn
-
-class WindowAttention(nn.Module):
-    def __init__(self, window):
-        super().__init__()
-        self.table = nn.Parameter(torch.empty((2 * window - 1) ** 2, 4))
-        self._make_index(window)
-
-    def _make_index(self, window):
-        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij"))
-        self.register_buffer("relative_position_index", coords.flatten(1).sum(0), persistent=False)  # ERROR
-
-    def reset_parameters(self):
-        nn.init.trunc_normal_(self.table, std=0.02)
-""",
-        # a value the BatchNorm base's reset does not give back
-        """
-import torch
-from torch import nn
-
-class WarmStatsBatchNorm(nn.BatchNorm2d):
-    def __init__(self, c, device=None):
-        super().__init__(c, device=device)
-        self.register_buffer("running_var", torch.zeros(c, device=device))  # ERROR
-""",
-    ]
-
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
         for reg in registrations(methods, self.qualify):
@@ -372,7 +113,7 @@ class WarmStatsBatchNorm(nn.BatchNorm2d):
                 cls,
                 help="Register it with `torch.empty(...)` and compute it in "
                 "`reset_parameters()` (or `init_non_persistent_buffers()`)",
-                unless_recreated=(reg.attr,),
+                conditions=(NotRecreated((reg.attr,)),),
                 subject=(reg.attr,),
             )
 
@@ -397,6 +138,270 @@ class WarmStatsBatchNorm(nn.BatchNorm2d):
             cls,
             help=f"Keep the caller's tensor on `self` and copy it into `self.{reg.attr}` in "
             "`reset_parameters()`",
-            unless_recreated=(reg.attr,),
+            conditions=(NotRecreated((reg.attr,)),),
             subject=(reg.attr,),
         )
+
+
+# the rule's examples: the reported lines end with ``# ERROR``; they run as tests
+# (tests/test_rule_examples.py)
+BufferFromValue.VALID = [
+    # timm 1.0: empty buffer + init_non_persistent_buffers
+    """
+import torch
+from torch import nn
+
+def gen_relative_position_index(h, w):
+    return torch.arange(h * w).view(h, w)
+
+class Attention(nn.Module):
+    def __init__(self, window, device=None):
+        super().__init__()
+        self.window = window
+        self.register_buffer(
+            "relative_position_index",
+            torch.empty(window * window, device=device, dtype=torch.long),
+            persistent=False,
+        )
+        self.init_non_persistent_buffers()
+
+    def init_non_persistent_buffers(self):
+        self.relative_position_index.copy_(gen_relative_position_index(self.window, self.window).view(-1))
+""",
+    # a hook that re-computes through a helper
+    """
+import torch
+import torch.nn as nn
+
+class Rope(nn.Module):
+    def __init__(self, dim, base=10000.0):
+        super().__init__()
+        self.dim, self.base = dim, base
+        self.register_buffer("inv_freq", self._compute_inv_freq(), persistent=False)
+
+    def _compute_inv_freq(self):
+        return 1.0 / (self.base ** (torch.arange(0, self.dim, 2).float() / self.dim))
+
+    def reset_parameters(self):
+        self.inv_freq = self._compute_inv_freq()
+""",
+    # a base class in the same tree re-registers it
+    """
+import torch
+from torch import nn
+
+class BaseNorm(nn.Module):
+    def reset_parameters(self):
+        self.running_mean.zero_()
+        self.running_var.fill_(1)
+
+class Norm(BaseNorm):
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(n))
+        self.register_buffer("running_var", torch.ones(n))
+""",
+    # nothing computed: an empty buffer, a buffer passed in, None
+    """
+import torch
+from torch import nn
+
+class Holder(nn.Module):
+    def __init__(self, table, n):
+        super().__init__()
+        self.register_buffer("scratch", torch.empty(n), persistent=False)
+        self.register_buffer("table", table)
+        self.register_buffer("mask", None)
+""",
+    # a BatchNorm subclass registering its statistics again: the base's own
+    # ``reset_running_stats()`` gives them the same values
+    """
+import torch
+from torch import nn
+
+class SyncStatsBatchNorm(nn.BatchNorm2d):
+    def __init__(self, c, eps=1e-5, device=None):
+        super().__init__(c, eps=eps, device=device)
+        self.register_buffer("running_mean", torch.zeros(c, device=device))
+        self.register_buffer("running_var", torch.ones(c, device=device))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long, device=device))
+""",
+]
+
+BufferFromValue.INVALID = [
+    # a count table through a local assigned twice: its statements are copied into the hook
+    Invalid(
+        """
+import torch
+from torch import nn
+
+class BalancedLoss(nn.Module):
+    def __init__(self, class_counts, num_samples):
+        super().__init__()
+        counts = torch.as_tensor(class_counts, dtype=torch.float32)
+        counts = counts.clamp(1.0, num_samples - 1.0)
+        self.register_buffer("freq_inv", 1.0 / counts)  # ERROR
+""",
+        fixed="""
+import torch
+from torch import nn
+
+class BalancedLoss(nn.Module):
+    def __init__(self, class_counts, num_samples):
+        super().__init__()
+        self.num_samples = num_samples
+        self.class_counts = class_counts
+        counts = torch.as_tensor(class_counts, dtype=torch.float32)
+        counts = counts.clamp(1.0, num_samples - 1.0)
+        self.register_buffer("freq_inv", 1.0 / counts)  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        counts = torch.as_tensor(self.class_counts, dtype=torch.float32)
+        counts = counts.clamp(1.0, self.num_samples - 1.0)
+        with torch.no_grad():
+            self.freq_inv.copy_(1.0 / counts)
+""",
+    ),
+    # the classic RoPE (Llama-style, transformers 4.x)
+    Invalid(
+        """
+import torch
+from torch import nn
+
+class LlamaRotaryEmbedding(nn.Module):
+    def __init__(self, dim, max_position_embeddings=2048, base=10000, device=None):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float().to(device) / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # ERROR
+""",
+        fixed="""
+import torch
+from torch import nn
+
+class LlamaRotaryEmbedding(nn.Module):
+    def __init__(self, dim, max_position_embeddings=2048, base=10000, device=None):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float().to(device) / dim))
+        self.base = base
+        self.dim = dim
+        self.device = device
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        with torch.no_grad():
+            self.inv_freq.copy_(1.0 / (self.base ** (torch.arange(0, self.dim, 2).float().to(self.inv_freq.device) / self.dim)))
+""",
+    ),
+    # transformers 4.4x: the value comes from a function returning a tuple
+    """
+import torch
+import torch.nn as nn
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, config, device=None):
+        super().__init__()
+        self.rope_init_fn = ROPE_INIT_FUNCTIONS[config.rope_type]
+        inv_freq, self.attention_scaling = self.rope_init_fn(config, device)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # ERROR
+        self.original_inv_freq = self.inv_freq
+""",
+    # causal mask and position ids (GPT-2 / BERT style), persistent and not
+    """
+import torch
+from torch import nn
+
+class SelfAttention(nn.Module):
+    def __init__(self, n_positions):
+        super().__init__()
+        self.register_buffer(  # ERROR
+            "bias",
+            torch.tril(torch.ones((n_positions, n_positions), dtype=torch.bool)).view(1, 1, n_positions, n_positions),
+            persistent=False,
+        )
+        self.register_buffer("position_ids", torch.arange(n_positions).expand((1, -1)))  # ERROR
+        self.register_buffer("counter", torch.zeros(1, dtype=torch.long))  # ERROR
+""",
+    # a local re-assigned from itself, and a mask that is None in one branch (timm 0.9)
+    """
+import torch
+from torch import nn
+
+class Attention(nn.Module):
+    def __init__(self, resolution, shift_size=0):
+        super().__init__()
+        pos = torch.stack(torch.meshgrid(torch.arange(resolution), torch.arange(resolution))).flatten(1)
+        rel_pos = (pos[..., :, None] - pos[..., None, :]).abs()
+        rel_pos = (rel_pos[0] * resolution) + rel_pos[1]
+        self.register_buffer("attention_bias_idxs", rel_pos, persistent=False)  # ERROR
+        if shift_size > 0:
+            attn_mask = torch.zeros(resolution, resolution)
+            attn_mask = attn_mask.masked_fill(attn_mask != 0, float(-100.0))
+        else:
+            attn_mask = None
+        self.register_buffer("attn_mask", attn_mask, persistent=False)  # ERROR
+""",
+    # torch-geometric's link-prediction metrics: a non-persistent buffer from the caller's
+    # tensor; the fix keeps it and copies it back in the hook
+    Invalid(
+        """
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+class LinkPredAveragePopularity(Module):
+    def __init__(self, k: int, popularity: Tensor) -> None:
+        super().__init__()
+        self.k = k
+        self.popularity: Tensor
+        self.register_buffer('popularity', popularity, persistent=False)  # ERROR
+""",
+        fixed="""
+import torch
+from torch import Tensor
+from torch.nn import Module
+
+class LinkPredAveragePopularity(Module):
+    def __init__(self, k: int, popularity: Tensor) -> None:
+        super().__init__()
+        self.k = k
+        self.popularity: Tensor
+        self._popularity = popularity
+        self.register_buffer('popularity', popularity, persistent=False)  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.popularity.copy_(self._popularity)
+""",
+    ),
+    # a hook exists but re-creates something else; a helper registers the buffer
+    """
+import torch
+from torch import nn
+
+class WindowAttention(nn.Module):
+    def __init__(self, window):
+        super().__init__()
+        self.table = nn.Parameter(torch.empty((2 * window - 1) ** 2, 4))
+        self._make_index(window)
+
+    def _make_index(self, window):
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij"))
+        self.register_buffer("relative_position_index", coords.flatten(1).sum(0), persistent=False)  # ERROR
+
+    def reset_parameters(self):
+        nn.init.trunc_normal_(self.table, std=0.02)
+""",
+    # a value the BatchNorm base's reset does not give back
+    """
+import torch
+from torch import nn
+
+class WarmStatsBatchNorm(nn.BatchNorm2d):
+    def __init__(self, c, device=None):
+        super().__init__(c, device=device)
+        self.register_buffer("running_var", torch.zeros(c, device=device))  # ERROR
+""",
+]

@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import HelperReads, ReturnsMeta
 from metalint.static.model import (
     ClassFacts,
     MethodFacts,
@@ -70,371 +71,6 @@ class DataDependentInit(Rule):
     codemod = "metalint.fix.data_dependent_init"
     summary = "Construction reads a tensor's value (`.item()`, `.tolist()`, `if t:`), which crashes on meta"
 
-    VALID = [
-        # an adapter placing itself on its base layer's device, unless it is built on meta
-        """
-import torch
-from torch import nn
-
-class Adapter(nn.Module):
-    def __init__(self, width, device=None):
-        super().__init__()
-        self.device = device if device is not None else "cpu"
-        self.scale = nn.Parameter(torch.ones(width))
-        if not any(t.is_meta for t in (*self.parameters(), *self.buffers())):
-            self.to(self.device)
-        meta = torch.device("meta")
-        if not any(p.device == meta for p in self.parameters()):
-            self.cuda()
-""",
-        # peft BaseTuner: names that only feed each other through locals (a nested function
-        # strips a suffix from its string parameter) are no tensors
-        """
-import torch
-from torch import nn
-
-class Tuner(nn.Module):
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.lora = torch.nn.Parameter(torch.zeros(4))
-
-        def strip(name):
-            part = ".base"
-            while part in name:
-                prefix, _, suffix = name.rpartition(part)
-                name = prefix + suffix
-            return name
-
-        for name, _module in model.named_modules():
-            if strip(name) == "":
-                continue
-""",
-        # the same clamp of a local made on the CPU: its reads are fine under meta
-        """
-import torch
-import torch.nn as nn
-
-class BalancedLoss(nn.Module):
-    def __init__(self, class_counts, num_samples: int):
-        super().__init__()
-        counts = torch.as_tensor(class_counts, dtype=torch.float32, device="cpu")
-        counts = counts.clamp(1.0, num_samples - 1.0)
-        if (counts < 0).any():
-            raise ValueError("class_counts must be in [0, num_samples]")
-""",
-        # Python numbers, and an explicit CPU tensor for a schedule
-        """
-import torch
-from torch import nn
-
-class ViT(nn.Module):
-    def __init__(self, depth, drop_path_rate=0.1):
-        super().__init__()
-        dpr = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
-        cpu_dpr = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
-        self.blocks = nn.ModuleList(nn.Dropout(p) for p in dpr)
-""",
-        # value-shaped ops on CPU tensors, integer indices, a repeat count that is an int,
-        # ``output_size`` given, ``torch.where`` with three arguments: all fine on meta
-        """
-import torch
-from torch import nn
-
-class Lattice(nn.Module):
-    def __init__(self, size, idx):
-        super().__init__()
-        r = torch.linspace(-1, 1, size, device="cpu")
-        kept = r[r.abs() <= 1].nonzero()
-        t = torch.linspace(-1, 1, size)
-        a = t[torch.arange(2)]
-        b = t.repeat_interleave(2)
-        c = t[:2].repeat_interleave(torch.tensor([1, 2]), output_size=3)
-        d = torch.where(t > 0, t, 0.0)
-        e = t[idx]
-        self.register_buffer("grid", a.sum() + b.sum() + c.sum() + d + e.sum())
-""",
-        # shape queries work on meta; a tensor argument's value is unknown (not reported)
-        """
-import torch
-import torch.nn as nn
-
-class Embed(nn.Module):
-    def __init__(self, weight, n):
-        super().__init__()
-        table = torch.zeros(n, 4)
-        if table.shape[0] > 2 and table.numel() and table.size(1) == 4:
-            self.n = int(table.shape[0])
-        self.scale = float(weight.sum())
-        self.mask = None
-        if self.mask is None:
-            self.register_buffer("table", table)
-""",
-        # a function imported from outside the checked tree is not followed
-        """
-import torch
-from torch import nn
-from audiolib.dsp import make_window
-
-class MelFrontend(nn.Module):
-    def __init__(self, n_fft):
-        super().__init__()
-        self.norm = make_window(n_fft)
-        self.proj = nn.Linear(n_fft, n_fft)
-""",
-        # legacy constructors allocate on the CPU even under meta
-        """
-import torch
-from torch import nn
-
-class Anchors(nn.Module):
-    def __init__(self, sizes):
-        super().__init__()
-        t = torch.LongTensor(sizes)
-        self.n = int(t.max())
-""",
-        # an audio codec's conv reads its argument before making a tensor of it: the caller's
-        # int
-        """
-import torch
-from torch import nn
-
-class CausalConv(nn.Module):
-    def __init__(self, kernel_size, stride=1, dilation=1):
-        super().__init__()
-        if stride > 1 and dilation > 1:
-            raise ValueError("stride and dilation")
-        stride = torch.tensor(stride, dtype=torch.int64)
-        self.register_buffer("stride", stride, persistent=False)
-""",
-    ]
-    INVALID = [
-        # a validation in a staticmethod handed a tensor __init__ made (spikingjelly's
-        # ActivationAwareIFNode)
-        """
-import torch
-import torch.nn as nn
-
-class ThresholdNode(nn.Module):
-    def __init__(self, v_threshold=1.0):
-        super().__init__()
-        threshold = torch.as_tensor(v_threshold)
-        self._check_threshold(threshold)
-        self.register_buffer("v_threshold", threshold.clone())
-
-    @staticmethod
-    def _check_threshold(v_threshold):
-        if not torch.isfinite(v_threshold).all():  # ERROR
-            raise ValueError("v_threshold must be finite")
-""",
-        # monai's median filter: a tensor used as a size is turned into an int (a read)
-        Invalid(
-            """
-import torch
-import torch.nn as nn
-
-class MedianBlur(nn.Module):
-    def __init__(self, window=(3, 3)):
-        super().__init__()
-        sizes = torch.as_tensor(window)
-        numel = torch.prod(sizes)
-        kernel = torch.ones(numel)  # ERROR
-        self.kernel = kernel.view(numel, 1, *window)  # ERROR
-""",
-            fixed="""
-import torch
-import torch.nn as nn
-
-class MedianBlur(nn.Module):
-    def __init__(self, window=(3, 3)):
-        super().__init__()
-        sizes = torch.as_tensor(window, device="cpu")
-        numel = torch.prod(sizes)
-        kernel = torch.ones(numel)  # ERROR
-        self.kernel = kernel.view(numel, 1, *window)  # ERROR
-""",
-        ),
-        # timm DistributionBalancedLoss: a check of counts that are then clamped in place of
-        # themselves (``counts = counts.clamp(...)`` reads the local: it is still meta)
-        """
-import torch
-import torch.nn as nn
-
-class BalancedLoss(nn.Module):
-    def __init__(self, class_counts, num_samples: int):
-        super().__init__()
-        counts = torch.as_tensor(class_counts, dtype=torch.float32)
-        if num_samples < 2 or (counts < 0).any():  # ERROR
-            raise ValueError("class_counts must be in [0, num_samples]")
-        counts = counts.clamp(1.0, num_samples - 1.0)
-        self.register_buffer("freq_inv", 1.0 / counts)
-""",
-        # timm 0.9 ByobNet/CspNet: the schedule is computed by a module-level helper
-        """
-import torch
-import torch.nn as nn
-
-def create_stages(depths, drop_path_rate):
-    dpr = [x.tolist() for x in torch.linspace(0, drop_path_rate, sum(depths)).split(depths)]  # ERROR
-    return nn.Sequential(*[nn.Dropout(p[0]) for p in dpr])
-
-class Net(nn.Module):
-    def __init__(self, depths=(1, 2), drop_path_rate=0.1):
-        super().__init__()
-        self.stages = create_stages(depths, drop_path_rate)
-
-class OtherNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.stages = create_stages((2, 2), 0.2)
-""",
-        # timm 0.9 / dinov2 stochastic depth
-        Invalid(
-            """
-import torch
-from torch import nn
-
-class ViT(nn.Module):
-    def __init__(self, depth, drop_path_rate=0.1):
-        super().__init__()
-        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)]  # ERROR
-        rates = torch.linspace(0, drop_path_rate, depth).tolist()  # ERROR
-        self.blocks = nn.ModuleList(nn.Dropout(p) for p in dpr)
-""",
-            fixed="""
-import torch
-from torch import nn
-
-class ViT(nn.Module):
-    def __init__(self, depth, drop_path_rate=0.1):
-        super().__init__()
-        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device="cpu")]  # ERROR
-        rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # ERROR
-        self.blocks = nn.ModuleList(nn.Dropout(p) for p in dpr)
-""",
-        ),
-        # casts and conditions on tensors, through a helper and an own buffer
-        """
-import torch
-import torch.nn as nn
-
-class RoPE(nn.Module):
-    def __init__(self, dim, base=10000.0):
-        super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-        self.max_freq = float(inv_freq.max())  # ERROR
-        self._check()
-
-    def _check(self):
-        assert (self.inv_freq > 0).all()  # ERROR
-        if torch.isnan(self.inv_freq).any():  # ERROR
-            raise ValueError("nan")
-""",
-        # a computed mask used in a condition, and numpy
-        """
-import torch
-from torch import nn
-
-class WindowAttention(nn.Module):
-    def __init__(self, window, shift):
-        super().__init__()
-        mask = torch.zeros(window, window)
-        mask[:shift] = 1
-        if mask.sum() > 0:  # ERROR
-            self.register_buffer("attn_mask", mask)
-        self.np_mask = mask.numpy()  # ERROR
-        for r in torch.linspace(0, 1, window):
-            self.rates = int(r)  # ERROR
-""",
-        # e3nn LowPassFilter: a lattice cut by a boolean mask, and other ops whose output's
-        # shape depends on the values (no meta kernel: ``aten::nonzero``, ``aten::_unique2``)
-        """
-import torch
-from torch import nn
-
-class LowPassFilter(nn.Module):
-    def __init__(self, size, steps=(1, 1, 1), counts=(1, 2)):
-        super().__init__()
-        r = torch.linspace(-1, 1, size)
-        x = r * steps[0] / min(steps)
-        x = x[x.abs() <= 1]  # ERROR
-        keep = (r > 0) & ~torch.isnan(r)
-        y = r[keep]  # ERROR
-        index = ((r < 1) & (r > 0)).nonzero().T  # ERROR
-        levels = torch.unique(torch.round(r * 4))  # ERROR
-        rep = r[:2].repeat_interleave(torch.tensor(counts))  # ERROR
-        where = torch.where(r > 0)  # ERROR
-        self.register_buffer("kernel", torch.exp(-x.pow(2)))
-""",
-        # a normalizing flow's affine layer validates its arguments after making them
-        # tensors (the argument is assigned again on every path before it is read)
-        """
-import torch
-from torch import nn
-
-class AffineTransform(nn.Module):
-    def __init__(self, shift=0.0, scale=1.0):
-        super().__init__()
-        shift, scale = map(torch.as_tensor, (shift, scale))
-        if not (scale > 0.0).all():  # ERROR
-            raise ValueError("Scale must be strictly positive.")
-        self.register_buffer("_shift", shift)
-        self.register_buffer("_scale", scale)
-""",
-        # a vision transformer's attention bias table, built by a static method through a
-        # chain of locals; torch.unique has no meta kernel
-        """
-import torch
-from torch import nn
-
-class Attention(nn.Module):
-    def __init__(self, heads=2, resolution=(4, 4)):
-        super().__init__()
-        indices, n = self.build_attention_bias(resolution)
-        self.attention_biases = nn.Parameter(torch.zeros(heads, n))
-        self.register_buffer("attention_bias_idxs", indices, persistent=False)
-
-    @staticmethod
-    def build_attention_bias(resolution):
-        H, W = resolution
-        rows = torch.arange(H)
-        rr = rows.repeat_interleave(W)
-        dr = (rr[:, None] - rr[None, :]).abs()
-        keys = dr * W + dr
-        unique_keys, inverse = torch.unique(keys, return_inverse=True)  # ERROR
-        return inverse.view(H * W, H * W), unique_keys.numel()
-""",
-        # a coupling layer's mask, made on both branches, then counted
-        """
-import torch
-from torch import nn
-
-class Coupling(nn.Module):
-    def __init__(self, features, mask=None):
-        super().__init__()
-        if mask is None:
-            mask = torch.arange(features) % 2 == 1
-        else:
-            mask = torch.as_tensor(mask, dtype=bool)
-        n = mask.sum().item()  # ERROR
-        self.register_buffer("mask", mask)
-        self.net = nn.Linear(n, features - n)
-""",
-        # an audio encoder that moves itself at the end of __init__
-        """
-import torch
-from torch import nn
-
-class SpeechEncoder(nn.Module):
-    def __init__(self, n_mels, dim, device="cpu"):
-        super().__init__()
-        self.conv = nn.Conv1d(n_mels, dim, 3, padding=1)
-        self.proj = nn.Linear(dim, dim)
-        self.to(device)  # ERROR
-        self.half().cuda()  # ERROR
-""",
-    ]
-
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._reported_helpers: set[int] = set()
@@ -475,13 +111,13 @@ class SpeechEncoder(nn.Module):
                         f"cannot be built on meta",
                         cls,
                         help='Compute it with Python numbers, or create that tensor with `device="cpu"`',
-                        if_helper_reads=call.qualname,
+                        conditions=(HelperReads(call.qualname),),
                     )
 
     def _imported_reads(self, cls, method, own, assumed) -> Iterable[Finding]:
         """``steps(n).tolist()``, ``steps`` imported from another file of the tree: a read
         when that function returns a meta tensor, which the tree answers
-        (``Finding.if_returns_meta``)."""
+        (``ReturnsMeta``)."""
         names = {
             call.node.func.value: call.qualname
             for call in method.calls
@@ -496,7 +132,7 @@ class SpeechEncoder(nn.Module):
                     continue
                 base.add(id(node))
                 finding = self._finding(cls, method, node, what)
-                finding.if_returns_meta = qualname
+                finding.conditions += (ReturnsMeta(qualname),)
                 yield finding
 
     def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
@@ -629,3 +265,372 @@ class SpeechEncoder(nn.Module):
             cls,
             help='Compute it with Python numbers, or create that tensor with `device="cpu"`',
         )
+
+
+# the rule's examples: the reported lines end with ``# ERROR``; they run as tests
+# (tests/test_rule_examples.py)
+DataDependentInit.VALID = [
+    # an adapter placing itself on its base layer's device, unless it is built on meta
+    """
+import torch
+from torch import nn
+
+class Adapter(nn.Module):
+    def __init__(self, width, device=None):
+        super().__init__()
+        self.device = device if device is not None else "cpu"
+        self.scale = nn.Parameter(torch.ones(width))
+        if not any(t.is_meta for t in (*self.parameters(), *self.buffers())):
+            self.to(self.device)
+        meta = torch.device("meta")
+        if not any(p.device == meta for p in self.parameters()):
+            self.cuda()
+""",
+    # peft BaseTuner: names that only feed each other through locals (a nested function
+    # strips a suffix from its string parameter) are no tensors
+    """
+import torch
+from torch import nn
+
+class Tuner(nn.Module):
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.lora = torch.nn.Parameter(torch.zeros(4))
+
+        def strip(name):
+            part = ".base"
+            while part in name:
+                prefix, _, suffix = name.rpartition(part)
+                name = prefix + suffix
+            return name
+
+        for name, _module in model.named_modules():
+            if strip(name) == "":
+                continue
+""",
+    # the same clamp of a local made on the CPU: its reads are fine under meta
+    """
+import torch
+import torch.nn as nn
+
+class BalancedLoss(nn.Module):
+    def __init__(self, class_counts, num_samples: int):
+        super().__init__()
+        counts = torch.as_tensor(class_counts, dtype=torch.float32, device="cpu")
+        counts = counts.clamp(1.0, num_samples - 1.0)
+        if (counts < 0).any():
+            raise ValueError("class_counts must be in [0, num_samples]")
+""",
+    # Python numbers, and an explicit CPU tensor for a schedule
+    """
+import torch
+from torch import nn
+
+class ViT(nn.Module):
+    def __init__(self, depth, drop_path_rate=0.1):
+        super().__init__()
+        dpr = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]
+        cpu_dpr = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
+        self.blocks = nn.ModuleList(nn.Dropout(p) for p in dpr)
+""",
+    # value-shaped ops on CPU tensors, integer indices, a repeat count that is an int,
+    # ``output_size`` given, ``torch.where`` with three arguments: all fine on meta
+    """
+import torch
+from torch import nn
+
+class Lattice(nn.Module):
+    def __init__(self, size, idx):
+        super().__init__()
+        r = torch.linspace(-1, 1, size, device="cpu")
+        kept = r[r.abs() <= 1].nonzero()
+        t = torch.linspace(-1, 1, size)
+        a = t[torch.arange(2)]
+        b = t.repeat_interleave(2)
+        c = t[:2].repeat_interleave(torch.tensor([1, 2]), output_size=3)
+        d = torch.where(t > 0, t, 0.0)
+        e = t[idx]
+        self.register_buffer("grid", a.sum() + b.sum() + c.sum() + d + e.sum())
+""",
+    # shape queries work on meta; a tensor argument's value is unknown (not reported)
+    """
+import torch
+import torch.nn as nn
+
+class Embed(nn.Module):
+    def __init__(self, weight, n):
+        super().__init__()
+        table = torch.zeros(n, 4)
+        if table.shape[0] > 2 and table.numel() and table.size(1) == 4:
+            self.n = int(table.shape[0])
+        self.scale = float(weight.sum())
+        self.mask = None
+        if self.mask is None:
+            self.register_buffer("table", table)
+""",
+    # a function imported from outside the checked tree is not followed
+    """
+import torch
+from torch import nn
+from audiolib.dsp import make_window
+
+class MelFrontend(nn.Module):
+    def __init__(self, n_fft):
+        super().__init__()
+        self.norm = make_window(n_fft)
+        self.proj = nn.Linear(n_fft, n_fft)
+""",
+    # legacy constructors allocate on the CPU even under meta
+    """
+import torch
+from torch import nn
+
+class Anchors(nn.Module):
+    def __init__(self, sizes):
+        super().__init__()
+        t = torch.LongTensor(sizes)
+        self.n = int(t.max())
+""",
+    # an audio codec's conv reads its argument before making a tensor of it: the caller's
+    # int
+    """
+import torch
+from torch import nn
+
+class CausalConv(nn.Module):
+    def __init__(self, kernel_size, stride=1, dilation=1):
+        super().__init__()
+        if stride > 1 and dilation > 1:
+            raise ValueError("stride and dilation")
+        stride = torch.tensor(stride, dtype=torch.int64)
+        self.register_buffer("stride", stride, persistent=False)
+""",
+]
+
+DataDependentInit.INVALID = [
+    # a validation in a staticmethod handed a tensor __init__ made (spikingjelly's
+    # ActivationAwareIFNode)
+    """
+import torch
+import torch.nn as nn
+
+class ThresholdNode(nn.Module):
+    def __init__(self, v_threshold=1.0):
+        super().__init__()
+        threshold = torch.as_tensor(v_threshold)
+        self._check_threshold(threshold)
+        self.register_buffer("v_threshold", threshold.clone())
+
+    @staticmethod
+    def _check_threshold(v_threshold):
+        if not torch.isfinite(v_threshold).all():  # ERROR
+            raise ValueError("v_threshold must be finite")
+""",
+    # monai's median filter: a tensor used as a size is turned into an int (a read)
+    Invalid(
+        """
+import torch
+import torch.nn as nn
+
+class MedianBlur(nn.Module):
+    def __init__(self, window=(3, 3)):
+        super().__init__()
+        sizes = torch.as_tensor(window)
+        numel = torch.prod(sizes)
+        kernel = torch.ones(numel)  # ERROR
+        self.kernel = kernel.view(numel, 1, *window)  # ERROR
+""",
+        fixed="""
+import torch
+import torch.nn as nn
+
+class MedianBlur(nn.Module):
+    def __init__(self, window=(3, 3)):
+        super().__init__()
+        sizes = torch.as_tensor(window, device="cpu")
+        numel = torch.prod(sizes)
+        kernel = torch.ones(numel)  # ERROR
+        self.kernel = kernel.view(numel, 1, *window)  # ERROR
+""",
+    ),
+    # timm DistributionBalancedLoss: a check of counts that are then clamped in place of
+    # themselves (``counts = counts.clamp(...)`` reads the local: it is still meta)
+    """
+import torch
+import torch.nn as nn
+
+class BalancedLoss(nn.Module):
+    def __init__(self, class_counts, num_samples: int):
+        super().__init__()
+        counts = torch.as_tensor(class_counts, dtype=torch.float32)
+        if num_samples < 2 or (counts < 0).any():  # ERROR
+            raise ValueError("class_counts must be in [0, num_samples]")
+        counts = counts.clamp(1.0, num_samples - 1.0)
+        self.register_buffer("freq_inv", 1.0 / counts)
+""",
+    # timm 0.9 ByobNet/CspNet: the schedule is computed by a module-level helper
+    """
+import torch
+import torch.nn as nn
+
+def create_stages(depths, drop_path_rate):
+    dpr = [x.tolist() for x in torch.linspace(0, drop_path_rate, sum(depths)).split(depths)]  # ERROR
+    return nn.Sequential(*[nn.Dropout(p[0]) for p in dpr])
+
+class Net(nn.Module):
+    def __init__(self, depths=(1, 2), drop_path_rate=0.1):
+        super().__init__()
+        self.stages = create_stages(depths, drop_path_rate)
+
+class OtherNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stages = create_stages((2, 2), 0.2)
+""",
+    # timm 0.9 / dinov2 stochastic depth
+    Invalid(
+        """
+import torch
+from torch import nn
+
+class ViT(nn.Module):
+    def __init__(self, depth, drop_path_rate=0.1):
+        super().__init__()
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)]  # ERROR
+        rates = torch.linspace(0, drop_path_rate, depth).tolist()  # ERROR
+        self.blocks = nn.ModuleList(nn.Dropout(p) for p in dpr)
+""",
+        fixed="""
+import torch
+from torch import nn
+
+class ViT(nn.Module):
+    def __init__(self, depth, drop_path_rate=0.1):
+        super().__init__()
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device="cpu")]  # ERROR
+        rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()  # ERROR
+        self.blocks = nn.ModuleList(nn.Dropout(p) for p in dpr)
+""",
+    ),
+    # casts and conditions on tensors, through a helper and an own buffer
+    """
+import torch
+import torch.nn as nn
+
+class RoPE(nn.Module):
+    def __init__(self, dim, base=10000.0):
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.max_freq = float(inv_freq.max())  # ERROR
+        self._check()
+
+    def _check(self):
+        assert (self.inv_freq > 0).all()  # ERROR
+        if torch.isnan(self.inv_freq).any():  # ERROR
+            raise ValueError("nan")
+""",
+    # a computed mask used in a condition, and numpy
+    """
+import torch
+from torch import nn
+
+class WindowAttention(nn.Module):
+    def __init__(self, window, shift):
+        super().__init__()
+        mask = torch.zeros(window, window)
+        mask[:shift] = 1
+        if mask.sum() > 0:  # ERROR
+            self.register_buffer("attn_mask", mask)
+        self.np_mask = mask.numpy()  # ERROR
+        for r in torch.linspace(0, 1, window):
+            self.rates = int(r)  # ERROR
+""",
+    # e3nn LowPassFilter: a lattice cut by a boolean mask, and other ops whose output's
+    # shape depends on the values (no meta kernel: ``aten::nonzero``, ``aten::_unique2``)
+    """
+import torch
+from torch import nn
+
+class LowPassFilter(nn.Module):
+    def __init__(self, size, steps=(1, 1, 1), counts=(1, 2)):
+        super().__init__()
+        r = torch.linspace(-1, 1, size)
+        x = r * steps[0] / min(steps)
+        x = x[x.abs() <= 1]  # ERROR
+        keep = (r > 0) & ~torch.isnan(r)
+        y = r[keep]  # ERROR
+        index = ((r < 1) & (r > 0)).nonzero().T  # ERROR
+        levels = torch.unique(torch.round(r * 4))  # ERROR
+        rep = r[:2].repeat_interleave(torch.tensor(counts))  # ERROR
+        where = torch.where(r > 0)  # ERROR
+        self.register_buffer("kernel", torch.exp(-x.pow(2)))
+""",
+    # a normalizing flow's affine layer validates its arguments after making them
+    # tensors (the argument is assigned again on every path before it is read)
+    """
+import torch
+from torch import nn
+
+class AffineTransform(nn.Module):
+    def __init__(self, shift=0.0, scale=1.0):
+        super().__init__()
+        shift, scale = map(torch.as_tensor, (shift, scale))
+        if not (scale > 0.0).all():  # ERROR
+            raise ValueError("Scale must be strictly positive.")
+        self.register_buffer("_shift", shift)
+        self.register_buffer("_scale", scale)
+""",
+    # a vision transformer's attention bias table, built by a static method through a
+    # chain of locals; torch.unique has no meta kernel
+    """
+import torch
+from torch import nn
+
+class Attention(nn.Module):
+    def __init__(self, heads=2, resolution=(4, 4)):
+        super().__init__()
+        indices, n = self.build_attention_bias(resolution)
+        self.attention_biases = nn.Parameter(torch.zeros(heads, n))
+        self.register_buffer("attention_bias_idxs", indices, persistent=False)
+
+    @staticmethod
+    def build_attention_bias(resolution):
+        H, W = resolution
+        rows = torch.arange(H)
+        rr = rows.repeat_interleave(W)
+        dr = (rr[:, None] - rr[None, :]).abs()
+        keys = dr * W + dr
+        unique_keys, inverse = torch.unique(keys, return_inverse=True)  # ERROR
+        return inverse.view(H * W, H * W), unique_keys.numel()
+""",
+    # a coupling layer's mask, made on both branches, then counted
+    """
+import torch
+from torch import nn
+
+class Coupling(nn.Module):
+    def __init__(self, features, mask=None):
+        super().__init__()
+        if mask is None:
+            mask = torch.arange(features) % 2 == 1
+        else:
+            mask = torch.as_tensor(mask, dtype=bool)
+        n = mask.sum().item()  # ERROR
+        self.register_buffer("mask", mask)
+        self.net = nn.Linear(n, features - n)
+""",
+    # an audio encoder that moves itself at the end of __init__
+    """
+import torch
+from torch import nn
+
+class SpeechEncoder(nn.Module):
+    def __init__(self, n_mels, dim, device="cpu"):
+        super().__init__()
+        self.conv = nn.Conv1d(n_mels, dim, 3, padding=1)
+        self.proj = nn.Linear(dim, dim)
+        self.to(device)  # ERROR
+        self.half().cuda()  # ERROR
+""",
+]

@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import HelperReads
 from metalint.static.construction import (
     BUFFER_CLASSES,
     is_tensor,
@@ -36,25 +37,41 @@ def default_device(target, lineage: list[ClassFacts], method: MethodFacts) -> st
         init = cls.init
         if init is None:
             continue
-        name = None
-        if isinstance(target, cst.Name):
-            if method is not init:
-                return None
-            name = target.value
-        elif isinstance(target, cst.Attribute) and dotted(target) == f"self.{target.attr.value}":
-            values = [a.value for a in init.assigns if a.target == f"self.{target.attr.value}"]
-            if not values:
-                continue  # set by a base class
-            if len(values) == 1 and isinstance(values[0], cst.Name):
-                name = values[0].value
+        name = _argument_named(target, init, method)
+        if name is _BY_A_BASE:
+            continue
         if name is None or name not in init.params:
             return None
-        for p in (*init.node.params.params, *init.node.params.kwonly_params):
-            if p.name.value == name and p.default is not None:
-                dev = real_device(p.default, lambda _n: None, None)
-                if dev is not None:
-                    return f'`{name}` (default "{dev}")'
-        return None
+        return _real_default(init, name)
+    return None
+
+
+#: :func:`_argument_named`: a base class sets the attribute
+_BY_A_BASE = object()
+
+
+def _argument_named(target, init: MethodFacts, method: MethodFacts):
+    """The constructor argument ``target`` is (a name in ``__init__``) or that ``__init__``
+    assigns to it (``self.device = device``); None when neither, :data:`_BY_A_BASE` when
+    ``__init__`` does not set it."""
+    if isinstance(target, cst.Name):
+        return target.value if method is init else None
+    if isinstance(target, cst.Attribute) and dotted(target) == f"self.{target.attr.value}":
+        values = [a.value for a in init.assigns if a.target == f"self.{target.attr.value}"]
+        if not values:
+            return _BY_A_BASE
+        if len(values) == 1 and isinstance(values[0], cst.Name):
+            return values[0].value
+    return None
+
+
+def _real_default(init: MethodFacts, name: str) -> str | None:
+    """``device` (default "cpu")`` when the argument's default is a real device."""
+    for p in (*init.node.params.params, *init.node.params.kwonly_params):
+        if p.name.value == name and p.default is not None:
+            dev = real_device(p.default, lambda _n: None, None)
+            if dev is not None:
+                return f'`{name}` (default "{dev}")'
     return None
 
 
@@ -105,141 +122,6 @@ class DeviceEscape(Rule):
     summary = "Tensor created on an explicit real device (or a legacy constructor) in `__init__`"
     codemod = "metalint.fix.device_escape"
 
-    VALID = [
-        # a copy to a device argument whose default is None keeps the tensor where it is
-        """
-import torch
-from torch import nn
-
-class Scheduler(nn.Module):
-    def __init__(self, n, device=None):
-        super().__init__()
-        self.register_buffer("timesteps", torch.arange(n).to(device), persistent=False)
-""",
-        # device from the constructor; a CPU tensor used only for Python numbers (timm drop-path)
-        """
-import torch
-from torch import nn
-
-class Stage(nn.Module):
-    def __init__(self, dim, depth, drop_path_rate, device=None, dtype=None):
-        super().__init__()
-        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device="cpu")]
-        self.num_blocks = (4 ** torch.arange(depth, device="cpu")).flip(0).tolist()
-        self.weight = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
-        self.proj = nn.Linear(dim, dim, device=device)
-""",
-        # a CPU input copied into a meta buffer; a CPU computation inside a reset hook
-        """
-import torch
-import torch.nn as nn
-
-class BlurPool(nn.Module):
-    def __init__(self, size, device=None):
-        super().__init__()
-        self.size = size
-        self.register_buffer("filt", torch.empty(size, size, device=device), persistent=False)
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        coeffs = torch.tensor([1.0, 2.0, 1.0], device="cpu")
-        self.filt.copy_(coeffs[:, None] * coeffs[None, :])
-""",
-    ]
-    INVALID = [
-        # the pre-2019 style: torch.Tensor(sizes) + reset_parameters still allocates
-        Invalid(
-            """
-import math
-import torch
-from torch import nn
-
-class Linear(nn.Module):
-    def __init__(self, in_features, out_features: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.Tensor(out_features, in_features))  # ERROR
-        self.bias = nn.Parameter(torch.FloatTensor(out_features))  # ERROR
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        nn.init.zeros_(self.bias)
-""",
-            fixed="""
-import math
-import torch
-from torch import nn
-
-class Linear(nn.Module):
-    def __init__(self, in_features, out_features: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(out_features, in_features))  # ERROR
-        self.bias = nn.Parameter(torch.empty(out_features, dtype=torch.float32))  # ERROR
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        nn.init.zeros_(self.bias)
-""",
-        ),
-        # explicit devices, through locals and into buffers
-        """
-import torch
-import torch.nn as nn
-
-class PosIds(nn.Module):
-    def __init__(self, n, dim):
-        super().__init__()
-        cpu = torch.device("cpu")
-        ids = torch.arange(n, device=cpu)  # ERROR
-        self.register_buffer("position_ids", ids.expand((1, -1)), persistent=False)
-        self.register_buffer("idx", torch.LongTensor([0, 2, 1]))  # ERROR
-        self.mask = torch.ones(n, n, device="cuda").triu(1)  # ERROR
-        self.proj = nn.Linear(dim, dim, device="cpu")  # ERROR
-""",
-        # a copy to the constructor's device, whose default is a real one (monai DiNTS)
-        Invalid(
-            """
-import torch
-from torch import nn
-
-class TopologyConstruction(nn.Module):
-    def __init__(self, num_blocks, num_paths, device: str = "cpu"):
-        super().__init__()
-        self.device = device
-        arch_code_a = torch.ones((num_blocks, num_paths)).to(self.device)  # ERROR
-        self.cells = nn.ModuleList(
-            nn.Identity() for i in range(num_blocks) if arch_code_a[i, 0] == 1
-        )
-""",
-            fixed="""
-import torch
-from torch import nn
-
-class TopologyConstruction(nn.Module):
-    def __init__(self, num_blocks, num_paths, device: str = "cpu"):
-        super().__init__()
-        self.device = device
-        arch_code_a = torch.ones((num_blocks, num_paths), device=self.device)  # ERROR
-        self.cells = nn.ModuleList(
-            nn.Identity() for i in range(num_blocks) if arch_code_a[i, 0] == 1
-        )
-""",
-        ),
-        # .cpu() / .to("cpu") of a tensor built on meta raises
-        """
-import torch
-from torch import nn
-
-class Table(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        t = torch.arange(n).float()
-        self.register_buffer("table", t.cpu(), persistent=False)  # ERROR
-        self.register_buffer("other", torch.ones(n).to("cpu"), persistent=False)  # ERROR
-""",
-    ]
-
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         for method in construction(cls, enter_hooks=False, hooks=self.ctx.hooks):
             reported: list[cst.CSTNode] = []
@@ -263,7 +145,7 @@ class Table(nn.Module):
                         cls,
                         help="Create the tensor with `device=device` from the constructor, or "
                         "compute it in `reset_parameters()`",
-                        if_helper_reads=call.qualname,
+                        conditions=(HelperReads(call.qualname),),
                     )
 
     def _copy_target(self, cls, method: MethodFacts, call) -> str | bool | None:
@@ -327,6 +209,23 @@ class Table(nn.Module):
             subject=tuple(attrs),
         )
 
+    def _keeping(self, method: MethodFacts, pred) -> list[str]:
+        """Own attributes assigned or registered a value matching ``pred``."""
+        attrs: list[str] = []
+        for a in method.assigns:
+            if a.value is not None and pred(a.value) and self._keepable(a.value, method):
+                attr = self_attr(a.target)
+                if attr:
+                    attrs.append(attr)
+        for call in method.calls:
+            if call.receiver == "self" and call.method in ("register_buffer", "register_parameter"):
+                args = call.node.args
+                if len(args) >= 2 and pred(args[1].value):
+                    name = string_value(args[0].value)
+                    if name:
+                        attrs.append(name)
+        return attrs
+
     # -- .cpu() / .cuda() / .to("cpu") of a tensor created on meta ------------------------------
     def _copy_out(self, cls, method: MethodFacts, call) -> Finding | None:
         if call.method not in DEVICE_COPY_METHODS:
@@ -340,26 +239,10 @@ class Table(nn.Module):
         receiver = func.value
         if not is_tensor(receiver, self.qualify, method):
             return None
-        if default is not None and (
-            off_meta(receiver, self.qualify, method)
-            or any(
-                isinstance(n, cst.Call) and (self.qualify(n.func) or "") in CPU_CONSTRUCTORS
-                for n in walk_code(receiver)
-            )
-        ):
+        if default is not None and self._on_the_cpu(receiver, method):
             return None  # ``F.one_hot(torch.from_numpy(a)).to(self.device)``: on the CPU already
-        # already on a real device (reported as an escape) or from a legacy constructor
-        for n in walk_code(receiver):
-            if isinstance(n, cst.Call) and (
-                keyword(n, "device") is not None
-                or (self.qualify(n.func) or "") in LEGACY_CONSTRUCTORS
-            ):
-                return None
-        if isinstance(receiver, cst.Name):
-            for _, v in method.local_values.get(receiver.value, ()):
-                for n in walk_code(v):
-                    if isinstance(n, cst.Call) and keyword(n, "device") is not None:
-                        return None
+        if self._made_off_meta(receiver, method):
+            return None
         if default is not None:
             return Finding(
                 call.node,
@@ -378,6 +261,30 @@ class Table(nn.Module):
             cls,
             help="Create the tensor with `device=device` from the constructor, or compute it "
             "in `reset_parameters()`",
+        )
+
+    def _on_the_cpu(self, receiver, method: MethodFacts) -> bool:
+        """Is the tensor certainly on the CPU (a legacy constructor, ``torch.from_numpy``)?"""
+        return off_meta(receiver, self.qualify, method) or any(
+            isinstance(n, cst.Call) and (self.qualify(n.func) or "") in CPU_CONSTRUCTORS
+            for n in walk_code(receiver)
+        )
+
+    def _made_off_meta(self, receiver, method: MethodFacts) -> bool:
+        """Is the tensor already on a real device (``device=``: reported as an escape) or
+        from a legacy constructor, itself or the local it is?"""
+        for n in walk_code(receiver):
+            if isinstance(n, cst.Call) and (
+                keyword(n, "device") is not None
+                or (self.qualify(n.func) or "") in LEGACY_CONSTRUCTORS
+            ):
+                return True
+        if not isinstance(receiver, cst.Name):
+            return False
+        return any(
+            isinstance(n, cst.Call) and keyword(n, "device") is not None
+            for _, v in method.local_values.get(receiver.value, ())
+            for n in walk_code(v)
         )
 
     def _keepable(self, value: cst.BaseExpression | None, method: MethodFacts) -> bool:
@@ -401,27 +308,13 @@ class Table(nn.Module):
 
         def land(pred) -> list[str]:
             """Locals whose value matches ``pred``; record attributes that keep it."""
-            new_locals: list[str] = []
-            for a in method.assigns:
-                if a.value is not None and pred(a.value) and self._keepable(a.value, method):
-                    attr = self_attr(a.target)
-                    if attr:
-                        attrs.append(attr)
-            for call in method.calls:
-                if call.receiver == "self" and call.method in (
-                    "register_buffer",
-                    "register_parameter",
-                ):
-                    args = call.node.args
-                    if len(args) >= 2 and pred(args[1].value):
-                        name = string_value(args[0].value)
-                        if name:
-                            attrs.append(name)
-            for local, values in method.local_values.items():
-                for _, value in values:
-                    if pred(value) and is_tensor(value, self.qualify, method):
-                        new_locals.append(local)
-            return new_locals
+            attrs.extend(self._keeping(method, pred))
+            return [
+                local
+                for local, values in method.local_values.items()
+                for _, value in values
+                if pred(value) and is_tensor(value, self.qualify, method)
+            ]
 
         todo = land(lambda v: _contains(v, node))
         seen: set[str] = set()
@@ -432,3 +325,142 @@ class Table(nn.Module):
             seen.add(local)
             todo += land(lambda v, name=local: _mentions(v, name))
         return sorted(set(attrs))
+
+
+# the rule's examples: the reported lines end with ``# ERROR``; they run as tests
+# (tests/test_rule_examples.py)
+DeviceEscape.VALID = [
+    # a copy to a device argument whose default is None keeps the tensor where it is
+    """
+import torch
+from torch import nn
+
+class Scheduler(nn.Module):
+    def __init__(self, n, device=None):
+        super().__init__()
+        self.register_buffer("timesteps", torch.arange(n).to(device), persistent=False)
+""",
+    # device from the constructor; a CPU tensor used only for Python numbers (timm drop-path)
+    """
+import torch
+from torch import nn
+
+class Stage(nn.Module):
+    def __init__(self, dim, depth, drop_path_rate, device=None, dtype=None):
+        super().__init__()
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device="cpu")]
+        self.num_blocks = (4 ** torch.arange(depth, device="cpu")).flip(0).tolist()
+        self.weight = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+        self.proj = nn.Linear(dim, dim, device=device)
+""",
+    # a CPU input copied into a meta buffer; a CPU computation inside a reset hook
+    """
+import torch
+import torch.nn as nn
+
+class BlurPool(nn.Module):
+    def __init__(self, size, device=None):
+        super().__init__()
+        self.size = size
+        self.register_buffer("filt", torch.empty(size, size, device=device), persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        coeffs = torch.tensor([1.0, 2.0, 1.0], device="cpu")
+        self.filt.copy_(coeffs[:, None] * coeffs[None, :])
+""",
+]
+
+DeviceEscape.INVALID = [
+    # the pre-2019 style: torch.Tensor(sizes) + reset_parameters still allocates
+    Invalid(
+        """
+import math
+import torch
+from torch import nn
+
+class Linear(nn.Module):
+    def __init__(self, in_features, out_features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.Tensor(out_features, in_features))  # ERROR
+        self.bias = nn.Parameter(torch.FloatTensor(out_features))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.bias)
+""",
+        fixed="""
+import math
+import torch
+from torch import nn
+
+class Linear(nn.Module):
+    def __init__(self, in_features, out_features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))  # ERROR
+        self.bias = nn.Parameter(torch.empty(out_features, dtype=torch.float32))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.bias)
+""",
+    ),
+    # explicit devices, through locals and into buffers
+    """
+import torch
+import torch.nn as nn
+
+class PosIds(nn.Module):
+    def __init__(self, n, dim):
+        super().__init__()
+        cpu = torch.device("cpu")
+        ids = torch.arange(n, device=cpu)  # ERROR
+        self.register_buffer("position_ids", ids.expand((1, -1)), persistent=False)
+        self.register_buffer("idx", torch.LongTensor([0, 2, 1]))  # ERROR
+        self.mask = torch.ones(n, n, device="cuda").triu(1)  # ERROR
+        self.proj = nn.Linear(dim, dim, device="cpu")  # ERROR
+""",
+    # a copy to the constructor's device, whose default is a real one (monai DiNTS)
+    Invalid(
+        """
+import torch
+from torch import nn
+
+class TopologyConstruction(nn.Module):
+    def __init__(self, num_blocks, num_paths, device: str = "cpu"):
+        super().__init__()
+        self.device = device
+        arch_code_a = torch.ones((num_blocks, num_paths)).to(self.device)  # ERROR
+        self.cells = nn.ModuleList(
+            nn.Identity() for i in range(num_blocks) if arch_code_a[i, 0] == 1
+        )
+""",
+        fixed="""
+import torch
+from torch import nn
+
+class TopologyConstruction(nn.Module):
+    def __init__(self, num_blocks, num_paths, device: str = "cpu"):
+        super().__init__()
+        self.device = device
+        arch_code_a = torch.ones((num_blocks, num_paths), device=self.device)  # ERROR
+        self.cells = nn.ModuleList(
+            nn.Identity() for i in range(num_blocks) if arch_code_a[i, 0] == 1
+        )
+""",
+    ),
+    # .cpu() / .to("cpu") of a tensor built on meta raises
+    """
+import torch
+from torch import nn
+
+class Table(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        t = torch.arange(n).float()
+        self.register_buffer("table", t.cpu(), persistent=False)  # ERROR
+        self.register_buffer("other", torch.ones(n).to("cpu"), persistent=False)  # ERROR
+""",
+]

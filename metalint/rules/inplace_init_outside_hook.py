@@ -1,25 +1,34 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import NotRecreated, SameLaw
+from metalint.static.child_defaults import (
+    child_class,
+    file_calls_and_dicts,
+    law_names,
+    no_op_by_default,
+    norm_default,
+    overwritten_by_parent,
+    reset_while_built,
+    restored_by_child,
+    tensor_name,
+)
 from metalint.static.construction import attached_child, tensor_registrations
-from metalint.static.defaults import applied_function, is_self_apply, unwrap_partial
-from metalint.static.model import CallSite, ClassFacts, construction
+from metalint.static.model import ClassFacts, construction
 from metalint.static.names import dotted
 from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
-from metalint.static.syntax import number, short, string_value
+from metalint.static.syntax import short
 from metalint.static.tensors import (
     all_zeros,
     assigned_writes,
     every_parameter_written,
     init_law,
     initialised_target,
-    inplace_kind,
     inplace_write,
     law_text,
     own_attributes,
@@ -27,10 +36,6 @@ from metalint.static.tensors import (
     value_kind,
 )
 from metalint.vocabulary import (
-    BATCH_NORM_BASES,
-    BATCH_NORMS,
-    DEVICE_DTYPE_DICTS,
-    IDENTITY_OPERANDS,
     INPLACE_METHODS,
     NORM_LAYERS,
     ZEROS_LAW,
@@ -38,292 +43,6 @@ from metalint.vocabulary import (
 
 #: in-place methods that set a tensor's values when called on an own tensor in ``__init__``
 _SETTERS = INPLACE_METHODS - {"set_"}
-
-
-def _child_class(cls: ClassFacts, methods, attr: str, qualify) -> str | None:
-    """Qualified class of ``self.<attr> = Cls(...)`` assigned during construction."""
-    for m in methods:
-        for a in m.assigns:
-            if a.target == f"self.{attr}" and isinstance(a.value, cst.Call):
-                return qualify(a.value.func)
-        for call in m.calls:
-            # self.add_module("bn", nn.BatchNorm2d(c))
-            args = call.node.args
-            if (
-                call.receiver == "self"
-                and call.method in ("add_module", "register_module")
-                and len(args) >= 2
-                and string_value(args[0].value) == attr
-                and isinstance(args[1].value, cst.Call)
-            ):
-                return qualify(args[1].value.func)
-    return None
-
-
-_NORM_NAME = re.compile(r"(^|_)(bn|norm|ln|gn|batch_norm|layer_norm|group_norm)\d*$")
-
-
-def _restored_by_child(cls, methods, name: str, call: CallSite, qualify) -> bool:
-    """``nn.init.constant_(self.bn.bias, 0)``: the norm's own reset gives the same value."""
-    parts = name.split(".")
-    if len(parts) != 2:
-        return False
-    child = _child_class(cls, methods, parts[0], qualify)
-    # a torch norm layer, or a child named like one built from a configurable norm_layer
-    if child not in NORM_LAYERS and not (
-        (child is None or not child.startswith("torch.")) and _NORM_NAME.search(parts[0])
-    ):
-        return False
-    kind = inplace_kind(call, qualify)
-    return (parts[1], kind) in (("weight", "ones"), ("bias", "zeros"))
-
-
-def _norm_default(cls, methods, name: str, qualify) -> float | None:
-    """What a norm child's own reset gives this tensor (weight 1, bias 0), if it is one."""
-    parts = name.split(".")
-    if len(parts) != 2:
-        return None
-    child = _child_class(cls, methods, parts[0], qualify)
-    if child not in NORM_LAYERS and not (
-        (child is None or not child.startswith("torch.")) and _NORM_NAME.search(parts[0])
-    ):
-        return None
-    return {"weight": 1.0, "bias": 0.0}.get(parts[1])
-
-
-def _isinstance_of(test: cst.BaseExpression, param: str, qualify) -> set[str] | None:
-    """The qualified types of ``isinstance(<param>, T)`` / ``isinstance(<param>, (T1, T2))``;
-    None for any other test."""
-    if not (
-        isinstance(test, cst.Call)
-        and dotted(test.func) == "isinstance"
-        and len(test.args) == 2
-        and isinstance(test.args[0].value, cst.Name)
-        and test.args[0].value.value == param
-    ):
-        return None
-    types = test.args[1].value
-    elements = [e.value for e in types.elements] if isinstance(types, cst.Tuple) else [types]
-    return {qualify(e) or dotted(e) or "" for e in elements}
-
-
-def _reset_types(fn: cst.FunctionDef, qualify, method: bool) -> set[str]:
-    """The module types ``fn(m)`` calls ``m.reset_parameters()`` on whatever its other
-    arguments: branches of an ``if``/``elif`` chain of ``isinstance(m, ...)`` tests only
-    (EfficientViM's ``elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)): m.reset_parameters()``)."""
-    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)][
-        1 if method else 0 :
-    ]
-    if not params or not isinstance(fn.body, cst.IndentedBlock):
-        return set()
-    m = params[0]
-    reset: set[str] = set()
-    for stmt in fn.body.body:
-        node, claimed = stmt, set()
-        while isinstance(node, cst.If):
-            types = _isinstance_of(node.test, m, qualify)
-            if types is None:
-                break  # a test on something else: where a module goes depends on it
-            if any(
-                isinstance(line, cst.SimpleStatementLine)
-                and isinstance(line.body[0], cst.Expr)
-                and isinstance(line.body[0].value, cst.Call)
-                and dotted(line.body[0].value.func) == f"{m}.reset_parameters"
-                for line in node.body.body
-            ):
-                reset |= types - claimed
-            claimed |= types
-            node = node.orelse
-    return reset
-
-
-def reset_while_built(ctx) -> set[str]:
-    """The module types some class of the file resets while it is built (``__init__`` and
-    the methods it calls) by applying to all its submodules a function that calls their
-    ``reset_parameters()`` (``self.apply(self._init_weights)``, maybe through ``partial``).
-    That overwrites any init a child's ``__init__`` gave such a module, in an eager build as
-    on meta: that init was never the value the model is built with."""
-    functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
-    out: set[str] = set()
-    for cls in ctx.facts.classes:
-        for m in cls.reachable("__init__"):
-            for call in m.calls:
-                if not is_self_apply(call):
-                    continue
-                fn = applied_function(call.node)
-                fn = unwrap_partial(fn, ctx.qualify) if fn is not None else None
-                if (
-                    isinstance(fn, cst.Attribute)
-                    and dotted(fn.value) == "self"
-                    and fn.attr.value in cls.methods
-                ):
-                    out |= _reset_types(cls.methods[fn.attr.value].node, ctx.qualify, method=True)
-                elif isinstance(fn, cst.Name) and fn.value in functions:
-                    out |= _reset_types(functions[fn.value], ctx.qualify, method=False)
-    return out
-
-
-def _overwritten_by_parent(child: str | None, reset: set[str]) -> bool:
-    """Whether a parent's applied reset of ``reset`` types covers a norm child of class
-    ``child`` (None or not from torch: a norm layer passed in, BatchNorm by default)."""
-    if child is None or not child.startswith("torch."):
-        return bool(reset & BATCH_NORMS)
-    return child in reset or (child in BATCH_NORMS and bool(reset & BATCH_NORM_BASES))
-
-
-def _param_default(cls: ClassFacts, name: str) -> float | None:
-    init = cls.init
-    if init is None:
-        return None
-    params = init.node.params
-    for p in (*params.params, *params.kwonly_params, *params.posonly_params):
-        if p.name.value == name and p.default is not None:
-            return number(p.default)
-    return None
-
-
-def _callee(code: str, at: int) -> str | None:
-    """The name called by the innermost call whose parentheses hold offset ``at``."""
-    depth = 0
-    for i in range(at - 1, -1, -1):
-        c = code[i]
-        if c in ")]}":
-            depth += 1
-        elif c in "([{":
-            if depth == 0:
-                if c != "(":
-                    return None
-                m = re.search(r"([A-Za-z_][A-Za-z0-9_]*)\s*$", code[:i])
-                return m.group(1) if m else None
-            depth -= 1
-    return None
-
-
-def _no_op_by_default(
-    cls, call: CallSite, name: str, restored, file_code: str, others=frozenset()
-) -> bool:
-    """``self.head.fc.weight.mul_(head_init_scale)`` with ``head_init_scale=1.0``, or
-    ``constant_(self.bn.weight, bn_weight_init)`` with ``bn_weight_init=1`` on a norm: a no-op
-    unless some caller in the file passes that keyword another value. A keyword passed to
-    another class of the file (``others``: timm LeViT's ``LinearNorm(..., bn_weight_init=0)``
-    beside ``ConvNorm``) is that class's business."""
-    args = call.node.args
-    if call.method in IDENTITY_OPERANDS and call.qualname is None:
-        identity = IDENTITY_OPERANDS[call.method]
-        arg = args[0].value if args else None
-    elif restored is not None:
-        identity = restored
-        arg = args[1].value if len(args) > 1 else None
-    else:
-        return False
-    if not isinstance(arg, cst.Name) or _param_default(cls, arg.value) != identity:
-        return False
-    for m in re.finditer(rf"\b{re.escape(arg.value)}\s*=\s*([^,)\n]+)", file_code):
-        if _callee(file_code, m.start()) in others:
-            continue
-        value = m.group(1).strip()
-        try:
-            if float(value) != identity:
-                return False
-        except ValueError:
-            if value != arg.value:
-                return False  # forwarded from elsewhere: unknown
-    return True
-
-
-def _law_names(cls: ClassFacts, method, calls_and_dicts) -> dict[str, str]:
-    """How :func:`~metalint.static.tensors.law_text` reads the names of an init's arguments
-    in ``method`` of ``cls``: ``config`` (a parameter) and ``self.config`` as the model's
-    config; a parameter with a numeric default (timm ``NormLinear(..., std=0.02)``) as that
-    default when no call in the file passes it another value (``std=0.5``) or by position
-    (``NormLinear(a, b, True, 0.5)``), and a call forwarding ``**kwargs`` names it in no
-    literal dict of the file (timm's ``**dd`` of device and dtype)."""
-    names = {"self.config": "config"}
-    params = method.node.params
-    listed = [*params.posonly_params, *params.params]
-    for p in (*listed, *params.kwonly_params):
-        if p.name.value == "config":
-            names["config"] = "config"
-        default = number(p.default) if p.default is not None else None
-        if default is None:
-            continue
-        if method.name == "__init__" and _default_kept(
-            cls.name, p.name.value, default, calls_and_dicts, listed
-        ):
-            names[p.name.value] = repr(default)
-    return names
-
-
-def _default_kept(name: str, param: str, default: float, parsed, listed) -> bool:
-    """No call in the file (``parsed``: its :func:`_calls_and_dicts`) gives ``param`` of the class ``name`` another value than
-    ``default`` (see :func:`_law_names`): the class called, maybe through ``partial``, or
-    ``super().__init__(...)`` of a subclass (any ``__init__`` call naming ``param``)."""
-    if parsed is None:
-        return False
-    calls, dicts = parsed
-    position = next((i for i, p in enumerate(listed) if p.name.value == param), None)
-    for node in calls:
-        args = node.args
-        callee = _ast_name(node.func)
-        if callee == "partial" and args and _ast_name(args[0]) == name:
-            callee, args = name, args[1:]  # partial(NormLinear, std=0.5)
-        if callee not in (name, "__init__"):  # the class, or a subclass's super().__init__
-            continue
-        if callee == name and position is not None and len(args) >= position:
-            return False  # by position (self is position 0)
-        for kw in node.keywords:
-            if kw.arg == param and not (
-                isinstance(kw.value, ast.Constant) and kw.value.value == default
-            ):
-                return False
-            if kw.arg is None and callee == name and not _names_no(kw.value, param, dicts):
-                return False
-    return True
-
-
-def _calls_and_dicts(tree: ast.AST) -> tuple[list, list]:
-    """The calls of ``tree`` and its assignments of a dict or call, in ``ast.walk`` order."""
-    nodes = list(ast.walk(tree))
-    dicts = [
-        n for n in nodes if isinstance(n, ast.Assign) and isinstance(n.value, (ast.Dict, ast.Call))
-    ]
-    return [n for n in nodes if isinstance(n, ast.Call)], dicts
-
-
-def _ast_name(node) -> str:
-    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
-
-
-def _names_no(value, param: str, dicts) -> bool:
-    """``**dd`` where every assignment of ``dd`` in the file is a literal dict (or
-    ``dict(...)`` of keywords, or timm's ``get_device_dtype(...)``) without the key
-    ``param``."""
-    if not isinstance(value, ast.Name):
-        return False
-    found = False
-    for a in dicts:
-        if not any(isinstance(t, ast.Name) and t.id == value.id for t in a.targets):
-            continue
-        found = True
-        v = a.value
-        if isinstance(v, ast.Dict):
-            keys = [k.value if isinstance(k, ast.Constant) else None for k in v.keys]
-        elif isinstance(v, ast.Call) and _ast_name(v.func) in DEVICE_DTYPE_DICTS:
-            keys = ["device", "dtype"]
-        elif isinstance(v, ast.Call) and _ast_name(v.func) == "dict" and not v.args:
-            keys = [kw.arg for kw in v.keywords]
-        else:
-            return False
-        if None in keys or param in keys:
-            return False
-    return found
-
-
-def _tensor_name(target: str) -> str:
-    parts = target.split(".")[1:]
-    if parts and parts[-1] == "data":
-        parts = parts[:-1]
-    return ".".join(parts)
 
 
 class InplaceInitOutsideHook(Rule):
@@ -381,407 +100,13 @@ class InplaceInitOutsideHook(Rule):
     summary = "In-place init of the module's tensors in `__init__`, outside any reset hook"
     codemod = "metalint.fix.inplace_init"
 
-    VALID = [
-        # the init lives in reset_parameters, called from __init__
-        """
-import torch
-import torch.nn as nn
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(dim))
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        nn.init.ones_(self.weight)
-""",
-        # timm-style: init_weights() called from __init__, helpers of the hook are hook code
-        """
-import torch
-from torch import nn
-from torch.nn.init import trunc_normal_
-
-class VisionTransformer(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
-        self.pos_embed = nn.Parameter(torch.empty(1, 197, dim))
-        self.init_weights()
-
-    def init_weights(self):
-        self._init_tokens()
-        trunc_normal_(self.pos_embed, std=.02)
-
-    def _init_tokens(self):
-        nn.init.normal_(self.cls_token, std=1e-6)
-""",
-        # a base class in the same tree re-initialises it; writes on a local are not own tensors
-        """
-import torch
-from torch.nn import init as I
-import torch.nn as nn
-
-class Base(nn.Module):
-    def reset_parameters(self):
-        I.xavier_uniform_(self.proj)
-
-class Proj(Base):
-    def __init__(self, d):
-        super().__init__()
-        self.proj = nn.Parameter(torch.empty(d, d))
-        I.xavier_uniform_(self.proj)
-        w = torch.empty(d)
-        nn.init.normal_(w)
-""",
-        # timm's ConvNorm: the BatchNorm's own reset_parameters() gives ones / zeros again
-        """
-import torch
-from torch import nn
-
-class ConvNorm(nn.Sequential):
-    def __init__(self, a, b, norm_layer=nn.BatchNorm2d):
-        super().__init__()
-        self.add_module("c", nn.Conv2d(a, b, 1, bias=False))
-        self.add_module("bn", nn.BatchNorm2d(b))
-        self.norm = norm_layer(b)
-        nn.init.constant_(self.bn.weight, 1)
-        nn.init.constant_(self.bn.bias, 0)
-        nn.init.zeros_(self.norm.bias)
-""",
-        # a no-op by default, and no caller in the file passes another value
-        """
-import torch
-from torch import nn
-
-class Net(nn.Module):
-    def __init__(self, dim, classes, head_init_scale=1.0, bn_weight_init=1):
-        super().__init__()
-        self.head = nn.Linear(dim, classes)
-        self.bn = nn.BatchNorm2d(dim)
-        self.head.weight.data.mul_(head_init_scale)
-        nn.init.constant_(self.bn.weight, bn_weight_init)
-
-def make():
-    return Net(8, 10, head_init_scale=1.0)
-""",
-        # timm LeViT: another class of the file gets bn_weight_init=0, ConvNorm never does
-        """
-import torch
-from torch import nn
-
-class ConvNorm(nn.Module):
-    def __init__(self, a, b, bn_weight_init=1):
-        super().__init__()
-        self.c = nn.Conv2d(a, b, 1, bias=False)
-        self.bn = nn.BatchNorm2d(b)
-        nn.init.constant_(self.bn.weight, bn_weight_init)
-
-class LinearNorm(nn.Module):
-    def __init__(self, a, b, bn_weight_init=1):
-        super().__init__()
-        self.c = nn.Linear(a, b, bias=False)
-        self.bn_weight_init = bn_weight_init
-
-class Stem(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = ConvNorm(3, 8)
-        self.proj = nn.Sequential(nn.Flatten(), LinearNorm(8, 8, bn_weight_init=0))
-""",
-        # timm EfficientViM: the model, while built, resets every BatchNorm it holds, so the
-        # block's zero init of its BatchNorm is overwritten in an eager build too
-        """
-from functools import partial
-import torch
-from torch import nn
-
-class ConvLayer(nn.Module):
-    def __init__(self, a, b, norm=nn.BatchNorm2d, bn_weight_init=1.0):
-        super().__init__()
-        self.conv = nn.Conv2d(a, b, 1, bias=False)
-        self.norm = norm(b) if norm else None
-        if isinstance(self.norm, nn.modules.batchnorm._BatchNorm):
-            nn.init.constant_(self.norm.weight, bn_weight_init)
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.block = ConvLayer(8, 8, bn_weight_init=0)
-        self.head = nn.Linear(8, 10)
-        self.init_weights(needs_reset=False)
-
-    def init_weights(self, needs_reset=True):
-        self.apply(partial(self._init_weights, needs_reset=needs_reset))
-
-    def _init_weights(self, m, needs_reset=True):
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-        elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)):
-            m.reset_parameters()
-""",
-        # the init a norm's own reset gives, written before the norm is attached
-        """
-import torch
-from torch import nn
-
-class Block(nn.Module):
-    def __init__(self, d, device=None, dtype=None):
-        super().__init__()
-        norm = nn.LayerNorm(d, device=device, dtype=dtype)
-        nn.init.ones_(norm.weight)
-        nn.init.zeros_(norm.bias)
-        self.pre = nn.Sequential(norm, nn.GELU())
-""",
-    ]
-    INVALID = [
-        # a child's tensor replaced by a table computed here (Informer's FixedEmbedding)
-        """
-import math
-import torch
-import torch.nn as nn
-
-class FixedEmbedding(nn.Module):
-    def __init__(self, c_in, d_model):
-        super().__init__()
-        w = torch.zeros(c_in, d_model)
-        position = torch.arange(0, c_in).float().unsqueeze(1)
-        div_term = (torch.arange(0, d_model, 2).float() * -(math.log(10000.0) / d_model)).exp()
-        w[:, 0::2] = torch.sin(position * div_term)
-        w[:, 1::2] = torch.cos(position * div_term)
-        self.emb = nn.Embedding(c_in, d_model)
-        self.emb.weight = nn.Parameter(w, requires_grad=False)  # ERROR
-""",
-        # a loop over every parameter of a module with no child modules (titans-pytorch)
-        """
-import torch
-from torch import nn
-
-class MemoryMLP(nn.Module):
-    def __init__(self, dim, depth=2):
-        super().__init__()
-        self.weights = nn.ParameterList([nn.Parameter(torch.empty(dim, dim)) for _ in range(depth)])
-        self.final_proj = nn.Parameter(torch.empty(dim, dim))
-        for param in self.parameters():  # ERROR
-            nn.init.xavier_uniform_(param)
-""",
-        # a loop over an own ParameterList, beside a child module
-        """
-import torch
-from torch import nn
-
-class MemoryMLP(nn.Module):
-    def __init__(self, dim, depth=2):
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.weights = nn.ParameterList([nn.Parameter(torch.empty(dim, dim)) for _ in range(depth)])
-        for weight in self.weights:  # ERROR
-            nn.init.xavier_uniform_(weight)
-""",
-        # a loop over the modules of a container child (torch-geometric's DimeNet blocks,
-        # in __init__ rather than reset_parameters())
-        """
-import torch
-from torch import nn
-
-class Mlp(nn.Module):
-    def __init__(self, dim, depth=2):
-        super().__init__()
-        self.lins = nn.ModuleList([nn.Linear(dim, dim) for _ in range(depth)])
-        for lin in self.lins:
-            nn.init.zeros_(lin.bias)  # ERROR
-""",
-        # a subclass built with bn_weight_init=0 forwards it to the class that sets it
-        """
-import torch
-from torch import nn
-
-class ConvNorm(nn.Module):
-    def __init__(self, a, b, bn_weight_init=1):
-        super().__init__()
-        self.c = nn.Conv2d(a, b, 1, bias=False)
-        self.bn = nn.BatchNorm2d(b)
-        nn.init.constant_(self.bn.weight, bn_weight_init)  # ERROR
-
-class ConvNormAct(ConvNorm):
-    def __init__(self, a, b, **kwargs):
-        super().__init__(a, b, **kwargs)
-        self.act = nn.ReLU()
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = ConvNormAct(8, 8, bn_weight_init=0)
-""",
-        # llm-foundry style RMSNorm, every spelling of nn.init
-        # timm's tokens, then a head that draws: the new hook is called where the init was
-        Invalid(
-            """
-import torch
-from torch import nn
-
-class Tokens(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
-        nn.init.normal_(self.cls_token, std=1e-6)  # ERROR
-        self.head = nn.Linear(dim, dim)
-""",
-            fixed="""
-import torch
-from torch import nn
-
-class Tokens(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
-        self.reset_parameters()
-        self.head = nn.Linear(dim, dim)
-
-    def reset_parameters(self):
-        nn.init.normal_(self.cls_token, std=1e-6)  # ERROR
-""",
-        ),
-        Invalid(
-            """
-import torch
-from torch import nn
-from torch.nn import init as I
-from torch.nn.init import trunc_normal_
-
-class Block(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(dim))
-        self.bias = nn.Parameter(torch.empty(dim))
-        self.pos = nn.Parameter(torch.empty(4, dim))
-        self.scale = nn.Parameter(torch.empty(dim))
-        self.weight.data.fill_(1.0)  # ERROR
-        I.zeros_(self.bias)  # ERROR
-        trunc_normal_(self.pos, std=.02)  # ERROR
-        torch.nn.init.constant_(self.scale, 0.1)  # ERROR
-""",
-            fixed="""
-import torch
-from torch import nn
-from torch.nn import init as I
-from torch.nn.init import trunc_normal_
-
-class Block(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(dim))
-        self.bias = nn.Parameter(torch.empty(dim))
-        self.pos = nn.Parameter(torch.empty(4, dim))
-        self.scale = nn.Parameter(torch.empty(dim))
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        self.weight.data.fill_(1.0)  # ERROR
-        I.zeros_(self.bias)  # ERROR
-        trunc_normal_(self.pos, std=.02)  # ERROR
-        torch.nn.init.constant_(self.scale, 0.1)  # ERROR
-""",
-        ),
-        # no_grad copy and a child's tensor (ConvNeXt head_init_scale)
-        """
-import torch
-import torch.nn as nn
-
-class ConvNeXt(nn.Module):
-    def __init__(self, dim, classes, head_init_scale=1.0):
-        super().__init__()
-        self.head = nn.Linear(dim, classes)
-        self.table = nn.Parameter(torch.empty(16, dim))
-        with torch.no_grad():
-            self.table.copy_(torch.randn(16, dim) * 0.02)  # ERROR
-        self.head.weight.data.mul_(head_init_scale)  # ERROR
-        self.head.bias.data.mul_(head_init_scale)  # ERROR
-
-def convnext_atto():
-    return ConvNeXt(40, 1000, head_init_scale=0.001)
-""",
-        # MultiheadAttention-style private hook: not a reset hook, so the init is lost
-        """
-import torch
-from torch import nn
-
-class MHA(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim))
-        self.in_proj_bias = nn.Parameter(torch.empty(3 * dim))
-        self._reset_parameters()
-
-    def _reset_parameters(self):
-        nn.init.xavier_uniform_(self.in_proj_weight)  # ERROR
-        self.in_proj_bias.data.zero_()  # ERROR
-""",
-        # timm LeViT: the model resets its modules only when asked (`needs_reset`), and not
-        # while it is built, so the block's zero init of its BatchNorm is the built value
-        """
-from functools import partial
-import torch
-from torch import nn
-
-class ConvNorm(nn.Module):
-    def __init__(self, a, b, bn_weight_init=1):
-        super().__init__()
-        self.c = nn.Conv2d(a, b, 1, bias=False)
-        self.bn = nn.BatchNorm2d(b)
-        nn.init.constant_(self.bn.weight, bn_weight_init)  # ERROR
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.block = ConvNorm(8, 8, bn_weight_init=0)
-        self.init_weights(needs_reset=False)
-
-    def init_weights(self, needs_reset=True):
-        self.apply(partial(self._init_weights, needs_reset=needs_reset))
-
-    def _init_weights(self, m, needs_reset=True):
-        if needs_reset and hasattr(m, "reset_parameters"):
-            m.reset_parameters()
-""",
-        # a timm-style MLP: the first layer initialised before it is attached
-        """
-import torch
-from torch import nn
-
-class Mlp(nn.Module):
-    def __init__(self, d, hidden, device=None, dtype=None):
-        super().__init__()
-        fc1 = nn.Linear(d, hidden, device=device, dtype=dtype)
-        nn.init.normal_(fc1.weight, std=0.02)  # ERROR
-        fc2 = nn.Linear(hidden, d, device=device, dtype=dtype)
-        fc2.bias.data.zero_()  # ERROR
-        self.mlp = nn.Sequential(fc1, nn.GELU())
-        self.add_module("out", fc2)
-""",
-        # a fixed filter bank and an identity start written through `.data`
-        """
-import torch
-from torch import nn
-
-class FilterBank(nn.Module):
-    def __init__(self, c, device=None, dtype=None):
-        super().__init__()
-        self.conv = nn.Conv1d(c, c, 1, bias=False, device=device, dtype=dtype)
-        self.conv.weight.data[:] = torch.arange(c * c).view(c, c, 1)  # ERROR
-        mix = nn.Linear(c, c, device=device, dtype=dtype)
-        mix.weight.data = torch.eye(c)  # ERROR
-        self.mix = mix
-""",
-    ]
-
     def _reset_by_parents(self) -> set[str]:
         if not hasattr(self, "_parents_reset"):
             self._parents_reset = reset_while_built(self.ctx)
         return self._parents_reset
 
     def _file_calls(self) -> tuple[list, list] | None:
-        """:func:`_calls_and_dicts` of the whole file (elided code calls too), once per file:
+        """:func:`file_calls_and_dicts` of the whole file (elided code calls too), once per file:
         of CPython's tree when the engine has it, else of a parse; None when it does not
         parse."""
         if not hasattr(self, "_calls"):
@@ -791,8 +116,35 @@ class FilterBank(nn.Module):
                     tree = ast.parse(self.ctx.source or self.ctx.module.code)
                 except (SyntaxError, ValueError):
                     tree = None
-            self._calls = None if tree is None else _calls_and_dicts(tree)
+            self._calls = None if tree is None else file_calls_and_dicts(tree)
         return self._calls
+
+    def _child_default_kept(self, cls: ClassFacts, methods, call, name: str) -> bool:
+        """Is the write into a child's tensor a no-op on its default (a norm layer's ones),
+        or one a parent's reset overwrites anyway?"""
+        if not hasattr(self, "_code"):
+            # callers' keywords are read from the whole file: elided code calls too
+            self._code = self.ctx.source or self.ctx.module.code
+        restored = norm_default(cls, methods, name, self.qualify)
+        others = frozenset(
+            c.name
+            for c in self.ctx.facts.classes
+            if c.name != cls.name and cls.fullname not in c.bases  # a subclass forwards it
+        )
+        if no_op_by_default(cls, call, name, restored, self._code, others):
+            return True
+        return restored is not None and overwritten_by_parent(
+            child_class(cls, methods, name.split(".")[0], self.qualify),
+            self._reset_by_parents(),
+        )
+
+    def _same_law(self, cls: ClassFacts, method, methods, call, name: str) -> tuple:
+        """``(SameLaw(child class, tensor, law),)`` of a write into a child's tensor whose
+        law is known, else ()."""
+        names = law_names(cls, method, self._file_calls())
+        text = init_law(call.node, self.qualify, lambda e: law_text(e, names))
+        held = child_class(cls, methods, name.split(".")[0], self.qualify)
+        return (SameLaw(held, name.split(".", 1)[1], text),) if text and held else ()
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
@@ -801,36 +153,15 @@ class FilterBank(nn.Module):
                 target = initialised_target(call.node, self.qualify)
                 if target is None:
                     continue
-                name = _tensor_name(target)
-                if not name or _restored_by_child(cls, methods, name, call, self.qualify):
+                name = tensor_name(target)
+                if not name or restored_by_child(cls, methods, name, call, self.qualify):
                     continue
-                if "." in name:
-                    if not hasattr(self, "_code"):
-                        # callers' keywords are read from the whole file: elided code calls too
-                        self._code = self.ctx.source or self.ctx.module.code
-                    restored = _norm_default(cls, methods, name, self.qualify)
-                    others = frozenset(
-                        c.name
-                        for c in self.ctx.facts.classes
-                        if c.name != cls.name
-                        and cls.fullname not in c.bases  # a subclass forwards it
-                    )
-                    if _no_op_by_default(cls, call, name, restored, self._code, others):
-                        continue
-                    if restored is not None and _overwritten_by_parent(
-                        _child_class(cls, methods, name.split(".")[0], self.qualify),
-                        self._reset_by_parents(),
-                    ):
-                        continue
+                if "." in name and self._child_default_kept(cls, methods, call, name):
+                    continue
                 attr = name.split(".")[0]
                 child = "." in name
-                law: tuple = ()
-                if child:
-                    names = _law_names(cls, method, self._file_calls())
-                    text = init_law(call.node, self.qualify, lambda e: law_text(e, names))
-                    held = _child_class(cls, methods, attr, self.qualify)
-                    if text and held:
-                        law = (held, name.split(".", 1)[1], text)
+                # the child's tensor drawn from a law (``SameLaw``), if known
+                law = self._same_law(cls, method, methods, call, name) if child else ()
                 what = f"`{name}` (a tensor of the child `{attr}`)" if child else f"`{name}`"
                 where = (
                     "the child's own `reset_parameters()` restores its default init and "
@@ -845,11 +176,10 @@ class FilterBank(nn.Module):
                     cls,
                     help="Move this init into `reset_parameters()` (own tensors) or the model's "
                     "`init_weights()`, and call that hook from `__init__`",
-                    unless_recreated=(attr,),
+                    conditions=(NotRecreated((attr,)), *law),
                     subject=(name,),
-                    unless_same_law=law,
                 )
-        yield from self._parameter_loops(cls, methods)
+        yield from _parameter_loops(cls, methods, self.qualify)
         yield from self._local_children(cls, methods)
         yield from self._data_writes(cls, methods)
         yield from self._replaced_child_tensors(cls, methods)
@@ -891,7 +221,7 @@ class FilterBank(nn.Module):
                     cls,
                     help="Move this init into `reset_parameters()` or the model's "
                     "`init_weights()` (on the child's tensor), and call that hook from `__init__`",
-                    unless_recreated=(attr,),
+                    conditions=(NotRecreated((attr,)),),
                     subject=(f"{attr}.{chain[1]}",),
                 )
 
@@ -928,7 +258,7 @@ class FilterBank(nn.Module):
                         cls,
                         help="Move this init into the model's `init_weights()` (or a "
                         "`reset_parameters()` of this class), and call that hook from `__init__`",
-                        unless_recreated=(attr,),
+                        conditions=(NotRecreated((attr,)),),
                         subject=(f"{attr}.{parts[-1]}",),
                     )
 
@@ -974,7 +304,7 @@ class FilterBank(nn.Module):
                     cls,
                     help="Move the loop into the model's `init_weights()` (or a hook that runs "
                     "after the children's), and call that hook from `__init__`",
-                    unless_recreated=(attr,),
+                    conditions=(NotRecreated((attr,)),),
                     subject=(name,),
                 )
 
@@ -998,11 +328,11 @@ class FilterBank(nn.Module):
                 if child not in children:
                     continue
                 name = f"{child}.{tensor}"
-                law: tuple = ()
-                held = _child_class(cls, methods, child, self.qualify)
+                conditions: tuple = (NotRecreated((child,)),)
+                held = child_class(cls, methods, child, self.qualify)
                 if held and all_zeros(data, self.qualify, method):
                     # a protocol zeroing that tensor of the child restores it
-                    law = (held, tensor, ZEROS_LAW)
+                    conditions += (SameLaw(held, tensor, ZEROS_LAW),)
                 yield Finding(
                     a.node,
                     f"`{name}` (a tensor of the child `{child}`) is replaced by a parameter made "
@@ -1012,59 +342,455 @@ class FilterBank(nn.Module):
                     cls,
                     help="Copy the value into the child's tensor in `reset_parameters()` (own "
                     "tensors) or the model's `init_weights()`, and call that hook from `__init__`",
-                    unless_recreated=(child,),
+                    conditions=conditions,
                     subject=(name,),
-                    unless_same_law=law,
                 )
 
-    def _parameter_loops(self, cls: ClassFacts, methods) -> Iterable[Finding]:
-        """``for param in self.parameters(): nn.init.xavier_uniform_(param)`` in a class with
-        no child modules (titans-pytorch's memory MLPs: a `ParameterList` and a projection):
-        every parameter initialised in place by the parent's loop. With children it is ML010's
-        (the parent's init of its children's tensors)."""
-        lists = frozenset(
-            a.target[5:]
-            for m in methods
-            for a in m.assigns
-            if a.target.count(".") == 1
-            and isinstance(a.value, cst.Call)
-            and self.qualify(a.value.func) == "torch.nn.ParameterList"
+
+def _parameter_loops(cls: ClassFacts, methods, qualify) -> Iterable[Finding]:
+    """``for param in self.parameters(): nn.init.xavier_uniform_(param)`` in a class with
+    no child modules (titans-pytorch's memory MLPs: a `ParameterList` and a projection):
+    every parameter initialised in place by the parent's loop. With children it is ML010's
+    (the parent's init of its children's tensors)."""
+    lists = frozenset(
+        a.target[5:]
+        for m in methods
+        for a in m.assigns
+        if a.target.count(".") == 1
+        and isinstance(a.value, cst.Call)
+        and qualify(a.value.func) == "torch.nn.ParameterList"
+    )
+    loops = [
+        (node, method, head)
+        for method in methods
+        for node, _targets, _it in method.loops
+        if isinstance(node, cst.For)
+        and (head := every_parameter_written(node, qualify, lists)) is not None
+    ]
+    # every parameter (``self.parameters()``) of a module with children is ML010's: the
+    # parent's init of its children's tensors; an own ``ParameterList`` is this module's
+    loops = [x for x in loops if not x[2].endswith("()")] + (
+        [] if module_children(cls, qualify) else [x for x in loops if x[2].endswith("()")]
+    )
+    if not loops:
+        return
+    own = tuple(
+        sorted(r.attr for r in tensor_registrations(methods, qualify) if r.kind == "parameter")
+    )
+    for node, method, head in loops:
+        # a literal list of own tensors (``[self.w_qkv_c, self.w_o_c]``): those
+        listed = own_attributes(node.iter) if type(node.iter) in (cst.List, cst.Tuple) else []
+        written = tuple(listed) or own
+        which = (
+            "every parameter"
+            if head.endswith("()")
+            else f"every parameter of `{head.split(' in ', 1)[1]}`"
         )
-        loops = [
-            (node, method, head)
-            for method in methods
-            for node, _targets, _it in method.loops
-            if isinstance(node, cst.For)
-            and (head := every_parameter_written(node, self.qualify, lists)) is not None
-        ]
-        # every parameter (``self.parameters()``) of a module with children is ML010's: the
-        # parent's init of its children's tensors; an own ``ParameterList`` is this module's
-        loops = [x for x in loops if not x[2].endswith("()")] + (
-            [] if module_children(cls, self.qualify) else [x for x in loops if x[2].endswith("()")]
+        yield Finding(
+            node,
+            f"{which} is initialised in place by the loop `{head}` in "
+            f"`{method.name}`, outside any reset hook: on meta this does nothing and after "
+            "`to_empty()` the values are lost",
+            cls,
+            help="Move the loop into `reset_parameters()` and call it from `__init__`",
+            conditions=(NotRecreated(written),) if written else (),
+            subject=written,
         )
-        if not loops:
-            return
-        own = tuple(
-            sorted(
-                r.attr for r in tensor_registrations(methods, self.qualify) if r.kind == "parameter"
-            )
-        )
-        for node, method, head in loops:
-            # a literal list of own tensors (``[self.w_qkv_c, self.w_o_c]``): those
-            listed = own_attributes(node.iter) if type(node.iter) in (cst.List, cst.Tuple) else []
-            written = tuple(listed) or own
-            which = (
-                "every parameter"
-                if head.endswith("()")
-                else f"every parameter of `{head.split(' in ', 1)[1]}`"
-            )
-            yield Finding(
-                node,
-                f"{which} is initialised in place by the loop `{head}` in "
-                f"`{method.name}`, outside any reset hook: on meta this does nothing and after "
-                "`to_empty()` the values are lost",
-                cls,
-                help="Move the loop into `reset_parameters()` and call it from `__init__`",
-                unless_recreated=written,
-                subject=written,
-            )
+
+
+# the rule's examples: the reported lines end with ``# ERROR``; they run as tests
+# (tests/test_rule_examples.py)
+InplaceInitOutsideHook.VALID = [
+    # the init lives in reset_parameters, called from __init__
+    """
+import torch
+import torch.nn as nn
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.ones_(self.weight)
+""",
+    # timm-style: init_weights() called from __init__, helpers of the hook are hook code
+    """
+import torch
+from torch import nn
+from torch.nn.init import trunc_normal_
+
+class VisionTransformer(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.empty(1, 197, dim))
+        self.init_weights()
+
+    def init_weights(self):
+        self._init_tokens()
+        trunc_normal_(self.pos_embed, std=.02)
+
+    def _init_tokens(self):
+        nn.init.normal_(self.cls_token, std=1e-6)
+""",
+    # a base class in the same tree re-initialises it; writes on a local are not own tensors
+    """
+import torch
+from torch.nn import init as I
+import torch.nn as nn
+
+class Base(nn.Module):
+    def reset_parameters(self):
+        I.xavier_uniform_(self.proj)
+
+class Proj(Base):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = nn.Parameter(torch.empty(d, d))
+        I.xavier_uniform_(self.proj)
+        w = torch.empty(d)
+        nn.init.normal_(w)
+""",
+    # timm's ConvNorm: the BatchNorm's own reset_parameters() gives ones / zeros again
+    """
+import torch
+from torch import nn
+
+class ConvNorm(nn.Sequential):
+    def __init__(self, a, b, norm_layer=nn.BatchNorm2d):
+        super().__init__()
+        self.add_module("c", nn.Conv2d(a, b, 1, bias=False))
+        self.add_module("bn", nn.BatchNorm2d(b))
+        self.norm = norm_layer(b)
+        nn.init.constant_(self.bn.weight, 1)
+        nn.init.constant_(self.bn.bias, 0)
+        nn.init.zeros_(self.norm.bias)
+""",
+    # a no-op by default, and no caller in the file passes another value
+    """
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, dim, classes, head_init_scale=1.0, bn_weight_init=1):
+        super().__init__()
+        self.head = nn.Linear(dim, classes)
+        self.bn = nn.BatchNorm2d(dim)
+        self.head.weight.data.mul_(head_init_scale)
+        nn.init.constant_(self.bn.weight, bn_weight_init)
+
+def make():
+    return Net(8, 10, head_init_scale=1.0)
+""",
+    # timm LeViT: another class of the file gets bn_weight_init=0, ConvNorm never does
+    """
+import torch
+from torch import nn
+
+class ConvNorm(nn.Module):
+    def __init__(self, a, b, bn_weight_init=1):
+        super().__init__()
+        self.c = nn.Conv2d(a, b, 1, bias=False)
+        self.bn = nn.BatchNorm2d(b)
+        nn.init.constant_(self.bn.weight, bn_weight_init)
+
+class LinearNorm(nn.Module):
+    def __init__(self, a, b, bn_weight_init=1):
+        super().__init__()
+        self.c = nn.Linear(a, b, bias=False)
+        self.bn_weight_init = bn_weight_init
+
+class Stem(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = ConvNorm(3, 8)
+        self.proj = nn.Sequential(nn.Flatten(), LinearNorm(8, 8, bn_weight_init=0))
+""",
+    # timm EfficientViM: the model, while built, resets every BatchNorm it holds, so the
+    # block's zero init of its BatchNorm is overwritten in an eager build too
+    """
+from functools import partial
+import torch
+from torch import nn
+
+class ConvLayer(nn.Module):
+    def __init__(self, a, b, norm=nn.BatchNorm2d, bn_weight_init=1.0):
+        super().__init__()
+        self.conv = nn.Conv2d(a, b, 1, bias=False)
+        self.norm = norm(b) if norm else None
+        if isinstance(self.norm, nn.modules.batchnorm._BatchNorm):
+            nn.init.constant_(self.norm.weight, bn_weight_init)
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = ConvLayer(8, 8, bn_weight_init=0)
+        self.head = nn.Linear(8, 10)
+        self.init_weights(needs_reset=False)
+
+    def init_weights(self, needs_reset=True):
+        self.apply(partial(self._init_weights, needs_reset=needs_reset))
+
+    def _init_weights(self, m, needs_reset=True):
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+        elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d)):
+            m.reset_parameters()
+""",
+    # the init a norm's own reset gives, written before the norm is attached
+    """
+import torch
+from torch import nn
+
+class Block(nn.Module):
+    def __init__(self, d, device=None, dtype=None):
+        super().__init__()
+        norm = nn.LayerNorm(d, device=device, dtype=dtype)
+        nn.init.ones_(norm.weight)
+        nn.init.zeros_(norm.bias)
+        self.pre = nn.Sequential(norm, nn.GELU())
+""",
+]
+
+InplaceInitOutsideHook.INVALID = [
+    # a child's tensor replaced by a table computed here (Informer's FixedEmbedding)
+    """
+import math
+import torch
+import torch.nn as nn
+
+class FixedEmbedding(nn.Module):
+    def __init__(self, c_in, d_model):
+        super().__init__()
+        w = torch.zeros(c_in, d_model)
+        position = torch.arange(0, c_in).float().unsqueeze(1)
+        div_term = (torch.arange(0, d_model, 2).float() * -(math.log(10000.0) / d_model)).exp()
+        w[:, 0::2] = torch.sin(position * div_term)
+        w[:, 1::2] = torch.cos(position * div_term)
+        self.emb = nn.Embedding(c_in, d_model)
+        self.emb.weight = nn.Parameter(w, requires_grad=False)  # ERROR
+""",
+    # a loop over every parameter of a module with no child modules (titans-pytorch)
+    """
+import torch
+from torch import nn
+
+class MemoryMLP(nn.Module):
+    def __init__(self, dim, depth=2):
+        super().__init__()
+        self.weights = nn.ParameterList([nn.Parameter(torch.empty(dim, dim)) for _ in range(depth)])
+        self.final_proj = nn.Parameter(torch.empty(dim, dim))
+        for param in self.parameters():  # ERROR
+            nn.init.xavier_uniform_(param)
+""",
+    # a loop over an own ParameterList, beside a child module
+    """
+import torch
+from torch import nn
+
+class MemoryMLP(nn.Module):
+    def __init__(self, dim, depth=2):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.weights = nn.ParameterList([nn.Parameter(torch.empty(dim, dim)) for _ in range(depth)])
+        for weight in self.weights:  # ERROR
+            nn.init.xavier_uniform_(weight)
+""",
+    # a loop over the modules of a container child (torch-geometric's DimeNet blocks,
+    # in __init__ rather than reset_parameters())
+    """
+import torch
+from torch import nn
+
+class Mlp(nn.Module):
+    def __init__(self, dim, depth=2):
+        super().__init__()
+        self.lins = nn.ModuleList([nn.Linear(dim, dim) for _ in range(depth)])
+        for lin in self.lins:
+            nn.init.zeros_(lin.bias)  # ERROR
+""",
+    # a subclass built with bn_weight_init=0 forwards it to the class that sets it
+    """
+import torch
+from torch import nn
+
+class ConvNorm(nn.Module):
+    def __init__(self, a, b, bn_weight_init=1):
+        super().__init__()
+        self.c = nn.Conv2d(a, b, 1, bias=False)
+        self.bn = nn.BatchNorm2d(b)
+        nn.init.constant_(self.bn.weight, bn_weight_init)  # ERROR
+
+class ConvNormAct(ConvNorm):
+    def __init__(self, a, b, **kwargs):
+        super().__init__(a, b, **kwargs)
+        self.act = nn.ReLU()
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = ConvNormAct(8, 8, bn_weight_init=0)
+""",
+    # llm-foundry style RMSNorm, every spelling of nn.init
+    # timm's tokens, then a head that draws: the new hook is called where the init was
+    Invalid(
+        """
+import torch
+from torch import nn
+
+class Tokens(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
+        nn.init.normal_(self.cls_token, std=1e-6)  # ERROR
+        self.head = nn.Linear(dim, dim)
+""",
+        fixed="""
+import torch
+from torch import nn
+
+class Tokens(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
+        self.reset_parameters()
+        self.head = nn.Linear(dim, dim)
+
+    def reset_parameters(self):
+        nn.init.normal_(self.cls_token, std=1e-6)  # ERROR
+""",
+    ),
+    Invalid(
+        """
+import torch
+from torch import nn
+from torch.nn import init as I
+from torch.nn.init import trunc_normal_
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.bias = nn.Parameter(torch.empty(dim))
+        self.pos = nn.Parameter(torch.empty(4, dim))
+        self.scale = nn.Parameter(torch.empty(dim))
+        self.weight.data.fill_(1.0)  # ERROR
+        I.zeros_(self.bias)  # ERROR
+        trunc_normal_(self.pos, std=.02)  # ERROR
+        torch.nn.init.constant_(self.scale, 0.1)  # ERROR
+""",
+        fixed="""
+import torch
+from torch import nn
+from torch.nn import init as I
+from torch.nn.init import trunc_normal_
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.bias = nn.Parameter(torch.empty(dim))
+        self.pos = nn.Parameter(torch.empty(4, dim))
+        self.scale = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        self.weight.data.fill_(1.0)  # ERROR
+        I.zeros_(self.bias)  # ERROR
+        trunc_normal_(self.pos, std=.02)  # ERROR
+        torch.nn.init.constant_(self.scale, 0.1)  # ERROR
+""",
+    ),
+    # no_grad copy and a child's tensor (ConvNeXt head_init_scale)
+    """
+import torch
+import torch.nn as nn
+
+class ConvNeXt(nn.Module):
+    def __init__(self, dim, classes, head_init_scale=1.0):
+        super().__init__()
+        self.head = nn.Linear(dim, classes)
+        self.table = nn.Parameter(torch.empty(16, dim))
+        with torch.no_grad():
+            self.table.copy_(torch.randn(16, dim) * 0.02)  # ERROR
+        self.head.weight.data.mul_(head_init_scale)  # ERROR
+        self.head.bias.data.mul_(head_init_scale)  # ERROR
+
+def convnext_atto():
+    return ConvNeXt(40, 1000, head_init_scale=0.001)
+""",
+    # MultiheadAttention-style private hook: not a reset hook, so the init is lost
+    """
+import torch
+from torch import nn
+
+class MHA(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim))
+        self.in_proj_bias = nn.Parameter(torch.empty(3 * dim))
+        self._reset_parameters()
+
+    def _reset_parameters(self):
+        nn.init.xavier_uniform_(self.in_proj_weight)  # ERROR
+        self.in_proj_bias.data.zero_()  # ERROR
+""",
+    # timm LeViT: the model resets its modules only when asked (`needs_reset`), and not
+    # while it is built, so the block's zero init of its BatchNorm is the built value
+    """
+from functools import partial
+import torch
+from torch import nn
+
+class ConvNorm(nn.Module):
+    def __init__(self, a, b, bn_weight_init=1):
+        super().__init__()
+        self.c = nn.Conv2d(a, b, 1, bias=False)
+        self.bn = nn.BatchNorm2d(b)
+        nn.init.constant_(self.bn.weight, bn_weight_init)  # ERROR
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = ConvNorm(8, 8, bn_weight_init=0)
+        self.init_weights(needs_reset=False)
+
+    def init_weights(self, needs_reset=True):
+        self.apply(partial(self._init_weights, needs_reset=needs_reset))
+
+    def _init_weights(self, m, needs_reset=True):
+        if needs_reset and hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+""",
+    # a timm-style MLP: the first layer initialised before it is attached
+    """
+import torch
+from torch import nn
+
+class Mlp(nn.Module):
+    def __init__(self, d, hidden, device=None, dtype=None):
+        super().__init__()
+        fc1 = nn.Linear(d, hidden, device=device, dtype=dtype)
+        nn.init.normal_(fc1.weight, std=0.02)  # ERROR
+        fc2 = nn.Linear(hidden, d, device=device, dtype=dtype)
+        fc2.bias.data.zero_()  # ERROR
+        self.mlp = nn.Sequential(fc1, nn.GELU())
+        self.add_module("out", fc2)
+""",
+    # a fixed filter bank and an identity start written through `.data`
+    """
+import torch
+from torch import nn
+
+class FilterBank(nn.Module):
+    def __init__(self, c, device=None, dtype=None):
+        super().__init__()
+        self.conv = nn.Conv1d(c, c, 1, bias=False, device=device, dtype=dtype)
+        self.conv.weight.data[:] = torch.arange(c * c).view(c, c, 1)  # ERROR
+        mix = nn.Linear(c, c, device=device, dtype=dtype)
+        mix.weight.data = torch.eye(c)  # ERROR
+        self.mix = mix
+""",
+]

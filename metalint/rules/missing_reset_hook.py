@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import NoHook, NotRecreated
 from metalint.static.construction import argument_of, computed
 from metalint.static.model import ClassFacts, construction
 from metalint.static.ownership import owned_tensors
@@ -355,8 +356,7 @@ class RelPosBias(nn.Module):  # ERROR
             f"`{cls.name}` owns {_names(attrs)} but has {why}",
             cls,
             help=advice,
-            unless_hook=True,
             # judged under the model roots' protocol: not lost when every root re-creates them
-            unless_recreated=tuple(attrs),
+            conditions=(NoHook(), NotRecreated(tuple(attrs))),
             subject=tuple(attrs),
         )

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from metalint.diagnostics import NotRecreated
 from metalint.static.construction import borrowed_tensor
 from metalint.static.model import ClassFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
@@ -80,251 +81,6 @@ class ParameterFromValue(Rule):
     summary = "Parameter created from a value in `__init__` that no reset hook re-creates"
     codemod = "metalint.fix.parameter_from_value"
 
-    VALID = [
-        # the timm-1.0 LayerScale: empty + reset_parameters
-        """
-import torch
-from torch import nn
-
-class LayerScale(nn.Module):
-    def __init__(self, dim, init_values=1e-5):
-        super().__init__()
-        self.init_values = init_values
-        self.gamma = nn.Parameter(torch.empty(dim))
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        nn.init.constant_(self.gamma, self.init_values)
-""",
-        # re-created by a base class's hook
-        """
-import torch
-import torch.nn as nn
-
-class Base(nn.Module):
-    def reset_parameters(self):
-        nn.init.ones_(self.weight)
-
-class Norm(Base):
-    def __init__(self, dim):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-""",
-        # parameter from an argument: nothing computed here
-        """
-import torch.nn as nn
-
-class Wrap(nn.Module):
-    def __init__(self, weight):
-        super().__init__()
-        self.weight = nn.Parameter(weight)
-""",
-        # a root init_weights that re-creates it through a helper
-        """
-import torch
-from torch import nn
-
-class ViT(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.pos_embed = nn.Parameter(torch.randn(1, 4, dim) * .02)
-
-    def init_weights(self):
-        self._init_pos()
-
-    def _init_pos(self):
-        nn.init.trunc_normal_(self.pos_embed, std=.02)
-""",
-        # a legacy constructor of sizes (torch-geometric-temporal's GCLSTM): uninitialised
-        # memory, eagerly too, as `torch.empty`; the value comes from the init in the helper
-        # (ML003's) and the CPU allocation is ML009's
-        """
-import torch
-from torch.nn import Module, Parameter
-from torch_geometric.nn.inits import glorot
-
-class GCLSTM(Module):
-    def __init__(self, in_channels: int, out_channels: int):
-        super().__init__()
-        self.in_channels = in_channels
-        self.W_i = Parameter(torch.Tensor(self.in_channels, out_channels))
-        self.b_i = Parameter(torch.Tensor(1, out_channels))
-        self.bias = Parameter(torch.Tensor(out_channels))
-        self._set_parameters()
-
-    def _set_parameters(self):
-        glorot(self.W_i)
-""",
-        # a tensor of a local module that is kept as a child: the child's hook restores it
-        """
-import torch
-from torch import nn
-
-class Head(nn.Module):
-    def __init__(self, c, device=None, dtype=None):
-        super().__init__()
-        conv = nn.Conv1d(c, c, 1, device=device, dtype=dtype)
-        self.weight = conv.weight
-        self.block = nn.Sequential(conv, nn.GELU())
-        self.width = conv.weight.shape[0]
-""",
-    ]
-    INVALID = [
-        # torchlibrosa's Scalar: a legacy constructor of data (one argument that is not
-        # certainly a size) copies the caller's statistics
-        """
-import torch
-import torch.nn as nn
-
-class Scalar(nn.Module):
-    def __init__(self, scalar, freeze_parameters):
-        super().__init__()
-        self.scalar_mean = nn.Parameter(torch.Tensor(scalar['mean']))  # ERROR
-        self.scalar_std = nn.Parameter(torch.Tensor(scalar['std']))  # ERROR
-""",
-        # a ParameterList of drawn values (titans-pytorch)
-        """
-import torch
-from torch import nn
-
-class MemoryMLP(nn.Module):
-    def __init__(self, dim, depth=2):
-        super().__init__()
-        self.weights = nn.ParameterList([nn.Parameter(torch.randn(dim, dim)) for _ in range(depth)])  # ERROR
-""",
-        # dinov2's LayerScale
-        Invalid(
-            """
-import torch
-from torch import nn
-
-class LayerScale(nn.Module):
-    def __init__(self, dim, init_values=1e-5, inplace=False):
-        super().__init__()
-        self.inplace = inplace
-        self.gamma = nn.Parameter(init_values * torch.ones(dim))  # ERROR
-""",
-            fixed="""
-import torch
-from torch import nn
-
-class LayerScale(nn.Module):
-    def __init__(self, dim, init_values=1e-5, inplace=False):
-        super().__init__()
-        self.inplace = inplace
-        self.init_values = init_values
-        self.gamma = nn.Parameter(torch.empty(dim))  # ERROR
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        nn.init.constant_(self.gamma, self.init_values)
-""",
-        ),
-        # timm's tokens: a value re-initialised in place later in __init__
-        Invalid(
-            """
-import torch
-from torch import nn
-
-class Tokens(nn.Module):
-    def __init__(self, n, dim):
-        super().__init__()
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))  # ERROR
-        self.head = nn.Linear(dim, dim)
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
-""",
-            fixed="""
-import torch
-from torch import nn
-
-class Tokens(nn.Module):
-    def __init__(self, n, dim):
-        super().__init__()
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))  # ERROR
-        self.head = nn.Linear(dim, dim)
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
-""",
-        ),
-        # monai's filter sigmas: no shape to derive, the value is computed again in the hook
-        Invalid(
-            """
-import torch
-from torch import nn
-
-class Bilateral(nn.Module):
-    def __init__(self, spatial_sigma):
-        super().__init__()
-        self.sigma_x = nn.Parameter(torch.tensor(spatial_sigma[0]))  # ERROR
-""",
-            fixed="""
-import torch
-from torch import nn
-
-class Bilateral(nn.Module):
-    def __init__(self, spatial_sigma):
-        super().__init__()
-        self.spatial_sigma = spatial_sigma
-        self.sigma_x = nn.Parameter(torch.tensor(spatial_sigma[0]))  # ERROR
-        self.reset_parameters()
-
-    def reset_parameters(self):
-        with torch.no_grad():
-            self.sigma_x.copy_(torch.tensor(self.spatial_sigma[0]))
-""",
-        ),
-        # every spelling of Parameter, through a local variable, and register_parameter
-        """
-import torch
-import torch.nn
-from torch.nn import Parameter
-from torch.nn.parameter import Parameter as P
-
-class M(torch.nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.a = torch.nn.Parameter(torch.randn(d))  # ERROR
-        self.b = Parameter(torch.tensor([1.0, 2.0]))  # ERROR
-        self.c = P(torch.full((d,), 0.5))  # ERROR
-        scale = torch.zeros(d) + 1
-        self.d = Parameter(scale)  # ERROR
-        self.register_parameter("e", Parameter(torch.ones(d) * 2))  # ERROR
-        self.g = Parameter(0.1 * torch.ones(d)) if d > 1 else None  # ERROR
-        self.f = Parameter(torch.empty(d))
-""",
-        # a reset hook exists but forgets this tensor
-        """
-import torch
-import torch.nn as nn
-
-class Block(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.w = nn.Parameter(torch.empty(d, d))
-        self.scale = nn.Parameter(torch.ones(d))  # ERROR
-
-    def reset_parameters(self):
-        nn.init.kaiming_uniform_(self.w)
-""",
-        # parameters taken from a convolution built only for its initialisation
-        """
-import torch
-from torch import nn
-
-class DepthwiseFilter(nn.Module):
-    def __init__(self, c, k, device=None, dtype=None):
-        super().__init__()
-        conv = nn.Conv1d(c, c, k, groups=c, device=device, dtype=dtype)
-        self.weight = conv.weight  # ERROR
-        self.bias = conv.bias  # ERROR
-
-    def forward(self, x):
-        return nn.functional.conv1d(x, self.weight, self.bias, groups=x.shape[1])
-""",
-    ]
-
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         for method in construction(cls, enter_hooks=False, hooks=self.ctx.hooks):
             for assign in method.assigns:
@@ -371,7 +127,7 @@ class DepthwiseFilter(nn.Module):
                 cls,
                 help="Create them with `torch.empty(...)` and set their values in "
                 "`reset_parameters()`",
-                unless_recreated=(attr,),
+                conditions=(NotRecreated((attr,)),),
                 subject=(attr,),
                 site=ParameterSite(attr, items=items),
             )
@@ -389,7 +145,7 @@ class DepthwiseFilter(nn.Module):
                 cls,
                 help=f"Keep the module as a child (`self.{value.value.value} = ...`) or create "
                 f"`{attr}` with `torch.empty(...)` and initialise it in `reset_parameters()`",
-                unless_recreated=(attr,),
+                conditions=(NotRecreated((attr,)),),
                 subject=(attr,),
                 site=ParameterSite(attr),
             )
@@ -409,7 +165,7 @@ class DepthwiseFilter(nn.Module):
             f"re-creates it, so after `to_empty()` it is uninitialised memory",
             cls,
             help="Create it with `torch.empty(...)` and set the value in `reset_parameters()`",
-            unless_recreated=(attr,),
+            conditions=(NotRecreated((attr,)),),
             subject=(attr,),
             site=ParameterSite(attr, call=_parameter_call(value)),
         )
@@ -419,3 +175,252 @@ def _parameter_call(value: cst.Call) -> cst.Call:
     """The ``nn.Parameter(...)`` call of ``value`` (:func:`parameter_value` found its data):
     the call itself, or the one under ``.requires_grad_(..)`` (:func:`same_tensor`)."""
     return same_tensor(value)
+
+
+# the rule's examples: the reported lines end with ``# ERROR``; they run as tests
+# (tests/test_rule_examples.py)
+ParameterFromValue.VALID = [
+    # the timm-1.0 LayerScale: empty + reset_parameters
+    """
+import torch
+from torch import nn
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5):
+        super().__init__()
+        self.init_values = init_values
+        self.gamma = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.constant_(self.gamma, self.init_values)
+""",
+    # re-created by a base class's hook
+    """
+import torch
+import torch.nn as nn
+
+class Base(nn.Module):
+    def reset_parameters(self):
+        nn.init.ones_(self.weight)
+
+class Norm(Base):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+""",
+    # parameter from an argument: nothing computed here
+    """
+import torch.nn as nn
+
+class Wrap(nn.Module):
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+""",
+    # a root init_weights that re-creates it through a helper
+    """
+import torch
+from torch import nn
+
+class ViT(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.pos_embed = nn.Parameter(torch.randn(1, 4, dim) * .02)
+
+    def init_weights(self):
+        self._init_pos()
+
+    def _init_pos(self):
+        nn.init.trunc_normal_(self.pos_embed, std=.02)
+""",
+    # a legacy constructor of sizes (torch-geometric-temporal's GCLSTM): uninitialised
+    # memory, eagerly too, as `torch.empty`; the value comes from the init in the helper
+    # (ML003's) and the CPU allocation is ML009's
+    """
+import torch
+from torch.nn import Module, Parameter
+from torch_geometric.nn.inits import glorot
+
+class GCLSTM(Module):
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.in_channels = in_channels
+        self.W_i = Parameter(torch.Tensor(self.in_channels, out_channels))
+        self.b_i = Parameter(torch.Tensor(1, out_channels))
+        self.bias = Parameter(torch.Tensor(out_channels))
+        self._set_parameters()
+
+    def _set_parameters(self):
+        glorot(self.W_i)
+""",
+    # a tensor of a local module that is kept as a child: the child's hook restores it
+    """
+import torch
+from torch import nn
+
+class Head(nn.Module):
+    def __init__(self, c, device=None, dtype=None):
+        super().__init__()
+        conv = nn.Conv1d(c, c, 1, device=device, dtype=dtype)
+        self.weight = conv.weight
+        self.block = nn.Sequential(conv, nn.GELU())
+        self.width = conv.weight.shape[0]
+""",
+]
+
+ParameterFromValue.INVALID = [
+    # torchlibrosa's Scalar: a legacy constructor of data (one argument that is not
+    # certainly a size) copies the caller's statistics
+    """
+import torch
+import torch.nn as nn
+
+class Scalar(nn.Module):
+    def __init__(self, scalar, freeze_parameters):
+        super().__init__()
+        self.scalar_mean = nn.Parameter(torch.Tensor(scalar['mean']))  # ERROR
+        self.scalar_std = nn.Parameter(torch.Tensor(scalar['std']))  # ERROR
+""",
+    # a ParameterList of drawn values (titans-pytorch)
+    """
+import torch
+from torch import nn
+
+class MemoryMLP(nn.Module):
+    def __init__(self, dim, depth=2):
+        super().__init__()
+        self.weights = nn.ParameterList([nn.Parameter(torch.randn(dim, dim)) for _ in range(depth)])  # ERROR
+""",
+    # dinov2's LayerScale
+    Invalid(
+        """
+import torch
+from torch import nn
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+        self.gamma = nn.Parameter(init_values * torch.ones(dim))  # ERROR
+""",
+        fixed="""
+import torch
+from torch import nn
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5, inplace=False):
+        super().__init__()
+        self.inplace = inplace
+        self.init_values = init_values
+        self.gamma = nn.Parameter(torch.empty(dim))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.constant_(self.gamma, self.init_values)
+""",
+    ),
+    # timm's tokens: a value re-initialised in place later in __init__
+    Invalid(
+        """
+import torch
+from torch import nn
+
+class Tokens(nn.Module):
+    def __init__(self, n, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))  # ERROR
+        self.head = nn.Linear(dim, dim)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+""",
+        fixed="""
+import torch
+from torch import nn
+
+class Tokens(nn.Module):
+    def __init__(self, n, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))  # ERROR
+        self.head = nn.Linear(dim, dim)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+""",
+    ),
+    # monai's filter sigmas: no shape to derive, the value is computed again in the hook
+    Invalid(
+        """
+import torch
+from torch import nn
+
+class Bilateral(nn.Module):
+    def __init__(self, spatial_sigma):
+        super().__init__()
+        self.sigma_x = nn.Parameter(torch.tensor(spatial_sigma[0]))  # ERROR
+""",
+        fixed="""
+import torch
+from torch import nn
+
+class Bilateral(nn.Module):
+    def __init__(self, spatial_sigma):
+        super().__init__()
+        self.spatial_sigma = spatial_sigma
+        self.sigma_x = nn.Parameter(torch.tensor(spatial_sigma[0]))  # ERROR
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        with torch.no_grad():
+            self.sigma_x.copy_(torch.tensor(self.spatial_sigma[0]))
+""",
+    ),
+    # every spelling of Parameter, through a local variable, and register_parameter
+    """
+import torch
+import torch.nn
+from torch.nn import Parameter
+from torch.nn.parameter import Parameter as P
+
+class M(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.randn(d))  # ERROR
+        self.b = Parameter(torch.tensor([1.0, 2.0]))  # ERROR
+        self.c = P(torch.full((d,), 0.5))  # ERROR
+        scale = torch.zeros(d) + 1
+        self.d = Parameter(scale)  # ERROR
+        self.register_parameter("e", Parameter(torch.ones(d) * 2))  # ERROR
+        self.g = Parameter(0.1 * torch.ones(d)) if d > 1 else None  # ERROR
+        self.f = Parameter(torch.empty(d))
+""",
+    # a reset hook exists but forgets this tensor
+    """
+import torch
+import torch.nn as nn
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(d, d))
+        self.scale = nn.Parameter(torch.ones(d))  # ERROR
+
+    def reset_parameters(self):
+        nn.init.kaiming_uniform_(self.w)
+""",
+    # parameters taken from a convolution built only for its initialisation
+    """
+import torch
+from torch import nn
+
+class DepthwiseFilter(nn.Module):
+    def __init__(self, c, k, device=None, dtype=None):
+        super().__init__()
+        conv = nn.Conv1d(c, c, k, groups=c, device=device, dtype=dtype)
+        self.weight = conv.weight  # ERROR
+        self.bias = conv.bias  # ERROR
+
+    def forward(self, x):
+        return nn.functional.conv1d(x, self.weight, self.bias, groups=x.shape[1])
+""",
+]

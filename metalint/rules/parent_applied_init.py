@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import AppliesInit, NotOnlyReset, NotRun, RootReplays
 from metalint.static import constants
 from metalint.static.construction import top_function
 from metalint.static.defaults import (
@@ -164,435 +165,6 @@ class ParentAppliedInit(Rule):
     summary = "Init applied by a parent (`self.apply`, `named_apply`) that per-module resets do not replay"
     codemod = "metalint.fix.parent_init"
 
-    VALID = [
-        # timm's EfficientNet after `fix`: the root hook hands the model to a function of the
-        # file that initialises every module, and the protocol calls that hook
-        """
-import torch.nn as nn
-
-def efficientnet_init_weights(model):
-    for m in model.modules():
-        if isinstance(m, nn.Conv2d):
-            nn.init.kaiming_normal_(m.weight)
-
-class EfficientNet(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.conv = nn.Conv2d(dim, dim, 3)
-        self.init_weights()
-
-    def init_weights(self):
-        efficientnet_init_weights(self)
-""",
-        # the children reset themselves; the loop only calls their own hook
-        """
-import torch.nn as nn
-
-class Net(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.fc = nn.Linear(dim, dim)
-        for m in self.modules():
-            if m is not self and hasattr(m, "reset_parameters"):
-                m.reset_parameters()
-""",
-        # a root hook that construction never runs: eager and meta builds agree
-        """
-from torch import nn
-
-class Net(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.fc = nn.Linear(dim, dim)
-
-    def init_weights(self):
-        self.apply(self._init_weights)
-
-    def _init_weights(self, m):
-        if isinstance(m, nn.Linear):
-            nn.init.zeros_(m.bias)
-""",
-        # timm PiT: the applied init gives norm layers exactly their own default values
-        """
-import torch.nn as nn
-
-class PiT(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, 10)
-        self.apply(self._init_weights)
-
-    def _init_weights(self, m):
-        if isinstance(m, nn.LayerNorm):
-            nn.init.constant_(m.bias, 0)
-            nn.init.constant_(m.weight, 1.0)
-""",
-        # timm GCViT: only applied when asked for (`weight_init=''` by default)
-        """
-from functools import partial
-import torch.nn as nn
-from timm.layers import named_apply
-
-class GCViT(nn.Module):
-    def __init__(self, dim, weight_init=''):
-        super().__init__()
-        self.head = nn.Linear(dim, 10)
-        if weight_init:
-            named_apply(partial(self._init_weights, scheme=weight_init), self)
-
-    def _init_weights(self, module, name, scheme='vit'):
-        if isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
-""",
-        # timm SwinV2Cr: the default mode takes the branch that applies nothing
-        """
-from functools import partial
-import torch.nn as nn
-from timm.layers import named_apply
-
-def init_weights_swin(module, name=""):
-    if isinstance(module, nn.Linear):
-        nn.init.trunc_normal_(module.weight, std=.02)
-
-class SwinV2Cr(nn.Module):
-    def __init__(self, dim, weight_init='reset'):
-        super().__init__()
-        self.head = nn.Linear(dim, 10)
-        self.weight_init_mode = 'reset' if weight_init == 'skip' else weight_init
-        if weight_init != 'skip':
-            self.init_weights(needs_reset=False)
-
-    def init_weights(self, needs_reset=True):
-        if self.weight_init_mode == 'reset':
-            if needs_reset:
-                for m in self.modules():
-                    m.reset_parameters()
-        else:
-            named_apply(partial(init_weights_swin, needs_reset=needs_reset), self)
-""",
-        # timm ViT-RelPos: the init factory returns "each module's own reset" for the default
-        # mode (the factory may live in another file of the checked tree)
-        """
-from functools import partial
-import torch.nn as nn
-from timm.layers import named_apply, trunc_normal_
-
-def init_weights_vit_timm(module, name=""):
-    if isinstance(module, nn.Linear):
-        trunc_normal_(module.weight, std=.02)
-
-def init_weights_reset_parameters(module, name="", needs_reset=True):
-    if needs_reset and hasattr(module, "reset_parameters"):
-        module.reset_parameters()
-
-def get_init_weights_vit(mode="jax", needs_reset=True):
-    if mode == "reset":
-        return partial(init_weights_reset_parameters, needs_reset=needs_reset)
-    else:
-        return partial(init_weights_vit_timm, needs_reset=needs_reset)
-
-class VisionTransformerRelPos(nn.Module):
-    def __init__(self, dim, weight_init="reset"):
-        super().__init__()
-        self.head = nn.Linear(dim, 10)
-        self.weight_init_mode = "reset" if weight_init == "skip" else weight_init
-        if weight_init != "skip":
-            self.init_weights(needs_reset=False)
-
-    def init_weights(self, mode="", needs_reset=True):
-        mode = mode or self.weight_init_mode
-        named_apply(get_init_weights_vit(mode, needs_reset=needs_reset), self)
-""",
-        # a helper handed the module that only reads it
-        """
-import torch.nn as nn
-
-def count_linear(model):
-    return sum(isinstance(m, nn.Linear) for m in model.modules())
-
-class Net(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.fc = nn.Linear(dim, dim)
-        self.n_linear = count_linear(self)
-""",
-        # a loop over modules that only reads
-        """
-import torch.nn as nn
-
-class Net(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.fc = nn.Linear(dim, dim)
-        self.n_linear = 0
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                self.n_linear += 1
-""",
-        # timm: named_apply inside the model root's init_weights(), called from __init__: under
-        # the root's protocol (`to_empty()`, then `model.init_weights()`) it is the re-init
-        """
-from functools import partial
-import torch
-import torch.nn as nn
-from timm.layers import trunc_normal_
-from timm.models._manipulate import named_apply
-
-def init_weights_vit(module, name=""):
-    if isinstance(module, nn.Linear):
-        trunc_normal_(module.weight, std=.02)
-
-class VisionTransformer(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.blocks = nn.Sequential(nn.Linear(dim, dim))
-        self.init_weights()
-
-    def init_weights(self, mode=""):
-        named_apply(partial(init_weights_vit), self)
-""",
-        # the same through an init factory whose default mode ("") applies timm's init
-        """
-from functools import partial
-import torch.nn as nn
-from timm.layers import named_apply, trunc_normal_
-
-def init_weights_vit_timm(module, name=""):
-    if isinstance(module, nn.Linear):
-        trunc_normal_(module.weight, std=.02)
-
-def init_weights_reset_parameters(module, name=""):
-    module.reset_parameters()
-
-def get_init_weights_vit(mode="jax"):
-    if mode == "reset":
-        return init_weights_reset_parameters
-    return partial(init_weights_vit_timm)
-
-class VisionTransformer(nn.Module):
-    def __init__(self, dim, weight_init=""):
-        super().__init__()
-        self.head = nn.Linear(dim, 10)
-        self.init_weights(weight_init)
-
-    def init_weights(self, mode=""):
-        named_apply(get_init_weights_vit(mode), self)
-""",
-        # apply in __init__, replayed by a root init_weights (a model root: its protocol replays it)
-        """
-import torch.nn as nn
-from torch.nn import init as I
-
-class Net(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.fc = nn.Linear(dim, dim)
-        self.apply(_init)
-
-    def init_weights(self):
-        self.apply(_init)
-
-def _init(m):
-    if isinstance(m, nn.Linear):
-        I.zeros_(m.bias)
-""",
-        # timm MaxxVit: the applied method only calls each module's own init_weights()
-        """
-from functools import partial
-import torch.nn as nn
-from timm.layers import named_apply
-
-class Block(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.fc = nn.Linear(dim, dim)
-
-    def init_weights(self, scheme=""):
-        nn.init.zeros_(self.fc.bias)
-
-class MaxxVit(nn.Module):
-    def __init__(self, dim, weight_init="vit_eff"):
-        super().__init__()
-        self.block = Block(dim)
-        named_apply(partial(self._init_weights, scheme=weight_init), self)
-
-    def _init_weights(self, module, name, scheme=""):
-        if hasattr(module, "init_weights"):
-            try:
-                module.init_weights(scheme=scheme)
-            except TypeError:
-                module.init_weights()
-""",
-    ]
-    INVALID = [
-        # an init_weights() for the own tensors, called just before: the apply joins it
-        Invalid(
-            """
-import torch
-import torch.nn as nn
-
-class Cait(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
-        self.head = nn.Linear(dim, dim)
-        self.reset_parameters()
-        self.apply(self._init_weights)  # ERROR
-
-    def reset_parameters(self):
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
-
-    def _init_weights(self, m):
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-""",
-            fixed="""
-import torch
-import torch.nn as nn
-
-class Cait(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
-        self.head = nn.Linear(dim, dim)
-        self.init_weights()
-
-    def init_weights(self):
-        self.reset_parameters()
-        self.apply(self._init_weights)  # ERROR
-
-    def reset_parameters(self):
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
-
-    def _init_weights(self, m):
-        if isinstance(m, nn.Linear):
-            nn.init.trunc_normal_(m.weight, std=0.02)
-""",
-        ),
-        # nanoGPT / many transformers re-implementations
-        Invalid(
-            """
-import torch.nn as nn
-
-class GPT(nn.Module):
-    def __init__(self, vocab, dim):
-        super().__init__()
-        self.wte = nn.Embedding(vocab, dim)
-        self.lm_head = nn.Linear(dim, vocab, bias=False)
-        self.apply(self._init_weights)  # ERROR
-        for pn, p in self.named_parameters():  # ERROR
-            if pn.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / 4)
-
-    def _init_weights(self, module):
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-""",
-            fixed="""
-import torch.nn as nn
-
-class GPT(nn.Module):
-    def __init__(self, vocab, dim):
-        super().__init__()
-        self.wte = nn.Embedding(vocab, dim)
-        self.lm_head = nn.Linear(dim, vocab, bias=False)
-        self.init_weights()
-        for pn, p in self.named_parameters():  # ERROR
-            if pn.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / 4)
-
-    def init_weights(self):
-        self.apply(self._init_weights)  # ERROR
-
-    def _init_weights(self, module):
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-""",
-        ),
-        # timm EfficientNet: a helper (maybe in another file) loops over every module
-        """
-import torch.nn as nn
-
-def _init_weight_goog(m, n=""):
-    if isinstance(m, nn.Conv2d):
-        nn.init.kaiming_normal_(m.weight)
-
-def efficientnet_init_weights(model, init_fn=None):
-    init_fn = init_fn or _init_weight_goog
-    for n, m in model.named_modules():
-        init_fn(m, n)
-
-class EfficientNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv_stem = nn.Conv2d(3, 8, 3)
-        efficientnet_init_weights(self)  # ERROR
-""",
-        # torchvision ResNet: a loop over self.modules() in __init__
-        """
-from torch import nn
-
-class ResNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, 7)
-        self.bn1 = nn.BatchNorm2d(64)
-        for m in self.modules():  # ERROR
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
-                nn.init.constant_(m.weight, 1)
-                nn.init.constant_(m.bias, 0)
-""",
-        # a detector's loop hands each module to a function of the file that initialises it
-        """
-import torch.nn as nn
-
-def _init_weight(m, n=""):
-    if isinstance(m, nn.Conv2d) and "head" in n:
-        m.weight.data.normal_(std=0.01)
-        m.bias.data.zero_()
-
-class Detector(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.head = nn.Conv2d(dim, 4, 3)
-        for n, m in self.named_modules():  # ERROR
-            _init_weight(m, n)
-""",
-        # a model root's init, but the root is built inside a model that does not replay its
-        # init_weights(): lost under the outer model's protocol
-        """
-from functools import partial
-import torch.nn as nn
-from timm.layers import named_apply, trunc_normal_
-
-def init_weights_vit(module, name=""):
-    if isinstance(module, nn.Linear):
-        trunc_normal_(module.weight, std=.02)
-
-class VisionTransformer(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.blocks = nn.Sequential(nn.Linear(dim, dim))
-        self.init_weights()
-
-    def init_weights(self):
-        named_apply(partial(init_weights_vit), self)  # ERROR
-
-class Captioner(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.encoder = VisionTransformer(dim)
-        self.decoder = nn.Linear(dim, dim)
-""",
-    ]
-
     def _default_equivalent(self, cls: ClassFacts, node: cst.CSTNode) -> bool:
         """The applied function gives each child only what its own hooks give: a nested or
         same-file ``def _reset(m): m.reset_parameters()``, a ``self._init_weights`` that only
@@ -643,10 +215,10 @@ class Captioner(nn.Module):
             name = f"{self.ctx.facts.module}.{fn.value}"
         return name
 
-    def _imported_init(self, node: cst.CSTNode, env: dict) -> tuple:
+    def _imported_init(self, node: cst.CSTNode, env: dict) -> tuple[NotOnlyReset, ...]:
         """``named_apply(get_init_weights_vit(mode, ...), self)`` or ``self.apply(f)`` with a
         module-level ``f`` (maybe in another file): (qualified name, constant arguments of the
-        factory call or None), for the cross-file step to judge."""
+        factory call or None), for the cross-file step to judge (none: nothing to ask)."""
         fn = applied_function(node) if isinstance(node, cst.Call) else None
         if fn is None:
             return ()
@@ -662,9 +234,9 @@ class Captioner(nn.Module):
                 value = value_of(arg.value, env)
                 if constants.is_constant(value):
                     args[arg.keyword.value if arg.keyword is not None else str(i)] = value
-            return (name, tuple(sorted(args.items())))
+            return (NotOnlyReset(name, tuple(sorted(args.items()))),)
         name = self._function_name(fn) if isinstance(fn, (cst.Name, cst.Attribute)) else None
-        return (name, None) if name and not name.startswith("self.") else ()
+        return (NotOnlyReset(name, None),) if name and not name.startswith("self.") else ()
 
     def _helper_inits(self, method: MethodFacts) -> list[tuple[cst.CSTNode, str, str]]:
         """``efficientnet_init_weights(self)``: a module-level function handed the module in
@@ -746,10 +318,12 @@ class Captioner(nn.Module):
                     f"get their default init instead; {tail}",
                     cls,
                     help=advice,
-                    unless_reset_init=self._imported_init(node, env),
-                    unless_root_replays=replays[0][0] if replays else "",
-                    if_applies_init=helper,
-                    unless_run="" if method.name == "__init__" else method.name,
+                    conditions=_conditions(
+                        self._imported_init(node, env),
+                        replays,
+                        helper,
+                        "" if method.name == "__init__" else method.name,
+                    ),
                 )
         yield from self._base_inits(cls, in_reset)
 
@@ -796,11 +370,442 @@ class Captioner(nn.Module):
                     cls,
                     help="Move it into `init_weights()` and call that after `to_empty()`, or "
                     "give each child a `reset_parameters()` that sets these values",
-                    unless_reset_init=self._imported_init(node, env),
-                    unless_root_replays=replays[0][0] if replays else "",
-                    if_applies_init=helper,
+                    conditions=_conditions(self._imported_init(node, env), replays, helper),
                 )
                 break
+
+
+# the rule's examples: the reported lines end with ``# ERROR``; they run as tests
+# (tests/test_rule_examples.py)
+ParentAppliedInit.VALID = [
+    # timm's EfficientNet after `fix`: the root hook hands the model to a function of the
+    # file that initialises every module, and the protocol calls that hook
+    """
+import torch.nn as nn
+
+def efficientnet_init_weights(model):
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight)
+
+class EfficientNet(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.conv = nn.Conv2d(dim, dim, 3)
+        self.init_weights()
+
+    def init_weights(self):
+        efficientnet_init_weights(self)
+""",
+    # the children reset themselves; the loop only calls their own hook
+    """
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        for m in self.modules():
+            if m is not self and hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+""",
+    # a root hook that construction never runs: eager and meta builds agree
+    """
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def init_weights(self):
+        self.apply(self._init_weights)
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.Linear):
+            nn.init.zeros_(m.bias)
+""",
+    # timm PiT: the applied init gives norm layers exactly their own default values
+    """
+import torch.nn as nn
+
+class PiT(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.LayerNorm):
+            nn.init.constant_(m.bias, 0)
+            nn.init.constant_(m.weight, 1.0)
+""",
+    # timm GCViT: only applied when asked for (`weight_init=''` by default)
+    """
+from functools import partial
+import torch.nn as nn
+from timm.layers import named_apply
+
+class GCViT(nn.Module):
+    def __init__(self, dim, weight_init=''):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        if weight_init:
+            named_apply(partial(self._init_weights, scheme=weight_init), self)
+
+    def _init_weights(self, module, name, scheme='vit'):
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+""",
+    # timm SwinV2Cr: the default mode takes the branch that applies nothing
+    """
+from functools import partial
+import torch.nn as nn
+from timm.layers import named_apply
+
+def init_weights_swin(module, name=""):
+    if isinstance(module, nn.Linear):
+        nn.init.trunc_normal_(module.weight, std=.02)
+
+class SwinV2Cr(nn.Module):
+    def __init__(self, dim, weight_init='reset'):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        self.weight_init_mode = 'reset' if weight_init == 'skip' else weight_init
+        if weight_init != 'skip':
+            self.init_weights(needs_reset=False)
+
+    def init_weights(self, needs_reset=True):
+        if self.weight_init_mode == 'reset':
+            if needs_reset:
+                for m in self.modules():
+                    m.reset_parameters()
+        else:
+            named_apply(partial(init_weights_swin, needs_reset=needs_reset), self)
+""",
+    # timm ViT-RelPos: the init factory returns "each module's own reset" for the default
+    # mode (the factory may live in another file of the checked tree)
+    """
+from functools import partial
+import torch.nn as nn
+from timm.layers import named_apply, trunc_normal_
+
+def init_weights_vit_timm(module, name=""):
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+
+def init_weights_reset_parameters(module, name="", needs_reset=True):
+    if needs_reset and hasattr(module, "reset_parameters"):
+        module.reset_parameters()
+
+def get_init_weights_vit(mode="jax", needs_reset=True):
+    if mode == "reset":
+        return partial(init_weights_reset_parameters, needs_reset=needs_reset)
+    else:
+        return partial(init_weights_vit_timm, needs_reset=needs_reset)
+
+class VisionTransformerRelPos(nn.Module):
+    def __init__(self, dim, weight_init="reset"):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        self.weight_init_mode = "reset" if weight_init == "skip" else weight_init
+        if weight_init != "skip":
+            self.init_weights(needs_reset=False)
+
+    def init_weights(self, mode="", needs_reset=True):
+        mode = mode or self.weight_init_mode
+        named_apply(get_init_weights_vit(mode, needs_reset=needs_reset), self)
+""",
+    # a helper handed the module that only reads it
+    """
+import torch.nn as nn
+
+def count_linear(model):
+    return sum(isinstance(m, nn.Linear) for m in model.modules())
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.n_linear = count_linear(self)
+""",
+    # a loop over modules that only reads
+    """
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.n_linear = 0
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                self.n_linear += 1
+""",
+    # timm: named_apply inside the model root's init_weights(), called from __init__: under
+    # the root's protocol (`to_empty()`, then `model.init_weights()`) it is the re-init
+    """
+from functools import partial
+import torch
+import torch.nn as nn
+from timm.layers import trunc_normal_
+from timm.models._manipulate import named_apply
+
+def init_weights_vit(module, name=""):
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+
+class VisionTransformer(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.blocks = nn.Sequential(nn.Linear(dim, dim))
+        self.init_weights()
+
+    def init_weights(self, mode=""):
+        named_apply(partial(init_weights_vit), self)
+""",
+    # the same through an init factory whose default mode ("") applies timm's init
+    """
+from functools import partial
+import torch.nn as nn
+from timm.layers import named_apply, trunc_normal_
+
+def init_weights_vit_timm(module, name=""):
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+
+def init_weights_reset_parameters(module, name=""):
+    module.reset_parameters()
+
+def get_init_weights_vit(mode="jax"):
+    if mode == "reset":
+        return init_weights_reset_parameters
+    return partial(init_weights_vit_timm)
+
+class VisionTransformer(nn.Module):
+    def __init__(self, dim, weight_init=""):
+        super().__init__()
+        self.head = nn.Linear(dim, 10)
+        self.init_weights(weight_init)
+
+    def init_weights(self, mode=""):
+        named_apply(get_init_weights_vit(mode), self)
+""",
+    # apply in __init__, replayed by a root init_weights (a model root: its protocol replays it)
+    """
+import torch.nn as nn
+from torch.nn import init as I
+
+class Net(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+        self.apply(_init)
+
+    def init_weights(self):
+        self.apply(_init)
+
+def _init(m):
+    if isinstance(m, nn.Linear):
+        I.zeros_(m.bias)
+""",
+    # timm MaxxVit: the applied method only calls each module's own init_weights()
+    """
+from functools import partial
+import torch.nn as nn
+from timm.layers import named_apply
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def init_weights(self, scheme=""):
+        nn.init.zeros_(self.fc.bias)
+
+class MaxxVit(nn.Module):
+    def __init__(self, dim, weight_init="vit_eff"):
+        super().__init__()
+        self.block = Block(dim)
+        named_apply(partial(self._init_weights, scheme=weight_init), self)
+
+    def _init_weights(self, module, name, scheme=""):
+        if hasattr(module, "init_weights"):
+            try:
+                module.init_weights(scheme=scheme)
+            except TypeError:
+                module.init_weights()
+""",
+]
+
+ParentAppliedInit.INVALID = [
+    # an init_weights() for the own tensors, called just before: the apply joins it
+    Invalid(
+        """
+import torch
+import torch.nn as nn
+
+class Cait(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
+        self.head = nn.Linear(dim, dim)
+        self.reset_parameters()
+        self.apply(self._init_weights)  # ERROR
+
+    def reset_parameters(self):
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+""",
+        fixed="""
+import torch
+import torch.nn as nn
+
+class Cait(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
+        self.head = nn.Linear(dim, dim)
+        self.init_weights()
+
+    def init_weights(self):
+        self.reset_parameters()
+        self.apply(self._init_weights)  # ERROR
+
+    def reset_parameters(self):
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+""",
+    ),
+    # nanoGPT / many transformers re-implementations
+    Invalid(
+        """
+import torch.nn as nn
+
+class GPT(nn.Module):
+    def __init__(self, vocab, dim):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        self.apply(self._init_weights)  # ERROR
+        for pn, p in self.named_parameters():  # ERROR
+            if pn.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / 4)
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+""",
+        fixed="""
+import torch.nn as nn
+
+class GPT(nn.Module):
+    def __init__(self, vocab, dim):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        self.init_weights()
+        for pn, p in self.named_parameters():  # ERROR
+            if pn.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / 4)
+
+    def init_weights(self):
+        self.apply(self._init_weights)  # ERROR
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+""",
+    ),
+    # timm EfficientNet: a helper (maybe in another file) loops over every module
+    """
+import torch.nn as nn
+
+def _init_weight_goog(m, n=""):
+    if isinstance(m, nn.Conv2d):
+        nn.init.kaiming_normal_(m.weight)
+
+def efficientnet_init_weights(model, init_fn=None):
+    init_fn = init_fn or _init_weight_goog
+    for n, m in model.named_modules():
+        init_fn(m, n)
+
+class EfficientNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_stem = nn.Conv2d(3, 8, 3)
+        efficientnet_init_weights(self)  # ERROR
+""",
+    # torchvision ResNet: a loop over self.modules() in __init__
+    """
+from torch import nn
+
+class ResNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7)
+        self.bn1 = nn.BatchNorm2d(64)
+        for m in self.modules():  # ERROR
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+""",
+    # a detector's loop hands each module to a function of the file that initialises it
+    """
+import torch.nn as nn
+
+def _init_weight(m, n=""):
+    if isinstance(m, nn.Conv2d) and "head" in n:
+        m.weight.data.normal_(std=0.01)
+        m.bias.data.zero_()
+
+class Detector(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.head = nn.Conv2d(dim, 4, 3)
+        for n, m in self.named_modules():  # ERROR
+            _init_weight(m, n)
+""",
+    # a model root's init, but the root is built inside a model that does not replay its
+    # init_weights(): lost under the outer model's protocol
+    """
+from functools import partial
+import torch.nn as nn
+from timm.layers import named_apply, trunc_normal_
+
+def init_weights_vit(module, name=""):
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+
+class VisionTransformer(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.blocks = nn.Sequential(nn.Linear(dim, dim))
+        self.init_weights()
+
+    def init_weights(self):
+        named_apply(partial(init_weights_vit), self)  # ERROR
+
+class Captioner(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.encoder = VisionTransformer(dim)
+        self.decoder = nn.Linear(dim, dim)
+""",
+]
 
 
 def _norm_defaults_only(m: MethodFacts) -> bool:
@@ -837,3 +842,18 @@ def _norm_defaults_only(m: MethodFacts) -> bool:
                 return False
             kinds.add(name)
     return bool(kinds)
+
+
+def _conditions(reset_init: tuple, replays: list, helper: str, run: str = "") -> tuple:
+    """What a parent's init of its children stands under: the applied function does more than
+    reset each module (``reset_init``), no root hook replays it (the first of ``replays``),
+    ``helper`` (if any) applies an init to every module, and the tree does not run the
+    method ``run`` (if any) on the class as a model root after building it."""
+    out = list(reset_init)
+    if replays:
+        out.append(RootReplays(replays[0][0]))
+    if helper:
+        out.append(AppliesInit(helper))
+    if run:
+        out.append(NotRun(run))
+    return tuple(out)

@@ -64,277 +64,8 @@ class PlainTensorAttribute(Rule):
     summary = "Tensor stored as a plain attribute in `__init__`: never moved off meta"
     codemod = "metalint.fix.plain_tensor_attribute"
 
-    VALID = [
-        # sbi's DivergenceOptimizer: an ABC (no module) holding the posterior's modules
-        """
-from abc import ABC
-import torch
-from torch import nn
-
-class DivergenceOptimizer(ABC):
-    def __init__(self, q):
-        self.modules = nn.ModuleList([q])
-        self.losses = torch.ones(2000)
-""",
-        # a CPU tensor from numpy, moved by a method that __init__ calls without a device:
-        # ``.to(None)`` keeps it on the CPU (monai's and diffusers' ``set_timesteps``)
-        """
-import numpy as np
-import torch
-from torch import nn
-
-class PNDMScheduler(nn.Module):
-    def __init__(self, num_train_timesteps=10):
-        super().__init__()
-        self.num_train_timesteps = num_train_timesteps
-        self.set_timesteps(num_train_timesteps)
-
-    def set_timesteps(self, num_inference_steps, device=None):
-        timesteps = np.arange(0, num_inference_steps).astype(np.int64)
-        self.timesteps = torch.from_numpy(timesteps).to(device)
-""",
-        # a buffer, a parameter, numbers, a module, a tensor passed in, None
-        """
-import math
-import torch
-from torch import nn
-
-class Attention(nn.Module):
-    def __init__(self, dim, heads, table):
-        super().__init__()
-        self.scale = (dim // heads) ** -0.5
-        self.log_scale = math.log(dim)
-        self.proj = nn.Linear(dim, dim)
-        self.table = table
-        self.cache = None
-        self.sizes = [dim, heads]
-        self.register_buffer("mask", torch.empty(4, 4), persistent=False)
-        self.weight = nn.Parameter(torch.empty(dim))
-        self.eps = torch.finfo(torch.float32).eps
-        self.dtype = torch.get_default_dtype()
-        self.proj_weight = self.proj.weight  # a module's parameter: not this class's tensor
-        self.sizes2 = make_sizes(dim)
-
-def make_sizes(dim) -> list:
-    return [dim]
-""",
-        # monai's attention blocks: an empty placeholder from the legacy constructor is a CPU
-        # tensor even under meta (nothing stays on meta; ML009 reports the constructor)
-        """
-import torch
-import torch.nn as nn
-
-class SelfAttentionBlock(nn.Module):
-    def __init__(self, hidden_size, num_heads, save_attn=False):
-        super().__init__()
-        self.qkv = nn.Linear(hidden_size, hidden_size * 3)
-        self.save_attn = save_attn
-        self.att_mat = torch.Tensor()
-""",
-        # VideoMAE's fixed sin-cos table: a helper of the same file that returns a legacy
-        # constructor's tensor (through numpy, then .unsqueeze) gives a CPU tensor under meta too
-        """
-import numpy as np
-import torch
-from torch import nn
-
-def sincos_table(n_pos, dim):
-    angles = np.arange(n_pos)[:, None] / np.power(10000, 2 * (np.arange(dim) // 2) / dim)
-    angles[:, 0::2] = np.sin(angles[:, 0::2])
-    angles[:, 1::2] = np.cos(angles[:, 1::2])
-    table = torch.FloatTensor(angles)
-    return table.unsqueeze(0)
-
-def shared_table(n_pos, dim):
-    return sincos_table(n_pos, dim)[:, :n_pos]
-
-class VideoEmbeddings(nn.Module):
-    def __init__(self, n_pos, dim):
-        super().__init__()
-        self.proj = nn.Linear(dim, dim)
-        self.position_embeddings = sincos_table(n_pos, dim)
-        self.decoder_positions = shared_table(n_pos, dim)
-""",
-        # a helper that may return something else than a tensor is not certain to make one
-        """
-import torch
-from torch import nn
-
-def maybe_mask(n, causal):
-    if not causal:
-        return None
-    return torch.ones(n, n).tril()
-
-def window_sizes(n):
-    for w in (n, n // 2):
-        yield torch.tensor(w)
-
-class Attention(nn.Module):
-    def __init__(self, n, causal=False):
-        super().__init__()
-        self.mask = maybe_mask(n, causal)
-        self.windows = window_sizes(n)
-""",
-        # numbers computed from each other: nothing uses them as tensors
-        """
-import math
-from torch import nn
-
-class Dropper(nn.Module):
-    def __init__(self, rate, table):
-        super().__init__()
-        self.rate = table[rate]
-        self.keep = 1.0 - self.rate
-        self.log_keep = math.log(self.keep)
-""",
-        # assigning to a registered buffer writes the buffer
-        """
-import torch
-import torch.nn as nn
-
-class Cache(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.register_buffer("pos", None, persistent=False)
-        self.pos = torch.arange(n)
-""",
-        # not an nn.Module: a plain helper object may hold tensors
-        """
-import torch
-
-class Sampler:
-    def __init__(self, n):
-        self.weights = torch.ones(n)
-""",
-    ]
-    INVALID = [
-        # monai's schedulers: tensors from a registry of schedule functions (of no known
-        # type), used as tensors: ``torch.cumprod`` takes only a tensor, and a number minus
-        # the betas is that tensor
-        """
-import torch
-import torch.nn as nn
-
-SCHEDULES = {"linear": lambda n: torch.linspace(1e-4, 2e-2, n)}
-
-class NoiseSchedule(nn.Module):
-    def __init__(self, steps=10, kind="linear"):
-        super().__init__()
-        made = SCHEDULES[kind](steps)
-        self.betas = made  # ERROR
-        self.alphas = 1.0 - self.betas  # ERROR
-        self.alpha_bars = torch.cumprod(self.alphas, dim=0)  # ERROR
-""",
-        # a method of the class annotated ``-> torch.Tensor`` (monai regunet's AffineHead)
-        """
-import torch
-from torch import nn
-
-class AffineHead(nn.Module):
-    def __init__(self, image_size):
-        super().__init__()
-        self.grid = self.get_reference_grid(image_size)  # ERROR
-
-    @staticmethod
-    def get_reference_grid(image_size) -> torch.Tensor:
-        mesh_points = [torch.arange(0, dim) for dim in image_size]
-        return torch.stack(torch.meshgrid(*mesh_points, indexing="ij"), dim=0).float()
-""",
-        # nanoGPT-era mask and a scale tensor
-        Invalid(
-            """
-import torch
-from torch import nn
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, block_size, dim):
-        super().__init__()
-        self.mask = torch.tril(torch.ones(block_size, block_size))  # ERROR
-        self.scale = torch.tensor(dim ** -0.5)  # ERROR
-""",
-            fixed="""
-import torch
-from torch import nn
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, block_size, dim):
-        super().__init__()
-        self.register_buffer("mask", torch.tril(torch.ones(block_size, block_size)), persistent=False)  # ERROR
-        self.register_buffer("scale", torch.tensor(dim ** -0.5), persistent=False)  # ERROR
-""",
-        ),
-        # a RoPE cache kept as attributes, through locals; a hook does not make it move
-        """
-import torch
-import torch.nn as nn
-
-class RotaryCache(nn.Module):
-    def __init__(self, dim, max_len, base=10000):
-        super().__init__()
-        self.dim, self.max_len, self.base = dim, max_len, base
-        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
-        t = torch.arange(max_len).float()
-        freqs = torch.outer(t, inv_freq)
-        self.cos_cached = freqs.cos()[None, :, :]  # ERROR
-        self.sin_cached = freqs.sin()[None, :, :]  # ERROR
-
-    def reset_parameters(self):
-        self.cos_cached = torch.ones(1)
-""",
-        # transformers: an alias of a buffer, and a tensor from a helper annotated -> Tensor
-        """
-import torch
-from torch import nn
-
-def create_sinusoidal_positions(num_pos: int, dim: int) -> torch.Tensor:
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2) / dim))
-    return torch.outer(torch.arange(num_pos).float(), inv_freq)
-
-class Attention(nn.Module):
-    def __init__(self, dim, max_pos):
-        super().__init__()
-        self.register_buffer("inv_freq", torch.ones(dim // 2), persistent=False)
-        self.original_inv_freq = self.inv_freq  # ERROR
-        self.embed_positions = create_sinusoidal_positions(max_pos, dim)  # ERROR
-""",
-        # a helper without annotation whose every return is a tensor
-        """
-import torch
-from torch import nn
-
-def causal_mask(n, window=None):
-    mask = torch.ones(n, n, dtype=torch.bool).tril()
-    if window is None:
-        return mask
-    return mask & torch.ones(n, n, dtype=torch.bool).triu(-window)
-
-class Attention(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.mask = causal_mask(n)  # ERROR
-""",
-    ]
-
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
-        registered: set[str] = set()
-        for reg in registrations(list(cls.methods.values()), self.qualify):
-            registered.add(reg.attr)
-        for m in cls.methods.values():
-            for call in m.calls:
-                if (
-                    call.receiver == "self"
-                    and call.method
-                    in (
-                        "register_buffer",
-                        "register_parameter",
-                        "register_module",
-                        "add_module",
-                    )
-                    and call.node.args
-                ):
-                    name = string_value(call.node.args[0].value)
-                    if name:
-                        registered.add(name)
+        registered = self._registered(cls)
         if not hasattr(self, "_tensor_fns"):
             self._tensor_fns = TensorFunctions(self.ctx.module, self.ctx.qualify, self.ctx.facts)
         fns = self._tensor_fns
@@ -368,6 +99,17 @@ class Attention(nn.Module):
                     "persistent=False)` and compute it in `reset_parameters()`",
                     subject=(attr,),
                 )
+
+    def _registered(self, cls: ClassFacts) -> set[str]:
+        """The attributes any method registers as a tensor or a module."""
+        registered = {reg.attr for reg in registrations(list(cls.methods.values()), self.qualify)}
+        for m in cls.methods.values():
+            for call in m.calls:
+                if call.receiver == "self" and call.method in _REGISTERS and call.node.args:
+                    name = string_value(call.node.args[0].value)
+                    if name:
+                        registered.add(name)
+        return registered
 
     def _vouch(self, cls: ClassFacts, tensors: set[str], fns):
         """``extra`` for :func:`is_tensor`: leaves this class knows are tensors."""
@@ -442,10 +184,268 @@ class Attention(nn.Module):
         return bool(calls) and off_meta(value.func.value, self.qualify, method, fns)
 
 
+# the rule's examples: the reported lines end with ``# ERROR``; they run as tests
+# (tests/test_rule_examples.py)
+PlainTensorAttribute.VALID = [
+    # sbi's DivergenceOptimizer: an ABC (no module) holding the posterior's modules
+    """
+from abc import ABC
+import torch
+from torch import nn
+
+class DivergenceOptimizer(ABC):
+    def __init__(self, q):
+        self.modules = nn.ModuleList([q])
+        self.losses = torch.ones(2000)
+""",
+    # a CPU tensor from numpy, moved by a method that __init__ calls without a device:
+    # ``.to(None)`` keeps it on the CPU (monai's and diffusers' ``set_timesteps``)
+    """
+import numpy as np
+import torch
+from torch import nn
+
+class PNDMScheduler(nn.Module):
+    def __init__(self, num_train_timesteps=10):
+        super().__init__()
+        self.num_train_timesteps = num_train_timesteps
+        self.set_timesteps(num_train_timesteps)
+
+    def set_timesteps(self, num_inference_steps, device=None):
+        timesteps = np.arange(0, num_inference_steps).astype(np.int64)
+        self.timesteps = torch.from_numpy(timesteps).to(device)
+""",
+    # a buffer, a parameter, numbers, a module, a tensor passed in, None
+    """
+import math
+import torch
+from torch import nn
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads, table):
+        super().__init__()
+        self.scale = (dim // heads) ** -0.5
+        self.log_scale = math.log(dim)
+        self.proj = nn.Linear(dim, dim)
+        self.table = table
+        self.cache = None
+        self.sizes = [dim, heads]
+        self.register_buffer("mask", torch.empty(4, 4), persistent=False)
+        self.weight = nn.Parameter(torch.empty(dim))
+        self.eps = torch.finfo(torch.float32).eps
+        self.dtype = torch.get_default_dtype()
+        self.proj_weight = self.proj.weight  # a module's parameter: not this class's tensor
+        self.sizes2 = make_sizes(dim)
+
+def make_sizes(dim) -> list:
+    return [dim]
+""",
+    # monai's attention blocks: an empty placeholder from the legacy constructor is a CPU
+    # tensor even under meta (nothing stays on meta; ML009 reports the constructor)
+    """
+import torch
+import torch.nn as nn
+
+class SelfAttentionBlock(nn.Module):
+    def __init__(self, hidden_size, num_heads, save_attn=False):
+        super().__init__()
+        self.qkv = nn.Linear(hidden_size, hidden_size * 3)
+        self.save_attn = save_attn
+        self.att_mat = torch.Tensor()
+""",
+    # VideoMAE's fixed sin-cos table: a helper of the same file that returns a legacy
+    # constructor's tensor (through numpy, then .unsqueeze) gives a CPU tensor under meta too
+    """
+import numpy as np
+import torch
+from torch import nn
+
+def sincos_table(n_pos, dim):
+    angles = np.arange(n_pos)[:, None] / np.power(10000, 2 * (np.arange(dim) // 2) / dim)
+    angles[:, 0::2] = np.sin(angles[:, 0::2])
+    angles[:, 1::2] = np.cos(angles[:, 1::2])
+    table = torch.FloatTensor(angles)
+    return table.unsqueeze(0)
+
+def shared_table(n_pos, dim):
+    return sincos_table(n_pos, dim)[:, :n_pos]
+
+class VideoEmbeddings(nn.Module):
+    def __init__(self, n_pos, dim):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.position_embeddings = sincos_table(n_pos, dim)
+        self.decoder_positions = shared_table(n_pos, dim)
+""",
+    # a helper that may return something else than a tensor is not certain to make one
+    """
+import torch
+from torch import nn
+
+def maybe_mask(n, causal):
+    if not causal:
+        return None
+    return torch.ones(n, n).tril()
+
+def window_sizes(n):
+    for w in (n, n // 2):
+        yield torch.tensor(w)
+
+class Attention(nn.Module):
+    def __init__(self, n, causal=False):
+        super().__init__()
+        self.mask = maybe_mask(n, causal)
+        self.windows = window_sizes(n)
+""",
+    # numbers computed from each other: nothing uses them as tensors
+    """
+import math
+from torch import nn
+
+class Dropper(nn.Module):
+    def __init__(self, rate, table):
+        super().__init__()
+        self.rate = table[rate]
+        self.keep = 1.0 - self.rate
+        self.log_keep = math.log(self.keep)
+""",
+    # assigning to a registered buffer writes the buffer
+    """
+import torch
+import torch.nn as nn
+
+class Cache(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("pos", None, persistent=False)
+        self.pos = torch.arange(n)
+""",
+    # not an nn.Module: a plain helper object may hold tensors
+    """
+import torch
+
+class Sampler:
+    def __init__(self, n):
+        self.weights = torch.ones(n)
+""",
+]
+
+PlainTensorAttribute.INVALID = [
+    # monai's schedulers: tensors from a registry of schedule functions (of no known
+    # type), used as tensors: ``torch.cumprod`` takes only a tensor, and a number minus
+    # the betas is that tensor
+    """
+import torch
+import torch.nn as nn
+
+SCHEDULES = {"linear": lambda n: torch.linspace(1e-4, 2e-2, n)}
+
+class NoiseSchedule(nn.Module):
+    def __init__(self, steps=10, kind="linear"):
+        super().__init__()
+        made = SCHEDULES[kind](steps)
+        self.betas = made  # ERROR
+        self.alphas = 1.0 - self.betas  # ERROR
+        self.alpha_bars = torch.cumprod(self.alphas, dim=0)  # ERROR
+""",
+    # a method of the class annotated ``-> torch.Tensor`` (monai regunet's AffineHead)
+    """
+import torch
+from torch import nn
+
+class AffineHead(nn.Module):
+    def __init__(self, image_size):
+        super().__init__()
+        self.grid = self.get_reference_grid(image_size)  # ERROR
+
+    @staticmethod
+    def get_reference_grid(image_size) -> torch.Tensor:
+        mesh_points = [torch.arange(0, dim) for dim in image_size]
+        return torch.stack(torch.meshgrid(*mesh_points, indexing="ij"), dim=0).float()
+""",
+    # nanoGPT-era mask and a scale tensor
+    Invalid(
+        """
+import torch
+from torch import nn
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, block_size, dim):
+        super().__init__()
+        self.mask = torch.tril(torch.ones(block_size, block_size))  # ERROR
+        self.scale = torch.tensor(dim ** -0.5)  # ERROR
+""",
+        fixed="""
+import torch
+from torch import nn
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, block_size, dim):
+        super().__init__()
+        self.register_buffer("mask", torch.tril(torch.ones(block_size, block_size)), persistent=False)  # ERROR
+        self.register_buffer("scale", torch.tensor(dim ** -0.5), persistent=False)  # ERROR
+""",
+    ),
+    # a RoPE cache kept as attributes, through locals; a hook does not make it move
+    """
+import torch
+import torch.nn as nn
+
+class RotaryCache(nn.Module):
+    def __init__(self, dim, max_len, base=10000):
+        super().__init__()
+        self.dim, self.max_len, self.base = dim, max_len, base
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+        t = torch.arange(max_len).float()
+        freqs = torch.outer(t, inv_freq)
+        self.cos_cached = freqs.cos()[None, :, :]  # ERROR
+        self.sin_cached = freqs.sin()[None, :, :]  # ERROR
+
+    def reset_parameters(self):
+        self.cos_cached = torch.ones(1)
+""",
+    # transformers: an alias of a buffer, and a tensor from a helper annotated -> Tensor
+    """
+import torch
+from torch import nn
+
+def create_sinusoidal_positions(num_pos: int, dim: int) -> torch.Tensor:
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2) / dim))
+    return torch.outer(torch.arange(num_pos).float(), inv_freq)
+
+class Attention(nn.Module):
+    def __init__(self, dim, max_pos):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.ones(dim // 2), persistent=False)
+        self.original_inv_freq = self.inv_freq  # ERROR
+        self.embed_positions = create_sinusoidal_positions(max_pos, dim)  # ERROR
+""",
+    # a helper without annotation whose every return is a tensor
+    """
+import torch
+from torch import nn
+
+def causal_mask(n, window=None):
+    mask = torch.ones(n, n, dtype=torch.bool).tril()
+    if window is None:
+        return mask
+    return mask & torch.ones(n, n, dtype=torch.bool).triu(-window)
+
+class Attention(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.mask = causal_mask(n)  # ERROR
+""",
+]
+
+
 def _self_attr(e: cst.BaseExpression) -> str | None:
     if type(e) is cst.Attribute and type(e.value) is cst.Name and e.value.value == "self":
         return e.attr.value
     return None
+
+
+_REGISTERS = ("register_buffer", "register_parameter", "register_module", "add_module")
 
 
 def _tensors_by_use(methods: list[MethodFacts], qualify) -> set[str]:
@@ -474,19 +474,25 @@ def _tensors_by_use(methods: list[MethodFacts], qualify) -> set[str]:
             for a in m.assigns:
                 if a.target.count(".") != 1 or a.target[5:] not in found:
                     continue
-                v = a.value
-                operand = None
-                if type(v) is cst.BinaryOperation:
-                    if type(v.left) in (cst.Integer, cst.Float):
-                        operand = _self_attr(v.right)
-                    elif type(v.right) in (cst.Integer, cst.Float):
-                        operand = _self_attr(v.left)
-                elif type(v) is cst.UnaryOperation and type(v.operator) is cst.Minus:
-                    operand = _self_attr(v.expression)
+                operand = _number_operand(a.value)
                 if operand is not None and operand not in found:
                     found.add(operand)
                     changed = True
     return found
+
+
+def _number_operand(v) -> str | None:
+    """The own attribute that arithmetic with a number operates on (``1.0 - self.betas``,
+    ``-self.x``), if any."""
+    if type(v) is cst.BinaryOperation:
+        if type(v.left) in (cst.Integer, cst.Float):
+            return _self_attr(v.right)
+        if type(v.right) in (cst.Integer, cst.Float):
+            return _self_attr(v.left)
+        return None
+    if type(v) is cst.UnaryOperation and type(v.operator) is cst.Minus:
+        return _self_attr(v.expression)
+    return None
 
 
 def _none(default) -> bool:

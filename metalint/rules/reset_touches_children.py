@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import ChildrenFirst
 from metalint.static.model import ClassFacts, MethodFacts
 from metalint.static.names import dotted
 from metalint.static.ownership import child_chain, module_children, own_tensor_names, proxies
@@ -334,17 +335,8 @@ class Block(nn.Module):
                 and isinstance(node.func, cst.Attribute)
             ):
                 target = chain(node.func.value)
-            if not target:
-                continue
-            for loop in call.loops:
-                if loop not in loops:
-                    continue
-                names = next(t for n, t, _ in method.loops if n is loop)
-                if target[0] in names:
-                    it, kind = loops[loop]
-                    if kind == "modules" or target[0] != "self":
-                        yield loop, (f"the loop over `{it}` re-initialises child modules")
-                    break
+            if target:
+                yield from _child_loop(call, target, method, loops)
 
     def _finding(self, cls, method, node, why) -> Finding:
         where = (
@@ -359,5 +351,19 @@ class Block(nn.Module):
             f"`reset_parameters()`, so the result depends on the order",
             cls,
             help="Move the child's value into the child's class, or into a root `init_weights()`",
-            unless_children_first=True,
+            conditions=(ChildrenFirst(),),
         )
+
+
+def _child_loop(call, target: list[str], method: MethodFacts, loops):
+    """The loop over children whose variable the call writes or re-initialises (``for m in
+    self.modules(): init(m.weight)``), with why; nothing for another loop."""
+    for loop in call.loops:
+        if loop not in loops:
+            continue
+        names = next(t for n, t, _ in method.loops if n is loop)
+        if target[0] in names:
+            it, kind = loops[loop]
+            if kind == "modules" or target[0] != "self":
+                yield loop, (f"the loop over `{it}` re-initialises child modules")
+            break

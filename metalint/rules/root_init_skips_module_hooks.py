@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from metalint.diagnostics import SkipsModuleHooks
 from metalint.static.model import ClassFacts
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.vocabulary import ROOT_ENTRIES
@@ -154,5 +155,5 @@ def build():
             hook=entry,
             help=f"Call every module's `reset_parameters()` at the start of "
             f"`{cls.name}.{entry}()` (the fix does), or re-create their tensors there",
-            skips_module_hooks=True,
+            conditions=(SkipsModuleHooks(),),
         )

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from metalint.diagnostics import NoMethod
 from metalint.static.model import ClassFacts, construction
 from metalint.static.ownership import owned_tensors
 from metalint.static.rule import Finding, Rule
@@ -190,23 +191,10 @@ class Seq2Seq(nn.Module):
             if method.name in hook_methods:
                 continue
             for a in method.assigns:
-                if a.augmented or a.value is None:
+                tie = _tie(a, own_params)
+                if tie is None or tuple(tie[0]) in redone:
                     continue
-                target = a.target.split(".")
-                value = chain(a.value)
-                if not value or value[0] != "self" or len(value) < 2 or value == target:
-                    continue
-                if target[-1] == "data" and value[-1] == "data":
-                    target, value = target[:-1], value[:-1]
-                tensor_value = (len(value) >= 3 and value[-1] in TENSOR_LEAVES) or (
-                    len(value) == 2 and value[1] in own_params
-                )
-                if not tensor_value or len(target) < 2:
-                    continue
-                if len(target) == 2 and target[1] in own_params:
-                    continue  # re-assigning an own parameter, not a tie
-                if tuple(target) in redone:
-                    continue
+                target, value = tie
                 yield Finding(
                     a.node,
                     f"`{_text(target)} = {_text(value)}` ties two parameters by assignment in "
@@ -216,5 +204,27 @@ class Seq2Seq(nn.Module):
                     cls,
                     help="Repeat this assignment in a `tie_weights()` method and call it after "
                     "`to_empty()`",
-                    unless_method=TIE_HOOKS,
+                    conditions=(NoMethod(TIE_HOOKS),),
                 )
+
+
+def _tie(a, own_params: set[str]) -> tuple[list[str], list[str]] | None:
+    """(target, value) of ``self.head.weight = self.embed.weight``: an assignment of a
+    tensor of the module to another attribute of it (``.data`` of both dropped); None for
+    anything else (re-assigning an own parameter is no tie)."""
+    if a.augmented or a.value is None:
+        return None
+    target = a.target.split(".")
+    value = chain(a.value)
+    if not value or value[0] != "self" or len(value) < 2 or value == target:
+        return None
+    if target[-1] == "data" and value[-1] == "data":
+        target, value = target[:-1], value[:-1]
+    tensor_value = (len(value) >= 3 and value[-1] in TENSOR_LEAVES) or (
+        len(value) == 2 and value[1] in own_params
+    )
+    if not tensor_value or len(target) < 2:
+        return None
+    if len(target) == 2 and target[1] in own_params:
+        return None
+    return target, value

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from metalint.diagnostics import AtMaterialisation
 from metalint.rules.missing_reset_hook import _from_argument, _has_value, _size_zero
+from metalint.static.composition import affine_norms
 from metalint.static.model import ClassFacts, construction
 from metalint.static.ownership import owned_tensors
-from metalint.static.protocol import affine_norms
 from metalint.static.rule import Finding, Rule
 from metalint.static.tensors import inplace_write
 
@@ -201,7 +202,7 @@ def load(sd):
                 subject=(owned.attr,),
                 help="Make what the script runs re-create it: the root's entry point calling "
                 "each module's `reset_parameters()` (ML016's fix), or an init of it there",
-                at_materialisation=(owned.attr,),
+                conditions=(AtMaterialisation((owned.attr,)),),
             )
         for a, tensors in affine_norms(cls, self.qualify):
             attr = a.target.split(".")[1]
@@ -218,5 +219,5 @@ def load(sd):
                 subject=names,
                 help=f"Make what the script runs re-create them: `self.{attr}.reset_parameters()` "
                 "in the root's entry point, or each module's `reset_parameters()` (ML016's fix)",
-                at_materialisation=names,
+                conditions=(AtMaterialisation(names),),
             )

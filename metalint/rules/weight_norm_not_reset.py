@@ -4,6 +4,7 @@ from collections.abc import Iterable
 
 import libcst as cst
 
+from metalint.diagnostics import HelperReads, NoHook
 from metalint.static.construction import top_function
 from metalint.static.model import (
     NOT_THE_TREE,
@@ -256,6 +257,13 @@ class Discriminator(nn.Module):
                     help="Re-derive it in a hook that runs after the layer's reset: assign a "
                     "freshly initialised `weight` (the parametrization's right_inverse sets g and "
                     "v), or load a checkpoint",
-                    unless_hook=not hook,
-                    if_helper_reads=cross,
+                    conditions=_conditions(not hook, cross),
                 )
+
+
+def _conditions(no_hook: bool, cross: str) -> tuple:
+    """What the finding stands under: the class has no init hook (``no_hook``: unless its own
+    hook writes the computed weight) and, when ``cross`` names a function of another file, that
+    it re-parametrises (``HelperReads``)."""
+    out: tuple = (NoHook(),) if no_hook else ()
+    return (*out, HelperReads(cross)) if cross else out

@@ -66,21 +66,24 @@ def evaluate(node: ast.expr | None, env: dict[str, Any]) -> Any:
     if isinstance(node, ast.BoolOp):
         return _bool_op(node, env)
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
-        left, right = evaluate(node.left, env), evaluate(node.comparators[0], env)
-        if left is UNKNOWN or right is UNKNOWN:
-            return UNKNOWN
-        try:
-            return _COMPARE[type(node.ops[0])](left, right)
-        except TypeError:
-            return UNKNOWN
+        return _compare(node, env)
     if isinstance(node, ast.IfExp):
         test = evaluate(node.test, env)
-        if test is UNKNOWN:
-            return UNKNOWN
-        return evaluate(node.body if test else node.orelse, env)
+        return UNKNOWN if test is UNKNOWN else evaluate(node.body if test else node.orelse, env)
     if isinstance(node, ast.Call):
         return _string_test(node, env)
     return UNKNOWN
+
+
+def _compare(node: ast.Compare, env: dict[str, Any]) -> Any:
+    """``a == b`` (one comparison of :data:`_COMPARE`) of known values."""
+    left, right = evaluate(node.left, env), evaluate(node.comparators[0], env)
+    if left is UNKNOWN or right is UNKNOWN:
+        return UNKNOWN
+    try:
+        return _COMPARE[type(node.ops[0])](left, right)
+    except TypeError:
+        return UNKNOWN
 
 
 def _bool_op(node: ast.BoolOp, env: dict[str, Any]) -> Any:

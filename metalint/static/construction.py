@@ -111,46 +111,51 @@ def _literal(node: cst.BaseExpression) -> bool:
 def _tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Registration]:
     for method in methods:
         for a in method.assigns:
-            if a.target.count(".") != 1 or a.augmented or not type(a.value) is cst.Call:
-                continue
-            attr = a.target.split(".")[1]
-            q = qualify(same_tensor(a.value).func)
-            if q in PARAMETER_CLASSES:
-                yield Registration(
-                    attr, "parameter", a.node, parameter_value(a.value, qualify), method
-                )
-            elif q in BUFFER_CLASSES:
-                args = a.value.args
-                data = (
-                    args[0].value if args and args[0].keyword is None else keyword(a.value, "data")
-                )
-                persistent = not is_false(keyword(a.value, "persistent"))
-                yield Registration(attr, "buffer", a.node, data, method, persistent)
+            reg = _assigned_registration(a, method, qualify)
+            if reg is not None:
+                yield reg
         for call in method.calls:
-            if call.receiver != "self" or call.method not in (
-                "register_buffer",
-                "register_parameter",
-            ):
-                continue
-            args = call.node.args
-            if not args:
-                continue
-            attr = string_value(args[0].value)
-            if not attr:
-                continue
-            value = (
-                args[1].value
-                if len(args) >= 2 and args[1].keyword is None
-                else keyword(call.node, "tensor" if call.method == "register_buffer" else "param")
-            )
-            if call.method == "register_parameter":
-                data = parameter_value(value, qualify)
-                yield Registration(attr, "parameter", call.node, data, method, passed=value)
-            else:
-                p = keyword(call.node, "persistent")
-                if p is None and len(args) >= 3 and args[2].keyword is None:
-                    p = args[2].value
-                yield Registration(attr, "buffer", call.node, value, method, not is_false(p), value)
+            reg = _registered(call, method, qualify)
+            if reg is not None:
+                yield reg
+
+
+def _assigned_registration(a, method: MethodFacts, qualify) -> Registration | None:
+    """``self.w = nn.Parameter(...)`` or ``self.b = nn.Buffer(...)``."""
+    if a.target.count(".") != 1 or a.augmented or not type(a.value) is cst.Call:
+        return None
+    attr = a.target.split(".")[1]
+    q = qualify(same_tensor(a.value).func)
+    if q in PARAMETER_CLASSES:
+        return Registration(attr, "parameter", a.node, parameter_value(a.value, qualify), method)
+    if q in BUFFER_CLASSES:
+        args = a.value.args
+        data = args[0].value if args and args[0].keyword is None else keyword(a.value, "data")
+        persistent = not is_false(keyword(a.value, "persistent"))
+        return Registration(attr, "buffer", a.node, data, method, persistent)
+    return None
+
+
+def _registered(call, method: MethodFacts, qualify) -> Registration | None:
+    """``self.register_buffer("name", value, persistent)`` or ``self.register_parameter``."""
+    if call.receiver != "self" or call.method not in ("register_buffer", "register_parameter"):
+        return None
+    args = call.node.args
+    attr = string_value(args[0].value) if args else None
+    if not attr:
+        return None
+    value = (
+        args[1].value
+        if len(args) >= 2 and args[1].keyword is None
+        else keyword(call.node, "tensor" if call.method == "register_buffer" else "param")
+    )
+    if call.method == "register_parameter":
+        data = parameter_value(value, qualify)
+        return Registration(attr, "parameter", call.node, data, method, passed=value)
+    p = keyword(call.node, "persistent")
+    if p is None and len(args) >= 3 and args[2].keyword is None:
+        p = args[2].value
+    return Registration(attr, "buffer", call.node, value, method, not is_false(p), value)
 
 
 def borrowed_tensor(
@@ -218,20 +223,25 @@ def attached_child(
                 type(v) is cst.Call and builds_module(qualify(v.func), facts) and holds(v)
             ):
                 return a.target.split(".")[1], made
-    for call in method.calls:
-        receiver = call.receiver or ""
-        args = call.node.args
-        if receiver == "self" and call.method == "add_module" and len(args) >= 2:
-            attr = string_value(args[0].value)
-            if attr and holds(args[1].value):
-                return attr, made
-        elif (
-            receiver.startswith("self.")
-            and receiver.count(".") == 1
-            and call.method in ("append", "extend", "insert")
-            and any(holds(a.value) for a in args)
-        ):
-            return receiver[5:], made
+    attr = next(filter(None, (_child_by_call(call, holds) for call in method.calls)), None)
+    return (attr, made) if attr else None
+
+
+def _child_by_call(call, holds) -> str | None:
+    """The attribute a call makes a child of what ``holds`` tells: ``self.add_module("fc",
+    fc1)``, ``self.layers.append(fc1)``."""
+    receiver = call.receiver or ""
+    args = call.node.args
+    if receiver == "self" and call.method == "add_module" and len(args) >= 2:
+        attr = string_value(args[0].value)
+        return attr if attr and holds(args[1].value) else None
+    if (
+        receiver.startswith("self.")
+        and receiver.count(".") == 1
+        and call.method in ("append", "extend", "insert")
+        and any(holds(a.value) for a in args)
+    ):
+        return receiver[5:]
     return None
 
 
@@ -297,17 +307,15 @@ def computed(
     found: set[str] = set()
     for node in walk_code(expr):
         if type(node) is cst.Call:
-            kind = _call_kind(node, qualify, method)
-            if kind:
-                found.add(kind)
+            found.add(_call_kind(node, qualify, method))
         elif type(node) is cst.Name and depth < 3:
             # every value the local is given (``rel_pos = rel_pos[0] * w + rel_pos[1]`` is
             # still made from the first ``rel_pos``)
-            for _stmt, inner in method.local_values.get(node.value, ()):
-                if inner is not expr:
-                    kind = computed(inner, qualify, method, depth + 1)
-                    if kind:
-                        found.add(kind)
+            found.update(
+                computed(inner, qualify, method, depth + 1)
+                for _stmt, inner in method.local_values.get(node.value, ())
+                if inner is not expr
+            )
     for kind in ("random", "value", "empty"):
         if kind in found:
             return kind
@@ -352,20 +360,7 @@ def is_tensor(
     if extra is not None and extra(expr):
         return True
     if type(expr) is cst.Call:
-        q = qualify(expr.func)
-        if q is not None and q.startswith("torch."):
-            if q in SEQUENCE_FUNCTIONS:
-                return False  # tuples of tensors
-            return (
-                q in VALUE_FACTORIES
-                or q in RANDOM_FACTORIES
-                or q in EMPTY_FACTORIES
-                or q in TENSOR_FUNCTIONS
-                or q in LEGACY_CONSTRUCTORS
-            )
-        if type(expr.func) is cst.Attribute and expr.func.attr.value in TENSOR_METHODS:
-            return is_tensor(expr.func.value, qualify, method, depth + 1, extra)
-        return False
+        return _tensor_call(expr, qualify, method, depth, extra)
     if type(expr) is cst.BinaryOperation:
         return is_tensor(expr.left, qualify, method, depth + 1, extra) or is_tensor(
             expr.right, qualify, method, depth + 1, extra
@@ -382,6 +377,24 @@ def is_tensor(
         return bool(values) and all(
             v is not expr and is_tensor(v, qualify, method, depth + 1, extra) for _, v in values
         )
+    return False
+
+
+#: torch calls that certainly make a tensor
+_TENSOR_MAKERS = (
+    VALUE_FACTORIES | RANDOM_FACTORIES | EMPTY_FACTORIES | TENSOR_FUNCTIONS | LEGACY_CONSTRUCTORS
+)
+
+
+def _tensor_call(expr: cst.Call, qualify, method, depth: int, extra) -> bool:
+    """Does the call certainly make a tensor: a torch factory or function, or a tensor
+    method of a tensor?"""
+    q = qualify(expr.func)
+    if q is not None and q.startswith("torch."):
+        # not the tuples of tensors of ``torch.split``
+        return q not in SEQUENCE_FUNCTIONS and q in _TENSOR_MAKERS
+    if type(expr.func) is cst.Attribute and expr.func.attr.value in TENSOR_METHODS:
+        return is_tensor(expr.func.value, qualify, method, depth + 1, extra)
     return False
 
 
@@ -405,25 +418,9 @@ def is_number(
     if t in (cst.Integer, cst.Float, cst.Imaginary):
         return True
     if t is cst.Call:
-        f = expr.func
-        if type(f) is cst.Attribute and not any(a.star for a in expr.args):
-            if f.attr.value in NUMBER_METHODS:
-                return True
-            if f.attr.value == "size" and len(expr.args) == 1 and expr.args[0].keyword is None:
-                return True
-        if type(f) is cst.Name and f.value in (*SCALAR_CASTS, "len") and qualify(f) is None:
-            return True
-        q = qualify(f) or ""
-        return q.startswith("math.") and q != "math.nan"
+        return _number_call(expr, qualify)
     if t is cst.Subscript:
-        v = expr.value
-        shape = (type(v) is cst.Attribute and v.attr.value == "shape") or (
-            type(v) is cst.Call
-            and type(v.func) is cst.Attribute
-            and v.func.attr.value == "size"
-            and not v.args
-        )
-        return shape and all(type(e.slice) is cst.Index for e in expr.slice)
+        return _shape_item(expr)
     if t is cst.Attribute:
         return expr.attr.value == "ndim"
     if t is cst.BinaryOperation:
@@ -440,6 +437,32 @@ def is_number(
             v is not expr and is_number(v, qualify, method, depth + 1) for _, v in values
         )
     return False
+
+
+def _number_call(expr: cst.Call, qualify) -> bool:
+    """``x.item()``, ``x.size(0)``, ``int(...)``, ``len(...)``, a ``math`` function."""
+    f = expr.func
+    if type(f) is cst.Attribute and not any(a.star for a in expr.args):
+        if f.attr.value in NUMBER_METHODS:
+            return True
+        if f.attr.value == "size" and len(expr.args) == 1 and expr.args[0].keyword is None:
+            return True
+    if type(f) is cst.Name and f.value in (*SCALAR_CASTS, "len") and qualify(f) is None:
+        return True
+    q = qualify(f) or ""
+    return q.startswith("math.") and q != "math.nan"
+
+
+def _shape_item(expr: cst.Subscript) -> bool:
+    """``x.shape[-1]``, ``x.size()[0]``: an item of a tensor's shape."""
+    v = expr.value
+    shape = (type(v) is cst.Attribute and v.attr.value == "shape") or (
+        type(v) is cst.Call
+        and type(v.func) is cst.Attribute
+        and v.func.attr.value == "size"
+        and not v.args
+    )
+    return shape and all(type(e.slice) is cst.Index for e in expr.slice)
 
 
 def _annotated_number(name: str, method: MethodFacts) -> bool:
@@ -519,28 +542,42 @@ def creation_kind(
         inner = local_value(method, expr.value)
         return creation_kind(inner, qualify, None) if inner is not None else None
     if isinstance(expr, cst.Call):
-        q = qualify(expr.func)
-        fill = FILL_FACTORIES.get(q)
-        if fill == "const":
-            v = expr.args[1].value if len(expr.args) > 1 else keyword(expr, "fill_value")
-            return const_kind(v)
-        if fill is not None:
-            return fill
-        if q in RANDOM_FACTORIES:
-            return "random"
-        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in CONVERSION_METHODS:
-            return creation_kind(expr.func.value, qualify, method)
-        return None
+        return _created_by_call(expr, qualify, method)
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
-        left = creation_kind(expr.left, qualify, method)
-        right = creation_kind(expr.right, qualify, method)
-        for side, other in ((left, expr.right), (right, expr.left)):
-            if side == "ones" and not isinstance(other, cst.Call):
-                return "const"
-            if side == "zeros":
-                return "zeros"
-            if side == "random" and not isinstance(other, cst.Call):
-                return "random"
+        return _created_by_product(expr, qualify, method)
+    return None
+
+
+def _created_by_call(expr: cst.Call, qualify, method: MethodFacts | None) -> str | None:
+    """:func:`creation_kind` of ``torch.ones(...)``, ``torch.full(...)``, ``torch.randn(...)``,
+    ``torch.ones(...).float()``."""
+    q = qualify(expr.func)
+    fill = FILL_FACTORIES.get(q)
+    if fill == "const":
+        v = expr.args[1].value if len(expr.args) > 1 else keyword(expr, "fill_value")
+        return const_kind(v)
+    if fill is not None:
+        return fill
+    if q in RANDOM_FACTORIES:
+        return "random"
+    if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in CONVERSION_METHODS:
+        return creation_kind(expr.func.value, qualify, method)
+    return None
+
+
+def _created_by_product(
+    expr: cst.BinaryOperation, qualify, method: MethodFacts | None
+) -> str | None:
+    """:func:`creation_kind` of ``v * torch.ones(...)``, ``torch.zeros(...) * x``."""
+    left = creation_kind(expr.left, qualify, method)
+    right = creation_kind(expr.right, qualify, method)
+    for side, other in ((left, expr.right), (right, expr.left)):
+        if side == "ones" and not isinstance(other, cst.Call):
+            return "const"
+        if side == "zeros":
+            return "zeros"
+        if side == "random" and not isinstance(other, cst.Call):
+            return "random"
     return None
 
 

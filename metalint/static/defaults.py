@@ -114,16 +114,7 @@ def default_env(cls: ClassFacts, method: MethodFacts) -> dict[str, Any]:
     init = cls.methods.get("__init__")
     if init is None:
         return {}
-    env = _param_defaults(init.node, {})
-    _run_straight_line(init.node, env)
-    # a flag some other method (re)assigns is not known
-    written: dict[str, int] = {}
-    for m in cls.methods.values():
-        for a in m.assigns:
-            written[a.target] = written.get(a.target, 0) + 1
-    for name in [k for k in env if k.startswith("self.")]:
-        if written.get(name, 0) > 1:
-            env[name] = UNKNOWN
+    env = _init_env(cls, init)
     if method is init:
         return env
     flags = {k: v for k, v in env.items() if k.startswith("self.")}
@@ -135,23 +126,45 @@ def default_env(cls: ClassFacts, method: MethodFacts) -> dict[str, Any]:
     ]
     if len(sites) == 1:
         call_env = env if any(c.node is sites[0] for c in init.calls) else {}
-        bound = _param_defaults(method.node, {})
-        names = _positional(method.node)
-        for i, arg in enumerate(sites[0].args):
-            if arg.star:
-                return flags
-            key = (
-                arg.keyword.value
-                if arg.keyword is not None
-                else (names[i] if i < len(names) else None)
-            )
-            if key is not None:
-                bound[key] = value_of(arg.value, call_env)
+        bound = _bound_arguments(method, sites[0], call_env)
+        if bound is None:
+            return flags
     else:
         bound = {k: UNKNOWN for k in _param_defaults(method.node, {})}
     out = {**flags, **bound}
     _run_straight_line(method.node, out)
     return out
+
+
+def _init_env(cls: ClassFacts, init: MethodFacts) -> dict[str, Any]:
+    """What ``__init__`` sees with default arguments: its parameters, then the straight-line
+    assignments; a ``self.x`` flag some other method (re)assigns is not known."""
+    env = _param_defaults(init.node, {})
+    _run_straight_line(init.node, env)
+    written: dict[str, int] = {}
+    for m in cls.methods.values():
+        for a in m.assigns:
+            written[a.target] = written.get(a.target, 0) + 1
+    for name in [k for k in env if k.startswith("self.")]:
+        if written.get(name, 0) > 1:
+            env[name] = UNKNOWN
+    return env
+
+
+def _bound_arguments(method: MethodFacts, site: cst.Call, call_env: dict) -> dict | None:
+    """The parameters of ``method`` as its one call ``site`` binds them (defaults for the
+    rest); None when the call passes ``*args`` or ``**kwargs``."""
+    bound = _param_defaults(method.node, {})
+    names = _positional(method.node)
+    for i, arg in enumerate(site.args):
+        if arg.star:
+            return None
+        key = (
+            arg.keyword.value if arg.keyword is not None else (names[i] if i < len(names) else None)
+        )
+        if key is not None:
+            bound[key] = value_of(arg.value, call_env)
+    return bound
 
 
 def reached_by_default(method: MethodFacts, node: cst.CSTNode, env: dict[str, Any]) -> bool:

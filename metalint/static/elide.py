@@ -303,25 +303,10 @@ def _methods(
     for cls in classes:
         own = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         for item in cls.body:
-            if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            name = item.name
-            if (
-                name in hooks
-                or name.startswith(SKIPPED_METHOD_PREFIXES)
-                or _READ_BY_NAME.search(name)
-            ):
-                continue
-            span = _def_span(item, lines)
-            head = item.body[0]
-            start = _first_row(head)
-            if span is None or start == item.lineno:
-                continue
-            first = span[0]
-            text = "".join(lines[first - 1 : item.end_lineno])
-            body = "".join(lines[start - 1 : item.end_lineno])
-            candidates.append((name, span, text, body, own))
-            rows.leave_out(first, item.end_lineno)
+            found = _candidate(item, lines, hooks)
+            if found is not None:
+                candidates.append((*found, own))
+                rows.leave_out(found[1][0], item.end_lineno)
     if not candidates:
         return
     names = {c[0] for c in candidates}
@@ -339,6 +324,23 @@ def _methods(
         if not changed:
             break
     spans.extend(c[1] for c, kept in zip(candidates, keep) if not kept)
+
+
+def _candidate(item: ast.stmt, lines: list[str], hooks: tuple[str, ...]):
+    """(name, span, text, body) of a method that could be left out: not a hook, not read by
+    its name, with a body on rows of its own; else None."""
+    if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    name = item.name
+    if name in hooks or name.startswith(SKIPPED_METHOD_PREFIXES) or _READ_BY_NAME.search(name):
+        return None
+    span = _def_span(item, lines)
+    start = _first_row(item.body[0])
+    if span is None or start == item.lineno:
+        return None
+    text = "".join(lines[span[0] - 1 : item.end_lineno])
+    body = "".join(lines[start - 1 : item.end_lineno])
+    return name, span, text, body
 
 
 def _calls_own(body: str, own: set[str]) -> bool:

@@ -20,15 +20,15 @@ import libcst as cst
 from libcst.metadata import CodePosition, CodeRange
 
 from metalint.codes import TOO_COMPLEX_CODE
-from metalint.diagnostics import Condition, Diagnostic, Fix, Position
+from metalint.diagnostics import Condition, Diagnostic, Fix, HelperReads, Position
 from metalint.lines import split_lines
+from metalint.static.composition import summarize_class, summarize_functions
 from metalint.static.defaults import init_functions
 from metalint.static.elide import HOST_READ, REPARAMETRIZE, elide, unread_functions
 from metalint.static.model import NOT_THE_TREE, ClassFacts, collect
 from metalint.static.names import exports_from_ast
 from metalint.static.ownership import meta_returning_functions
 from metalint.static.pipeline import materialisations
-from metalint.static.protocol import summarize_class, summarize_functions
 from metalint.static.references import add_references
 
 # re-exported: the results live in a module that does not import libcst (cache hits need no parser)
@@ -280,14 +280,9 @@ def _positions(
     def whole() -> dict:
         return code_ranges(module)
 
-    by_qual = {c.qualname: c for c in facts.classes}
-    top_level = {id(stmt) for stmt in module.body}
-    groups: dict[int, tuple[cst.ClassDef | cst.FunctionDef, list]] = {}
-    for cls, node in found:
-        top = by_qual.get(cls.qualname.split(".")[0], cls)
-        if id(top.node) not in top_level:
-            return whole()
-        groups.setdefault(id(top.node), (top.node, []))[1].append(node)
+    groups = _by_top_level_class(module, found, facts)
+    if groups is None:
+        return whole()
     lines = split_lines(source)
     out: dict = {}
     strays: dict[int, tuple[cst.FunctionDef, list]] = {}
@@ -301,15 +296,7 @@ def _positions(
                 continue
             # a finding outside the class: in a module-level helper it calls, or in a
             # method it inherits from a base class of the same file
-            holder = next(
-                (
-                    s
-                    for s in module.body
-                    if isinstance(s, (cst.FunctionDef, cst.ClassDef))
-                    and any(n is node for n in walk(s))
-                ),
-                None,
-            )
+            holder = _holder(module, node)
             if holder is None:
                 return whole()
             strays.setdefault(id(holder), (holder, []))[1].append(node)
@@ -390,6 +377,64 @@ def _render_alone(
     return out
 
 
+def _held_in(stmt: cst.FunctionDef, left: set[int], walk):
+    """The findings of ``left`` a method holds, whether one is in its signature or
+    decorators (render it whole), and (index, findings) of each body statement holding
+    some."""
+    held = {
+        n
+        for part in children(stmt)
+        if part is not stmt.body
+        for n in left.intersection(map(id, walk(part)))
+    }
+    whole = bool(held)  # a finding in the signature: render it whole
+    holding: list[tuple[int, set[int]]] = []
+    for j, inner in enumerate(stmt.body.body):
+        if held == left:
+            break
+        found = left.intersection(map(id, walk(inner)))
+        if found:
+            held |= found
+            holding.append((j, found))
+    return held, whole, holding
+
+
+def _def_row(body, i: int, indent: str, lines: list[str], row: int) -> int | None:
+    """The row of the ``def`` of ``body[i]``: the k-th ``def name`` line after the class's
+    ``row`` at the body's indentation, for the k-th method of that name."""
+    name = body[i].name.value
+    k = sum(1 for s in body[:i] if isinstance(s, cst.FunctionDef) and s.name.value == name)
+    pattern = re.compile(rf"{re.escape(indent)}(?:async\s+)?def\s+{re.escape(name)}\b")
+    rows = (r for r in range(row + 1, len(lines) + 1) if pattern.match(lines[r - 1]))
+    return next(itertools.islice(rows, k, None), None)
+
+
+def _by_top_level_class(module: cst.Module, found, facts) -> dict | None:
+    """The reported nodes by the top-level class holding them (its node, the nodes); None
+    when a class is not at the top level."""
+    by_qual = {c.qualname: c for c in facts.classes}
+    top_level = {id(stmt) for stmt in module.body}
+    groups: dict[int, tuple[cst.ClassDef | cst.FunctionDef, list]] = {}
+    for cls, node in found:
+        top = by_qual.get(cls.qualname.split(".")[0], cls)
+        if id(top.node) not in top_level:
+            return None
+        groups.setdefault(id(top.node), (top.node, []))[1].append(node)
+    return groups
+
+
+def _holder(module: cst.Module, node: cst.CSTNode) -> cst.CSTNode | None:
+    """The module-level function or class that holds ``node``, if any."""
+    return next(
+        (
+            s
+            for s in module.body
+            if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and any(n is node for n in walk(s))
+        ),
+        None,
+    )
+
+
 def _methods_holding(
     top: cst.ClassDef,
     body,
@@ -417,30 +462,11 @@ def _methods_holding(
             if left.intersection(id(n) for n in walk(stmt)):
                 return None
             continue
-        # the signature and decorators, then the body's statements
-        held = {
-            n
-            for part in children(stmt)
-            if part is not stmt.body
-            for n in left.intersection(map(id, walk(part)))
-        }
-        whole = bool(held)  # a finding in the signature: render it whole
-        holding: list[tuple[int, set[int]]] = []
-        for j, inner in enumerate(stmt.body.body):
-            if held == left:
-                break
-            found = left.intersection(map(id, walk(inner)))
-            if found:
-                held |= found
-                holding.append((j, found))
+        held, whole, holding = _held_in(stmt, left, walk)
         if not held:
             continue
         left -= held
-        name = stmt.name.value
-        k = sum(1 for s in body[:i] if isinstance(s, cst.FunctionDef) and s.name.value == name)
-        pattern = re.compile(rf"{re.escape(indent)}(?:async\s+)?def\s+{re.escape(name)}\b")
-        rows = (r for r in range(row + 1, len(lines) + 1) if pattern.match(lines[r - 1]))
-        r = next(itertools.islice(rows, k, None), None)
+        r = _def_row(body, i, indent, lines, row)
         if r is None:
             return None
         statements = None if whole else _statements_of(tree, row, r, len(stmt.body.body))
@@ -569,7 +595,7 @@ def analyze_source(
 
 def _returns_meta(module, facts, ctx: RuleContext, result: FileResult) -> None:
     """Mark the module-level functions returning a meta tensor (``returns_meta``):
-    ``steps(n).tolist()`` in another file reads one (``Condition.if_returns_meta``)."""
+    ``steps(n).tolist()`` in another file reads one (``ReturnsMeta``)."""
     if not facts.local_functions:
         return
     for name in meta_returning_functions(module, facts, ctx.qualify):
@@ -611,11 +637,32 @@ def _analyze(
     facts = collect(module, module_name, is_package)
 
     ctx = RuleContext(facts, module, hooks, display, whole, tree=tree)
+    functions = _summarise(result, module, module_name, ctx, source, tree, unread)
+    add_references(whole_tree, facts, result.classes, whole)
+    instances = [r(ctx) for r in rules]
+    for name, summary in _construction_reads(
+        module, functions, source, facts, instances, tree
+    ).items():
+        result.functions.setdefault(name, {}).update(summary)
+    _returns_meta(module, facts, ctx, result)
+    findings = _findings(facts, instances, defer, result)
+    if findings:
+        positions = _positions(module, source, [(f.cls, f.node) for _, f in findings], facts, tree)
+        result.diagnostics.extend(
+            _diagnostic(code, f, positions[f.node], ctx, fix_for, source) for code, f in findings
+        )
+    return result
+
+
+def _summarise(result: FileResult, module, module_name: str, ctx, source: str, tree, unread):
+    """What the cross-file step needs of a file: its exports, class summaries and
+    module-level functions (init functions, helpers' writes, what they apply). The
+    module-level functions a rule may read, with their CPython trees."""
+    facts = ctx.facts
     result.exports = dict(facts.aliases.names)
     result.exports.update(facts.local_classes)
     result.exports.update({f"{STAR}{m}": m for m in facts.aliases.stars})
     result.classes = [summarize(c, ctx) for c in facts.classes]
-    add_references(whole_tree, facts, result.classes, whole)
     result.functions = init_functions(module, module_name, ctx.qualify)
     functions = [
         (f, t) for f, t in _short_functions(module, source, tree) if f.name.value not in unread
@@ -631,74 +678,40 @@ def _analyze(
     )
     for name, summary in summarize_functions(module, module_name, ctx, protocols, applied).items():
         result.functions.setdefault(name, {}).update(summary)
-    instances = [r(ctx) for r in rules]
-    for name, summary in _construction_reads(
-        module, functions, source, facts, instances, tree
-    ).items():
-        result.functions.setdefault(name, {}).update(summary)
-    _returns_meta(module, facts, ctx, result)
-    findings, helper_reads = _run_rules(facts, instances, defer)
-    result.helper_reads = sorted(helper_reads)
-    if findings:
-        result.diagnostics += _diagnostics(findings, module, source, facts, tree, ctx, fix_for)
-    return result
+    return functions
 
 
-def _run_rules(facts, instances, defer: bool):
-    """``(code, finding)`` of every rule on every class, and the ``(code, function)`` of
-    those left out until the tree confirms them (``defer``: see :func:`analyze_source`)."""
+def _findings(facts, instances, defer: bool, result: FileResult) -> list[tuple[str, Finding]]:
+    """Every rule's findings on every class; with ``defer``, those that stand only while a
+    helper of another file reads a tensor are listed (``result.helper_reads``), not made."""
     findings: list[tuple[str, Finding]] = []
     helper_reads: set[tuple[str, str]] = set()
     for cls in facts.classes:
         for rule in instances:
             for finding in rule.check_class(cls):
-                if defer and finding.if_helper_reads:
-                    helper_reads.add((rule.code, finding.if_helper_reads))
+                reads = finding.get(HelperReads)
+                if defer and reads:
+                    helper_reads.add((rule.code, reads.function))
                 else:
                     findings.append((rule.code, finding))
-    return findings, helper_reads
+    result.helper_reads = sorted(helper_reads)
+    return findings
 
 
-def _diagnostics(findings, module, source, facts, tree, ctx, fix_for) -> list[Diagnostic]:
-    """The diagnostics of ``(code, finding)`` pairs: positions, fixes and conditions."""
-    out: list[Diagnostic] = []
-    display = ctx.path
-    positions = _positions(module, source, [(f.cls, f.node) for _, f in findings], facts, tree)
-    for code, f in findings:
-        rng = positions[f.node]
-        out.append(
-            Diagnostic(
-                code,
-                f.message,
-                display,
-                Position(rng.start.line, rng.start.column + 1),
-                Position(rng.end.line, rng.end.column + 1),
-                symbol=f.cls.qualname,
-                subject=f.subject,
-                hook=f.hook,
-                help=f.help,
-                # a finding that stands only across files (a helper's read) has no fix
-                fix=f.fix
-                if f.fix is not None or fix_for is None or f.if_helper_reads
-                else fix_for(code, ctx, f, rng.start.line, source),
-                condition=Condition(
-                    f.cls.fullname,
-                    True,
-                    tuple(f.unless_recreated),
-                    f.unless_hook,
-                    tuple(f.recreated_by),
-                    tuple(f.unless_method),
-                    f.unless_reset_init,
-                    f.unless_root_replays,
-                    f.if_applies_init,
-                    f.if_helper_reads,
-                    tuple(f.unless_same_law),
-                    tuple(f.at_materialisation),
-                    f.skips_module_hooks,
-                    f.unless_children_first,
-                    f.if_returns_meta,
-                    f.unless_run,
-                ),
-            )
-        )
-    return out
+def _diagnostic(code: str, f: Finding, rng, ctx, fix_for, source: str) -> Diagnostic:
+    return Diagnostic(
+        code,
+        f.message,
+        ctx.path,
+        Position(rng.start.line, rng.start.column + 1),
+        Position(rng.end.line, rng.end.column + 1),
+        symbol=f.cls.qualname,
+        subject=f.subject,
+        hook=f.hook,
+        help=f.help,
+        # a finding that stands only across files (a helper's read) has no fix
+        fix=f.fix
+        if f.fix is not None or fix_for is None or f.get(HelperReads)
+        else fix_for(code, ctx, f, rng.start.line, source),
+        condition=Condition(f.cls.fullname, True, f.conditions),
+    )

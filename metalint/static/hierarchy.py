@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from metalint.diagnostics import Condition
+from metalint.diagnostics import (
+    AppliesInit,
+    Condition,
+    HelperReads,
+    NoHook,
+    NoMethod,
+    NotOnlyReset,
+    NotRecreated,
+    ReturnsMeta,
+)
 from metalint.static.constants import dispatch
 from metalint.static.results import HELPER_MARK, ClassSummary, FileResult, star_exports
 from metalint.vocabulary import PUBLIC_HOOKS, TORCH_WITHOUT_RESET
@@ -216,24 +225,25 @@ class Hierarchy:
         hooks = tuple(hooks)
         if cond.module and not self.is_module(cond.cls):
             return False
-        if cond.not_recreated:
-            done = self.recreated(cond.cls, cond.hooks or hooks)
-            if "*" in done or any(a in done for a in cond.not_recreated):
-                return False
-        if cond.no_hook and self.has_hook(cond.cls, [h for h in hooks if not h.startswith("_")]):
-            return False
-        if cond.unless_method and self.defines(cond.cls, cond.unless_method, set()):
-            return False
-        if cond.unless_reset_init and self.only_resets(*cond.unless_reset_init):
-            return False
-        if cond.if_applies_init:
-            full = self.resolve(cond.if_applies_init, table=self.functions)
-            if not (full and self.functions[full].get("applies_to_modules")):
-                return False
-        if cond.if_helper_reads and self.construction_read(cond.if_helper_reads, code) is None:
-            return False
-        if cond.if_returns_meta:
-            full = self.resolve(cond.if_returns_meta, table=self.functions)
-            if not (full and self.functions[full].get("returns_meta")):
-                return False
+        return all(self._clause_holds(cond.cls, c, hooks, code) for c in cond.clauses)
+
+    def _clause_holds(self, cls: str, clause, hooks: tuple[str, ...], code: str) -> bool:
+        """Does one clause of a condition about the class ``cls`` hold? (The clauses that
+        the model roots' protocols answer, :meth:`Protocols.judge`, hold here.)"""
+        kind = type(clause)
+        if kind is NotRecreated:
+            done = self.recreated(cls, clause.hooks or hooks)
+            return not ("*" in done or any(a in done for a in clause.tensors))
+        if kind is NoHook:
+            return not self.has_hook(cls, [h for h in hooks if not h.startswith("_")])
+        if kind is NoMethod:
+            return not self.defines(cls, clause.names, set())
+        if kind is NotOnlyReset:
+            return not self.only_resets(clause.function, clause.args)
+        if kind is HelperReads:
+            return self.construction_read(clause.function, code) is not None
+        if kind in (AppliesInit, ReturnsMeta):
+            full = self.resolve(clause.function, table=self.functions)
+            key = "applies_to_modules" if kind is AppliesInit else "returns_meta"
+            return bool(full and self.functions[full].get(key))
         return True

@@ -111,32 +111,63 @@ def meta_tensor(
         return False
     rec = lambda e: meta_tensor(e, qualify, method, own, depth + 1, assumed)  # noqa: E731
     if type(expr) is cst.Call:
-        if type(expr.func) is cst.Name and f"{expr.func.value}()" in assumed:
-            return True  # ``steps(n)``: a function of the file that returns a meta tensor
-        return _meta_call(expr, qualify, rec)
+        # ``steps(n)``: a function of the file that returns a meta tensor
+        own_fn = type(expr.func) is cst.Name and f"{expr.func.value}()" in assumed
+        return own_fn or _meta_call(expr, qualify, rec)
     if type(expr) is cst.Attribute:
-        if expr.attr.value in TENSOR_ATTRIBUTES:
-            return rec(expr.value)
-        if own and type(expr.value) is cst.Name and expr.value.value == "self":
-            return expr.attr.value in own
-        return False
+        return _meta_attribute(expr, own, rec)
     if type(expr) is cst.BinaryOperation:
         return rec(expr.left) or rec(expr.right)
     if type(expr) is cst.UnaryOperation:
-        if type(expr.operator) is cst.Not:
-            return False
-        return rec(expr.expression)
+        return type(expr.operator) is not cst.Not and rec(expr.expression)
     if type(expr) is cst.Comparison:
-        if all(type(t.operator) in (cst.Is, cst.IsNot) for t in expr.comparisons):
-            return False
-        return rec(expr.left) or any(rec(t.comparator) for t in expr.comparisons)
+        return _meta_comparison(expr, rec)
     if type(expr) is cst.Subscript:
         return rec(expr.value) or meta_tensor_sequence(expr.value, qualify, method, own, depth + 1)
     if type(expr) is cst.Name and method is not None:
-        if expr.value in assumed:
-            return True
-        return _meta_local(expr, qualify, method, own, depth, assumed)
+        return expr.value in assumed or _meta_local(expr, qualify, method, own, depth, assumed)
     return False
+
+
+def _meta_attribute(expr: cst.Attribute, own, rec) -> bool:
+    """``t.data``, ``t.T`` of a meta tensor, or an own tensor ``self.w`` in ``own``."""
+    if expr.attr.value in TENSOR_ATTRIBUTES:
+        return rec(expr.value)
+    if own and type(expr.value) is cst.Name and expr.value.value == "self":
+        return expr.attr.value in own
+    return False
+
+
+def _meta_comparison(expr: cst.Comparison, rec) -> bool:
+    """``t > 0`` of a meta tensor (not ``t is None``)."""
+    if all(type(t.operator) in (cst.Is, cst.IsNot) for t in expr.comparisons):
+        return False
+    return rec(expr.left) or any(rec(t.comparator) for t in expr.comparisons)
+
+
+#: torch namespaces whose functions make no tensor of their arguments (``torch.nn.functional``
+#: aside)
+_NOT_TENSOR_NAMESPACES = (
+    "torch.nn.",
+    "torch.cuda.",
+    "torch.distributed.",
+    "torch.jit.",
+    "torch.utils.",
+)
+
+
+def _meta_torch_call(expr: cst.Call, q: str, qualify, rec) -> bool:
+    """A torch function's call that makes a meta tensor: a factory without a real device, or
+    a function of a meta tensor (``torch.exp(t)``, ``torch.cumsum(t, 0)``)."""
+    if q in CPU_CONSTRUCTORS or q in NOT_TENSOR_FUNCTIONS:
+        return False
+    if real_device(keyword(expr, "device"), qualify, None):
+        return False
+    if q in TENSOR_FACTORIES:
+        return True
+    if q.startswith(_NOT_TENSOR_NAMESPACES) and not q.startswith("torch.nn.functional."):
+        return False
+    return any(rec(a.value) for a in expr.args)
 
 
 def _meta_call(expr: cst.Call, qualify, rec) -> bool:
@@ -147,18 +178,7 @@ def _meta_call(expr: cst.Call, qualify, rec) -> bool:
         # ``shift, scale = map(torch.as_tensor, (shift, scale))``: each item a factory's
         return True
     if q is not None and q.startswith("torch."):
-        if q in CPU_CONSTRUCTORS or q in NOT_TENSOR_FUNCTIONS:
-            return False
-        if real_device(keyword(expr, "device"), qualify, None):
-            return False
-        if q in TENSOR_FACTORIES:
-            return True
-        if q.startswith(
-            ("torch.nn.", "torch.cuda.", "torch.distributed.", "torch.jit.", "torch.utils.")
-        ) and not q.startswith("torch.nn.functional."):
-            return False
-        # any other torch function of a meta tensor: torch.exp(t), torch.cumsum(t, 0)
-        return any(rec(a.value) for a in expr.args)
+        return _meta_torch_call(expr, q, qualify, rec)
     if not type(expr.func) is cst.Attribute:
         return False
     name = expr.func.attr.value
@@ -398,18 +418,9 @@ def value_reads(
     """Every read of a meta tensor's value in ``method``, in the order ML008 reports them."""
     for call in method.calls:
         node = call.node
-        func = node.func
-        if call.method in HOST_READS and type(func) is cst.Attribute:
-            if meta_tensor(func.value, qualify, method, own, assumed=assumed):
-                yield ValueRead(node, func.value, "host", node)
-        elif (
-            type(func) is cst.Name
-            and func.value in SCALAR_CASTS
-            and call.qualname is None
-            and len(node.args) == 1
-            and meta_tensor(node.args[0].value, qualify, method, own, assumed=assumed)
-        ):
-            yield ValueRead(node, node.args[0].value, "cast", node)
+        read = _scalar_read(call, qualify, method, own, assumed)
+        if read is not None:
+            yield read
         for part in size_tensors(node, qualify, method, own, assumed=assumed):
             yield ValueRead(part, part, "size", node)
         for part in value_shaped_tensors(node, qualify, method, own, assumed=assumed):
@@ -420,6 +431,26 @@ def value_reads(
     for cond in method.conditions:
         for part in truthiness_tensors(cond, qualify, method, own, assumed=assumed):
             yield ValueRead(part, part, "condition", cond)
+
+
+def _scalar_read(call, qualify, method: MethodFacts, own, assumed) -> ValueRead | None:
+    """``t.item()`` / ``t.tolist()`` (a host read) or ``float(t)`` (a cast) of a meta
+    tensor."""
+    node = call.node
+    func = node.func
+    if call.method in HOST_READS and type(func) is cst.Attribute:
+        if meta_tensor(func.value, qualify, method, own, assumed=assumed):
+            return ValueRead(node, func.value, "host", node)
+        return None
+    if (
+        type(func) is cst.Name
+        and func.value in SCALAR_CASTS
+        and call.qualname is None
+        and len(node.args) == 1
+        and meta_tensor(node.args[0].value, qualify, method, own, assumed=assumed)
+    ):
+        return ValueRead(node, node.args[0].value, "cast", node)
+    return None
 
 
 def value_shaped_tensors(

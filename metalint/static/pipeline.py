@@ -64,6 +64,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from metalint.diagnostics import AtMaterialisation, NotRecreated
 from metalint.vocabulary import (
     CHECKPOINT_LOADER_NAMES,
     CHECKPOINT_LOADERS,
@@ -266,7 +267,7 @@ class _Scope:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             _ast_imports_into(stmt, self.aliases, self.module, self.is_package)
         elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-            self.with_(stmt, conditional, meta)
+            self.with_block(stmt, conditional, meta)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             self.assign(stmt, conditional, meta)
         elif isinstance(stmt, ast.Return) and stmt.value is not None:
@@ -281,19 +282,25 @@ class _Scope:
             self.block(stmt.body, True, meta)
             self.block(stmt.orelse, True, meta)
         elif isinstance(stmt, ast.Try):
-            self.block(stmt.body, conditional, meta)
-            for handler in stmt.handlers:
-                self.block(handler.body, True, meta)
-            self.block(stmt.orelse, True, meta)
-            self.block(stmt.finalbody, conditional, meta)
+            self.try_block(stmt, conditional, meta)
 
-    def with_(self, stmt: ast.With | ast.AsyncWith, conditional: bool, meta: str) -> None:
+    def with_block(self, stmt: ast.With | ast.AsyncWith, conditional: bool, meta: str) -> None:
+        """A ``with``: its body under the meta context it enters, if any."""
         kind = meta
         for item in stmt.items:
             found = self.meta_context(item.context_expr)
             if found:
                 kind, self.context = found, item.context_expr
         self.block(stmt.body, conditional, kind)
+
+    def try_block(self, stmt: ast.Try, conditional: bool, meta: str) -> None:
+        """A ``try``: its body and ``finally`` as the statement runs, the handlers and
+        ``else`` conditionally."""
+        self.block(stmt.body, conditional, meta)
+        for handler in stmt.handlers:
+            self.block(handler.body, True, meta)
+        self.block(stmt.orelse, True, meta)
+        self.block(stmt.finalbody, conditional, meta)
 
     def meta_context(self, expr: ast.AST) -> str:
         """``"all"``, ``"params"`` or ``""``: what a ``with`` puts on the meta device."""
@@ -683,19 +690,19 @@ def _sequence(root: str, path: str, site: dict) -> Sequence:
 
 def drop_repeated(diagnostics: list) -> list:
     """The findings of one file less those judged at a materialisation site
-    (``Condition.at_materialisation``) about a tensor whose lost value another finding of its
+    (``AtMaterialisation``) about a tensor whose lost value another finding of its
     class already names (ML001's ``gamma``): one finding per lost tensor, the one whose fix restores it."""
     named: dict[str, set[str]] = {}
     for d in diagnostics:
         cond = d.condition
-        if cond is not None and cond.not_recreated and d.subject:
+        if cond is not None and cond.get(NotRecreated) and d.subject:
             # a finding about a lost value (ML001, ML002, ML004), not one about the same
             # tensor for another reason (ML012's factory without `device`)
             named.setdefault(cond.cls, set()).update(d.subject)
     out = []
     for d in diagnostics:
         cond = d.condition
-        if cond is not None and cond.at_materialisation and d.subject:
+        if cond is not None and cond.get(AtMaterialisation) and d.subject:
             if all(t in named.get(cond.cls, ()) for t in d.subject):
                 continue
         out.append(d)

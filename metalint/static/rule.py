@@ -16,12 +16,14 @@ import ast
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import libcst as cst
 
-from metalint.diagnostics import Fix
+from metalint.diagnostics import Clause, Fix, clause_of
 from metalint.static.model import ClassFacts, FileFacts
+
+_C = TypeVar("_C")
 
 DOC_SECTIONS = (
     "What it does",
@@ -39,56 +41,24 @@ class Finding:
     node: cst.CSTNode
     message: str
     cls: ClassFacts
-    #: the finding stands only while no reset hook (of the class or a base) re-creates these
-    unless_recreated: tuple[str, ...] = ()
-    #: the finding stands only while neither the class nor a base has a public init hook
-    unless_hook: bool = False
     fix: Fix | None = None
-    #: ``unless_recreated`` is checked against these hooks only (empty: every configured hook)
-    recreated_by: tuple[str, ...] = ()
-    #: the finding stands only while neither the class nor a base defines one of these methods
-    unless_method: tuple[str, ...] = ()
-    #: the finding stands unless this applied init function (name, constant arguments of a
-    #: factory call or None) only calls each module's ``reset_parameters()``
-    unless_reset_init: tuple = ()
     #: the tensors or attributes the finding is about (see ``Diagnostic.subject``)
     subject: tuple[str, ...] = ()
     #: the init hook the finding is about, if it names one
     hook: str | None = None
     #: what to do about it (printed on its own line)
     help: str | None = None
-    #: the finding stands unless the class is a model root whose entry point (this hook)
-    #: replays it (see :mod:`metalint.static.protocol`)
-    unless_root_replays: str = ""
-    #: the finding stands unless the tree runs this method of the class on it as a model root
-    #: after building it (see ``Condition.unless_run``)
-    unless_run: str = ""
-    #: the finding stands only while this module-level function applies init to every module
-    #: of its argument (resolved across files)
-    if_applies_init: str = ""
-    #: the finding stands only while this module-level function of another file (resolved
-    #: across files) does what the rule reports (:meth:`Rule.function_reads`: ML008 reads a
-    #: tensor's value, ML009 copies one to a real device), itself or through the functions it
-    #: calls (see ``Hierarchy.construction_read``)
-    if_helper_reads: str = ""
-    #: ``(child class, tensor, law)``: the finding stands only while no model root's protocol
-    #: re-draws that tensor of the child from the same law (see ``Condition``)
-    unless_same_law: tuple = ()
-    #: the finding stands only while a materialisation site loses one of these tensors (see
-    #: ``Condition.at_materialisation``)
-    at_materialisation: tuple[str, ...] = ()
-    #: the finding stands only while a site runs only this root's entry point and a module's
-    #: own hook would restore what it loses (see ``Condition.skips_module_hooks``)
-    skips_module_hooks: bool = False
-    #: the finding stands unless every site materialising a root of the class runs the
-    #: children's hooks first (see ``Condition.unless_children_first``)
-    unless_children_first: bool = False
-    #: the finding stands only while this module-level function of the tree returns a meta
-    #: tensor (see ``Condition.if_returns_meta``)
-    if_returns_meta: str = ""
+    #: what must hold across files for the finding to stand: the kinds of
+    #: :mod:`metalint.diagnostics` (``NotRecreated(("gamma",))``, ``HelperReads(name)``);
+    #: the engine carries them in the diagnostic's ``Condition``
+    conditions: tuple[Clause, ...] = ()
     #: what the rule matched, handed to its codemod (a dataclass of the rule's module, e.g.
     #: ``ParameterSite``): the fix reads it and never detects the pattern again
     site: object = None
+
+    def get(self, kind: type[_C]) -> _C | None:
+        """The condition of ``kind``, if the finding stands under one."""
+        return clause_of(self.conditions, kind)
 
 
 @dataclass(frozen=True)

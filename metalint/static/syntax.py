@@ -420,28 +420,15 @@ def _quick_inits() -> None:
     if "done" in _INIT_SCOPE:
         return
     _INIT_SCOPE["done"] = True
-    todo, seen, lines, classes = [cst.CSTNode], set(), [], []
-    while todo:
-        cls = todo.pop()
-        for sub in cls.__subclasses__():
-            if sub not in seen:
-                seen.add(sub)
-                todo.append(sub)
-        init = cls.__dict__.get("__init__")
-        code = getattr(init, "__code__", None)
-        if code is None or "__slots__" not in cls.__dict__ or not dataclasses.is_dataclass(cls):
+    lines, classes = [], []
+    for cls in _node_classes():
+        if not _plain_dataclass_init(cls):
             continue
+        init = cls.__dict__["__init__"]
         fields = dataclasses.fields(cls)
         names = [f.name for f in fields]
         slots = [cls.__dict__.get(n) for n in names]
         defaults = init.__defaults__ or ()
-        if (
-            code.co_varnames[1 : code.co_argcount] != tuple(names)
-            or code.co_kwonlyargcount
-            or init.__kwdefaults__
-            or not all(type(s) is _SLOT for s in slots)
-        ):
-            continue
         k = len(classes)
         classes.append((cls, defaults))
         lines.append(f"def init{k}({', '.join(['self', *names])}):")
@@ -468,6 +455,34 @@ def _quick_inits() -> None:
 
 
 _SLOT = type(cst.Name.__dict__["value"])
+
+
+def _node_classes() -> list[type]:
+    """Every subclass of ``cst.CSTNode`` (depth first, as found)."""
+    todo, seen, out = [cst.CSTNode], set(), []
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        for sub in cls.__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                todo.append(sub)
+    return out
+
+
+def _plain_dataclass_init(cls: type) -> bool:
+    """Is ``cls.__init__`` that of a frozen, slotted dataclass of plain positional fields?"""
+    init = cls.__dict__.get("__init__")
+    code = getattr(init, "__code__", None)
+    if code is None or "__slots__" not in cls.__dict__ or not dataclasses.is_dataclass(cls):
+        return False
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    return not (
+        code.co_varnames[1 : code.co_argcount] != names
+        or code.co_kwonlyargcount
+        or init.__kwdefaults__
+        or not all(type(cls.__dict__.get(n)) is _SLOT for n in names)
+    )
 
 
 def parse_valid_module(source: str) -> cst.Module:

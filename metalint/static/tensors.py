@@ -123,6 +123,38 @@ def is_legacy_sizes(call: cst.Call, method: MethodFacts | None = None) -> bool:
     return first.star == "*" or not isinstance(first.value, (cst.Call, cst.Name))
 
 
+#: what a value is made of, strongest first: a draw, a value, uninitialised memory
+_KIND_ORDER = ("random", "value", "empty")
+
+
+def _call_kind(node: cst.Call, qualify, method: MethodFacts | None) -> str | None:
+    """What the call ``node`` creates: "empty", "random", "value" or None."""
+    q = qualify(node.func)
+    # ``torch.Tensor(in, out)``: uninitialised, eagerly too; one argument that may be
+    # data (``torch.Tensor(self.melW)``, ``torch.Tensor(scalar["mean"])``) is a value
+    sizes = q in LEGACY_CONSTRUCTORS and legacy_sizes(node, method) is True
+    if q in EMPTY_FACTORIES or sizes:
+        return "empty"
+    if random_draw(q):
+        return "random"
+    if q in VALUE_FACTORIES:
+        return "value"
+    if type(node.func) is cst.Attribute and node.func.attr.value in INPLACE_METHODS:
+        return "random" if node.func.attr.value.endswith(RANDOM_DRAWS) else "value"
+    return None
+
+
+def _local_kinds(name: str, expr, qualify, method: MethodFacts, depth: int) -> set[str]:
+    """Every value the local ``name`` is given: ``rel_pos = (pos[0] - pos[1]).abs()`` then
+    ``rel_pos = rel_pos[0] * w + rel_pos[1]`` is still made from ``pos``."""
+    kinds = (
+        value_kind(inner, qualify, method, depth + 1)
+        for _stmt, inner in method.local_values.get(name, ())
+        if inner is not expr
+    )
+    return {k for k in kinds if k}
+
+
 def value_kind(
     expr: cst.BaseExpression | None, qualify, method: MethodFacts | None = None, depth: int = 0
 ) -> str | None:
@@ -132,33 +164,12 @@ def value_kind(
     found: set[str] = set()
     for node in walk_code(expr):
         if type(node) is cst.Call:
-            q = qualify(node.func)
-            # ``torch.Tensor(in, out)``: uninitialised, eagerly too; one argument that may be
-            # data (``torch.Tensor(self.melW)``, ``torch.Tensor(scalar["mean"])``) is a value
-            sizes = q in LEGACY_CONSTRUCTORS and legacy_sizes(node, method) is True
-            if q in EMPTY_FACTORIES or sizes:
-                found.add("empty")
-            elif random_draw(q):
-                found.add("random")
-            elif q in VALUE_FACTORIES:
-                found.add("value")
-            elif type(node.func) is cst.Attribute and node.func.attr.value in INPLACE_METHODS:
-                found.add("random" if node.func.attr.value.endswith(RANDOM_DRAWS) else "value")
+            kind = _call_kind(node, qualify, method)
+            if kind:
+                found.add(kind)
         elif type(node) is cst.Name and method is not None and depth < 3:
-            # every value the local is given: ``rel_pos = (pos[0] - pos[1]).abs()`` then
-            # ``rel_pos = rel_pos[0] * w + rel_pos[1]`` is still made from ``pos``
-            for _stmt, inner in method.local_values.get(node.value, ()):
-                if inner is not expr:
-                    kind = value_kind(inner, qualify, method, depth + 1)
-                    if kind:
-                        found.add(kind)
-    if "random" in found:
-        return "random"
-    if "value" in found:
-        return "value"
-    if "empty" in found:
-        return "empty"
-    return None
+            found |= _local_kinds(node.value, expr, qualify, method, depth)
+    return next((k for k in _KIND_ORDER if k in found), None)
 
 
 def all_zeros(
@@ -387,27 +398,13 @@ def init_law(call: cst.Call, qualify, value) -> str | None:
     w = inplace_write(call, qualify)
     if w is None:
         return None
-    if w.method:
-        name = INIT_METHOD_ALIASES.get(w.name, "")
-        fn, args = f"torch.nn.init.{name}", list(call.args)
-    else:
-        fn = qualify(call.func) or ""
-        module, _, name = fn.rpartition(".")
-        if module in INIT_WRAPPERS:
-            fn = f"torch.nn.init.{name}"
-        args = list(call.args[1:])
+    fn, name, args = _init_function(call, w, qualify)
     signature = INIT_SIGNATURES.get(name)
     if signature is None or not fn:
         return None
-    given: dict[str, cst.BaseExpression] = {}
-    names = [p for p, _ in signature]
-    for i, arg in enumerate(args):
-        if arg.star:
-            return None
-        key = arg.keyword.value if arg.keyword is not None else (names + [""] * len(args))[i]
-        if key not in names or key in given:
-            return None
-        given[key] = arg.value
+    given = _given_arguments(args, [p for p, _ in signature])
+    if given is None:
+        return None
     out = []
     for p, default in signature:
         if p in given:
@@ -418,6 +415,33 @@ def init_law(call: cst.Call, qualify, value) -> str | None:
             return None
         out.append(f"{p}={text}")
     return f"{fn}({', '.join(out)})"
+
+
+def _init_function(call: cst.Call, w: Write, qualify) -> tuple[str, str, list[cst.Arg]]:
+    """The init function an in-place init call runs, its short name and its arguments past
+    the tensor: ``torch.nn.init.normal_`` for ``t.normal_()`` and ``init.normal_(t)``."""
+    if w.method:
+        name = INIT_METHOD_ALIASES.get(w.name, "")
+        return f"torch.nn.init.{name}", name, list(call.args)
+    fn = qualify(call.func) or ""
+    module, _, name = fn.rpartition(".")
+    if module in INIT_WRAPPERS:
+        fn = f"torch.nn.init.{name}"
+    return fn, name, list(call.args[1:])
+
+
+def _given_arguments(args: list[cst.Arg], names: list[str]) -> dict | None:
+    """Parameter name -> expression of each argument, or None for a starred, unknown or
+    repeated one."""
+    given: dict[str, cst.BaseExpression] = {}
+    for i, arg in enumerate(args):
+        if arg.star:
+            return None
+        key = arg.keyword.value if arg.keyword is not None else (names + [""] * len(args))[i]
+        if key not in names or key in given:
+            return None
+        given[key] = arg.value
+    return given
 
 
 def law_text(expr: cst.BaseExpression, names: dict[str, str]) -> str | None:
@@ -508,21 +532,9 @@ def recreated(method: MethodFacts, qualify) -> set[str]:
         if attr and a.target.count(".") <= 2:  # self.w = ..., self.w.data = ...
             names.add(attr)
     for call in method.calls:
-        attr = writes(call, qualify)
+        attr = writes(call, qualify) or _handed_to_local(call, method)
         if attr:
             names.add(attr)
-        elif (
-            isinstance(call.node.func, cst.Name)
-            and (
-                call.node.func.value in method.local_values or call.node.func.value in method.params
-            )
-            and call.node.args
-        ):
-            # init_weight = get_condconv_initializer(...); init_weight(self.weight): a hook
-            # handing an own tensor to a local initialiser re-creates it
-            attr = self_attr(dotted(call.node.args[0].value))
-            if attr:
-                names.add(attr)
         names.update(helper_writes(call, qualify))
     if method.loops_over_own_tensors:
         names.add("*")
@@ -532,6 +544,19 @@ def recreated(method: MethodFacts, qualify) -> set[str]:
             if every_parameter_written(node, qualify):
                 names.update(own)
     return names
+
+
+def _handed_to_local(call: CallSite, method: MethodFacts) -> str | None:
+    """``init_weight = get_condconv_initializer(...); init_weight(self.weight)``: a hook
+    handing an own tensor to a local initialiser (or a parameter) re-creates it."""
+    func = call.node.func
+    if not (
+        isinstance(func, cst.Name)
+        and (func.value in method.local_values or func.value in method.params)
+        and call.node.args
+    ):
+        return None
+    return self_attr(dotted(call.node.args[0].value))
 
 
 def helper_writes(call: CallSite, qualify) -> set[str]:
@@ -578,12 +603,7 @@ def argument_writes(fn: MethodFacts, qualify, local: dict[str, str]) -> dict | N
     params = fn.params
     if not params:
         return None
-    alias = {p: p for p in params}
-    for _node, targets, it in fn.loops:
-        roots = {n.value for n in walk_code(it) if isinstance(n, cst.Name) and n.value in alias}
-        if roots:
-            for t in targets:
-                alias.setdefault(t, alias[next(iter(sorted(roots)))])
+    alias = _parameter_aliases(fn)
     writes: set[str] = set()
     forwards: list[list[str]] = []
     for call in fn.calls:
@@ -594,18 +614,36 @@ def argument_writes(fn: MethodFacts, qualify, local: dict[str, str]) -> dict | N
             continue
         func = call.node.func
         callee = qualify(func) or (local.get(func.value) if isinstance(func, cst.Name) else None)
-        if callee is None or callee.startswith("torch."):
-            continue
-        for i, arg in enumerate(call.node.args):
-            if arg.star:
-                break
-            if isinstance(arg.value, cst.Name) and arg.value.value in alias:
-                key = arg.keyword.value if arg.keyword is not None else str(i)
-                forwards.append([callee, key, alias[arg.value.value]])
+        if callee is not None and not callee.startswith("torch."):
+            forwards.extend(_forwarded(call, callee, alias))
     forwards = sorted({tuple(f) for f in forwards if f[2] not in writes})
     if not writes and not forwards:
         return None
     return {"params": params, "writes": sorted(writes), "forwards": [list(f) for f in forwards]}
+
+
+def _parameter_aliases(fn: MethodFacts) -> dict[str, str]:
+    """Each parameter of ``fn`` as itself, and each loop variable over one of them (``for v
+    in value.parameters()``) as that parameter."""
+    alias = {p: p for p in fn.params}
+    for _node, targets, it in fn.loops:
+        roots = {n.value for n in walk_code(it) if isinstance(n, cst.Name) and n.value in alias}
+        if roots:
+            for t in targets:
+                alias.setdefault(t, alias[next(iter(sorted(roots)))])
+    return alias
+
+
+def _forwarded(call: CallSite, callee: str, alias: dict[str, str]) -> list[list[str]]:
+    """``[callee, argument, parameter]`` for each parameter handed on to ``callee``."""
+    out = []
+    for i, arg in enumerate(call.node.args):
+        if arg.star:
+            break
+        if isinstance(arg.value, cst.Name) and arg.value.value in alias:
+            key = arg.keyword.value if arg.keyword is not None else str(i)
+            out.append([callee, key, alias[arg.value.value]])
+    return out
 
 
 #: the test a fix of ML008 puts around a move of the module in ``__init__`` (``self.to(d)``):
@@ -665,29 +703,8 @@ def every_parameter_written(
     for n in walk_code(node):
         if type(n) is not cst.For:
             continue
-        it, t = n.iter, n.target
-        if (
-            type(it) is cst.Call
-            and dotted(it.func) == "enumerate"
-            and it.args
-            and type(t) is cst.Tuple
-            and len(t.elements) == 2
-        ):
-            it, t = it.args[0].value, t.elements[1].value
-        if type(it) is cst.Call and dotted(it.func) in ("self.parameters", "self.named_parameters"):
-            head = f"for ... in {dotted(it.func)}()"
-            if type(t) is cst.Tuple and len(t.elements) == 2:
-                t = t.elements[1].value
-        elif (d := dotted(it) or "").startswith("self.") and d[5:] in lists:
-            head = f"for ... in {d}"
-        elif type(it) in (cst.List, cst.Tuple) and (own := own_attributes(it)):
-            # ``for param in [self.w_qkv_c, self.w_o_c]: nn.init.uniform_(param, -b, b)``
-            # (stanza's PartitionedMultiHeadAttention); not ``for layer in (self.hidden,
-            # self.output): layer.weight.normal_()``, children's tensors (spikingjelly)
-            head = f"for ... in [{', '.join(f'self.{a}' for a in own)}]"
-        else:
-            continue
-        if type(t) is not cst.Name:
+        head, it, t = _parameter_loop_head(n, lists)
+        if head is None or type(t) is not cst.Name:
             continue
         listed = type(it) in (cst.List, cst.Tuple)
         for c in walk_code(n.body):
@@ -696,3 +713,30 @@ def every_parameter_written(
                 if not listed or w.chain[1:] in ((), ("data",)):
                     return head
     return None
+
+
+def _parameter_loop_head(loop: cst.For, lists: frozenset[str]) -> tuple[str | None, object, object]:
+    """The head of a loop over the module's parameters (as :func:`every_parameter_written`
+    shows it, None for another loop), its iterable and its loop variable (``enumerate``'s
+    and ``named_parameters()``'s second element)."""
+    it, t = loop.iter, loop.target
+    if (
+        type(it) is cst.Call
+        and dotted(it.func) == "enumerate"
+        and it.args
+        and type(t) is cst.Tuple
+        and len(t.elements) == 2
+    ):
+        it, t = it.args[0].value, t.elements[1].value
+    if type(it) is cst.Call and dotted(it.func) in ("self.parameters", "self.named_parameters"):
+        if type(t) is cst.Tuple and len(t.elements) == 2:
+            t = t.elements[1].value
+        return f"for ... in {dotted(it.func)}()", it, t
+    if (d := dotted(it) or "").startswith("self.") and d[5:] in lists:
+        return f"for ... in {d}", it, t
+    if type(it) in (cst.List, cst.Tuple) and (own := own_attributes(it)):
+        # ``for param in [self.w_qkv_c, self.w_o_c]: nn.init.uniform_(param, -b, b)``
+        # (stanza's PartitionedMultiHeadAttention); not ``for layer in (self.hidden,
+        # self.output): layer.weight.normal_()``, children's tensors (spikingjelly)
+        return f"for ... in [{', '.join(f'self.{a}' for a in own)}]", it, t
+    return None, it, t
