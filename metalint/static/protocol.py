@@ -82,6 +82,19 @@ class Protocols(Replay):
     """Roots, their protocols and what they re-create, over every class of a checked tree:
     the findings judged under them."""
 
+    def forget(self) -> None:
+        """Drop every answer memoised from the hierarchy's summaries, after one file's
+        summaries were replaced by others of the same classes, bases and children
+        (:class:`metalint.static.tree.Tree`): what was derived from those stands."""
+        self._roots.clear()
+        self._mro.clear()
+        self._name_tests = None
+        self._laws = None
+        self._children = None
+        self.sequences = {}
+        self.learned = {}
+        self._read_sites(getattr(self.h, "sites", []))
+
     def first_loss(self, cls: str, tensors) -> tuple[Sequence, list[str]] | None:
         """The first site (of a root containing ``cls`` or a subclass) that loses some of
         ``tensors``, with those it loses."""

@@ -95,19 +95,6 @@ class Roots:
             if seqs:
                 self.learned[root] = seqs
 
-    def forget(self) -> None:
-        """Drop every answer memoised from the hierarchy's summaries, after one file's
-        summaries were replaced by others of the same classes, bases and children
-        (:class:`metalint.static.tree.Tree`): what was derived from those stands."""
-        self._roots.clear()
-        self._mro.clear()
-        self._name_tests = None
-        self._laws = None
-        self._children = None
-        self.sequences = {}
-        self.learned = {}
-        self._read_sites(getattr(self.h, "sites", []))
-
     def _settled(self, root: str, seq: Sequence) -> Sequence:
         """What a site runs, read against the tree: a method the root defines, a function of
         the tree (:func:`~metalint.static.pipeline.settled`)."""
