@@ -324,16 +324,20 @@ def test_cache_key_follows_metalint_own_code(tmp_path):
     import os
 
     import metalint.rules.parameter_from_value as rule
-    from metalint.cache import Cache
+    from metalint.cache import Cache, code_stamp
 
+    # the stamp is read once per process (a run): clear it as a new run would start afresh
+    code_stamp.cache_clear()
     before = Cache.key(["ML001"], ("reset_parameters",))
     assert Cache.key(["ML001"], ("reset_parameters",)) == before
     st = os.stat(rule.__file__)
     try:
         os.utime(rule.__file__, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        code_stamp.cache_clear()
         assert Cache.key(["ML001"], ("reset_parameters",)) != before
     finally:
         os.utime(rule.__file__, ns=(st.st_atime_ns, st.st_mtime_ns))
+        code_stamp.cache_clear()
     assert Cache.key(["ML001"], ("reset_parameters",)) == before
 
 

@@ -651,6 +651,9 @@ def _analyze(
         result.diagnostics.extend(
             _diagnostic(code, f, positions[f.node], ctx, fix_for, source) for code, f in findings
         )
+    # what the fixes memoised holds the context (a class's tensors ask it): a cycle that
+    # reference counting alone would never free while the collector is paused
+    ctx.memo.clear()
     return result
 
 
