@@ -158,6 +158,18 @@ def _registered(call, method: MethodFacts, qualify) -> Registration | None:
     return Registration(attr, "buffer", call.node, value, method, not is_false(p), value)
 
 
+def _module_local(name: str, method: MethodFacts, qualify, facts: FileFacts) -> cst.Call | None:
+    """The constructor call when the local ``name`` of ``method`` (not an argument) is assigned
+    once, a module the file builds (``conv = nn.Conv1d(...)``); None otherwise."""
+    values = method.local_values.get(name, ())
+    if len(values) != 1 or name in method.arguments:
+        return None
+    made = values[0][1]
+    if type(made) is not cst.Call or not builds_module(qualify(made.func), facts):
+        return None
+    return made
+
+
 def borrowed_tensor(
     expr: cst.BaseExpression | None, method: MethodFacts, qualify, facts: FileFacts
 ) -> cst.Call | None:
@@ -175,11 +187,8 @@ def borrowed_tensor(
     ):
         return None
     name = expr.value.value
-    values = method.local_values.get(name, ())
-    if len(values) != 1 or name in method.arguments:
-        return None
-    made = values[0][1]
-    if type(made) is not cst.Call or not builds_module(qualify(made.func), facts):
+    made = _module_local(name, method, qualify, facts)
+    if made is None:
         return None
     leaves = {
         id(n.value)
@@ -206,11 +215,8 @@ def attached_child(
     nn.Sequential(fc1, act)``, ``self.fc = fc1``, ``self.layers.append(fc1)``,
     ``self.add_module("fc", fc1)``. What ``method`` writes into its tensors before (or after)
     is the child's: its own hook restores them. None for anything else."""
-    values = method.local_values.get(name, ())
-    if len(values) != 1 or name in method.arguments:
-        return None
-    made = values[0][1]
-    if type(made) is not cst.Call or not builds_module(qualify(made.func), facts):
+    made = _module_local(name, method, qualify, facts)
+    if made is None:
         return None
 
     def holds(expr) -> bool:
