@@ -80,6 +80,7 @@ class ParameterFromValue(Rule):
     name = "parameter-from-value"
     summary = "Parameter created from a value in `__init__` that no reset hook re-creates"
     codemod = "metalint.fix.parameter_from_value"
+    site_type = ParameterSite
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         for method in construction(cls, enter_hooks=False, hooks=self.ctx.hooks):

@@ -98,6 +98,9 @@ class Rule:
     #: finding) -> Rewrite``), or None: the fix registry, ``fix_availability`` and the rule
     #: page are derived from it
     codemod: ClassVar[str | None] = None
+    #: the class of the site (``Finding.site``) each finding hands that codemod: a frozen
+    #: dataclass of the rule's module holding the nodes and facts the rule matched
+    site_type: ClassVar[type | None] = None
     #: "none" or "sometimes" (a codemod that may refuse a finding): derived from ``codemod``
     fix_availability: ClassVar[str] = "none"
     VALID: ClassVar[list[str]] = []
