@@ -53,11 +53,7 @@ class _Names(cst.CSTVisitor):
 
 
 def plan(ctx: RuleContext, cls: ClassFacts, finding: Finding) -> Rewrite:
-    entry = finding.hook
-    method = cls.methods.get(entry or "")
-    if method is None:
-        raise Unfixable(f"`{cls.name}` defines no `{entry}()`")
-    fn = method.node
+    entry, fn = finding.hook, finding.site.fn
     params = [*fn.params.posonly_params, *fn.params.params]
     if not params or not isinstance(fn.body, cst.IndentedBlock):
         raise Unfixable(f"`{cls.name}.{entry}()` is not a method with a body")

@@ -1,11 +1,23 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+
+import libcst as cst
 
 from metalint.diagnostics import SkipsModuleHooks
 from metalint.static.model import ClassFacts
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.vocabulary import ROOT_ENTRIES
+
+
+@dataclass(frozen=True)
+class EntrySite:
+    """What the rule matched, handed to its fix (:mod:`metalint.fix.root_init_skips_module_hooks`):
+    the root's entry point (``def init_weights(self)``), which the loop over the modules
+    goes into."""
+
+    fn: cst.FunctionDef
 
 
 class RootInitSkipsModuleHooks(Rule):
@@ -53,6 +65,7 @@ class RootInitSkipsModuleHooks(Rule):
     name = "root-init-skips-module-hooks"
     summary = "The root's entry point, all the materialisation runs, skips the modules' hooks"
     codemod = "metalint.fix.root_init_skips_module_hooks"
+    site_type = EntrySite
 
     VALID = [
         """
@@ -156,4 +169,5 @@ def build():
             help=f"Call every module's `reset_parameters()` at the start of "
             f"`{cls.name}.{entry}()` (the fix does), or re-create their tensors there",
             conditions=(SkipsModuleHooks(),),
+            site=EntrySite(cls.methods[entry].node),
         )
