@@ -88,10 +88,9 @@ class _PassRecurse(cst.CSTTransformer):
 
 
 def plan(ctx: RuleContext, cls: ClassFacts, finding: Finding) -> Rewrite:
-    method = cls.methods.get(APPLY)
-    if method is None:
+    fn = finding.site.fn
+    if fn is None:
         raise Unfixable(f"`{cls.name}` defines no `_apply()`")
-    fn = method.node
     params = fn.params
     if (
         params.posonly_params

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -15,6 +16,16 @@ def takes_recurse(fn: cst.FunctionDef) -> bool:
     p = fn.params
     names = {q.name.value for q in (*p.posonly_params, *p.params, *p.kwonly_params)}
     return "recurse" in names or isinstance(p.star_arg, cst.Param) or p.star_kwarg is not None
+
+
+@dataclass(frozen=True)
+class ApplySite:
+    """What the rule matched, handed to its fix (:mod:`metalint.fix.apply_without_recurse`):
+    the class's ``def _apply(self, fn)`` (``fn``), or the value of ``_apply = move_states``
+    (``alias``: a lambda or a function of the file, which the fix leaves alone)."""
+
+    fn: cst.FunctionDef | None
+    alias: cst.BaseExpression | None = None
 
 
 class ApplyWithoutRecurse(Rule):
@@ -65,6 +76,7 @@ class ApplyWithoutRecurse(Rule):
     name = "apply-without-recurse"
     summary = "`_apply()` override takes no `recurse`: `to_empty()` raises TypeError"
     codemod = "metalint.fix.apply_without_recurse"
+    site_type = ApplySite
 
     VALID = [
         # torch's signature
@@ -174,6 +186,7 @@ class Recurrent(nn.Module):
             help="Take `recurse=True` like `torch.nn.Module._apply` and pass it to the base's "
             "`_apply()`",
             subject=(APPLY,),
+            site=ApplySite(method.node),
         )
 
     def _aliased(self, cls: ClassFacts) -> Iterable[Finding]:
@@ -225,4 +238,5 @@ class Recurrent(nn.Module):
                     help="Take `recurse=True` like `torch.nn.Module._apply` and pass it to the "
                     "base's `_apply()`",
                     subject=(APPLY,),
+                    site=ApplySite(None, alias=value),
                 )
