@@ -22,24 +22,14 @@ a random value would be drawn twice (unsafe).
 
 from __future__ import annotations
 
-import libcst as cst
-
 from metalint.fix.codemod import ClassEdit
-from metalint.fix.edits import (
-    Rewrite,
-    Unfixable,
-)
+from metalint.fix.edits import Rewrite, Unfixable
 from metalint.fix.recompute_hook import located
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import string_value
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
-    edit = ClassEdit(ctx, cls)
-    node = finding.node
-    if not (isinstance(node, cst.Call) and node.args and len(node.args) >= 2):
+    site = finding.site
+    if site.call is None:
         raise Unfixable("not a `register_buffer(name, value)` call")
-    attr = string_value(node.args[0].value)
-    if attr is None:
-        raise Unfixable("the buffer's name is not a string literal")
-    return located(edit, node, attr, node.args[1].value)
+    return located(ClassEdit(ctx, cls), site.call, site.attr, site.value)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -16,6 +17,22 @@ from metalint.static.model import ClassFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
 from metalint.static.tensors import local_value
+
+
+@dataclass(frozen=True)
+class BufferSite:
+    """What the rule matched, handed to its fix (:mod:`metalint.fix.buffer_from_value`): the
+    buffer, the value it is registered from, and the ``self.register_buffer(...)`` call that
+    registers it (None for ``self.b = nn.Buffer(...)`` or an assignment to a registered
+    buffer, which the fix leaves alone)."""
+
+    attr: str
+    value: cst.BaseExpression
+    call: cst.Call | None
+
+
+def _site(reg: Registration) -> BufferSite:
+    return BufferSite(reg.attr, reg.value, reg.node if type(reg.node) is cst.Call else None)
 
 
 class BufferFromValue(Rule):
@@ -73,6 +90,7 @@ class BufferFromValue(Rule):
     name = "buffer-from-value"
     summary = "Buffer registered from a computed value in `__init__` that no reset hook re-creates"
     codemod = "metalint.fix.buffer_from_value"
+    site_type = BufferSite
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
@@ -115,6 +133,7 @@ class BufferFromValue(Rule):
                 "`reset_parameters()` (or `init_non_persistent_buffers()`)",
                 conditions=(NotRecreated((reg.attr,)),),
                 subject=(reg.attr,),
+                site=_site(reg),
             )
 
     def _from_argument(self, cls: ClassFacts, reg: Registration) -> Iterable[Finding]:
@@ -140,6 +159,7 @@ class BufferFromValue(Rule):
             "`reset_parameters()`",
             conditions=(NotRecreated((reg.attr,)),),
             subject=(reg.attr,),
+            site=_site(reg),
         )
 
 
