@@ -43,20 +43,18 @@ _KEEPS_DEVICE = (TENSOR_METHODS | INPLACE_METHODS) - DEVICE_COPY_METHODS - {"typ
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
-    node = finding.node
-    if not isinstance(node, cst.Call):
-        raise Unfixable("not a call to a legacy constructor")
-    copy = isinstance(node.func, cst.Attribute) and node.func.attr.value == "to"
+    site = finding.site
+    node, copy = site.call, site.copy == "to"
     method = None
     try:
         _index, line, _path = edit.locate(node)
     except Unfixable:
         # a legacy constructor in a method ``__init__`` calls (torch-geometric-temporal's
         # ``_create_input_gate_parameters_and_layers()``): the same allocation wherever it runs
-        found = None if copy else _statement_in_method(edit, node)
-        if found is None:
+        line = None if copy else _statement_in_method(edit, site)
+        if line is None:
             raise
-        method, line = found
+        method = site.method.node
     if copy:
         return _onto_factory(ctx, edit, node, line)
     empty = legacy_empty(ctx, edit, node)
@@ -75,14 +73,14 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     )
 
 
-def _statement_in_method(edit: ClassEdit, node: cst.CSTNode):
-    """(the method of the class, the statement line in it) holding ``node``, or None."""
-    for method in edit.cls.methods.values():
-        path = path_to(method.node, node)
-        if path is not None:
-            lines = [n for n in path if isinstance(n, cst.SimpleStatementLine)]
-            return (method.node, lines[-1]) if lines else None
-    return None
+def _statement_in_method(edit: ClassEdit, site) -> cst.SimpleStatementLine | None:
+    """The statement line holding the site's call in its method, a method of the class; or
+    None."""
+    if edit.cls.methods.get(site.method.name) is not site.method:
+        return None
+    path = path_to(site.method.node, site.call) or []
+    lines = [n for n in path if isinstance(n, cst.SimpleStatementLine)]
+    return lines[-1] if lines else None
 
 
 def _onto_factory(ctx: RuleContext, edit: ClassEdit, node: cst.Call, line) -> Rewrite:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -17,6 +18,17 @@ from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import keyword, self_attr, short, string_value, walk_code
 from metalint.static.tensors import is_legacy_sizes, parameter_value
 from metalint.vocabulary import CPU_CONSTRUCTORS, DEVICE_COPY_METHODS, LEGACY_CONSTRUCTORS
+
+
+@dataclass(frozen=True)
+class EscapeSite:
+    """What the rule matched, handed to its fix (:mod:`metalint.fix.device_escape`): the call
+    (a legacy constructor, a torch factory given a real device, or a copy), the method of
+    construction holding it, and for a copy its method (``"to"``, ``"cpu"``, ``"cuda"``)."""
+
+    call: cst.Call
+    method: MethodFacts
+    copy: str | None = None
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
@@ -121,6 +133,7 @@ class DeviceEscape(Rule):
     name = "device-escape"
     summary = "Tensor created on an explicit real device (or a legacy constructor) in `__init__`"
     codemod = "metalint.fix.device_escape"
+    site_type = EscapeSite
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         for method in construction(cls, enter_hooks=False, hooks=self.ctx.hooks):
@@ -207,6 +220,7 @@ class DeviceEscape(Rule):
             cls,
             help=instead,
             subject=tuple(attrs),
+            site=EscapeSite(node, method),
         )
 
     def _keeping(self, method: MethodFacts, pred) -> list[str]:
@@ -252,6 +266,7 @@ class DeviceEscape(Rule):
                 cls,
                 help="Create the tensor on that device (`device=...` of its factory) instead "
                 "of copying it there",
+                site=EscapeSite(call.node, method, call.method),
             )
         return Finding(
             call.node,
@@ -261,6 +276,7 @@ class DeviceEscape(Rule):
             cls,
             help="Create the tensor with `device=device` from the constructor, or compute it "
             "in `reset_parameters()`",
+            site=EscapeSite(call.node, method, call.method),
         )
 
     def _on_the_cpu(self, receiver, method: MethodFacts) -> bool:
