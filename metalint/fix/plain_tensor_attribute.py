@@ -49,7 +49,7 @@ from metalint.fix.edits import (
 from metalint.fix.flow import uses
 from metalint.fix.recompute import draws_or_builds, recompute_locals
 from metalint.fix.recompute_hook import helper_effects, recompute_hook, refusal
-from metalint.fix.values import helper_of, helper_statement
+from metalint.fix.values import helper_statement, own_helper
 from metalint.static.model import construction
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
@@ -115,7 +115,7 @@ def _number_argument(edit: ClassEdit, value: cst.BaseExpression) -> None:
 
 def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
-    node = finding.node
+    node, site = finding.node, finding.site
     helper = None
     try:
         index, line, path = edit.locate(node)
@@ -123,22 +123,22 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         # set in a private method that ``__init__`` calls once (speechbrain ``SincConv.
         # _init_sinc_conv()``'s Hamming window ``self.window_``): registered there, and ML002's
         # fix then computes it in a hook (``refusal`` asks it first)
-        helper = helper_of(cls, node)
+        helper = own_helper(cls, site.method)
         if helper is None:
             raise
         index, line = helper_statement(edit, node, helper, str(exc))[1:4:2]
     target = _target_of(node)
-    attr = target[5:]
+    attr = site.attr
     if len(line.body) != 1:
         raise Unfixable("the assignment shares its line with other statements")
     _before_super(edit, index)
-    _number_argument(edit, node.value)
-    why = refusal(ctx, cls, node, attr, node.value)
+    _number_argument(edit, site.value)
+    why = refusal(ctx, cls, node, attr, site.value)
     if why:
         # a buffer no hook re-creates is uninitialised after ``to_empty()``: no better than a
         # plain attribute left on meta, and the class would not pass the probe
         raise Unfixable(f"no hook could re-create the buffer's value: {why}")
-    value = render(node.value, ctx.module)
+    value = render(site.value, ctx.module)
     new_line = line.with_changes(
         body=[stmt(f'self.register_buffer("{attr}", {value}, persistent=False)').body[0]]
     )

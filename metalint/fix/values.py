@@ -315,6 +315,14 @@ def helper_of(cls, node: cst.CSTNode):
     )
 
 
+def own_helper(cls, method):
+    """``method`` (the method of construction a rule matched in, :class:`MethodFacts`) when it
+    is a method of ``cls`` other than ``__init__``, else None."""
+    if method.name == "__init__" or cls.methods.get(method.name) is not method:
+        return None
+    return method
+
+
 def helper_statement(edit: ClassEdit, node: cst.CSTNode, helper, why: str):
     """``node`` is in ``helper``, a private method that only ``__init__`` calls, once, as a
     statement, and in a simple statement outside any loop, ``with`` or ``try`` of it: (the

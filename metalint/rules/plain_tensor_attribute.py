@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -9,6 +10,17 @@ from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short, string_value
 from metalint.vocabulary import TENSOR_INPUT_FUNCTIONS
+
+
+@dataclass(frozen=True)
+class PlainTensorSite:
+    """What the rule matched, handed to its fix (:mod:`metalint.fix.plain_tensor_attribute`):
+    the attribute, the tensor it is assigned, and the method of construction that assigns it
+    (the statement is the finding's node)."""
+
+    attr: str
+    value: cst.BaseExpression
+    method: MethodFacts
 
 
 class PlainTensorAttribute(Rule):
@@ -63,6 +75,7 @@ class PlainTensorAttribute(Rule):
     name = "plain-tensor-attribute"
     summary = "Tensor stored as a plain attribute in `__init__`: never moved off meta"
     codemod = "metalint.fix.plain_tensor_attribute"
+    site_type = PlainTensorSite
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         registered = self._registered(cls)
@@ -98,6 +111,7 @@ class PlainTensorAttribute(Rule):
                     help=f'Register it with `self.register_buffer("{attr}", ..., '
                     "persistent=False)` and compute it in `reset_parameters()`",
                     subject=(attr,),
+                    site=PlainTensorSite(attr, a.value, method),
                 )
 
     def _registered(self, cls: ClassFacts) -> set[str]:
