@@ -314,7 +314,7 @@ def _outside_init(ctx: RuleContext, edit: ClassEdit, finding: Finding) -> Rewrit
         return method_into_reset(edit, method)
     # open_clip TextTransformer.init_parameters(): called from a root hook, as ML010 does
     # with a private method that applies the init
-    return through_method(edit, finding.node)
+    return through_method(edit, method)
 
 
 def _not_only_own(ctx: RuleContext, edit: ClassEdit, finding: Finding, index: int) -> Rewrite:

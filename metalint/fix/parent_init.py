@@ -270,18 +270,14 @@ def _with_its_if(edit: ClassEdit, moved: cst.BaseStatement, index: int) -> cst.B
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
-    node = finding.node
-    if (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and dotted(node.func.value) == "self"
-        and node.func.attr.value in cls.from_bases
-    ):
+    site = finding.site
+    if site.base is not None:
         # ``self._finish()`` of a base class: the init is in the base's method
-        raise Unfixable(f"the init is in `{node.func.attr.value}()` of a base class")
+        raise Unfixable(f"the init is in `{site.base}()` of a base class")
     edit = ClassEdit(ctx, cls)
     found = edit.path_of(finding.node)
     if found is None:
-        return through_method(edit, finding.node)
+        owner = site.method if cls.methods.get(site.method.name) is site.method else None
+        return through_method(edit, owner)
     index, path = found
     return _in_init(edit, finding.node, index, path)

@@ -213,10 +213,9 @@ def hook_call(edit: ClassEdit, method, c: int) -> cst.BaseStatement:
     return edit.store_names(line, line, c).with_changes(leading_lines=())
 
 
-def through_method(edit: ClassEdit, node: cst.CSTNode) -> Rewrite:
-    owner = next(
-        (m for m in edit.cls.methods.values() if any(n is node for n in walk_code(m.node))), None
-    )
+def through_method(edit: ClassEdit, owner) -> Rewrite:
+    """``owner``, the method of the class (None: of no method of it) holding an init that a
+    rule matched, called from a new root hook called where ``__init__`` calls it."""
     if owner is None:
         raise Unfixable("the init is not in a method of this class")
     if HOOK in edit.cls.methods and owner in edit.cls.reachable(HOOK):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -28,6 +29,16 @@ from metalint.vocabulary import (
     PARAMETER_ITERATORS,
     RESET_METHODS,
 )
+
+
+@dataclass(frozen=True)
+class AppliedInitSite:
+    """What the rule matched, handed to its fix (:mod:`metalint.fix.parent_init`): the method
+    of construction that applies the init (the finding's node: the call or the loop), or for
+    ``self._finish()`` the name of the method of a base class that it runs (``base``)."""
+
+    method: MethodFacts
+    base: str | None = None
 
 
 def module_loops(
@@ -164,6 +175,7 @@ class ParentAppliedInit(Rule):
     name = "parent-applied-init"
     summary = "Init applied by a parent (`self.apply`, `named_apply`) that per-module resets do not replay"
     codemod = "metalint.fix.parent_init"
+    site_type = AppliedInitSite
 
     def _default_equivalent(self, cls: ClassFacts, node: cst.CSTNode) -> bool:
         """The applied function gives each child only what its own hooks give: a nested or
@@ -324,6 +336,7 @@ class ParentAppliedInit(Rule):
                         helper,
                         "" if method.name == "__init__" else method.name,
                     ),
+                    site=AppliedInitSite(method),
                 )
         yield from self._base_inits(cls, in_reset)
 
@@ -371,6 +384,7 @@ class ParentAppliedInit(Rule):
                     help="Move it into `init_weights()` and call that after `to_empty()`, or "
                     "give each child a `reset_parameters()` that sets these values",
                     conditions=_conditions(self._imported_init(node, env), replays, helper),
+                    site=AppliedInitSite(caller, base=call.method),
                 )
                 break
 
