@@ -44,8 +44,7 @@ from metalint.fix.init_statements import (
     take,
 )
 from metalint.fix.move_init import (
-    holding_method,
-    initialising_method,
+    initialising,
     method_into_reset,
     move_own,
     move_own_in_block,
@@ -55,16 +54,13 @@ from metalint.fix.root_hook import (
     called_once,
     through_method,
 )
+from metalint.fix.values import own_helper
 from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
 from metalint.static.protocol import structure_test
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
-from metalint.static.tensors import assigned_writes
-from metalint.vocabulary import (
-    PARAMETER_CLASSES,
-    RESET_HOOK,
-)
+from metalint.vocabulary import RESET_HOOK
 
 HOOK = RESET_HOOK
 
@@ -110,12 +106,12 @@ def _parameter_loop(ctx: RuleContext, edit: ClassEdit, loop: cst.For, index: int
     return edit.rewrite("Move the loop that initialises every parameter into `reset_parameters()`")
 
 
-def _not_in_init(cls, node: cst.CSTNode) -> str:
-    """Why an init outside ``__init__`` is not moved, naming the method that holds it: in a
+def _not_in_init(method) -> str:
+    """Why an init outside ``__init__`` is not moved, naming ``method``, the method of the class
+    that holds it (None: none): in a
     public builder (fairseq's ``build_output_projection()``, which esm's inverse-folding decoder
     keeps) a subclass overriding the builder makes another child, and a hook initialising
     the child would apply this init to it."""
-    method = holding_method(cls, node)
     where = method.name if method is not None else None
     if where is None:
         return "the init is not in `__init__` itself"
@@ -139,7 +135,9 @@ def _locals_of(method) -> set[str]:
     }
 
 
-def _children_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding) -> Rewrite:
+def _children_out_of_builder(
+    ctx: RuleContext, edit: ClassEdit, finding: Finding, method
+) -> Rewrite:
     """In-place inits of children in a private builder that ``__init__`` calls once
     (torch-geometric-temporal's ``UnitGCN._init_attention_layers()``, called under ``if
     self.attention:``: ``self.conv_ta = nn.Conv1d(...)``, then ``nn.init.constant_(self.conv_ta
@@ -153,8 +151,7 @@ def _children_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding
     locals, when the builder uses a child after its init, or when the class has a
     ``reset_parameters()`` or ``init_weights()`` of its own (merged by hand)."""
     node = finding.node
-    why = _not_in_init(edit.cls, node)
-    method = holding_method(edit.cls, node)
+    why = _not_in_init(method)
     if method is None or not method.name.startswith("_"):
         raise Unfixable(why)
     body = list(method.node.body.body) if isinstance(method.node.body, cst.IndentedBlock) else []
@@ -236,7 +233,9 @@ def _builder_kids(edit: ClassEdit, method, body: list, moved: list[int], why: st
     return kids
 
 
-def _own_init_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding) -> Rewrite:
+def _own_init_out_of_builder(
+    ctx: RuleContext, edit: ClassEdit, finding: Finding, method
+) -> Rewrite:
     """An in-place init of an own tensor in a private builder that ``__init__`` calls once
     (torch-geometric-temporal's ``A3TGCN._setup_layers()``: ``self._base_tgcn = TGCN(...)``,
     then ``self._attention = nn.Parameter(torch.empty(p))`` and ``nn.init.uniform_(self.
@@ -246,8 +245,7 @@ def _own_init_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding
     code after it in the builder uses the tensor, or the statement reads the builder's
     locals."""
     node = finding.node
-    why = _not_in_init(edit.cls, node)
-    method = holding_method(edit.cls, node)
+    why = _not_in_init(method)
     if method is None or not method.name.startswith("_") or any("." in x for x in finding.subject):
         raise Unfixable(why)
     body = method.node.body.body if isinstance(method.node.body, cst.IndentedBlock) else ()
@@ -284,33 +282,33 @@ def _own_init_out_of_builder(ctx: RuleContext, edit: ClassEdit, finding: Finding
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     body = edit.init_body
+    site = finding.site
     index = edit.top_index_of(finding.node)
-    if assigned_writes(finding.node):
+    if site.form == "assign":
         # ``self.conv.weight.data[:] = t``: no codemod moves a write by assignment
         raise Unfixable("the tensor is written by an assignment (`.data`, a slice), not a call")
-    if isinstance(finding.node, cst.Assign):
+    if site.form == "replace":
         return _copy_into_child(ctx, edit, finding.node)
-    if isinstance(finding.node, cst.For) and (
-        index >= 0 or initialising_method(cls, finding.node, ctx) is None
-    ):
+    helper = own_helper(cls, site.method)
+    method = helper if helper is not None and initialising(helper, ctx) else None
+    if site.form == "loop" and (index >= 0 or method is None):
         return _parameter_loop(ctx, edit, finding.node, index)
     if index < 0:
-        return _outside_init(ctx, edit, finding)
+        return _outside_init(ctx, edit, finding, helper, method)
     if not init_only(body[index], ctx):
         return _not_only_own(ctx, edit, finding, index)
     return move_own(ctx, edit)
 
 
-def _outside_init(ctx: RuleContext, edit: ClassEdit, finding: Finding) -> Rewrite:
-    """:func:`plan` for an in-place init outside ``__init__``'s body: in a method that
-    ``__init__`` calls, or in a builder."""
-    cls = edit.cls
-    method = initialising_method(cls, finding.node, ctx)
+def _outside_init(ctx: RuleContext, edit: ClassEdit, finding: Finding, helper, method) -> Rewrite:
+    """:func:`plan` for an in-place init outside ``__init__``'s body: in ``helper``, a method
+    of the class that ``__init__`` calls (``method`` when it only initialises tensors), or in
+    a builder."""
     if method is None:
         if any("." in x for x in finding.subject):
-            return _children_out_of_builder(ctx, edit, finding)
-        return _own_init_out_of_builder(ctx, edit, finding)
-    if only_own(method, ctx, cls):
+            return _children_out_of_builder(ctx, edit, finding, helper)
+        return _own_init_out_of_builder(ctx, edit, finding, helper)
+    if only_own(method, ctx, edit.cls):
         return method_into_reset(edit, method)
     # open_clip TextTransformer.init_parameters(): called from a root hook, as ML010 does
     # with a private method that applies the init
@@ -358,8 +356,6 @@ def _copy_into_child(ctx: RuleContext, edit: ClassEdit, node: cst.Assign) -> Rew
             requires_grad = arg.value
     if data is None or dotted(node.value.func) is None:
         raise Unfixable("the parameter is not made by a plain `nn.Parameter(value)`")
-    if ctx.qualify(node.value.func) not in PARAMETER_CLASSES:
-        raise Unfixable("the value is wrapped in more than `nn.Parameter(...)`")
     tensor = render(target)
     new = [stmt(f"{tensor}.data.copy_({render(data)})")]
     if requires_grad is not None and not (

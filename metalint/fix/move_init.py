@@ -19,7 +19,6 @@ from metalint.fix.edits import (
     expr,
     guarded,
     names_in,
-    path_to,
     render,
     stmt,
     torch_spelling,
@@ -182,42 +181,27 @@ def init_in_branch(ctx: RuleContext, edit: ClassEdit, attr: str, index: int) -> 
     return None if edit.used_after(attr, j, tensor=True) else j
 
 
-def holding_method(cls, node: cst.CSTNode):
-    """The method of ``cls`` other than ``__init__`` whose body holds ``node`` (None: none)."""
-    return next(
-        (
-            m
-            for m in cls.methods.values()
-            if m.name != "__init__" and path_to(m.node.body, node) is not None
-        ),
-        None,
-    )
-
-
-def initialising_method(cls, node: cst.CSTNode, ctx: RuleContext):
-    """The method holding ``node`` when all it does is initialise tensors in place (open_clip
+def initialising(method, ctx: RuleContext) -> bool:
+    """Does ``method`` (a method of the class) only initialise tensors in place (open_clip
     ``TextTransformer.init_parameters()``: ``nn.init.normal_(...)`` of its own and its
     children's tensors, in loops and ``if``s; PyTorch's ``MultiheadAttention._reset_parameters()``
-    and the attention layers that copy it): it creates nothing, assigns no attribute and
+    and the attention layers that copy it)? It creates nothing, assigns no attribute and
     registers nothing, so a hook may call it again after ``to_empty()``. A builder that also
-    makes a child (fairseq's ``build_output_projection()``) is not one. None otherwise."""
-    method = holding_method(cls, node)
-    if method is None:
-        return None
+    makes a child (fairseq's ``build_output_projection()``) does not."""
     for n in walk_code(method.node.body):
         if isinstance(n, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
             targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
             if any(not isinstance(t, cst.Name) for t in targets):
-                return None  # self.x = ..., t[...] = ...
+                return False  # self.x = ..., t[...] = ...
         if isinstance(n, cst.Call):
             name = getattr(n.func, "attr", None) or n.func
             called = getattr(name, "value", "")
             if called in ("register_buffer", "register_parameter", "add_module", "setattr"):
-                return None
+                return False
             q = ctx.qualify(n.func) or ""
             if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1][:1].isupper():
-                return None  # builds a module or a Parameter
-    return method
+                return False  # builds a module or a Parameter
+    return True
 
 
 def only_own(method, ctx: RuleContext, cls=None) -> bool:

@@ -20,7 +20,7 @@ from metalint.fix.flow import (
 )
 from metalint.fix.init_statements import init_only
 from metalint.fix.move_init import (
-    initialising_method,
+    initialising,
     method_into_reset,
     move_own,
     only_own,
@@ -411,6 +411,6 @@ def _initialised_by(ctx: RuleContext, edit: ClassEdit, j: int, attr: str):
     body = method.node.body
     if not isinstance(body, cst.IndentedBlock) or not sets_every_element(body.body, attr, ctx):
         return None
-    if initialising_method(edit.cls, body.body[0], ctx) is not method or not only_own(method, ctx):
+    if not initialising(method, ctx) or not only_own(method, ctx):
         return None
     return method

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -18,7 +19,7 @@ from metalint.static.child_defaults import (
     tensor_name,
 )
 from metalint.static.construction import attached_child, tensor_registrations
-from metalint.static.model import ClassFacts, construction
+from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
 from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
@@ -43,6 +44,18 @@ from metalint.vocabulary import (
 
 #: in-place methods that set a tensor's values when called on an own tensor in ``__init__``
 _SETTERS = INPLACE_METHODS - {"set_"}
+
+
+@dataclass(frozen=True)
+class InitSite:
+    """What the rule matched, handed to its fix (:mod:`metalint.fix.inplace_init`): the method
+    of construction holding the write (the finding's node), and its form: ``"call"`` (an
+    in-place init call), ``"loop"`` (a loop writing every parameter), ``"assign"`` (a write by
+    assignment: ``.data``, a slice) or ``"replace"`` (a child's tensor replaced by an
+    ``nn.Parameter`` made from a value)."""
+
+    method: MethodFacts
+    form: str
 
 
 class InplaceInitOutsideHook(Rule):
@@ -99,6 +112,7 @@ class InplaceInitOutsideHook(Rule):
     name = "inplace-init-outside-hook"
     summary = "In-place init of the module's tensors in `__init__`, outside any reset hook"
     codemod = "metalint.fix.inplace_init"
+    site_type = InitSite
 
     def _reset_by_parents(self) -> set[str]:
         if not hasattr(self, "_parents_reset"):
@@ -178,6 +192,7 @@ class InplaceInitOutsideHook(Rule):
                     "`init_weights()`, and call that hook from `__init__`",
                     conditions=(NotRecreated((attr,)), *law),
                     subject=(name,),
+                    site=InitSite(method, "call"),
                 )
         yield from _parameter_loops(cls, methods, self.qualify)
         yield from self._local_children(cls, methods)
@@ -223,6 +238,7 @@ class InplaceInitOutsideHook(Rule):
                     "`init_weights()` (on the child's tensor), and call that hook from `__init__`",
                     conditions=(NotRecreated((attr,)),),
                     subject=(f"{attr}.{chain[1]}",),
+                    site=InitSite(method, "call"),
                 )
 
     def _data_writes(self, cls: ClassFacts, methods) -> Iterable[Finding]:
@@ -260,6 +276,7 @@ class InplaceInitOutsideHook(Rule):
                         "`reset_parameters()` of this class), and call that hook from `__init__`",
                         conditions=(NotRecreated((attr,)),),
                         subject=(f"{attr}.{parts[-1]}",),
+                        site=InitSite(method, "assign"),
                     )
 
     def _child_container_loops(self, cls: ClassFacts, methods) -> Iterable[Finding]:
@@ -306,6 +323,7 @@ class InplaceInitOutsideHook(Rule):
                     "after the children's), and call that hook from `__init__`",
                     conditions=(NotRecreated((attr,)),),
                     subject=(name,),
+                    site=InitSite(method, "call"),
                 )
 
     def _replaced_child_tensors(self, cls: ClassFacts, methods) -> Iterable[Finding]:
@@ -344,6 +362,7 @@ class InplaceInitOutsideHook(Rule):
                     "tensors) or the model's `init_weights()`, and call that hook from `__init__`",
                     conditions=conditions,
                     subject=(name,),
+                    site=InitSite(method, "replace"),
                 )
 
 
@@ -395,6 +414,7 @@ def _parameter_loops(cls: ClassFacts, methods, qualify) -> Iterable[Finding]:
             help="Move the loop into `reset_parameters()` and call it from `__init__`",
             conditions=(NotRecreated(written),) if written else (),
             subject=written,
+            site=InitSite(method, "loop"),
         )
 
 
