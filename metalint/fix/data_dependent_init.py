@@ -41,11 +41,10 @@ import libcst as cst
 from metalint.fix.codemod import ClassEdit
 from metalint.fix.edits import Rewrite, Unfixable, guarded, path_to, render, stmt, with_device
 from metalint.static.draws import random_call
-from metalint.static.model import MethodFacts, construction
+from metalint.static.model import MethodFacts
 from metalint.static.names import dotted
 from metalint.static.ownership import (
     call_arguments,
-    meta_arguments,
     meta_tensor,
     meta_tensor_sequence,
     own_tensor_names,
@@ -80,15 +79,13 @@ class _Chain:
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     init = edit.init
-    node = finding.node
+    node, site = finding.node, finding.site
     if edit.path_of(node) is None:
-        return _handed_to_method(ctx, edit, cls, node)
-    if _moves_self(node):
+        return _handed_to_method(ctx, edit, cls, site)
+    found = site.read
+    if found is None:
         return _guard_move(edit, node)
     own = own_tensor_names(cls, ctx.qualify)
-    found = next((r for r in value_reads(init, ctx.qualify, own) if r.node is node), None)
-    if found is None:
-        raise Unfixable("not a read of a tensor created in `__init__`")
     if found.kind in ("shape", "mask"):
         raise Unfixable(
             "an op whose output's shape depends on the values (`nonzero`, a boolean mask): "
@@ -122,26 +119,18 @@ def _on_the_cpu(ctx, edit: ClassEdit, own, read: list, at, reads) -> Rewrite:
     )
 
 
-def _handed_to_method(ctx: RuleContext, edit: ClassEdit, cls, node) -> Rewrite:
+def _handed_to_method(ctx: RuleContext, edit: ClassEdit, cls, site) -> Rewrite:
     """The value is read in a method ``__init__`` calls with a tensor it made (spikingjelly's
     ``ActivationAwareIFNode``: ``self._check_threshold(threshold)``, a staticmethod testing
     ``torch.isfinite(v_threshold).all()``). When the method only tests it (it sets nothing on
     ``self`` and returns nothing), the call is handed a CPU copy made by the same factories,
     as a read in ``__init__`` would be: the same values, so the same outcome."""
-    init = edit.init
-    method = next(
-        (m for m in cls.methods.values() if m is not init and path_to(m.node, node) is not None),
-        None,
-    )
-    if method is None:
+    init, method, found = edit.init, site.method, site.read
+    if method is init or cls.methods.get(method.name) is not method:
         raise Unfixable("the value is read outside `__init__`'s own body")
     own = own_tensor_names(cls, ctx.qualify)
-    assumed = meta_arguments(method, construction(cls), ctx.qualify, own)
-    found = next(
-        (r for r in value_reads(method, ctx.qualify, own, assumed) if r.node is node), None
-    )
     params = (
-        {n.value for n in walk_code(found.tensor) if isinstance(n, cst.Name)} & assumed
+        {n.value for n in walk_code(found.tensor) if isinstance(n, cst.Name)} & site.assumed
         if found is not None and found.kind not in ("shape", "mask")
         else set()
     )
@@ -179,18 +168,6 @@ def _sets_or_returns(fn: cst.FunctionDef) -> bool:
         elif isinstance(n, cst.Call) and (dotted(n.func) or "").startswith("self."):
             return True
     return False
-
-
-def _moves_self(node: cst.CSTNode) -> bool:
-    """``self.to(...)``, ``self.cuda(...)``, ``self.cpu()``: the module moving itself (what
-    the rule reports as such; a dtype-only ``self.to(torch.float16)`` is not reported)."""
-    return (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in DEVICE_COPY_METHODS
-        and dotted(node.func.value) is not None
-        and (dotted(node.func.value) == "self" or isinstance(node.func.value, cst.Call))
-    )
 
 
 def _guard_move(edit: ClassEdit, node: cst.Call) -> Rewrite:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -13,6 +14,7 @@ from metalint.static.model import (
     function_facts,
 )
 from metalint.static.ownership import (
+    ValueRead,
     meta_arguments,
     meta_returning_functions,
     own_tensor_names,
@@ -24,6 +26,19 @@ from metalint.static.tensors import meta_guarded
 
 #: module methods that return the module itself, converted (``self.half().cuda()``)
 MODULE_CASTS = frozenset({"half", "float", "double", "bfloat16", "to", "train", "eval"})
+
+
+@dataclass(frozen=True)
+class ReadSite:
+    """What the rule matched, handed to its fix (:mod:`metalint.fix.data_dependent_init`): the
+    method (or function of the file) of construction holding the finding's node, the read of
+    a tensor's value there (None: the module moving itself to a device, ``self.to(device)``),
+    and the names the method's parameters and calls were taken to hold meta tensors by
+    (``assumed``)."""
+
+    method: MethodFacts
+    read: ValueRead | None = None
+    assumed: frozenset[str] = frozenset()
 
 
 class DataDependentInit(Rule):
@@ -69,6 +84,7 @@ class DataDependentInit(Rule):
     code = "ML008"
     name = "data-dependent-init"
     codemod = "metalint.fix.data_dependent_init"
+    site_type = ReadSite
     summary = "Construction reads a tensor's value (`.item()`, `.tolist()`, `if t:`), which crashes on meta"
 
     def __init__(self, ctx) -> None:
@@ -125,18 +141,18 @@ class DataDependentInit(Rule):
         }
         if not names:
             return
-        base = {id(n) for n, _ in self._read_nodes(method, own, assumed)}
+        base = {id(s.read.node) for s in self._read_sites(method, own, assumed)}
         for name, qualname in sorted(names.items()):
-            for node, what in self._read_nodes(method, own, assumed | {f"{name}()"}):
-                if id(node) in base:
+            for site in self._read_sites(method, own, assumed | {f"{name}()"}):
+                if id(site.read.node) in base:
                     continue
-                base.add(id(node))
-                finding = self._finding(cls, method, node, what)
+                base.add(id(site.read.node))
+                finding = self._finding(cls, site)
                 finding.conditions += (ReturnsMeta(qualname),)
                 yield finding
 
     def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
-        return (node for node, _ in self._read_nodes(fn, set()))
+        return (site.read.node for site in self._read_sites(fn, set()))
 
     def _helper_calls(self, method: MethodFacts):
         """``(call, helper)`` for each call of ``method``, and of the module-level functions of
@@ -189,35 +205,22 @@ class DataDependentInit(Rule):
                     cls,
                     help="Leave the placement to the caller: `model.to_empty(device=...)` after a "
                     "meta build, or `model.to(device)` after an eager one",
+                    site=ReadSite(method),
                 )
                 continue
-        for node, what in self._read_nodes(method, own, assumed):
-            yield self._finding(cls, method, node, what, caller)
+        for site in self._read_sites(method, own, assumed):
+            yield self._finding(cls, site, caller)
 
-    def _read_nodes(self, method, own, assumed=frozenset()) -> Iterable[tuple[cst.CSTNode, str]]:
-        """The reads of a tensor's value in ``method``, each with how the message names it
-        (``assumed``: its parameters known to hold meta tensors)."""
+    def _read_sites(self, method, own, assumed=frozenset()) -> Iterable[ReadSite]:
+        """The reads of a tensor's value in ``method``, each as its site (``assumed``: its
+        parameters known to hold meta tensors)."""
         if self._returning is None:
             self._returning = meta_returning_functions(
                 self.ctx.module, self.ctx.facts, self.qualify
             )
         assumed = assumed | self._returning
         for read in value_reads(method, self.qualify, own, assumed):
-            node = read.node
-            if read.kind in ("host", "cast"):
-                yield node, f"`{short(node, 50)}`"
-            elif read.kind == "size":
-                yield node, f"`{short(node, 30)}`, a size of `{short(read.site, 40)}`,"
-            elif read.kind == "shape":
-                yield (
-                    node,
-                    f"`{short(read.site, 50)}` (an op whose output's shape depends on the values "
-                    f"of `{short(node, 30)}`; it has no meta kernel)",
-                )
-            elif read.kind == "mask":
-                yield node, f"indexing by the boolean mask `{short(node, 40)}` (`nonzero`)"
-            else:
-                yield node, f"the condition `{short(node, 50)}` (a tensor's truth value)"
+            yield ReadSite(method, read, assumed)
 
     def _moves_self(self, call) -> bool:
         """``self.to(device)``, ``self.to(device=d)``, ``self.cuda()``, ``self.cpu()``, also at
@@ -256,15 +259,33 @@ class DataDependentInit(Rule):
             return "`__init__`"
         return f"`{method.name}()` (called from `__init__`)"
 
-    def _finding(self, cls, method, node, what, caller=None) -> Finding:
-        where = self._where(cls, method, caller)
+    def _finding(self, cls, site: ReadSite, caller=None) -> Finding:
+        where = self._where(cls, site.method, caller)
         return Finding(
-            node,
-            f'{what} in {where} reads the value of a tensor; under `torch.device("meta")` it '
+            site.read.node,
+            f'{_named(site.read)} in {where} reads the value of a tensor; under `torch.device("meta")` it '
             f"has no data and this raises, so the module cannot be built on meta",
             cls,
             help='Compute it with Python numbers, or create that tensor with `device="cpu"`',
+            site=site,
         )
+
+
+def _named(read: ValueRead) -> str:
+    """How the message names the read."""
+    node = read.node
+    if read.kind in ("host", "cast"):
+        return f"`{short(node, 50)}`"
+    if read.kind == "size":
+        return f"`{short(node, 30)}`, a size of `{short(read.site, 40)}`,"
+    if read.kind == "shape":
+        return (
+            f"`{short(read.site, 50)}` (an op whose output's shape depends on the values "
+            f"of `{short(node, 30)}`; it has no meta kernel)"
+        )
+    if read.kind == "mask":
+        return f"indexing by the boolean mask `{short(node, 40)}` (`nonzero`)"
+    return f"the condition `{short(node, 50)}` (a tensor's truth value)"
 
 
 # the rule's examples: the reported lines end with ``# ERROR``; they run as tests
