@@ -46,7 +46,7 @@ def test_the_rule_hands_its_fix_a_typed_site():
     assert scale.items is None
     assert type(found["ws"].site.items) is cst.ListComp and found["ws"].site.call is None
     # a tensor borrowed from a module built and thrown away: nothing to rewrite
-    assert found["weight"].site == ParameterSite("weight")
+    assert found["weight"].site.call is found["weight"].site.items is None
 
 
 def test_the_fix_reads_the_site_and_does_not_detect_again():
@@ -56,11 +56,15 @@ def test_the_fix_reads_the_site_and_does_not_detect_again():
     rewrite = parameter_from_value.plan(ctx, cls, found["scale"])
     assert "torch.empty(d)" in cst.Module([]).code_for_node(rewrite.new_class)
     # the same statement, handed without its call: the fix does not look for one itself
-    bare = dataclasses.replace(found["scale"], site=ParameterSite("scale"))
+    bare = dataclasses.replace(
+        found["scale"], site=dataclasses.replace(found["scale"].site, call=None)
+    )
     with pytest.raises(Unfixable, match="no `nn.Parameter"):
         parameter_from_value.plan(ctx, cls, bare)
     # the list, handed as a single parameter: not rewritten as a list
-    as_one = dataclasses.replace(found["ws"], site=ParameterSite("ws"))
+    as_one = dataclasses.replace(
+        found["ws"], site=dataclasses.replace(found["ws"].site, items=None)
+    )
     with pytest.raises(Unfixable):
         parameter_from_value.plan(ctx, cls, as_one)
     assert parameter_from_value.plan(ctx, cls, found["ws"]).message.startswith(

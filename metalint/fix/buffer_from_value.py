@@ -32,4 +32,4 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     site = finding.site
     if site.call is None:
         raise Unfixable("not a `register_buffer(name, value)` call")
-    return located(ClassEdit(ctx, cls), site.call, site.attr, site.value)
+    return located(ClassEdit(ctx, cls), site.call, site.attr, site.value, site.method)

@@ -77,10 +77,10 @@ from metalint.fix.values import (
     Value,
     empty_of,
     helper_conditional,
-    helper_of,
     helper_statement,
     hook_body,
     overwritten_later,
+    own_helper,
 )
 from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
@@ -312,7 +312,7 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
     try:
         index, line, path = edit.locate(finding.node)
     except Unfixable as exc:
-        helper = helper_of(cls, finding.node)
+        helper = own_helper(cls, finding.site.method)
         if helper is None or edit.keep_value:
             raise
         return _plan_in_helper(ctx, edit, finding, helper, str(exc))

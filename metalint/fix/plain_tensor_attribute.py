@@ -133,7 +133,7 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         raise Unfixable("the assignment shares its line with other statements")
     _before_super(edit, index)
     _number_argument(edit, site.value)
-    why = refusal(ctx, cls, node, attr, site.value)
+    why = refusal(ctx, cls, node, attr, site.value, site.method)
     if why:
         # a buffer no hook re-creates is uninitialised after ``to_empty()``: no better than a
         # plain attribute left on meta, and the class would not pass the probe
@@ -153,7 +153,7 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     )
     # ML002's fix computes the value in this hook next round: the tree refuses this fix when
     # it would refuse that one (a subclass defining its own hook: monai ``TopologySearch``)
-    rewrite.then_hook = recompute_hook(ctx, cls, node)
+    rewrite.then_hook = recompute_hook(ctx, cls, node, site.method)
     return rewrite
 
 

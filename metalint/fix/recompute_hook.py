@@ -34,10 +34,10 @@ from metalint.fix.values import (
     Value,
     empty_of,
     helper_conditional,
-    helper_of,
     helper_statement,
     hook_body,
     overwritten_later,
+    own_helper,
 )
 from metalint.fix.values import is_number_literal as number
 from metalint.static.construction import argument_of
@@ -84,13 +84,13 @@ class _HelperCall:
     why: str
 
 
-def located(edit: ClassEdit, node, attr: str, value, dry=False) -> Rewrite | None:
+def located(edit: ClassEdit, node, attr: str, value, method, dry=False) -> Rewrite | None:
     """:func:`_compute` for a registration in ``__init__``, :func:`_in_helper` for one in a
-    private method that ``__init__`` calls."""
+    private method that ``__init__`` calls (``method``: the method holding ``node``)."""
     try:
         index, line, path = edit.locate(node)
     except Unfixable as exc:
-        helper = helper_of(edit.cls, node)
+        helper = own_helper(edit.cls, method)
         if helper is None:
             raise
         why = str(exc)
@@ -106,13 +106,13 @@ def located(edit: ClassEdit, node, attr: str, value, dry=False) -> Rewrite | Non
     return _compute(edit, _Buffer(node, attr, value, index, line, path, hook), dry=dry)
 
 
-def refusal(ctx: RuleContext, cls, node: cst.CSTNode, attr: str, value) -> str | None:
-    """Why this fix could not compute buffer ``attr`` from ``value`` in a hook (None: it
-    could). ML007's fix asks it first: registering a plain attribute as a buffer whose value
+def refusal(ctx: RuleContext, cls, node: cst.CSTNode, attr: str, value, method) -> str | None:
+    """Why this fix could not compute buffer ``attr`` from ``value`` (set by ``node``, in
+    ``method``) in a hook (None: it could). ML007's fix asks it first: registering a plain attribute as a buffer whose value
     no hook re-creates leaves it uninitialised after ``to_empty()`` (DiNTS's ``arch_code_a``
     chosen by an ``if``, monai ``Scheduler.alphas_cumprod`` read from a plain tensor)."""
     try:
-        located(ClassEdit(ctx, cls), node, attr, value, dry=True)
+        located(ClassEdit(ctx, cls), node, attr, value, method, dry=True)
     except Unfixable as exc:
         return str(exc)
     return None
@@ -516,15 +516,15 @@ def _buffer_hook(edit: ClassEdit, index: int, node) -> str:
     return _hook_for(edit, index, persistent is not None and render(persistent).strip() == "False")
 
 
-def recompute_hook(ctx: RuleContext, cls, node: cst.CSTNode) -> str:
+def recompute_hook(ctx: RuleContext, cls, node: cst.CSTNode, method) -> str:
     """The hook this fix would compute the value of ``node`` (a plain attribute's assignment
-    in ``__init__``) in once ML007's fix registered it as a non-persistent buffer: the hook
+    in ``__init__``, or in ``method`` that it calls) in once ML007's fix registered it as a non-persistent buffer: the hook
     whose refusal by the tree (:func:`metalint.fix.apply.hook_refusal`) refuses ML007's fix."""
     edit = ClassEdit(ctx, cls)
     try:
         index = edit.locate(node)[0]
     except Unfixable as exc:
-        helper = helper_of(edit.cls, node)
+        helper = own_helper(edit.cls, method)
         if helper is None:
             raise
         # set in a private method ``__init__`` calls (speechbrain ``SincConv._init_sinc_conv``):

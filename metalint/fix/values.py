@@ -303,18 +303,6 @@ def _helper_call(edit: ClassEdit, name: str, why: str):
     return call_lines[0], found[0], found[1]
 
 
-def helper_of(cls, node: cst.CSTNode):
-    """The method other than ``__init__`` whose body holds ``node``, or None."""
-    return next(
-        (
-            m
-            for m in cls.methods.values()
-            if m.name != "__init__" and path_to(m.node.body, node) is not None
-        ),
-        None,
-    )
-
-
 def own_helper(cls, method):
     """``method`` (the method of construction a rule matched in, :class:`MethodFacts`) when it
     is a method of ``cls`` other than ``__init__``, else None."""

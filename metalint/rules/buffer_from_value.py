@@ -13,7 +13,7 @@ from metalint.static.construction import (
     registrations,
     restored_by_torch_base,
 )
-from metalint.static.model import ClassFacts, construction
+from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
 from metalint.static.tensors import local_value
@@ -24,15 +24,17 @@ class BufferSite:
     """What the rule matched, handed to its fix (:mod:`metalint.fix.buffer_from_value`): the
     buffer, the value it is registered from, and the ``self.register_buffer(...)`` call that
     registers it (None for ``self.b = nn.Buffer(...)`` or an assignment to a registered
-    buffer, which the fix leaves alone)."""
+    buffer, which the fix leaves alone), in ``method``, a method of construction."""
 
     attr: str
     value: cst.BaseExpression
     call: cst.Call | None
+    method: MethodFacts
 
 
 def _site(reg: Registration) -> BufferSite:
-    return BufferSite(reg.attr, reg.value, reg.node if type(reg.node) is cst.Call else None)
+    call = reg.node if type(reg.node) is cst.Call else None
+    return BufferSite(reg.attr, reg.value, call, reg.method)
 
 
 class BufferFromValue(Rule):

@@ -7,7 +7,7 @@ import libcst as cst
 
 from metalint.diagnostics import NotRecreated
 from metalint.static.construction import borrowed_tensor
-from metalint.static.model import ClassFacts, construction
+from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short, string_value
 from metalint.static.tensors import parameter_value, same_tensor, value_kind
@@ -16,11 +16,13 @@ from metalint.static.tensors import parameter_value, same_tensor, value_kind
 @dataclass(frozen=True)
 class ParameterSite:
     """What the rule matched, handed to its fix (:mod:`metalint.fix.parameter_from_value`):
-    the attribute and either the ``nn.Parameter(...)`` call made from a value (``call``), the
-    list or comprehension of a ``ParameterList`` (``items``), or neither (a tensor of a module
-    built and thrown away, which no fix rewrites)."""
+    the attribute, the method of construction that sets it, and either the ``nn.Parameter(...)``
+    call made from a value (``call``), the list or comprehension of a ``ParameterList``
+    (``items``), or neither (a tensor of a module built and thrown away, which no fix
+    rewrites)."""
 
     attr: str
+    method: MethodFacts
     call: cst.Call | None = None
     items: cst.BaseExpression | None = None
 
@@ -130,7 +132,7 @@ class ParameterFromValue(Rule):
                 "`reset_parameters()`",
                 conditions=(NotRecreated((attr,)),),
                 subject=(attr,),
-                site=ParameterSite(attr, items=items),
+                site=ParameterSite(attr, method, items=items),
             )
             return
 
@@ -148,7 +150,7 @@ class ParameterFromValue(Rule):
                 f"`{attr}` with `torch.empty(...)` and initialise it in `reset_parameters()`",
                 conditions=(NotRecreated((attr,)),),
                 subject=(attr,),
-                site=ParameterSite(attr),
+                site=ParameterSite(attr, method),
             )
             return
         if type(value) is cst.IfExp:
@@ -168,7 +170,7 @@ class ParameterFromValue(Rule):
             help="Create it with `torch.empty(...)` and set the value in `reset_parameters()`",
             conditions=(NotRecreated((attr,)),),
             subject=(attr,),
-            site=ParameterSite(attr, call=_parameter_call(value)),
+            site=ParameterSite(attr, method, call=_parameter_call(value)),
         )
 
 
