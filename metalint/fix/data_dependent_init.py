@@ -48,7 +48,6 @@ from metalint.static.ownership import (
     meta_tensor,
     meta_tensor_sequence,
     own_tensor_names,
-    value_reads,
 )
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import keyword, walk_code
@@ -78,7 +77,6 @@ class _Chain:
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
-    init = edit.init
     node, site = finding.node, finding.site
     if edit.path_of(node) is None:
         return _handed_to_method(ctx, edit, cls, site)
@@ -91,7 +89,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
             "an op whose output's shape depends on the values (`nonzero`, a boolean mask): "
             "compute the whole value on the CPU by hand"
         )
-    return _on_the_cpu(ctx, edit, own, [found.tensor], node, _reads(ctx, init, own))
+    return _on_the_cpu(ctx, edit, own, [found.tensor], node, list(site.init_reads))
 
 
 def _on_the_cpu(ctx, edit: ClassEdit, own, read: list, at, reads) -> Rewrite:
@@ -150,7 +148,7 @@ def _handed_to_method(ctx: RuleContext, edit: ClassEdit, cls, site) -> Rewrite:
     ]
     if not args or any(edit.path_of(a) is None for a in args):
         raise Unfixable(f"`{method.name}()` is handed the tensor elsewhere than in `__init__`")
-    return _on_the_cpu(ctx, edit, own, args, args[0], [*_reads(ctx, init, own), *args])
+    return _on_the_cpu(ctx, edit, own, args, args[0], [*site.init_reads, *args])
 
 
 def _sets_or_returns(fn: cst.FunctionDef) -> bool:
@@ -213,11 +211,6 @@ def _only_read(init: MethodFacts, chain: _Chain, reads) -> set[str]:
                 found.add(name)
                 changed = True
     return found
-
-
-def _reads(ctx: RuleContext, init: MethodFacts, own) -> list[cst.BaseExpression]:
-    """Every tensor of ``__init__`` whose value is read (what the rule reports there)."""
-    return [r.tensor for r in value_reads(init, ctx.qualify, own)]
 
 
 @dataclass

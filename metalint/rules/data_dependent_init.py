@@ -33,12 +33,14 @@ class ReadSite:
     """What the rule matched, handed to its fix (:mod:`metalint.fix.data_dependent_init`): the
     method (or function of the file) of construction holding the finding's node, the read of
     a tensor's value there (None: the module moving itself to a device, ``self.to(device)``),
-    and the names the method's parameters and calls were taken to hold meta tensors by
-    (``assumed``)."""
+    the names the method's parameters and calls were taken to hold meta tensors by
+    (``assumed``), and the tensors of every read the rule found in ``__init__``
+    (``init_reads``: the fix has each read of a local that is also kept read its CPU twin)."""
 
     method: MethodFacts
     read: ValueRead | None = None
     assumed: frozenset[str] = frozenset()
+    init_reads: tuple[cst.BaseExpression, ...] = ()
 
 
 class DataDependentInit(Rule):
@@ -96,24 +98,29 @@ class DataDependentInit(Rule):
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         if "__init__" not in cls.methods:
             return
-        own = None
         methods = construction(cls)
+        own = own_tensor_names(cls, self.qualify)
+        init = cls.methods["__init__"]
+        init_sites = self._read_sites(init, own)
+        init_reads = init_sites[0].init_reads if init_sites else ()
         for method in methods:
-            if own is None:
-                own = own_tensor_names(cls, self.qualify)
             assumed = (
                 meta_arguments(method, methods, self.qualify, own)
                 if method.name != "__init__"
                 else frozenset()
             )
-            yield from self._reads(cls, method, own, None, assumed)
-            yield from self._imported_reads(cls, method, own, assumed)
+            sites = (
+                init_sites if method is init else self._read_sites(method, own, assumed, init_reads)
+            )
+            yield from self._reads(cls, method, sites)
+            yield from self._imported_reads(cls, method, own, assumed, init_reads)
             # module-level helpers of this file that construction calls (timm 0.9's
             # ``create_byob_stages``); each line is reported once, for its first caller
             for call, helper in self._helper_calls(method):
                 if helper is not None and id(helper.node) not in self._reported_helpers:
                     self._reported_helpers.add(id(helper.node))
-                    yield from self._reads(cls, helper, set(), method)
+                    sites = self._read_sites(helper, set(), init_reads=init_reads)
+                    yield from self._reads(cls, helper, sites, method)
                 elif helper is None and calls_into_tree(call):
                     # a function of another file (``utils.make_window(n)``): reported here,
                     # at the call, while the tree's summary of that function (or of one it
@@ -130,7 +137,7 @@ class DataDependentInit(Rule):
                         conditions=(HelperReads(call.qualname),),
                     )
 
-    def _imported_reads(self, cls, method, own, assumed) -> Iterable[Finding]:
+    def _imported_reads(self, cls, method, own, assumed, init_reads) -> Iterable[Finding]:
         """``steps(n).tolist()``, ``steps`` imported from another file of the tree: a read
         when that function returns a meta tensor, which the tree answers
         (``ReturnsMeta``)."""
@@ -143,7 +150,7 @@ class DataDependentInit(Rule):
             return
         base = {id(s.read.node) for s in self._read_sites(method, own, assumed)}
         for name, qualname in sorted(names.items()):
-            for site in self._read_sites(method, own, assumed | {f"{name}()"}):
+            for site in self._read_sites(method, own, assumed | {f"{name}()"}, init_reads):
                 if id(site.read.node) in base:
                     continue
                 base.add(id(site.read.node))
@@ -187,7 +194,8 @@ class DataDependentInit(Rule):
             )
         return self._helper_facts[name]
 
-    def _reads(self, cls, method, own, caller, assumed=frozenset()) -> Iterable[Finding]:
+    def _reads(self, cls, method, sites: list[ReadSite], caller=None) -> Iterable[Finding]:
+        """The findings of ``method``: the module moving itself, then the reads (``sites``)."""
         guarded: set[int] | None = None
         for call in method.calls:
             node = call.node
@@ -208,19 +216,22 @@ class DataDependentInit(Rule):
                     site=ReadSite(method),
                 )
                 continue
-        for site in self._read_sites(method, own, assumed):
+        for site in sites:
             yield self._finding(cls, site, caller)
 
-    def _read_sites(self, method, own, assumed=frozenset()) -> Iterable[ReadSite]:
+    def _read_sites(self, method, own, assumed=frozenset(), init_reads=None) -> list[ReadSite]:
         """The reads of a tensor's value in ``method``, each as its site (``assumed``: its
-        parameters known to hold meta tensors)."""
+        parameters known to hold meta tensors; ``init_reads``: the tensors ``__init__``'s reads
+        read, None when ``method`` is ``__init__``)."""
         if self._returning is None:
             self._returning = meta_returning_functions(
                 self.ctx.module, self.ctx.facts, self.qualify
             )
         assumed = assumed | self._returning
-        for read in value_reads(method, self.qualify, own, assumed):
-            yield ReadSite(method, read, assumed)
+        reads = list(value_reads(method, self.qualify, own, assumed))
+        if init_reads is None:
+            init_reads = tuple(r.tensor for r in reads)
+        return [ReadSite(method, r, assumed, init_reads) for r in reads]
 
     def _moves_self(self, call) -> bool:
         """``self.to(device)``, ``self.to(device=d)``, ``self.cuda()``, ``self.cpu()``, also at
