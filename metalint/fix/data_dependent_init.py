@@ -47,7 +47,6 @@ from metalint.static.ownership import (
     call_arguments,
     meta_tensor,
     meta_tensor_sequence,
-    own_tensor_names,
 )
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import keyword, walk_code
@@ -83,7 +82,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     found = site.read
     if found is None:
         return _guard_move(edit, node)
-    own = own_tensor_names(cls, ctx.qualify)
+    own = site.own
     if found.kind in ("shape", "mask"):
         raise Unfixable(
             "an op whose output's shape depends on the values (`nonzero`, a boolean mask): "
@@ -126,7 +125,7 @@ def _handed_to_method(ctx: RuleContext, edit: ClassEdit, cls, site) -> Rewrite:
     init, method, found = edit.init, site.method, site.read
     if method is init or cls.methods.get(method.name) is not method:
         raise Unfixable("the value is read outside `__init__`'s own body")
-    own = own_tensor_names(cls, ctx.qualify)
+    own = site.own
     params = (
         {n.value for n in walk_code(found.tensor) if isinstance(n, cst.Name)} & site.assumed
         if found is not None and found.kind not in ("shape", "mask")

@@ -86,7 +86,6 @@ from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import string_value, walk_code
-from metalint.static.tensors import same_tensor, value_kind
 from metalint.vocabulary import (
     FACTORY_DRAWS,
     FILL_FACTORIES,
@@ -118,7 +117,7 @@ def _parameter(
         raise Unfixable("the parameter's attribute name is not known")
     guard = None
     if getattr(holder, "value", None) is not pcall:
-        guard = _wrapped_guard(ctx, cls, attr, holder, pcall)
+        guard = _wrapped_guard(ctx, cls, attr, holder, finding.site)
     if any(isinstance(n, cst.If) for n in path) or after_return:
         guard = f"getattr(self, {attr!r}, None) is not None"
         if cls is not None and _assigned_otherwise(cls, attr, node):
@@ -128,17 +127,16 @@ def _parameter(
     return attr, data_arg, guard
 
 
-def _wrapped_guard(ctx: RuleContext, cls, attr: str, holder, pcall: cst.Call) -> str | None:
-    """The guard of a parameter whose call ``holder`` holds inside a conditional expression
-    (``nn.Parameter(..) if cond else None``) or behind ``.requires_grad_(..)``; raises
-    :class:`Unfixable` when it is built inside a larger expression."""
+def _wrapped_guard(ctx: RuleContext, cls, attr: str, holder, site) -> str | None:
+    """The guard of a parameter whose call (``site.call``) ``holder`` holds inside a
+    conditional expression (``nn.Parameter(..) if cond else None``) or behind
+    ``.requires_grad_(..)`` (``site.wrappers``); raises :class:`Unfixable` when it is built
+    inside a larger expression."""
     guard = None
+    pcall = site.call
     inner = path_between(holder, pcall)
-    # ``nn.Parameter(grid).requires_grad_(False)``: the same parameter (:func:`same_tensor`)
-    wrappers: set[int] = set()
-    for n in inner or ():
-        if isinstance(n, cst.Call) and n is not pcall and same_tensor(n) is pcall:
-            wrappers |= {id(n), id(n.func)}
+    # ``nn.Parameter(grid).requires_grad_(False)``: the same parameter
+    wrappers = {id(n) for w in site.wrappers for n in (w, w.func)}
     if inner is None or not all(
         isinstance(n, (cst.IfExp, cst.Arg, cst.Assign, cst.AnnAssign))
         or n is pcall
@@ -279,11 +277,12 @@ def _kept(ctx: RuleContext, cls, finding: Finding) -> Rewrite | None:
     return kept if kept.applicability is Applicability.SAFE else None
 
 
-def _one_law(ctx: RuleContext, edit: ClassEdit, attr: str, node, data) -> None:
+def _one_law(ctx: RuleContext, edit: ClassEdit, attr: str, node, random: bool) -> None:
     """:func:`one_value`; unsafe where another path draws the parameter too (in another
-    shape): the hook, which runs on that path as well, draws it a second time there."""
+    shape; ``random``: the value draws): the hook, which runs on that path as well, draws it
+    a second time there."""
     shared = one_value(edit.cls, ctx.qualify, attr, node)
-    if shared and value_kind(data, ctx.qualify, edit.init) == "random":
+    if shared and random:
         edit.unsafe.append(
             "another path of `__init__` draws it too, in another shape: the hook draws it a "
             "second time there"
@@ -318,7 +317,7 @@ def _plan(ctx: RuleContext, cls, finding: Finding, edit: ClassEdit) -> Rewrite:
         return _plan_in_helper(ctx, edit, finding, helper, str(exc))
     attr, data_arg, guard = _parameter(ctx, finding, path, cls, edit.after_return(index))
     at = _At(index, line, path, attr, data_arg.value, guard)
-    _one_law(ctx, edit, attr, finding.node, at.data)
+    _one_law(ctx, edit, attr, finding.node, finding.site.random)
     done, branch = _later_use(ctx, edit, at)
     if done is not None:
         return done

@@ -41,6 +41,8 @@ class ReadSite:
     read: ValueRead | None = None
     assumed: frozenset[str] = frozenset()
     init_reads: tuple[cst.BaseExpression, ...] = ()
+    #: the class's own tensors (:func:`own_tensor_names`), whose values no fix moves
+    own: frozenset[str] = frozenset()
 
 
 class DataDependentInit(Rule):
@@ -231,7 +233,8 @@ class DataDependentInit(Rule):
         reads = list(value_reads(method, self.qualify, own, assumed))
         if init_reads is None:
             init_reads = tuple(r.tensor for r in reads)
-        return [ReadSite(method, r, assumed, init_reads) for r in reads]
+        own = frozenset(own)
+        return [ReadSite(method, r, assumed, init_reads, own) for r in reads]
 
     def _moves_self(self, call) -> bool:
         """``self.to(device)``, ``self.to(device=d)``, ``self.cuda()``, ``self.cpu()``, also at

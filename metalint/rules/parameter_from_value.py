@@ -19,12 +19,15 @@ class ParameterSite:
     the attribute, the method of construction that sets it, and either the ``nn.Parameter(...)``
     call made from a value (``call``), the list or comprehension of a ``ParameterList``
     (``items``), or neither (a tensor of a module built and thrown away, which no fix
-    rewrites)."""
+    rewrites). For a call: the ``.requires_grad_(..)`` calls around it (``wrappers``,
+    outermost first), and whether its value draws random numbers (``random``)."""
 
     attr: str
     method: MethodFacts
     call: cst.Call | None = None
     items: cst.BaseExpression | None = None
+    wrappers: tuple[cst.Call, ...] = ()
+    random: bool = False
 
 
 class ParameterFromValue(Rule):
@@ -170,14 +173,19 @@ class ParameterFromValue(Rule):
             help="Create it with `torch.empty(...)` and set the value in `reset_parameters()`",
             conditions=(NotRecreated((attr,)),),
             subject=(attr,),
-            site=ParameterSite(attr, method, call=_parameter_call(value)),
+            site=_call_site(attr, method, value, kind == "random"),
         )
 
 
-def _parameter_call(value: cst.Call) -> cst.Call:
-    """The ``nn.Parameter(...)`` call of ``value`` (:func:`parameter_value` found its data):
-    the call itself, or the one under ``.requires_grad_(..)`` (:func:`same_tensor`)."""
-    return same_tensor(value)
+def _call_site(attr: str, method, value: cst.Call, random: bool) -> ParameterSite:
+    """The site of the ``nn.Parameter(...)`` call of ``value`` (:func:`parameter_value` found
+    its data): the call itself, or the one under ``.requires_grad_(..)`` (:func:`same_tensor`),
+    with the calls around it."""
+    call, wrappers = same_tensor(value), []
+    while value is not call:
+        wrappers.append(value)
+        value = value.func.value
+    return ParameterSite(attr, method, call=call, wrappers=tuple(wrappers), random=random)
 
 
 # the rule's examples: the reported lines end with ``# ERROR``; they run as tests
