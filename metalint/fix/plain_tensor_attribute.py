@@ -69,7 +69,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     found = edit.path_of(finding.node)
     index = found[0] if found is not None else -1
     block = index >= 0 and type(edit.init_body[index]) is cst.If
-    if block and _set_with_others(edit, index, finding.node):
+    if block and _set_with_others(edit, index, finding.site.attr):
         try:
             return _block(ctx, edit, cls, index, "")
         except Unfixable:
@@ -82,16 +82,15 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         return _block(ctx, ClassEdit(ctx, cls), cls, index, str(exc))
 
 
-def _set_with_others(edit: ClassEdit, index: int, node: cst.CSTNode) -> bool:
-    """Does the ``if`` at ``index`` set the attribute ``node`` assigns more than once (in
-    several branches), and other attributes too?"""
+def _set_with_others(edit: ClassEdit, index: int, attr: str) -> bool:
+    """Does the ``if`` at ``index`` set ``attr`` (the attribute the rule matched) more than
+    once (in several branches), and other attributes too?"""
     sets = [
         a.target
         for a in edit.init.assigns
         if a.target.count(".") == 1 and edit.top_index_of(a.node) == index
     ]
-    mine = {a.target for a in edit.init.assigns if a.node is node}
-    return len(set(sets)) > 1 and any(sets.count(t) > 1 for t in mine)
+    return len(set(sets)) > 1 and sets.count(f"self.{attr}") > 1
 
 
 _NUMBER_TYPES = frozenset({"int", "float", "bool", "Optional[int]", "Optional[float]"})
