@@ -3,13 +3,23 @@ never detects the pattern again."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib
+import inspect
+import textwrap
+from pathlib import Path
 
 import libcst as cst
 import pytest
 
-from metalint.fix.edits import Unfixable
+from metalint.fix import registry
+from metalint.fix.edits import Rewrite, Unfixable
+from metalint.rules import all_rules
+from metalint.rules.buffer_from_value import BufferFromValue
+from metalint.rules.data_dependent_init import DataDependentInit
 from metalint.rules.parameter_from_value import ParameterFromValue, ParameterSite
+from metalint.static.engine import analyze_source
 from metalint.static.model import collect
 from metalint.static.rule import RuleContext
 
@@ -70,3 +80,186 @@ def test_the_fix_reads_the_site_and_does_not_detect_again():
     assert parameter_from_value.plan(ctx, cls, found["ws"]).message.startswith(
         "Create the parameters of `ws`"
     )
+
+
+# -- every rule with a codemod ---------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "fix"
+FIXED_RULES = [r for r in all_rules() if r.codemod]
+
+
+def test_every_rule_with_a_codemod_declares_a_frozen_site_of_its_module():
+    assert len(FIXED_RULES) >= 9
+    for rule in FIXED_RULES:
+        site = rule.site_type
+        assert site is not None, f"{rule.code} declares no site_type"
+        assert dataclasses.is_dataclass(site) and site.__dataclass_params__.frozen, rule.code
+        assert site.__module__ == rule.__module__, rule.code
+    assert [r.code for r in all_rules() if not r.codemod and r.site_type] == []
+
+
+def _sources(rule) -> list[str]:
+    """The rule's INVALID examples and the fix fixtures filed under its code."""
+    out = [textwrap.dedent(getattr(e, "source", e)).lstrip("\n") for e in rule.INVALID]
+    paths = sorted((FIXTURES / rule.code).glob("*.in.py"))
+    paths += sorted((FIXTURES / rule.code).glob("refused/*.py"))
+    return out + [p.read_text(encoding="utf-8") for p in paths]
+
+
+@pytest.mark.parametrize("rule", FIXED_RULES, ids=lambda r: r.code)
+def test_the_fix_is_handed_the_rules_site_and_rewrites_only_from_it(rule):
+    """Every finding the engine hands the codemod carries a site of the rule's ``site_type``;
+    and where the codemod rewrites a finding, the same finding without its site is not
+    rewritten: the codemod builds the rewrite from the site, it does not find the pattern
+    again from the node."""
+    handed, rewritten = [], 0
+
+    def fix_for(code, ctx, finding, row, source):
+        nonlocal rewritten
+        if code == rule.code:
+            handed.append(finding.site)
+            if isinstance(registry.plan(code, ctx, finding), Rewrite):
+                rewritten += 1
+                bare = dataclasses.replace(finding, site=None)
+                assert not isinstance(registry.plan(code, ctx, bare), Rewrite)
+        return registry.fix_for(code, ctx, finding, row, source)
+
+    for source in _sources(rule):
+        analyze_source(source, "m.py", "m", rules=[rule], fix_for=fix_for, elide_unread=False)
+    assert handed and rewritten, rule.code
+    wrong = [type(s).__name__ for s in handed if not isinstance(s, rule.site_type)]
+    assert wrong == [], f"{rule.code} hands its fix {wrong}, not {rule.site_type.__name__}"
+
+
+#: modules of ``metalint.static`` that hold syntax and the rule's types, not analyses
+PLAIN = {"metalint.static.syntax", "metalint.static.names", "metalint.static.rule"}
+#: the facts a codemod reads: the class, its methods, what runs while it is built
+FACTS = {"ClassFacts", "MethodFacts", "FileFacts", "construction"}
+#: (code, name): an analysis its rule matches with that the codemod asks another question
+OTHER_QUESTION = {
+    # which attributes are children: the fix refuses when __init__ creates one after the
+    # moved statement (the replayed hook would initialise it too); the rule asks whether
+    # the class has children at all
+    ("ML010", "module_children"),
+}
+
+
+def _tree(path) -> ast.Module:
+    return ast.parse(Path(path).read_text(encoding="utf-8"))
+
+
+def _matchers(rule) -> set[str]:
+    """What the rule's module finds its pattern with: the analyses it imports from
+    ``metalint.static`` and the functions it defines."""
+    out: set[str] = set()
+    for node in _tree(inspect.getsourcefile(rule)).body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("metalint.static."):
+            if node.module not in PLAIN:
+                out |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.FunctionDef):
+            out.add(node.name)
+    return out - FACTS
+
+
+def _names(tree: ast.Module) -> set[str]:
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+        elif isinstance(n, ast.ImportFrom):
+            out |= {a.asname or a.name for a in n.names}
+    return out
+
+
+def test_no_codemod_calls_what_its_rule_matches_with():
+    """A codemod names none of its rule's matchers (``value_reads`` for ML008,
+    ``assigned_writes`` for ML003, ``same_tensor``/``value_kind`` for ML001, ...): what the
+    rule found reaches it in the site. And it reads the site."""
+    found, blind = [], []
+    for rule in FIXED_RULES:
+        tree = _tree(importlib.import_module(rule.codemod).__file__)
+        names = _names(tree)
+        found += [
+            f"{rule.codemod}: {name}"
+            for name in sorted(_matchers(rule) & names)
+            if (rule.code, name) not in OTHER_QUESTION
+        ]
+        if "site" not in names:
+            blind.append(rule.codemod)
+    assert found == [] and blind == [], found + blind
+    assert all(
+        name in _matchers(r) for r in FIXED_RULES for code, name in OTHER_QUESTION if r.code == code
+    )
+
+
+def test_no_fix_module_searches_the_class_for_the_method_of_a_node():
+    """The method holding what a rule matched comes in its site; the searches of every method
+    of the class for the node (``helper_of``, ``holding_method``) are gone."""
+    fix = ROOT / "metalint" / "fix"
+    names = set().union(*(_names(_tree(p)) for p in fix.glob("*.py")))
+    assert names & {"helper_of", "holding_method", "initialising_method"} == set()
+
+
+# -- what reading the site changed ------------------------------------------------------------
+
+
+def _reasons(source: str, rule) -> dict[int, str]:
+    registry.REASONS.clear()
+    analyze_source(source, "m.py", "m", rules=[rule], fix_for=registry.fix_for, elide_unread=False)
+    return {row: why for (path, code, row), why in registry.REASONS.items() if code == rule.code}
+
+
+def test_a_buffer_registered_with_keywords_is_recomputed_from_its_tensor():
+    """``register_buffer("inv_freq", persistent=False, tensor=inv_freq)``: the fix computes
+    the value the rule matched (the ``tensor=`` argument), not the call's second argument
+    (it wrote ``self.inv_freq.copy_(False)``)."""
+    source = textwrap.dedent(
+        """\
+        import torch
+        from torch import nn
+
+
+        class Rope(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.dim = dim
+                inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+                self.register_buffer("inv_freq", persistent=False, tensor=inv_freq)
+        """
+    )
+    result = analyze_source(
+        source, "m.py", "m", rules=[BufferFromValue], fix_for=registry.fix_for, elide_unread=False
+    )
+    (diag,) = result.diagnostics
+    text = "".join(e.content for e in diag.fix.edits)
+    assert "self.inv_freq.copy_(1.0 / (10000 ** (torch.arange(0, self.dim, 2)" in text
+    assert "copy_(False)" not in text
+
+
+def test_a_read_of_what_a_function_of_the_file_returns_is_refused_for_its_chain():
+    """``steps(n).tolist()``, ``steps`` a function of the file returning a meta tensor: the
+    fix follows the read the rule matched and refuses at the function (it answered "not a
+    read of a tensor created in `__init__`", having looked for the read again without the
+    functions the rule knows return meta tensors)."""
+    source = textwrap.dedent(
+        """\
+        import torch
+        from torch import nn
+
+
+        def steps(n):
+            return torch.linspace(0, 1, n)
+
+
+        class Net(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                rates = steps(n).tolist()
+                self.fc = nn.Linear(n, n)
+                self.rates = rates
+        """
+    )
+    assert _reasons(source, DataDependentInit) == {12: "the value comes from `steps(...)`"}
