@@ -7,12 +7,14 @@ import ast
 import dataclasses
 import importlib
 import inspect
+import json
 import textwrap
 from pathlib import Path
 
 import libcst as cst
 import pytest
 
+from metalint.diagnostics import Diagnostic
 from metalint.fix import registry
 from metalint.fix.edits import Rewrite, Unfixable
 from metalint.rules import all_rules
@@ -21,6 +23,7 @@ from metalint.rules.data_dependent_init import DataDependentInit
 from metalint.rules.parameter_from_value import ParameterFromValue, ParameterSite
 from metalint.static.engine import analyze_source
 from metalint.static.model import collect
+from metalint.static.results import FileResult
 from metalint.static.rule import RuleContext
 
 SOURCE = """\
@@ -263,3 +266,15 @@ def test_a_read_of_what_a_function_of_the_file_returns_is_refused_for_its_chain(
         """
     )
     assert _reasons(source, DataDependentInit) == {12: "the value comes from `steps(...)`"}
+
+
+def test_sites_stay_in_the_worker():
+    """A site holds libcst nodes: the diagnostic made from a finding does not carry it, so
+    what a worker sends and the cache stores (``FileResult.to_json``) is plain JSON."""
+    assert "site" not in {f.name for f in dataclasses.fields(Diagnostic)}
+    for rule in FIXED_RULES:
+        source = textwrap.dedent(getattr(rule.INVALID[0], "source", rule.INVALID[0]))
+        result = analyze_source(source, "m.py", "m", rules=[rule], fix_for=registry.fix_for)
+        assert result.diagnostics, rule.code
+        data = json.loads(json.dumps(result.to_json()))
+        assert FileResult.from_json("m.py", data).diagnostics == result.diagnostics
