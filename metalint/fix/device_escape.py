@@ -57,12 +57,12 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         method = site.method.node
     if copy:
         return _onto_factory(ctx, edit, node, line)
-    empty = legacy_empty(ctx, edit, node)
-    if empty is None:
+    if not site.sizes:
         raise Unfixable(
             "not a legacy constructor of sizes known statically (`torch.Tensor(sizes)`): "
             "a constructor of data needs its value set in a hook"
         )
+    empty = legacy_empty(ctx, node, site.dtype)
     if method is None:
         edit.replace[id(line)] = (line, [line.deep_replace(node, empty)])
     else:

@@ -31,11 +31,9 @@ from metalint.static.tensor_kind import (
     class_tensors,
 )
 from metalint.static.tensors import (
-    legacy_sizes,
     value_kind,
 )
 from metalint.vocabulary import (
-    LEGACY_CONSTRUCTOR_DTYPES,
     MODULE_MEMBERS,
     TENSOR_METHODS,
 )
@@ -306,22 +304,13 @@ def _method_sets(m, attr: str) -> bool:
     )
 
 
-def legacy_empty(ctx: RuleContext, edit: Storing, data: cst.BaseExpression):
+def legacy_empty(ctx: RuleContext, call: cst.Call, dtype: str | None) -> cst.BaseExpression:
     """``torch.empty(sizes)`` for a legacy ``torch.Tensor(sizes)`` (PyG's
-    ``Parameter(Tensor(out_channels))``): the same uninitialised tensor of the same dtype, but
-    allocated where the default device says. None when ``data`` is not such a call or an
-    argument may be data rather than a size (``Tensor(values)``: only a literal integer, a
-    product or sum, several arguments, or an ``__init__`` parameter annotated ``int`` count as
-    sizes)."""
-    if not isinstance(data, cst.Call):
-        return None
-    q = ctx.qualify(data.func)
-    if q not in LEGACY_CONSTRUCTOR_DTYPES or not data.args or not legacy_sizes(data, edit.init):
-        return None
-    args = [a.value for a in data.args]
+    ``Parameter(Tensor(out_channels))``) that its rule found to be given sizes (ML009's
+    ``EscapeSite.sizes``): the same uninitialised tensor of the same ``dtype``, but allocated
+    where the default device says."""
     torch_name, _ = torch_spelling(ctx)
-    dtype = LEGACY_CONSTRUCTOR_DTYPES[q]
-    text = ", ".join(render(a) for a in args)
+    text = ", ".join(render(a.value) for a in call.args)
     if dtype:
         text += f", dtype={torch_name}.{dtype}"
     return expr(f"{torch_name}.empty({text})")

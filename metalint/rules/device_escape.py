@@ -16,19 +16,28 @@ from metalint.static.model import ClassFacts, MethodFacts, calls_into_tree, cons
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import keyword, self_attr, short, string_value, walk_code
-from metalint.static.tensors import is_legacy_sizes, parameter_value
-from metalint.vocabulary import CPU_CONSTRUCTORS, DEVICE_COPY_METHODS, LEGACY_CONSTRUCTORS
+from metalint.static.tensors import is_legacy_sizes, legacy_sizes, parameter_value
+from metalint.vocabulary import (
+    CPU_CONSTRUCTORS,
+    DEVICE_COPY_METHODS,
+    LEGACY_CONSTRUCTOR_DTYPES,
+    LEGACY_CONSTRUCTORS,
+)
 
 
 @dataclass(frozen=True)
 class EscapeSite:
     """What the rule matched, handed to its fix (:mod:`metalint.fix.device_escape`): the call
     (a legacy constructor, a torch factory given a real device, or a copy), the method of
-    construction holding it, and for a copy its method (``"to"``, ``"cpu"``, ``"cuda"``)."""
+    construction holding it, and for a copy its method (``"to"``, ``"cpu"``, ``"cuda"``).
+    For a legacy constructor whose arguments are sizes for certain (:func:`legacy_sizes`):
+    ``sizes`` is True and ``dtype`` the dtype it allocates (None: the default one)."""
 
     call: cst.Call
     method: MethodFacts
     copy: str | None = None
+    sizes: bool = False
+    dtype: str | None = None
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
@@ -85,6 +94,15 @@ def _real_default(init: MethodFacts, name: str) -> str | None:
             if dev is not None:
                 return f'`{name}` (default "{dev}")'
     return None
+
+
+def _legacy_sizes(q: str, node: cst.Call, method: MethodFacts) -> dict:
+    """``sizes``/``dtype`` of :class:`EscapeSite` for the call ``node`` of ``q``: a typed
+    legacy constructor given sizes for certain (``torch.Tensor(in_channels, out_channels)``),
+    which ``torch.empty`` of the same arguments allocates alike."""
+    if q not in LEGACY_CONSTRUCTOR_DTYPES or not node.args or not legacy_sizes(node, method):
+        return {}
+    return {"sizes": True, "dtype": LEGACY_CONSTRUCTOR_DTYPES[q]}
 
 
 class DeviceEscape(Rule):
@@ -220,7 +238,7 @@ class DeviceEscape(Rule):
             cls,
             help=instead,
             subject=tuple(attrs),
-            site=EscapeSite(node, method),
+            site=EscapeSite(node, method, **_legacy_sizes(q, node, method)),
         )
 
     def _keeping(self, method: MethodFacts, pred) -> list[str]:
