@@ -51,7 +51,6 @@ from metalint.fix.recompute import draws_or_builds, recompute_locals
 from metalint.fix.recompute_hook import helper_effects, recompute_hook, refusal
 from metalint.fix.values import helper_statement, own_helper
 from metalint.static.model import construction
-from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import is_none, walk_code
 from metalint.static.tensor_kind import binds, class_tensors
@@ -126,8 +125,10 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         if helper is None:
             raise
         index, line = helper_statement(edit, node, helper, str(exc))[1:4:2]
-    target = _target_of(node)
+    if not site.alone:
+        raise Unfixable("the tensor is assigned with several targets")
     attr = site.attr
+    target = f"self.{attr}"
     if len(line.body) != 1:
         raise Unfixable("the assignment shares its line with other statements")
     _before_super(edit, index)
@@ -154,22 +155,6 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     # it would refuse that one (a subclass defining its own hook: monai ``TopologySearch``)
     rewrite.then_hook = recompute_hook(ctx, cls, node, site.method)
     return rewrite
-
-
-def _target_of(node: cst.CSTNode) -> str:
-    """``self.x`` for the plain assignment ``self.x = ...``; raises :class:`Unfixable`
-    otherwise."""
-    if isinstance(node, cst.Assign):
-        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Attribute):
-            raise Unfixable("the tensor is assigned with several targets")
-        target = dotted(node.targets[0].target)
-    elif isinstance(node, cst.AnnAssign) and node.value is not None:
-        target = dotted(node.target)
-    else:
-        raise Unfixable("not a plain assignment")
-    if not target or not target.startswith("self.") or target.count(".") != 1:
-        raise Unfixable("not an attribute of `self`")
-    return target
 
 
 def _other_assignments(

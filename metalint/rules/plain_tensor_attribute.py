@@ -15,12 +15,14 @@ from metalint.vocabulary import TENSOR_INPUT_FUNCTIONS
 @dataclass(frozen=True)
 class PlainTensorSite:
     """What the rule matched, handed to its fix (:mod:`metalint.fix.plain_tensor_attribute`):
-    the attribute, the tensor it is assigned, and the method of construction that assigns it
-    (the statement is the finding's node)."""
+    the attribute, the tensor it is assigned, the method of construction that assigns it
+    (the statement is the finding's node), and whether that statement sets the attribute alone
+    (``alone``: not ``self.x = self.y = t``, not unpacked)."""
 
     attr: str
     value: cst.BaseExpression
     method: MethodFacts
+    alone: bool = True
 
 
 class PlainTensorAttribute(Rule):
@@ -111,7 +113,7 @@ class PlainTensorAttribute(Rule):
                     help=f'Register it with `self.register_buffer("{attr}", ..., '
                     "persistent=False)` and compute it in `reset_parameters()`",
                     subject=(attr,),
-                    site=PlainTensorSite(attr, a.value, method),
+                    site=PlainTensorSite(attr, a.value, method, a.alone),
                 )
 
     def _registered(self, cls: ClassFacts) -> set[str]:

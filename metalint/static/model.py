@@ -37,6 +37,15 @@ class AttrAssign:
     value: cst.BaseExpression | None
     augmented: bool = False
 
+    @property
+    def alone(self) -> bool:
+        """Does the statement set this target alone (``self.x = v``, ``self.x: T = v``; not
+        ``self.x = self.y = v``, ``self.x, self.y = a, b`` or ``self.x += v``)?"""
+        node = self.node
+        if type(node) is cst.Assign:
+            return len(node.targets) == 1 and dotted(node.targets[0].target) == self.target
+        return type(node) is cst.AnnAssign
+
 
 #: index expressions that may be a boolean mask (a comparison, ``&``/``|``/``~`` of masks, a
 #: local or a call holding one)
