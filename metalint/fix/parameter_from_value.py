@@ -40,7 +40,6 @@ from metalint.fix.codemod import ClassEdit
 from metalint.fix.edits import (
     Rewrite,
     Unfixable,
-    assigned_attr,
     expr,
     fill,
     guarded,
@@ -85,7 +84,7 @@ from metalint.fix.values import (
 from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import string_value, walk_code
+from metalint.static.syntax import walk_code
 from metalint.vocabulary import (
     FACTORY_DRAWS,
     FILL_FACTORIES,
@@ -108,12 +107,8 @@ def _parameter(
     data_arg = next((a for a in pcall.args if a.keyword is None or a.keyword.value == "data"), None)
     if data_arg is None:
         raise Unfixable("`nn.Parameter` without data")
-    attr = assigned_attr(node)
-    holder = node
-    if attr is None and isinstance(node, cst.Call) and node.args:
-        attr = string_value(node.args[0].value)
-        holder = node.args[1] if len(node.args) > 1 else None
-    if attr is None or holder is None:
+    attr, holder = finding.site.attr, finding.site.holder
+    if holder is None:
         raise Unfixable("the parameter's attribute name is not known")
     guard = None
     if getattr(holder, "value", None) is not pcall:
@@ -203,12 +198,8 @@ LIST_INITS = {
 def _list_of_parameters(finding: Finding) -> bool:
     """Did the rule match a ``ParameterList`` of a list or a comprehension, set by a plain
     ``self.ws = nn.ParameterList(...)`` (:func:`_parameter_list` rewrites those)?"""
-    items = finding.site.items
-    return (
-        type(items) in (cst.List, cst.ListComp)
-        and type(finding.node) is cst.Assign
-        and assigned_attr(finding.node) is not None
-    )
+    site = finding.site
+    return type(site.items) in (cst.List, cst.ListComp) and site.form == "assign"
 
 
 def _parameter_list(ctx: RuleContext, cls, finding: Finding) -> Rewrite:

@@ -7,7 +7,7 @@ import libcst as cst
 
 from metalint.diagnostics import NotRecreated
 from metalint.static.construction import borrowed_tensor
-from metalint.static.model import ClassFacts, MethodFacts, construction
+from metalint.static.model import AttrAssign, ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short, string_value
 from metalint.static.tensors import parameter_value, same_tensor, value_kind
@@ -20,7 +20,11 @@ class ParameterSite:
     call made from a value (``call``), the list or comprehension of a ``ParameterList``
     (``items``), or neither (a tensor of a module built and thrown away, which no fix
     rewrites). For a call: the ``.requires_grad_(..)`` calls around it (``wrappers``,
-    outermost first), and whether its value draws random numbers (``random``)."""
+    outermost first), and whether its value draws random numbers (``random``). Where the
+    value is given: ``form`` is ``"assign"`` (``self.x = v``), ``"annotated"`` (``self.x: T =
+    v``) or ``"register"`` (``self.register_parameter("x", v)``), and ``holder`` the node whose
+    ``value`` it is (the statement, or the argument); both None when the statement sets other
+    targets too (``self.x = self.y = v``, unpacking) or adds to it (``+=``)."""
 
     attr: str
     method: MethodFacts
@@ -28,6 +32,8 @@ class ParameterSite:
     items: cst.BaseExpression | None = None
     wrappers: tuple[cst.Call, ...] = ()
     random: bool = False
+    form: str | None = None
+    holder: cst.CSTNode | None = None
 
 
 class ParameterFromValue(Rule):
@@ -93,17 +99,21 @@ class ParameterFromValue(Rule):
                 if assign.target.count(".") != 1:
                     continue
                 attr = assign.target.split(".")[1]
-                yield from self._check(cls, method, attr, assign.node, assign.value)
-                yield from self._check_list(cls, method, attr, assign.node, assign.value)
+                given = _given(assign)
+                yield from self._check(cls, method, attr, assign.node, assign.value, given)
+                yield from self._check_list(cls, method, attr, assign.node, assign.value, given)
             for call in method.calls:
                 if call.receiver == "self" and call.method == "register_parameter":
                     args = call.node.args
                     if len(args) >= 2:
                         attr = string_value(args[0].value)
                         if attr:
-                            yield from self._check(cls, method, attr, call.node, args[1].value)
+                            given = {"form": "register", "holder": args[1]}
+                            yield from self._check(
+                                cls, method, attr, call.node, args[1].value, given
+                            )
 
-    def _check_list(self, cls, method, attr, node, value) -> Iterable[Finding]:
+    def _check_list(self, cls, method, attr, node, value, given) -> Iterable[Finding]:
         """``self.ws = nn.ParameterList([nn.Parameter(torch.randn(d, d)) for _ in range(n)])``
         (titans-pytorch's memory MLPs), or a list of such parameters: each is a value that no
         hook re-creates."""
@@ -135,11 +145,11 @@ class ParameterFromValue(Rule):
                 "`reset_parameters()`",
                 conditions=(NotRecreated((attr,)),),
                 subject=(attr,),
-                site=ParameterSite(attr, method, items=items),
+                site=ParameterSite(attr, method, items=items, **given),
             )
             return
 
-    def _check(self, cls, method, attr, node, value) -> Iterable[Finding]:
+    def _check(self, cls, method, attr, node, value, given) -> Iterable[Finding]:
         made = borrowed_tensor(value, method, self.qualify, self.ctx.facts)
         if made is not None:
             yield Finding(
@@ -153,7 +163,7 @@ class ParameterFromValue(Rule):
                 f"`{attr}` with `torch.empty(...)` and initialise it in `reset_parameters()`",
                 conditions=(NotRecreated((attr,)),),
                 subject=(attr,),
-                site=ParameterSite(attr, method),
+                site=ParameterSite(attr, method, **given),
             )
             return
         if type(value) is cst.IfExp:
@@ -173,11 +183,19 @@ class ParameterFromValue(Rule):
             help="Create it with `torch.empty(...)` and set the value in `reset_parameters()`",
             conditions=(NotRecreated((attr,)),),
             subject=(attr,),
-            site=_call_site(attr, method, value, kind == "random"),
+            site=_call_site(attr, method, value, kind == "random", given),
         )
 
 
-def _call_site(attr: str, method, value: cst.Call, random: bool) -> ParameterSite:
+def _given(assign: AttrAssign) -> dict:
+    """``form`` and ``holder`` of :class:`ParameterSite` for an assignment."""
+    if not assign.alone:
+        return {}
+    form = "assign" if type(assign.node) is cst.Assign else "annotated"
+    return {"form": form, "holder": assign.node}
+
+
+def _call_site(attr: str, method, value: cst.Call, random: bool, given) -> ParameterSite:
     """The site of the ``nn.Parameter(...)`` call of ``value`` (:func:`parameter_value` found
     its data): the call itself, or the one under ``.requires_grad_(..)`` (:func:`same_tensor`),
     with the calls around it."""
@@ -185,7 +203,7 @@ def _call_site(attr: str, method, value: cst.Call, random: bool) -> ParameterSit
     while value is not call:
         wrappers.append(value)
         value = value.func.value
-    return ParameterSite(attr, method, call=call, wrappers=tuple(wrappers), random=random)
+    return ParameterSite(attr, method, call=call, wrappers=tuple(wrappers), random=random, **given)
 
 
 # the rule's examples: the reported lines end with ``# ERROR``; they run as tests
