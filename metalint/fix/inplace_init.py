@@ -56,7 +56,6 @@ from metalint.fix.root_hook import (
 )
 from metalint.fix.values import own_helper
 from metalint.static.draws import Draws, draws
-from metalint.static.names import dotted
 from metalint.static.protocol import structure_test
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
@@ -288,7 +287,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         # ``self.conv.weight.data[:] = t``: no codemod moves a write by assignment
         raise Unfixable("the tensor is written by an assignment (`.data`, a slice), not a call")
     if site.form == "replace":
-        return _copy_into_child(ctx, edit, finding.node)
+        return _copy_into_child(ctx, edit, finding.node, site)
     helper = own_helper(cls, site.method)
     method = helper if helper is not None and initialising(helper, ctx) else None
     if site.form == "loop" and (index >= 0 or method is None):
@@ -335,26 +334,21 @@ def _not_only_own(ctx: RuleContext, edit: ClassEdit, finding: Finding, index: in
     )
 
 
-def _copy_into_child(ctx: RuleContext, edit: ClassEdit, node: cst.Assign) -> Rewrite:
+def _copy_into_child(ctx: RuleContext, edit: ClassEdit, node: cst.Assign, site) -> Rewrite:
     """``self.emb.weight = nn.Parameter(w, requires_grad=False)`` -> ``self.emb.weight.data
     .copy_(w)`` and ``self.emb.weight.requires_grad = False``: the child keeps its parameter and
     the value is an init of it in place, which the next round moves into a hook as any other
     (the round after this one re-analyses the file). Unsafe: the child's tensor keeps its own
-    shape and dtype, which the value must have (``copy_`` broadcasts and casts)."""
+    shape and dtype, which the value must have (``copy_`` broadcasts and casts). The
+    ``nn.Parameter``'s arguments come in the rule's ``site``."""
     _index, line, _path = edit.locate(node)
     if len(line.body) != 1 or len(node.targets) != 1 or type(node.value) is not cst.Call:
         raise Unfixable("the replacement is not a statement of its own")
     target = node.targets[0].target
-    data = None
-    requires_grad = None
-    for arg in node.value.args:
-        if arg.star:
-            raise Unfixable("the parameter is made with starred arguments")
-        if arg.keyword is None or arg.keyword.value == "data":
-            data = data or arg.value
-        elif arg.keyword.value == "requires_grad":
-            requires_grad = arg.value
-    if data is None or dotted(node.value.func) is None:
+    data, requires_grad = site.data, site.requires_grad
+    if site.starred:
+        raise Unfixable("the parameter is made with starred arguments")
+    if data is None:
         raise Unfixable("the parameter is not made by a plain `nn.Parameter(value)`")
     tensor = render(target)
     new = [stmt(f"{tensor}.data.copy_({render(data)})")]

@@ -23,7 +23,7 @@ from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
 from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
-from metalint.static.syntax import short
+from metalint.static.syntax import keyword, short
 from metalint.static.tensors import (
     all_zeros,
     assigned_writes,
@@ -34,6 +34,7 @@ from metalint.static.tensors import (
     law_text,
     own_attributes,
     parameter_value,
+    same_tensor,
     value_kind,
 )
 from metalint.vocabulary import (
@@ -52,10 +53,16 @@ class InitSite:
     of construction holding the write (the finding's node), and its form: ``"call"`` (an
     in-place init call), ``"loop"`` (a loop writing every parameter), ``"assign"`` (a write by
     assignment: ``.data``, a slice) or ``"replace"`` (a child's tensor replaced by an
-    ``nn.Parameter`` made from a value)."""
+    ``nn.Parameter`` made from a value). For ``"replace"``, the arguments of that
+    ``nn.Parameter(...)``: its ``data`` (None when the call is wrapped, as in
+    ``nn.Parameter(w).requires_grad_(False)``), its ``requires_grad=`` and whether it takes
+    ``*args``/``**kwargs`` (``starred``)."""
 
     method: MethodFacts
     form: str
+    data: cst.BaseExpression | None = None
+    requires_grad: cst.BaseExpression | None = None
+    starred: bool = False
 
 
 class InplaceInitOutsideHook(Rule):
@@ -362,8 +369,20 @@ class InplaceInitOutsideHook(Rule):
                     "tensors) or the model's `init_weights()`, and call that hook from `__init__`",
                     conditions=conditions,
                     subject=(name,),
-                    site=InitSite(method, "replace"),
+                    site=_replaced(method, a.value, data),
                 )
+
+
+def _replaced(method: MethodFacts, value: cst.Call, data) -> InitSite:
+    """The site of a child's tensor replaced by ``value``, an ``nn.Parameter(data, ...)``."""
+    call = same_tensor(value)
+    return InitSite(
+        method,
+        "replace",
+        data=data if call is value else None,
+        requires_grad=keyword(call, "requires_grad"),
+        starred=any(a.star for a in call.args),
+    )
 
 
 def _parameter_loops(cls: ClassFacts, methods, qualify) -> Iterable[Finding]:
