@@ -47,7 +47,6 @@ from metalint.fix.root_hook import (
     through_method,
 )
 from metalint.static.names import dotted
-from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
 from metalint.vocabulary import (
@@ -64,27 +63,17 @@ BLOCKS = (cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef, 
 HOOK = ROOT_ENTRIES[0]
 
 
-def _statement(node: cst.CSTNode, path: list[cst.CSTNode]) -> cst.BaseStatement:
-    """The statement the finding is: the ``for`` loop, or the line holding the call alone."""
-    if isinstance(node, cst.For):
-        return node
-    for n in reversed(path):
-        if isinstance(n, cst.SimpleStatementLine):
-            if len(n.body) == 1 and isinstance(n.body[0], cst.Expr) and n.body[0].value is node:
-                return n
-            break
-    raise Unfixable("the call is part of a larger statement")
-
-
-def _in_init(edit: ClassEdit, node: cst.CSTNode, index: int, path) -> Rewrite:
-    moved = _statement(node, path)
+def _in_init(edit: ClassEdit, site, index: int, path) -> Rewrite:
+    moved = site.statement
+    if moved is None:
+        raise Unfixable("the call is part of a larger statement")
     for n in path:
         if n is moved:
             break
         if isinstance(n, BLOCKS):
             raise Unfixable("the statement is inside a loop, `with`, `try` or nested function")
     moved = _with_its_if(edit, moved, index)
-    _no_child_created_after(edit, moved, index)
+    _no_child_created_after(edit, moved, index, site.children)
     then = _module_method_loop(edit, index + 1) if moved is edit.init_body[index] else None
     first = []
     tail = None
@@ -188,7 +177,9 @@ def _assigned(fn: cst.FunctionDef) -> list[str]:
 _WHOLE_SELF = ("self.modules(", "self.named_modules(", "self.children(", "self.apply(", ", self)")
 
 
-def _no_child_created_after(edit: ClassEdit, moved: cst.BaseStatement, index: int) -> None:
+def _no_child_created_after(
+    edit: ClassEdit, moved: cst.BaseStatement, index: int, children: frozenset[str]
+) -> None:
     """Refuse when ``__init__`` creates, after the statement ran, a child the statement would
     reach when replayed (pypots' SCINet: ``for m in self.modules(): ... elif isinstance(m,
     nn.Linear): m.bias.data.zero_()``, then ``self.div_projection = nn.ModuleList()`` filled
@@ -199,7 +190,6 @@ def _no_child_created_after(edit: ClassEdit, moved: cst.BaseStatement, index: in
     reached."""
     text = render(moved)
     whole = any(w in text for w in _WHOLE_SELF)
-    children = module_children(edit.cls, edit.ctx.qualify)
     tested = _isinstance_types(moved, edit) if isinstance(moved, cst.For) else None
     for later in edit.init_body[index + 1 :]:
         for n in walk_code(later):
@@ -280,4 +270,4 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         owner = site.method if cls.methods.get(site.method.name) is site.method else None
         return through_method(edit, owner)
     index, path = found
-    return _in_init(edit, finding.node, index, path)
+    return _in_init(edit, site, index, path)

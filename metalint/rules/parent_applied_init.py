@@ -35,10 +35,33 @@ from metalint.vocabulary import (
 class AppliedInitSite:
     """What the rule matched, handed to its fix (:mod:`metalint.fix.parent_init`): the method
     of construction that applies the init (the finding's node: the call or the loop), or for
-    ``self._finish()`` the name of the method of a base class that it runs (``base``)."""
+    ``self._finish()`` the name of the method of a base class that it runs (``base``). The
+    statement that applies it (``statement``: the ``for`` loop, or the line holding the call
+    alone; None when the call is part of a larger statement), and the attributes of the class
+    that hold child modules (``children``: :func:`module_children`)."""
 
     method: MethodFacts
     base: str | None = None
+    statement: cst.BaseStatement | None = None
+    children: frozenset[str] = frozenset()
+
+
+def _statement(method: MethodFacts, node: cst.CSTNode) -> cst.BaseStatement | None:
+    """The statement that ``node`` (a loop, or a call) of ``method`` is: the loop itself, or
+    the line holding the call alone (``self.apply(self._init_weights)``)."""
+    if type(node) is cst.For:
+        return node
+    return next(
+        (
+            n
+            for n in walk_code(method.node)
+            if type(n) is cst.SimpleStatementLine
+            and len(n.body) == 1
+            and type(n.body[0]) is cst.Expr
+            and n.body[0].value is node
+        ),
+        None,
+    )
 
 
 def module_loops(
@@ -336,9 +359,19 @@ class ParentAppliedInit(Rule):
                         helper,
                         "" if method.name == "__init__" else method.name,
                     ),
-                    site=AppliedInitSite(method),
+                    site=self._site(cls, method, node),
                 )
         yield from self._base_inits(cls, in_reset)
+
+    #: (class, its children) of the class last asked: :meth:`_site`
+    _children_of: tuple[ClassFacts, frozenset[str]] | None = None
+
+    def _site(self, cls: ClassFacts, method: MethodFacts, node: cst.CSTNode) -> AppliedInitSite:
+        if self._children_of is None or self._children_of[0] is not cls:
+            self._children_of = (cls, frozenset(module_children(cls, self.qualify)))
+        return AppliedInitSite(
+            method, statement=_statement(method, node), children=self._children_of[1]
+        )
 
     def _base_inits(self, cls: ClassFacts, in_reset: set[str]) -> Iterable[Finding]:
         """``self._finish()`` in construction, ``_finish`` a method of a base of the same file
