@@ -6,9 +6,9 @@ The values it reads are constants computable on the CPU, so the factory they com
 ``device="cpu"``: ``torch.linspace(0, drop_path_rate, depth, device="cpu")``. That temporary is
 real and small and freed after the read; what the module keeps is unchanged.
 
-The tensor whose value is read is followed back to the factories that create it, through
-arithmetic, tensor methods, torch functions, indexing, locals and loop variables (the same
-path as the rule's ``meta_tensor``). Two shapes of rewrite:
+The rule hands the factories that create the tensor whose value is read, followed back
+through arithmetic, tensor methods, torch functions, indexing, locals and loop variables
+(``ReadSite.origin``, :mod:`metalint.static.origins`). Two shapes of rewrite:
 
 - the tensor only feeds reads of its value (and shape queries): each factory gets
   ``device="cpu"`` in place;
@@ -33,45 +33,22 @@ computed by the CPU kernel, like the meta build does).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-
 import libcst as cst
 
 from metalint.fix.codemod import ClassEdit
 from metalint.fix.edits import Rewrite, Unfixable, guarded, path_to, render, stmt, with_device
-from metalint.static.draws import random_call
 from metalint.static.model import MethodFacts
 from metalint.static.names import dotted
-from metalint.static.ownership import (
-    call_arguments,
-    meta_tensor,
-    meta_tensor_sequence,
-)
 from metalint.static.rule import Finding, RuleContext
-from metalint.static.syntax import keyword, walk_code
-from metalint.static.tensor_kind import TensorKind, argument_kind
+from metalint.static.syntax import walk_code
 from metalint.static.tensors import META_GUARD
 from metalint.vocabulary import (
-    CONSTANT_FACTORIES,
-    DEVICE_COPY_METHODS,
-    EMPTY_FACTORIES,
     HOST_READS,
     NOT_TENSOR_METHODS,
-    TENSOR_ATTRIBUTES,
 )
 
 #: attribute reads of a tensor that answer the same on meta and on the CPU
 SHAPE_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "is_floating_point"})
-
-
-@dataclass
-class _Chain:
-    """Where the value a read needs comes from."""
-
-    roots: list[cst.Call] = field(default_factory=list)  # factories that get device="cpu"
-    locals: dict[str, list[tuple[cst.CSTNode, cst.BaseExpression]]] = field(default_factory=dict)
-    loops: dict[str, cst.CSTNode] = field(default_factory=dict)  # loop variable -> its loop
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -82,23 +59,42 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     found = site.read
     if found is None:
         return _guard_move(edit, node)
-    own = site.own
     if found.kind in ("shape", "mask"):
         raise Unfixable(
             "an op whose output's shape depends on the values (`nonzero`, a boolean mask): "
             "compute the whole value on the CPU by hand"
         )
-    return _on_the_cpu(ctx, edit, own, [found.tensor], node, list(site.init_reads))
+    if site.origin is None:
+        raise Unfixable("the value is read outside `__init__`'s own body")
+    return _on_the_cpu(ctx, edit, site.origin, list(site.init_reads))
 
 
-def _on_the_cpu(ctx, edit: ClassEdit, own, read: list, at, reads) -> Rewrite:
-    """Make the factories the tensors ``read`` come from on the CPU, or, for a local also kept
-    (a buffer), read a CPU twin of it where ``reads`` are."""
+#: why the fix stops where the rule's walk to the factories stopped (``Stop.kind``)
+STOPPED = {
+    "deep": "the value is computed through too many steps",
+    "own": "the value is the module's own tensor `{node}`",
+    "argument": "the value is computed with the tensor argument `{name}`",
+    "self": "the value is computed with `{node}`",
+    "expression": "the value is computed by `{node}`",
+    "device": "`{node}` already names a device",
+    "starred": "`{node}` takes `*args`/`**kwargs`: they may name a device",
+    "random": "`{name}` draws random numbers: built on meta the CPU generator is not where it "
+    "is eagerly, so the value read would differ",
+    "empty": "`{name}` is uninitialised memory: its value is not a constant",
+    "function": "the value comes from `{node}(...)`",
+    "copy": "the value is copied with `.{name}()` on its way",
+    "unbound": "`{name}` is not a local of `__init__`",
+}
+
+
+def _on_the_cpu(ctx, edit: ClassEdit, chain, reads) -> Rewrite:
+    """Make the factories of the value read (``chain``, the site's origin) on the CPU, or, for
+    a local also kept (a buffer), read a CPU twin of it where ``reads`` are."""
     init = edit.init
-    follow = _Follow(ctx, edit, own, at)
-    for r in read:
-        follow(r)
-    chain = follow.chain
+    stop = chain.stop
+    if stop is not None:
+        node = render(stop.node) if stop.node is not None else ""
+        raise Unfixable(STOPPED[stop.kind].format(node=node, name=stop.name))
     if not chain.roots:
         raise Unfixable("no factory of the value was found")
     only_read = _only_read(init, chain, reads)
@@ -122,32 +118,18 @@ def _handed_to_method(ctx: RuleContext, edit: ClassEdit, cls, site) -> Rewrite:
     ``torch.isfinite(v_threshold).all()``). When the method only tests it (it sets nothing on
     ``self`` and returns nothing), the call is handed a CPU copy made by the same factories,
     as a read in ``__init__`` would be: the same values, so the same outcome."""
-    init, method, found = edit.init, site.method, site.read
-    if method is init or cls.methods.get(method.name) is not method:
-        raise Unfixable("the value is read outside `__init__`'s own body")
-    own = site.own
-    params = (
-        {n.value for n in walk_code(found.tensor) if isinstance(n, cst.Name)} & site.assumed
-        if found is not None and found.kind not in ("shape", "mask")
-        else set()
-    )
-    if not params:
+    init, method = edit.init, site.method
+    if method is init or cls.methods.get(method.name) is not method or not site.params:
         raise Unfixable("the value is read outside `__init__`'s own body")
     if _sets_or_returns(method.node):
         raise Unfixable(
             f"`{method.name}()` does more than test the tensor it is handed (it sets, returns "
             "or hands on something)"
         )
-    args = [
-        a.value
-        for c in init.calls
-        if c.receiver == "self" and c.method == method.name
-        for name, a in call_arguments(method, c)
-        if name in params
-    ]
+    args = list(site.handed)
     if not args or any(edit.path_of(a) is None for a in args):
         raise Unfixable(f"`{method.name}()` is handed the tensor elsewhere than in `__init__`")
-    return _on_the_cpu(ctx, edit, own, args, args[0], [*site.init_reads, *args])
+    return _on_the_cpu(ctx, edit, site.origin, [*site.init_reads, *args])
 
 
 def _sets_or_returns(fn: cst.FunctionDef) -> bool:
@@ -193,7 +175,7 @@ def _guard_move(edit: ClassEdit, node: cst.Call) -> Rewrite:
     )
 
 
-def _only_read(init: MethodFacts, chain: _Chain, reads) -> set[str]:
+def _only_read(init: MethodFacts, chain, reads) -> set[str]:
     """The locals of the chain whose every use is inside a read, or inside the value of
     another such local (``win = torch.as_tensor(window)``, ``n = torch.prod(win)``, then only
     ``torch.ones(n)`` and ``.view(n, 1)``: both are only read, and their factories can move
@@ -210,159 +192,6 @@ def _only_read(init: MethodFacts, chain: _Chain, reads) -> set[str]:
                 found.add(name)
                 changed = True
     return found
-
-
-@dataclass
-class _Follow:
-    """Collects the factories a read's value comes from: only the parts that are tensors
-    (``meta_tensor``) are followed, the same path as the rule."""
-
-    ctx: RuleContext
-    edit: ClassEdit
-    own: set[str]
-    at: cst.CSTNode  # the read
-    chain: _Chain = field(default_factory=_Chain)
-
-    def __call__(self, expr: cst.BaseExpression, depth: int = 0) -> None:
-        if depth > 8:
-            raise Unfixable("the value is computed through too many steps")
-        if isinstance(expr, cst.Call):
-            self.call(expr, depth)
-        elif isinstance(expr, cst.Name):
-            self.name(expr, depth)
-        else:
-            for e in self._operands(expr):
-                self.rec(e, depth)
-
-    def _operands(self, expr: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
-        """What the value of ``expr`` is computed from (one at a time: each is followed
-        before the next is checked); raises :class:`Unfixable` for any other expression."""
-        if isinstance(expr, cst.Attribute):
-            if expr.attr.value not in TENSOR_ATTRIBUTES:
-                raise Unfixable(f"the value is the module's own tensor `{render(expr)}`")
-            yield expr.value
-        elif isinstance(expr, cst.BinaryOperation):
-            for side in (expr.left, expr.right):
-                _not_a_tensor_operand(side, self.edit.init)
-                yield side
-        elif isinstance(expr, cst.UnaryOperation):
-            yield expr.expression
-        elif isinstance(expr, cst.Comparison):
-            yield expr.left
-            yield from (t.comparator for t in expr.comparisons)
-        elif isinstance(expr, cst.Subscript):
-            yield expr.value
-        else:
-            raise Unfixable(f"the value is computed by `{render(expr)}`")
-
-    def rec(self, e: cst.BaseExpression | None, depth: int) -> None:
-        q, m, own = self.ctx.qualify, self.edit.init, self.own
-        if e is not None and (meta_tensor(e, q, m, own) or meta_tensor_sequence(e, q, m, own)):
-            self(e, depth + 1)
-
-    def call(self, expr: cst.Call, depth: int) -> None:
-        q = self.ctx.qualify(expr.func)
-        if q is not None and q.startswith("torch."):
-            if q in CONSTANT_FACTORIES:
-                self.chain.roots.append(_constant(expr))
-                return
-            if random_call(q):
-                raise Unfixable(
-                    f"`{q}` draws random numbers: built on meta the CPU generator is not where "
-                    "it is eagerly, so the value read would differ"
-                )
-            if q in EMPTY_FACTORIES:
-                raise Unfixable(f"`{q}` is uninitialised memory: its value is not a constant")
-            for a in expr.args:  # torch.log(t), torch.stack([a, b])
-                for e in _elements(a.value):
-                    self.rec(e, depth)
-            return
-        f = expr.func
-        if not isinstance(f, cst.Attribute):
-            raise Unfixable(f"the value comes from `{render(expr.func)}(...)`")
-        if f.attr.value in DEVICE_COPY_METHODS and not _dtype_only(expr, self.ctx.qualify):
-            raise Unfixable(f"the value is copied with `.{f.attr.value}()` on its way")
-        self.rec(f.value, depth)
-        for a in expr.args:
-            self.rec(a.value, depth)
-
-    def name(self, expr: cst.Name, depth: int) -> None:
-        values = self.edit.init.local_values.get(expr.value)
-        if values:
-            if expr.value not in self.chain.locals:
-                self.chain.locals[expr.value] = values
-                for _stmt, v in values:
-                    self.rec(v, depth)
-            return
-        loop = _enclosing_loop(self.edit, self.at, expr.value)
-        if loop is None:
-            raise Unfixable(f"`{expr.value}` is not a local of `__init__`")
-        if expr.value not in self.chain.loops:
-            self.chain.loops[expr.value] = loop
-            self.rec(loop.iter, depth)
-
-
-def _constant(call: cst.Call) -> cst.Call:
-    """A constant factory that can take ``device="cpu"``."""
-    if keyword(call, "device") is not None:
-        raise Unfixable(f"`{render(call.func)}` already names a device")
-    if any(a.star for a in call.args):
-        raise Unfixable(f"`{render(call.func)}` takes `*args`/`**kwargs`: they may name a device")
-    return call
-
-
-def _dtype_only(call: cst.Call, qualify) -> bool:
-    """``t.to(torch.float32)`` / ``t.to(dtype=...)``: a conversion, no copy to a device."""
-    if call.func.attr.value != "to" or not call.args:
-        return False
-    for a in call.args:
-        if a.keyword is not None:
-            if a.keyword.value != "dtype":
-                return False
-            continue
-        q = qualify(a.value) or ""
-        if not q.startswith("torch.") or q == "torch.device":
-            return False
-    return True
-
-
-def _elements(e: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
-    if isinstance(e, (cst.List, cst.Tuple)):
-        for el in e.elements:
-            yield el.value
-    else:
-        yield e
-
-
-def _not_a_tensor_operand(e: cst.BaseExpression, method: MethodFacts) -> None:
-    """An operand that may be a tensor of another device (an argument annotated ``Tensor``,
-    an attribute of ``self``): computing the other side on the CPU could mix devices."""
-    if isinstance(e, cst.Name) and argument_kind(method, e.value) is not TensorKind.NOT:
-        raise Unfixable(f"the value is computed with the tensor argument `{e.value}`")
-    if isinstance(e, cst.Attribute) and render(e).startswith("self."):
-        raise Unfixable(f"the value is computed with `{render(e)}`")
-
-
-def _enclosing_loop(edit: ClassEdit, node: cst.CSTNode, name: str):
-    """The innermost ``for`` statement or comprehension ``for`` around ``node`` binding
-    ``name``."""
-    found = edit.path_of(node)
-    if found is None:
-        return None
-    _i, path = found
-    for n in reversed(path):
-        fors = []
-        if isinstance(n, cst.For):
-            fors = [n]
-        elif isinstance(n, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-            f = n.for_in
-            while f is not None:
-                fors.append(f)
-                f = f.inner_for_in
-        for f in reversed(fors):
-            if isinstance(f.target, cst.Name) and f.target.value == name:
-                return f
-    return None
 
 
 def uses(scope: cst.CSTNode, name: str) -> list[cst.Name]:
@@ -455,7 +284,7 @@ def _nodes_by_id(edit: ClassEdit, new: dict[int, cst.CSTNode]) -> list[cst.CSTNo
     return [n for n in walk_code(edit.init.node) if id(n) in new]
 
 
-def _twin(ctx: RuleContext, edit: ClassEdit, chain: _Chain, shared: list[str], reads) -> Rewrite:
+def _twin(ctx: RuleContext, edit: ClassEdit, chain, shared: list[str], reads) -> Rewrite:
     """A CPU copy of each shared local, created after it; the reads of the local use it."""
     init = edit.init
     replace: dict[int, cst.CSTNode] = {}

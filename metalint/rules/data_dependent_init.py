@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 
@@ -13,15 +13,17 @@ from metalint.static.model import (
     construction,
     function_facts,
 )
+from metalint.static.origins import Origin, value_origin
 from metalint.static.ownership import (
     ValueRead,
+    call_arguments,
     meta_arguments,
     meta_returning_functions,
     own_tensor_names,
     value_reads,
 )
 from metalint.static.rule import Finding, Invalid, Rule
-from metalint.static.syntax import short
+from metalint.static.syntax import short, walk_code
 from metalint.static.tensors import meta_guarded
 
 #: module methods that return the module itself, converted (``self.half().cuda()``)
@@ -43,6 +45,12 @@ class ReadSite:
     init_reads: tuple[cst.BaseExpression, ...] = ()
     #: the class's own tensors (:func:`own_tensor_names`), whose values no fix moves
     own: frozenset[str] = frozenset()
+    #: where the value read comes from in ``__init__`` (:func:`value_origin`): of the read's
+    #: tensor for a read in ``__init__``, of the arguments ``__init__`` hands the method
+    #: (``handed``) for a read of its parameters (``params``) in a method of the class
+    origin: Origin | None = None
+    params: frozenset[str] = frozenset()
+    handed: tuple[cst.BaseExpression, ...] = ()
 
 
 class DataDependentInit(Rule):
@@ -236,6 +244,33 @@ class DataDependentInit(Rule):
         own = frozenset(own)
         return [ReadSite(method, r, assumed, init_reads, own) for r in reads]
 
+    def _with_origin(self, cls, site: ReadSite) -> ReadSite:
+        """``site`` with where the value it reads comes from in ``__init__``: the read's tensor
+        for a read in ``__init__``; for a read in a method of the class of parameters assumed
+        to hold meta tensors, the arguments ``__init__`` passes them."""
+        read, init = site.read, cls.methods["__init__"]
+        if read.kind in ("shape", "mask"):
+            return site
+        if site.method is init:
+            origin = value_origin([read.tensor], read.node, init, self.qualify, site.own)
+            return replace(site, origin=origin)
+        if cls.methods.get(site.method.name) is not site.method:
+            return site
+        params = (
+            frozenset(n.value for n in walk_code(read.tensor) if type(n) is cst.Name) & site.assumed
+        )
+        handed = tuple(
+            a.value
+            for c in init.calls
+            if c.receiver == "self" and c.method == site.method.name
+            for name, a in call_arguments(site.method, c)
+            if name in params
+        )
+        if not handed:
+            return replace(site, params=params)
+        origin = value_origin(list(handed), handed[0], init, self.qualify, site.own)
+        return replace(site, params=params, handed=handed, origin=origin)
+
     def _moves_self(self, call) -> bool:
         """``self.to(device)``, ``self.to(device=d)``, ``self.cuda()``, ``self.cpu()``, also at
         the end of a chain on ``self`` (``self.half().cuda()``); not ``self.to(torch.float16)``
@@ -275,6 +310,7 @@ class DataDependentInit(Rule):
 
     def _finding(self, cls, site: ReadSite, caller=None) -> Finding:
         where = self._where(cls, site.method, caller)
+        site = self._with_origin(cls, site)
         return Finding(
             site.read.node,
             f'{_named(site.read)} in {where} reads the value of a tensor; under `torch.device("meta")` it '
