@@ -342,15 +342,13 @@ def _copy_into_child(ctx: RuleContext, edit: ClassEdit, node: cst.Assign, site) 
     shape and dtype, which the value must have (``copy_`` broadcasts and casts). The
     ``nn.Parameter``'s arguments come in the rule's ``site``."""
     _index, line, _path = edit.locate(node)
-    if len(line.body) != 1 or len(node.targets) != 1 or type(node.value) is not cst.Call:
+    if len(line.body) != 1 or not site.alone:
         raise Unfixable("the replacement is not a statement of its own")
-    target = node.targets[0].target
-    data, requires_grad = site.data, site.requires_grad
+    tensor, data, requires_grad = site.tensor, site.data, site.requires_grad
     if site.starred:
         raise Unfixable("the parameter is made with starred arguments")
     if data is None:
         raise Unfixable("the parameter is not made by a plain `nn.Parameter(value)`")
-    tensor = render(target)
     new = [stmt(f"{tensor}.data.copy_({render(data)})")]
     if requires_grad is not None and not (
         isinstance(requires_grad, cst.Name) and requires_grad.value == "True"

@@ -19,7 +19,7 @@ from metalint.static.child_defaults import (
     tensor_name,
 )
 from metalint.static.construction import attached_child, tensor_registrations
-from metalint.static.model import ClassFacts, MethodFacts, construction
+from metalint.static.model import AttrAssign, ClassFacts, MethodFacts, construction
 from metalint.static.names import dotted
 from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
@@ -53,16 +53,19 @@ class InitSite:
     of construction holding the write (the finding's node), and its form: ``"call"`` (an
     in-place init call), ``"loop"`` (a loop writing every parameter), ``"assign"`` (a write by
     assignment: ``.data``, a slice) or ``"replace"`` (a child's tensor replaced by an
-    ``nn.Parameter`` made from a value). For ``"replace"``, the arguments of that
-    ``nn.Parameter(...)``: its ``data`` (None when the call is wrapped, as in
-    ``nn.Parameter(w).requires_grad_(False)``), its ``requires_grad=`` and whether it takes
-    ``*args``/``**kwargs`` (``starred``)."""
+    ``nn.Parameter`` made from a value). For ``"replace"``: the tensor replaced
+    (``"self.emb.weight"``), whether the statement sets it alone (``alone``: not ``a = b =
+    ...``), and the arguments of that ``nn.Parameter(...)``: its ``data`` (None when the call
+    is wrapped, as in ``nn.Parameter(w).requires_grad_(False)``), its ``requires_grad=`` and
+    whether it takes ``*args``/``**kwargs`` (``starred``)."""
 
     method: MethodFacts
     form: str
     data: cst.BaseExpression | None = None
     requires_grad: cst.BaseExpression | None = None
     starred: bool = False
+    tensor: str | None = None
+    alone: bool = True
 
 
 class InplaceInitOutsideHook(Rule):
@@ -369,12 +372,13 @@ class InplaceInitOutsideHook(Rule):
                     "tensors) or the model's `init_weights()`, and call that hook from `__init__`",
                     conditions=conditions,
                     subject=(name,),
-                    site=_replaced(method, a.value, data),
+                    site=_replaced(method, a, data),
                 )
 
 
-def _replaced(method: MethodFacts, value: cst.Call, data) -> InitSite:
-    """The site of a child's tensor replaced by ``value``, an ``nn.Parameter(data, ...)``."""
+def _replaced(method: MethodFacts, assign: AttrAssign, data) -> InitSite:
+    """The site of a child's tensor replaced by ``assign``'s ``nn.Parameter(data, ...)``."""
+    value = assign.value
     call = same_tensor(value)
     return InitSite(
         method,
@@ -382,6 +386,8 @@ def _replaced(method: MethodFacts, value: cst.Call, data) -> InitSite:
         data=data if call is value else None,
         requires_grad=keyword(call, "requires_grad"),
         starred=any(a.star for a in call.args),
+        tensor=assign.target,
+        alone=assign.alone,
     )
 
 
