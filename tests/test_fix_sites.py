@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib
 import inspect
 import json
 import textwrap
@@ -141,10 +140,10 @@ PLAIN = {"metalint.static.syntax", "metalint.static.names", "metalint.static.rul
 FACTS = {"ClassFacts", "MethodFacts", "FileFacts", "construction"}
 #: (code, name): an analysis its rule matches with that the codemod asks another question
 OTHER_QUESTION = {
-    # which attributes are children: the fix refuses when __init__ creates one after the
-    # moved statement (the replayed hook would initialise it too); the rule asks whether
-    # the class has children at all
-    ("ML010", "module_children"),
+    # ``move_init.only_own``: whether the class has any child module at all (a method that
+    # initialises only its own tensors moves into the hook whole); the rule asks whether the
+    # module owning a replaced tensor is a child
+    ("ML003", "module_children"),
 }
 
 
@@ -152,20 +151,73 @@ def _tree(path) -> ast.Module:
     return ast.parse(Path(path).read_text(encoding="utf-8"))
 
 
+def _module_tree(module: str) -> ast.Module:
+    return _tree(ROOT / (module.replace(".", "/") + ".py"))
+
+
+def _imports(tree: ast.Module, prefix: str) -> dict[str, tuple[str, str]]:
+    """``name -> (module, name)`` of what ``tree`` imports from modules under ``prefix``."""
+    return {
+        a.asname or a.name: (node.module, a.name)
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(prefix)
+        for a in node.names
+    }
+
+
+def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """The functions of ``tree``, and the methods of its classes, by name."""
+    return {
+        n.name: n
+        for top in tree.body
+        for n in ([top] if isinstance(top, ast.FunctionDef) else getattr(top, "body", []))
+        if isinstance(n, ast.FunctionDef)
+    }
+
+
+def _called(fn: ast.FunctionDef) -> set[str]:
+    return {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+
+
 def _matchers(rule) -> set[str]:
     """What the rule's module finds its pattern with: the analyses it imports from
-    ``metalint.static`` and the functions it defines."""
-    out: set[str] = set()
-    for node in _tree(inspect.getsourcefile(rule)).body:
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("metalint.static."):
-            if node.module not in PLAIN:
-                out |= {a.asname or a.name for a in node.names}
-        elif isinstance(node, ast.FunctionDef):
-            out.add(node.name)
+    ``metalint.static``, the public functions of ``metalint.static`` they call (``value_reads``
+    -> ``meta_tensor``, ``is_legacy_sizes`` -> ``legacy_sizes``), and the functions it
+    defines."""
+    tree = _tree(inspect.getsourcefile(rule))
+    out = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    for name, (module, real) in _imports(tree, "metalint.static.").items():
+        if module in PLAIN:
+            continue
+        out.add(name)
+        source = _module_tree(module)
+        fn = _functions(source).get(real)
+        if fn is None:
+            continue
+        local = {
+            n.name
+            for n in source.body
+            if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")
+        }
+        imported = {
+            n for n, (m, _r) in _imports(source, "metalint.static.").items() if m not in PLAIN
+        }
+        out |= _called(fn) & (local | imported)
     return out - FACTS
 
 
-def _names(tree: ast.Module) -> set[str]:
+def _fix_trees(rule) -> tuple[ast.Module, list[ast.FunctionDef]]:
+    """The codemod's module, and the functions it imports from other ``metalint.fix``
+    modules (``store.legacy_empty``)."""
+    tree = _module_tree(rule.codemod)
+    helpers = [
+        _functions(_module_tree(module)).get(real)
+        for _name, (module, real) in _imports(tree, "metalint.fix.").items()
+    ]
+    return tree, [h for h in helpers if h is not None]
+
+
+def _names(tree: ast.AST) -> set[str]:
     out: set[str] = set()
     for n in ast.walk(tree):
         if isinstance(n, ast.Name):
@@ -177,25 +229,125 @@ def _names(tree: ast.Module) -> set[str]:
     return out
 
 
+def _used(tree: ast.AST) -> set[str]:
+    """The functions a tree calls by name, and the names it imports."""
+    out = {
+        n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+    return out | {
+        a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names
+    }
+
+
 def test_no_codemod_calls_what_its_rule_matches_with():
-    """A codemod names none of its rule's matchers (``value_reads`` for ML008,
-    ``assigned_writes`` for ML003, ``same_tensor``/``value_kind`` for ML001, ...): what the
-    rule found reaches it in the site. And it reads the site."""
+    """A codemod, and the helpers of other fix modules it imports, name none of its rule's
+    matchers nor what they are built from (``value_reads``/``meta_tensor`` for ML008,
+    ``assigned_writes`` for ML003, ``legacy_sizes`` for ML009, ``module_children`` for ML010,
+    ...): what the rule found reaches it in the site. And it reads the site."""
     found, blind = [], []
     for rule in FIXED_RULES:
-        tree = _tree(importlib.import_module(rule.codemod).__file__)
-        names = _names(tree)
+        tree, helpers = _fix_trees(rule)
+        names = _used(tree).union(*(_used(h) for h in helpers))
         found += [
             f"{rule.codemod}: {name}"
             for name in sorted(_matchers(rule) & names)
             if (rule.code, name) not in OTHER_QUESTION
         ]
-        if "site" not in names:
+        if "site" not in _names(tree):
             blind.append(rule.codemod)
     assert found == [] and blind == [], found + blind
     assert all(
         name in _matchers(r) for r in FIXED_RULES for code, name in OTHER_QUESTION if r.code == code
     )
+
+
+class _Aliases:
+    """Which parameters and locals of the codemod's functions hold the finding, or its node
+    (``finding.node``), followed through the calls between them."""
+
+    def __init__(self, functions: dict[str, ast.FunctionDef]):
+        self.functions = functions
+        self.finding = {name: {"finding"} for name in functions}
+        self.node: dict[str, set[str]] = {name: set() for name in functions}
+
+    def is_node(self, fn: str, e: ast.AST) -> bool:
+        """Is ``e`` the finding's node in function ``fn``?"""
+        if isinstance(e, ast.Attribute) and e.attr == "node":
+            return isinstance(e.value, ast.Name) and e.value.id in self.finding[fn]
+        return isinstance(e, ast.Name) and e.id in self.node[fn]
+
+    def _bind(self, fn: str, target: ast.AST, value: ast.AST) -> bool:
+        if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
+            return any(self._bind(fn, t, v) for t, v in zip(target.elts, value.elts))
+        if isinstance(target, ast.Name) and target.id not in self.node[fn]:
+            if self.is_node(fn, value):
+                self.node[fn].add(target.id)
+                return True
+        return False
+
+    def _pass(self, fn: str, call: ast.Call) -> bool:
+        callee = self.functions.get(getattr(call.func, "id", None))
+        if callee is None:
+            return False
+        params = [a.arg for a in callee.args.args]
+        given = list(zip(params, call.args)) + [(k.arg, k.value) for k in call.keywords]
+        changed = False
+        for param, arg in given:
+            if self.is_node(fn, arg) and param not in self.node[callee.name]:
+                self.node[callee.name].add(param)
+                changed = True
+            elif isinstance(arg, ast.Name) and arg.id in self.finding[fn]:
+                changed |= param not in self.finding[callee.name]
+                self.finding[callee.name].add(param)
+        return changed
+
+    def follow(self) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for name, fn in self.functions.items():
+                for n in ast.walk(fn):
+                    if isinstance(n, ast.Assign):
+                        changed |= any(self._bind(name, t, n.value) for t in n.targets)
+                    elif isinstance(n, ast.Call):
+                        changed |= self._pass(name, n)
+
+    def shape_tests(self) -> list[str]:
+        """``isinstance(node, ...)``, ``type(node.value)``, ``node.targets``: the finding's
+        node asked what statement or expression it is."""
+        out = []
+        for name, fn in self.functions.items():
+            for n in ast.walk(fn):
+                asked = None
+                if (
+                    isinstance(n, ast.Call)
+                    and getattr(n.func, "id", None) in ("isinstance", "type")
+                    and n.args
+                ):
+                    asked = n.args[0]
+                    while isinstance(asked, ast.Attribute) and not self.is_node(name, asked):
+                        asked = asked.value
+                elif isinstance(n, ast.Attribute) and n.attr in ("targets", "target", "body"):
+                    asked = n.value
+                if asked is not None and self.is_node(name, asked):
+                    out.append(f"{name}: {ast.unparse(n)}")
+        return out
+
+
+def test_no_codemod_asks_the_finding_node_what_it_is():
+    """Whether the statement sets one attribute alone (ML001, ML003, ML007), is a loop or a
+    line holding a call (ML010), is an assignment or a call (ML001): the rule answers it once,
+    in the site; no codemod tests the type or the targets of the finding's node again."""
+    asked = []
+    for rule in FIXED_RULES:
+        tree, helpers = _fix_trees(rule)
+        functions = {**{h.name: h for h in helpers}, **_functions(tree)}
+        aliases = _Aliases(functions)
+        aliases.follow()
+        asked += [f"{rule.codemod}: {where}" for where in aliases.shape_tests()]
+    assert asked == [], asked
 
 
 def test_no_fix_module_searches_the_class_for_the_method_of_a_node():
