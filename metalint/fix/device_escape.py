@@ -30,15 +30,6 @@ from metalint.fix.store import legacy_empty
 from metalint.static.draws import Draws, draws
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import keyword
-from metalint.vocabulary import (
-    DEVICE_COPY_METHODS,
-    DEVICE_FACTORIES,
-    INPLACE_METHODS,
-    TENSOR_METHODS,
-)
-
-#: methods between the factory and the copy that keep the tensor where it is
-_KEEPS_DEVICE = (TENSOR_METHODS | INPLACE_METHODS) - DEVICE_COPY_METHODS - {"type_as", "new_empty"}
 
 
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
@@ -56,7 +47,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
             raise
         method = site.method.node
     if copy:
-        return _onto_factory(ctx, edit, node, line)
+        return _onto_factory(ctx, edit, node, line, site.factory)
     if not site.sizes:
         raise Unfixable(
             "not a legacy constructor of sizes known statically (`torch.Tensor(sizes)`): "
@@ -83,8 +74,9 @@ def _statement_in_method(edit: ClassEdit, site) -> cst.SimpleStatementLine | Non
     return lines[-1] if lines else None
 
 
-def _onto_factory(ctx: RuleContext, edit: ClassEdit, node: cst.Call, line) -> Rewrite:
-    """``torch.ones(shape).to(self.device)`` -> ``torch.ones(shape, device=self.device)``."""
+def _onto_factory(ctx: RuleContext, edit: ClassEdit, node: cst.Call, line, root) -> Rewrite:
+    """``torch.ones(shape).to(self.device)`` -> ``torch.ones(shape, device=self.device)``:
+    ``root`` is the factory the rule found the copied tensor made by (``EscapeSite.factory``)."""
     if (
         len(node.args) != 1
         or node.args[0].star
@@ -92,18 +84,8 @@ def _onto_factory(ctx: RuleContext, edit: ClassEdit, node: cst.Call, line) -> Re
     ):
         raise Unfixable("the copy takes other arguments than the device")
     target = node.args[0].value
-    between: list[cst.Call] = []
-    cur = node.func.value
-    while True:
-        if not isinstance(cur, cst.Call):
-            raise Unfixable("the copied tensor is not made by a torch factory that takes `device=`")
-        if (ctx.qualify(cur.func) or "") in DEVICE_FACTORIES:
-            break
-        if not (isinstance(cur.func, cst.Attribute) and cur.func.attr.value in _KEEPS_DEVICE):
-            raise Unfixable("the copied tensor is not made by a torch factory that takes `device=`")
-        between.append(cur)
-        cur = cur.func.value
-    root = cur
+    if root is None:
+        raise Unfixable("the copied tensor is not made by a torch factory that takes `device=`")
     if keyword(root, "device") is not None or keyword(root, "out") is not None:
         raise Unfixable(f"`{render(root.func)}` already names a device or an output")
     if any(a.star for a in root.args):

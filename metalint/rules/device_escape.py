@@ -20,8 +20,11 @@ from metalint.static.tensors import is_legacy_sizes, legacy_sizes, parameter_val
 from metalint.vocabulary import (
     CPU_CONSTRUCTORS,
     DEVICE_COPY_METHODS,
+    DEVICE_FACTORIES,
+    INPLACE_METHODS,
     LEGACY_CONSTRUCTOR_DTYPES,
     LEGACY_CONSTRUCTORS,
+    TENSOR_METHODS,
 )
 
 
@@ -38,6 +41,9 @@ class EscapeSite:
     copy: str | None = None
     sizes: bool = False
     dtype: str | None = None
+    #: for a copy: the torch factory that makes the copied tensor, followed back through
+    #: methods that keep it where it is (:func:`copied_factory`); None when it is not one
+    factory: cst.Call | None = None
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
@@ -93,6 +99,24 @@ def _real_default(init: MethodFacts, name: str) -> str | None:
             dev = real_device(p.default, lambda _n: None, None)
             if dev is not None:
                 return f'`{name}` (default "{dev}")'
+    return None
+
+
+#: methods between a factory and a copy that keep the tensor where it is
+KEEPS_DEVICE = (TENSOR_METHODS | INPLACE_METHODS) - DEVICE_COPY_METHODS - {"type_as", "new_empty"}
+
+
+def copied_factory(receiver: cst.BaseExpression, qualify) -> cst.Call | None:
+    """The torch factory taking ``device=`` that makes ``receiver``, the tensor a copy copies
+    (``torch.ones(shape)`` of ``torch.ones(shape).to(self.device)``), through the methods
+    between them that keep it where it is (``.normal_(1, 0.01)``); None when there is none."""
+    cur = receiver
+    while isinstance(cur, cst.Call):
+        if (qualify(cur.func) or "") in DEVICE_FACTORIES:
+            return cur
+        if not (isinstance(cur.func, cst.Attribute) and cur.func.attr.value in KEEPS_DEVICE):
+            return None
+        cur = cur.func.value
     return None
 
 
@@ -275,6 +299,9 @@ class DeviceEscape(Rule):
             return None  # ``F.one_hot(torch.from_numpy(a)).to(self.device)``: on the CPU already
         if self._made_off_meta(receiver, method):
             return None
+        site = EscapeSite(
+            call.node, method, call.method, factory=copied_factory(receiver, self.qualify)
+        )
         if default is not None:
             return Finding(
                 call.node,
@@ -284,7 +311,7 @@ class DeviceEscape(Rule):
                 cls,
                 help="Create the tensor on that device (`device=...` of its factory) instead "
                 "of copying it there",
-                site=EscapeSite(call.node, method, call.method),
+                site=site,
             )
         return Finding(
             call.node,
@@ -294,7 +321,7 @@ class DeviceEscape(Rule):
             cls,
             help="Create the tensor with `device=device` from the constructor, or compute it "
             "in `reset_parameters()`",
-            site=EscapeSite(call.node, method, call.method),
+            site=site,
         )
 
     def _on_the_cpu(self, receiver, method: MethodFacts) -> bool:
