@@ -58,7 +58,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         return _handed_to_method(ctx, edit, cls, site)
     found = site.read
     if found is None:
-        return _guard_move(edit, node)
+        return _guard_move(edit, node, site)
     if found.kind in ("shape", "mask"):
         raise Unfixable(
             "an op whose output's shape depends on the values (`nonzero`, a boolean mask): "
@@ -149,22 +149,21 @@ def _sets_or_returns(fn: cst.FunctionDef) -> bool:
     return False
 
 
-def _guard_move(edit: ClassEdit, node: cst.Call) -> Rewrite:
+def _guard_move(edit: ClassEdit, node: cst.Call, site) -> Rewrite:
     """``self.to(self.device)`` at the end of ``__init__`` (peft's ``MontecloraSampler``)
     runs only when no tensor of the module is on meta, as peft guards its own moves of adapters
     (``if not any(p.device == meta for p in module.parameters()): module.to(weight.device)``).
     Eagerly no tensor is on meta, so the move runs as before (safe); under
     ``torch.device("meta")`` the copy, which raised, is skipped and the caller places the
     module (``to_empty(device=...)``)."""
-    _index, line, _path = edit.locate(node)
-    if dotted(node.func.value) != "self":
+    edit.locate(node)  # refuses a move inside a loop, `with` or `try`
+    if site.cast:
         raise Unfixable(
             "the move is chained to a cast of the module (`self.half().cuda()`): skipping it on "
             "meta would skip the cast too"
         )
-    if not (
-        len(line.body) == 1 and isinstance(line.body[0], cst.Expr) and line.body[0].value is node
-    ):
+    line = site.statement
+    if line is None:
         raise Unfixable("the move is part of a larger statement")
     inner = line.with_changes(leading_lines=())
     new = guarded(META_GUARD, inner).with_changes(leading_lines=line.leading_lines)

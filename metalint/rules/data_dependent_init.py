@@ -13,6 +13,7 @@ from metalint.static.model import (
     construction,
     function_facts,
 )
+from metalint.static.names import dotted
 from metalint.static.origins import Origin, value_origin
 from metalint.static.ownership import (
     ValueRead,
@@ -23,7 +24,7 @@ from metalint.static.ownership import (
     value_reads,
 )
 from metalint.static.rule import Finding, Invalid, Rule
-from metalint.static.syntax import short, walk_code
+from metalint.static.syntax import expression_line, short, walk_code
 from metalint.static.tensors import meta_guarded
 
 #: module methods that return the module itself, converted (``self.half().cuda()``)
@@ -51,6 +52,10 @@ class ReadSite:
     origin: Origin | None = None
     params: frozenset[str] = frozenset()
     handed: tuple[cst.BaseExpression, ...] = ()
+    #: for the module moving itself: the line that is the move alone (None: the move is part
+    #: of a larger statement), and whether it is chained to a cast (``self.half().cuda()``)
+    statement: cst.SimpleStatementLine | None = None
+    cast: bool = False
 
 
 class DataDependentInit(Rule):
@@ -223,7 +228,11 @@ class DataDependentInit(Rule):
                     cls,
                     help="Leave the placement to the caller: `model.to_empty(device=...)` after a "
                     "meta build, or `model.to(device)` after an eager one",
-                    site=ReadSite(method),
+                    site=ReadSite(
+                        method,
+                        statement=expression_line(method.node, node),
+                        cast=dotted(node.func.value) != "self",
+                    ),
                 )
                 continue
         for site in sites:

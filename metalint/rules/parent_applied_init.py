@@ -21,7 +21,7 @@ from metalint.static.model import ClassFacts, MethodFacts, base_helpers, constru
 from metalint.static.names import dotted
 from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
-from metalint.static.syntax import node_text, short, walk_code
+from metalint.static.syntax import expression_line, node_text, short, walk_code
 from metalint.static.tensors import inplace_write
 from metalint.vocabulary import (
     MODULE_ITERATORS,
@@ -51,17 +51,7 @@ def _statement(method: MethodFacts, node: cst.CSTNode) -> cst.BaseStatement | No
     the line holding the call alone (``self.apply(self._init_weights)``)."""
     if type(node) is cst.For:
         return node
-    return next(
-        (
-            n
-            for n in walk_code(method.node)
-            if type(n) is cst.SimpleStatementLine
-            and len(n.body) == 1
-            and type(n.body[0]) is cst.Expr
-            and n.body[0].value is node
-        ),
-        None,
-    )
+    return expression_line(method.node, node)
 
 
 def module_loops(

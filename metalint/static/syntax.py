@@ -502,6 +502,34 @@ def parse_valid_module(source: str) -> cst.Module:
 
 
 # -- small questions about expressions, shared by the rules and the codemods ----------------
+def expression_line(scope: cst.CSTNode, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
+    """The line of ``scope`` whose one statement is the expression ``node``
+    (``self.apply(self._init_weights)``, ``self.to(device)``); None when ``node`` is part of a
+    larger statement."""
+    return next(
+        (
+            n
+            for n in walk_code(scope)
+            if type(n) is cst.SimpleStatementLine
+            and len(n.body) == 1
+            and type(n.body[0]) is cst.Expr
+            and n.body[0].value is node
+        ),
+        None,
+    )
+
+
+def shares_line(scope: cst.CSTNode, statement: cst.BaseSmallStatement) -> bool:
+    """Does the line of ``scope`` holding ``statement`` hold other statements too (``n = 4;
+    self.x = t``)?"""
+    return any(
+        type(n) is cst.SimpleStatementLine
+        and len(n.body) > 1
+        and any(s is statement for s in n.body)
+        for n in walk_code(scope)
+    )
+
+
 def short(node: cst.CSTNode, limit: int = 60) -> str:
     """The source of ``node`` on one line, cut to ``limit`` characters (for messages)."""
     text = " ".join(node_text(node).split())
