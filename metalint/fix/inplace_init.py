@@ -307,7 +307,7 @@ def _outside_init(ctx: RuleContext, edit: ClassEdit, finding: Finding, helper, m
         if any("." in x for x in finding.subject):
             return _children_out_of_builder(ctx, edit, finding, helper)
         return _own_init_out_of_builder(ctx, edit, finding, helper)
-    if only_own(method, ctx, edit.cls):
+    if only_own(method, ctx, finding.site.children):
         return method_into_reset(edit, method)
     # open_clip TextTransformer.init_parameters(): called from a root hook, as ML010 does
     # with a private method that applies the init
@@ -342,7 +342,7 @@ def _copy_into_child(ctx: RuleContext, edit: ClassEdit, node: cst.Assign, site) 
     shape and dtype, which the value must have (``copy_`` broadcasts and casts). The
     ``nn.Parameter``'s arguments come in the rule's ``site``."""
     _index, line, _path = edit.locate(node)
-    if len(line.body) != 1 or not site.alone:
+    if not site.alone:
         raise Unfixable("the replacement is not a statement of its own")
     tensor, data, requires_grad = site.tensor, site.data, site.requires_grad
     if site.starred:

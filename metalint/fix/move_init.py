@@ -39,7 +39,6 @@ from metalint.fix.root_hook import (
 )
 from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
-from metalint.static.ownership import module_children
 from metalint.static.rule import RuleContext
 from metalint.static.syntax import walk_code
 from metalint.static.tensor_kind import binds
@@ -204,14 +203,14 @@ def initialising(method, ctx: RuleContext) -> bool:
     return True
 
 
-def only_own(method, ctx: RuleContext, cls=None) -> bool:
+def only_own(method, ctx: RuleContext, children: frozenset[str] | None = None) -> bool:
     """Does every in-place write of ``method`` initialise a tensor of this module itself (none
     of a child's: the parent's law for a child belongs in the root ``init_weights()``)? In a
-    ``cls`` with no child module, a loop over ``self.parameters()`` writes only its own
-    (torch-geometric-temporal's attention layers: ``for p in self.parameters():
-    nn.init.xavier_uniform_(p)``)."""
+    class whose ``children`` (its rule's site says) are none, a loop over ``self.parameters()``
+    writes only its own (torch-geometric-temporal's attention layers: ``for p in
+    self.parameters(): nn.init.xavier_uniform_(p)``)."""
     own_loops: set[str] = set()
-    if cls is not None and not module_children(cls, ctx.qualify):
+    if children is not None and not children:
         own_loops = {
             n.target.value
             for n in walk_code(method.node.body)

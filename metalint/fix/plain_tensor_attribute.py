@@ -129,7 +129,7 @@ def _one(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         raise Unfixable("the tensor is assigned with several targets")
     attr = site.attr
     target = f"self.{attr}"
-    if len(line.body) != 1:
+    if not site.own_line:
         raise Unfixable("the assignment shares its line with other statements")
     _before_super(edit, index)
     _number_argument(edit, site.value)

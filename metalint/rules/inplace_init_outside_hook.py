@@ -23,7 +23,7 @@ from metalint.static.model import AttrAssign, ClassFacts, MethodFacts, construct
 from metalint.static.names import dotted
 from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
-from metalint.static.syntax import keyword, short
+from metalint.static.syntax import keyword, shares_line, short
 from metalint.static.tensors import (
     all_zeros,
     assigned_writes,
@@ -54,10 +54,12 @@ class InitSite:
     in-place init call), ``"loop"`` (a loop writing every parameter), ``"assign"`` (a write by
     assignment: ``.data``, a slice) or ``"replace"`` (a child's tensor replaced by an
     ``nn.Parameter`` made from a value). For ``"replace"``: the tensor replaced
-    (``"self.emb.weight"``), whether the statement sets it alone (``alone``: not ``a = b =
-    ...``), and the arguments of that ``nn.Parameter(...)``: its ``data`` (None when the call
+    (``"self.emb.weight"``), whether the statement sets it alone on a line of its own
+    (``alone``: not ``a = b = ...``, not ``n = 4; self.emb.weight = ...``), and the arguments of that ``nn.Parameter(...)``: its ``data`` (None when the call
     is wrapped, as in ``nn.Parameter(w).requires_grad_(False)``), its ``requires_grad=`` and
-    whether it takes ``*args``/``**kwargs`` (``starred``)."""
+    whether it takes ``*args``/``**kwargs`` (``starred``). ``children``: the class's child
+    modules (a method initialising only its own tensors in a class without any may loop
+    over ``self.parameters()``)."""
 
     method: MethodFacts
     form: str
@@ -66,6 +68,8 @@ class InitSite:
     starred: bool = False
     tensor: str | None = None
     alone: bool = True
+    #: the class's attributes that hold child modules (:func:`module_children`)
+    children: frozenset[str] = frozenset()
 
 
 class InplaceInitOutsideHook(Rule):
@@ -170,6 +174,15 @@ class InplaceInitOutsideHook(Rule):
         held = child_class(cls, methods, name.split(".")[0], self.qualify)
         return (SameLaw(held, name.split(".", 1)[1], text),) if text and held else ()
 
+    #: (class, its children) of the class last asked: :meth:`_children`
+    _children_of: tuple[ClassFacts, frozenset[str]] | None = None
+
+    def _children(self, cls: ClassFacts) -> frozenset[str]:
+        """The attributes of ``cls`` that hold child modules (:func:`module_children`)."""
+        if self._children_of is None or self._children_of[0] is not cls:
+            self._children_of = (cls, frozenset(module_children(cls, self.qualify)))
+        return self._children_of[1]
+
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
         for method in methods:
@@ -202,9 +215,9 @@ class InplaceInitOutsideHook(Rule):
                     "`init_weights()`, and call that hook from `__init__`",
                     conditions=(NotRecreated((attr,)), *law),
                     subject=(name,),
-                    site=InitSite(method, "call"),
+                    site=InitSite(method, "call", children=self._children(cls)),
                 )
-        yield from _parameter_loops(cls, methods, self.qualify)
+        yield from _parameter_loops(cls, methods, self.qualify, self._children(cls))
         yield from self._local_children(cls, methods)
         yield from self._data_writes(cls, methods)
         yield from self._replaced_child_tensors(cls, methods)
@@ -248,7 +261,7 @@ class InplaceInitOutsideHook(Rule):
                     "`init_weights()` (on the child's tensor), and call that hook from `__init__`",
                     conditions=(NotRecreated((attr,)),),
                     subject=(f"{attr}.{chain[1]}",),
-                    site=InitSite(method, "call"),
+                    site=InitSite(method, "call", children=self._children(cls)),
                 )
 
     def _data_writes(self, cls: ClassFacts, methods) -> Iterable[Finding]:
@@ -256,14 +269,11 @@ class InplaceInitOutsideHook(Rule):
         ``self.conv.weight.data[:] = torch.arange(...)``, ``child.weight.data = t`` of a local
         module then attached (``self.fc = child``). The child's own ``reset_parameters()``
         restores its default init after ``to_empty()``."""
-        children: set[str] | None = None
         for method in methods:
             for stmt in method.binds:
                 for parts in assigned_writes(stmt):
                     if parts[0] == "self" and len(parts) == 3:
-                        if children is None:
-                            children = module_children(cls, self.qualify)
-                        if parts[1] not in children:
+                        if parts[1] not in self._children(cls):
                             continue
                         attr, what = parts[1], f"the child `{parts[1]}`"
                     elif parts[0] != "self" and len(parts) == 2:
@@ -286,7 +296,7 @@ class InplaceInitOutsideHook(Rule):
                         "`reset_parameters()` of this class), and call that hook from `__init__`",
                         conditions=(NotRecreated((attr,)),),
                         subject=(f"{attr}.{parts[-1]}",),
-                        site=InitSite(method, "assign"),
+                        site=InitSite(method, "assign", children=self._children(cls)),
                     )
 
     def _child_container_loops(self, cls: ClassFacts, methods) -> Iterable[Finding]:
@@ -295,7 +305,6 @@ class InplaceInitOutsideHook(Rule):
         parent's loop, as ``nn.init.zeros_(self.lins[0].bias)`` would be for one. After
         ``to_empty()`` each of those modules' own ``reset_parameters()`` restores its default
         init."""
-        children: set[str] | None = None
         for method in methods:
             for call in method.calls:
                 loop = next((n for n in reversed(call.loops) if isinstance(n, cst.For)), None)
@@ -316,10 +325,8 @@ class InplaceInitOutsideHook(Rule):
                     or "[]" in w.chain
                 ):
                     continue
-                if children is None:
-                    children = module_children(cls, self.qualify)
                 attr = head[5:]
-                if attr not in children:
+                if attr not in self._children(cls):
                     continue
                 name = f"{attr}.*.{'.'.join(w.chain[1:])}"
                 yield Finding(
@@ -333,7 +340,7 @@ class InplaceInitOutsideHook(Rule):
                     "after the children's), and call that hook from `__init__`",
                     conditions=(NotRecreated((attr,)),),
                     subject=(name,),
-                    site=InitSite(method, "call"),
+                    site=InitSite(method, "call", children=self._children(cls)),
                 )
 
     def _replaced_child_tensors(self, cls: ClassFacts, methods) -> Iterable[Finding]:
@@ -342,7 +349,6 @@ class InplaceInitOutsideHook(Rule):
         the child's tensor replaced by a value. After ``to_empty()`` the child's own
         ``reset_parameters()`` draws its default init there, as for an init in place. A random
         value or a tensor of the caller or of ``self`` is not one."""
-        children: set[str] | None = None
         for method in methods:
             for a in method.assigns:
                 if a.augmented or a.target.count(".") != 2 or type(a.value) is not cst.Call:
@@ -351,9 +357,7 @@ class InplaceInitOutsideHook(Rule):
                 if data is None or value_kind(data, self.qualify, method) != "value":
                     continue
                 _self, child, tensor = a.target.split(".")
-                if children is None:
-                    children = module_children(cls, self.qualify)
-                if child not in children:
+                if child not in self._children(cls):
                     continue
                 name = f"{child}.{tensor}"
                 conditions: tuple = (NotRecreated((child,)),)
@@ -372,11 +376,11 @@ class InplaceInitOutsideHook(Rule):
                     "tensors) or the model's `init_weights()`, and call that hook from `__init__`",
                     conditions=conditions,
                     subject=(name,),
-                    site=_replaced(method, a, data),
+                    site=_replaced(method, a, data, self._children(cls)),
                 )
 
 
-def _replaced(method: MethodFacts, assign: AttrAssign, data) -> InitSite:
+def _replaced(method: MethodFacts, assign: AttrAssign, data, children) -> InitSite:
     """The site of a child's tensor replaced by ``assign``'s ``nn.Parameter(data, ...)``."""
     value = assign.value
     call = same_tensor(value)
@@ -387,11 +391,12 @@ def _replaced(method: MethodFacts, assign: AttrAssign, data) -> InitSite:
         requires_grad=keyword(call, "requires_grad"),
         starred=any(a.star for a in call.args),
         tensor=assign.target,
-        alone=assign.alone,
+        alone=assign.alone and not shares_line(method.node, assign.node),
+        children=children,
     )
 
 
-def _parameter_loops(cls: ClassFacts, methods, qualify) -> Iterable[Finding]:
+def _parameter_loops(cls: ClassFacts, methods, qualify, children) -> Iterable[Finding]:
     """``for param in self.parameters(): nn.init.xavier_uniform_(param)`` in a class with
     no child modules (titans-pytorch's memory MLPs: a `ParameterList` and a projection):
     every parameter initialised in place by the parent's loop. With children it is ML010's
@@ -414,7 +419,7 @@ def _parameter_loops(cls: ClassFacts, methods, qualify) -> Iterable[Finding]:
     # every parameter (``self.parameters()``) of a module with children is ML010's: the
     # parent's init of its children's tensors; an own ``ParameterList`` is this module's
     loops = [x for x in loops if not x[2].endswith("()")] + (
-        [] if module_children(cls, qualify) else [x for x in loops if x[2].endswith("()")]
+        [] if children else [x for x in loops if x[2].endswith("()")]
     )
     if not loops:
         return
@@ -439,7 +444,7 @@ def _parameter_loops(cls: ClassFacts, methods, qualify) -> Iterable[Finding]:
             help="Move the loop into `reset_parameters()` and call it from `__init__`",
             conditions=(NotRecreated(written),) if written else (),
             subject=written,
-            site=InitSite(method, "loop"),
+            site=InitSite(method, "loop", children=children),
         )
 
 

@@ -8,7 +8,7 @@ import libcst as cst
 from metalint.static.construction import TensorFunctions, is_tensor, off_meta, registrations
 from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
-from metalint.static.syntax import short, string_value
+from metalint.static.syntax import shares_line, short, string_value
 from metalint.vocabulary import TENSOR_INPUT_FUNCTIONS
 
 
@@ -17,12 +17,14 @@ class PlainTensorSite:
     """What the rule matched, handed to its fix (:mod:`metalint.fix.plain_tensor_attribute`):
     the attribute, the tensor it is assigned, the method of construction that assigns it
     (the statement is the finding's node), and whether that statement sets the attribute alone
-    (``alone``: not ``self.x = self.y = t``, not unpacked)."""
+    (``alone``: not ``self.x = self.y = t``, not unpacked) on a line of its own
+    (``own_line``: not ``n = 4; self.x = t``)."""
 
     attr: str
     value: cst.BaseExpression
     method: MethodFacts
     alone: bool = True
+    own_line: bool = True
 
 
 class PlainTensorAttribute(Rule):
@@ -113,7 +115,9 @@ class PlainTensorAttribute(Rule):
                     help=f'Register it with `self.register_buffer("{attr}", ..., '
                     "persistent=False)` and compute it in `reset_parameters()`",
                     subject=(attr,),
-                    site=PlainTensorSite(attr, a.value, method, a.alone),
+                    site=PlainTensorSite(
+                        attr, a.value, method, a.alone, not shares_line(method.node, a.node)
+                    ),
                 )
 
     def _registered(self, cls: ClassFacts) -> set[str]:
