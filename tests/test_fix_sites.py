@@ -19,6 +19,8 @@ from metalint.fix.edits import Rewrite, Unfixable
 from metalint.rules import all_rules
 from metalint.rules.buffer_from_value import BufferFromValue
 from metalint.rules.data_dependent_init import DataDependentInit
+from metalint.rules.device_escape import DeviceEscape
+from metalint.rules.inplace_init_outside_hook import InplaceInitOutsideHook
 from metalint.rules.parameter_from_value import ParameterFromValue, ParameterSite
 from metalint.static.engine import analyze_source
 from metalint.static.model import collect
@@ -138,13 +140,6 @@ def test_the_fix_is_handed_the_rules_site_and_rewrites_only_from_it(rule):
 PLAIN = {"metalint.static.syntax", "metalint.static.names", "metalint.static.rule"}
 #: the facts a codemod reads: the class, its methods, what runs while it is built
 FACTS = {"ClassFacts", "MethodFacts", "FileFacts", "construction"}
-#: (code, name): an analysis its rule matches with that the codemod asks another question
-OTHER_QUESTION = {
-    # ``move_init.only_own``: whether the class has any child module at all (a method that
-    # initialises only its own tensors moves into the hook whole); the rule asks whether the
-    # module owning a replaced tensor is a child
-    ("ML003", "module_children"),
-}
 
 
 def _tree(path) -> ast.Module:
@@ -244,48 +239,86 @@ def _used(tree: ast.AST) -> set[str]:
 def test_no_codemod_calls_what_its_rule_matches_with():
     """A codemod, and the helpers of other fix modules it imports, name none of its rule's
     matchers nor what they are built from (``value_reads``/``meta_tensor`` for ML008,
-    ``assigned_writes`` for ML003, ``legacy_sizes`` for ML009, ``module_children`` for ML010,
-    ...): what the rule found reaches it in the site. And it reads the site."""
+    ``assigned_writes`` for ML003, ``legacy_sizes`` for ML009, ``module_children`` for ML003
+    and ML010, ...): what the rule found reaches it in the site. And it reads the site."""
     found, blind = [], []
     for rule in FIXED_RULES:
         tree, helpers = _fix_trees(rule)
         names = _used(tree).union(*(_used(h) for h in helpers))
-        found += [
-            f"{rule.codemod}: {name}"
-            for name in sorted(_matchers(rule) & names)
-            if (rule.code, name) not in OTHER_QUESTION
-        ]
+        found += [f"{rule.codemod}: {name}" for name in sorted(_matchers(rule) & names)]
         if "site" not in _names(tree):
             blind.append(rule.codemod)
     assert found == [] and blind == [], found + blind
-    assert all(
-        name in _matchers(r) for r in FIXED_RULES for code, name in OTHER_QUESTION if r.code == code
-    )
+
+
+#: the fields of a site that hold the node the rule matched (``EscapeSite.call``)
+SITE_NODES = frozenset({"call"})
+#: what asks an expression what it is: its type, its dotted name, what it names
+ASKING = frozenset({"isinstance", "type", "dotted", "qualify"})
+
+
+def _callee(call: ast.Call) -> str | None:
+    return getattr(call.func, "id", None) or getattr(call.func, "attr", None)
 
 
 class _Aliases:
-    """Which parameters and locals of the codemod's functions hold the finding, or its node
-    (``finding.node``), followed through the calls between them."""
+    """Which parameters and locals of the codemod's functions hold the finding, its site, or
+    what the rule matched: the finding's node (``finding.node``), the site's call, a part of
+    them (``node.func.value``) or the line holding them (``edit.locate(node)``); followed
+    through the calls between them."""
 
     def __init__(self, functions: dict[str, ast.FunctionDef]):
         self.functions = functions
         self.finding = {name: {"finding"} for name in functions}
+        self.site: dict[str, set[str]] = {name: set() for name in functions}
         self.node: dict[str, set[str]] = {name: set() for name in functions}
 
-    def is_node(self, fn: str, e: ast.AST) -> bool:
-        """Is ``e`` the finding's node in function ``fn``?"""
-        if isinstance(e, ast.Attribute) and e.attr == "node":
+    def is_site(self, fn: str, e: ast.AST) -> bool:
+        if isinstance(e, ast.Attribute) and e.attr == "site":
             return isinstance(e.value, ast.Name) and e.value.id in self.finding[fn]
+        return isinstance(e, ast.Name) and e.id in self.site[fn]
+
+    def is_node(self, fn: str, e: ast.AST) -> bool:
+        """Is ``e``, in function ``fn``, what the rule matched or a part of it?"""
+        while isinstance(e, (ast.Attribute, ast.Subscript)):
+            if isinstance(e, ast.Attribute) and (
+                (
+                    e.attr == "node"
+                    and isinstance(e.value, ast.Name)
+                    and e.value.id in self.finding[fn]
+                )
+                or (e.attr in SITE_NODES and self.is_site(fn, e.value))
+            ):
+                return True
+            e = e.value
         return isinstance(e, ast.Name) and e.id in self.node[fn]
+
+    def _add(self, held: dict[str, set[str]], fn: str, name: str) -> bool:
+        if name in held[fn]:
+            return False
+        held[fn].add(name)
+        return True
 
     def _bind(self, fn: str, target: ast.AST, value: ast.AST) -> bool:
         if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
             return any(self._bind(fn, t, v) for t, v in zip(target.elts, value.elts))
-        if isinstance(target, ast.Name) and target.id not in self.node[fn]:
-            if self.is_node(fn, value):
-                self.node[fn].add(target.id)
-                return True
+        if (
+            isinstance(target, ast.Tuple)
+            and len(target.elts) == 3
+            and isinstance(value, ast.Call)
+            and _callee(value) == "locate"
+            and value.args
+            and self.is_node(fn, value.args[0])
+        ):
+            return self._bind_name(fn, self.node, target.elts[1])  # the line holding it
+        if self.is_site(fn, value):
+            return self._bind_name(fn, self.site, target)
+        if self.is_node(fn, value):
+            return self._bind_name(fn, self.node, target)
         return False
+
+    def _bind_name(self, fn: str, held: dict[str, set[str]], target: ast.AST) -> bool:
+        return isinstance(target, ast.Name) and self._add(held, fn, target.id)
 
     def _pass(self, fn: str, call: ast.Call) -> bool:
         callee = self.functions.get(getattr(call.func, "id", None))
@@ -295,12 +328,12 @@ class _Aliases:
         given = list(zip(params, call.args)) + [(k.arg, k.value) for k in call.keywords]
         changed = False
         for param, arg in given:
-            if self.is_node(fn, arg) and param not in self.node[callee.name]:
-                self.node[callee.name].add(param)
-                changed = True
+            if self.is_node(fn, arg):
+                changed |= self._add(self.node, callee.name, param)
+            elif self.is_site(fn, arg):
+                changed |= self._add(self.site, callee.name, param)
             elif isinstance(arg, ast.Name) and arg.id in self.finding[fn]:
-                changed |= param not in self.finding[callee.name]
-                self.finding[callee.name].add(param)
+                changed |= self._add(self.finding, callee.name, param)
         return changed
 
     def follow(self) -> None:
@@ -315,20 +348,15 @@ class _Aliases:
                         changed |= self._pass(name, n)
 
     def shape_tests(self) -> list[str]:
-        """``isinstance(node, ...)``, ``type(node.value)``, ``node.targets``: the finding's
-        node asked what statement or expression it is."""
+        """``isinstance(node, ...)``, ``type(node.value)``, ``dotted(node.func.value)``,
+        ``ctx.qualify(node.func)``, ``line.body``: what the rule matched, or the line holding
+        it, asked what statement or expression it is."""
         out = []
         for name, fn in self.functions.items():
             for n in ast.walk(fn):
                 asked = None
-                if (
-                    isinstance(n, ast.Call)
-                    and getattr(n.func, "id", None) in ("isinstance", "type")
-                    and n.args
-                ):
+                if isinstance(n, ast.Call) and _callee(n) in ASKING and n.args:
                     asked = n.args[0]
-                    while isinstance(asked, ast.Attribute) and not self.is_node(name, asked):
-                        asked = asked.value
                 elif isinstance(n, ast.Attribute) and n.attr in ("targets", "target", "body"):
                     asked = n.value
                 if asked is not None and self.is_node(name, asked):
@@ -337,9 +365,11 @@ class _Aliases:
 
 
 def test_no_codemod_asks_the_finding_node_what_it_is():
-    """Whether the statement sets one attribute alone (ML001, ML003, ML007), is a loop or a
-    line holding a call (ML010), is an assignment or a call (ML001): the rule answers it once,
-    in the site; no codemod tests the type or the targets of the finding's node again."""
+    """Whether the statement sets one attribute alone on its line (ML001, ML003, ML007), is a
+    loop or a line holding a call (ML010), is an assignment or a call (ML001), is the move
+    ``self.to(...)`` alone or chained to a cast (ML008), which factory makes the tensor a copy
+    copies (ML009): the rule answers it once, in the site; no codemod tests the type, the
+    name or the targets of the finding's node, of a part of it or of its line again."""
     asked = []
     for rule in FIXED_RULES:
         tree, helpers = _fix_trees(rule)
@@ -430,3 +460,127 @@ def test_sites_stay_in_the_worker():
         assert result.diagnostics, rule.code
         data = json.loads(json.dumps(result.to_json()))
         assert FileResult.from_json("m.py", data).diagnostics == result.diagnostics
+
+
+# -- the facts the sites now carry ------------------------------------------------------------
+
+
+def _found(rule, source: str):
+    module = cst.parse_module(textwrap.dedent(source))
+    facts = collect(module, "m")
+    ctx = RuleContext(facts, module, ("reset_parameters", "init_weights"), "m.py")
+    return ctx, [f for cls in facts.classes for f in rule(ctx).check_class(cls)]
+
+
+def _with(finding, **changes):
+    return dataclasses.replace(finding, site=dataclasses.replace(finding.site, **changes))
+
+
+def _message(code: str, ctx, finding) -> str:
+    """The rewrite's message, or ``refused: <reason>``."""
+    planned = registry.plan(code, ctx, finding)
+    return planned.message if isinstance(planned, Rewrite) else f"refused: {planned}"
+
+
+def test_a_move_of_the_module_comes_with_its_line_and_whether_it_casts():
+    """ML008: the line that is ``self.to(...)`` alone, and whether the move is chained to a
+    cast, come in the site; the fix guards that line or refuses from them."""
+    ctx, (alone, larger, cast) = _found(
+        DataDependentInit,
+        """\
+        import torch
+        from torch import nn
+
+
+        class A(nn.Module):
+            def __init__(self, d, device="cpu"):
+                super().__init__()
+                self.w = nn.Parameter(torch.ones(d))
+                self.to(device)
+
+
+        class B(nn.Module):
+            def __init__(self, d, device="cpu"):
+                super().__init__()
+                self.w = nn.Parameter(torch.ones(d))
+                moved = self.to(device)
+
+
+        class C(nn.Module):
+            def __init__(self, d, device="cpu"):
+                super().__init__()
+                self.w = nn.Parameter(torch.ones(d))
+                self.half().to(device)
+        """,
+    )
+    assert cst.Module([]).code_for_node(alone.site.statement).strip() == "self.to(device)"
+    assert not alone.site.cast and larger.site.statement is None and cast.site.cast
+    assert _message("ML008", ctx, alone).startswith("Run `self.to(device)` only when")
+    assert _message("ML008", ctx, larger) == "refused: the move is part of a larger statement"
+    assert _message("ML008", ctx, cast).startswith("refused: the move is chained to a cast")
+    # the fix reads the site, not the statement
+    assert _message("ML008", ctx, _with(alone, statement=None)) == _message("ML008", ctx, larger)
+    assert _message("ML008", ctx, _with(alone, cast=True)) == _message("ML008", ctx, cast)
+
+
+def test_a_copy_comes_with_the_factory_of_the_tensor_it_copies():
+    """ML009: the torch factory that makes the copied tensor, through the methods that keep it
+    where it is (``.normal_(...)``), comes in the site; the fix gives that call the device."""
+    ctx, found = _found(
+        DeviceEscape,
+        """\
+        import torch
+        from torch import nn
+
+
+        class Topology(nn.Module):
+            def __init__(self, n: int = 3, device: str = "cpu"):
+                super().__init__()
+                self.device = device
+                self.a = torch.ones((n, n)).to(self.device)
+                self.b = nn.Parameter(torch.zeros(n).normal_(0, 0.01).to(self.device))
+                self.c = torch.cat([torch.ones(n)]).to(self.device)
+        """,
+    )
+    factories = [
+        None if f.site.factory is None else cst.Module([]).code_for_node(f.site.factory)
+        for f in found
+    ]
+    assert factories == ["torch.ones((n, n))", "torch.zeros(n)", None]
+    ones, drawn, cat = found
+    assert _message("ML009", ctx, ones).startswith("Create it with `torch.ones(..., device=")
+    assert _message("ML009", ctx, drawn).startswith("Create it with `torch.zeros(..., device=")
+    refused = "refused: the copied tensor is not made by a torch factory that takes `device=`"
+    assert _message("ML009", ctx, cat) == refused
+    assert _message("ML009", ctx, _with(ones, factory=None)) == refused
+
+
+def test_an_init_comes_with_the_children_of_its_class():
+    """ML003: whether the class has child modules comes in the site: a method of the class
+    that loops over ``self.parameters()`` of a class without any initialises only its own
+    tensors and is called from ``reset_parameters()``; with children it is the parent's init
+    of them."""
+    ctx, (loop,) = _found(
+        InplaceInitOutsideHook,
+        """\
+        import torch
+        from torch import nn
+
+
+        class Attention(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.w = nn.Parameter(torch.empty(d, d))
+                self._reset()
+
+            def _reset(self):
+                for p in self.parameters():
+                    nn.init.xavier_uniform_(p)
+        """,
+    )
+    assert loop.site.children == frozenset()
+    assert _message("ML003", ctx, loop).startswith("Call `_reset()` from `reset_parameters()`")
+    with_children = _with(loop, children=frozenset({"proj"}))
+    assert _message("ML003", ctx, with_children).startswith(
+        "Call `_reset()` from a root `init_weights()`"
+    )
