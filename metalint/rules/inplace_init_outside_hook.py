@@ -139,12 +139,14 @@ class InplaceInitOutsideHook(Rule):
         )
 
     def _same_law(self, cls: ClassFacts, method, methods, call, name: str) -> tuple:
-        """``(SameLaw(child class, tensor, law),)`` of a write into a child's tensor whose
-        law is known, else ()."""
+        """``(SameLaw(child class, tensor, law),)`` of a write into a child's tensor of a known
+        class (law "" when it cannot be read), else ()."""
+        held = child_class(cls, methods, name.split(".")[0], self.qualify)
+        if not held:
+            return ()
         names = law_names(cls, method, self._file_calls())
         text = init_law(call.node, self.qualify, lambda e: law_text(e, names))
-        held = child_class(cls, methods, name.split(".")[0], self.qualify)
-        return (SameLaw(held, name.split(".", 1)[1], text),) if text and held else ()
+        return (SameLaw(held, name.split(".", 1)[1], text or ""),)
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
@@ -240,14 +242,18 @@ class InplaceInitOutsideHook(Rule):
                         if parts[1] not in children:
                             continue
                         attr, what = parts[1], f"the child `{parts[1]}`"
+                        held = child_class(cls, methods, attr, self.qualify)
                     elif parts[0] != "self" and len(parts) == 2:
                         found = attached_child(parts[0], method, self.qualify, self.ctx.facts)
                         if found is None:
                             continue
-                        attr = found[0]
+                        attr, held = found[0], self.qualify(found[1].func)
                         what = f"`{parts[0]}`, which `{method.name}` makes the child `{attr}`"
                     else:
                         continue
+                    # a value the rule does not read: only a protocol re-drawing the child's
+                    # tensor whatever the law (transformers' ``_init_weights``) restores it
+                    law = (SameLaw(held, parts[-1], ""),) if held else ()
                     name = ".".join(parts[1:] if parts[0] == "self" else parts)
                     yield Finding(
                         stmt,
@@ -258,7 +264,7 @@ class InplaceInitOutsideHook(Rule):
                         cls,
                         help="Move this init into the model's `init_weights()` (or a "
                         "`reset_parameters()` of this class), and call that hook from `__init__`",
-                        conditions=(NotRecreated((attr,)),),
+                        conditions=(NotRecreated((attr,)), *law),
                         subject=(f"{attr}.{parts[-1]}",),
                     )
 
