@@ -51,7 +51,8 @@ class InplaceInitOutsideHook(Rule):
     Finds in-place init of the module's tensors in `__init__` outside any reset hook:
     `nn.init.trunc_normal_(self.pos_embed, std=.02)`, `self.weight.data.fill_(1.0)`, and writes
     to a child's tensor (`self.head.weight.data.mul_(0.1)`), unless every root's protocol
-    re-creates that tensor the same way.
+    re-creates that tensor the same way (a transformers model's `_init_weights` in any way:
+    the eager build's `post_init()` overwrites the write too).
 
     ## Why is this bad on meta?
     The init runs on meta tensors and does nothing; after `to_empty()` only the hooks run. A
