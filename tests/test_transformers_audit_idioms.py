@@ -113,3 +113,45 @@ def test_a_write_into_a_child_tensor_under_the_model_init(tmp_path, monkeypatch,
     assert [(code, symbol) for _, code, symbol, _, _ in got] == (
         [("ML003", "SeparableConv")] if lost else []
     )
+
+
+# -- the audit itself ---------------------------------------------------------------------------
+def _load_rule_audit():
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(
+        "rule_audit_batches", ROOT / "bench" / "rule_audit.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["rule_audit_batches"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_audit_stopped_midway_keeps_the_batches_it_probed(tmp_path, monkeypatch, capsys):
+    # a full transformers run takes hours: what each batch probed is in --probe-cache as soon
+    # as the batch ends, so a rerun after a stop probes only the rest
+    from metalint.probe import command
+    from metalint.probe.isolate import Outcome
+
+    audit = _load_rule_audit()
+    monkeypatch.setattr(audit, "ROOTS_PER_CHILD", 1)
+    calls: list = []
+
+    def run_probe(specs, opts, progress=False):
+        calls.append(specs)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the audit is stopped during the second batch
+        return command.ProbeReport(outcomes=[Outcome(label=specs[0], kind="result", result={})])
+
+    monkeypatch.setattr(command, "run_probe", run_probe)
+    saved = tmp_path / "cache"
+    roots = ["fam/A", "fam/B"]
+    with pytest.raises(KeyboardInterrupt):
+        audit._probe_roots(
+            "tiny", roots, {}, "python", 60, None, tmp_path, "roots", {}, saved=saved
+        )
+    assert audit._load_outcome(saved, "tiny", "fam/A", "roots") is not None
+    assert audit._load_outcome(saved, "tiny", "fam/B", "roots") is None
+    assert "tiny: roots: 1/2 roots probed" in capsys.readouterr().err
