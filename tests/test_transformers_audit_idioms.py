@@ -155,3 +155,41 @@ def test_an_audit_stopped_midway_keeps_the_batches_it_probed(tmp_path, monkeypat
     assert audit._load_outcome(saved, "tiny", "fam/A", "roots") is not None
     assert audit._load_outcome(saved, "tiny", "fam/B", "roots") is None
     assert "tiny: roots: 1/2 roots probed" in capsys.readouterr().err
+
+
+TOWER = """
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+
+
+class Tower(PreTrainedModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.scale = nn.Parameter(torch.empty(config.hidden_size))
+        self.post_init()
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, Tower):
+            init.zeros_(module.scale)
+
+
+class Outer(Tower):
+    def __init__(self, config):
+        super().__init__(config)
+        self.tower = Tower(config)
+        self.tower.scale.data.fill_(0.5)
+        self.post_init()
+"""
+
+
+def test_a_write_into_a_sub_model_after_its_post_init_is_lost(tmp_path, monkeypatch):
+    # the sub-model's `post_init()` ran (and marked its modules initialised) before the
+    # write: the eager build keeps 0.5, which `init_weights()` after `to_empty()` does not give
+    (tmp_path / "tower.py").write_text(textwrap.dedent(TOWER))
+    got = _findings(tmp_path, "tower.py", monkeypatch=monkeypatch, select=["ML003"])
+    assert [(code, symbol, subject) for _, code, symbol, subject, _ in got] == [
+        ("ML003", "Outer", ("tower.scale",))
+    ]

@@ -37,7 +37,8 @@ class Replay(Roots):
         any re-draw does (``law`` "": a value the rule cannot read): the eager build's
         ``post_init()`` runs the same ``_init_weights`` after ``__init__``, so what
         ``__init__`` wrote into that tensor is overwritten there too (VisualBert's
-        ``self.visual_position_embeddings.weight.data = ...clone()``)."""
+        ``self.visual_position_embeddings.weight.data = ...clone()``), unless the child is a
+        sub-model (a ``PreTrainedModel``) whose own ``post_init()`` ran before the write."""
         protocol = self.protocol_of(root)
         child = self.h.resolve(child) or child
         self._laws = {}
@@ -51,7 +52,8 @@ class Replay(Roots):
             writes = self._laws.get(tensor, []) + self._laws.get("*", [])
         finally:
             self._laws = None
-        if protocol == TRANSFORMERS:
+        if protocol == TRANSFORMERS and not self.is_transformers(child):
+            # a sub-model ran its own `post_init()` before the write, which then stays
             return tensor in done or "*" in done
         return (
             tensor in done
