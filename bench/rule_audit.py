@@ -317,16 +317,22 @@ def _probe_roots(
     names = [n for n in names if n not in done]
     # one child per batch (it imports torch and the library once); a child that times out
     # before it lists its roots costs its batch only, and counts as each of its roots not built
+    # each batch's outcomes are saved as it ends: an audit stopped midway keeps what it probed
     batches = [names[i : i + ROOTS_PER_CHILD] for i in range(0, len(names), ROOTS_PER_CHILD)]
-    with _with_env(pythonpath):
-        rep = run_probe(
-            [f"{factories}:{','.join(batch)}" for batch in batches],
-            Options(device="cpu", init="auto", timeout=timeout, python=python),
-            progress=sys.stderr.isatty(),
-        )
-    for o in rep.outcomes:
-        _save_outcome(saved, library, by_name.get(o.label.rpartition(":")[2]), o)
-    rep = ProbeReport(outcomes=[*reused, *rep.outcomes])
+    probed: list = []
+    for i, batch in enumerate(batches, 1):
+        with _with_env(pythonpath):
+            part = run_probe(
+                [f"{factories}:{','.join(batch)}"],
+                Options(device="cpu", init="auto", timeout=timeout, python=python),
+                progress=sys.stderr.isatty(),
+            )
+        for o in part.outcomes:
+            _save_outcome(saved, library, by_name.get(o.label.rpartition(":")[2]), o)
+        probed += part.outcomes
+        done = sum(len(b) for b in batches[:i])
+        print(f"{library}: {tag}: {done}/{len(names)} roots probed", file=sys.stderr, flush=True)
+    rep = ProbeReport(outcomes=[*reused, *probed])
     built, groups = 0, set()
     for o in rep.outcomes:
         label = o.label.rpartition(":")[2]

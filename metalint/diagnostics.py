@@ -294,8 +294,10 @@ class HelperReads:
 @dataclass(frozen=True)
 class SameLaw:
     """The finding (an init of a child's ``tensor``, drawn from ``law`` as
-    :func:`metalint.static.tensors.init_law` gives it) stands only while a root's protocol
-    does not re-draw that tensor of the ``child`` class from the same law."""
+    :func:`metalint.static.tensors.init_law` gives it; "" when the rule cannot read it)
+    stands only while a root's protocol does not re-draw that tensor of the ``child`` class
+    from the same law; under the transformers protocol, while it does not re-draw it at all
+    (the eager build's ``post_init()`` re-draws it too)."""
 
     child: str
     tensor: str

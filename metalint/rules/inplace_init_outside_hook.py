@@ -78,7 +78,8 @@ class InplaceInitOutsideHook(Rule):
     Finds in-place init of the module's tensors in `__init__` outside any reset hook:
     `nn.init.trunc_normal_(self.pos_embed, std=.02)`, `self.weight.data.fill_(1.0)`, and writes
     to a child's tensor (`self.head.weight.data.mul_(0.1)`), unless every root's protocol
-    re-creates that tensor the same way.
+    re-creates that tensor the same way (a transformers model's `_init_weights` in any way:
+    the eager build's `post_init()` overwrites the write too).
 
     ## Why is this bad on meta?
     The init runs on meta tensors and does nothing; after `to_empty()` only the hooks run. A
@@ -167,12 +168,14 @@ class InplaceInitOutsideHook(Rule):
         )
 
     def _same_law(self, cls: ClassFacts, method, methods, call, name: str) -> tuple:
-        """``(SameLaw(child class, tensor, law),)`` of a write into a child's tensor whose
-        law is known, else ()."""
+        """``(SameLaw(child class, tensor, law),)`` of a write into a child's tensor of a known
+        class (law "" when it cannot be read), else ()."""
+        held = child_class(cls, methods, name.split(".")[0], self.qualify)
+        if not held:
+            return ()
         names = law_names(cls, method, self._file_calls())
         text = init_law(call.node, self.qualify, lambda e: law_text(e, names))
-        held = child_class(cls, methods, name.split(".")[0], self.qualify)
-        return (SameLaw(held, name.split(".", 1)[1], text),) if text and held else ()
+        return (SameLaw(held, name.split(".", 1)[1], text or ""),)
 
     #: (class, its children) of the class last asked: :meth:`_children`
     _children_of: tuple[ClassFacts, frozenset[str]] | None = None
@@ -276,14 +279,18 @@ class InplaceInitOutsideHook(Rule):
                         if parts[1] not in self._children(cls):
                             continue
                         attr, what = parts[1], f"the child `{parts[1]}`"
+                        held = child_class(cls, methods, attr, self.qualify)
                     elif parts[0] != "self" and len(parts) == 2:
                         found = attached_child(parts[0], method, self.qualify, self.ctx.facts)
                         if found is None:
                             continue
-                        attr = found[0]
+                        attr, held = found[0], self.qualify(found[1].func)
                         what = f"`{parts[0]}`, which `{method.name}` makes the child `{attr}`"
                     else:
                         continue
+                    # a value the rule does not read: only a protocol re-drawing the child's
+                    # tensor whatever the law (transformers' ``_init_weights``) restores it
+                    law = (SameLaw(held, parts[-1], ""),) if held else ()
                     name = ".".join(parts[1:] if parts[0] == "self" else parts)
                     yield Finding(
                         stmt,
@@ -294,7 +301,7 @@ class InplaceInitOutsideHook(Rule):
                         cls,
                         help="Move this init into the model's `init_weights()` (or a "
                         "`reset_parameters()` of this class), and call that hook from `__init__`",
-                        conditions=(NotRecreated((attr,)),),
+                        conditions=(NotRecreated((attr,)), *law),
                         subject=(f"{attr}.{parts[-1]}",),
                         site=InitSite(method, "assign", children=self._children(cls)),
                     )

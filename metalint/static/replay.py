@@ -33,7 +33,12 @@ class Replay(Roots):
         ``self.depthwise.weight.data.normal_(mean=0.0, std=config.initializer_range)`` and
         the base ``_init_weights``' ``init.normal_(module.weight, mean=0.0, std=std)`` with
         ``std = self.config.initializer_range or 0.02``)? The eager build's values and the
-        protocol's then come from one law: nothing is lost."""
+        protocol's then come from one law: nothing is lost. Under the transformers protocol
+        any re-draw does (``law`` "": a value the rule cannot read): the eager build's
+        ``post_init()`` runs the same ``_init_weights`` after ``__init__``, so what
+        ``__init__`` wrote into that tensor is overwritten there too (VisualBert's
+        ``self.visual_position_embeddings.weight.data = ...clone()``), unless the child is a
+        sub-model (a ``PreTrainedModel``) whose own ``post_init()`` ran before the write."""
         protocol = self.protocol_of(root)
         child = self.h.resolve(child) or child
         self._laws = {}
@@ -47,8 +52,12 @@ class Replay(Roots):
             writes = self._laws.get(tensor, []) + self._laws.get("*", [])
         finally:
             self._laws = None
+        if protocol == TRANSFORMERS and not self.is_transformers(child):
+            # a sub-model ran its own `post_init()` before the write, which then stays
+            return tensor in done or "*" in done
         return (
             tensor in done
+            and bool(law)
             and bool(writes)
             and all(got == law and all(_reads(law, g) for g in guards) for got, guards in writes)
         )
