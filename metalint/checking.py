@@ -450,7 +450,7 @@ def _judged(
     extends them)."""
     hierarchy, protocols = _views(results, settings, installed, tree)
     reached = _reached(results, installed, hierarchy, protocols, settings)
-    pairs = templates.twins(hierarchy.classes)
+    pairs = hierarchy.twins()
     original: dict[int, str] = {}
     judged = [
         _judge_file(r, (hierarchy, protocols, settings), enabled, pairs, original, reached)

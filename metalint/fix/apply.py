@@ -402,11 +402,10 @@ def hook_refusal(
     me = h.classes.get(cls)
     if me is None:
         return None
-    for other in h.classes.values():
-        if other.fullname == me.fullname:
-            continue
+    for name in h.subclasses(me.fullname):
+        other = h.classes[name]
         defined = getattr(other, "methods", None) or other.hooks
-        if me.fullname in h.bases(other.fullname) and hook in defined:
+        if hook in defined:
             return HookRefusal("subclass_hook", other.fullname, hook)
     for b in me.bases:
         if b.startswith("torch.nn.") or b in HOOKLESS_BASES:

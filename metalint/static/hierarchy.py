@@ -19,6 +19,7 @@ from metalint.diagnostics import (
     NotRecreated,
     ReturnsMeta,
 )
+from metalint.static import templates
 from metalint.static.constants import dispatch
 from metalint.static.results import HELPER_MARK, ClassSummary, FileResult, star_exports
 from metalint.vocabulary import PUBLIC_HOOKS, TORCH_WITHOUT_RESET
@@ -51,6 +52,11 @@ class Hierarchy:
                 self.exports.setdefault(r.module, r.exports)
         self.public_hooks = tuple(public_hooks)
         self._module_memo: dict[str, bool] = {}
+        #: answers that depend only on the classes' names and bases and the exports, which
+        #: never change once the hierarchy is built (:class:`metalint.static.tree.Tree` only
+        #: swaps a result for one of the same shape): each is made once, on first use
+        self._subclasses: dict[str, list[str]] | None = None
+        self._twins: dict[str, str] | None = None
 
     def resolve(self, name: str, depth: int = 0, table: dict | None = None) -> str | None:
         """The full name of a class (or a name in ``table``) defined in the tree, following
@@ -96,6 +102,24 @@ class Hierarchy:
             if r is not None and r != fullname:
                 out.append(r)
         return out
+
+    def subclasses(self, fullname: str) -> list[str]:
+        """The classes of the tree that have ``fullname`` among their :meth:`bases`, in the
+        tree's order."""
+        if self._subclasses is None:
+            index: dict[str, list[str]] = {}
+            for name in self.classes:
+                for b in dict.fromkeys(self.bases(name)):
+                    index.setdefault(b, []).append(name)
+            self._subclasses = index
+        return self._subclasses.get(fullname, [])
+
+    def twins(self) -> dict[str, str]:
+        """Template class -> its generated class in the tree
+        (:func:`metalint.static.templates.twins`)."""
+        if self._twins is None:
+            self._twins = templates.twins(self.classes)
+        return self._twins
 
     def is_module(self, fullname: str) -> bool:
         if fullname in self._module_memo:
