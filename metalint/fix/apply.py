@@ -137,8 +137,10 @@ class Fixer:
             for d in self._resolve([result], self.settings, self.enabled, tree=self.tree)
             if d.filename == ff.display
         ]
-        self._protocols = (self.tree.hierarchy, self.tree.protocols)
-        return diags, self.tree.hierarchy
+        h = self.tree.hierarchy.for_file(result)
+        if h is self.tree.hierarchy:
+            self._protocols = (h, self.tree.protocols)
+        return diags, h
 
     def blocked(self, d: Diagnostic, h: Hierarchy) -> str | None:
         """Why the whole tree forbids this fix (None: it does not): the hook it puts code in,
