@@ -317,9 +317,12 @@ def _add(tables, r: FileResult, lost: _Names | None) -> None:
     """Add the names of ``r`` to ``tables`` (a :class:`Hierarchy`) where nothing holds them
     yet; ``lost``: where those that another import root holds go (None: the module of ``r``
     is in the root that holds its name)."""
+    mine = {id(c) for c in r.classes} if lost is not None else set()
     for c in r.classes:
-        foreign = lost is not None and tables.classes.get(c.fullname, c) is not c
-        _keep_class(lost.classes if foreign else tables.classes, c)
+        # held by another root's module of the same name (not by a class of ``r``: ``if
+        # has_xlstm: class xLSTMBlock(...) else: class xLSTMBlock(...)``)
+        held = lost is not None and id(tables.classes.get(c.fullname, c)) not in mine
+        _keep_class(lost.classes if held else tables.classes, c)
     for name, summary in r.functions.items():
         where = tables if lost is None or name not in tables.functions else lost
         where.functions.setdefault(name, summary)
