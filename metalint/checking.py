@@ -384,14 +384,18 @@ def _confirmed_helper_reads(
         reduced = Hierarchy([r for i, r in enumerate(results) if i not in named])
     jobs, where = [], []
     for i, r in enumerate(results):
-        reads = [hierarchy.construction_read(function, code) for code, function in r.helper_reads]
+        seen = hierarchy.for_file(r)
+        reads = [seen.construction_read(function, code) for code, function in r.helper_reads]
         if all(read is None for read in reads):
             continue
         if (
             reduced is not None
             and i not in named
             and reads
-            == [reduced.construction_read(function, code) for code, function in r.helper_reads]
+            == [
+                reduced.for_file(r).construction_read(function, code)
+                for code, function in r.helper_reads
+            ]
         ):
             continue
         path = files[i]
@@ -450,17 +454,30 @@ def _judged(
     extends them)."""
     hierarchy, protocols = _views(results, settings, installed, tree)
     reached = _reached(results, installed, hierarchy, protocols, settings)
-    pairs = templates.twins(hierarchy.classes)
+    pairs = hierarchy.twins()
     original: dict[int, str] = {}
-    judged = [
-        _judge_file(r, (hierarchy, protocols, settings), enabled, pairs, original, reached)
-        for r in results
-    ]
+    judges = _judges(hierarchy, protocols, settings)
+    judged = [_judge_file(r, judges(r), enabled, pairs, original, reached) for r in results]
     templates.as_generated(judged, [r.module for r in results], original, pairs)
     out: list[Diagnostic] = []
     for r, kept in zip(results, judged):
         out += _unsuppressed(r, drop_repeated(kept), enabled)
     return sorted(out, key=lambda d: d.sort_key), protocols
+
+
+def _judges(hierarchy: Hierarchy, protocols: Protocols, settings: Settings):
+    """``result -> (hierarchy, protocols, settings)`` a file's findings are judged under: the
+    tree's, or, for a file that sees other modules than the tree's first of their names
+    (:meth:`Hierarchy.for_file`), its own view's."""
+    made: dict[int, tuple] = {id(hierarchy): (hierarchy, protocols, settings)}
+
+    def judges(r: FileResult) -> tuple:
+        view = hierarchy.for_file(r)
+        if id(view) not in made:
+            made[id(view)] = (view, Protocols(view, settings.protocol), settings)
+        return made[id(view)]
+
+    return judges
 
 
 def _reached(results, installed, hierarchy, protocols, settings) -> dict:

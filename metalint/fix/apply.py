@@ -137,8 +137,10 @@ class Fixer:
             for d in self._resolve([result], self.settings, self.enabled, tree=self.tree)
             if d.filename == ff.display
         ]
-        self._protocols = (self.tree.hierarchy, self.tree.protocols)
-        return diags, self.tree.hierarchy
+        h = self.tree.hierarchy.for_file(result)
+        if h is self.tree.hierarchy:
+            self._protocols = (h, self.tree.protocols)
+        return diags, h
 
     def blocked(self, d: Diagnostic, h: Hierarchy) -> str | None:
         """Why the whole tree forbids this fix (None: it does not): the hook it puts code in,
@@ -402,11 +404,10 @@ def hook_refusal(
     me = h.classes.get(cls)
     if me is None:
         return None
-    for other in h.classes.values():
-        if other.fullname == me.fullname:
-            continue
+    for name in h.subclasses(me.fullname):
+        other = h.classes[name]
         defined = getattr(other, "methods", None) or other.hooks
-        if me.fullname in h.bases(other.fullname) and hook in defined:
+        if hook in defined:
             return HookRefusal("subclass_hook", other.fullname, hook)
     for b in me.bases:
         if b.startswith("torch.nn.") or b in HOOKLESS_BASES:

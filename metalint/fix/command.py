@@ -358,8 +358,11 @@ def _summarise(diagnostics: list, fixes: list, fixer, errors: list, echo, *, wri
     for site in fixer.sites:
         remaining += [d for d in site.after if d.filename not in fixed_files]
     unfixable = unsafe_hidden = 0
+    by_file: dict[str, FileFix] = {}
+    for f in fixes:
+        by_file.setdefault(f.display, f)
     for d in sorted(remaining, key=lambda d: d.sort_key):
-        ff = next((f for f in fixes if f.display == d.filename), None)
+        ff = by_file.get(d.filename)
         why = fixer.reason(ff, d)
         if (d.fix is not None and not fixer.applicable(d)) or why == UNSAFE_HINT:
             unsafe_hidden += 1

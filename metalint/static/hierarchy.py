@@ -7,6 +7,8 @@ hooks it inherits re-create?
 
 from __future__ import annotations
 
+import copy
+import os
 from collections.abc import Iterable
 
 from metalint.diagnostics import (
@@ -19,6 +21,7 @@ from metalint.diagnostics import (
     NotRecreated,
     ReturnsMeta,
 )
+from metalint.static import templates
 from metalint.static.constants import dispatch
 from metalint.static.results import HELPER_MARK, ClassSummary, FileResult, star_exports
 from metalint.vocabulary import PUBLIC_HOOKS, TORCH_WITHOUT_RESET
@@ -34,23 +37,55 @@ class Hierarchy:
         #: ``(file, site)`` of every place the tree materialises a model built on meta
         #: (:mod:`metalint.static.pipeline`)
         self.sites: list[tuple[str, dict]] = []
+        #: import root -> the names its modules define that a module of the same name in
+        #: another root defined first (see :meth:`for_file`)
+        self._elsewhere: dict[str, _Names] = {}
+        roots: dict[str, str] = {}  # module -> the import root of its first file
         for r in results:
             self.sites += [(r.path, site) for site in r.materialisations]
-            for c in r.classes:
-                kept = self.classes.setdefault(c.fullname, c)
-                if kept is not c:
-                    # ``if has_xlstm: class xLSTMBlock(...) else: class xLSTMBlock(...)``:
-                    # either may be the one built, so a child of either is a child
-                    both = {*kept.protocol.get("children", ()), *c.protocol.get("children", ())}
-                    if both:
-                        kept.protocol["children"] = sorted(both)
-            for name, summary in r.functions.items():
-                self.functions.setdefault(name, summary)
-                self.function_files.setdefault(name, r.path)
-            if r.module:
-                self.exports.setdefault(r.module, r.exports)
+            root = import_root(r)
+            lost = None
+            if r.module and roots.setdefault(r.module, root) != root:
+                lost = self._elsewhere.setdefault(root, _Names())
+            _add(self, r, lost)
         self.public_hooks = tuple(public_hooks)
+        self._forget()
+
+    def _forget(self) -> None:
         self._module_memo: dict[str, bool] = {}
+        #: answers that depend only on the classes' names and bases and the exports, which
+        #: never change once the hierarchy is built (:class:`metalint.static.tree.Tree` only
+        #: swaps a result for one of the same shape): each is made once, on first use
+        self._subclasses: dict[str, list[str]] | None = None
+        self._twins: dict[str, str] | None = None
+        self._views: dict[str, Hierarchy] = {}
+
+    def replaced(self) -> None:
+        """Drop what was memoised from the summaries, after :class:`metalint.static.tree.Tree`
+        replaced one file's by others of the same shape."""
+        self._module_memo = {}
+        self._views = {}
+
+    def for_file(self, result: FileResult) -> Hierarchy:
+        """The hierarchy as the file of ``result`` sees it. Two package-less folders may hold
+        modules of the same name (``a/models/net.py`` and ``b/models/net.py`` are both
+        ``net``): the tree keeps the first one's classes, functions and exports, and a file
+        under the other folder (its own classes included) sees that folder's instead."""
+        root = import_root(result) if self._elsewhere else ""
+        names = self._elsewhere.get(root)
+        if names is None:
+            return self
+        view = self._views.get(root)
+        if view is None:
+            view = copy.copy(self)
+            view.classes = {**self.classes, **names.classes}
+            view.functions = {**self.functions, **names.functions}
+            view.function_files = {**self.function_files, **names.function_files}
+            view.exports = {**self.exports, **names.exports}
+            view._elsewhere = {}
+            view._forget()
+            self._views[root] = view
+        return view
 
     def resolve(self, name: str, depth: int = 0, table: dict | None = None) -> str | None:
         """The full name of a class (or a name in ``table``) defined in the tree, following
@@ -96,6 +131,24 @@ class Hierarchy:
             if r is not None and r != fullname:
                 out.append(r)
         return out
+
+    def subclasses(self, fullname: str) -> list[str]:
+        """The classes of the tree that have ``fullname`` among their :meth:`bases`, in the
+        tree's order."""
+        if self._subclasses is None:
+            index: dict[str, list[str]] = {}
+            for name in self.classes:
+                for b in dict.fromkeys(self.bases(name)):
+                    index.setdefault(b, []).append(name)
+            self._subclasses = index
+        return self._subclasses.get(fullname, [])
+
+    def twins(self) -> dict[str, str]:
+        """Template class -> its generated class in the tree
+        (:func:`metalint.static.templates.twins`)."""
+        if self._twins is None:
+            self._twins = templates.twins(self.classes)
+        return self._twins
 
     def is_module(self, fullname: str) -> bool:
         if fullname in self._module_memo:
@@ -247,3 +300,51 @@ class Hierarchy:
             key = "applies_to_modules" if kind is AppliesInit else "returns_meta"
             return bool(full and self.functions[full].get(key))
         return True
+
+
+class _Names:
+    """The classes, functions and exports of the modules of one import root whose names
+    another root's modules of the same name hold first (:meth:`Hierarchy.for_file`)."""
+
+    def __init__(self) -> None:
+        self.classes: dict[str, ClassSummary] = {}
+        self.functions: dict[str, dict] = {}
+        self.function_files: dict[str, str] = {}
+        self.exports: dict[str, dict[str, str]] = {}
+
+
+def _add(tables, r: FileResult, lost: _Names | None) -> None:
+    """Add the names of ``r`` to ``tables`` (a :class:`Hierarchy`) where nothing holds them
+    yet; ``lost``: where those that another import root holds go (None: the module of ``r``
+    is in the root that holds its name)."""
+    mine = {id(c) for c in r.classes} if lost is not None else set()
+    for c in r.classes:
+        # held by another root's module of the same name (not by a class of ``r``: ``if
+        # has_xlstm: class xLSTMBlock(...) else: class xLSTMBlock(...)``)
+        held = lost is not None and id(tables.classes.get(c.fullname, c)) not in mine
+        _keep_class(lost.classes if held else tables.classes, c)
+    for name, summary in r.functions.items():
+        where = tables if lost is None or name not in tables.functions else lost
+        where.functions.setdefault(name, summary)
+        where.function_files.setdefault(name, r.path)
+    if r.module:
+        where = tables if lost is None or r.module not in tables.exports else lost
+        where.exports.setdefault(r.module, r.exports)
+
+
+def _keep_class(classes: dict[str, ClassSummary], c: ClassSummary) -> None:
+    kept = classes.setdefault(c.fullname, c)
+    if kept is not c:
+        # ``if has_xlstm: class xLSTMBlock(...) else: class xLSTMBlock(...)``:
+        # either may be the one built, so a child of either is a child
+        both = {*kept.protocol.get("children", ()), *c.protocol.get("children", ())}
+        if both:
+            kept.protocol["children"] = sorted(both)
+
+
+def import_root(r: FileResult) -> str:
+    """The folder a file's module name starts from (the folder above its outermost package):
+    ``a/models/net.py`` outside any package is ``net`` from ``a/models``."""
+    depth = r.module.count(".") + (os.path.basename(r.path) == "__init__.py")
+    folder = os.path.join(os.path.dirname(r.path) or ".", *[os.pardir] * depth)
+    return os.path.abspath(folder)

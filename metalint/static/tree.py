@@ -57,7 +57,7 @@ class Tree:
             h.exports[result.module] = result.exports
         if old.materialisations or result.materialisations:
             h.sites = [(r.path, s) for r in self.results.values() for s in r.materialisations]
-        h._module_memo = {}
+        h.replaced()
         self.protocols.forget()
 
     def _same_shape(self, old: FileResult, new: FileResult) -> bool:
