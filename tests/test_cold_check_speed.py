@@ -119,3 +119,82 @@ def test_replaced_of_a_direct_child_and_of_a_missing_node():
     assert module.code_for_node(ours) == module.code_for_node(cls.deep_replace(forward, new))
     stranger = cst.Name("elsewhere")
     assert replaced(cls, stranger, new) is cls
+
+
+POSITIONED = textwrap.dedent(
+    """
+    import torch
+    import torch.nn as nn
+
+
+    def helper(m):
+        m.w.data.fill_(1)
+
+
+    @decorate(3)
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(2))
+            helper(self)
+
+        def forward(self, x):
+            return x
+    """
+)
+
+
+def _positioned(monkeypatch, pick):
+    """Positions of the nodes ``pick(module, class facts)`` gives, from the engine's renders
+    of parts, and the texts it rendered."""
+    from metalint.static import engine
+    from metalint.static.model import collect
+    from metalint.static.syntax import code_ranges
+
+    module = cst.parse_module(POSITIONED)
+    facts = collect(module, "pkg.mod")
+    cls = facts.classes[0]
+    nodes = pick(module, cls)
+    rendered = []
+
+    def recording(m):
+        rendered.append(m.code)
+        return code_ranges(m)
+
+    monkeypatch.setattr(engine, "code_ranges", recording)
+    got = engine._positions(
+        module, POSITIONED, [(cls, n) for n in nodes], facts, ast.parse(POSITIONED)
+    )
+    whole = code_ranges(module)
+    assert [got[n] for n in nodes] == [whole[n] for n in nodes]
+    return rendered
+
+
+def test_a_finding_in_the_class_header_renders_no_statement_of_its_body(monkeypatch):
+    def pick(module, cls):
+        decorator = cls.node.decorators[0].decorator
+        return [cls.node.name, decorator]
+
+    rendered = _positioned(monkeypatch, pick)
+    assert len(rendered) == 1
+    assert "@decorate(3)\nclass Model(nn.Module):" in rendered[0]
+    assert "super()" not in rendered[0] and "forward" not in rendered[0]
+
+
+def test_a_finding_in_a_helper_renders_the_helper_not_the_class(monkeypatch):
+    def pick(module, cls):
+        helper = module.body[2]
+        return [next(n for n in walk_code(helper) if isinstance(n, cst.Call))]
+
+    rendered = _positioned(monkeypatch, pick)
+    assert len(rendered) == 1
+    assert rendered[0].lstrip().startswith("def helper(m):")
+
+
+def test_findings_in_a_method_and_in_the_header_together(monkeypatch):
+    def pick(module, cls):
+        init = cls.methods["__init__"].node
+        call = next(n for n in walk_code(init) if isinstance(n, cst.Name) and n.value == "ones")
+        return [call, cls.node.name]
+
+    _positioned(monkeypatch, pick)
