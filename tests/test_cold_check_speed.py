@@ -198,3 +198,31 @@ def test_findings_in_a_method_and_in_the_header_together(monkeypatch):
         return [call, cls.node.name]
 
     _positioned(monkeypatch, pick)
+
+
+def test_a_rewrite_by_path_renders_only_what_it_changed(monkeypatch):
+    """The fix registry's class text re-renders only the statements a rewrite made; with
+    ``replaced`` the other methods are kept pieces, cut from the text as they were."""
+    from metalint.fix import registry
+
+    module = cst.parse_module(CLASS)
+    cls = module.body[0]
+    init = cls.body.body[1]
+    first = init.body.body[0]
+    new_init = init.with_changes(body=init.body.with_changes(body=[first, first]))
+    new_class = replaced(cls, init, new_init)
+    texts = registry.ClassText(module, cls)
+    rendered = []
+    real = registry.node_text
+
+    def recording(node, *args):
+        rendered.append(real(node, *args))
+        return rendered[-1]
+
+    monkeypatch.setattr(registry, "node_text", recording)
+    assert texts.render(new_class) == module.code_for_node(new_class)
+    assert texts.render(cls.deep_replace(init, new_init)) == module.code_for_node(new_class)
+    assert rendered  # the copy of deep_replace is rendered afresh
+    rendered.clear()
+    texts.render(new_class)
+    assert not any("forward" in text or "x = 1" in text for text in rendered)
