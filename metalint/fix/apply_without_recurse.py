@@ -21,7 +21,7 @@ from __future__ import annotations
 import libcst as cst
 
 from metalint.diagnostics import Applicability
-from metalint.fix.edits import Rewrite, Unfixable
+from metalint.fix.edits import Rewrite, Unfixable, replaced
 from metalint.static.model import ClassFacts
 from metalint.static.rule import Finding, RuleContext
 from metalint.vocabulary import APPLY_METHOD as APPLY
@@ -119,7 +119,7 @@ def plan(ctx: RuleContext, cls: ClassFacts, finding: Finding) -> Rewrite:
         ]
     )
     new_fn = fn.with_changes(params=new_params, body=body)
-    new_class = cls.node.deep_replace(fn, new_fn)
+    new_class = replaced(cls.node, fn, new_fn)
     passed = " and passes it to the base's `_apply()`" if passing.count else ""
     return Rewrite(
         new_class,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import libcst as cst
 
@@ -74,6 +74,31 @@ def path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
         for child in reversed(code_children(node)):
             stack.append((child, depth + 1))
     return None
+
+
+def replaced(root: cst.CSTNode, old: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNode:
+    """``root.deep_replace(old, new)`` that rebuilds only the nodes from ``root`` down to
+    ``old``: every other node stays the same object (``deep_replace`` copies the whole tree),
+    so a class's text is rendered from the pieces it keeps (``registry.ClassText``)."""
+    path = path_to(root, old)
+    if path is None:
+        return root
+    node = new
+    for parent, child in zip(reversed(path[:-1]), reversed(path[1:])):
+        node = _with_child(parent, child, node)
+    return node
+
+
+def _with_child(parent: cst.CSTNode, child: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNode:
+    """``parent`` with ``new`` in place of its direct child ``child``."""
+    for field in fields(parent):
+        value = getattr(parent, field.name)
+        if value is child:
+            return parent.with_changes(**{field.name: new})
+        if isinstance(value, (tuple, list)) and any(c is child for c in value):
+            items = [new if c is child else c for c in value]
+            return parent.with_changes(**{field.name: type(value)(items)})
+    raise ValueError(f"{type(child).__name__} is no child of {type(parent).__name__}")
 
 
 def names_in(node: cst.CSTNode) -> Iterator[cst.Name]:

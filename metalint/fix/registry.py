@@ -18,7 +18,7 @@ from types import ModuleType
 import libcst as cst
 
 from metalint.diagnostics import Edit, Fix, Position
-from metalint.fix.edits import Rewrite, Unfixable, path_to
+from metalint.fix.edits import Rewrite, Unfixable, path_to, replaced
 from metalint.lines import count_breaks, split_lines
 from metalint.rules import all_rules
 from metalint.static.rule import Finding, RuleContext
@@ -88,7 +88,7 @@ def class_rewrite(
     new_top = (
         rewrite.new_class
         if top is finding.cls.node
-        else top.deep_replace(finding.cls.node, rewrite.new_class)
+        else replaced(top, finding.cls.node, rewrite.new_class)
     )
     return top, new_top
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import libcst as cst
 
 from metalint.diagnostics import Applicability
-from metalint.fix.edits import Rewrite, Unfixable, is_docstring, stmt
+from metalint.fix.edits import Rewrite, Unfixable, is_docstring, replaced, stmt
 from metalint.static.model import ClassFacts
 from metalint.static.rule import Finding, RuleContext
 from metalint.vocabulary import RESET_HOOK
@@ -68,7 +68,7 @@ def plan(ctx: RuleContext, cls: ClassFacts, finding: Finding) -> Rewrite:
     at = 1 if body and is_docstring(body[0]) else 0
     new_fn = fn.with_changes(body=fn.body.with_changes(body=[*body[:at], loop, *body[at:]]))
     return Rewrite(
-        cls.node.deep_replace(fn, new_fn),
+        replaced(cls.node, fn, new_fn),
         Applicability.UNSAFE,
         f"`{cls.name}.{entry}()` calls each module's own `{RESET_HOOK}()` first (unsafe: the "
         "initial values change)",

@@ -341,19 +341,9 @@ def _render_alone(
         if kind is cst.ClassDef and body
         else None
     )
-    if parts:
-        shown = top.with_changes(body=top.body.with_changes(body=[m for m, _ in parts]))
-        anchors = [a for _, method_anchors in parts for a in method_anchors]
-    else:
-        # what follows the last statement holding a finding (often everything after
-        # __init__) cannot move it: render only up to there
-        last = _last_statement_holding(body, targets) if body else None
-        shown = (
-            top
-            if last is None
-            else top.with_changes(body=top.body.with_changes(body=body[: last + 1]))
-        )
-        anchors = [(shown.name, row, None, targets)]
+    if parts == [] and not _in_header(top, targets, walker):
+        return {}  # none of them is in the class (in a helper it calls): nothing to render
+    shown, anchors = _shown(top, body, parts, targets, row)
     alone = cst.Module(
         body=[shown], default_indent=module.default_indent, default_newline=module.default_newline
     )
@@ -375,6 +365,22 @@ def _render_alone(
                     CodePosition(rng.end.line + shift, rng.end.column),
                 )
     return out
+
+
+def _shown(top, body, parts, targets: set[int], row: int) -> tuple:
+    """What of ``top`` to render (see :func:`_render_alone`), with its anchors. ``parts``:
+    the methods holding the findings (``[]``: no statement of the class body holds one,
+    so its header does: the class is rendered with an empty body, ``pass``)."""
+    if parts:
+        shown = top.with_changes(body=top.body.with_changes(body=[m for m, _ in parts]))
+        return shown, [a for _, method_anchors in parts for a in method_anchors]
+    # what follows the last statement holding a finding (often everything after
+    # __init__) cannot move it: render only up to there
+    last = -1 if parts == [] else _last_statement_holding(body, targets) if body else None
+    shown = (
+        top if last is None else top.with_changes(body=top.body.with_changes(body=body[: last + 1]))
+    )
+    return shown, [(shown.name, row, None, targets)]
 
 
 def _held_in(stmt: cst.FunctionDef, left: set[int], walk):
@@ -423,13 +429,24 @@ def _by_top_level_class(module: cst.Module, found, facts) -> dict | None:
     return groups
 
 
+def _in_header(top: cst.ClassDef, targets: set[int], walk) -> bool:
+    """Whether a node of ``targets`` is in the class statement outside its body (its name,
+    bases, decorators)."""
+    return any(
+        not targets.isdisjoint(map(id, walk(part)))
+        for part in children(top)
+        if part is not top.body
+    )
+
+
 def _holder(module: cst.Module, node: cst.CSTNode) -> cst.CSTNode | None:
     """The module-level function or class that holds ``node``, if any."""
+    walker = walk if type(node) in TRIVIA else walk_code
     return next(
         (
             s
             for s in module.body
-            if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and any(n is node for n in walk(s))
+            if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and any(n is node for n in walker(s))
         ),
         None,
     )
@@ -446,7 +463,8 @@ def _methods_holding(
     walk=walk,
 ):
     """(method to render, its anchors) for each method of ``top`` holding some of
-    ``targets``; None when a class-level statement holds one or a row cannot be told. An
+    ``targets`` (none: no statement of the class holds one); None when a class-level
+    statement holds one or a row cannot be told. An
     anchor is (node, its row, its column or None for a name, ids of the findings under it).
     ``walk`` lists the nodes under a statement (:func:`walk_code` when no finding is trivia).
 
@@ -494,7 +512,7 @@ def _methods_holding(
                     [(stmt.name, r, None, held)],
                 )
             )
-    return out or None
+    return out
 
 
 def _statements_of(

@@ -93,6 +93,8 @@ class MethodFacts:
         its assignments decide, as any local's do."""
         if name.value not in self.params:
             return False
+        if not self.local_values.get(name.value):
+            return True  # never assigned in the body: what the caller passed, wherever read
         row = self._statement_of()
         at = row.get(id(name))
         mine = [

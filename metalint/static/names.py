@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,6 +32,7 @@ _CANONICAL_PREFIXES = (
 )
 
 
+@functools.lru_cache(maxsize=1 << 16)  # rules qualify the same few names again and again
 def canonical(name: str) -> str:
     for prefix, public in _CANONICAL_PREFIXES:
         if name.startswith(prefix):

@@ -121,16 +121,37 @@ def materialisations(
     if not (PREFILTER.search(source) or _EAGER_HINT.search(source)):
         return out
     scopes: list[tuple[list[ast.stmt], str]] = [(tree.body, "")]
+    top_level = {id(n) for n in tree.body}
     scopes += [
-        (n.body, f"{module}.{n.name}" if n in tree.body and module else "")
-        for n in ast.walk(tree)
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        (n.body, f"{module}.{n.name}" if id(n) in top_level and module else "")
+        for n in functions(tree)
     ]
     for body, function in scopes:
         walker = _Scope(aliases, local, module, is_package, tables, function)
         walker.block(body, conditional=False)
         out += [s for s in walker.sites if _kept(s)]
     out.sort(key=lambda s: s["line"])
+    return out
+
+
+#: the fields of a statement that hold statements (or ``except``/``case`` clauses holding them)
+_BLOCKS = ("body", "handlers", "orelse", "finalbody", "cases")
+
+
+def functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Every function of ``tree``, in the order of ``ast.walk`` (breadth first), found among
+    the statements only: a function is a statement, and expressions (most of the nodes)
+    hold none."""
+    out = []
+    level: list[ast.AST] = [tree]
+    while level:
+        below: list[ast.AST] = []
+        for node in level:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append(node)
+            for field in _BLOCKS:
+                below += getattr(node, field, ())
+        level = below
     return out
 
 

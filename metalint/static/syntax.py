@@ -270,10 +270,17 @@ def walk_code(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """:func:`walk` without :data:`TRIVIA` (two in three nodes of a typical statement), for
     finding code nodes."""
     stack = [node]
+    pop, extend, getters = stack.pop, stack.extend, _CODE_CHILDREN
     while stack:
-        cur = stack.pop()
+        cur = pop()
         yield cur
-        stack.extend(reversed(code_children(cur)))
+        getter = getters.get(type(cur))
+        if getter is None:
+            getter = _learn_code(cur)
+        below = getter(cur)  # a new list each time: reversed in place
+        if below:
+            below.reverse()
+            extend(below)
 
 
 class _Nothing:
