@@ -10,10 +10,14 @@ from metalint.cli import main
 
 #: tests that share one costly run (a session or module fixture): a parametrized test (its
 #: cases) or a test module (its tests). Under xdist (``pytest -n``) each goes to one worker,
-#: which makes the run once (tests/test_probe_distributed.py: torchrun on 2 ranks)
+#: which makes the run once (tests/test_probe_distributed.py: torchrun on 2 ranks); split
+#: over two workers, each worker made it (test_shard_shapes.py's process groups: twice each)
 SHARED_RUN = (
     "tests/test_fix.py::test_every_rewritten_fixture_class_passes_the_probe",
     "tests/test_probe_distributed.py",
+    "tests/test_shard_shapes.py",  # one process group per world size
+    "tests/test_loader_dtensor.py",  # the same
+    "tests/test_probe.py",  # layers_report: one probe child over tests/probe_models/layers.py
 )
 
 
