@@ -8,7 +8,6 @@ by ``bench/run.py`` from the stored results, and no page logs how the project wa
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import re
@@ -242,10 +241,6 @@ def test_bench_run_measures_only_what_changed(tmp_path, monkeypatch):
     sections = ["fix", "loader"]
     monkeypatch.setattr(run, "SECTIONS", {s: run.SECTIONS[s] for s in sections})
     monkeypatch.setattr(run, "MEASURE", {s: stub(s) for s in sections})
-    # the code does not change here: each file hashed once, the machine (a torch import in a
-    # subprocess) asked once; the fingerprint's own test is the one below
-    monkeypatch.setattr(run, "_code_hash", functools.cache(run._code_hash))
-    monkeypatch.setattr(run, "machine", functools.cache(run.machine))
     first = _run(run, tmp_path)
     assert stub.calls == ["fix", "loader"]  # nothing stored: both measured
     assert "loader table" in first
