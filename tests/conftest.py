@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import textwrap
 from pathlib import Path
 
@@ -37,6 +38,20 @@ def pytest_xdist_make_scheduler(config, log):
             return nodeid
 
     return SharedRunScheduling(config, log)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _frozen_heap():
+    """What is alive when a test module starts (torch, the modules and fixtures of the tests
+    before it) is moved out of the cycle collector's reach (``gc.freeze``): a full collection
+    then walks only what the module's tests make. The probe collects after each build
+    (``release_memory``); in a worker holding a few hundred thousand objects each collection
+    took over a second, which made an in-process probe several times slower than in its own
+    child. Garbage is collected first, so only objects alive at that moment are kept; a test
+    that freezes and unfreezes the heap itself (tests/test_engine_gc.py) may."""
+    gc.collect()
+    gc.freeze()
+    yield
 
 
 @pytest.fixture
