@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import hashlib
 import json
 import os
@@ -853,7 +854,11 @@ def version_of(cmd: list[str]) -> str:
 
 def _code_hash(path: Path) -> str:
     """The code of a file without its docstrings and comments (those change no figure)."""
-    text = path.read_text(encoding="utf-8")
+    return _text_hash(path.read_text(encoding="utf-8"))
+
+
+@functools.cache  # every section's fingerprint hashes all of metalint/ again
+def _text_hash(text: str) -> str:
     try:
         tree = ast.parse(text)
     except SyntaxError:
@@ -895,6 +900,7 @@ def commit() -> str:
     return sha + (" + uncommitted changes" if dirty.strip() else "")
 
 
+@functools.cache  # the same for every section of a run: one torch import, not one a section
 def machine() -> str:
     cpu = "?"
     try:

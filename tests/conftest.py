@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import textwrap
 from pathlib import Path
 
@@ -10,10 +11,14 @@ from metalint.cli import main
 
 #: tests that share one costly run (a session or module fixture): a parametrized test (its
 #: cases) or a test module (its tests). Under xdist (``pytest -n``) each goes to one worker,
-#: which makes the run once (tests/test_probe_distributed.py: torchrun on 2 ranks)
+#: which makes the run once (tests/test_probe_distributed.py: torchrun on 2 ranks); split
+#: over two workers, each worker made it (test_shard_shapes.py's process groups: twice each)
 SHARED_RUN = (
     "tests/test_fix.py::test_every_rewritten_fixture_class_passes_the_probe",
     "tests/test_probe_distributed.py",
+    "tests/test_shard_shapes.py",  # one process group per world size
+    "tests/test_loader_dtensor.py",  # the same
+    "tests/test_probe.py",  # layers_report: one probe child over tests/probe_models/layers.py
 )
 
 
@@ -33,6 +38,20 @@ def pytest_xdist_make_scheduler(config, log):
             return nodeid
 
     return SharedRunScheduling(config, log)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _frozen_heap():
+    """What is alive when a test module starts (torch, the modules and fixtures of the tests
+    before it) is moved out of the cycle collector's reach (``gc.freeze``): a full collection
+    then walks only what the module's tests make. The probe collects after each build
+    (``release_memory``); in a worker holding a few hundred thousand objects each collection
+    took over a second, which made an in-process probe several times slower than in its own
+    child. Garbage is collected first, so only objects alive at that moment are kept; a test
+    that freezes and unfreezes the heap itself (tests/test_engine_gc.py) may."""
+    gc.collect()
+    gc.freeze()
+    yield
 
 
 @pytest.fixture

@@ -1,8 +1,11 @@
 """``metalint load`` on hostile checkpoints: no code runs, memory and time stay bounded.
 
-Every case runs the CLI in a subprocess under a 4 GiB address-space limit and a 60 s timeout,
-and must end with exit 2 and one line on stderr naming the file, no traceback. The seeded
-property tests at the end draw nested pickles (for the torch zip reader) and DCP metadata.
+Every case runs the CLI in a process of its own under an address-space limit (4 GiB for a fresh
+interpreter) and a 60 s timeout, and must end with exit 2 and one line on stderr naming the file,
+no traceback. The process is forked from this one, which has imported torch already (a fresh
+interpreter per case took seconds each); one case runs ``python -m metalint load`` end to end.
+The seeded property tests at the end draw nested pickles (for the torch zip reader) and DCP
+metadata.
 """
 
 from __future__ import annotations
@@ -11,10 +14,14 @@ import io
 import os
 import pickle
 import resource
+import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -42,11 +49,17 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS, LIMIT_AS))
 
 
-def load_cli(ckpt, cwd) -> tuple[subprocess.CompletedProcess, float]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+def load_cli(ckpt, cwd, *, fresh: bool = False) -> tuple[subprocess.CompletedProcess, float]:
+    """``metalint load CKPT --model TARGET`` from ``cwd``: its outcome and seconds. ``fresh``:
+    as ``python -m metalint`` in a new interpreter; otherwise in a child forked from this
+    process (:func:`_forked_load`)."""
+    args = ["load", str(ckpt), "--model", TARGET]
     t0 = time.monotonic()
+    if not fresh:
+        return _forked_load(args, cwd), time.monotonic() - t0
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     r = subprocess.run(
-        [sys.executable, "-m", "metalint", "load", str(ckpt), "--model", TARGET],
+        [sys.executable, "-m", "metalint", *args],
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -55,6 +68,72 @@ def load_cli(ckpt, cwd) -> tuple[subprocess.CompletedProcess, float]:
         env=env,
     )
     return r, time.monotonic() - t0
+
+
+def _vm_size() -> int:
+    with open("/proc/self/status") as f:
+        line = next(ln for ln in f if ln.startswith("VmSize:"))
+    return int(line.split()[1]) * 1024
+
+
+#: what a fresh interpreter with torch and metalint takes of LIMIT_AS (about 0.6 GiB)
+FRESH_AS = 2**30
+
+
+def _forked_load(args: list[str], cwd) -> subprocess.CompletedProcess:
+    """The CLI's ``main(args)`` in a forked child: the address space it may add is what a fresh
+    interpreter had under LIMIT_AS; its exit status and output come back as ``subprocess.run``
+    gives them. An exception the CLI lets out is printed as a traceback, exit 1, as
+    ``python -m metalint`` would; past TIMEOUT the child is killed (TimeoutExpired)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        limit = _vm_size() + LIMIT_AS - FRESH_AS
+        sys.stdout.flush(), sys.stderr.flush()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork of a threaded process
+            pid = os.fork()
+        if pid == 0:  # the child: never returns
+            _child(args, cwd, out, err, limit)
+        status = _wait(pid, args)
+        out.seek(0), err.seek(0)
+        text = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    return subprocess.CompletedProcess(args, os.waitstatus_to_exitcode(status), *text)
+
+
+def _child(args, cwd, out, err, limit: int) -> None:
+    code = 1
+    try:
+        os.dup2(out.fileno(), 1), os.dup2(err.fileno(), 2)
+        sys.stdout = open(1, "w", closefd=False)
+        sys.stderr = open(2, "w", closefd=False)
+        os.chdir(cwd)
+        torch.set_num_threads(1)
+        warnings.simplefilter("ignore")
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        from metalint.cli import main
+
+        main(args, prog_name="metalint")
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (e.code is not None)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
+
+
+def _wait(pid: int, args) -> int:
+    """The child's wait status; past TIMEOUT it is killed and TimeoutExpired raised."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise subprocess.TimeoutExpired(args, TIMEOUT)
+        time.sleep(0.01)
 
 
 def one_line_error(r: subprocess.CompletedProcess, names) -> str:
@@ -306,7 +385,7 @@ def test_data_pkl_code_is_never_called(tmp_path):
     path = _torch_zip_with_pkl({"w": torch.zeros(1)}, tmp_path / "m.pt", pkl)
     check_zip_records(str(path))  # reads it (nothing to check): builds stand-ins only
     assert not marker.exists()
-    r, _ = load_cli(path, tmp_path)
+    r, _ = load_cli(path, tmp_path, fresh=True)  # the end-to-end case: a new interpreter
     one_line_error(r, [path])  # torch.load(weights_only=True) refuses the global
     assert not marker.exists()
 
