@@ -12,6 +12,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 LAYER = """import torch
@@ -102,6 +104,7 @@ def test_static_bench_on_tiny_tree(tmp_path, monkeypatch):
     assert not (tree / ".metalint_cache").exists()
 
 
+@pytest.mark.slow  # a bench profile: every section of bench/run.py
 def test_quick_bench_runs_every_section(tmp_path, monkeypatch):
     """``--quick`` past the static part: probe, real models, loader (accelerate's folder is
     asked for, not downloaded here) and GPU sections, on a local tree."""

@@ -89,6 +89,7 @@ EVERY_FAULT = [
 ]
 
 
+@pytest.mark.slow  # a fuzz profile: concurrent and killed runs over a cache
 @settings(CI, max_examples=2)
 @given(fuzz.cache_rounds())
 @example(EVERY_FAULT)

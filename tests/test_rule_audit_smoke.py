@@ -14,9 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # a bench profile: probes every root of the tiny library
 def test_rule_audit_tiny(tmp_path):
     out, js = tmp_path / "audit.md", tmp_path / "audit.json"
     proc = subprocess.run(
