@@ -203,7 +203,19 @@ def _targets(targets, config):
         specs = list(settings.probe.get("factories", []))
         if not specs:
             raise click.UsageError("no TARGET given and no [tool.metalint.probe] factories")
-    return specs, settings
+    return [_through_factory(s, settings.factories) for s in specs], settings
+
+
+def _through_factory(spec: str, factories: dict[str, str]) -> str:
+    """``module:Class`` of a class the project builds through a factory (``[tool.metalint.probe]
+    factories`` as a table): that factory, as ``check --probe`` builds it; any other target
+    as given."""
+    module, sep, name = spec.partition(":")
+    factory = factories.get(f"{module}.{name}") if sep and not module.endswith(".py") else None
+    if factory is None:
+        return spec
+    click.echo(f"metalint: note: {spec} is built by its factory {factory}", err=True)
+    return factory
 
 
 def _show_declared(intended, stale, where: str, fmt: str) -> None:
