@@ -73,6 +73,10 @@ class MethodFacts:
     )
     #: subscripts whose index may be a boolean mask (``x[x.abs() <= 1]``, ``t[mask]``, ``t[~m]``)
     masked: list[cst.Subscript] = field(default_factory=list)
+    #: :func:`metalint.static.ownership.meta_tensor`'s answer for each local, by the locals
+    #: assumed meta and the own tensors it was asked with: a chain of locals each computed
+    #: from the one before is walked once, not once per path through it
+    meta_locals: dict[tuple, bool] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def arguments(self) -> set[str]:

@@ -93,6 +93,11 @@ def factory_calls(expr: cst.BaseExpression | None, qualify) -> list[cst.Call]:
     return out
 
 
+#: how deep :func:`meta_tensor` follows an expression through its parts and locals (each
+#: local is answered once per method: :attr:`MethodFacts.meta_locals`)
+MAX_DEPTH = 40
+
+
 def meta_tensor(
     expr: cst.BaseExpression | None,
     qualify,
@@ -107,7 +112,7 @@ def meta_tensor(
     own tensors in ``own``. ``assumed``: locals whose other assignments are being asked about
     (see :func:`_meta_local`), and ``name()`` for each module-level function of the file that
     returns a meta tensor (:func:`meta_returning_functions`)."""
-    if expr is None or depth > 10:
+    if expr is None or depth > MAX_DEPTH:
         return False
     rec = lambda e: meta_tensor(e, qualify, method, own, depth + 1, assumed)  # noqa: E731
     if type(expr) is cst.Call:
@@ -202,6 +207,16 @@ def _meta_local(
     torch.as_tensor(...)``, then ``counts = counts.clamp(1., n - 1.)``) is meta when it keeps a
     meta tensor meta: the local is assumed meta while it is asked (the other assignments decide;
     the recursion used to run out of depth and call the local not meta)."""
+    key = (expr.value, assumed, frozenset(own or ()))
+    known = method.meta_locals.get(key)
+    if known is None:
+        known = method.meta_locals[key] = _meta_local_of(expr, qualify, method, own, depth, assumed)
+    return known
+
+
+def _meta_local_of(
+    expr: cst.Name, qualify, method: MethodFacts, own, depth: int, assumed: frozenset[str]
+) -> bool:
     rec = lambda e: meta_tensor(e, qualify, method, own, depth + 1, assumed)  # noqa: E731
     values = method.local_values.get(expr.value)
     if method.holds_argument(expr):
@@ -301,7 +316,7 @@ def meta_tensor_sequence(
     expr: cst.BaseExpression | None, qualify, method: MethodFacts | None, own=None, depth: int = 0
 ) -> bool:
     """``t.split(sizes)``, ``torch.meshgrid(a, b)``: a tuple of meta tensors."""
-    if not isinstance(expr, cst.Call) or depth > 10:
+    if not isinstance(expr, cst.Call) or depth > MAX_DEPTH:
         return False
     q = qualify(expr.func)
     if q in SEQUENCE_FUNCTIONS:
