@@ -117,6 +117,9 @@ class _Walk:
             yield from (t.comparator for t in expr.comparisons)
         elif isinstance(expr, cst.Subscript):
             yield expr.value
+        elif isinstance(expr, cst.IfExp):  # either branch may be taken: both are followed
+            yield expr.body
+            yield expr.orelse
         else:
             raise _Stopped(Stop("expression", expr))
 

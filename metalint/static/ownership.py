@@ -129,6 +129,8 @@ def meta_tensor(
         return _meta_comparison(expr, rec)
     if type(expr) is cst.Subscript:
         return rec(expr.value) or meta_tensor_sequence(expr.value, qualify, method, own, depth + 1)
+    if type(expr) is cst.IfExp:  # ``a if flag else b``: meta whichever branch is taken
+        return rec(expr.body) and rec(expr.orelse)
     if type(expr) is cst.Name and method is not None:
         return expr.value in assumed or _meta_local(expr, qualify, method, own, depth, assumed)
     return False
