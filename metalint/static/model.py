@@ -240,6 +240,15 @@ def builds_module(name: str | None, facts: FileFacts, depth: int = 0) -> bool:
 _HOOKS: dict[type, tuple] = {}
 
 
+def _hooks(kind: type) -> tuple:
+    name = kind.__name__
+    hooks = _HOOKS[kind] = (
+        getattr(FactCollector, f"visit_{name}", None),
+        getattr(FactCollector, f"leave_{name}", None),
+    )
+    return hooks
+
+
 def _is_self_chain(name: str | None) -> bool:
     return name is not None and (name == "self" or name.startswith("self."))
 
@@ -264,24 +273,24 @@ class FactCollector:
         every whitespace and punctuation node. Same order of calls: the node's ``visit_``
         hook, its children in libcst's visiting order unless the hook returned False, its
         ``leave_`` hook; tokens and whitespace (no hook here, nothing below them) are passed by."""
-        stack: list[tuple[cst.CSTNode, object]] = [(root, None)]
+        # a node to visit, or (its ``leave_`` hook, the node) once its children are done
+        stack: list = [root]
+        pop, push, extend, hooks_of = stack.pop, stack.append, stack.extend, _HOOKS
         while stack:
-            node, leave = stack.pop()
-            if leave is not None:
-                leave(self, node)
+            node = pop()
+            if type(node) is tuple:
+                node[0](self, node[1])
                 continue
-            hooks = _HOOKS.get(type(node))
+            hooks = hooks_of.get(type(node))
             if hooks is None:
-                name = type(node).__name__
-                hooks = _HOOKS[type(node)] = (
-                    getattr(FactCollector, f"visit_{name}", None),
-                    getattr(FactCollector, f"leave_{name}", None),
-                )
+                hooks = _hooks(type(node))
             visit, leave = hooks
             if leave is not None:
-                stack.append((node, leave))
+                push((leave, node))
             if visit is None or visit(self, node) is not False:
-                stack.extend((c, None) for c in reversed(code_children(node)))
+                below = code_children(node)  # a new list each time: reversed in place
+                below.reverse()
+                extend(below)
 
     # -- imports (module level and nested: both count) -------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
