@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from metalint.static.names import Aliases, dotted, partial_class, torch_module_class
-from metalint.static.syntax import code_children, walk_code
+from metalint.static.syntax import code_children_getter, walk_code
 from metalint.vocabulary import NO_GRAD_CONTEXTS, SKIPPED_METHOD_PREFIXES
 
 
@@ -236,15 +236,27 @@ def builds_module(name: str | None, facts: FileFacts, depth: int = 0) -> bool:
     return False
 
 
-#: node type -> the collector's (visit, leave) hooks for it (None: no hook)
+#: node type -> the collector's (visit, leave) hooks for it (None: no hook), and its
+#: code children getter (see :func:`_hooks`)
 _HOOKS: dict[type, tuple] = {}
 
 
-def _hooks(kind: type) -> tuple:
+#: the hooks of a name or a literal (two in five nodes): none, and no code below it
+_LEAF = (None, None, None)
+
+
+def _hooks(node: cst.CSTNode) -> tuple:
+    """The collector's ``visit_``/``leave_`` hooks of ``node``'s type (None: none) and the
+    :func:`code_children` of that type."""
+    kind = type(node)
+    if kind in (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString):
+        _HOOKS[kind] = _LEAF
+        return _LEAF
     name = kind.__name__
     hooks = _HOOKS[kind] = (
         getattr(FactCollector, f"visit_{name}", None),
         getattr(FactCollector, f"leave_{name}", None),
+        code_children_getter(node),
     )
     return hooks
 
@@ -283,12 +295,14 @@ class FactCollector:
                 continue
             hooks = hooks_of.get(type(node))
             if hooks is None:
-                hooks = _hooks(type(node))
-            visit, leave = hooks
+                hooks = _hooks(node)
+            if hooks is _LEAF:
+                continue
+            visit, leave, below = hooks
             if leave is not None:
                 push((leave, node))
             if visit is None or visit(self, node) is not False:
-                below = code_children(node)  # a new list each time: reversed in place
+                below = below(node)  # a new list each time: reversed in place
                 below.reverse()
                 extend(below)
 
