@@ -25,17 +25,18 @@ from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import keyword, shares_line, short
 from metalint.static.tensors import (
+    Write,
     all_zeros,
     assigned_writes,
     every_parameter_written,
     init_law,
-    initialised_target,
     inplace_write,
     law_text,
     own_attributes,
     parameter_value,
     same_tensor,
     value_kind,
+    write_target,
 )
 from metalint.vocabulary import (
     INPLACE_METHODS,
@@ -186,11 +187,21 @@ class InplaceInitOutsideHook(Rule):
             self._children_of = (cls, frozenset(module_children(cls, self.qualify)))
         return self._children_of[1]
 
+    def _write(self, call: cst.Call) -> Write | None:
+        """:func:`inplace_write` of ``call``, once per call and imports (three passes over
+        construction ask it): the call is kept, so that no other node takes its id."""
+        writes = self.__dict__.setdefault("_writes", {})
+        now = self.ctx.facts.aliases.changes
+        hit = writes.get(id(call))
+        if hit is None or hit[1] != now:
+            hit = writes[id(call)] = (call, now, inplace_write(call, self.qualify))
+        return hit[2]
+
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
         for method in methods:
             for call in method.calls:
-                target = initialised_target(call.node, self.qualify)
+                target = write_target(self._write(call.node))
                 if target is None:
                     continue
                 name = tensor_name(target)
@@ -235,7 +246,7 @@ class InplaceInitOutsideHook(Rule):
             for call in method.calls:
                 if call.loops:
                     continue  # a loop variable or a local made again on each pass
-                w = inplace_write(call.node, self.qualify)
+                w = self._write(call.node)
                 if w is None or w.kind == "storage":
                     continue
                 chain = w.chain[:-1] if w.chain[-1:] == ("data",) else w.chain
@@ -323,7 +334,7 @@ class InplaceInitOutsideHook(Rule):
                     head = head[: -len(".children")] if head.endswith(".children") else ""
                 if not head.startswith("self.") or head.count(".") != 1:
                     continue
-                w = inplace_write(call.node, self.qualify)
+                w = self._write(call.node)
                 if (
                     w is None
                     or w.kind == "storage"
