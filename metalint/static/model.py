@@ -142,6 +142,8 @@ class ClassFacts:
     #: methods of the bases of the same file that the class does not define, nearest base
     #: first (see :func:`base_helpers`)
     from_bases: dict[str, MethodFacts] = field(default_factory=dict)
+    #: :func:`construction`'s answers, by its arguments (every rule asks for every class)
+    built: dict[tuple, list[MethodFacts]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def init(self) -> MethodFacts | None:
@@ -190,6 +192,14 @@ def construction(
     ``__init__`` alone, since what a hook does (and the helpers only it reaches) is the hook's
     job, done again after ``to_empty()``.
     """
+    key = (True,) if enter_hooks else (False, *hooks)
+    found = cls.built.get(key)
+    if found is None:
+        found = cls.built[key] = _construction(cls, enter_hooks, hooks)
+    return list(found)
+
+
+def _construction(cls: ClassFacts, enter_hooks: bool, hooks: Collection[str]) -> list[MethodFacts]:
     if enter_hooks:
         out = cls.reachable("__init__")
         for name in cls.inherited:
