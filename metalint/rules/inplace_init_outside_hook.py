@@ -231,7 +231,7 @@ class InplaceInitOutsideHook(Rule):
                     subject=(name,),
                     site=InitSite(method, "call", children=self._children(cls)),
                 )
-        yield from _parameter_loops(cls, methods, self.qualify, self._children(cls))
+        yield from _parameter_loops(cls, methods, self.qualify, lambda: self._children(cls))
         yield from self._local_children(cls, methods)
         yield from self._data_writes(cls, methods)
         yield from self._replaced_child_tensors(cls, methods)
@@ -418,7 +418,8 @@ def _parameter_loops(cls: ClassFacts, methods, qualify, children) -> Iterable[Fi
     """``for param in self.parameters(): nn.init.xavier_uniform_(param)`` in a class with
     no child modules (titans-pytorch's memory MLPs: a `ParameterList` and a projection):
     every parameter initialised in place by the parent's loop. With children it is ML010's
-    (the parent's init of its children's tensors)."""
+    (the parent's init of its children's tensors). ``children()``: the class's child
+    attributes, asked only when there is such a loop."""
     lists = frozenset(
         a.target[5:]
         for m in methods
@@ -434,10 +435,13 @@ def _parameter_loops(cls: ClassFacts, methods, qualify, children) -> Iterable[Fi
         if isinstance(node, cst.For)
         and (head := every_parameter_written(node, qualify, lists)) is not None
     ]
+    if not loops:
+        return
+    kids = children()
     # every parameter (``self.parameters()``) of a module with children is ML010's: the
     # parent's init of its children's tensors; an own ``ParameterList`` is this module's
     loops = [x for x in loops if not x[2].endswith("()")] + (
-        [] if children else [x for x in loops if x[2].endswith("()")]
+        [] if kids else [x for x in loops if x[2].endswith("()")]
     )
     if not loops:
         return
@@ -462,7 +466,7 @@ def _parameter_loops(cls: ClassFacts, methods, qualify, children) -> Iterable[Fi
             help="Move the loop into `reset_parameters()` and call it from `__init__`",
             conditions=(NotRecreated(written),) if written else (),
             subject=written,
-            site=InitSite(method, "loop", children=children),
+            site=InitSite(method, "loop", children=kids),
         )
 
 
