@@ -19,7 +19,6 @@ from metalint.static.ownership import (
     ValueRead,
     call_arguments,
     meta_arguments,
-    meta_returning_functions,
     own_tensor_names,
     value_reads,
 )
@@ -108,7 +107,6 @@ class DataDependentInit(Rule):
         super().__init__(ctx)
         self._reported_helpers: set[int] = set()
         self._helper_facts: dict[str, MethodFacts | None] = {}
-        self._returning: frozenset[str] | None = None
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         if "__init__" not in cls.methods:
@@ -128,7 +126,7 @@ class DataDependentInit(Rule):
                 init_sites if method is init else self._read_sites(method, own, assumed, init_reads)
             )
             yield from self._reads(cls, method, sites)
-            yield from self._imported_reads(cls, method, own, assumed, init_reads)
+            yield from self._imported_reads(cls, method, own, assumed, init_reads, sites)
             # module-level helpers of this file that construction calls (timm 0.9's
             # ``create_byob_stages``); each line is reported once, for its first caller
             for call, helper in self._helper_calls(method):
@@ -136,7 +134,7 @@ class DataDependentInit(Rule):
                     self._reported_helpers.add(id(helper.node))
                     sites = self._read_sites(helper, set(), init_reads=init_reads)
                     yield from self._reads(cls, helper, sites, method)
-                elif helper is None and calls_into_tree(call):
+                elif helper is None and calls_into_tree(call) and not self.deferred(call.qualname):
                     # a function of another file (``utils.make_window(n)``): reported here,
                     # at the call, while the tree's summary of that function (or of one it
                     # calls) holds a read; ``Diagnostic.via`` names its line
@@ -152,10 +150,10 @@ class DataDependentInit(Rule):
                         conditions=(HelperReads(call.qualname),),
                     )
 
-    def _imported_reads(self, cls, method, own, assumed, init_reads) -> Iterable[Finding]:
+    def _imported_reads(self, cls, method, own, assumed, init_reads, sites) -> Iterable[Finding]:
         """``steps(n).tolist()``, ``steps`` imported from another file of the tree: a read
         when that function returns a meta tensor, which the tree answers
-        (``ReturnsMeta``)."""
+        (``ReturnsMeta``). ``sites``: the reads of ``method`` without it."""
         names = {
             call.node.func.value: call.qualname
             for call in method.calls
@@ -163,7 +161,7 @@ class DataDependentInit(Rule):
         }
         if not names:
             return
-        base = {id(s.read.node) for s in self._read_sites(method, own, assumed)}
+        base = {id(s.read.node) for s in sites}
         for name, qualname in sorted(names.items()):
             for site in self._read_sites(method, own, assumed | {f"{name}()"}, init_reads):
                 if id(site.read.node) in base:
@@ -242,11 +240,7 @@ class DataDependentInit(Rule):
         """The reads of a tensor's value in ``method``, each as its site (``assumed``: its
         parameters known to hold meta tensors; ``init_reads``: the tensors ``__init__``'s reads
         read, None when ``method`` is ``__init__``)."""
-        if self._returning is None:
-            self._returning = meta_returning_functions(
-                self.ctx.module, self.ctx.facts, self.qualify
-            )
-        assumed = assumed | self._returning
+        assumed = assumed | self.ctx.meta_returning
         reads = list(value_reads(method, self.qualify, own, assumed))
         if init_reads is None:
             init_reads = tuple(r.tensor for r in reads)

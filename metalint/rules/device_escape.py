@@ -188,7 +188,7 @@ class DeviceEscape(Rule):
                 if finding is not None:
                     reported.append(node)
                     yield finding
-                elif calls_into_tree(call):
+                elif calls_into_tree(call) and not self.deferred(call.qualname):
                     # a function of another file that copies a tensor it creates to a real
                     # device: reported at the call while the tree's summary of that function
                     # (or of one it calls) holds such a copy; ``Diagnostic.via`` names it

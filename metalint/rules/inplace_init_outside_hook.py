@@ -25,17 +25,18 @@ from metalint.static.ownership import module_children
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import keyword, shares_line, short
 from metalint.static.tensors import (
+    Write,
     all_zeros,
     assigned_writes,
     every_parameter_written,
     init_law,
-    initialised_target,
     inplace_write,
     law_text,
     own_attributes,
     parameter_value,
     same_tensor,
     value_kind,
+    write_target,
 )
 from metalint.vocabulary import (
     INPLACE_METHODS,
@@ -186,11 +187,21 @@ class InplaceInitOutsideHook(Rule):
             self._children_of = (cls, frozenset(module_children(cls, self.qualify)))
         return self._children_of[1]
 
+    def _write(self, call: cst.Call) -> Write | None:
+        """:func:`inplace_write` of ``call``, once per call and imports (three passes over
+        construction ask it): the call is kept, so that no other node takes its id."""
+        writes = self.__dict__.setdefault("_writes", {})
+        now = self.ctx.facts.aliases.changes
+        hit = writes.get(id(call))
+        if hit is None or hit[1] != now:
+            hit = writes[id(call)] = (call, now, inplace_write(call, self.qualify))
+        return hit[2]
+
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
         for method in methods:
             for call in method.calls:
-                target = initialised_target(call.node, self.qualify)
+                target = write_target(self._write(call.node))
                 if target is None:
                     continue
                 name = tensor_name(target)
@@ -220,7 +231,7 @@ class InplaceInitOutsideHook(Rule):
                     subject=(name,),
                     site=InitSite(method, "call", children=self._children(cls)),
                 )
-        yield from _parameter_loops(cls, methods, self.qualify, self._children(cls))
+        yield from _parameter_loops(cls, methods, self.qualify, lambda: self._children(cls))
         yield from self._local_children(cls, methods)
         yield from self._data_writes(cls, methods)
         yield from self._replaced_child_tensors(cls, methods)
@@ -235,7 +246,7 @@ class InplaceInitOutsideHook(Rule):
             for call in method.calls:
                 if call.loops:
                     continue  # a loop variable or a local made again on each pass
-                w = inplace_write(call.node, self.qualify)
+                w = self._write(call.node)
                 if w is None or w.kind == "storage":
                     continue
                 chain = w.chain[:-1] if w.chain[-1:] == ("data",) else w.chain
@@ -323,7 +334,7 @@ class InplaceInitOutsideHook(Rule):
                     head = head[: -len(".children")] if head.endswith(".children") else ""
                 if not head.startswith("self.") or head.count(".") != 1:
                     continue
-                w = inplace_write(call.node, self.qualify)
+                w = self._write(call.node)
                 if (
                     w is None
                     or w.kind == "storage"
@@ -407,7 +418,8 @@ def _parameter_loops(cls: ClassFacts, methods, qualify, children) -> Iterable[Fi
     """``for param in self.parameters(): nn.init.xavier_uniform_(param)`` in a class with
     no child modules (titans-pytorch's memory MLPs: a `ParameterList` and a projection):
     every parameter initialised in place by the parent's loop. With children it is ML010's
-    (the parent's init of its children's tensors)."""
+    (the parent's init of its children's tensors). ``children()``: the class's child
+    attributes, asked only when there is such a loop."""
     lists = frozenset(
         a.target[5:]
         for m in methods
@@ -423,10 +435,13 @@ def _parameter_loops(cls: ClassFacts, methods, qualify, children) -> Iterable[Fi
         if isinstance(node, cst.For)
         and (head := every_parameter_written(node, qualify, lists)) is not None
     ]
+    if not loops:
+        return
+    kids = children()
     # every parameter (``self.parameters()``) of a module with children is ML010's: the
     # parent's init of its children's tensors; an own ``ParameterList`` is this module's
     loops = [x for x in loops if not x[2].endswith("()")] + (
-        [] if children else [x for x in loops if x[2].endswith("()")]
+        [] if kids else [x for x in loops if x[2].endswith("()")]
     )
     if not loops:
         return
@@ -451,7 +466,7 @@ def _parameter_loops(cls: ClassFacts, methods, qualify, children) -> Iterable[Fi
             help="Move the loop into `reset_parameters()` and call it from `__init__`",
             conditions=(NotRecreated(written),) if written else (),
             subject=written,
-            site=InitSite(method, "loop", children=children),
+            site=InitSite(method, "loop", children=kids),
         )
 
 

@@ -9,7 +9,7 @@ from metalint.static.construction import argument_of, computed
 from metalint.static.model import ClassFacts, construction
 from metalint.static.ownership import owned_tensors
 from metalint.static.rule import Finding, Rule
-from metalint.static.tensors import inplace_write, is_legacy_sizes, value_kind
+from metalint.static.tensors import initialised_own, is_legacy_sizes, value_kind
 from metalint.vocabulary import (
     APPLIED_INIT,
     CONVERSION_METHODS,
@@ -308,22 +308,16 @@ class RelPosBias(nn.Module):  # ERROR
             return True  # a non-persistent buffer from an argument: ML002 reports it
         return computed(value, self.qualify, owned.method) in ("value", "random")
 
-    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
-        if "__init__" not in cls.methods:
-            return
-        public = [h for h in self.ctx.hooks if not h.startswith("_")]
-        if any(h in cls.methods for h in public):
-            return
-        methods = construction(cls)
-        initialised = {
-            w.own
-            for m in methods
-            for c in m.calls
-            if (w := inplace_write(c.node, self.qualify)) and w.own
-        }
+    def _uncovered(self, methods) -> list[str]:
+        """The own tensors construction (``methods``) gives a value no other rule reports (not
+        ``torch.empty(...)`` nobody initialises), in order."""
+        owns = list(owned_tensors(methods, self.qualify))
+        if not owns:
+            return []  # most classes own no tensor: no call of theirs is read then
+        initialised = initialised_own(methods, self.qualify)
         attrs: list[str] = []
         covered: set[str] = set()
-        for owned in owned_tensors(methods, self.qualify):
+        for owned in owns:
             if _size_zero(owned.value, self.qualify):
                 continue  # `torch.empty(0)`: a device anchor, nothing to initialise
             if self._value_carrying(owned):
@@ -338,7 +332,16 @@ class RelPosBias(nn.Module):  # ERROR
                 covered.add(owned.attr)
             if owned.attr not in attrs:
                 attrs.append(owned.attr)
-        attrs = [a for a in attrs if a not in covered]
+        return [a for a in attrs if a not in covered]
+
+    def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
+        if "__init__" not in cls.methods:
+            return
+        public = [h for h in self.ctx.hooks if not h.startswith("_")]
+        if any(h in cls.methods for h in public):
+            return
+        methods = construction(cls)
+        attrs = self._uncovered(methods)
         if not attrs:
             return
         private = [h for h in (*PRIVATE_RESETS, APPLIED_INIT) if h in cls.methods]

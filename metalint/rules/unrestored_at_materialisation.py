@@ -8,7 +8,7 @@ from metalint.static.composition import affine_norms
 from metalint.static.model import ClassFacts, construction
 from metalint.static.ownership import owned_tensors
 from metalint.static.rule import Finding, Rule
-from metalint.static.tensors import inplace_write
+from metalint.static.tensors import initialised_own
 
 
 class UnrestoredAtMaterialisation(Rule):
@@ -177,14 +177,11 @@ def load(sd):
         if "__init__" not in cls.methods:
             return
         methods = construction(cls)
-        initialised = {
-            w.own
-            for m in methods
-            for c in m.calls
-            if (w := inplace_write(c.node, self.qualify)) and w.own
-        }
+        owns = list(owned_tensors(methods, self.qualify))
+        # most classes own no tensor: no call of theirs is read then
+        initialised = initialised_own(methods, self.qualify) if owns else set()
         seen: set[str] = set()
-        for owned in owned_tensors(methods, self.qualify):
+        for owned in owns:
             if owned.attr in seen or _size_zero(owned.value, self.qualify):
                 continue
             if not (

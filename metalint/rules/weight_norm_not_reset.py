@@ -235,6 +235,8 @@ class Discriminator(nn.Module):
                     what = f"`{short(node, 60)}` (it calls `{short(self._helper(call)[0].func)}`)"
                     cross = ""
                 elif _other_file(call):
+                    if self.deferred(call.qualname):
+                        continue
                     what = f"`{short(node, 60)}` (a function that re-parametrises a weight)"
                     cross = call.qualname or ""
                 else:

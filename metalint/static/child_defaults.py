@@ -267,11 +267,26 @@ def _default_kept(name: str, param: str, default: float, parsed, listed) -> bool
 
 def file_calls_and_dicts(tree: ast.AST) -> tuple[list, list]:
     """The calls of ``tree`` and its assignments of a dict or call, in ``ast.walk`` order."""
-    nodes = list(ast.walk(tree))
+    nodes = _walk(tree)
     dicts = [
         n for n in nodes if isinstance(n, ast.Assign) and isinstance(n.value, (ast.Dict, ast.Call))
     ]
     return [n for n in nodes if isinstance(n, ast.Call)], dicts
+
+
+def _walk(tree: ast.AST) -> list[ast.AST]:
+    """``list(ast.walk(tree))``, in its order (breadth first), without a generator per node."""
+    out, i, node_type = [tree], 0, ast.AST
+    while i < len(out):
+        node = out[i]
+        i += 1
+        for name in node._fields:
+            v = getattr(node, name, None)
+            if isinstance(v, node_type):
+                out.append(v)
+            elif type(v) is list:
+                out.extend([x for x in v if isinstance(x, node_type)])
+    return out
 
 
 def _ast_name(node) -> str:

@@ -71,10 +71,11 @@ def tensor_registrations(methods: list[MethodFacts], qualify) -> Iterator[Regist
     ``self.register_parameter("w", p)``, and a registered buffer assigned again (MoCo's
     ``self.queue = normalize(torch.randn(d, k))`` in a ``_setup_queue()``: ``nn.Module``
     stores the new tensor as the buffer). ``value`` is None where the data is unknown."""
-    yield from _tensor_registrations(methods, qualify)
+    found = list(_tensor_registrations(methods, qualify))
+    yield from found
     buffers = {
         r.attr: (r.persistent, r.method)
-        for r in _tensor_registrations(methods, qualify)
+        for r in found
         if r.kind == "buffer" and type(r.node) is cst.Call
     }
     for method in methods:

@@ -32,7 +32,21 @@ def code(node: cst.CSTNode) -> str:
 def value_of(node: cst.BaseExpression | None, env: dict[str, Any]) -> Any:
     if node is None or _never_constant(node):
         return UNKNOWN
+    kind = type(node)
+    # a name or ``x.attr`` is looked up as :func:`constants.evaluate` does, without
+    # rendering and parsing it (most of what is left); ``True``, ``None`` are constants
+    if kind is cst.Name:
+        return _NAMED[node.value] if node.value in _NAMED else env.get(node.value, UNKNOWN)
+    if kind is cst.Attribute:
+        inner = node.value
+        if type(inner) is not cst.Name:
+            return UNKNOWN
+        return env.get(f"{inner.value}.{node.attr.value}", UNKNOWN)
     return constants.evaluate(constants.parse(code(node)), env)
+
+
+#: the names CPython's parser reads as constants
+_NAMED = {"True": True, "False": False, "None": None}
 
 
 def _never_constant(node: cst.BaseExpression) -> bool:

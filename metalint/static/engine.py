@@ -27,7 +27,6 @@ from metalint.static.defaults import init_functions
 from metalint.static.elide import HOST_READ, REPARAMETRIZE, elide, unread_functions
 from metalint.static.model import NOT_THE_TREE, ClassFacts, collect
 from metalint.static.names import exports_from_ast
-from metalint.static.ownership import meta_returning_functions
 from metalint.static.pipeline import materialisations
 from metalint.static.references import add_references
 
@@ -616,7 +615,7 @@ def _returns_meta(module, facts, ctx: RuleContext, result: FileResult) -> None:
     ``steps(n).tolist()`` in another file reads one (``ReturnsMeta``)."""
     if not facts.local_functions:
         return
-    for name in meta_returning_functions(module, facts, ctx.qualify):
+    for name in ctx.meta_returning:
         full = facts.local_functions.get(name[:-2])
         if full:
             result.functions.setdefault(full, {})["returns_meta"] = True
@@ -654,7 +653,7 @@ def _analyze(
     result.parsed = True
     facts = collect(module, module_name, is_package)
 
-    ctx = RuleContext(facts, module, hooks, display, whole, tree=tree)
+    ctx = RuleContext(facts, module, hooks, display, whole, tree=tree, defer_helper_reads=defer)
     functions = _summarise(result, module, module_name, ctx, source, tree, unread)
     add_references(whole_tree, facts, result.classes, whole)
     instances = [r(ctx) for r in rules]
@@ -663,7 +662,7 @@ def _analyze(
     ).items():
         result.functions.setdefault(name, {}).update(summary)
     _returns_meta(module, facts, ctx, result)
-    findings = _findings(facts, instances, defer, result)
+    findings = _findings(facts, instances, ctx, result)
     if findings:
         positions = _positions(module, source, [(f.cls, f.node) for _, f in findings], facts, tree)
         result.diagnostics.extend(
@@ -702,11 +701,13 @@ def _summarise(result: FileResult, module, module_name: str, ctx, source: str, t
     return functions
 
 
-def _findings(facts, instances, defer: bool, result: FileResult) -> list[tuple[str, Finding]]:
-    """Every rule's findings on every class; with ``defer``, those that stand only while a
-    helper of another file reads a tensor are listed (``result.helper_reads``), not made."""
+def _findings(facts, instances, ctx: RuleContext, result: FileResult) -> list[tuple[str, Finding]]:
+    """Every rule's findings on every class; with ``ctx.defer_helper_reads``, those that stand
+    only while a helper of another file reads a tensor are listed (``result.helper_reads``),
+    not made (a rule asks :meth:`Rule.deferred` before making one)."""
     findings: list[tuple[str, Finding]] = []
-    helper_reads: set[tuple[str, str]] = set()
+    defer = ctx.defer_helper_reads
+    helper_reads = ctx.helper_reads
     for cls in facts.classes:
         for rule in instances:
             for finding in rule.check_class(cls):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from metalint.static.names import Aliases, dotted, partial_class, torch_module_class
-from metalint.static.syntax import code_children, walk_code
+from metalint.static.syntax import code_children_getter, walk_code
 from metalint.vocabulary import NO_GRAD_CONTEXTS, SKIPPED_METHOD_PREFIXES
 
 
@@ -142,6 +142,8 @@ class ClassFacts:
     #: methods of the bases of the same file that the class does not define, nearest base
     #: first (see :func:`base_helpers`)
     from_bases: dict[str, MethodFacts] = field(default_factory=dict)
+    #: :func:`construction`'s answers, by its arguments (every rule asks for every class)
+    built: dict[tuple, list[MethodFacts]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def init(self) -> MethodFacts | None:
@@ -190,6 +192,14 @@ def construction(
     ``__init__`` alone, since what a hook does (and the helpers only it reaches) is the hook's
     job, done again after ``to_empty()``.
     """
+    key = (True,) if enter_hooks else (False, *hooks)
+    found = cls.built.get(key)
+    if found is None:
+        found = cls.built[key] = _construction(cls, enter_hooks, hooks)
+    return list(found)
+
+
+def _construction(cls: ClassFacts, enter_hooks: bool, hooks: Collection[str]) -> list[MethodFacts]:
     if enter_hooks:
         out = cls.reachable("__init__")
         for name in cls.inherited:
@@ -236,8 +246,29 @@ def builds_module(name: str | None, facts: FileFacts, depth: int = 0) -> bool:
     return False
 
 
-#: node type -> the collector's (visit, leave) hooks for it (None: no hook)
+#: node type -> the collector's (visit, leave) hooks for it (None: no hook), and its
+#: code children getter (see :func:`_hooks`)
 _HOOKS: dict[type, tuple] = {}
+
+
+#: the hooks of a name or a literal (two in five nodes): none, and no code below it
+_LEAF = (None, None, None)
+
+
+def _hooks(node: cst.CSTNode) -> tuple:
+    """The collector's ``visit_``/``leave_`` hooks of ``node``'s type (None: none) and the
+    :func:`code_children` of that type."""
+    kind = type(node)
+    if kind in (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString):
+        _HOOKS[kind] = _LEAF
+        return _LEAF
+    name = kind.__name__
+    hooks = _HOOKS[kind] = (
+        getattr(FactCollector, f"visit_{name}", None),
+        getattr(FactCollector, f"leave_{name}", None),
+        code_children_getter(node),
+    )
+    return hooks
 
 
 def _is_self_chain(name: str | None) -> bool:
@@ -264,24 +295,26 @@ class FactCollector:
         every whitespace and punctuation node. Same order of calls: the node's ``visit_``
         hook, its children in libcst's visiting order unless the hook returned False, its
         ``leave_`` hook; tokens and whitespace (no hook here, nothing below them) are passed by."""
-        stack: list[tuple[cst.CSTNode, object]] = [(root, None)]
+        # a node to visit, or (its ``leave_`` hook, the node) once its children are done
+        stack: list = [root]
+        pop, push, extend, hooks_of = stack.pop, stack.append, stack.extend, _HOOKS
         while stack:
-            node, leave = stack.pop()
-            if leave is not None:
-                leave(self, node)
+            node = pop()
+            if type(node) is tuple:
+                node[0](self, node[1])
                 continue
-            hooks = _HOOKS.get(type(node))
+            hooks = hooks_of.get(type(node))
             if hooks is None:
-                name = type(node).__name__
-                hooks = _HOOKS[type(node)] = (
-                    getattr(FactCollector, f"visit_{name}", None),
-                    getattr(FactCollector, f"leave_{name}", None),
-                )
-            visit, leave = hooks
+                hooks = _hooks(node)
+            if hooks is _LEAF:
+                continue
+            visit, leave, below = hooks
             if leave is not None:
-                stack.append((node, leave))
+                push((leave, node))
             if visit is None or visit(self, node) is not False:
-                stack.extend((c, None) for c in reversed(code_children(node)))
+                below = below(node)  # a new list each time: reversed in place
+                below.reverse()
+                extend(below)
 
     # -- imports (module level and nested: both count) -------------------------------------
     def visit_Import(self, node: cst.Import) -> None:

@@ -46,9 +46,11 @@ def canonical(name: str) -> str:
 
 def dotted(node: cst.BaseExpression) -> str | None:
     """``a.b.c`` for a Name/Attribute chain, else None."""
-    parts: list[str] = []
     # ``type(...) is``: libcst's node classes are ABCs, whose isinstance is a Python call
     # (Attribute and Name have no subclasses); this runs for every name a rule qualifies
+    if type(node) is cst.Name:
+        return node.value
+    parts: list[str] = []
     while type(node) is cst.Attribute:
         parts.append(node.attr.value)
         node = node.value
@@ -131,6 +133,15 @@ class Aliases:
         self.constructors: dict[str, str] = {}
         #: modules whose names this one takes with ``from <module> import *``
         self.stars: list[str] = []
+        #: how many times an import changed ``names`` or ``stars``: the facts of a
+        #: module-level function, collected after the file's (``function_facts``), add its
+        #: imports, and a memo of answers (``RuleContext.qualify``) holds while this stays
+        self.changes = 0
+
+    def _bind(self, local: str, full: str) -> None:
+        if self.names.get(local) != full:
+            self.names[local] = full
+            self.changes += 1
 
     def add_import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -138,10 +149,10 @@ class Aliases:
             if full is None:
                 continue
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self.names[alias.asname.name.value] = full
+                self._bind(alias.asname.name.value, full)
             else:
                 top = full.split(".")[0]
-                self.names[top] = top
+                self._bind(top, top)
 
     def add_import_from(self, node: cst.ImportFrom) -> None:
         mod = dotted(node.module) if node.module is not None else None
@@ -152,6 +163,7 @@ class Aliases:
             return
         if isinstance(node.names, cst.ImportStar):
             self.stars.append(mod)
+            self.changes += 1
             return
         for alias in node.names:
             name = dotted(alias.name)
@@ -160,7 +172,7 @@ class Aliases:
             local = name
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 local = alias.asname.name.value
-            self.names[local] = f"{mod}.{name}" if mod else name
+            self._bind(local, f"{mod}.{name}" if mod else name)
 
     def qualify(
         self, node: cst.BaseExpression, local_classes: dict[str, str] | None = None

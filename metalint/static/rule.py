@@ -22,6 +22,7 @@ import libcst as cst
 
 from metalint.diagnostics import Clause, Fix, clause_of
 from metalint.static.model import ClassFacts, FileFacts
+from metalint.static.ownership import meta_returning_functions
 
 _C = TypeVar("_C")
 
@@ -71,6 +72,10 @@ class Invalid:
     unsafe: bool = False
 
 
+#: the key of :attr:`RuleContext.meta_returning` in its memo
+_META_RETURNING = "meta_returning_functions"
+
+
 @dataclass
 class RuleContext:
     facts: FileFacts
@@ -84,9 +89,40 @@ class RuleContext:
     #: what a layer above computes once per file (the fix registry's class renders); it
     #: lives as long as this context
     memo: dict = field(default_factory=dict)
+    #: findings that stand only while a function of another file reads a tensor
+    #: (``HelperReads``) are not made but listed in ``helper_reads`` as ``(code, function)``
+    #: (see :meth:`Rule.deferred`; the engine's ``defer_helper_reads``)
+    defer_helper_reads: bool = False
+    helper_reads: set[tuple[str, str]] = field(default_factory=set)
+
+    #: id of each node asked of :meth:`qualify` -> (the node, kept alive so that no other
+    #: node takes its id, its answer): the rules ask of the same nodes again and again. It
+    #: holds while the imports are those of ``_qualified_at`` (``Aliases.changes``).
+    _qualified: dict[int, tuple[cst.CSTNode, str | None]] = field(default_factory=dict, repr=False)
+    _qualified_at: int = field(default=-1, repr=False)
 
     def qualify(self, node: cst.BaseExpression) -> str | None:
-        return self.facts.aliases.qualify(node, self.facts.local_classes)
+        aliases = self.facts.aliases
+        if aliases.changes != self._qualified_at:
+            self._qualified.clear()
+            self._qualified_at = aliases.changes
+        hit = self._qualified.get(id(node))
+        if hit is not None:
+            return hit[1]
+        name = aliases.qualify(node, self.facts.local_classes)
+        self._qualified[id(node)] = (node, name)
+        return name
+
+    @property
+    def meta_returning(self) -> frozenset[str]:
+        """:func:`~metalint.static.ownership.meta_returning_functions` of the module, once
+        for the imports of the moment (``Aliases.changes``)."""
+        at, found = self.memo.get(_META_RETURNING, (None, None))
+        now = self.facts.aliases.changes
+        if at != now or found is None:
+            found = meta_returning_functions(self.module, self.facts, self.qualify)
+            self.memo[_META_RETURNING] = (now, found)
+        return found
 
 
 class Rule:
@@ -114,12 +150,20 @@ class Rule:
 
     def __init__(self, ctx: RuleContext) -> None:
         self.ctx = ctx
-
-    def qualify(self, node: cst.BaseExpression) -> str | None:
-        return self.ctx.qualify(node)
+        #: :meth:`RuleContext.qualify`, bound once (rules call it for every name they read)
+        self.qualify = ctx.qualify
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         raise NotImplementedError
+
+    def deferred(self, function: str) -> bool:
+        """Is a finding of this rule that stands only while ``function`` (of another file)
+        reads a tensor left unmade (``RuleContext.defer_helper_reads``)? Then it is listed in
+        ``RuleContext.helper_reads`` here, and the rule skips its message and its fix site."""
+        if not self.ctx.defer_helper_reads:
+            return False
+        self.ctx.helper_reads.add((self.code, function))
+        return True
 
     def function_reads(self, fn) -> Iterable[cst.CSTNode]:
         """Nodes of the module-level function ``fn`` (its ``MethodFacts``) that this rule

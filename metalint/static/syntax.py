@@ -257,6 +257,12 @@ def _learn_code(node: cst.CSTNode) -> Callable:
     return getter
 
 
+def code_children_getter(node: cst.CSTNode) -> Callable[[cst.CSTNode], list[cst.CSTNode]]:
+    """:func:`code_children` of the nodes of ``node``'s type, for a walk that keeps one per
+    type (a new list each call)."""
+    return _CODE_CHILDREN.get(type(node)) or _learn_code(node)
+
+
 def code_children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """``[c for c in children(node) if type(c) not in TRIVIA]``, without reading the fields
     that can only hold trivia (two in three nodes of a typical statement)."""

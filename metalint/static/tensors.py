@@ -467,10 +467,21 @@ def law_text(expr: cst.BaseExpression, names: dict[str, str]) -> str | None:
     return head if len(parts) == 1 else ".".join([head, *parts[1:]])
 
 
+def initialised_own(methods: list[MethodFacts], qualify) -> set[str]:
+    """The own tensors (``Write.own``) the calls of ``methods`` write in place."""
+    return {
+        w.own for m in methods for c in m.calls if (w := inplace_write(c.node, qualify)) and w.own
+    }
+
+
 def initialised_target(call: cst.Call, qualify) -> str | None:
     """``self.w`` / ``self.head.weight``: the tensor reached from ``self`` whose values an
     in-place init call sets (``t.set_(...)`` swaps the storage: not an init of values)."""
-    w = inplace_write(call, qualify)
+    return write_target(inplace_write(call, qualify))
+
+
+def write_target(w: Write | None) -> str | None:
+    """:func:`initialised_target` of the call whose :func:`inplace_write` is ``w``."""
     if w is None or w.kind == "storage" or w.target is None or w.own is None:
         return None
     return w.target
