@@ -109,9 +109,12 @@ def _parses(text: str) -> bool:
     return True
 
 
-def line_edits(old: str, new: str, shift: int = 0) -> tuple[Edit, ...]:
-    """Minimal whole-line edits that turn ``old`` into ``new`` (rows shifted by ``shift``)."""
-    a = split_lines(old, keepends=True)
+def line_edits(
+    old: str, new: str, shift: int = 0, old_lines: list[str] | None = None
+) -> tuple[Edit, ...]:
+    """Minimal whole-line edits that turn ``old`` into ``new`` (rows shifted by ``shift``;
+    ``old_lines``: ``old``'s lines, when at hand)."""
+    a = split_lines(old, keepends=True) if old_lines is None else old_lines
     b = split_lines(new, keepends=True)
     out = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
@@ -258,6 +261,13 @@ class ClassText:
         self.heads: dict[tuple, cst.CSTNode] | None = None
         self._rows: tuple[str, list[int]] | None = None
         self._breaks: int | None = None
+        self._lines: list[str] | None = None
+
+    def lines(self) -> list[str]:
+        """The class's text split in lines (ends kept), split once for all its fixes."""
+        if self._lines is None:
+            self._lines = split_lines(self.text, keepends=True)
+        return self._lines
 
     def rows(self) -> int:
         """How many rows the class's text spans."""
@@ -621,7 +631,7 @@ def _fix_of(
     except Exception as exc:
         _remember(ctx.path, code, row, f"the rewrite failed: {type(exc).__name__}: {exc}")
         return None
-    edits = line_edits(old, new, shift)
+    edits = line_edits(old, new, shift, texts.lines())
     return Fix(
         result.applicability, result.message, edits, result.hook, result.then_hook, kept=result.kept
     )
