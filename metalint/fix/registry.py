@@ -262,6 +262,23 @@ class ClassText:
         self._rows: tuple[str, list[int]] | None = None
         self._breaks: int | None = None
         self._lines: list[str] | None = None
+        self._made: dict[int, tuple[cst.ClassDef, str, str]] = {}
+        self._edits: dict[tuple[str, int], tuple[Edit, ...]] = {}
+
+    def made(self, new: cst.ClassDef) -> tuple[str, str]:
+        """:meth:`render_and_probe`, once for each rewrite (findings of a class that share one
+        ask it again)."""
+        hit = self._made.get(id(new))
+        if hit is None or hit[0] is not new:
+            hit = self._made[id(new)] = (new, *self.render_and_probe(new))
+        return hit[1], hit[2]
+
+    def edits(self, new: str, shift: int) -> tuple[Edit, ...]:
+        """:func:`line_edits` from this class's text to ``new``, once for each text."""
+        key = (new, shift)
+        if key not in self._edits:
+            self._edits[key] = line_edits(self.text, new, shift, self.lines())
+        return self._edits[key]
 
     def lines(self) -> list[str]:
         """The class's text split in lines (ends kept), split once for all its fixes."""
@@ -619,7 +636,7 @@ def _fix_of(
         top, new_top = pair
         texts = class_text(ctx, top, source)
         old = texts.text
-        new, probe = texts.render_and_probe(new_top)
+        new, probe = texts.made(new_top)
         if new == old:
             _remember(ctx.path, code, row, "the rewrite changes nothing")
             return None
@@ -631,7 +648,7 @@ def _fix_of(
     except Exception as exc:
         _remember(ctx.path, code, row, f"the rewrite failed: {type(exc).__name__}: {exc}")
         return None
-    edits = line_edits(old, new, shift, texts.lines())
+    edits = texts.edits(new, shift)
     return Fix(
         result.applicability, result.message, edits, result.hook, result.then_hook, kept=result.kept
     )
