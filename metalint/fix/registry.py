@@ -305,10 +305,11 @@ class ClassText:
 
     def render_and_probe(self, new: cst.ClassDef) -> tuple[str, str]:
         """The text of ``new`` and a text that parses exactly when it does: each statement
-        rendered from this class's around its body (:meth:`_statement`) with only the first
-        statement of that body (which sets the body's indentation) and those not kept from
-        this class. A kept statement is a complete statement of text CPython parsed, at the
-        same indentation: leaving it out changes neither what comes before nor after it."""
+        rendered from this class's around its body (:meth:`_statement`) with only the
+        statements of that body not kept from this class, and a ``pass`` at the indentation
+        of its first statement when that one is kept (it sets the body's indentation). A kept
+        statement is a complete statement of text CPython parsed, at the same indentation:
+        leaving it out changes neither what comes before nor after it."""
         probe: list[str] = []
         return self._statement(new, (), probe), "".join(probe)
 
@@ -357,8 +358,11 @@ class ClassText:
         if probe is not None:
             probe.append(head)
         for i, child in enumerate(body.body):
-            left_out = probe is None or (i > 0 and (id(child), inner) in self.spans)
-            out.append(self._statement(child, inner, None if left_out else probe))
+            kept = probe is None or (id(child), inner) in self.spans
+            out.append(self._statement(child, inner, None if kept else probe))
+            if i == 0 and kept and probe is not None:
+                # what sets the body's indentation: the first line of the statement kept
+                probe.append(f"{''.join(inner)}pass{self.module.default_newline}")
         out.append(tail)
         if probe is not None:
             probe.append(tail)
