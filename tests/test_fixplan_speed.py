@@ -10,7 +10,17 @@ import libcst as cst
 import pytest
 from test_fix_render import SOURCE, _init, _rewrites, _top, _with_body
 
-from metalint.fix.edits import ReplaceStatements, SwapCall, expr, stmt, substitute, transformed
+from metalint.fix.codemod import extending_hook
+from metalint.fix.edits import (
+    OWN_RESET,
+    ReplaceStatements,
+    SwapCall,
+    base_guard_comment,
+    expr,
+    stmt,
+    substitute,
+    transformed,
+)
 from metalint.fix.registry import ClassText, _must_parse
 from metalint.static.syntax import walk_code
 
@@ -39,9 +49,11 @@ def test_probe_leaves_out_kept_statements():
     )
     text, probe = texts.render_and_probe(new)
     assert "def forward" in text and "self.bias = None" in text
-    # ``forward`` is kept, and so is every statement of ``__init__`` but the first
+    # ``forward`` is kept, and so is every statement of ``__init__``: the first stands as a
+    # ``pass`` at its indentation
     assert "def forward" not in probe and "self.bias = None" not in probe
-    assert "super().__init__()" in probe and "self.reset_parameters()" in probe
+    assert "super().__init__()" not in probe and "\n        pass\n" in probe
+    assert "self.reset_parameters()" in probe
     ast.parse(probe)
 
 
@@ -100,3 +112,27 @@ def test_parsed_lines_are_new_trees_each_time():
     assert expr("self.w.device") is not expr("self.w.device")
     with pytest.raises(cst.ParserSyntaxError):
         stmt("def (")
+
+
+@pytest.mark.parametrize("returns", ["", " -> None"])
+@pytest.mark.parametrize("base", ["torch.nn.Linear", "pkg.layers.Base"])
+def test_extending_hook_is_the_parse_of_its_text(returns, base):
+    comment = base_guard_comment(base)
+    text = (
+        f"def reset_parameters(self){returns}:\n"
+        "    super().reset_parameters()\n"
+        f'    if hasattr(self, "proj_weight"):  {comment}\n'
+        f"        self.{OWN_RESET}()\n"
+    )
+    got = extending_hook(returns, "proj_weight", comment)
+    assert got.deep_equals(cst.parse_statement(text))
+    assert cst.Module([got]).code == text
+
+
+def test_transformed_leaves_a_removed_elif_to_libcst():
+    top = stmt("if a:\n    x = 1\nelif b:\n    y = 2\n")
+    elif_ = top.orelse
+    replace = {id(elif_): (elif_, [])}
+    want = top.visit(ReplaceStatements(replace))
+    got = transformed(top, ReplaceStatements(replace))
+    assert cst.Module([got]).code == cst.Module([want]).code == "if a:\n    x = 1\n"

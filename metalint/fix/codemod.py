@@ -58,6 +58,33 @@ from metalint.vocabulary import (
 )
 
 
+def extending_hook(returns: str, last: str, comment: str) -> cst.FunctionDef:
+    """The tree of::
+
+        def reset_parameters(self)<returns>:
+            super().reset_parameters()
+            if hasattr(self, "<last>"):  <comment>
+                self.__reset_own_tensors()
+
+    (see :meth:`ClassEdit._extending_base`): its lines parsed once, then the tensor's name
+    and the comment put in their nodes."""
+    fn = stmt(
+        f"def {RESET_HOOK}(self){returns}:\n"
+        f"    super().{RESET_HOOK}()\n"
+        '    if hasattr(self, "_"):  # _\n'
+        f"        self.{OWN_RESET}()\n"
+    )
+    call, guard = fn.body.body
+    test = guard.test
+    name = test.args[1].with_changes(value=test.args[1].value.with_changes(value=f'"{last}"'))
+    header = guard.body.header.with_changes(comment=cst.Comment(comment))
+    guard = guard.with_changes(
+        test=test.with_changes(args=(test.args[0], name)),
+        body=guard.body.with_changes(header=header),
+    )
+    return fn.with_changes(body=fn.body.with_changes(body=(call, guard)))
+
+
 @dataclass
 class ClassEdit(HookPlacement, Storing):
     """Edits of one class, scheduled on the original nodes and applied at once by
@@ -312,12 +339,9 @@ class ClassEdit(HookPlacement, Storing):
         if last is None:
             return None
         returns = " -> None" if own.returns is not None else ""
-        reset = stmt(
-            f"def {hook}(self){returns}:\n"
-            f"    super().{hook}()\n"
-            f'    if hasattr(self, "{last}"):  {base_guard_comment(bases[0])}\n'
-            f"        self.{OWN_RESET}()\n"
-        ).with_changes(leading_lines=own.leading_lines)
+        reset = extending_hook(returns, last, base_guard_comment(bases[0])).with_changes(
+            leading_lines=own.leading_lines
+        )
         private = own.with_changes(
             name=cst.Name(OWN_RESET), leading_lines=[cst.EmptyLine(indent=False)]
         )
