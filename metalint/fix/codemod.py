@@ -32,6 +32,7 @@ from metalint.fix.edits import (
     on_self,
     path_to,
     stmt,
+    transformed,
 )
 from metalint.fix.flow import self_attr, uses
 from metalint.fix.hooks import HookPlacement
@@ -55,6 +56,33 @@ from metalint.vocabulary import (
     PARAMETER_CLASSES,
     RESET_HOOK,
 )
+
+
+def extending_hook(returns: str, last: str, comment: str) -> cst.FunctionDef:
+    """The tree of::
+
+        def reset_parameters(self)<returns>:
+            super().reset_parameters()
+            if hasattr(self, "<last>"):  <comment>
+                self.__reset_own_tensors()
+
+    (see :meth:`ClassEdit._extending_base`): its lines parsed once, then the tensor's name
+    and the comment put in their nodes."""
+    fn = stmt(
+        f"def {RESET_HOOK}(self){returns}:\n"
+        f"    super().{RESET_HOOK}()\n"
+        '    if hasattr(self, "_"):  # _\n'
+        f"        self.{OWN_RESET}()\n"
+    )
+    call, guard = fn.body.body
+    test = guard.test
+    name = test.args[1].with_changes(value=test.args[1].value.with_changes(value=f'"{last}"'))
+    header = guard.body.header.with_changes(comment=cst.Comment(comment))
+    guard = guard.with_changes(
+        test=test.with_changes(args=(test.args[0], name)),
+        body=guard.body.with_changes(header=header),
+    )
+    return fn.with_changes(body=fn.body.with_changes(body=(call, guard)))
 
 
 @dataclass
@@ -110,10 +138,10 @@ class ClassEdit(HookPlacement, Storing):
                     # stores put before an ``if`` whose block also changes (ML003's
                     # condition for the hook, read from an argument kept on ``self``)
                     inner = {k: v for k, v in self.replace.items() if k not in tops}
-                    new = top.visit(ReplaceStatements(inner))
+                    new = transformed(top, ReplaceStatements(inner))
                 body.extend(expand(top, new, hit[1]))
             elif nested and any(path_to(top, n) is not None for n in nested):
-                new = top.visit(ReplaceStatements(self.replace))
+                new = transformed(top, ReplaceStatements(self.replace))
                 if isinstance(new, cst.FlattenSentinel):
                     body.extend(new.nodes)
                 elif not isinstance(new, cst.RemovalSentinel):
@@ -131,7 +159,7 @@ class ClassEdit(HookPlacement, Storing):
             if id(m) in self.replaced_methods and m is not init_node:
                 if m.name.value in self.hook_append:
                     raise Unfixable(f"`{m.name.value}()` is both changed and extended")
-                out.append(m.visit(ReplaceStatements(self.replace)))
+                out.append(transformed(m, ReplaceStatements(self.replace)))
             elif m is init_node:
                 out.append(self._new_init())
                 for hook, stmts in self.hook_append.items():
@@ -184,7 +212,7 @@ class ClassEdit(HookPlacement, Storing):
         ``__init__`` made both on the default device) raises. A tensor of the module only
         written (``self.b.copy_(torch.arange(n))``: ``copy_`` crosses devices; an in-place
         init) or only measured (``self.w.shape``, ``self.w is not None``) does not count."""
-        own = {r.attr for r in registrations(construction(self.cls), self.ctx.qualify)}
+        own = self._registered()
         stmts = [self._off_captured_device(s, stmts[i:], own) for i, s in enumerate(stmts)]
         written: set[int] = set()
         measured: set[int] = set()
@@ -211,7 +239,17 @@ class ClassEdit(HookPlacement, Storing):
         if read is None:
             return stmts
         device = expr(f"self.{read}.device")
-        return [s.visit(OnDevice(device, self.ctx.qualify)) for s in stmts]
+        on_device = OnDevice(device, self.ctx.qualify)
+        return [transformed(s, on_device) for s in stmts]
+
+    def _registered(self) -> frozenset[str]:
+        """The tensors the class registers while it is built, worked out once per class."""
+        key = ("registered", id(self.cls.node))
+        hit = self.ctx.memo.get(key)
+        if hit is None or hit[1] is not self.cls:
+            regs = registrations(construction(self.cls), self.ctx.qualify)
+            hit = self.ctx.memo[key] = (frozenset(r.attr for r in regs), self.cls)
+        return hit[0]
 
     def _off_captured_device(
         self, s: cst.BaseStatement, rest: list[cst.BaseStatement], own: set[str]
@@ -234,7 +272,7 @@ class ClassEdit(HookPlacement, Storing):
         }
         if not kept:
             return s
-        return s.visit(OffKeptDevice(kept, expr(f"self.{tensor}.device"), self.ctx.qualify))
+        return transformed(s, OffKeptDevice(kept, expr(f"self.{tensor}.device"), self.ctx.qualify))
 
     def rewrite(self, message: str) -> Rewrite:
         new = self.build()
@@ -290,7 +328,7 @@ class ClassEdit(HookPlacement, Storing):
         init = members[where["__init__"]]
         if not inherited:
             swap = SwapCall(hook, OWN_RESET)
-            init = init.visit(swap)
+            init = transformed(init, swap)
             if not swap.swapped:
                 return None
         if not isinstance(init.body, cst.IndentedBlock):
@@ -301,12 +339,9 @@ class ClassEdit(HookPlacement, Storing):
         if last is None:
             return None
         returns = " -> None" if own.returns is not None else ""
-        reset = stmt(
-            f"def {hook}(self){returns}:\n"
-            f"    super().{hook}()\n"
-            f'    if hasattr(self, "{last}"):  {base_guard_comment(bases[0])}\n'
-            f"        self.{OWN_RESET}()\n"
-        ).with_changes(leading_lines=own.leading_lines)
+        reset = extending_hook(returns, last, base_guard_comment(bases[0])).with_changes(
+            leading_lines=own.leading_lines
+        )
         private = own.with_changes(
             name=cst.Name(OWN_RESET), leading_lines=[cst.EmptyLine(indent=False)]
         )

@@ -9,7 +9,7 @@ syntax tree; nothing is imported or executed.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 
 import libcst as cst
@@ -17,7 +17,7 @@ import libcst as cst
 from metalint.diagnostics import Applicability
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
-from metalint.static.syntax import code_children, node_text, walk_code
+from metalint.static.syntax import TRIVIA, code_children, node_text, walk_code
 from metalint.vocabulary import (
     DEVICE_FACTORIES,
     EXTERNAL_RESET_BASES,
@@ -54,11 +54,60 @@ def render(node: cst.CSTNode, module: cst.Module | None = None) -> str:
 
 
 def expr(code: str) -> cst.BaseExpression:
-    return cst.parse_expression(code)
+    return _parsed(cst.parse_expression, code)
 
 
 def stmt(code: str) -> cst.BaseStatement:
-    return cst.parse_statement(code if code.endswith("\n") else code + "\n")
+    return _parsed(cst.parse_statement, code if code.endswith("\n") else code + "\n")
+
+
+#: (parser, code) -> its tree, parsed once per process (codemods parse the same few lines,
+#: ``self.reset_parameters()``, for finding after finding)
+_PARSED: dict[tuple[Callable, str], cst.CSTNode] = {}
+
+
+def _parsed(parse: Callable, code: str) -> cst.CSTNode:
+    """A new tree of ``code``: a copy of the one parsed the first time (a copy of its code
+    nodes: codemods find nodes by identity), which costs a third of a parse."""
+    tree = _PARSED.get((parse, code))
+    if tree is None:
+        if len(_PARSED) > 4096:
+            _PARSED.clear()
+        tree = _PARSED[parse, code] = parse(code)
+    return _copy(tree)
+
+
+#: node type -> its fields (its ``__slots__``)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+#: type -> whether its instances are code nodes (libcst nodes, not :data:`TRIVIA`)
+_CODE: dict[type, bool] = {}
+
+
+def _is_code(value) -> bool:
+    t = type(value)
+    known = _CODE.get(t)
+    if known is None:
+        known = _CODE[t] = issubclass(t, cst.CSTNode) and t not in TRIVIA
+    return known
+
+
+def _copy(node: cst.CSTNode) -> cst.CSTNode:
+    """``node`` with a new object for each code node in it; its trivia (whitespace, commas,
+    operators: no codemod looks for one) shared."""
+    t = type(node)
+    names = _FIELDS.get(t)
+    if names is None:
+        names = _FIELDS[t] = tuple(f.name for f in fields(t))
+    new = object.__new__(t)
+    for name in names:
+        value = getattr(node, name)
+        if _is_code(value):
+            value = _copy(value)
+        elif type(value) is tuple or type(value) is list:
+            value = type(value)([_copy(v) if _is_code(v) else v for v in value])
+        object.__setattr__(new, name, value)
+    return new
 
 
 def path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
@@ -99,6 +148,72 @@ def _with_child(parent: cst.CSTNode, child: cst.CSTNode, new: cst.CSTNode) -> cs
             items = [new if c is child else c for c in value]
             return parent.with_changes(**{field.name: type(value)(items)})
     raise ValueError(f"{type(child).__name__} is no child of {type(parent).__name__}")
+
+
+def transformed(root: cst.CSTNode, transformer):
+    """``root.visit(transformer)`` for a transformer with no visit hook whose leave hooks
+    return the updated node for every node its ``hits(node)`` does not select: only the nodes from
+    ``root`` down to those are rebuilt (bottom up, as libcst does, their sequences made
+    tuples); every other node stays the same object, so a class's text is rendered from the
+    pieces it keeps (``registry.ClassText``). A node removed where its parent has no
+    sequence is left to libcst."""
+    hits = transformer.hits
+    on_path: set[int] = set()
+    targets: set[int] = set()
+    stack: list[tuple[cst.CSTNode, int]] = [(root, 0)]
+    path: list[cst.CSTNode] = []
+    while stack:
+        node, depth = stack.pop()
+        del path[depth:]
+        path.append(node)
+        if hits(node):
+            targets.add(id(node))
+            on_path.update(map(id, path))
+        stack.extend((child, depth + 1) for child in reversed(code_children(node)))
+    if not targets:
+        return root
+    try:
+        return _Rebuild(on_path, targets, transformer.on_leave).node(root)
+    except _Unplaced:
+        return root.visit(transformer)
+
+
+class _Unplaced(Exception):
+    """A node removed (or flattened) where its parent holds one node, not a sequence."""
+
+
+class _Rebuild:
+    """:func:`transformed`'s rebuild of the nodes ``on_path``."""
+
+    def __init__(self, on_path: set[int], targets: set[int], leave: Callable) -> None:
+        self.on_path, self.targets, self.leave = on_path, targets, leave
+
+    def node(self, node: cst.CSTNode):
+        changes = {}
+        for field in fields(node):
+            value = getattr(node, field.name)
+            if isinstance(value, cst.CSTNode):
+                if id(value) in self.on_path:
+                    new = self.node(value)
+                    if not isinstance(new, cst.CSTNode):
+                        raise _Unplaced
+                    changes[field.name] = new
+            elif type(value) in (list, tuple) and any(id(v) in self.on_path for v in value):
+                changes[field.name] = self.sequence(value)
+        updated = node.with_changes(**changes) if changes else node
+        if id(node) in self.targets:
+            return self.leave(node, updated)
+        return updated
+
+    def sequence(self, values) -> tuple:
+        out: list = []
+        for v in values:
+            new = self.node(v) if id(v) in self.on_path else v
+            if isinstance(new, cst.FlattenSentinel):
+                out.extend(new.nodes)
+            elif not isinstance(new, cst.RemovalSentinel):
+                out.append(new)
+        return tuple(out)
 
 
 def names_in(node: cst.CSTNode) -> Iterator[cst.Name]:
@@ -156,12 +271,15 @@ class _Substitute(cst.CSTTransformer):
     def __init__(self, replace: dict[int, cst.BaseExpression]):
         self.replace = replace
 
+    def hits(self, node: cst.CSTNode) -> bool:
+        return type(node) is cst.Name and id(node) in self.replace
+
     def leave_Name(self, original_node, updated_node):
         return self.replace.get(id(original_node), updated_node)
 
 
 def substitute(node: cst.CSTNode, replace: dict[int, cst.BaseExpression]) -> cst.CSTNode:
-    return node.visit(_Substitute(replace)) if replace else node
+    return transformed(node, _Substitute(replace)) if replace else node
 
 
 def self_attr_expr(name: str) -> cst.Attribute:
@@ -176,7 +294,7 @@ def fill(template: str, **values: cst.BaseExpression) -> cst.BaseStatement:
         target = next(
             n for n in walk_code(node) if isinstance(n, cst.Name) and n.value == f"__{key}__"
         )
-        node = node.deep_replace(target, value)
+        node = replaced(node, target, value)
     return node
 
 
@@ -212,6 +330,9 @@ class SwapCall(cst.CSTTransformer):
 
     def __init__(self, old: str, new: str):
         self.old, self.new, self.swapped = old, new, 0
+
+    def hits(self, node: cst.CSTNode) -> bool:
+        return calls_self(node, self.old)
 
     def leave_Call(self, original_node, updated_node):
         if calls_self(original_node, self.old):
@@ -272,6 +393,10 @@ class ReplaceStatements(cst.CSTTransformer):
     def __init__(self, replace):
         self.replace = replace
 
+    def hits(self, node: cst.CSTNode) -> bool:
+        hit = self.replace.get(id(node))
+        return hit is not None and hit[0] is node
+
     def on_leave(self, original_node, updated_node):
         hit = self.replace.get(id(original_node))
         if hit is None or hit[0] is not original_node:
@@ -317,10 +442,16 @@ class OnDevice(cst.CSTTransformer):
         self.device = device
         self.qualify = qualify
 
+    def hits(self, node: cst.CSTNode) -> bool:
+        return type(node) is cst.Call and not (
+            (self.qualify(node.func) or "") not in DEVICE_FACTORIES - SAMPLERS
+            or any(
+                a.star or (a.keyword is not None and a.keyword.value == "device") for a in node.args
+            )
+        )
+
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
-        if (self.qualify(original.func) or "") not in DEVICE_FACTORIES - SAMPLERS or any(
-            a.star or (a.keyword is not None and a.keyword.value == "device") for a in original.args
-        ):
+        if not self.hits(original):
             return updated
         return with_device(updated, self.device)
 
@@ -342,6 +473,19 @@ class OffKeptDevice(cst.CSTTransformer):
         self.kept = kept
         self.device = device
         self.qualify = qualify
+
+    def hits(self, node: cst.CSTNode) -> bool:
+        """A factory or a ``.to()`` copy with an argument ``kept`` holds (the others it
+        leaves as they are)."""
+        return (
+            type(node) is cst.Call
+            and any(id(a.value) in self.kept for a in node.args)
+            and self._factory_or_copy(node)
+        )
+
+    def _factory_or_copy(self, node: cst.Call) -> bool:
+        factory = (self.qualify(node.func) or "") in DEVICE_FACTORIES
+        return factory or (type(node.func) is cst.Attribute and node.func.attr.value == "to")
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
         factory = (self.qualify(original.func) or "") in DEVICE_FACTORIES

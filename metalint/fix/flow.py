@@ -61,14 +61,14 @@ def sets_metadata(node: cst.CSTNode, attr: str) -> bool:
     return True
 
 
-def reads_metadata_only(node: cst.CSTNode, attr: str) -> bool:
+def reads_metadata_only(node: cst.CSTNode, attr: str, memo: dict | None = None) -> bool:
     """Does ``node`` read only what the tensor ``self.<attr>`` tells without its values
     (``torch.zeros(self.r_weight.shape)``, speechbrain's quaternion convolutions;
     ``self.w.size(0)``), and write nothing of it? Such code sees the same either way when the
     values are set later, by a hook."""
     attrs = [n for n in walk_code(node) if type(n) is cst.Attribute]
     whole = {id(n) for n in attrs if dotted(n) == f"self.{attr}"}
-    if not whole or attr in uses(node)[0]:
+    if not whole or attr in uses(node, memo)[0]:
         return False
     meta = {id(n.value) for n in attrs if n.attr.value in METADATA_ATTRIBUTES}
     meta |= {

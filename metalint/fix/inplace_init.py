@@ -296,7 +296,26 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         return _outside_init(ctx, edit, finding, helper, method)
     if not init_only(body[index], ctx):
         return _not_only_own(ctx, edit, finding, index)
-    return move_own(ctx, edit)
+    return _shared(edit, (move_own,), lambda: move_own(ctx, edit))
+
+
+def _shared(edit: ClassEdit, key: tuple, make) -> Rewrite:
+    """``make()``, the rewrite of ``edit`` (new: nothing scheduled yet) that depends on its
+    class and ``key`` alone, worked out once for all the findings of the class that share it
+    (the in-place inits of one method: timm's ``_init_weights()``); what it raises, raised
+    again."""
+    memo = edit.ctx.memo.setdefault(_shared, {})
+    ident = (id(edit.cls.node), *(k if type(k) is int else id(k) for k in key))
+    hit = memo.get(ident)
+    if hit is None or hit[0] is not edit.cls or hit[1] != key:
+        try:
+            hit = (edit.cls, key, make(), None)
+        except Exception as exc:  # raised again for each finding, as the first time
+            hit = (edit.cls, key, None, exc)
+        memo[ident] = hit
+    if hit[3] is not None:
+        raise hit[3]
+    return hit[2]
 
 
 def _outside_init(ctx: RuleContext, edit: ClassEdit, finding: Finding, helper, method) -> Rewrite:
@@ -308,10 +327,10 @@ def _outside_init(ctx: RuleContext, edit: ClassEdit, finding: Finding, helper, m
             return _children_out_of_builder(ctx, edit, finding, helper)
         return _own_init_out_of_builder(ctx, edit, finding, helper)
     if only_own(method, ctx, finding.site.children):
-        return method_into_reset(edit, method)
+        return _shared(edit, (method_into_reset, method), lambda: method_into_reset(edit, method))
     # open_clip TextTransformer.init_parameters(): called from a root hook, as ML010 does
     # with a private method that applies the init
-    return through_method(edit, method)
+    return _shared(edit, (through_method, method), lambda: through_method(edit, method))
 
 
 def _not_only_own(ctx: RuleContext, edit: ClassEdit, finding: Finding, index: int) -> Rewrite:
@@ -319,7 +338,7 @@ def _not_only_own(ctx: RuleContext, edit: ClassEdit, finding: Finding, index: in
     which does more than initialise the module's own tensors in place."""
     body = edit.init_body
     if init_only(body[index], ctx, module_tensor):
-        return children_first(ctx, edit, keep=index)
+        return _shared(edit, (children_first, index), lambda: children_first(ctx, edit, keep=index))
     line = edit.path_of(finding.node)[1]
     own = [n for n in line if isinstance(n, cst.SimpleStatementLine)]
     if own and own[-1] is not body[index] and init_only(own[-1], ctx):

@@ -45,6 +45,8 @@ class InitFacts:
         self.uses: dict = {}
         #: id of a body -> what :func:`returns` answered, and the body
         self.returns: dict = {}
+        #: id of a statement -> what :func:`every_parameter_written` answered, and the statement
+        self.loops: dict = {}
 
     @property
     def body(self) -> Sequence[cst.BaseStatement]:
@@ -54,6 +56,13 @@ class InitFacts:
         if not isinstance(init.node.body, cst.IndentedBlock):
             raise Unfixable("`__init__` is written on one line")
         return init.node.body.body
+
+    def parameter_loop(self, stmt: cst.BaseStatement, qualify) -> str | None:
+        """:func:`every_parameter_written` of a statement of ``__init__``, worked out once."""
+        hit = self.loops.get(id(stmt))
+        if hit is None or hit[1] is not stmt:
+            hit = self.loops[id(stmt)] = (every_parameter_written(stmt, qualify), stmt)
+        return hit[0]
 
     @cached_property
     def index(self) -> tuple[dict[int, cst.CSTNode], dict[int, int]]:
@@ -236,15 +245,19 @@ class Locating:
         memo = self.memo()
         methods: set[str] = set()
         for s in self.init_body[index + 1 :]:
-            if tensor and (sets_metadata(s, attr) or reads_metadata_only(s, attr)):
-                continue
-            hit = touches(s, attr, writes_only, memo)
-            if hit:
-                return f"`self.{attr}` is {hit} later in `__init__` (line order matters)"
-            loop = every_parameter_written(s, self.ctx.qualify)
+            written, read, calls = uses(s, memo)
+            # a statement that does not name ``self.<attr>`` neither sets nor reads its
+            # metadata, nor touches it
+            if attr in written or attr in read:
+                if tensor and (sets_metadata(s, attr) or reads_metadata_only(s, attr, memo)):
+                    continue
+                hit = touches(s, attr, writes_only, memo)
+                if hit:
+                    return f"`self.{attr}` is {hit} later in `__init__` (line order matters)"
+            loop = self.facts.parameter_loop(s, self.ctx.qualify)
             if loop:
                 return f"every parameter is written later in `__init__`, by `{loop}` (line order matters)"
-            methods |= uses(s, memo)[2]
+            methods |= calls
         for name in sorted(methods):
             for m in self.cls.reachable(name):
                 if m.name == "__init__":

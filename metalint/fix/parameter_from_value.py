@@ -46,6 +46,7 @@ from metalint.fix.edits import (
     names_in,
     path_to,
     render,
+    replaced,
     stmt,
     torch_spelling,
 )
@@ -353,7 +354,7 @@ def _created_empty(
     names = torch_spelling(ctx)
     empty, shape = empty_of(value, names[0])
     if not keep:
-        edit.replace[id(at.line)] = (at.line, [at.line.deep_replace(at.data, empty)])
+        edit.replace[id(at.line)] = (at.line, [replaced(at.line, at.data, empty)])
 
     # the hook: re-create the value
     body = hook_body(

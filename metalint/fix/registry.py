@@ -93,9 +93,28 @@ def class_rewrite(
     return top, new_top
 
 
-def line_edits(old: str, new: str, shift: int = 0) -> tuple[Edit, ...]:
-    """Minimal whole-line edits that turn ``old`` into ``new`` (rows shifted by ``shift``)."""
-    a = split_lines(old, keepends=True)
+def _must_parse(text: str, probe: str) -> None:
+    """Raise what ``ast.parse(text)`` raises (a codemod must never produce code that does
+    not parse), parsing only ``probe`` when that parses (see
+    :meth:`ClassText.render_and_probe`)."""
+    if not _parses(probe):
+        ast.parse(text)
+
+
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except Exception:  # what it is, the whole text's parse raises
+        return False
+    return True
+
+
+def line_edits(
+    old: str, new: str, shift: int = 0, old_lines: list[str] | None = None
+) -> tuple[Edit, ...]:
+    """Minimal whole-line edits that turn ``old`` into ``new`` (rows shifted by ``shift``;
+    ``old_lines``: ``old``'s lines, when at hand)."""
+    a = split_lines(old, keepends=True) if old_lines is None else old_lines
     b = split_lines(new, keepends=True)
     out = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
@@ -132,17 +151,26 @@ def apply_edits(text: str, edits) -> str:
     return "".join(out)
 
 
-def _first_row(source: str | None, old: str, row: int, module: cst.Module, top, finding) -> int:
-    """The file row where the class text ``old`` starts (the occurrence holding ``row``)."""
+def _first_row(texts: ClassText, source: str | None, row: int, ctx, top, finding) -> int:
+    """The file row where the class text ``texts.text`` starts (the occurrence holding
+    ``row``)."""
     if source is not None:
-        at = source.find(old)
-        while at >= 0:
-            first = count_breaks(source, 0, at) + 1
-            if first <= row < first + count_breaks(old) + 1:
+        rows = texts.rows()
+        for first in texts.occurrences(source):
+            if first <= row < first + rows:
                 return first
-            at = source.find(old, at + 1)
-    pos = code_ranges(module)
+    pos = code_ranges(alone(ctx.module, top))
     return row - pos[finding.node].start.line + 1
+
+
+def _occurrences(source: str, text: str) -> list[int]:
+    """The file rows where each occurrence of ``text`` in ``source`` starts."""
+    out: list[int] = []
+    at = source.find(text)
+    while at >= 0:
+        out.append(count_breaks(source, 0, at) + 1)
+        at = source.find(text, at + 1)
+    return out
 
 
 #: the statement node types (a rendered statement's text is kept by id)
@@ -231,10 +259,59 @@ class ClassText:
             elifs = {id(n.orelse) for n, _ in state.compound if isinstance(n, cst.If)}
             self.compound = [(n, at) for n, at in state.compound if id(n) not in elifs]
         self.heads: dict[tuple, cst.CSTNode] | None = None
+        self._rows: tuple[str, list[int]] | None = None
+        self._breaks: int | None = None
+        self._lines: list[str] | None = None
+        self._made: dict[int, tuple[cst.ClassDef, str, str]] = {}
+        self._edits: dict[tuple[str, int], tuple[Edit, ...]] = {}
+
+    def made(self, new: cst.ClassDef) -> tuple[str, str]:
+        """:meth:`render_and_probe`, once for each rewrite (findings of a class that share one
+        ask it again)."""
+        hit = self._made.get(id(new))
+        if hit is None or hit[0] is not new:
+            hit = self._made[id(new)] = (new, *self.render_and_probe(new))
+        return hit[1], hit[2]
+
+    def edits(self, new: str, shift: int) -> tuple[Edit, ...]:
+        """:func:`line_edits` from this class's text to ``new``, once for each text."""
+        key = (new, shift)
+        if key not in self._edits:
+            self._edits[key] = line_edits(self.text, new, shift, self.lines())
+        return self._edits[key]
+
+    def lines(self) -> list[str]:
+        """The class's text split in lines (ends kept), split once for all its fixes."""
+        if self._lines is None:
+            self._lines = split_lines(self.text, keepends=True)
+        return self._lines
+
+    def rows(self) -> int:
+        """How many rows the class's text spans."""
+        if self._breaks is None:
+            self._breaks = count_breaks(self.text)
+        return self._breaks + 1
+
+    def occurrences(self, source: str) -> list[int]:
+        """The file rows where each occurrence of the class's text in ``source`` starts,
+        found once for all the class's fixes."""
+        if self._rows is None or self._rows[0] is not source:
+            self._rows = (source, _occurrences(source, self.text))
+        return self._rows[1]
 
     def render(self, new: cst.ClassDef) -> str:
         """The text of ``new``, a rewrite of this class."""
         return self._statement(new, ())
+
+    def render_and_probe(self, new: cst.ClassDef) -> tuple[str, str]:
+        """The text of ``new`` and a text that parses exactly when it does: each statement
+        rendered from this class's around its body (:meth:`_statement`) with only the
+        statements of that body not kept from this class, and a ``pass`` at the indentation
+        of its first statement when that one is kept (it sets the body's indentation). A kept
+        statement is a complete statement of text CPython parsed, at the same indentation:
+        leaving it out changes neither what comes before nor after it."""
+        probe: list[str] = []
+        return self._statement(new, (), probe), "".join(probe)
 
     def _original(self, stmt: cst.CSTNode, indents: tuple[str, ...]) -> cst.CSTNode | None:
         """The statement of the class at ``indents`` with the same head as ``stmt``."""
@@ -247,7 +324,53 @@ class ClassText:
         head = _head(stmt, indents)
         return None if head is None else self.heads.get(head)
 
-    def _statement(self, stmt: cst.CSTNode, indents: tuple[str, ...]) -> str:
+    def _statement(
+        self, stmt: cst.CSTNode, indents: tuple[str, ...], probe: list[str] | None = None
+    ) -> str:
+        """The text of ``stmt`` at ``indents``; ``probe`` gets the text to parse for it (see
+        :meth:`render_and_probe`)."""
+        text = self._shell_cut(stmt, indents, probe)
+        if text is None:
+            text = self._rendered(stmt, indents)
+            if probe is not None:
+                probe.append(text)
+        return text
+
+    def _shell_cut(
+        self, stmt: cst.CSTNode, indents: tuple[str, ...], probe: list[str] | None
+    ) -> str | None:
+        """The text of a compound statement with the head of one of this class's: that
+        one's text around its body's statements, around this one's. None for any other."""
+        if (id(stmt), indents) in self.spans:
+            return None
+        body = getattr(stmt, "body", None)
+        if not isinstance(body, cst.IndentedBlock) or not body.body:
+            return None
+        original = self._original(stmt, indents)
+        if original is None:
+            return None
+        inner = (*indents, self.module.default_indent if body.indent is None else body.indent)
+        whole = self.spans[id(original), indents]
+        first = self.spans[id(original.body.body[0]), inner]
+        last = self.spans[id(original.body.body[-1]), inner]
+        head, tail = self.text[whole[0] : first[0]], self.text[last[1] : whole[1]]
+        out = [head]
+        if probe is not None:
+            probe.append(head)
+        for i, child in enumerate(body.body):
+            kept = probe is None or (id(child), inner) in self.spans
+            out.append(self._statement(child, inner, None if kept else probe))
+            if i == 0 and kept and probe is not None:
+                # what sets the body's indentation: the first line of the statement kept
+                probe.append(f"{''.join(inner)}pass{self.module.default_newline}")
+        out.append(tail)
+        if probe is not None:
+            probe.append(tail)
+        return "".join(out)
+
+    def _rendered(self, stmt: cst.CSTNode, indents: tuple[str, ...]) -> str:
+        """The text of a statement kept from this class, or rendered around its kept
+        statements."""
         span = self.spans.get((id(stmt), indents))
         if span is not None:
             return self.text[span[0] : span[1]]
@@ -256,19 +379,6 @@ class ClassText:
         if not isinstance(body, cst.IndentedBlock) or not body.body:
             return node_text(stmt, module.default_indent, module.default_newline, indents)
         inner = (*indents, module.default_indent if body.indent is None else body.indent)
-        original = self._original(stmt, indents)
-        if original is not None:
-            # the original's text around its body's statements, around this one's
-            whole = self.spans[id(original), indents]
-            first = self.spans[id(original.body.body[0]), inner]
-            last = self.spans[id(original.body.body[-1]), inner]
-            return "".join(
-                [
-                    self.text[whole[0] : first[0]],
-                    *(self._statement(child, inner) for child in body.body),
-                    self.text[last[1] : whole[1]],
-                ]
-            )
         # the statement with a marker line for each statement of its body, then each marker
         # replaced by that statement's text
         shell = node_text(
@@ -530,19 +640,19 @@ def _fix_of(
         top, new_top = pair
         texts = class_text(ctx, top, source)
         old = texts.text
-        new = texts.render(new_top)
+        new, probe = texts.made(new_top)
         if new == old:
             _remember(ctx.path, code, row, "the rewrite changes nothing")
             return None
         parsed = ctx.memo.setdefault(ast.parse, set())  # rewrites of a class often agree
         if new not in parsed:
-            ast.parse(new)  # a codemod must never produce code that does not parse
+            _must_parse(new, probe)
             parsed.add(new)
-        shift = _first_row(source, old, row, alone(ctx.module, top), top, finding) - 1
+        shift = _first_row(texts, source, row, ctx, top, finding) - 1
     except Exception as exc:
         _remember(ctx.path, code, row, f"the rewrite failed: {type(exc).__name__}: {exc}")
         return None
-    edits = line_edits(old, new, shift)
+    edits = texts.edits(new, shift)
     return Fix(
         result.applicability, result.message, edits, result.hook, result.then_hook, kept=result.kept
     )

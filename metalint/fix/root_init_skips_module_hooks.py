@@ -24,32 +24,16 @@ from metalint.diagnostics import Applicability
 from metalint.fix.edits import Rewrite, Unfixable, is_docstring, replaced, stmt
 from metalint.static.model import ClassFacts
 from metalint.static.rule import Finding, RuleContext
+from metalint.static.syntax import walk_code
 from metalint.vocabulary import RESET_HOOK
 
 
 def _free_name(fn: cst.FunctionDef) -> str:
-    used = {n.value for n in _names(fn)}
+    used = {n.value for n in walk_code(fn) if type(n) is cst.Name}
     name = "module"
     while name in used:
         name = f"_{name}"
     return name
-
-
-def _names(node: cst.CSTNode) -> list[cst.Name]:
-    collect = _Names()
-    node.visit(collect)
-    return collect.names
-
-
-class _Names(cst.CSTVisitor):
-    """Every name of a tree (a class of the module: one defined in a function would hold the
-    nodes in a reference cycle)."""
-
-    def __init__(self) -> None:
-        self.names: list[cst.Name] = []
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self.names.append(node)
 
 
 def plan(ctx: RuleContext, cls: ClassFacts, finding: Finding) -> Rewrite:
@@ -61,9 +45,9 @@ def plan(ctx: RuleContext, cls: ClassFacts, finding: Finding) -> Rewrite:
     var = _free_name(fn)
     loop = stmt(
         f"for {var} in {me}.modules():\n"
-        f"    if {var} is not {me} and hasattr({var}, {RESET_HOOK!r}):\n"
+        f'    if {var} is not {me} and hasattr({var}, "{RESET_HOOK}"):\n'
         f"        {var}.{RESET_HOOK}()\n"
-    ).visit(_Quotes())
+    )
     body = list(fn.body.body)
     at = 1 if body and is_docstring(body[0]) else 0
     new_fn = fn.with_changes(body=fn.body.with_changes(body=[*body[:at], loop, *body[at:]]))
@@ -74,12 +58,3 @@ def plan(ctx: RuleContext, cls: ClassFacts, finding: Finding) -> Rewrite:
         "initial values change)",
         hook=entry,
     )
-
-
-class _Quotes(cst.CSTTransformer):
-    """``'reset_parameters'`` as ``"reset_parameters"``."""
-
-    def leave_SimpleString(self, original, updated):
-        if updated.value.startswith("'"):
-            return updated.with_changes(value='"' + updated.value[1:-1] + '"')
-        return updated
