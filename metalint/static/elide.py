@@ -20,7 +20,7 @@ import ast
 import re
 
 from metalint.lines import split_lines
-from metalint.vocabulary import SKIPPED_METHOD_PREFIXES
+from metalint.vocabulary import APPLY_METHOD, SKIPPED_METHOD_PREFIXES
 
 _KEEP_AT_MODULE_LEVEL = (
     ast.Import,
@@ -70,6 +70,9 @@ def _unread(source: str, tree: ast.Module, hooks: tuple[str, ...]) -> tuple[list
             _class(node, lines, spans, classes)
     _methods(classes, lines, spans, hooks)
     functions = _functions(tree.body, lines, spans)
+    # after both: what these statements name still keeps a method or a function, as before
+    for cls in classes:
+        _class_statements(cls.body, lines, spans)
     return lines, spans, functions
 
 
@@ -259,6 +262,44 @@ def _class(node: ast.ClassDef, lines: list[str], spans: list, classes: list) -> 
         ):
             if (span := _def_span(item, lines)) is not None:
                 spans.append(span)
+
+
+def _class_statements(body: list[ast.stmt], lines: list[str], spans: list) -> None:
+    """Runs of class-level statements the fact collector passes by (of a class body it reads
+    the definitions and imports only): transformers' ``ModelOutput`` fields and config
+    attributes, ``_no_split_modules`` lists. A run is left out when it spans two rows or
+    more (a short one costs less to parse than to leave out). A docstring, an import, a
+    compound statement (it may hold a class or an import) and a statement naming ``_apply``
+    (``_apply = move_states``: a rule reads it) stay."""
+    run: list[ast.stmt] = []
+    for i, item in enumerate(body):
+        if _unread_class_statement(body, i, lines):
+            run.append(item)
+            continue
+        _leave_out_run(run, spans)
+        run = []
+    _leave_out_run(run, spans)
+
+
+def _unread_class_statement(body: list[ast.stmt], i: int, lines: list[str]) -> bool:
+    item = body[i]
+    if isinstance(item, (*_KEEP_AT_MODULE_LEVEL, *_COMPOUND)) or (
+        i == 0 and isinstance(item, ast.Expr)
+    ):
+        return False
+    alone = (i == 0 or body[i - 1].end_lineno < item.lineno) and (
+        i + 1 == len(body) or _first_row(body[i + 1]) > item.end_lineno
+    )
+    return (
+        alone
+        and _starts_line(item, lines)
+        and APPLY_METHOD not in _words("".join(lines[item.lineno - 1 : item.end_lineno]))
+    )
+
+
+def _leave_out_run(run: list[ast.stmt], spans: list) -> None:
+    if run and run[-1].end_lineno > run[0].lineno:
+        spans.append((run[0].lineno, run[-1].end_lineno))
 
 
 #: methods read by name (init hooks, ``tie_weights``, ``_reset_parameters``, ``__init__`` ...)
