@@ -235,3 +235,66 @@ def test_statements_sharing_rows_stay():
     full, short = _results(SHARED_ROWS)
     assert short == full
     assert _codes(short) == ["ML001", "ML012", "ML015"]
+
+
+UNREACHED = """\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(d) * 1e-5)
+
+
+class Net(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self._build(d)
+
+    def _build(self, d):
+        self.body = self._stack(d)
+
+    def _stack(self, d):
+        return nn.Sequential(Block(d), Block(d))
+
+    def setup(self):
+        self.ready = True
+        self._fill()
+
+    def _fill(self):
+        for m in self.modules():
+            nn.init.zeros_(m.weight)
+
+    def _loop(self, steps):
+        self.state = self._compute(steps)
+
+    def _compute(self, steps):
+        total = 0
+        for i in range(steps):
+            total += i
+        return total
+"""
+
+
+def test_what_only_an_unreached_private_method_calls_is_left_out():
+    out = _elided(UNREACHED)
+    assert "self.state = self._compute(steps)" in out  # kept: it writes to self
+    assert "total += i" not in out  # what only it calls is no rule's business
+    full, short = _results(UNREACHED)
+    assert short == full
+
+
+def test_what_construction_and_a_public_method_reach_is_still_read():
+    out = _elided(UNREACHED)
+    # __init__ -> _build -> _stack: construction builds two Blocks there
+    assert "return nn.Sequential(Block(d), Block(d))" in out
+    # the public ``setup`` may be a root's entry point: what ``_fill`` applies is its
+    assert "nn.init.zeros_(m.weight)" in out
+    full, short = _results(UNREACHED)
+    assert short == full
+    net = next(c for c in short["classes"] if c["fullname"] == "pkg.m.Net")
+    assert "pkg.m.Block" in net["protocol"]["children"]
+    assert net["protocol"]["applies"]["setup"][0][0] == "block"
+    assert "_compute" in net["methods"]  # named still, by its stub

@@ -68,9 +68,10 @@ def _unread(source: str, tree: ast.Module, hooks: tuple[str, ...]) -> tuple[list
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             _class(node, lines, spans, classes)
-    _methods(classes, lines, spans, hooks)
+    unreached = _methods(classes, lines, spans, hooks)
     functions = _functions(tree.body, lines, spans)
-    # after both: what these statements name still keeps a method or a function, as before
+    # after both: what these name still keeps a method or a function, as before
+    spans.extend(unreached)
     for cls in classes:
         _class_statements(cls.body, lines, spans)
     return lines, spans, functions
@@ -329,7 +330,7 @@ def _read_anywhere(body: str) -> bool:
 
 def _methods(
     classes: list[ast.ClassDef], lines: list[str], spans: list, hooks: tuple[str, ...]
-) -> None:
+) -> list:
     """Methods no kept code calls and no rule reads: timm's ``get_classifier``,
     ``load_pretrained``, ``no_weight_decay``, an optimizer's ``step``. Rules read the methods
     construction reaches (a method is reached by name: its name is a word of the kept text),
@@ -337,7 +338,13 @@ def _methods(
     tensors or apply functions; a method whose text has none of those and that nothing
     calls is left out, and so are the module-level helpers only it called (see
     :func:`_functions`). A method calling another of its class's methods stays: the number
-    of call sites of a method tells what arguments it sees in a default build."""
+    of call sites of a method tells what arguments it sees in a default build.
+
+    Rules follow calls (``ClassFacts.reachable``) only from ``__init__``, the hooks, the
+    methods read by name and the public ones (a root's entry point): a private method kept
+    for what it writes that none of those reaches does not keep what it calls (transformers'
+    ``Trainer._inner_training_loop`` and its callees). Those are returned, to be left out
+    once :func:`_functions` has decided from the text kept before."""
     rows = _Rows(lines, spans)
     # (name, span, text, body, methods of its class) of each method that could be left out
     candidates: list[tuple[str, tuple, str, str, set[str]]] = []
@@ -349,22 +356,42 @@ def _methods(
                 candidates.append((*found, own))
                 rows.leave_out(found[1][0], item.end_lineno)
     if not candidates:
-        return
+        return []
     names = {c[0] for c in candidates}
     referenced = rows.words_of_the_rest() & names
-    keep = [False] * len(candidates)
-    while True:
+    read: dict[int, bool] = {}  # what rules read in any method, of those nothing calls
+    before = _kept(candidates, set(referenced), read, lambda name: True)
+    kept = _kept(candidates, referenced, read, lambda name: not name.startswith("_"))
+    spans.extend(c[1] for i, c in enumerate(candidates) if i not in before)
+    return [c[1] for i, c in enumerate(candidates) if i in before and i not in kept]
+
+
+def _kept(candidates: list, reached: set[str], read: dict[int, bool], root) -> set[int]:
+    """Indexes of the candidates kept: named by kept code that rules follow (``reached``,
+    grown as kept methods pass on what they name) or read wherever they are (``read``,
+    filled on the way). A kept method passes on what it names when it is reached or
+    ``root(name)``."""
+    names = {c[0] for c in candidates}
+    kept: set[int] = set()
+    passed: set[int] = set()
+    changed = True
+    while changed:
         changed = False
         for i, (name, _, text, body, own) in enumerate(candidates):
-            if keep[i]:
-                continue
-            # what rules read in any method (checked only of those nothing calls: most are called)
-            if name in referenced or _read_anywhere(body) or _calls_own(body, own):
-                keep[i] = changed = True
-                referenced |= _words(text) & names  # what a kept method names is kept too
-        if not changed:
-            break
-    spans.extend(c[1] for c, kept in zip(candidates, keep) if not kept)
+            if i not in kept and (name in reached or _read(read, i, body, own)):
+                kept.add(i)
+                changed = True
+            if i in kept and i not in passed and (name in reached or root(name)):
+                passed.add(i)
+                changed = True
+                reached |= _words(text) & names  # what such a method names is kept too
+    return kept
+
+
+def _read(read: dict[int, bool], i: int, body: str, own: set[str]) -> bool:
+    if i not in read:
+        read[i] = _read_anywhere(body) or _calls_own(body, own)
+    return read[i]
 
 
 def _candidate(item: ast.stmt, lines: list[str], hooks: tuple[str, ...]):
