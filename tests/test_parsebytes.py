@@ -298,3 +298,52 @@ def test_what_construction_and_a_public_method_reach_is_still_read():
     assert "pkg.m.Block" in net["protocol"]["children"]
     assert net["protocol"]["applies"]["setup"][0][0] == "block"
     assert "_compute" in net["methods"]  # named still, by its stub
+
+
+OWN_CALLS = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self._setup(False)
+
+    def _setup(self, apply_init=True):
+        if apply_init:
+            self.apply(self._init_weights)
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.Linear):
+            nn.init.zeros_(m.weight)
+
+    def _refresh(self):
+        self._setup(True)
+
+    def _report(self):
+        return self._describe()
+
+    def _describe(self):
+        return "net"
+"""
+
+
+def test_a_private_method_calling_what_construction_runs_stays():
+    # ``_refresh`` is a second call site of ``_setup``: its argument is no longer known to
+    # be False in a default build, so the applied init may run there (ML010)
+    out = _elided(OWN_CALLS)
+    assert "self._setup(True)" in out
+    full, short = _results(OWN_CALLS)
+    assert short == full
+    assert [(d["code"], d["location"]["row"]) for d in short["diagnostics"]] == [("ML010", 13)]
+    alone = OWN_CALLS.replace("        self._setup(True)\n", "        pass\n")
+    assert _results(alone)[1]["diagnostics"] == []
+
+
+def test_a_private_method_calling_only_what_nothing_runs_is_left_out():
+    out = _elided(OWN_CALLS)
+    assert "return self._describe()" not in out and 'return "net"' not in out
+    full, short = _results(OWN_CALLS)
+    assert short == full
