@@ -20,7 +20,7 @@ import ast
 import re
 
 from metalint.lines import split_lines
-from metalint.vocabulary import SKIPPED_METHOD_PREFIXES
+from metalint.vocabulary import APPLY_METHOD, SKIPPED_METHOD_PREFIXES
 
 _KEEP_AT_MODULE_LEVEL = (
     ast.Import,
@@ -68,8 +68,12 @@ def _unread(source: str, tree: ast.Module, hooks: tuple[str, ...]) -> tuple[list
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             _class(node, lines, spans, classes)
-    _methods(classes, lines, spans, hooks)
+    unreached = _methods(classes, lines, spans, hooks)
     functions = _functions(tree.body, lines, spans)
+    # after both: what these name still keeps a method or a function, as before
+    spans.extend(unreached)
+    for cls in classes:
+        _class_statements(cls.body, lines, spans)
     return lines, spans, functions
 
 
@@ -261,6 +265,44 @@ def _class(node: ast.ClassDef, lines: list[str], spans: list, classes: list) -> 
                 spans.append(span)
 
 
+def _class_statements(body: list[ast.stmt], lines: list[str], spans: list) -> None:
+    """Runs of class-level statements the fact collector passes by (of a class body it reads
+    the definitions and imports only): transformers' ``ModelOutput`` fields and config
+    attributes, ``_no_split_modules`` lists. A run is left out when it spans two rows or
+    more (a short one costs less to parse than to leave out). A docstring, an import, a
+    compound statement (it may hold a class or an import) and a statement naming ``_apply``
+    (``_apply = move_states``: a rule reads it) stay."""
+    run: list[ast.stmt] = []
+    for i, item in enumerate(body):
+        if _unread_class_statement(body, i, lines):
+            run.append(item)
+            continue
+        _leave_out_run(run, spans)
+        run = []
+    _leave_out_run(run, spans)
+
+
+def _unread_class_statement(body: list[ast.stmt], i: int, lines: list[str]) -> bool:
+    item = body[i]
+    if isinstance(item, (*_KEEP_AT_MODULE_LEVEL, *_COMPOUND)) or (
+        i == 0 and isinstance(item, ast.Expr)
+    ):
+        return False
+    alone = (i == 0 or body[i - 1].end_lineno < item.lineno) and (
+        i + 1 == len(body) or _first_row(body[i + 1]) > item.end_lineno
+    )
+    return (
+        alone
+        and _starts_line(item, lines)
+        and APPLY_METHOD not in _words("".join(lines[item.lineno - 1 : item.end_lineno]))
+    )
+
+
+def _leave_out_run(run: list[ast.stmt], spans: list) -> None:
+    if run and run[-1].end_lineno > run[0].lineno:
+        spans.append((run[0].lineno, run[-1].end_lineno))
+
+
 #: methods read by name (init hooks, ``tie_weights``, ``_reset_parameters``, ``__init__`` ...)
 _READ_BY_NAME = re.compile(r"init|reset|tie|weight|param|buffer|^__new__$|^_apply$")
 #: what rules read in any method of a class, not only in those construction reaches: attribute
@@ -288,46 +330,94 @@ def _read_anywhere(body: str) -> bool:
 
 def _methods(
     classes: list[ast.ClassDef], lines: list[str], spans: list, hooks: tuple[str, ...]
-) -> None:
+) -> list:
     """Methods no kept code calls and no rule reads: timm's ``get_classifier``,
     ``load_pretrained``, ``no_weight_decay``, an optimizer's ``step``. Rules read the methods
     construction reaches (a method is reached by name: its name is a word of the kept text),
     the init hooks, and, in every method, writes to ``self`` and the calls that register
     tensors or apply functions; a method whose text has none of those and that nothing
     calls is left out, and so are the module-level helpers only it called (see
-    :func:`_functions`). A method calling another of its class's methods stays: the number
-    of call sites of a method tells what arguments it sees in a default build."""
+    :func:`_functions`).
+
+    Rules follow calls (``ClassFacts.reachable``) only from ``__init__``, the hooks, the
+    methods read by name and the public ones (a root's entry point): a private method kept
+    for what it writes that none of those reaches does not keep what it calls (transformers'
+    ``Trainer._inner_training_loop`` and its callees). A method calling another of its
+    class's methods stays when that one is reached or not a candidate (the number of call
+    sites of a method construction runs tells what arguments it sees in a default build), or
+    when it is public. What only these refinements leave out is returned, to be left out
+    once :func:`_functions` has decided from the text kept before."""
     rows = _Rows(lines, spans)
-    # (name, span, text, body, methods of its class) of each method that could be left out
-    candidates: list[tuple[str, tuple, str, str, set[str]]] = []
+    # (name, span, text, body, methods of its class, those of them no candidate)
+    candidates: list[tuple] = []
     for cls in classes:
         own = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        for item in cls.body:
-            found = _candidate(item, lines, hooks)
-            if found is not None:
-                candidates.append((*found, own))
-                rows.leave_out(found[1][0], item.end_lineno)
+        found = [f for item in cls.body if (f := _candidate(item, lines, hooks)) is not None]
+        fixed = own - {f[0] for f in found}
+        for name, span, text, body, end in found:
+            candidates.append((name, span, text, body, own, fixed))
+            rows.leave_out(span[0], end)
     if not candidates:
-        return
+        return []
+    referenced = rows.words_of_the_rest() & {c[0] for c in candidates}
+    reads = _Reads(candidates)
+    before = _kept(candidates, set(referenced), reads, refined=False)
+    kept = _kept(candidates, referenced, reads, refined=True)
+    spans.extend(c[1] for i, c in enumerate(candidates) if i not in before)
+    return [c[1] for i, c in enumerate(candidates) if i in before and i not in kept]
+
+
+def _kept(candidates: list, reached: set[str], reads: _Reads, refined: bool) -> set[int]:
+    """Indexes of the candidates kept: named by kept code (``reached``, grown as kept
+    methods pass on what they name) or read wherever they are (:class:`_Reads`). With
+    ``refined``, only a reached or public method passes on what it names."""
     names = {c[0] for c in candidates}
-    referenced = rows.words_of_the_rest() & names
-    keep = [False] * len(candidates)
-    while True:
+    kept: set[int] = set()
+    passed: set[int] = set()
+    changed = True
+    while changed:
         changed = False
-        for i, (name, _, text, body, own) in enumerate(candidates):
-            if keep[i]:
-                continue
-            # what rules read in any method (checked only of those nothing calls: most are called)
-            if name in referenced or _read_anywhere(body) or _calls_own(body, own):
-                keep[i] = changed = True
-                referenced |= _words(text) & names  # what a kept method names is kept too
-        if not changed:
-            break
-    spans.extend(c[1] for c, kept in zip(candidates, keep) if not kept)
+        for i, (name, _, text, *_rest) in enumerate(candidates):
+            if i not in kept and (name in reached or reads.read(i, reached if refined else None)):
+                kept.add(i)
+                changed = True
+            if (
+                i in kept
+                and i not in passed
+                and (name in reached or not refined or not name.startswith("_"))
+            ):
+                passed.add(i)
+                changed = True
+                reached |= _words(text) & names  # what such a method names is kept too
+    return kept
+
+
+class _Reads:
+    """What rules read in a method wherever it is (checked only of those nothing calls:
+    most are called), once per method."""
+
+    def __init__(self, candidates: list) -> None:
+        self.candidates = candidates
+        self.anywhere: dict[int, bool] = {}
+        self.calls: dict[int, set[str]] = {}
+
+    def read(self, i: int, reached: set[str] | None) -> bool:
+        """Does a rule read method ``i`` wherever it is? ``reached``: the names construction,
+        a hook or an entry point may run (None: any call of an own method counts)."""
+        name, _, _, body, own, fixed = self.candidates[i]
+        if i not in self.anywhere:
+            self.anywhere[i] = _read_anywhere(body)
+            self.calls[i] = {m.group(1) for m in _SELF_CALL.finditer(body)} & own
+        if self.anywhere[i]:
+            return True
+        calls = self.calls[i]
+        if reached is None or not name.startswith("_"):
+            return bool(calls)
+        return not calls.isdisjoint(reached) or not calls.isdisjoint(fixed)
 
 
 def _candidate(item: ast.stmt, lines: list[str], hooks: tuple[str, ...]):
-    """(name, span, text, body) of a method that could be left out: not a hook, not read by
+    """(name, span, text, body, last row) of a method that could be left out: not a hook, not read by
     its name, with a body on rows of its own; else None."""
     if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
@@ -340,9 +430,4 @@ def _candidate(item: ast.stmt, lines: list[str], hooks: tuple[str, ...]):
         return None
     text = "".join(lines[span[0] - 1 : item.end_lineno])
     body = "".join(lines[start - 1 : item.end_lineno])
-    return name, span, text, body
-
-
-def _calls_own(body: str, own: set[str]) -> bool:
-    """Does ``body`` call ``self.<one of its class's methods>(...)``?"""
-    return any(m.group(1) in own for m in _SELF_CALL.finditer(body))
+    return name, span, text, body, item.end_lineno
