@@ -60,25 +60,80 @@ PREFILTER = re.compile(rb"torch|nn\.|Parameter|register_buffer|Module|Tensor|Pre
 NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.I)
 
 
-def noqa_directives(source: str) -> dict[int, list[str] | None]:
+def noqa_directives(source: str, tree: ast.Module | None = None) -> dict[int, list[str] | None]:
+    """Row -> the codes of the ``# noqa`` comment on it (None: every code). With CPython's
+    ``tree`` of ``source``, only the lines that say ``noqa`` are read, and the file is
+    tokenized only when the first ``#`` of one of them may stand inside a string."""
     out: dict[int, list[str] | None] = {}
-    if "noqa" not in source.lower():
+    if NOQA.search(source) is None:  # no comment can hold one
         return out
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source, newline="").readline))
-    except (tokenize.TokenError, SyntaxError, IndentationError):
-        return out
-    for tok in tokens:
-        if tok.type != tokenize.COMMENT:
-            continue
-        m = NOQA.search(tok.string)
+    comments = _noqa_comments(source, tree) if tree is not None else None
+    if comments is None:
+        try:
+            tokens = list(tokenize.generate_tokens(io.StringIO(source, newline="").readline))
+        except (tokenize.TokenError, SyntaxError, IndentationError):
+            return out
+        comments = [(t.start[0], t.string) for t in tokens if t.type == tokenize.COMMENT]
+    for row, comment in comments:
+        m = NOQA.search(comment)
         if not m:
             continue
         codes = m.group("codes")
-        out[tok.start[0]] = (
-            sorted({c.upper() for c in re.split(r"[,\s]+", codes) if c}) if codes else None
-        )
+        out[row] = sorted({c.upper() for c in re.split(r"[,\s]+", codes) if c}) if codes else None
     return out
+
+
+def _noqa_comments(source: str, tree: ast.Module) -> list[tuple[int, str]] | None:
+    """``(row, text)`` of the comment of each line saying ``noqa`` that has one, as
+    ``tokenize`` reads them: from the first ``#`` of the line outside the strings of
+    ``tree``; None when a ``#`` before it may start a comment inside a string's span (a
+    string spanning lines, or strings joined around a comment): ``tokenize`` tells. A string
+    on one line holds no comment (one would run to the end of the line)."""
+    out = []
+    for row, line in enumerate(split_lines(source), 1):
+        at = line.find("#")
+        if at < 0 or "noqa" not in line[at:].lower():
+            continue
+        spans = _string_spans(tree, row)
+        while at >= 0:
+            col = len(line[:at].encode("utf-8", "surrogatepass"))  # CPython's columns
+            inside = [(a, b) for a, b in spans if a <= (row, col) < b]
+            if not inside:
+                out.append((row, line[at:]))
+                break
+            if any(a[0] != b[0] for a, b in inside):
+                return None
+            at = line.find("#", at + 1)
+    return out
+
+
+def _string_spans(node: ast.AST, row: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """The spans (start and end, CPython's rows and columns) of the string literals under
+    ``node`` on the lines of which ``row`` is one: only the nodes spanning ``row`` are
+    entered (an f-string is one span)."""
+    out = []
+    todo = [node]
+    while todo:
+        for child in ast.iter_child_nodes(todo.pop()):
+            first = getattr(child, "lineno", None)
+            if first is not None:
+                decorated = getattr(child, "decorator_list", None)
+                if decorated:  # decorators stand above the node's row
+                    first = min(first, *(d.lineno for d in decorated))
+                if first > row or (child.end_lineno or first) < row:
+                    continue
+                kind = type(child)
+                if kind is ast.JoinedStr or (
+                    kind is ast.Constant and isinstance(child.value, (str, bytes))
+                ):
+                    out.append(((child.lineno, child.col_offset), _end(child)))
+                    continue
+            todo.append(child)
+    return out
+
+
+def _end(node: ast.AST) -> tuple[int, int]:
+    return (node.end_lineno or node.lineno, node.end_col_offset or 0)
 
 
 def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
@@ -630,7 +685,7 @@ def _analyze(
     tree, err = cpython_tree(source, display)
     if err is not None:
         return err
-    result = FileResult(display, module_name, noqa=noqa_directives(source))
+    result = FileResult(display, module_name, noqa=noqa_directives(source, tree))
     result.materialisations = materialisations(tree, source, module_name, is_package)
     if not PREFILTER.search(source.encode("utf-8", "surrogatepass")):
         result.exports = exports_from_ast(tree, module_name, is_package)
