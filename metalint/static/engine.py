@@ -38,6 +38,7 @@ from metalint.static.syntax import (
     TRIVIA,
     children,
     code_ranges,
+    code_ranges_of,
     node_text,
     parse_valid_module,
     walk,
@@ -369,10 +370,11 @@ def _render_alone(
     """Positions of those of ``nodes`` inside the top-level ``top`` (a class or a function),
     from ``top`` rendered alone; None when its line in the source cannot be told.
 
-    Of a class, only the methods that hold a finding are rendered, in a shell of the class
-    header: of each, the statements holding one (their rows are CPython's, from ``tree``) or,
-    without ``tree``, the body up to the last such statement, shifted to the row of its
-    ``def``. A finding in a class-level statement renders the class up to there."""
+    Of a class, only what of its methods holds a finding is rendered, each piece at its
+    indentation and with no shell around it: of each method, the statements holding one
+    (their rows and columns are CPython's, from ``tree``) and its header if it holds one,
+    or, without ``tree``, the method up to the last such statement, shifted to the row of
+    its ``def``. A finding in a class-level statement renders the class up to there."""
     name = top.name.value
     kind = type(top)
     keyword = r"class\s+" if kind is cst.ClassDef else r"(?:async\s+)?def\s+"
@@ -398,11 +400,8 @@ def _render_alone(
     )
     if parts == [] and not _in_header(top, targets, walker):
         return {}  # none of them is in the class (in a helper it calls): nothing to render
-    shown, anchors = _shown(top, body, parts, targets, row)
-    alone = cst.Module(
-        body=[shown], default_indent=module.default_indent, default_newline=module.default_newline
-    )
-    pos = code_ranges(alone)
+    pieces, anchors = _shown(top, body, parts, targets, row)
+    pos = code_ranges_of(pieces, module.default_indent, module.default_newline)
     out = {}
     for anchor, r, col, held in anchors:
         start = pos[anchor].start
@@ -423,32 +422,33 @@ def _render_alone(
 
 
 def _shown(top, body, parts, targets: set[int], row: int) -> tuple:
-    """What of ``top`` to render (see :func:`_render_alone`), with its anchors. ``parts``:
-    the methods holding the findings (``[]``: no statement of the class body holds one,
-    so its header does: the class is rendered with an empty body, ``pass``)."""
+    """What of ``top`` to render (see :func:`_render_alone`): ``(node, indentation)`` of
+    each piece, and the anchors. ``parts``: the pieces and anchors of each method holding
+    the findings (``[]``: no statement of the class body holds one, so its header does: the
+    class is rendered with an empty body, ``pass``)."""
     if parts:
-        shown = top.with_changes(body=top.body.with_changes(body=[m for m, _ in parts]))
-        return shown, [a for _, method_anchors in parts for a in method_anchors]
+        pieces = [piece for method_pieces, _ in parts for piece in method_pieces]
+        return pieces, [a for _, method_anchors in parts for a in method_anchors]
     # what follows the last statement holding a finding (often everything after
     # __init__) cannot move it: render only up to there
     last = -1 if parts == [] else _last_statement_holding(body, targets) if body else None
     shown = (
         top if last is None else top.with_changes(body=top.body.with_changes(body=body[: last + 1]))
     )
-    return shown, [(shown.name, row, None, targets)]
+    return [(shown, ())], [(shown.name, row, None, targets)]
 
 
 def _held_in(stmt: cst.FunctionDef, left: set[int], walk):
-    """The findings of ``left`` a method holds, whether one is in its signature or
-    decorators (render it whole), and (index, findings) of each body statement holding
+    """The findings of ``left`` a method holds, those of them in its header (its name,
+    signature or decorators), and (index, findings) of each body statement holding
     some."""
-    held = {
+    header = {
         n
         for part in children(stmt)
         if part is not stmt.body
         for n in left.intersection(map(id, walk(part)))
     }
-    whole = bool(held)  # a finding in the signature: render it whole
+    held = set(header)
     holding: list[tuple[int, set[int]]] = []
     for j, inner in enumerate(stmt.body.body):
         if held == left:
@@ -457,7 +457,7 @@ def _held_in(stmt: cst.FunctionDef, left: set[int], walk):
         if found:
             held |= found
             holding.append((j, found))
-    return held, whole, holding
+    return held, header, holding
 
 
 def _def_row(body, i: int, indent: str, lines: list[str], row: int) -> int | None:
@@ -517,8 +517,9 @@ def _methods_holding(
     tree,
     walk=walk,
 ):
-    """(method to render, its anchors) for each method of ``top`` holding some of
-    ``targets`` (none: no statement of the class holds one); None when a class-level
+    """(pieces to render, their anchors) for each method of ``top`` holding some of
+    ``targets`` (:func:`_method_part`; none: no statement of the class holds one); None
+    when a class-level
     statement holds one or a row cannot be told. An
     anchor is (node, its row, its column or None for a name, ids of the findings under it).
     ``walk`` lists the nodes under a statement (:func:`walk_code` when no finding is trivia).
@@ -535,39 +536,42 @@ def _methods_holding(
             if left.intersection(id(n) for n in walk(stmt)):
                 return None
             continue
-        held, whole, holding = _held_in(stmt, left, walk)
+        held, header, holding = _held_in(stmt, left, walk)
         if not held:
             continue
         left -= held
         r = _def_row(body, i, indent, lines, row)
         if r is None:
             return None
-        statements = None if whole else _statements_of(tree, row, r, len(stmt.body.body))
-        if statements is not None:
-            inner = stmt.body.body
-            stmt = stmt.with_changes(
-                body=stmt.body.with_changes(body=[inner[j] for j, _ in holding])
-            )
-            out.append(
-                (
-                    stmt,
-                    [
-                        (inner[j], statements[j].lineno, statements[j].col_offset, ids)
-                        for j, ids in holding
-                    ],
-                )
-            )
-        elif whole:
-            out.append((stmt, [(stmt.name, r, None, held)]))
-        else:
-            cut = stmt.body.body[: holding[-1][0] + 1]
-            out.append(
-                (
-                    stmt.with_changes(body=stmt.body.with_changes(body=cut)),
-                    [(stmt.name, r, None, held)],
-                )
-            )
+        statements = _statements_of(tree, row, r, len(stmt.body.body))
+        inside = stmt.body.indent if stmt.body.indent is not None else module.default_indent
+        out.append(_method_part(stmt, (indent, inside), r, header, holding, statements))
     return out
+
+
+def _method_part(stmt, at: tuple, r: int, header: set[int], holding, statements) -> tuple:
+    """What of a method to render for the findings it holds (``(node, indentation)`` of
+    each piece), with its anchors (see :func:`_methods_holding`): its header, for those in it
+    (``header``: its name is the anchor, at row ``r``), and of its body the statements in
+    ``holding`` alone, each anchored at CPython's row and column (``statements``) and
+    rendered at the indentation ``at`` (the class body's, the method body's), or else
+    the body up to the last of them, anchored by the name. What follows a node cannot move
+    it: a finding in the header needs no body; a statement, no header."""
+    inner = stmt.body.body
+    pieces, anchors = [], []
+    if statements is not None:
+        for j, ids in holding:
+            pieces.append((inner[j], at))
+            anchors.append((inner[j], statements[j].lineno, statements[j].col_offset, ids))
+        shown = []
+    else:
+        shown = inner[: holding[-1][0] + 1] if holding else []
+        header = header.union(*(ids for _, ids in holding))
+    if header:
+        method = stmt.with_changes(body=stmt.body.with_changes(body=shown))
+        pieces.insert(0, (method, at[:1]))
+        anchors.insert(0, (stmt.name, r, None, header))
+    return pieces, anchors
 
 
 def _statements_of(
