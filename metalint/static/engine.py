@@ -597,9 +597,8 @@ def _methods_holding(
 ):
     """(pieces to render, their anchors) for each method of ``top`` holding some of
     ``targets`` (:func:`_method_part`; none: no statement of the class holds one); None
-    when a class-level
-    statement holds one or a row cannot be told. An
-    anchor is (node, its row, its column or None for a name, ids of the findings under it).
+    when a class-level statement holds one or a row cannot be told. An anchor is (node, its
+    row, its column or None for a name, ids of the findings under it).
     ``walk`` lists the nodes under a statement (:func:`walk_code` when no finding is trivia).
 
     The k-th method of a name in the class is the k-th ``def name`` line after the class's
