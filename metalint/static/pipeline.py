@@ -314,7 +314,9 @@ class _Scope:
         tables: dict[str, list[str]] | None = None,
         function: str = "",
     ):
-        self.aliases = dict(aliases)
+        #: the module's imports, copied once the scope imports something of its own
+        self.aliases = aliases
+        self.own_aliases = False
         self.local = local
         self.module = module
         self.is_package = is_package
@@ -352,6 +354,8 @@ class _Scope:
             walk(self, stmt, conditional, meta)
 
     def imported(self, stmt: ast.Import | ast.ImportFrom, conditional: bool, meta: str) -> None:
+        if not self.own_aliases:
+            self.aliases, self.own_aliases = dict(self.aliases), True
         _ast_imports_into(stmt, self.aliases, self.module, self.is_package)
 
     def returns(self, stmt: ast.Return, conditional: bool, meta: str) -> None:
