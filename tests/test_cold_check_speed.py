@@ -149,7 +149,7 @@ def _positioned(monkeypatch, pick):
     of parts, and the texts it rendered."""
     from metalint.static import engine
     from metalint.static.model import collect
-    from metalint.static.syntax import code_ranges
+    from metalint.static.syntax import code_ranges, code_ranges_of, node_text
 
     module = cst.parse_module(POSITIONED)
     facts = collect(module, "pkg.mod")
@@ -161,7 +161,12 @@ def _positioned(monkeypatch, pick):
         rendered.append(m.code)
         return code_ranges(m)
 
+    def recording_pieces(pieces, indent, newline):
+        rendered.append("".join(node_text(n, indent, newline, at) for n, at in pieces))
+        return code_ranges_of(pieces, indent, newline)
+
     monkeypatch.setattr(engine, "code_ranges", recording)
+    monkeypatch.setattr(engine, "code_ranges_of", recording_pieces)
     got = engine._positions(
         module, POSITIONED, [(cls, n) for n in nodes], facts, ast.parse(POSITIONED)
     )

@@ -37,6 +37,7 @@ from metalint.static.syntax import (
     TRIVIA,
     children,
     code_ranges,
+    code_ranges_of,
     node_text,
     parse_valid_module,
     walk,
@@ -59,25 +60,80 @@ PREFILTER = re.compile(rb"torch|nn\.|Parameter|register_buffer|Module|Tensor|Pre
 NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.I)
 
 
-def noqa_directives(source: str) -> dict[int, list[str] | None]:
+def noqa_directives(source: str, tree: ast.Module | None = None) -> dict[int, list[str] | None]:
+    """Row -> the codes of the ``# noqa`` comment on it (None: every code). With CPython's
+    ``tree`` of ``source``, only the lines that say ``noqa`` are read, and the file is
+    tokenized only when the first ``#`` of one of them may stand inside a string."""
     out: dict[int, list[str] | None] = {}
-    if "noqa" not in source.lower():
+    if NOQA.search(source) is None:  # no comment can hold one
         return out
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source, newline="").readline))
-    except (tokenize.TokenError, SyntaxError, IndentationError):
-        return out
-    for tok in tokens:
-        if tok.type != tokenize.COMMENT:
-            continue
-        m = NOQA.search(tok.string)
+    comments = _noqa_comments(source, tree) if tree is not None else None
+    if comments is None:
+        try:
+            tokens = list(tokenize.generate_tokens(io.StringIO(source, newline="").readline))
+        except (tokenize.TokenError, SyntaxError, IndentationError):
+            return out
+        comments = [(t.start[0], t.string) for t in tokens if t.type == tokenize.COMMENT]
+    for row, comment in comments:
+        m = NOQA.search(comment)
         if not m:
             continue
         codes = m.group("codes")
-        out[tok.start[0]] = (
-            sorted({c.upper() for c in re.split(r"[,\s]+", codes) if c}) if codes else None
-        )
+        out[row] = sorted({c.upper() for c in re.split(r"[,\s]+", codes) if c}) if codes else None
     return out
+
+
+def _noqa_comments(source: str, tree: ast.Module) -> list[tuple[int, str]] | None:
+    """``(row, text)`` of the comment of each line saying ``noqa`` that has one, as
+    ``tokenize`` reads them: from the first ``#`` of the line outside the strings of
+    ``tree``; None when a ``#`` before it may start a comment inside a string's span (a
+    string spanning lines, or strings joined around a comment): ``tokenize`` tells. A string
+    on one line holds no comment (one would run to the end of the line)."""
+    out = []
+    for row, line in enumerate(split_lines(source), 1):
+        at = line.find("#")
+        if at < 0 or "noqa" not in line[at:].lower():
+            continue
+        spans = _string_spans(tree, row)
+        while at >= 0:
+            col = len(line[:at].encode("utf-8", "surrogatepass"))  # CPython's columns
+            inside = [(a, b) for a, b in spans if a <= (row, col) < b]
+            if not inside:
+                out.append((row, line[at:]))
+                break
+            if any(a[0] != b[0] for a, b in inside):
+                return None
+            at = line.find("#", at + 1)
+    return out
+
+
+def _string_spans(node: ast.AST, row: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """The spans (start and end, CPython's rows and columns) of the string literals under
+    ``node`` on the lines of which ``row`` is one: only the nodes spanning ``row`` are
+    entered (an f-string is one span)."""
+    out = []
+    todo = [node]
+    while todo:
+        for child in ast.iter_child_nodes(todo.pop()):
+            first = getattr(child, "lineno", None)
+            if first is not None:
+                decorated = getattr(child, "decorator_list", None)
+                if decorated:  # decorators stand above the node's row
+                    first = min(first, *(d.lineno for d in decorated))
+                if first > row or (child.end_lineno or first) < row:
+                    continue
+                kind = type(child)
+                if kind is ast.JoinedStr or (
+                    kind is ast.Constant and isinstance(child.value, (str, bytes))
+                ):
+                    out.append(((child.lineno, child.col_offset), _end(child)))
+                    continue
+            todo.append(child)
+    return out
+
+
+def _end(node: ast.AST) -> tuple[int, int]:
+    return (node.end_lineno or node.lineno, node.end_col_offset or 0)
 
 
 def summarize(cls: ClassFacts, ctx: RuleContext) -> ClassSummary:
@@ -284,23 +340,25 @@ def _positions(
         return whole()
     lines = split_lines(source)
     out: dict = {}
-    strays: dict[int, tuple[cst.FunctionDef, list]] = {}
+    outside = []
+    where = _where(found)
     for top, nodes in groups.values():
-        pos = _render_alone(module, top, nodes, lines, tree)
+        pos = _render_alone(module, top, nodes, lines, tree, where)
         if pos is None:
             return whole()
         out.update(pos)
-        for node in nodes:
-            if node in pos:
-                continue
-            # a finding outside the class: in a module-level helper it calls, or in a
-            # method it inherits from a base class of the same file
-            holder = _holder(module, node)
-            if holder is None:
-                return whole()
-            strays.setdefault(id(holder), (holder, []))[1].append(node)
+        # a finding outside the class: in a module-level helper it calls, or in a method
+        # it inherits from a base class of the same file
+        outside += [node for node in nodes if node not in pos]
+    holders = _holders(module, outside, _local_bases(found, facts), where) if outside else {}
+    if holders is None:
+        return whole()
+    strays: dict[int, tuple[cst.CSTNode, list]] = {}
+    for node in outside:
+        holder = holders[id(node)]
+        strays.setdefault(id(holder), (holder, []))[1].append(node)
     for holder, nodes in strays.values():
-        pos = _render_alone(module, holder, nodes, lines, tree)
+        pos = _render_alone(module, holder, nodes, lines, tree, where)
         if pos is None or any(node not in pos for node in nodes):
             return whole()
         out.update(pos)
@@ -308,15 +366,21 @@ def _positions(
 
 
 def _render_alone(
-    module: cst.Module, top, nodes: list, lines: list[str], tree: ast.Module | None = None
+    module: cst.Module,
+    top,
+    nodes: list,
+    lines: list[str],
+    tree: ast.Module | None = None,
+    where: dict | None = None,
 ) -> dict | None:
     """Positions of those of ``nodes`` inside the top-level ``top`` (a class or a function),
     from ``top`` rendered alone; None when its line in the source cannot be told.
 
-    Of a class, only the methods that hold a finding are rendered, in a shell of the class
-    header: of each, the statements holding one (their rows are CPython's, from ``tree``) or,
-    without ``tree``, the body up to the last such statement, shifted to the row of its
-    ``def``. A finding in a class-level statement renders the class up to there."""
+    Of a class, only what of its methods holds a finding is rendered, each piece at its
+    indentation and with no shell around it: of each method, the statements holding one
+    (their rows and columns are CPython's, from ``tree``) and its header if it holds one,
+    or, without ``tree``, the method up to the last such statement, shifted to the row of
+    its ``def``. A finding in a class-level statement renders the class up to there."""
     name = top.name.value
     kind = type(top)
     keyword = r"class\s+" if kind is cst.ClassDef else r"(?:async\s+)?def\s+"
@@ -336,17 +400,14 @@ def _render_alone(
     # no finding is whitespace or punctuation: look for them among code nodes only
     walker = walk if any(type(n) in TRIVIA for n in nodes) else walk_code
     parts = (
-        _methods_holding(top, body, targets, module, lines, row, tree, walker)
+        _methods_holding(top, body, targets, module, lines, row, tree, walker, where)
         if kind is cst.ClassDef and body
         else None
     )
     if parts == [] and not _in_header(top, targets, walker):
         return {}  # none of them is in the class (in a helper it calls): nothing to render
-    shown, anchors = _shown(top, body, parts, targets, row)
-    alone = cst.Module(
-        body=[shown], default_indent=module.default_indent, default_newline=module.default_newline
-    )
-    pos = code_ranges(alone)
+    pieces, anchors = _shown(top, body, parts, targets, row)
+    pos = code_ranges_of(pieces, module.default_indent, module.default_newline)
     out = {}
     for anchor, r, col, held in anchors:
         start = pos[anchor].start
@@ -367,32 +428,33 @@ def _render_alone(
 
 
 def _shown(top, body, parts, targets: set[int], row: int) -> tuple:
-    """What of ``top`` to render (see :func:`_render_alone`), with its anchors. ``parts``:
-    the methods holding the findings (``[]``: no statement of the class body holds one,
-    so its header does: the class is rendered with an empty body, ``pass``)."""
+    """What of ``top`` to render (see :func:`_render_alone`): ``(node, indentation)`` of
+    each piece, and the anchors. ``parts``: the pieces and anchors of each method holding
+    the findings (``[]``: no statement of the class body holds one, so its header does: the
+    class is rendered with an empty body, ``pass``)."""
     if parts:
-        shown = top.with_changes(body=top.body.with_changes(body=[m for m, _ in parts]))
-        return shown, [a for _, method_anchors in parts for a in method_anchors]
+        pieces = [piece for method_pieces, _ in parts for piece in method_pieces]
+        return pieces, [a for _, method_anchors in parts for a in method_anchors]
     # what follows the last statement holding a finding (often everything after
     # __init__) cannot move it: render only up to there
     last = -1 if parts == [] else _last_statement_holding(body, targets) if body else None
     shown = (
         top if last is None else top.with_changes(body=top.body.with_changes(body=body[: last + 1]))
     )
-    return shown, [(shown.name, row, None, targets)]
+    return [(shown, ())], [(shown.name, row, None, targets)]
 
 
 def _held_in(stmt: cst.FunctionDef, left: set[int], walk):
-    """The findings of ``left`` a method holds, whether one is in its signature or
-    decorators (render it whole), and (index, findings) of each body statement holding
+    """The findings of ``left`` a method holds, those of them in its header (its name,
+    signature or decorators), and (index, findings) of each body statement holding
     some."""
-    held = {
+    header = {
         n
         for part in children(stmt)
         if part is not stmt.body
         for n in left.intersection(map(id, walk(part)))
     }
-    whole = bool(held)  # a finding in the signature: render it whole
+    held = set(header)
     holding: list[tuple[int, set[int]]] = []
     for j, inner in enumerate(stmt.body.body):
         if held == left:
@@ -401,7 +463,7 @@ def _held_in(stmt: cst.FunctionDef, left: set[int], walk):
         if found:
             held |= found
             holding.append((j, found))
-    return held, whole, holding
+    return held, header, holding
 
 
 def _def_row(body, i: int, indent: str, lines: list[str], row: int) -> int | None:
@@ -438,17 +500,87 @@ def _in_header(top: cst.ClassDef, targets: set[int], walk) -> bool:
     )
 
 
-def _holder(module: cst.Module, node: cst.CSTNode) -> cst.CSTNode | None:
-    """The module-level function or class that holds ``node``, if any."""
-    walker = walk if type(node) in TRIVIA else walk_code
-    return next(
-        (
-            s
-            for s in module.body
-            if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and any(n is node for n in walker(s))
-        ),
-        None,
-    )
+def _holders(module: cst.Module, nodes: list, first: set[int], where: dict) -> dict | None:
+    """id of each of ``nodes`` -> the module-level function or class holding it, searched
+    first among the classes ``first`` (ids: where a finding outside its class most often
+    is, in a method it inherits); None when one is in none. A node :func:`_where` places in
+    a method of a module-level class is taken to be in that class (the render of the class
+    tells)."""
+    walker = walk if any(type(n) in TRIVIA for n in nodes) else walk_code
+    tops = [s for s in module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+    tops.sort(key=lambda s: id(s) not in first)  # stable: the others in source order
+    owner = {
+        id(m): top
+        for top in tops
+        if type(top) is cst.ClassDef and isinstance(top.body, cst.IndentedBlock)
+        for m in top.body.body
+    }
+    owner.update((id(top), top) for top in tops)  # a class's name
+    out = {id(n): owner[id(where[id(n)])] for n in nodes if id(where.get(id(n))) in owner}
+    left = {id(n) for n in nodes} - out.keys()
+    for top in tops:
+        if not left:
+            break
+        found = left.intersection(map(id, walker(top)))
+        out.update(dict.fromkeys(found, top))
+        left -= found
+    return None if left else out
+
+
+def _local_bases(found, facts) -> set[int]:
+    """ids of the nodes of the classes of this file that the classes of ``found`` derive
+    from, through any number of bases."""
+    by_name = {c.fullname: c for c in facts.classes}
+    seen: set[str] = set()
+    todo = [b for cls, _ in found for b in cls.bases]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        todo += by_name[name].bases
+    return {id(by_name[name].node) for name in seen}
+
+
+def _where(found) -> dict[int, cst.CSTNode]:
+    """id of each reported node -> where its class's facts say it is, with no walk: the
+    method (of the class, or of a base of the same file) whose facts hold it, or the class
+    for its own name. A node the facts do not name is left out."""
+    out: dict[int, cst.CSTNode] = {}
+    named: dict[int, set[int]] = {}
+    for cls, node in found:
+        if id(node) in out:
+            continue
+        if node is cls.node.name:
+            out[id(node)] = cls.node
+            continue
+        for m in (*cls.methods.values(), *cls.from_bases.values()):
+            ids = named.get(id(m))
+            if ids is None:
+                ids = named[id(m)] = _fact_nodes(m)
+            if id(node) in ids:
+                out[id(node)] = m.node
+                break
+    return out
+
+
+def _fact_nodes(m) -> set[int]:
+    """ids of the nodes a method's facts hold (all of them under its ``def``)."""
+    nodes = [m.node.name, *m.conditions, *m.masked]
+    nodes += [c.node for c in m.calls]
+    nodes += [n for a in m.assigns for n in (a.node, a.value)]
+    nodes += [n for pairs in m.local_values.values() for pair in pairs for n in pair]
+    nodes += [n for loop in m.loops for n in (loop[0], loop[2])]
+    return {id(n) for n in nodes}
+
+
+def _hinted(body, targets: set[int], where: dict | None) -> set[int] | None:
+    """Those of ``targets`` that :func:`_where` places in a method of the class ``body``,
+    when it places each of them somewhere; else None."""
+    if not where or not all(t in where for t in targets):
+        return None
+    statements = {id(s) for s in body}
+    return {t for t in targets if id(where[t]) in statements}
 
 
 def _methods_holding(
@@ -460,58 +592,77 @@ def _methods_holding(
     row: int,
     tree,
     walk=walk,
+    where: dict | None = None,
 ):
-    """(method to render, its anchors) for each method of ``top`` holding some of
-    ``targets`` (none: no statement of the class holds one); None when a class-level
-    statement holds one or a row cannot be told. An
-    anchor is (node, its row, its column or None for a name, ids of the findings under it).
+    """(pieces to render, their anchors) for each method of ``top`` holding some of
+    ``targets`` (:func:`_method_part`; none: no statement of the class holds one); None
+    when a class-level statement holds one or a row cannot be told. An anchor is (node, its
+    row, its column or None for a name, ids of the findings under it).
     ``walk`` lists the nodes under a statement (:func:`walk_code` when no finding is trivia).
 
     The k-th method of a name in the class is the k-th ``def name`` line after the class's
-    ``row`` at the class body's indentation."""
+    ``row`` at the class body's indentation.
+
+    ``where`` (:func:`_where`) names the method holding each finding, or the class for its
+    name: only those methods are walked, and no further than their findings (should one not
+    be there, the class is searched in full)."""
     indent = top.body.indent if top.body.indent is not None else module.default_indent
     out = []
     left = set(targets)  # what is not in the class (a finding in a helper it calls) stays
+    hinted = _hinted(body, left, where)
+    if hinted is not None:
+        # the class's name, a method of a base: not in a method of the class (or where they
+        # are, a render tells)
+        left = hinted
+        hinted = {id(where[t]) for t in left}
     for i, stmt in enumerate(body):
         if not left:
             break
+        if hinted is not None and id(stmt) not in hinted:
+            continue
         if not isinstance(stmt, cst.FunctionDef) or not isinstance(stmt.body, cst.IndentedBlock):
             if left.intersection(id(n) for n in walk(stmt)):
                 return None
             continue
-        held, whole, holding = _held_in(stmt, left, walk)
+        mine = left if hinted is None else {t for t in left if where[t] is stmt}
+        held, header, holding = _held_in(stmt, mine, walk)
+        if held != mine and hinted is not None:  # not where its facts said
+            return _methods_holding(top, body, targets, module, lines, row, tree, walk)
         if not held:
             continue
         left -= held
         r = _def_row(body, i, indent, lines, row)
         if r is None:
             return None
-        statements = None if whole else _statements_of(tree, row, r, len(stmt.body.body))
-        if statements is not None:
-            inner = stmt.body.body
-            stmt = stmt.with_changes(
-                body=stmt.body.with_changes(body=[inner[j] for j, _ in holding])
-            )
-            out.append(
-                (
-                    stmt,
-                    [
-                        (inner[j], statements[j].lineno, statements[j].col_offset, ids)
-                        for j, ids in holding
-                    ],
-                )
-            )
-        elif whole:
-            out.append((stmt, [(stmt.name, r, None, held)]))
-        else:
-            cut = stmt.body.body[: holding[-1][0] + 1]
-            out.append(
-                (
-                    stmt.with_changes(body=stmt.body.with_changes(body=cut)),
-                    [(stmt.name, r, None, held)],
-                )
-            )
+        statements = _statements_of(tree, row, r, len(stmt.body.body))
+        inside = stmt.body.indent if stmt.body.indent is not None else module.default_indent
+        out.append(_method_part(stmt, (indent, inside), r, header, holding, statements))
     return out
+
+
+def _method_part(stmt, at: tuple, r: int, header: set[int], holding, statements) -> tuple:
+    """What of a method to render for the findings it holds (``(node, indentation)`` of
+    each piece), with its anchors (see :func:`_methods_holding`): its header, for those in it
+    (``header``: its name is the anchor, at row ``r``), and of its body the statements in
+    ``holding`` alone, each anchored at CPython's row and column (``statements``) and
+    rendered at the indentation ``at`` (the class body's, the method body's), or else
+    the body up to the last of them, anchored by the name. What follows a node cannot move
+    it: a finding in the header needs no body; a statement, no header."""
+    inner = stmt.body.body
+    pieces, anchors = [], []
+    if statements is not None:
+        for j, ids in holding:
+            pieces.append((inner[j], at))
+            anchors.append((inner[j], statements[j].lineno, statements[j].col_offset, ids))
+        shown = []
+    else:
+        shown = inner[: holding[-1][0] + 1] if holding else []
+        header = header.union(*(ids for _, ids in holding))
+    if header:
+        method = stmt.with_changes(body=stmt.body.with_changes(body=shown))
+        pieces.insert(0, (method, at[:1]))
+        anchors.insert(0, (stmt.name, r, None, header))
+    return pieces, anchors
 
 
 def _statements_of(
@@ -629,7 +780,7 @@ def _analyze(
     tree, err = cpython_tree(source, display)
     if err is not None:
         return err
-    result = FileResult(display, module_name, noqa=noqa_directives(source))
+    result = FileResult(display, module_name, noqa=noqa_directives(source, tree))
     result.materialisations = materialisations(tree, source, module_name, is_package)
     if not PREFILTER.search(source.encode("utf-8", "surrogatepass")):
         result.exports = exports_from_ast(tree, module_name, is_package)

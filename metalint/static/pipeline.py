@@ -78,15 +78,42 @@ from metalint.vocabulary import (
 )
 
 #: a file that mentions none of these has no site (no ``ast`` walk); ``"meta"``: a builder
-#: that returns the meta model to its caller
-PREFILTER = re.compile(
-    r"to_empty|load_state_dict|init_empty_weights|init_module|param_init_fn|[\"']meta[\"']"
+#: that returns the meta model to its caller (searched as plain text: a regular expression
+#: of alternatives scans a file several times slower than ``in``)
+SITE_WORDS = (
+    "to_empty",
+    "load_state_dict",
+    "init_empty_weights",
+    "init_module",
+    "param_init_fn",
+    *(f"{a}meta{b}" for a in "'\"" for b in "'\""),
 )
-#: a name bound to a call of a class (``model = Model(cfg)``): maybe an eager build whose
-#: builder runs the library's initialisers on it
-_EAGER_HINT = re.compile(r"^[ \t]+\w+\s*=\s*(?:\w+\.)*[A-Z]\w*\(", re.M)
+
+
+def _may_hold_site(source: str) -> bool:
+    """Whether ``source`` says one of :data:`SITE_WORDS`."""
+    return any(word in source for word in SITE_WORDS[:5]) or (
+        "meta" in source and any(word in source for word in SITE_WORDS[5:])
+    )
+
+
+def _at_line_start(body: str) -> tuple[re.Pattern, re.Pattern]:
+    """``^body`` of a multi-line pattern as a search for a line break then ``body`` (the
+    break a literal the search skips to, where ``^`` is tried at every character) and a
+    match of ``body`` at the start."""
+    return re.compile("\n" + body), re.compile(body)
+
+
+def _found(patterns: tuple[re.Pattern, re.Pattern], source: str) -> bool:
+    after_break, first = patterns
+    return after_break.search(source) is not None or first.match(source) is not None
+
+
+#: a name bound to a call of a class (``model = Model(cfg)``) at the start of a line: maybe
+#: an eager build whose builder runs the library's initialisers on it
+_EAGER_HINT = _at_line_start(r"[ \t]+\w+\s*=\s*(?:\w+\.)*[A-Z]\w*\(")
 #: a module-level dict whose first value is a class name (``MODELS = {"tiny": Tiny, ...}``)
-_TABLE_HINT = re.compile(r"^[A-Za-z_]\w*\s*(?::[^=\n]*)?=\s*\{[^}]*?:\s*[A-Z]", re.M)
+_TABLE_HINT = _at_line_start(r"[A-Za-z_]\w*\s*(?::[^=\n]*)?=\s*\{[^}]*?:\s*[A-Z]")
 
 
 #: ``pkg.models.MODELS[]``: a build name that is an element of a module-level dict of classes
@@ -99,8 +126,9 @@ def materialisations(
 ) -> list[dict[str, Any]]:
     """The materialisation sites of a file (see the module docstring), in source order, and
     its builders and module-level dicts of classes (``{"table": name, "build": classes}``)."""
-    tabled = _TABLE_HINT.search(source)
-    if not (tabled or PREFILTER.search(source) or _EAGER_HINT.search(source)):
+    tabled = _found(_TABLE_HINT, source)
+    walked = _may_hold_site(source) or _found(_EAGER_HINT, source)
+    if not (tabled or walked):
         return []
     from metalint.static.names import _ast_imports
 
@@ -118,7 +146,7 @@ def materialisations(
         for name, classes in tables.items()
         if module
     ]
-    if not (PREFILTER.search(source) or _EAGER_HINT.search(source)):
+    if not walked:
         return out
     scopes: list[tuple[list[ast.stmt], str]] = [(tree.body, "")]
     top_level = {id(n) for n in tree.body}
@@ -129,13 +157,32 @@ def materialisations(
     for body, function in scopes:
         walker = _Scope(aliases, local, module, is_package, tables, function)
         walker.block(body, conditional=False)
-        out += [s for s in walker.sites if _kept(s)]
+        out += _kept_sites(walker.sites)
     out.sort(key=lambda s: s["line"])
     return out
 
 
-#: the fields of a statement that hold statements (or ``except``/``case`` clauses holding them)
-_BLOCKS = ("body", "handlers", "orelse", "finalbody", "cases")
+#: node type -> its fields that hold statements (or ``except``/``case`` clauses holding them),
+#: in ``ast``'s order; no other node holds one
+_BLOCKS: dict[type, tuple[str, ...]] = {
+    ast.Module: ("body",),
+    ast.FunctionDef: ("body",),
+    ast.AsyncFunctionDef: ("body",),
+    ast.ClassDef: ("body",),
+    ast.For: ("body", "orelse"),
+    ast.AsyncFor: ("body", "orelse"),
+    ast.While: ("body", "orelse"),
+    ast.If: ("body", "orelse"),
+    ast.With: ("body",),
+    ast.AsyncWith: ("body",),
+    ast.Try: ("body", "handlers", "orelse", "finalbody"),
+    ast.ExceptHandler: ("body",),
+    ast.Match: ("cases",),
+    ast.match_case: ("body",),
+}
+if hasattr(ast, "TryStar"):  # Python 3.11
+    _BLOCKS[ast.TryStar] = _BLOCKS[ast.Try]
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
@@ -144,14 +191,27 @@ def functions(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
     hold none."""
     out = []
     level: list[ast.AST] = [tree]
+    blocks = _BLOCKS
     while level:
         below: list[ast.AST] = []
         for node in level:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            kind = type(node)
+            if kind in _FUNCTIONS:
                 out.append(node)
-            for field in _BLOCKS:
-                below += getattr(node, field, ())
+            for field in blocks.get(kind, ()):
+                below += getattr(node, field)
         level = below
+    return out
+
+
+def _kept_sites(sites: list[dict]) -> list[dict]:
+    """The sites :func:`_kept`, with the text of their calls and of their steps' (left as
+    ``ast.Call`` while walking: a name bound to a call is a site until the scope ends)."""
+    out = [s for s in sites if _kept(s)]
+    for site in out:
+        for held in (site, *site["steps"]):
+            if type(held.get("call")) is ast.Call:
+                held["call"] = _short_call(held["call"])
     return out
 
 
@@ -159,6 +219,8 @@ def _kept(site: dict) -> bool:
     """A site that materialises its model, a builder, or an eager build of a class (``model
     = Model(cfg)``) that then runs something of the library's on it (``model.setup_weights()``,
     ``model.apply(init_fn)``, ``init_fn(model)``): the library's own initialisers."""
+    if not site["steps"]:  # most: a name bound to a call, then left alone
+        return bool(site.get("builder"))
     if _materialised(site) or site.get("builder"):
         return True
     if site.get("meta") or not _class_like(site.get("via", "")):
@@ -252,7 +314,9 @@ class _Scope:
         tables: dict[str, list[str]] | None = None,
         function: str = "",
     ):
-        self.aliases = dict(aliases)
+        #: the module's imports, copied once the scope imports something of its own
+        self.aliases = aliases
+        self.own_aliases = False
         self.local = local
         self.module = module
         self.is_package = is_package
@@ -285,25 +349,30 @@ class _Scope:
             self.statement(stmt, conditional, meta)
 
     def statement(self, stmt: ast.stmt, conditional: bool, meta: str) -> None:
-        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            _ast_imports_into(stmt, self.aliases, self.module, self.is_package)
-        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-            self.with_block(stmt, conditional, meta)
-        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-            self.assign(stmt, conditional, meta)
-        elif isinstance(stmt, ast.Return) and stmt.value is not None:
+        walk = _STATEMENTS.get(type(stmt))
+        if walk is not None:
+            walk(self, stmt, conditional, meta)
+
+    def imported(self, stmt: ast.Import | ast.ImportFrom, conditional: bool, meta: str) -> None:
+        if not self.own_aliases:
+            self.aliases, self.own_aliases = dict(self.aliases), True
+        _ast_imports_into(stmt, self.aliases, self.module, self.is_package)
+
+    def returns(self, stmt: ast.Return, conditional: bool, meta: str) -> None:
+        if stmt.value is not None:
             self.returned(stmt.value, meta)
-        elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+
+    def expression(self, stmt: ast.Expr, conditional: bool, meta: str) -> None:
+        if type(stmt.value) is ast.Call:
             self.call(stmt.value, conditional)
-        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
-            self.loop(stmt, conditional)
-            self.block(stmt.body, True, meta)
-            self.block(stmt.orelse, True, meta)
-        elif isinstance(stmt, (ast.If, ast.While)):
-            self.block(stmt.body, True, meta)
-            self.block(stmt.orelse, True, meta)
-        elif isinstance(stmt, ast.Try):
-            self.try_block(stmt, conditional, meta)
+
+    def for_block(self, stmt: ast.For | ast.AsyncFor, conditional: bool, meta: str) -> None:
+        self.loop(stmt, conditional)
+        self.branches(stmt, conditional, meta)
+
+    def branches(self, stmt: ast.If | ast.While | ast.For, conditional: bool, meta: str) -> None:
+        self.block(stmt.body, True, meta)
+        self.block(stmt.orelse, True, meta)
 
     def with_block(self, stmt: ast.With | ast.AsyncWith, conditional: bool, meta: str) -> None:
         """A ``with``: its body under the meta context it enters, if any."""
@@ -340,15 +409,16 @@ class _Scope:
         return ""
 
     def assign(self, stmt: ast.Assign | ast.AnnAssign, conditional: bool, meta: str) -> None:
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        targets = stmt.targets if type(stmt) is ast.Assign else [stmt.target]
         value = stmt.value
-        if len(targets) == 1 and isinstance(targets[0], ast.Name) and value is not None:
-            held = self.held_classes(value)
-            if held:
-                self.classes[targets[0].id] = held  # ``cls = Transformer``
-        if len(targets) != 1 or not isinstance(value, ast.Call):
-            if isinstance(value, ast.Call):
-                self.call(value, conditional)
+        if type(value) is not ast.Call:  # none is a call: no site
+            if len(targets) == 1 and type(targets[0]) is ast.Name and value is not None:
+                held = self.held_classes(value)
+                if held:
+                    self.classes[targets[0].id] = held  # ``cls = Transformer``
+            return
+        if len(targets) != 1:
+            self.call(value, conditional)
             return
         target = _dotted(targets[0])
         site = self.built(value, meta)
@@ -369,7 +439,7 @@ class _Scope:
             # ``model = build(cfg)``: a site when a builder of the tree returns a meta model
             # (:func:`sequences` resolves it)
             pending = {"build": [], "via": via, "line": value.lineno, "meta": "", "steps": []}
-            pending["call"] = _short_call(value)
+            pending["call"] = value  # its text once kept (:func:`_kept_sites`)
             self.sites.append(pending)
             self.tracked[target] = pending
 
@@ -404,6 +474,8 @@ class _Scope:
     def built(self, call: ast.Call, meta: str) -> dict[str, Any] | None:
         """The site a constructor call starts: under a meta context, or ``device="meta"``."""
         in_context = bool(meta)
+        if not (meta or call.keywords):
+            return None
         if not meta and _is_meta(_keyword(call, "device")):
             meta = "all"
         if not meta:
@@ -462,7 +534,8 @@ class _Scope:
         }
 
     def step(self, kind: str, call: ast.Call, **extra: Any) -> dict[str, Any]:
-        return {"kind": kind, "line": call.lineno, "call": _short_call(call), **extra}
+        # the call's text once its site is kept (:func:`_kept_sites`): most are not
+        return {"kind": kind, "line": call.lineno, "call": call, **extra}
 
     def wrapper(self, call: ast.Call, site: dict[str, Any]) -> None:
         """FSDP1 materialises a meta model: ``param_init_fn`` on each module, by default each
@@ -555,6 +628,24 @@ class _Scope:
                 and node.func.attr in MODULE_HOOKS
             ):
                 site["steps"].append(self.step("reset", node, name=node.func.attr, **order))
+
+
+#: statement type -> how :meth:`_Scope.statement` walks it (any other: not at all)
+_STATEMENTS = {
+    ast.Import: _Scope.imported,
+    ast.ImportFrom: _Scope.imported,
+    ast.With: _Scope.with_block,
+    ast.AsyncWith: _Scope.with_block,
+    ast.Assign: _Scope.assign,
+    ast.AnnAssign: _Scope.assign,
+    ast.Return: _Scope.returns,
+    ast.Expr: _Scope.expression,
+    ast.For: _Scope.for_block,
+    ast.AsyncFor: _Scope.for_block,
+    ast.If: _Scope.branches,
+    ast.While: _Scope.branches,
+    ast.Try: _Scope.try_block,
+}
 
 
 def _ast_imports_into(node, aliases: dict[str, str], module: str, is_package: bool) -> None:
@@ -791,7 +882,7 @@ def tree_sites(start: str, limit: int = 5_000) -> list[tuple[str, dict]]:
             break
         try:
             source = path.read_text(encoding="utf-8")
-            if not (PREFILTER.search(source) or _TABLE_HINT.search(source)):
+            if not (_may_hold_site(source) or _found(_TABLE_HINT, source)):
                 continue
             tree = ast.parse(source)
         except (OSError, UnicodeError, SyntaxError, ValueError, RecursionError, MemoryError):

@@ -332,8 +332,20 @@ def code_ranges(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
     batchable providers even when there are none (half its time), and with each node's range
     kept as token offsets, made a :class:`CodeRange` only for the nodes asked for (libcst
     splits every token at newlines and builds two positions for every node)."""
-    state = _OffsetState(module.default_indent, module.default_newline)
-    module._codegen(state)
+    return code_ranges_of([(module, ())], module.default_indent, module.default_newline)
+
+
+def code_ranges_of(
+    parts: Sequence[tuple[cst.CSTNode, Sequence[str]]], indent: str, newline: str
+) -> Mapping[cst.CSTNode, CodeRange]:
+    """:func:`code_ranges` of the nodes of ``parts`` rendered one after the other, each at
+    its indentation (the indent of each block around it): a statement's columns are those it
+    has in its module, with no need to render what holds it (``indent``, ``newline``: the
+    module's defaults)."""
+    state = _OffsetState(indent, newline)
+    for node, at in parts:
+        state.indent_tokens = list(at)
+        node._codegen(state)
     return _Ranges(state.tokens, state.spans)
 
 

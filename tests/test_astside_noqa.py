@@ -1,0 +1,47 @@
+"""``# noqa`` read from the lines that say it (CPython's tree tells the strings) gives what
+tokenizing the whole file gives."""
+
+import ast
+
+import pytest
+
+from metalint.static.engine import _noqa_comments, noqa_directives
+
+CASES = {
+    "trailing": "x = 1  # noqa: ML001\ny = 2  # NOQA:ml002, ml003\nz = 3  #noqa\n",
+    "in a string": 'x = "# noqa: ML001"\ny = "a"  # noqa: ML002\n',
+    "in a docstring": 'def f():\n    """Text\n    # noqa: ML001\n    """\n    return 1  # noqa\n',
+    "joined strings": 'x = ("a"  # noqa: ML001\n     "b")\n',
+    "f-string": 'x = f"{1}#noqa: ML001"  # noqa: ML002\n',
+    "decorator": '@dec("#")  # noqa: ML001\ndef f():\n    pass\n',
+    "not ascii": 's = "é✓"  # noqa: ML004\n',
+    "carriage returns": "x = 1  # noqa: ML001\r\ny = '''\r# noqa: ML002\r'''\rz = 2  # noqa\r",
+    "no comment": 'noqa = "noqa"\n',
+    "later hash": 'x = "#"  # noqa: ML005\n',
+    "hash in a long string": 'x = """a\n#" """  # noqa: ML006\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_noqa_from_the_tree_is_what_tokenize_reads(name):
+    source = CASES[name]
+    assert noqa_directives(source, ast.parse(source)) == noqa_directives(source)
+
+
+def test_noqa_rows_and_codes():
+    source = CASES["trailing"] + CASES["in a docstring"]
+    assert noqa_directives(source, ast.parse(source)) == {
+        1: ["ML001"],
+        2: ["ML002", "ML003"],
+        3: None,
+        8: None,
+    }
+
+
+def test_a_hash_that_may_be_in_a_string_is_left_to_tokenize():
+    for name in ("joined strings", "in a docstring", "carriage returns", "hash in a long string"):
+        source = CASES[name]
+        assert _noqa_comments(source, ast.parse(source)) is None, name
+    for name in ("trailing", "decorator", "not ascii", "f-string", "later hash", "in a string"):
+        source = CASES[name]
+        assert _noqa_comments(source, ast.parse(source)) is not None, name
