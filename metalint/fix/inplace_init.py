@@ -13,6 +13,8 @@ distribution, other values under the same seed).
 
 from __future__ import annotations
 
+import copy
+
 import libcst as cst
 
 from metalint.fix.children_first import (
@@ -310,11 +312,14 @@ def _shared(edit: ClassEdit, key: tuple, make) -> Rewrite:
     if hit is None or hit[0] is not edit.cls or hit[1] != key:
         try:
             hit = (edit.cls, key, make(), None)
-        except Exception as exc:  # raised again for each finding, as the first time
-            hit = (edit.cls, key, None, exc)
+        except Exception as exc:
+            # kept bare (no traceback, no context): a traceback's frames hold this memo, a
+            # cycle that outlives the file's analysis while the collector is paused
+            memo[ident] = (edit.cls, key, None, copy.copy(exc))
+            raise
         memo[ident] = hit
     if hit[3] is not None:
-        raise hit[3]
+        raise copy.copy(hit[3])  # raised again for each finding, as the first time
     return hit[2]
 
 
