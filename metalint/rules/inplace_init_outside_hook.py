@@ -236,6 +236,57 @@ class InplaceInitOutsideHook(Rule):
         yield from self._data_writes(cls, methods)
         yield from self._replaced_child_tensors(cls, methods)
         yield from self._child_container_loops(cls, methods)
+        yield from self._child_method_writes(cls, methods)
+
+    def _child_writes(self, child: ClassFacts, name: str) -> list[str]:
+        """The tensors of ``child`` that its method ``name`` (and the methods of the class it
+        calls) initialises in place; none when ``name`` is a reset hook or when the child's
+        own construction runs it (then the child's finding says so)."""
+        if name in self.ctx.hooks or name not in child.methods:
+            return []
+        hooks = self.ctx.hooks
+        if any(m.name == name for m in construction(child, enter_hooks=False, hooks=hooks)):
+            return []
+        found = []
+        for method in child.reachable(name):
+            for call in method.calls:
+                target = write_target(self._write(call.node))
+                tensor = tensor_name(target) if target is not None else None
+                if tensor and tensor not in found:
+                    found.append(tensor)
+        return found
+
+    def _child_method_writes(self, cls: ClassFacts, methods) -> Iterable[Finding]:
+        """``self.token_emb.init_()`` in construction, where ``init_`` is a method (not a reset
+        hook) of the child's class, of this file, that initialises its tensors in place
+        (x-transformers' ``TransformerWrapper``): after ``to_empty()`` the child's own
+        ``reset_parameters()`` restores the default init, and nothing calls ``init_()``."""
+        by_name = {c.fullname: c for c in self.ctx.facts.classes}
+        for method in methods:
+            for call in method.calls:
+                parts = (call.receiver or "").split(".")
+                if len(parts) != 2 or parts[0] != "self" or call.method is None:
+                    continue
+                held = by_name.get(
+                    child_class(cls, methods, parts[1], self.qualify, through_locals=True) or ""
+                )
+                written = self._child_writes(held, call.method) if held else []
+                if not written:
+                    continue
+                names = ", ".join(f"`{w}`" for w in written)
+                yield Finding(
+                    call.node,
+                    f"`{short(call.node)}` in `{method.name}` initialises {names} of the child "
+                    f"`{parts[1]}` in place, outside any reset hook: on meta this does nothing "
+                    f"and after `to_empty()` the child's own `reset_parameters()` restores its "
+                    f"default init and the value is lost",
+                    cls,
+                    help=f"Call `self.{parts[1]}.{call.method}()` from the model's "
+                    "`init_weights()` (or make it the child's `reset_parameters()`)",
+                    conditions=(NotRecreated((parts[1],)),),
+                    subject=tuple(f"{parts[1]}.{w}" for w in written),
+                    site=InitSite(method, "call", children=self._children(cls)),
+                )
 
     def _local_children(self, cls: ClassFacts, methods) -> Iterable[Finding]:
         """``fc1 = nn.Linear(...)``, ``nn.init.normal_(fc1.weight)``, then ``self.mlp =

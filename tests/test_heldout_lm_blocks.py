@@ -1,0 +1,77 @@
+"""Idioms of LM building blocks measured held out (x-transformers' token embedding that the
+wrapper initialises through the embedding's own ``init_()``): what ``check`` says of each, and
+what the probe shows at model level. The fixture is
+``fixtures/check/lm_child_init_method.py``."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+from metalint.check import run_check
+from metalint.config import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECK = ROOT / "fixtures" / "check"
+NAME = "lm_child_init_method.py"
+
+
+def _diagnostics(tmp_path: Path, copy: bool = True):
+    if copy:
+        shutil.copy(CHECK / NAME, tmp_path / NAME)
+    result = run_check(
+        [tmp_path / NAME], Settings(root=tmp_path, select=["ALL"]), use_cache=False, workers=1
+    )
+    return result.diagnostics
+
+
+def test_child_init_method_called_in_construction_is_reported(tmp_path):
+    # before: "All checks passed!" while the probe loses the embedding's weight
+    got = [(d.code, d.symbol, d.start.row, d.subject) for d in _diagnostics(tmp_path)]
+    assert got == [("ML003", "LanguageModel", 51, ("token_emb.emb.weight",))]
+
+
+def test_reading_method_and_child_reset_hook_are_not_reported(tmp_path):
+    symbols = {d.symbol for d in _diagnostics(tmp_path)}
+    assert not symbols & {"Counter", "ResetModel", "TokenEmbedding", "ResetEmbedding"}
+
+
+def test_fix_calls_the_child_init_from_a_reset_hook(tmp_path):
+    from metalint.fix.command import run_fix
+
+    shutil.copy(CHECK / NAME, tmp_path / NAME)
+    run_fix(
+        [tmp_path / NAME],
+        Settings(root=tmp_path, select=["ALL"]),
+        write=True,
+        show_diff=False,
+        unsafe=True,
+        verify=False,
+        use_cache=False,
+        workers=1,
+        echo=lambda s="", nl=True: None,
+    )
+    fixed = (tmp_path / NAME).read_text()
+    assert "    def reset_parameters(self):\n        self.init_()\n" in fixed
+    assert _diagnostics(tmp_path, copy=False) == []
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location(NAME[:-3], CHECK / NAME)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_probe_confirms_the_embedding_init_is_lost():
+    pytest.importorskip("torch")
+    from metalint.probe.build import probe
+
+    mod = _load()
+    res = probe(mod.LanguageModel, device="cpu", init="reset_parameters")
+    assert {f.subject for f in res.findings} == {("weight",)}, res.findings
+    assert "token_emb.emb.weight" in res.findings[0].message
+    assert probe(mod.ResetModel, device="cpu", init="reset_parameters").findings == []
