@@ -32,6 +32,7 @@ from metalint.static.tensors import (
     init_law,
     inplace_write,
     law_text,
+    leaves_values,
     own_attributes,
     parameter_value,
     same_tensor,
@@ -194,8 +195,31 @@ class InplaceInitOutsideHook(Rule):
         now = self.ctx.facts.aliases.changes
         hit = writes.get(id(call))
         if hit is None or hit[1] != now:
-            hit = writes[id(call)] = (call, now, inplace_write(call, self.qualify))
+            w = inplace_write(call, self.qualify)
+            if w is not None and not w.method and self._value_free(call):
+                w = None
+            hit = writes[id(call)] = (call, now, w)
         return hit[2]
+
+    def _value_free(self, call: cst.Call) -> bool:
+        """Is ``call`` one of a function of this file whose name ends in ``_`` but that
+        writes no tensor's values (:func:`leaves_values`)?"""
+        if type(call.func) is not cst.Name:
+            return False
+        if not hasattr(self, "_functions"):
+            tree = self.ctx.tree
+            if tree is None:
+                try:
+                    tree = ast.parse(self.ctx.source or self.ctx.module.code)
+                except (SyntaxError, ValueError):
+                    tree = ast.Module(body=[], type_ignores=[])
+            self._functions = {
+                s.name: s
+                for s in tree.body
+                if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
+        fn = self._functions.get(call.func.value)
+        return fn is not None and leaves_values(fn)
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
