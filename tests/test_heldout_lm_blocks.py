@@ -41,6 +41,8 @@ def test_child_init_method_called_in_construction_is_reported(tmp_path):
 def test_reading_method_and_child_reset_hook_are_not_reported(tmp_path):
     symbols = {d.symbol for d in _diagnostics(tmp_path)}
     assert not symbols & {"Counter", "ResetModel", "TokenEmbedding", "ResetEmbedding"}
+    # a method that only runs the child's reset hook: the protocol runs it again
+    assert not symbols & {"ResetThroughInit", "ResetThroughInitModel"}
 
 
 def test_fix_calls_the_child_init_from_a_reset_hook(tmp_path):
@@ -104,6 +106,7 @@ def test_probe_confirms_the_embedding_init_is_lost():
     assert {f.subject for f in res.findings} == {("weight",)}, res.findings
     assert "token_emb.emb.weight" in res.findings[0].message
     assert probe(mod.ResetModel, device="cpu", init="reset_parameters").findings == []
+    assert probe(mod.ResetThroughInitModel, device="cpu", init="reset_parameters").findings == []
 
 
 def test_probe_passes_the_frozen_reference_and_fails_the_shrunk_layer():

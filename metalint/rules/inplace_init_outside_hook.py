@@ -264,7 +264,7 @@ class InplaceInitOutsideHook(Rule):
 
     def _child_writes(self, child: ClassFacts, name: str) -> list[str]:
         """The tensors of ``child`` that its method ``name`` (and the methods of the class it
-        calls) initialises in place; none when ``name`` is a reset hook or when the child's
+        calls, its reset hooks aside) initialises in place; none when ``name`` is a reset hook or when the child's
         own construction runs it (then the child's finding says so)."""
         if name in self.ctx.hooks or name not in child.methods:
             return []
@@ -273,6 +273,8 @@ class InplaceInitOutsideHook(Rule):
             return []
         found = []
         for method in child.reachable(name):
+            if method.name in hooks:
+                continue  # the protocol runs the child's hooks again
             for call in method.calls:
                 target = write_target(self._write(call.node))
                 tensor = tensor_name(target) if target is not None else None
