@@ -32,6 +32,7 @@ from metalint.static.tensors import (
     init_law,
     inplace_write,
     law_text,
+    leaves_values,
     own_attributes,
     parameter_value,
     same_tensor,
@@ -194,8 +195,31 @@ class InplaceInitOutsideHook(Rule):
         now = self.ctx.facts.aliases.changes
         hit = writes.get(id(call))
         if hit is None or hit[1] != now:
-            hit = writes[id(call)] = (call, now, inplace_write(call, self.qualify))
+            w = inplace_write(call, self.qualify)
+            if w is not None and not w.method and self._value_free(call):
+                w = None
+            hit = writes[id(call)] = (call, now, w)
         return hit[2]
+
+    def _value_free(self, call: cst.Call) -> bool:
+        """Is ``call`` one of a function of this file whose name ends in ``_`` but that
+        writes no tensor's values (:func:`leaves_values`)?"""
+        if type(call.func) is not cst.Name:
+            return False
+        if not hasattr(self, "_functions"):
+            tree = self.ctx.tree
+            if tree is None:
+                try:
+                    tree = ast.parse(self.ctx.source or self.ctx.module.code)
+                except (SyntaxError, ValueError):
+                    tree = ast.Module(body=[], type_ignores=[])
+            self._functions = {
+                s.name: s
+                for s in tree.body
+                if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
+        fn = self._functions.get(call.func.value)
+        return fn is not None and leaves_values(fn)
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
@@ -236,6 +260,59 @@ class InplaceInitOutsideHook(Rule):
         yield from self._data_writes(cls, methods)
         yield from self._replaced_child_tensors(cls, methods)
         yield from self._child_container_loops(cls, methods)
+        yield from self._child_method_writes(cls, methods)
+
+    def _child_writes(self, child: ClassFacts, name: str) -> list[str]:
+        """The tensors of ``child`` that its method ``name`` (and the methods of the class it
+        calls, its reset hooks aside) initialises in place; none when ``name`` is a reset hook or when the child's
+        own construction runs it (then the child's finding says so)."""
+        if name in self.ctx.hooks or name not in child.methods:
+            return []
+        hooks = self.ctx.hooks
+        if any(m.name == name for m in construction(child, enter_hooks=False, hooks=hooks)):
+            return []
+        found = []
+        for method in child.reachable(name):
+            if method.name in hooks:
+                continue  # the protocol runs the child's hooks again
+            for call in method.calls:
+                target = write_target(self._write(call.node))
+                tensor = tensor_name(target) if target is not None else None
+                if tensor and tensor not in found:
+                    found.append(tensor)
+        return found
+
+    def _child_method_writes(self, cls: ClassFacts, methods) -> Iterable[Finding]:
+        """``self.token_emb.init_()`` in construction, where ``init_`` is a method (not a reset
+        hook) of the child's class, of this file, that initialises its tensors in place
+        (x-transformers' ``TransformerWrapper``): after ``to_empty()`` the child's own
+        ``reset_parameters()`` restores the default init, and nothing calls ``init_()``."""
+        by_name = {c.fullname: c for c in self.ctx.facts.classes}
+        for method in methods:
+            for call in method.calls:
+                parts = (call.receiver or "").split(".")
+                if len(parts) != 2 or parts[0] != "self" or call.method is None:
+                    continue
+                held = by_name.get(
+                    child_class(cls, methods, parts[1], self.qualify, through_locals=True) or ""
+                )
+                written = self._child_writes(held, call.method) if held else []
+                if not written:
+                    continue
+                names = ", ".join(f"`{w}`" for w in written)
+                yield Finding(
+                    call.node,
+                    f"`{short(call.node)}` in `{method.name}` initialises {names} of the child "
+                    f"`{parts[1]}` in place, outside any reset hook: on meta this does nothing "
+                    f"and after `to_empty()` the child's own `reset_parameters()` restores its "
+                    f"default init and the value is lost",
+                    cls,
+                    help=f"Call `self.{parts[1]}.{call.method}()` from the model's "
+                    "`init_weights()` (or make it the child's `reset_parameters()`)",
+                    conditions=(NotRecreated((parts[1],)),),
+                    subject=tuple(f"{parts[1]}.{w}" for w in written),
+                    site=InitSite(method, "call", children=self._children(cls)),
+                )
 
     def _local_children(self, cls: ClassFacts, methods) -> Iterable[Finding]:
         """``fc1 = nn.Linear(...)``, ``nn.init.normal_(fc1.weight)``, then ``self.mlp =

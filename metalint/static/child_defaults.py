@@ -24,12 +24,20 @@ from metalint.vocabulary import (
 )
 
 
-def child_class(cls: ClassFacts, methods, attr: str, qualify) -> str | None:
-    """Qualified class of ``self.<attr> = Cls(...)`` assigned during construction."""
+def child_class(
+    cls: ClassFacts, methods, attr: str, qualify, through_locals: bool = False
+) -> str | None:
+    """Qualified class of ``self.<attr> = Cls(...)`` assigned during construction; with
+    ``through_locals``, also of ``self.<attr> = local`` where the method builds that local
+    with one constructor call (``if token_emb is None: token_emb = TokenEmbedding(...)``)."""
     for m in methods:
         for a in m.assigns:
             if a.target == f"self.{attr}" and isinstance(a.value, cst.Call):
                 return qualify(a.value.func)
+            if through_locals and a.target == f"self.{attr}" and type(a.value) is cst.Name:
+                made = [v for _s, v in m.local_values.get(a.value.value, ()) if type(v) is cst.Call]
+                if len(made) == 1:
+                    return qualify(made[0].func)
         for call in m.calls:
             # self.add_module("bn", nn.BatchNorm2d(c))
             args = call.node.args

@@ -8,6 +8,7 @@ tensor an in-place call initialises (``nn.init.zeros_(self.w)``, ``self.w.data.f
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 import libcst as cst
@@ -751,3 +752,47 @@ def _parameter_loop_head(loop: cst.For, lists: frozenset[str]) -> tuple[str | No
         # self.output): layer.weight.normal_()``, children's tensors (spikingjelly)
         return f"for ... in [{', '.join(f'self.{a}' for a in own)}]", it, t
     return None, it, t
+
+
+#: calls a function may make and still leave every tensor's values as they are
+_VALUE_FREE_BUILTINS = frozenset({"len", "range", "isinstance", "hasattr", "getattr", "print"})
+
+
+def leaves_values(fn: ast.FunctionDef) -> bool:
+    """Does the module-level function ``fn`` (CPython's tree) certainly write no tensor's
+    values, although its name ends in ``_`` (:func:`inplace_write` takes it for a write of
+    its first argument)? True when each call in it is a builtin of
+    :data:`_VALUE_FREE_BUILTINS` or a method not ending in ``_`` (``module.parameters()``)
+    and not of ``nn.init``, no call passes ``out=``, and no assignment targets a subscript or ``.data``:
+    x-transformers' ``freeze_all_layers_``, which sets ``param.requires_grad = False``."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Name):
+                if func.id not in _VALUE_FREE_BUILTINS:
+                    return False
+            elif not isinstance(func, ast.Attribute) or _init_call(func):
+                return False
+            if any(k.arg == "out" for k in node.keywords):
+                return False
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(_writes_values(t) for t in targets):
+                return False
+    return True
+
+
+def _init_call(func: ast.Attribute) -> bool:
+    """``t.zero_()``, ``nn.init.constant(t, 0)``: a method that may write values."""
+    return func.attr.endswith("_") or "init" in ast.unparse(func.value).split(".")
+
+
+def _writes_values(target: ast.expr) -> bool:
+    """An assignment target that writes a tensor's values: ``t[0] = v``, ``t.data = v``."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return any(_writes_values(t) for t in target.elts)
+    if isinstance(target, ast.Starred):
+        return _writes_values(target.value)
+    return isinstance(target, ast.Subscript) or (
+        isinstance(target, ast.Attribute) and target.attr == "data"
+    )
