@@ -44,10 +44,10 @@ def _names(node, value):
     return [n for n in walk_code(node) if isinstance(n, cst.Name) and n.value == value]
 
 
-def _positions(monkeypatch, pick, tree=True, source=SOURCE, which=0):
-    module = cst.parse_module(source)
+def _positions(monkeypatch, pick, tree=True):
+    module = cst.parse_module(SOURCE)
     facts = collect(module, "pkg.mod")
-    cls = facts.classes[which]
+    cls = facts.classes[0]
     nodes = pick(cls)
     rendered = []
 
@@ -57,7 +57,7 @@ def _positions(monkeypatch, pick, tree=True, source=SOURCE, which=0):
 
     monkeypatch.setattr(engine, "code_ranges_of", recording)
     got = engine._positions(
-        module, source, [(cls, n) for n in nodes], facts, ast.parse(source) if tree else None
+        module, SOURCE, [(cls, n) for n in nodes], facts, ast.parse(SOURCE) if tree else None
     )
     whole = code_ranges(module)
     assert [got[n] for n in nodes] == [whole[n] for n in nodes]
@@ -110,66 +110,3 @@ def test_a_method_whose_statements_ast_counts_otherwise(monkeypatch):
     assert "\n  @property\n  def size(self):\n" in rendered[0]
     assert "  def __init__(self):\n     super().__init__()\n     self.w" in rendered[0]
     assert "_init_weights" not in rendered[0]
-
-
-INHERITED = textwrap.dedent(
-    """
-    import torch
-    import torch.nn as nn
-
-
-    class Base(nn.Module):
-        def _init_weights(self, module):
-            module.weight.data.normal_()
-            self.scale = nn.Parameter(torch.ones(1))
-
-
-    def unrelated():
-        return 1
-
-
-    class Child(Base):
-        def __init__(self):
-            super().__init__()
-            self.w = nn.Parameter(torch.ones(2))
-    """
-)
-
-
-def _calls(node):
-    return [n for n in walk_code(node) if isinstance(n, cst.Call)]
-
-
-def _inherited(cls):
-    """The class's name, a call of a method it inherits, a call of its own: each where
-    the facts say (and so placed without a walk)."""
-    base = cls.from_bases["_init_weights"].node
-    init = cls.methods["__init__"].node
-    return [cls.node.name, _calls(base)[0], _calls(init)[-1]]
-
-
-def test_a_finding_in_an_inherited_method_and_on_the_class_name(monkeypatch):
-    rendered = _positions(monkeypatch, _inherited, source=INHERITED, which=1)
-    assert "unrelated" not in "".join(rendered)
-
-
-def test_facts_that_misplace_a_finding_only_cost_a_walk(monkeypatch):
-    """Where the facts place a finding is a hint: one in another method than they say is
-    still found, at the same position."""
-
-    def misplaced(found):
-        return {id(node): cls.methods["__init__"].node for cls, node in found}
-
-    monkeypatch.setattr(engine, "_where", misplaced)
-    _positions(monkeypatch, _inherited, source=INHERITED, which=1)
-
-
-def test_where_the_facts_place_findings():
-    module = cst.parse_module(INHERITED)
-    facts = collect(module, "pkg.mod")
-    child = facts.classes[1]
-    name, normal, ones = _inherited(child)
-    where = engine._where([(child, name), (child, normal), (child, ones)])
-    assert where[id(name)] is child.node
-    assert where[id(normal)] is child.from_bases["_init_weights"].node
-    assert where[id(ones)] is child.methods["__init__"].node

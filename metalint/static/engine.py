@@ -340,25 +340,23 @@ def _positions(
         return whole()
     lines = split_lines(source)
     out: dict = {}
-    outside = []
-    where = _where(found)
+    strays: dict[int, tuple[cst.FunctionDef, list]] = {}
     for top, nodes in groups.values():
-        pos = _render_alone(module, top, nodes, lines, tree, where)
+        pos = _render_alone(module, top, nodes, lines, tree)
         if pos is None:
             return whole()
         out.update(pos)
-        # a finding outside the class: in a module-level helper it calls, or in a method
-        # it inherits from a base class of the same file
-        outside += [node for node in nodes if node not in pos]
-    holders = _holders(module, outside, _local_bases(found, facts), where) if outside else {}
-    if holders is None:
-        return whole()
-    strays: dict[int, tuple[cst.CSTNode, list]] = {}
-    for node in outside:
-        holder = holders[id(node)]
-        strays.setdefault(id(holder), (holder, []))[1].append(node)
+        for node in nodes:
+            if node in pos:
+                continue
+            # a finding outside the class: in a module-level helper it calls, or in a
+            # method it inherits from a base class of the same file
+            holder = _holder(module, node)
+            if holder is None:
+                return whole()
+            strays.setdefault(id(holder), (holder, []))[1].append(node)
     for holder, nodes in strays.values():
-        pos = _render_alone(module, holder, nodes, lines, tree, where)
+        pos = _render_alone(module, holder, nodes, lines, tree)
         if pos is None or any(node not in pos for node in nodes):
             return whole()
         out.update(pos)
@@ -366,12 +364,7 @@ def _positions(
 
 
 def _render_alone(
-    module: cst.Module,
-    top,
-    nodes: list,
-    lines: list[str],
-    tree: ast.Module | None = None,
-    where: dict | None = None,
+    module: cst.Module, top, nodes: list, lines: list[str], tree: ast.Module | None = None
 ) -> dict | None:
     """Positions of those of ``nodes`` inside the top-level ``top`` (a class or a function),
     from ``top`` rendered alone; None when its line in the source cannot be told.
@@ -400,7 +393,7 @@ def _render_alone(
     # no finding is whitespace or punctuation: look for them among code nodes only
     walker = walk if any(type(n) in TRIVIA for n in nodes) else walk_code
     parts = (
-        _methods_holding(top, body, targets, module, lines, row, tree, walker, where)
+        _methods_holding(top, body, targets, module, lines, row, tree, walker)
         if kind is cst.ClassDef and body
         else None
     )
@@ -500,87 +493,17 @@ def _in_header(top: cst.ClassDef, targets: set[int], walk) -> bool:
     )
 
 
-def _holders(module: cst.Module, nodes: list, first: set[int], where: dict) -> dict | None:
-    """id of each of ``nodes`` -> the module-level function or class holding it, searched
-    first among the classes ``first`` (ids: where a finding outside its class most often
-    is, in a method it inherits); None when one is in none. A node :func:`_where` places in
-    a method of a module-level class is taken to be in that class (the render of the class
-    tells)."""
-    walker = walk if any(type(n) in TRIVIA for n in nodes) else walk_code
-    tops = [s for s in module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))]
-    tops.sort(key=lambda s: id(s) not in first)  # stable: the others in source order
-    owner = {
-        id(m): top
-        for top in tops
-        if type(top) is cst.ClassDef and isinstance(top.body, cst.IndentedBlock)
-        for m in top.body.body
-    }
-    owner.update((id(top), top) for top in tops)  # a class's name
-    out = {id(n): owner[id(where[id(n)])] for n in nodes if id(where.get(id(n))) in owner}
-    left = {id(n) for n in nodes} - out.keys()
-    for top in tops:
-        if not left:
-            break
-        found = left.intersection(map(id, walker(top)))
-        out.update(dict.fromkeys(found, top))
-        left -= found
-    return None if left else out
-
-
-def _local_bases(found, facts) -> set[int]:
-    """ids of the nodes of the classes of this file that the classes of ``found`` derive
-    from, through any number of bases."""
-    by_name = {c.fullname: c for c in facts.classes}
-    seen: set[str] = set()
-    todo = [b for cls, _ in found for b in cls.bases]
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in by_name:
-            continue
-        seen.add(name)
-        todo += by_name[name].bases
-    return {id(by_name[name].node) for name in seen}
-
-
-def _where(found) -> dict[int, cst.CSTNode]:
-    """id of each reported node -> where its class's facts say it is, with no walk: the
-    method (of the class, or of a base of the same file) whose facts hold it, or the class
-    for its own name. A node the facts do not name is left out."""
-    out: dict[int, cst.CSTNode] = {}
-    named: dict[int, set[int]] = {}
-    for cls, node in found:
-        if id(node) in out:
-            continue
-        if node is cls.node.name:
-            out[id(node)] = cls.node
-            continue
-        for m in (*cls.methods.values(), *cls.from_bases.values()):
-            ids = named.get(id(m))
-            if ids is None:
-                ids = named[id(m)] = _fact_nodes(m)
-            if id(node) in ids:
-                out[id(node)] = m.node
-                break
-    return out
-
-
-def _fact_nodes(m) -> set[int]:
-    """ids of the nodes a method's facts hold (all of them under its ``def``)."""
-    nodes = [m.node.name, *m.conditions, *m.masked]
-    nodes += [c.node for c in m.calls]
-    nodes += [n for a in m.assigns for n in (a.node, a.value)]
-    nodes += [n for pairs in m.local_values.values() for pair in pairs for n in pair]
-    nodes += [n for loop in m.loops for n in (loop[0], loop[2])]
-    return {id(n) for n in nodes}
-
-
-def _hinted(body, targets: set[int], where: dict | None) -> set[int] | None:
-    """Those of ``targets`` that :func:`_where` places in a method of the class ``body``,
-    when it places each of them somewhere; else None."""
-    if not where or not all(t in where for t in targets):
-        return None
-    statements = {id(s) for s in body}
-    return {t for t in targets if id(where[t]) in statements}
+def _holder(module: cst.Module, node: cst.CSTNode) -> cst.CSTNode | None:
+    """The module-level function or class that holds ``node``, if any."""
+    walker = walk if type(node) in TRIVIA else walk_code
+    return next(
+        (
+            s
+            for s in module.body
+            if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and any(n is node for n in walker(s))
+        ),
+        None,
+    )
 
 
 def _methods_holding(
@@ -592,42 +515,27 @@ def _methods_holding(
     row: int,
     tree,
     walk=walk,
-    where: dict | None = None,
 ):
     """(pieces to render, their anchors) for each method of ``top`` holding some of
     ``targets`` (:func:`_method_part`; none: no statement of the class holds one); None
-    when a class-level statement holds one or a row cannot be told. An anchor is (node, its
-    row, its column or None for a name, ids of the findings under it).
+    when a class-level
+    statement holds one or a row cannot be told. An
+    anchor is (node, its row, its column or None for a name, ids of the findings under it).
     ``walk`` lists the nodes under a statement (:func:`walk_code` when no finding is trivia).
 
     The k-th method of a name in the class is the k-th ``def name`` line after the class's
-    ``row`` at the class body's indentation.
-
-    ``where`` (:func:`_where`) names the method holding each finding, or the class for its
-    name: only those methods are walked, and no further than their findings (should one not
-    be there, the class is searched in full)."""
+    ``row`` at the class body's indentation."""
     indent = top.body.indent if top.body.indent is not None else module.default_indent
     out = []
     left = set(targets)  # what is not in the class (a finding in a helper it calls) stays
-    hinted = _hinted(body, left, where)
-    if hinted is not None:
-        # the class's name, a method of a base: not in a method of the class (or where they
-        # are, a render tells)
-        left = hinted
-        hinted = {id(where[t]) for t in left}
     for i, stmt in enumerate(body):
         if not left:
             break
-        if hinted is not None and id(stmt) not in hinted:
-            continue
         if not isinstance(stmt, cst.FunctionDef) or not isinstance(stmt.body, cst.IndentedBlock):
             if left.intersection(id(n) for n in walk(stmt)):
                 return None
             continue
-        mine = left if hinted is None else {t for t in left if where[t] is stmt}
-        held, header, holding = _held_in(stmt, mine, walk)
-        if held != mine and hinted is not None:  # not where its facts said
-            return _methods_holding(top, body, targets, module, lines, row, tree, walk)
+        held, header, holding = _held_in(stmt, left, walk)
         if not held:
             continue
         left -= held
