@@ -17,7 +17,13 @@ import libcst as cst
 from metalint.diagnostics import Applicability
 from metalint.static.names import dotted
 from metalint.static.rule import RuleContext
-from metalint.static.syntax import TRIVIA, code_children, node_text, walk_code
+from metalint.static.syntax import (
+    code_children,
+    is_code,
+    node_text,
+    path_to,
+    walk_code,
+)
 from metalint.vocabulary import (
     DEVICE_FACTORIES,
     EXTERNAL_RESET_BASES,
@@ -80,17 +86,6 @@ def _parsed(parse: Callable, code: str) -> cst.CSTNode:
 #: node type -> its fields (its ``__slots__``)
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
-#: type -> whether its instances are code nodes (libcst nodes, not :data:`TRIVIA`)
-_CODE: dict[type, bool] = {}
-
-
-def _is_code(value) -> bool:
-    t = type(value)
-    known = _CODE.get(t)
-    if known is None:
-        known = _CODE[t] = issubclass(t, cst.CSTNode) and t not in TRIVIA
-    return known
-
 
 def _copy(node: cst.CSTNode) -> cst.CSTNode:
     """``node`` with a new object for each code node in it; its trivia (whitespace, commas,
@@ -102,27 +97,12 @@ def _copy(node: cst.CSTNode) -> cst.CSTNode:
     new = object.__new__(t)
     for name in names:
         value = getattr(node, name)
-        if _is_code(value):
+        if is_code(value):
             value = _copy(value)
         elif type(value) is tuple or type(value) is list:
-            value = type(value)([_copy(v) if _is_code(v) else v for v in value])
+            value = type(value)([_copy(v) if is_code(v) else v for v in value])
         object.__setattr__(new, name, value)
     return new
-
-
-def path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
-    """Nodes from ``root`` down to ``target`` (both included), by identity."""
-    stack: list[tuple[cst.CSTNode, int]] = [(root, 0)]
-    path: list[cst.CSTNode] = []
-    while stack:
-        node, depth = stack.pop()
-        del path[depth:]
-        path.append(node)
-        if node is target:
-            return path
-        for child in reversed(code_children(node)):
-            stack.append((child, depth + 1))
-    return None
 
 
 def replaced(root: cst.CSTNode, old: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNode:

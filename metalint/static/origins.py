@@ -18,7 +18,7 @@ import libcst as cst
 from metalint.static.draws import random_call
 from metalint.static.model import MethodFacts
 from metalint.static.ownership import meta_tensor, meta_tensor_sequence
-from metalint.static.syntax import code_children, keyword, node_text
+from metalint.static.syntax import keyword, node_text, path_to
 from metalint.static.tensor_kind import TensorKind, argument_kind
 from metalint.vocabulary import (
     CONSTANT_FACTORIES,
@@ -208,25 +208,10 @@ def _not_a_tensor_operand(e: cst.BaseExpression, method: MethodFacts) -> None:
         raise _Stopped(Stop("self", e))
 
 
-def _path(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
-    """Nodes from ``root`` down to ``target`` (both included), by identity."""
-    stack: list[tuple[cst.CSTNode, int]] = [(root, 0)]
-    path: list[cst.CSTNode] = []
-    while stack:
-        node, depth = stack.pop()
-        del path[depth:]
-        path.append(node)
-        if node is target:
-            return path
-        for child in reversed(code_children(node)):
-            stack.append((child, depth + 1))
-    return None
-
-
 def _enclosing_loop(scope: cst.CSTNode, node: cst.CSTNode, name: str):
     """The innermost ``for`` statement or comprehension ``for`` of ``scope`` around ``node``
     binding ``name``."""
-    path = _path(scope, node)
+    path = path_to(scope, node)
     if path is None:
         return None
     for n in reversed(path):

@@ -177,7 +177,8 @@ TRIVIA = frozenset(
 _IS_CODE: dict[type, bool] = {}
 
 
-def _is_code(value) -> bool:
+def is_code(value) -> bool:
+    """Whether ``value`` is a code node (a libcst node not in :data:`TRIVIA`)."""
     t = type(value)
     known = _IS_CODE.get(t)
     if known is None:
@@ -251,7 +252,7 @@ def _learn_code(node: cst.CSTNode) -> Callable:
             "        out.extend([c for c in v if _is_code(c)])",
         ]
     lines.append("    return out")
-    scope = {"_IS_CODE": _IS_CODE, "_is_code": _is_code, "_holds_node": _holds_node}
+    scope = {"_IS_CODE": _IS_CODE, "_is_code": is_code, "_holds_node": _holds_node}
     exec("\n".join(lines), scope)  # noqa: S102 (text built above from field names)
     getter = _CODE_CHILDREN[t] = scope["code_children"]
     return getter
@@ -270,6 +271,21 @@ def code_children(node: cst.CSTNode) -> list[cst.CSTNode]:
     if getter is None:
         getter = _learn_code(node)
     return getter(node)
+
+
+def path_to(root: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode] | None:
+    """Nodes from ``root`` down to ``target`` (both included), by identity."""
+    stack: list[tuple[cst.CSTNode, int]] = [(root, 0)]
+    path: list[cst.CSTNode] = []
+    while stack:
+        node, depth = stack.pop()
+        del path[depth:]
+        path.append(node)
+        if node is target:
+            return path
+        for child in reversed(code_children(node)):
+            stack.append((child, depth + 1))
+    return None
 
 
 def walk_code(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
