@@ -45,3 +45,25 @@ def test_a_hash_that_may_be_in_a_string_is_left_to_tokenize():
     for name in ("trailing", "decorator", "not ascii", "f-string", "later hash", "in a string"):
         source = CASES[name]
         assert _noqa_comments(source, ast.parse(source)) is not None, name
+
+
+def test_many_noqa_lines_in_one_function_are_read_in_one_descent(monkeypatch):
+    """A function of 2,000 lines each saying ``noqa``: the tree is descended once for all
+    of them (each row descending from the top again made such a file quadratic: 20,000
+    lines took longer than a file's time budget)."""
+    n = 2000
+    source = "def f():\n" + "".join(f"    x{i} = 's#'  # noqa: ML001\n" for i in range(n))
+    tree = ast.parse(source)
+    calls = 0  # nodes looked at
+    iter_child_nodes = ast.iter_child_nodes
+
+    def counted(node):
+        nonlocal calls
+        for child in iter_child_nodes(node):
+            calls += 1
+            yield child
+
+    monkeypatch.setattr(ast, "iter_child_nodes", counted)
+    found = noqa_directives(source, tree)
+    assert found == {row: ["ML001"] for row in range(2, n + 2)}
+    assert calls < 10 * n, calls

@@ -9,6 +9,7 @@ class an ``nn.Module``? does a base class's hook re-create the value?) is carrie
 from __future__ import annotations
 
 import ast
+import bisect
 import gc
 import io
 import itertools
@@ -89,15 +90,20 @@ def _noqa_comments(source: str, tree: ast.Module) -> list[tuple[int, str]] | Non
     ``tree``; None when a ``#`` before it may start a comment inside a string's span (a
     string spanning lines, or strings joined around a comment): ``tokenize`` tells. A string
     on one line holds no comment (one would run to the end of the line)."""
+    lines = split_lines(source)
+    rows = [
+        row
+        for row, line in enumerate(lines, 1)
+        if (at := line.find("#")) >= 0 and "noqa" in line[at:].lower()
+    ]
+    spans = _string_spans(tree, rows)
     out = []
-    for row, line in enumerate(split_lines(source), 1):
+    for row in rows:
+        line = lines[row - 1]
         at = line.find("#")
-        if at < 0 or "noqa" not in line[at:].lower():
-            continue
-        spans = _string_spans(tree, row)
         while at >= 0:
             col = len(line[:at].encode("utf-8", "surrogatepass"))  # CPython's columns
-            inside = [(a, b) for a, b in spans if a <= (row, col) < b]
+            inside = [(a, b) for a, b in spans.get(row, ()) if a <= (row, col) < b]
             if not inside:
                 out.append((row, line[at:]))
                 break
@@ -107,12 +113,12 @@ def _noqa_comments(source: str, tree: ast.Module) -> list[tuple[int, str]] | Non
     return out
 
 
-def _string_spans(node: ast.AST, row: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """The spans (start and end, CPython's rows and columns) of the string literals under
-    ``node`` on the lines of which ``row`` is one: only the nodes spanning ``row`` are
-    entered (an f-string is one span)."""
-    out = []
-    todo = [node]
+def _string_spans(tree: ast.Module, rows: list[int]) -> dict[int, list]:
+    """Row of ``rows`` (ascending) -> the spans (start and end, CPython's rows and columns)
+    of the string literals on it (an f-string is one span), in one descent of ``tree``
+    that enters only the nodes spanning one of ``rows``."""
+    out: dict[int, list] = {}
+    todo: list[ast.AST] = [tree]
     while todo:
         for child in ast.iter_child_nodes(todo.pop()):
             first = getattr(child, "lineno", None)
@@ -120,13 +126,17 @@ def _string_spans(node: ast.AST, row: int) -> list[tuple[tuple[int, int], tuple[
                 decorated = getattr(child, "decorator_list", None)
                 if decorated:  # decorators stand above the node's row
                     first = min(first, *(d.lineno for d in decorated))
-                if first > row or (child.end_lineno or first) < row:
+                last = child.end_lineno or first
+                i = bisect.bisect_left(rows, first)
+                if i == len(rows) or rows[i] > last:
                     continue
                 kind = type(child)
                 if kind is ast.JoinedStr or (
                     kind is ast.Constant and isinstance(child.value, (str, bytes))
                 ):
-                    out.append(((child.lineno, child.col_offset), _end(child)))
+                    span = ((child.lineno, child.col_offset), _end(child))
+                    for row in rows[i : bisect.bisect_right(rows, last)]:
+                        out.setdefault(row, []).append(span)
                     continue
             todo.append(child)
     return out
