@@ -112,8 +112,31 @@ def _found(patterns: tuple[re.Pattern, re.Pattern], source: str) -> bool:
 #: a name bound to a call of a class (``model = Model(cfg)``) at the start of a line: maybe
 #: an eager build whose builder runs the library's initialisers on it
 _EAGER_HINT = _at_line_start(r"[ \t]+\w+\s*=\s*(?:\w+\.)*[A-Z]\w*\(")
-#: a module-level dict whose first value is a class name (``MODELS = {"tiny": Tiny, ...}``)
-_TABLE_HINT = _at_line_start(r"[A-Za-z_]\w*\s*(?::[^=\n]*)?=\s*\{[^}]*?:\s*[A-Z]")
+#: the head of a module-level dict (``MODELS = {``)
+_TABLE_HEAD = _at_line_start(r"[A-Za-z_]\w*\s*(?::[^=\n]*)?=\s*\{")
+#: a value that is a class name (``"tiny": Tiny``)
+_CLASS_VALUE = re.compile(r":\s*[A-Z]")
+
+
+def _tabled(source: str) -> bool:
+    """Whether ``source`` may hold a module-level dict of classes: a dict head with a class
+    name for a value before the first ``}`` after it (``MODELS = {"tiny": Tiny, ...}``).
+    Linear in the length of ``source``: a head inside the text a failed scan has read (a
+    string of many ``a = {`` lines and no ``}``) is not scanned again, since its own scan
+    would read part of the same text."""
+    after_break, first = _TABLE_HEAD
+    heads = after_break.finditer(source)
+    at_start = first.match(source)
+    scanned = -1  # a failed scan read up to here
+    for head in (at_start, *heads) if at_start else heads:
+        if head.end() <= scanned:
+            continue
+        close = source.find("}", head.end())
+        close = len(source) if close < 0 else close
+        if _CLASS_VALUE.search(source, head.end(), close):
+            return True
+        scanned = close
+    return False
 
 
 #: ``pkg.models.MODELS[]``: a build name that is an element of a module-level dict of classes
@@ -126,7 +149,7 @@ def materialisations(
 ) -> list[dict[str, Any]]:
     """The materialisation sites of a file (see the module docstring), in source order, and
     its builders and module-level dicts of classes (``{"table": name, "build": classes}``)."""
-    tabled = _found(_TABLE_HINT, source)
+    tabled = _tabled(source)
     walked = _may_hold_site(source) or _found(_EAGER_HINT, source)
     if not (tabled or walked):
         return []
@@ -882,7 +905,7 @@ def tree_sites(start: str, limit: int = 5_000) -> list[tuple[str, dict]]:
             break
         try:
             source = path.read_text(encoding="utf-8")
-            if not (_may_hold_site(source) or _found(_TABLE_HINT, source)):
+            if not (_may_hold_site(source) or _tabled(source)):
                 continue
             tree = ast.parse(source)
         except (OSError, UnicodeError, SyntaxError, ValueError, RecursionError, MemoryError):
