@@ -5,6 +5,7 @@ import ast
 
 import pytest
 
+from metalint.static import engine
 from metalint.static.engine import _noqa_comments, noqa_directives
 
 CASES = {
@@ -67,3 +68,26 @@ def test_many_noqa_lines_in_one_function_are_read_in_one_descent(monkeypatch):
     found = noqa_directives(source, tree)
     assert found == {row: ["ML001"] for row in range(2, n + 2)}
     assert calls < 10 * n, calls
+
+
+def test_a_string_of_many_hashes_is_stepped_over_at_once(monkeypatch):
+    """``x = "####...#"  # noqa``: the comment is found past the string in one step, not by
+    trying each ``#`` in it (each try measured the line up to it: quadratic in the line)."""
+    source = 'x = "' + "#" * 5000 + '"  # noqa: ML001\n'
+    tree = ast.parse(source)
+    tried = 0
+    real = engine._string_spans
+
+    def counted(tree, rows):
+        spans = real(tree, rows)
+        return {row: _Counting(s) for row, s in spans.items()}
+
+    class _Counting(list):
+        def __iter__(self):
+            nonlocal tried
+            tried += 1
+            return super().__iter__()
+
+    monkeypatch.setattr(engine, "_string_spans", counted)
+    assert noqa_directives(source, tree) == {1: ["ML001"]}
+    assert tried <= 2, tried

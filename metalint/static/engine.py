@@ -99,17 +99,17 @@ def _noqa_comments(source: str, tree: ast.Module) -> list[tuple[int, str]] | Non
     spans = _string_spans(tree, rows)
     out = []
     for row in rows:
-        line = lines[row - 1]
-        at = line.find("#")
+        line = lines[row - 1].encode("utf-8", "surrogatepass")  # CPython's columns: bytes
+        at = line.find(b"#")
         while at >= 0:
-            col = len(line[:at].encode("utf-8", "surrogatepass"))  # CPython's columns
-            inside = [(a, b) for a, b in spans.get(row, ()) if a <= (row, col) < b]
+            inside = [(a, b) for a, b in spans.get(row, ()) if a <= (row, at) < b]
             if not inside:
-                out.append((row, line[at:]))
+                out.append((row, line[at:].decode("utf-8", "surrogatepass")))
                 break
             if any(a[0] != b[0] for a, b in inside):
                 return None
-            at = line.find("#", at + 1)
+            # the next ``#`` past the strings this one is in (a string of many holds none)
+            at = line.find(b"#", max(b[1] for _, b in inside))
     return out
 
 
