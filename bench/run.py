@@ -14,8 +14,10 @@ section's bench scripts with docstrings and comments left out), or the stored re
 
 - ``speed``: ``metalint check`` cold and warm, and warm on one file of timm (what pre-commit
   runs on one staged file), against ``ruff check``, TorchFix (timm only: it takes ~1,000 s on
-  transformers) and the floor under any checker written in Python (``bench/parse_floor.py``:
-  CPython's ``ast.parse`` of every file, and one ``ast.walk``), on the pinned timm and
+  transformers), pyflakes (a Python linter that only resolves names) and the floor under any
+  checker written in Python (``bench/parse_floor.py``: CPython's ``ast.parse`` of every file,
+  and one ``ast.walk``; libcst's parse of every file, and metalint's own reading: CPython's
+  parse, then libcst's of what the rules read), on the pinned timm and
   transformers wheels (downloaded into ``--workdir``, or ``--tree NAME=PATH``: copied first).
 - ``fix``: ``metalint fix --write`` on 1k, 2k and 4k small generated files and on timm copied
   once and twice, with the ratio per doubling.
@@ -60,12 +62,17 @@ PINS = {
     "transformers": "5.23.0",
     "ruff": "0.17.6",
     "torchfix": "0.7.0",
+    "pyflakes": "4.1.0",
     "accelerate": "1.15.0",
 }
 PROBE_MODELS = ("vit_tiny_patch16_224", "convnext_atto", "resnet18")
 #: rows of bench/parse_floor.py: what CPython alone costs on the same tree
 FLOOR = "floor: ast.parse"
 FLOOR_WALK = "floor: ast.parse + ast.walk"
+#: what a libcst-based tool pays to read the tree, and what ``metalint check`` pays to read it
+#: before any rule runs (CPython's parse, then libcst's of what the rules read)
+LIBCST_WHOLE = "libcst parse, every file"
+LIBCST_READ = "metalint's reading: ast.parse + libcst of what rules read"
 #: section -> the bench scripts whose code its figures depend on (besides metalint/)
 SECTIONS = {
     "speed": ("parse_floor.py",),
@@ -155,6 +162,7 @@ class Tool:
     name: str  # row label
     cmd: list[str]
     prepare: object = None  # called before each timed run (not timed)
+    summary: object = None  # proc -> the row's last column (default: summary_line)
     times: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     timeouts: int = 0
@@ -236,7 +244,7 @@ def tool_row(t: Tool, timeout: float) -> dict:
         "timed_out": bool(t.timeouts),
         "timeout_s": timeout,
         "exit": t.last.returncode if t.last else None,
-        "summary": (summary_line(t.last) if t.last is not None else "")[:120],
+        "summary": ((t.summary or summary_line)(t.last) if t.last is not None else "")[:120],
     }
 
 
@@ -268,7 +276,14 @@ def metalint_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "metalint", *args]
 
 
-def speed_tools(tree: Path, ruff: Path | None, torchfix: Path | None) -> list[Tool]:
+def message_count(proc: subprocess.CompletedProcess) -> str:
+    """pyflakes prints one line per message and no summary."""
+    return f"{len(proc.stdout.splitlines())} messages."
+
+
+def speed_tools(
+    tree: Path, ruff: Path | None, torchfix: Path | None, pyflakes: Path | None = None
+) -> list[Tool]:
     # cold: the cache dir is deleted first, so the run parses every file and writes the cache
     # (a user's first run); warm, right after it: every file is a cache hit
     ml = metalint_cmd("check", "--exit-zero")
@@ -291,20 +306,30 @@ def speed_tools(tree: Path, ruff: Path | None, torchfix: Path | None) -> list[To
             tools.append(Tool("ruff (cache), one file", [*rc, ONE_FILE]))
     if torchfix is not None:
         tools.append(Tool("TorchFix", [str(torchfix), "."]))
+    if pyflakes is not None:
+        # a linter written in Python that only resolves names: one pass over CPython's tree
+        tools.append(Tool("pyflakes", [str(pyflakes), "."], summary=message_count))
     # not a linter: CPython's own parser on every file, the floor under any Python-hosted check
     floor = [sys.executable, str(BENCH / "parse_floor.py"), "."]
-    return [*tools, Tool(FLOOR, floor), Tool(FLOOR_WALK, [*floor, "--walk"])]
+    return [
+        *tools,
+        Tool(FLOOR, floor),
+        Tool(FLOOR_WALK, [*floor, "--walk"]),
+        Tool(LIBCST_WHOLE, [*floor, "--libcst", "whole"]),
+        Tool(LIBCST_READ, [*floor, "--libcst", "read"]),
+    ]
 
 
 def measure_speed(ctx: Context) -> dict:
     ruff = None if ctx.opts.no_ruff else tool_venv(ctx.work, "ruff")
+    pyflakes = None if ctx.opts.no_pyflakes else tool_venv(ctx.work, "pyflakes")
     trees = []
     for name, tree in ctx.trees().items():
         torchfix = None
         if name in ctx.opts.torchfix_trees.split(",") and not ctx.opts.no_torchfix:
             torchfix = tool_venv(ctx.work, "torchfix")
         files, lines = count_py(tree)
-        tools = speed_tools(tree, ruff, torchfix)
+        tools = speed_tools(tree, ruff, torchfix, pyflakes)
         log(f"{name}: {files} files, {lines} lines; priming ruff's cache")
         for t in tools:
             if t.name == "ruff (cache)":
@@ -319,6 +344,7 @@ def measure_speed(ctx: Context) -> dict:
         "versions": {
             "ruff": version_of([str(ruff), "--version"]).split()[-1] if ruff else "not run",
             "TorchFix": PINS["torchfix"],
+            "pyflakes": PINS["pyflakes"] if pyflakes else "not run",
             **{n: PINS.get(n, "local") for n in ctx.trees()},
         },
     }
@@ -335,6 +361,11 @@ SPEED_RATIOS = (
     ),
     ("metalint cold / TorchFix", "metalint cold", "TorchFix"),
     ("floor: ast.parse / ruff (no cache)", FLOOR, "ruff (no cache)"),
+    ("pyflakes / floor: ast.parse", "pyflakes", FLOOR),
+    ("metalint cold / pyflakes", "metalint cold", "pyflakes"),
+    (f"{LIBCST_WHOLE} / floor: ast.parse", LIBCST_WHOLE, FLOOR),
+    (f"{LIBCST_READ} / floor: ast.parse", LIBCST_READ, FLOOR),
+    (f"metalint cold / {LIBCST_READ}", "metalint cold", LIBCST_READ),
 )
 
 
@@ -372,9 +403,14 @@ def render_speed(res: dict) -> list[str]:
         f"{ONE_FILE}` with the rest of the tree cached (what the pre-commit hook runs for one "
         "staged file: every file of the project is read, from the cache). ruff: `ruff check "
         "--isolated --exit-zero --output-format concise` (its default rules). TorchFix: "
-        "`torchfix .` (it checks only files containing `torch`). The floor rows are no linter: "
-        "CPython's `ast.parse` of every file (and one `ast.walk`) in forked workers, the least "
-        f"any checker written in Python pays. Versions: {versions}.",
+        "`torchfix .` (it checks only files containing `torch`). pyflakes: `pyflakes .`, a "
+        "linter written in Python that only resolves names, in one process. The floor rows are "
+        "no linter: CPython's `ast.parse` of every file (and one `ast.walk`) in forked workers, "
+        "the least any checker written in Python pays. The libcst rows are no linter either "
+        "(`bench/parse_floor.py --libcst`): libcst's parse of every file, what a "
+        "format-preserving tool pays to read the tree, and what `metalint check` pays to read "
+        "it before any rule runs (CPython's parse, then libcst's of the code its rules read). "
+        f"Versions: {versions}.",
     ]
 
 
@@ -1012,6 +1048,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--workdir", type=Path, help="reuse this folder for downloads and venvs")
     ap.add_argument("--no-ruff", action="store_true")
     ap.add_argument("--no-torchfix", action="store_true")
+    ap.add_argument("--no-pyflakes", action="store_true")
     ap.add_argument("--no-accelerate", action="store_true")
     ap.add_argument("--probe-python", default=sys.executable, help="imports timm: real models")
     ap.add_argument("--timm-python", help="imports timm: truth and coverage")

@@ -211,3 +211,43 @@ def test_warm_check_does_not_import_libcst(tmp_path):
     )
     assert "Found 2 errors in 2 files checked." in warm.stdout
     assert warm.stdout.strip().endswith("NO-LIBCST")
+
+
+def test_parse_floor_reads_with_libcst_as_metalint_does(tmp_path, capsys):
+    floor = _load_bench("parse_floor.py", "bench_parse_floor")
+    (tmp_path / "model.py").write_text(
+        "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    )
+    (tmp_path / "plain.py").write_text("x = 1\n")  # names nothing of torch: CPython's parse only
+    (tmp_path / "bad.py").write_text("def f(:\n")
+    for mode in ("whole", "read"):
+        assert floor.main([str(tmp_path), "--libcst", mode, "--jobs", "1"]) == 0
+        assert capsys.readouterr().out.strip() == "Parsed 2 of 3 files."
+    read = floor._READERS["read"]
+    assert isinstance(read(b"import torch\n", "m.py"), floor.ast.Module)
+
+
+def test_speed_rows_set_metalint_beside_pyflakes_and_libcst(tmp_path):
+    run = _load_run()
+    tools = run.speed_tools(tmp_path, None, None, tmp_path / "pyflakes")
+    names = [t.name for t in tools]
+    assert "pyflakes" in names
+    assert names[-2:] == [run.LIBCST_WHOLE, run.LIBCST_READ]
+    assert tools[-1].cmd[-2:] == ["--libcst", "read"]
+    proc = run.subprocess.CompletedProcess([], 1, "a.py:1:1: x\nb.py:2:1: y\n", "")
+    flakes = next(t for t in tools if t.name == "pyflakes")
+    flakes.times, flakes.cpu, flakes.last = [2.0], [2.0], proc
+    assert run.tool_row(flakes, 10.0)["summary"] == "2 messages."
+    rows = [
+        {"tool": n, "median_s": s, "cpu_s": s, "runs": 1, "summary": ""}
+        for n, s in (("metalint cold", 9.0), ("pyflakes", 3.0), (run.FLOOR, 1.0))
+    ]
+    data = {
+        "trees": [{"tree": "t", "files": 1, "lines": 1, "rows": rows}],
+        "reps": 1,
+        "single_above": 120,
+        "versions": {},
+    }
+    text = "\n".join(run.render_speed({"data": data}))
+    assert "| t | pyflakes / floor: ast.parse | 3.00 | 3.00 |" in text
+    assert "| t | metalint cold / pyflakes | 3.00 | 3.00 |" in text
