@@ -87,6 +87,8 @@ class _HelperCall:
 def located(edit: ClassEdit, node, attr: str, value, method, dry=False) -> Rewrite | None:
     """:func:`_compute` for a registration in ``__init__``, :func:`_in_helper` for one in a
     private method that ``__init__`` calls (``method``: the method holding ``node``)."""
+    if not attr.isidentifier():
+        raise Unfixable(f"the buffer's name is made in a loop (`{attr}`)")
     try:
         index, line, path = edit.locate(node)
     except Unfixable as exc:

@@ -13,6 +13,7 @@ import libcst as cst
 
 from metalint.static.model import FileFacts, MethodFacts, builds_module, function_facts
 from metalint.static.syntax import (
+    attribute_name,
     code_children,
     is_false,
     is_none,
@@ -138,11 +139,13 @@ def _assigned_registration(a, method: MethodFacts, qualify) -> Registration | No
 
 
 def _registered(call, method: MethodFacts, qualify) -> Registration | None:
-    """``self.register_buffer("name", value, persistent)`` or ``self.register_parameter``."""
+    """``self.register_buffer("name", value, persistent)`` or ``self.register_parameter``. A
+    name made in a loop (e3nn's ``self.register_buffer(f"cg_{ir_1.l}_{ir_2.l}", cg)``) is its
+    f-string's text (:func:`attribute_name`): one tensor per value."""
     if call.receiver != "self" or call.method not in ("register_buffer", "register_parameter"):
         return None
     args = call.node.args
-    attr = string_value(args[0].value) if args else None
+    attr = (string_value(args[0].value) or attribute_name(args[0].value)) if args else None
     if not attr:
         return None
     value = (

@@ -39,6 +39,7 @@ from metalint.vocabulary import (
     SIZE_METHODS,
     TENSOR_ATTRIBUTES,
     TENSOR_FACTORIES,
+    TENSOR_METHODS,
     VALUE_SHAPED_FUNCTIONS,
     VALUE_SHAPED_METHODS,
 )
@@ -118,7 +119,7 @@ def meta_tensor(
     if type(expr) is cst.Call:
         # ``steps(n)``: a function of the file that returns a meta tensor
         own_fn = type(expr.func) is cst.Name and f"{expr.func.value}()" in assumed
-        return own_fn or _meta_call(expr, qualify, rec)
+        return own_fn or _meta_call(expr, qualify, rec) or _passed_function_of(expr, method, rec)
     if type(expr) is cst.Attribute:
         return _meta_attribute(expr, own, rec)
     if type(expr) is cst.BinaryOperation:
@@ -199,6 +200,23 @@ def _meta_call(expr: cst.Call, qualify, rec) -> bool:
     if name == "type" and not expr.args:
         return False
     return rec(expr.func.value)
+
+
+def _passed_function_of(expr: cst.Call, method: MethodFacts | None, rec) -> bool:
+    """``f(z).pow(n)``: a tensor method called on what a function the caller passed (``f``,
+    an argument of ``method``: an activation) makes of a meta tensor. The code takes the
+    result for a tensor, and a function of a meta tensor's values can only give one on meta
+    (e3nn ``moment(f, n)``: ``f(z).pow(n).mean()``, then ``.item()`` in ``__init__``)."""
+    func = expr.func
+    if method is None or type(func) is not cst.Attribute or func.attr.value not in TENSOR_METHODS:
+        return False
+    inner = func.value
+    return (
+        type(inner) is cst.Call
+        and type(inner.func) is cst.Name
+        and method.holds_argument(inner.func)
+        and any(a.keyword is None and not a.star and rec(a.value) for a in inner.args)
+    )
 
 
 def _meta_local(

@@ -25,6 +25,8 @@ import libcst as cst
 from libcst._nodes.internal import CodegenState
 from libcst.metadata import CodePosition, CodeRange
 
+from metalint.static.names import dotted
+
 
 class _FieldOrder(cst.CSTVisitor):
     """Records the field names a node's visit goes through, without descending."""
@@ -603,8 +605,9 @@ def string_value(node: cst.BaseExpression) -> str | None:
 
 def attribute_name(node: cst.BaseExpression) -> str | None:
     """The attribute a ``getattr``/``setattr`` name argument names: a string literal that is
-    an identifier, or an f-string of identifier text and plain names (``f'pos_embed_{i}'``,
-    given as its text ``pos_embed_{i}``: one name per value of ``i``). None otherwise."""
+    an identifier, or an f-string of identifier text and plain or dotted names
+    (``f'pos_embed_{i}'``, ``f'cg_{ir.l}'``, given as its text ``pos_embed_{i}``: one name per
+    value of ``i``). None otherwise."""
     value = string_value(node)
     if value is not None:
         return value if value.isidentifier() else None
@@ -616,11 +619,11 @@ def attribute_name(node: cst.BaseExpression) -> str | None:
             out.append(part.value)
         elif (
             isinstance(part, cst.FormattedStringExpression)
-            and isinstance(part.expression, cst.Name)
+            and dotted(part.expression) is not None
             and part.conversion is None
             and part.format_spec is None
         ):
-            out.append("{" + part.expression.value + "}")
+            out.append("{" + dotted(part.expression) + "}")
         else:
             return None
     text = "".join(out)
