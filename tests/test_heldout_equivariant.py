@@ -84,7 +84,7 @@ def test_passed_function_result_is_meta_only_under_a_tensor_method(tmp_path):
         "        self.b = float(act(z))\n"
         "        self.c = act(z).shape[0].bit_length()\n"
         "        self.d = act(n).pow(2).item()\n"
-        "        self.e = helper(z).pow(2).item()\n"
+        "        self.e = unknown(z).pow(2).item()\n"
     )
     (tmp_path / "m.py").write_text(src)
     got = [(d.code, d.start.row) for d in _diagnostics(tmp_path, "m.py", copy=False)]
