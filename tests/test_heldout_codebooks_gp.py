@@ -32,10 +32,10 @@ def _diagnostics(tmp_path: Path, name: str, copy: bool = True):
     return [d for d in result.diagnostics if d.code != "ML012"]
 
 
-def _fix(tmp_path: Path, name: str) -> str:
+def _fix(tmp_path: Path, name: str, source: Path | None = None) -> str:
     from metalint.fix.command import run_fix
 
-    shutil.copy(CHECK / name, tmp_path / name)
+    shutil.copy(source or CHECK / name, tmp_path / name)
     run_fix(
         [tmp_path / name],
         Settings(root=tmp_path, select=["ALL"]),
@@ -137,3 +137,14 @@ def test_bounds_fixture_raises_on_meta():
         mod.HostInterval(0.0, 1.0)
         with pytest.raises(RuntimeError, match="meta"):
             mod.Interval(0.0, 1.0)
+
+
+REFUSED = ROOT / "fixtures" / "fix" / "ML002" / "refused" / "loop_builds_layers_too.py"
+
+
+def test_a_loop_that_also_builds_layers_is_not_replayed(tmp_path):
+    # before: the hook replayed the loop (new layers appended to ``self.layers`` on every
+    # reset) and stored ``self`` on itself, so building the model recursed without end
+    fixed = _fix(tmp_path, "m.py", REFUSED)
+    assert fixed == REFUSED.read_text()
+    assert "self = self.self" not in fixed
