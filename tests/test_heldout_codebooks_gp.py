@@ -148,3 +148,14 @@ def test_a_loop_that_also_builds_layers_is_not_replayed(tmp_path):
     fixed = _fix(tmp_path, "m.py", REFUSED)
     assert fixed == REFUSED.read_text()
     assert "self = self.self" not in fixed
+
+
+SECOND_INIT = ROOT / "fixtures" / "fix" / "ML007" / "refused" / "buffer_before_second_base_init.py"
+
+
+def test_no_buffer_is_registered_before_a_second_base_init(tmp_path):
+    # before: ML007's fix registered ``n`` between ``nn.Module.__init__(self)`` and the
+    # distribution's ``super().__init__()``, which emptied ``_buffers``: building the fixed
+    # class raised AttributeError (gpytorch's ``WishartPrior``)
+    fixed = _fix(tmp_path, "m.py", SECOND_INIT)
+    assert fixed == SECOND_INIT.read_text()
