@@ -86,6 +86,7 @@ from metalint.static.draws import Draws, draws
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, RuleContext
 from metalint.static.syntax import walk_code
+from metalint.static.tensors import local_writes
 from metalint.vocabulary import (
     FACTORY_DRAWS,
     FILL_FACTORIES,
@@ -176,6 +177,7 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     traceback it would hold the syntax tree in a reference cycle.)"""
     if _list_of_parameters(finding):
         return _parameter_list(ctx, cls, finding)
+    _refuse_written_local(ctx, finding)
     try:
         rewrite = _plan(ctx, cls, finding, ClassEdit(ctx, cls))
     except Unfixable:
@@ -187,6 +189,20 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
         return rewrite
     kept = _kept(ctx, cls, finding)
     return rewrite if kept is None else kept
+
+
+def _refuse_written_local(ctx: RuleContext, finding: Finding) -> None:
+    """``w = torch.empty(n, d)``, ``nn.init.kaiming_uniform_(w)``, ``self.w = nn.Parameter(w)``:
+    the value is made by the in-place init of the local, which the hook would have to replay
+    on the parameter; not rewritten."""
+    site = finding.site
+    call = site.call
+    data = call.args[0].value if call is not None and call.args else None
+    if type(data) is cst.Name and local_writes(data.value, ctx.qualify, site.method):
+        raise Unfixable(
+            f"its value is the local `{data.value}`, written in place before it is wrapped: "
+            f"move that init onto `self.{site.attr}` in `reset_parameters()`"
+        )
 
 
 #: factories of a parameter in a list, and the in-place init that draws or sets the same values

@@ -12,7 +12,8 @@ another branch of the same ``if`` in ``__init__`` (``if alpha is None: self.alph
 assignment may give it something else (assigning a non-tensor to a buffer raises), or runs in a
 method that construction calls. Not fixable when ``__init__`` assigns the attribute before the
 tensor (``register_buffer`` raises on an existing attribute), nor before ``super().__init__()``
-(no buffers yet), nor when ML002's fix could not then compute the value in a hook
+(no buffers yet) or before a second base ``__init__`` (``Module.__init__`` run again empties
+the buffers), nor when ML002's fix could not then compute the value in a hook
 (:func:`metalint.fix.buffer_from_value.refusal`: a buffer no hook re-creates is uninitialised
 after ``to_empty()``, and the class would not pass the probe), nor when the checked tree would
 refuse that fix's hook (a subclass defining its own ``reset_parameters()``, a base class outside
@@ -326,9 +327,12 @@ def _group(edit: ClassEdit, cls, index: int, why: str) -> list[str]:
 
 def _before_super(edit: ClassEdit, index: int) -> None:
     """``register_buffer`` needs ``Module.__init__`` to have run before statement ``index``."""
-    first = edit.super_index()
-    if first is None or first > index:
+    calls = edit.init_call_indices()
+    if not calls or calls[0] > index:
         raise Unfixable("the tensor is assigned before `super().__init__()`")
+    if calls[-1] > index:
+        # ``Module.__init__`` run again empties ``_buffers``: the buffer would be dropped
+        raise Unfixable("an `__init__` of a base runs again after the tensor is assigned")
 
 
 class _AttrsToLocals(cst.CSTTransformer):

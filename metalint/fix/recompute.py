@@ -151,6 +151,9 @@ def local_only(s: cst.CSTNode, edit: ClassEdit, random: bool = False) -> bool:
     written, _read, calls = uses(s, edit.memo())
     return (
         not written
+        # ``self.layers.append(fsq)`` changes the module in place (vector-quantize's
+        # ``ResidualFSQ`` builds a layer and a scale per quantizer in one loop)
+        and "self" not in binds(s, edit.ctx.qualify)
         and all(computes_only(edit, c, random=random) for c in calls)
         and not _draws(s, edit, random)
     )

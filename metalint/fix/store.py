@@ -151,15 +151,22 @@ class Storing(Locating):
     def super_index(self) -> int | None:
         """The index of the first top-level statement of ``__init__`` that calls an
         ``__init__`` (``super().__init__()``, ``nn.Module.__init__(self)``); None: none does."""
-        for i, s in enumerate(self.init_body):
+        return next(iter(self.init_call_indices()), None)
+
+    def init_call_indices(self) -> list[int]:
+        """The index of each top-level statement of ``__init__`` that calls an ``__init__``
+        (gpytorch's ``WishartPrior``: ``TModule.__init__(self)`` first, a distribution's
+        ``super().__init__(...)`` later, which runs ``Module.__init__`` again)."""
+        return [
+            i
+            for i, s in enumerate(self.init_body)
             if any(
                 isinstance(n, cst.Call)
                 and isinstance(n.func, cst.Attribute)
                 and n.func.attr.value == "__init__"
                 for n in walk_code(s)
-            ):
-                return i
-        return None
+            )
+        ]
 
     def check_after_super(self, index: int) -> None:
         """Raise :class:`Unfixable` when statement ``index`` runs before ``super().__init__()``:

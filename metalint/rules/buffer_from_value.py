@@ -16,7 +16,7 @@ from metalint.static.construction import (
 from metalint.static.model import ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
-from metalint.static.tensors import local_value
+from metalint.static.tensors import local_value, local_writes
 
 
 @dataclass(frozen=True)
@@ -115,19 +115,13 @@ class BufferFromValue(Rule):
                     "it is `persistent=False`, so no checkpoint restores it either: it stays "
                     "garbage even after `load_state_dict`"
                 )
-            shown = short(reg.value)
+            shown = f"`{short(reg.value)}`"
             if isinstance(reg.value, cst.Name):
                 # the assignment that computes it (not ``attn_mask = None`` in the other branch)
-                values = [
-                    v
-                    for _s, v in reg.method.local_values.get(reg.value.value, ())
-                    if computed(v, self.qualify, reg.method) in ("value", "random")
-                ] or [local_value(reg.method, reg.value.value)]
-                if values[-1] is not None:
-                    shown = f"{reg.value.value} = {short(values[-1], 50)}"
+                shown = self._assignment(reg.method, reg.value.value) or shown
             yield Finding(
                 reg.node,
-                f"buffer `{reg.attr}` is computed (`{shown}`) in `{reg.method.name}` and "
+                f"buffer `{reg.attr}` is computed ({shown}) in `{reg.method.name}` and "
                 f"no reset hook re-creates it: after `to_empty()` it is uninitialised memory; "
                 f"{lost}",
                 cls,
@@ -137,6 +131,20 @@ class BufferFromValue(Rule):
                 subject=(reg.attr,),
                 site=_site(reg),
             )
+
+    def _assignment(self, method: MethodFacts, name: str) -> str | None:
+        """The assignment of local ``name`` that computes it (not ``attn_mask = None`` in the
+        other branch); for a local made empty and written in place, that it is."""
+        values = [
+            v
+            for _s, v in method.local_values.get(name, ())
+            if computed(v, self.qualify, method) in ("value", "random")
+        ]
+        filled = not values and local_writes(name, self.qualify, method)
+        value = values[-1] if values else local_value(method, name)
+        if value is None:
+            return None
+        return f"`{name} = {short(value, 50)}`" + (", then written in place" if filled else "")
 
     def _from_argument(self, cls: ClassFacts, reg: Registration) -> Iterable[Finding]:
         """A non-persistent buffer registered in ``__init__`` from a tensor the caller passed

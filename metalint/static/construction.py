@@ -26,6 +26,7 @@ from metalint.static.tensors import (
     const_kind,
     is_legacy_sizes,
     local_value,
+    local_writes,
     parameter_value,
     same_tensor,
 )
@@ -326,6 +327,7 @@ def computed(
                 for _stmt, inner in method.local_values.get(node.value, ())
                 if inner is not expr
             )
+            found.update(local_writes(node.value, qualify, method))
     for kind in ("random", "value", "empty"):
         if kind in found:
             return kind

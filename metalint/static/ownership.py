@@ -251,7 +251,7 @@ def _meta_local_of(
             v is not expr and meta_tensor(v, qualify, method, own, depth + 1, inner)
             for _, v in values
         ) and any(
-            (expr.value not in _names(v) or _factory_call(v, qualify))
+            (expr.value not in _names(v) or _factory_call(_chain_root(v), qualify))
             and meta_tensor(v, qualify, method, own, depth + 1, _functions(assumed))
             for _, v in values
         )
@@ -324,6 +324,18 @@ def _factory_call(expr: cst.BaseExpression, qualify) -> bool:
     if q is None and type(expr.func) is cst.Name and expr.func.value == "map" and expr.args:
         q = qualify(expr.args[0].value)
     return q in TENSOR_FACTORIES
+
+
+def _chain_root(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """The call a chain of methods starts from: ``torch.as_tensor(x)`` for gpytorch's
+    ``Interval`` bound ``torch.as_tensor(lower_bound).to(dtype)``."""
+    while (
+        type(expr) is cst.Call
+        and type(expr.func) is cst.Attribute
+        and type(expr.func.value) is cst.Call
+    ):
+        expr = expr.func.value
+    return expr
 
 
 def _names(node: cst.CSTNode) -> set[str]:

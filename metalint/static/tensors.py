@@ -153,7 +153,25 @@ def _local_kinds(name: str, expr, qualify, method: MethodFacts, depth: int) -> s
         for _stmt, inner in method.local_values.get(name, ())
         if inner is not expr
     )
-    return {k for k in kinds if k}
+    return {k for k in kinds if k} | local_writes(name, qualify, method)
+
+
+def local_writes(name: str, qualify, method: MethodFacts) -> frozenset[str]:
+    """What the in-place writes of the local ``name`` (one the method assigns, not an
+    argument) give it: "random" for a draw, "value" for any other write. vector-quantize's
+    ``rand_projs = torch.empty(h, d, e)``, then ``nn.init.xavier_normal_(rand_projs)``, then
+    ``register_buffer("rand_projs", rand_projs)``: a drawn value, not uninitialised memory."""
+    if not method.local_values.get(name):
+        return frozenset()
+    writes = method.__dict__.get("_local_writes")
+    if writes is None:
+        writes = method.__dict__["_local_writes"] = {}
+        for call in method.calls:
+            w = inplace_write(call.node, qualify)
+            if w is not None and len(w.chain) == 1:
+                kind = "random" if w.kind == "random" else "value"
+                writes[w.chain[0]] = writes.get(w.chain[0], frozenset()) | {kind}
+    return writes.get(name, frozenset())
 
 
 def value_kind(
