@@ -245,3 +245,36 @@ def test_the_fix_refuses_the_new_findings_with_a_reason(tmp_path, cli):
         for ln in lines
     )
     assert "Traceback" not in r.output and "internal error" not in r.output
+
+
+# a plan computed on the device a parameter names, "cpu" when the caller passes none
+# (transformers' ``plan_out_scales``): its copy to the host is fine on meta
+PLAN = """
+import torch
+
+
+def plan_scales(n, device="cpu"):
+    sizes = torch.arange(1, n + 1, device=device)
+    cost = torch.abs(sizes.unsqueeze(1) - sizes.unsqueeze(0)).float()
+    return cost.cpu().argmin(dim=1)
+"""
+
+PLANNED = """
+from torch import nn
+
+from plan_t.plan import plan_scales
+
+
+class Planned(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("scales", plan_scales(n), persistent=False)
+"""
+
+
+def test_a_copy_of_a_tensor_made_on_a_default_real_device_is_not_reported(tmp_path):
+    pkg = _tree(tmp_path, "plan_t", {"plan.py": PLAN, "model.py": PLANNED})
+    assert _findings([pkg], tmp_path) == []
+    one = tmp_path / "one.py"
+    one.write_text(textwrap.dedent(PLAN) + textwrap.dedent(PLANNED).replace("from plan_t", "#"))
+    assert _findings([one], tmp_path) == []

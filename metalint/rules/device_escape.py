@@ -315,11 +315,10 @@ class DeviceEscape(Rule):
         return attrs
 
     # -- .cpu() / .cuda() / .to("cpu") of a tensor created on meta ------------------------------
-    def _copy_out(
-        self, cls, method: MethodFacts, call, unset=frozenset(), where=None
-    ) -> Finding | None:
-        """``unset``: the parameters of ``method`` (a function of the file) that hold ``None``
-        (:class:`HelperCall`); ``where``: how the message names ``method`` when it is one."""
+    def _copy_out(self, cls, method: MethodFacts, call, unset=None, where=None) -> Finding | None:
+        """``unset``: for a function of the file, the parameters that hold ``None``
+        (:class:`HelperCall`), None for a method of the class; ``where``: how the message
+        names the function."""
         if call.method not in DEVICE_COPY_METHODS:
             return None
         func = call.node.func
@@ -333,7 +332,11 @@ class DeviceEscape(Rule):
             return None
         if default is not None and self._on_the_cpu(receiver, method):
             return None  # ``F.one_hot(torch.from_numpy(a)).to(self.device)``: on the CPU already
-        if self._made_off_meta(receiver, method, unset):
+        if (
+            self._made_off_meta(receiver, method)
+            if unset is None
+            else _off_meta_in(receiver, method, unset, self.qualify)
+        ):
             return None
         site = EscapeSite(
             call.node, method, call.method, factory=copied_factory(receiver, self.qualify)
@@ -367,20 +370,19 @@ class DeviceEscape(Rule):
             for n in walk_code(receiver)
         )
 
-    def _made_off_meta(self, receiver, method: MethodFacts, unset=frozenset()) -> bool:
-        """Is the tensor already on a real device (``device=``: reported as an escape; not a
-        parameter in ``unset``, which holds ``None``) or from a legacy constructor, itself or
-        the local it is?"""
+    def _made_off_meta(self, receiver, method: MethodFacts) -> bool:
+        """Is the tensor already on a real device (``device=``: reported as an escape) or
+        from a legacy constructor, itself or the local it is?"""
         for n in walk_code(receiver):
             if isinstance(n, cst.Call) and (
-                _device_given(n, method, unset)
+                keyword(n, "device") is not None
                 or (self.qualify(n.func) or "") in LEGACY_CONSTRUCTORS
             ):
                 return True
         if not isinstance(receiver, cst.Name):
             return False
         return any(
-            isinstance(n, cst.Call) and _device_given(n, method, unset)
+            isinstance(n, cst.Call) and keyword(n, "device") is not None
             for _, v in method.local_values.get(receiver.value, ())
             for n in walk_code(v)
         )
@@ -423,6 +425,25 @@ class DeviceEscape(Rule):
             seen.add(local)
             todo += land(lambda v, name=local: _mentions(v, name))
         return sorted(set(attrs))
+
+
+def _off_meta_in(receiver, fn: MethodFacts, unset, qualify) -> bool:
+    """In the function ``fn``: may the tensor be off meta? A call that makes it, or a value
+    of a local it is computed from (transitively), takes a ``device=`` other than a
+    parameter in ``unset`` (which holds ``None``), or is a legacy constructor (transformers'
+    ``plan_out_scales(..., device="cpu")`` computes ``cost_matrix`` from tensors made on
+    ``device``: on the CPU when the caller passes none)."""
+    todo, seen = [receiver], set()
+    while todo:
+        for n in walk_code(todo.pop()):
+            if type(n) is cst.Call and (
+                _device_given(n, fn, unset) or (qualify(n.func) or "") in LEGACY_CONSTRUCTORS
+            ):
+                return True
+            if type(n) is cst.Name and n.value not in seen:
+                seen.add(n.value)
+                todo += [v for _, v in fn.local_values.get(n.value, ())]
+    return False
 
 
 def _device_given(call: cst.Call, method: MethodFacts, unset) -> bool:
