@@ -278,3 +278,35 @@ def test_a_copy_of_a_tensor_made_on_a_default_real_device_is_not_reported(tmp_pa
     one = tmp_path / "one.py"
     one.write_text(textwrap.dedent(PLAN) + textwrap.dedent(PLANNED).replace("from plan_t", "#"))
     assert _findings([one], tmp_path) == []
+
+
+# a random-features block orthogonalised on the CPU, through two functions of the file and
+# no partial (torch-geometric's ``PerformerProjection``)
+PROJECTION = """
+import torch
+from torch import nn
+
+
+def _orthogonal(dim):
+    mat = torch.randn((dim, dim))
+    q, _ = torch.linalg.qr(mat.cpu(), mode="reduced")
+    return q.t()
+
+
+def orthogonal_matrix(rows, cols):
+    return torch.cat([_orthogonal(cols) for _ in range(rows // cols)])
+
+
+class Projection(nn.Module):
+    def __init__(self, cols):
+        super().__init__()
+        self.register_buffer("projection_matrix", orthogonal_matrix(2 * cols, cols))
+"""
+
+
+def test_a_copy_two_functions_deep_without_a_partial(tmp_path):
+    path = tmp_path / "projection.py"
+    path.write_text(textwrap.dedent(PROJECTION))
+    found = _findings([path], tmp_path)
+    assert _rows(found) == [("ML009", "Projection", 8, None)]
+    assert "`_orthogonal()` (called from Projection's `__init__`)" in found[0].message
