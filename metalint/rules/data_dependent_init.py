@@ -11,7 +11,7 @@ from metalint.static.model import (
     MethodFacts,
     calls_into_tree,
     construction,
-    helper_calls,
+    construction_calls,
     partial_bindings,
 )
 from metalint.static.names import dotted
@@ -136,7 +136,7 @@ class DataDependentInit(Rule):
         function of another file (``utils.make_window(n)``) is reported at the call, while
         the tree's summary of that function (or of one it calls) holds a read
         (``Diagnostic.via`` names its line)."""
-        for found in helper_calls(method, bound, self.ctx):
+        for found in construction_calls(method, bound, self.ctx):
             helper = found.helper
             if helper is not None and id(helper.node) not in self._reported_helpers:
                 self._reported_helpers.add(id(helper.node))

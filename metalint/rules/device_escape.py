@@ -16,7 +16,7 @@ from metalint.static.model import (
     ClassFacts,
     MethodFacts,
     construction,
-    helper_calls,
+    construction_calls,
     partial_bindings,
 )
 from metalint.static.names import dotted
@@ -208,7 +208,7 @@ class DeviceEscape(Rule):
         its first caller; a call of a function of another file is reported at the call, while
         the tree's summary of that function (or of one it calls) holds such a copy
         (``Diagnostic.via`` names it)."""
-        for found in helper_calls(method, bound, self.ctx):
+        for found in construction_calls(method, bound, self.ctx):
             node = found.call.node
             if found.caller is method and any(_contains(r, node) for r in reported):
                 continue
@@ -317,7 +317,7 @@ class DeviceEscape(Rule):
     # -- .cpu() / .cuda() / .to("cpu") of a tensor created on meta ------------------------------
     def _copy_out(self, cls, method: MethodFacts, call, unset=None, where=None) -> Finding | None:
         """``unset``: for a function of the file, the parameters that hold ``None``
-        (:class:`HelperCall`), None for a method of the class; ``where``: how the message
+        (:class:`ConstructionCall`), None for a method of the class; ``where``: how the message
         names the function."""
         if call.method not in DEVICE_COPY_METHODS:
             return None

@@ -182,8 +182,8 @@ def _into_tree(q: str | None) -> bool:
 
 
 @dataclass(frozen=True)
-class HelperCall:
-    """A call that construction makes, as :func:`helper_calls` finds it: ``call``, in
+class ConstructionCall:
+    """A call that construction makes, as :func:`construction_calls` finds it: ``call``, in
     ``caller`` (a method of construction or a function of the file it runs); ``helper``, the
     facts of the module-level function of this file the call runs (None for any other);
     ``target``, the qualified name of an imported function it runs that may be defined in
@@ -228,12 +228,14 @@ def partial_bindings(methods: list[MethodFacts], qualify) -> dict[str, cst.Call]
     return out
 
 
-#: the key of the facts of the module-level functions :func:`helper_calls` reads, in the
+#: the key of the facts of the module-level functions :func:`construction_calls` reads, in the
 #: rules' context memo (one collection per file, whichever rule asks first)
 _HELPER_FACTS = "helper_function_facts"
 
 
-def helper_calls(method: MethodFacts, bound: dict[str, cst.Call], ctx) -> Iterator[HelperCall]:
+def construction_calls(
+    method: MethodFacts, bound: dict[str, cst.Call], ctx
+) -> Iterator[ConstructionCall]:
     """Each call of ``method`` and of the module-level functions of this file it runs,
     transitively (``__init__`` -> ``stage_sizes(n)`` -> ``steps(n)``), also through a
     ``partial`` bound on the module (``bound``: :func:`partial_bindings`); the one answer
@@ -244,7 +246,7 @@ def helper_calls(method: MethodFacts, bound: dict[str, cst.Call], ctx) -> Iterat
     while todo:
         caller, unset = todo.pop(0)
         for call in caller.calls:
-            found = _helper_call(call, caller, unset, bound, ctx)
+            found = _construction_call(call, caller, unset, bound, ctx)
             yield found
             if found.helper is not None:
                 left = _unset(found.helper, found.args, caller, unset)
@@ -253,7 +255,7 @@ def helper_calls(method: MethodFacts, bound: dict[str, cst.Call], ctx) -> Iterat
                     todo.append((found.helper, left))
 
 
-def _helper_call(call: CallSite, caller: MethodFacts, unset, bound, ctx) -> HelperCall:
+def _construction_call(call: CallSite, caller: MethodFacts, unset, bound, ctx) -> ConstructionCall:
     func, args = call.node.func, tuple(call.node.args)
     if call.receiver == "self" and call.method in bound:
         made = bound[call.method]
@@ -261,7 +263,7 @@ def _helper_call(call: CallSite, caller: MethodFacts, unset, bound, ctx) -> Help
     q = call.qualname if func is call.node.func else ctx.qualify(func)
     helper = _function_facts(func.value, ctx) if type(func) is cst.Name and q is None else None
     target = q if helper is None and _into_tree(q) else None
-    return HelperCall(call, caller, helper, target, unset, args)
+    return ConstructionCall(call, caller, helper, target, unset, args)
 
 
 def _function_facts(name: str, ctx) -> MethodFacts | None:
