@@ -313,8 +313,15 @@ class Fixer:
         if d.code == SITE_FIXED and d.materialised:
             # its only fix is the script's (the other codes keep their own codemod's answer)
             site = self.refused_sites.get(d.materialised[1:])
-        if site is not None or ff is None:
+        if site is not None:
             return site
+        if d.via is not None and d.fix is None and d.code in CODEMODS:
+            return (
+                f"the line is in `{d.via[0]}`, a function of another file that construction "
+                "calls: the fix rewrites the class, not that function"
+            )
+        if ff is None:
+            return None
         why = ff.refused.get((d.code, d.start.row, d.symbol or ""))
         if why:
             return why

@@ -37,6 +37,11 @@ def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     site = finding.site
     node, copy = site.call, site.copy == "to"
     method = None
+    if any(s is site.method.node for s in ctx.module.body):
+        raise Unfixable(
+            f"the copy is in `{site.method.name}()`, a function of the module that construction "
+            "calls: the fix rewrites the class, not that function"
+        )
     try:
         _index, line, _path = edit.locate(node)
     except Unfixable:

@@ -11,7 +11,8 @@ from metalint.static.model import (
     MethodFacts,
     calls_into_tree,
     construction,
-    function_facts,
+    construction_calls,
+    partial_bindings,
 )
 from metalint.static.names import dotted
 from metalint.static.origins import Origin, value_origin
@@ -106,7 +107,6 @@ class DataDependentInit(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._reported_helpers: set[int] = set()
-        self._helper_facts: dict[str, MethodFacts | None] = {}
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         if "__init__" not in cls.methods:
@@ -116,6 +116,7 @@ class DataDependentInit(Rule):
         init = cls.methods["__init__"]
         init_sites = self._read_sites(init, own)
         init_reads = init_sites[0].init_reads if init_sites else ()
+        bound = partial_bindings(methods, self.qualify)
         for method in methods:
             assumed = (
                 meta_arguments(method, methods, self.qualify, own)
@@ -127,28 +128,32 @@ class DataDependentInit(Rule):
             )
             yield from self._reads(cls, method, sites)
             yield from self._imported_reads(cls, method, own, assumed, init_reads, sites)
-            # module-level helpers of this file that construction calls (timm 0.9's
-            # ``create_byob_stages``); each line is reported once, for its first caller
-            for call, helper in self._helper_calls(method):
-                if helper is not None and id(helper.node) not in self._reported_helpers:
-                    self._reported_helpers.add(id(helper.node))
-                    sites = self._read_sites(helper, set(), init_reads=init_reads)
-                    yield from self._reads(cls, helper, sites, method)
-                elif helper is None and calls_into_tree(call) and not self.deferred(call.qualname):
-                    # a function of another file (``utils.make_window(n)``): reported here,
-                    # at the call, while the tree's summary of that function (or of one it
-                    # calls) holds a read; ``Diagnostic.via`` names its line
-                    node = call.node
-                    yield Finding(
-                        node,
-                        f"`{short(node, 50)}` in {self._where(cls, method, None)} calls a "
-                        f"function that reads the value of a tensor it creates; under "
-                        f'`torch.device("meta")` it has no data and this raises, so the module '
-                        f"cannot be built on meta",
-                        cls,
-                        help='Compute it with Python numbers, or create that tensor with `device="cpu"`',
-                        conditions=(HelperReads(call.qualname),),
-                    )
+            yield from self._helper_reads(cls, method, init_reads, bound)
+
+    def _helper_reads(self, cls, method, init_reads, bound) -> Iterable[Finding]:
+        """The reads in the module-level helpers of this file that ``method`` runs (timm 0.9's
+        ``create_byob_stages``), each line reported once, for its first caller; a call of a
+        function of another file (``utils.make_window(n)``) is reported at the call, while
+        the tree's summary of that function (or of one it calls) holds a read
+        (``Diagnostic.via`` names its line)."""
+        for found in construction_calls(method, bound, self.ctx):
+            helper = found.helper
+            if helper is not None and id(helper.node) not in self._reported_helpers:
+                self._reported_helpers.add(id(helper.node))
+                sites = self._read_sites(helper, set(), init_reads=init_reads)
+                yield from self._reads(cls, helper, sites, method)
+            elif helper is None and found.target and not self.deferred(found.target):
+                node = found.call.node
+                yield Finding(
+                    node,
+                    f"`{short(node, 50)}` in {self._where(cls, method, None)} calls a "
+                    f"function that reads the value of a tensor it creates; under "
+                    f'`torch.device("meta")` it has no data and this raises, so the module '
+                    f"cannot be built on meta",
+                    cls,
+                    help='Compute it with Python numbers, or create that tensor with `device="cpu"`',
+                    conditions=(HelperReads(found.target),),
+                )
 
     def _imported_reads(self, cls, method, own, assumed, init_reads, sites) -> Iterable[Finding]:
         """``steps(n).tolist()``, ``steps`` imported from another file of the tree: a read
@@ -173,39 +178,6 @@ class DataDependentInit(Rule):
 
     def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
         return (site.read.node for site in self._read_sites(fn, set()))
-
-    def _helper_calls(self, method: MethodFacts):
-        """``(call, helper)`` for each call of ``method``, and of the module-level functions of
-        this file it calls, transitively (``__init__`` -> ``stage_sizes(n)`` -> ``steps(n)``):
-        ``helper`` is that function's facts, None for a call of no function of the file."""
-        seen: set[int] = set()
-        todo = [method]
-        while todo:
-            for call in todo.pop(0).calls:
-                helper = self._helper(call)
-                yield call, helper
-                if helper is not None and id(helper.node) not in seen:
-                    seen.add(id(helper.node))
-                    todo.append(helper)
-
-    def _helper(self, call) -> MethodFacts | None:
-        func = call.node.func
-        if not type(func) is cst.Name or call.qualname is not None:
-            return None
-        name = func.value
-        if name not in self._helper_facts:
-            fn = next(
-                (
-                    s
-                    for s in self.ctx.module.body
-                    if type(s) is cst.FunctionDef and s.name.value == name
-                ),
-                None,
-            )
-            self._helper_facts[name] = (
-                function_facts(fn, self.ctx.facts) if fn is not None else None
-            )
-        return self._helper_facts[name]
 
     def _reads(self, cls, method, sites: list[ReadSite], caller=None) -> Iterable[Finding]:
         """The findings of ``method``: the module moving itself, then the reads (``sites``)."""

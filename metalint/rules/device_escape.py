@@ -12,7 +12,13 @@ from metalint.static.construction import (
     off_meta,
     real_device,
 )
-from metalint.static.model import ClassFacts, MethodFacts, calls_into_tree, construction
+from metalint.static.model import (
+    ClassFacts,
+    MethodFacts,
+    construction,
+    construction_calls,
+    partial_bindings,
+)
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import keyword, self_attr, short, string_value, walk_code
@@ -177,8 +183,14 @@ class DeviceEscape(Rule):
     codemod = "metalint.fix.device_escape"
     site_type = EscapeSite
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._reported_helpers: set[int] = set()
+
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
-        for method in construction(cls, enter_hooks=False, hooks=self.ctx.hooks):
+        methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
+        bound = partial_bindings(methods, self.qualify)
+        for method in methods:
             reported: list[cst.CSTNode] = []
             for call in method.calls:
                 node = call.node
@@ -188,20 +200,37 @@ class DeviceEscape(Rule):
                 if finding is not None:
                     reported.append(node)
                     yield finding
-                elif calls_into_tree(call) and not self.deferred(call.qualname):
-                    # a function of another file that copies a tensor it creates to a real
-                    # device: reported at the call while the tree's summary of that function
-                    # (or of one it calls) holds such a copy; ``Diagnostic.via`` names it
-                    yield Finding(
-                        node,
-                        f"`{short(node, 50)}` in `{method.name}` calls a function that copies a "
-                        f"tensor it creates to a real device: built on meta it has no data and "
-                        f'this raises "Cannot copy out of meta tensor"',
-                        cls,
-                        help="Create the tensor with `device=device` from the constructor, or "
-                        "compute it in `reset_parameters()`",
-                        conditions=(HelperReads(call.qualname),),
-                    )
+            yield from self._helper_copies(cls, method, bound, reported)
+
+    def _helper_copies(self, cls, method: MethodFacts, bound, reported) -> Iterable[Finding]:
+        """The copies in the module-level functions of this file that ``method`` runs
+        (directly or through a ``partial`` bound on the module), each line reported once, for
+        its first caller; a call of a function of another file is reported at the call, while
+        the tree's summary of that function (or of one it calls) holds such a copy
+        (``Diagnostic.via`` names it)."""
+        for found in construction_calls(method, bound, self.ctx):
+            node = found.call.node
+            if found.caller is method and any(_contains(r, node) for r in reported):
+                continue
+            if found.caller is not method and id(node) not in self._reported_helpers:
+                where = f"`{found.caller.name}()` (called from {cls.name}'s `{method.name}`)"
+                finding = self._copy_out(cls, found.caller, found.call, found.unset, where)
+                if finding is not None:
+                    self._reported_helpers.add(id(node))
+                    yield finding
+            if found.target and not _passes_real_device(found.args, self.qualify):
+                if self.deferred(found.target):
+                    continue
+                yield Finding(
+                    node,
+                    f"`{short(node, 50)}` in `{method.name}` calls a function that copies a "
+                    f"tensor it creates to a real device: built on meta it has no data and "
+                    f'this raises "Cannot copy out of meta tensor"',
+                    cls,
+                    help="Create the tensor with `device=device` from the constructor, or "
+                    "compute it in `reset_parameters()`",
+                    conditions=(HelperReads(found.target),),
+                )
 
     def _copy_target(self, cls, method: MethodFacts, call) -> str | bool | None:
         """Where a copy goes: None for ``.cpu()``/``.cuda()``/``.to(<real device>)``, the
@@ -229,7 +258,10 @@ class DeviceEscape(Rule):
         return out
 
     def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
-        return (c.node for c in fn.calls if self._copy_out(None, fn, c) is not None)
+        # as construction calls it from another file: what the caller does not pass holds
+        # its default (a call passing a real device is not reported, ``_passes_real_device``)
+        unset = _defaults_none(fn)
+        return (c.node for c in fn.calls if self._copy_out(None, fn, c, unset) is not None)
 
     # -- a tensor allocated on a real device and kept ------------------------------------------
     def _escape(self, cls, method: MethodFacts, call) -> Finding | None:
@@ -283,7 +315,10 @@ class DeviceEscape(Rule):
         return attrs
 
     # -- .cpu() / .cuda() / .to("cpu") of a tensor created on meta ------------------------------
-    def _copy_out(self, cls, method: MethodFacts, call) -> Finding | None:
+    def _copy_out(self, cls, method: MethodFacts, call, unset=None, where=None) -> Finding | None:
+        """``unset``: for a function of the file, the parameters that hold ``None``
+        (:class:`ConstructionCall`), None for a method of the class; ``where``: how the message
+        names the function."""
         if call.method not in DEVICE_COPY_METHODS:
             return None
         func = call.node.func
@@ -297,7 +332,11 @@ class DeviceEscape(Rule):
             return None
         if default is not None and self._on_the_cpu(receiver, method):
             return None  # ``F.one_hot(torch.from_numpy(a)).to(self.device)``: on the CPU already
-        if self._made_off_meta(receiver, method):
+        if (
+            self._made_off_meta(receiver, method)
+            if unset is None
+            else _off_meta_in(receiver, method, unset, self.qualify)
+        ):
             return None
         site = EscapeSite(
             call.node, method, call.method, factory=copied_factory(receiver, self.qualify)
@@ -315,7 +354,7 @@ class DeviceEscape(Rule):
             )
         return Finding(
             call.node,
-            f"`{short(call.node, 50)}` copies a tensor created in `{method.name}` to a real "
+            f"`{short(call.node, 50)}` copies a tensor created in {where or f'`{method.name}`'} to a real "
             f'device: built on meta it has no data and this raises "Cannot copy out of meta '
             f'tensor" (eagerly it allocates on that device)',
             cls,
@@ -386,6 +425,49 @@ class DeviceEscape(Rule):
             seen.add(local)
             todo += land(lambda v, name=local: _mentions(v, name))
         return sorted(set(attrs))
+
+
+def _off_meta_in(receiver, fn: MethodFacts, unset, qualify) -> bool:
+    """In the function ``fn``: may the tensor be off meta? A call that makes it, or a value
+    of a local it is computed from (transitively), takes a ``device=`` other than a
+    parameter in ``unset`` (which holds ``None``), or is a legacy constructor (transformers'
+    ``plan_out_scales(..., device="cpu")`` computes ``cost_matrix`` from tensors made on
+    ``device``: on the CPU when the caller passes none)."""
+    todo, seen = [receiver], set()
+    while todo:
+        for n in walk_code(todo.pop()):
+            if type(n) is cst.Call and (
+                _device_given(n, fn, unset) or (qualify(n.func) or "") in LEGACY_CONSTRUCTORS
+            ):
+                return True
+            if type(n) is cst.Name and n.value not in seen:
+                seen.add(n.value)
+                todo += [v for _, v in fn.local_values.get(n.value, ())]
+    return False
+
+
+def _device_given(call: cst.Call, method: MethodFacts, unset) -> bool:
+    """Does ``call`` take a ``device=`` other than a parameter of ``method`` in ``unset``?"""
+    device = keyword(call, "device")
+    if type(device) is cst.Name and device.value in unset:
+        return not method.holds_argument(device)
+    return device is not None
+
+
+def _defaults_none(fn: MethodFacts) -> frozenset[str]:
+    """The parameters of the function ``fn`` whose default is ``None``."""
+    params = fn.node.params
+    return frozenset(
+        p.name.value
+        for p in (*params.posonly_params, *params.params, *params.kwonly_params)
+        if type(p.default) is cst.Name and p.default.value == "None"
+    )
+
+
+def _passes_real_device(args, qualify) -> bool:
+    """Do the arguments of a call pass a real device (``make_table(n, device="cpu")``)? The
+    summary of a function of another file reads it as called with its defaults."""
+    return any(real_device(a.value, qualify, None) is not None for a in args)
 
 
 # the rule's examples: the reported lines end with ``# ERROR``; they run as tests

@@ -207,9 +207,10 @@ _FACTORY = re.compile(
 HELPER_LINES = 40
 #: a call of an in-place method or function (``t.uniform_(``, ``nn.init.zeros_(``)
 _INPLACE_CALL = re.compile(r"[A-Za-z0-9]_\(")
-#: a read of a tensor's value (``.item()``, ``.tolist()``, ``.numpy()``, ML008) or a copy of
-#: it to a real device (``.cpu()``, ``.cuda()``, ML009; not ``.to(...)``, too common to follow)
-HOST_READ = re.compile(r"\.(?:item|tolist|numpy|cpu|cuda)\(")
+#: a read of a tensor's value (``.item()``, ``.tolist()``, ``.numpy()``, ``assert t``, ML008)
+#: or a copy of it to a real device (``.cpu()``, ``.cuda()``, ML009; not ``.to(...)``, too
+#: common to follow)
+HOST_READ = re.compile(r"\.(?:item|tolist|numpy|cpu|cuda)\(|\bassert\b")
 #: a call that re-parametrises a layer's weight (``weight_norm(nn.Conv1d(...))``, ML014): a
 #: helper doing it may be called from another file's construction (DAC's ``WNConv1d``)
 REPARAMETRIZE = re.compile(r"\b(?:weight_norm|spectral_norm|orthogonal|register_parametrization)\(")

@@ -8,14 +8,14 @@ expressions they care about.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
 
 from metalint.static.names import Aliases, dotted, partial_class, torch_module_class
 from metalint.static.syntax import code_children_getter, walk_code
-from metalint.vocabulary import NO_GRAD_CONTEXTS, SKIPPED_METHOD_PREFIXES
+from metalint.vocabulary import NO_GRAD_CONTEXTS, PARTIAL_FUNCTIONS, SKIPPED_METHOD_PREFIXES
 
 
 @dataclass
@@ -174,8 +174,132 @@ def calls_into_tree(call: CallSite) -> bool:
     checked tree (``make_window(n)``, ``utils.make_window(n)``)? A lower-case name outside
     torch: a class is built, not called into (its own ``__init__`` is checked where it is
     defined). Whether the tree defines it is answered across files (``Hierarchy``)."""
-    q = call.qualname
+    return _into_tree(call.qualname)
+
+
+def _into_tree(q: str | None) -> bool:
     return q is not None and q.rpartition(".")[2][:1].islower() and not q.startswith(NOT_THE_TREE)
+
+
+@dataclass(frozen=True)
+class ConstructionCall:
+    """A call that construction makes, as :func:`construction_calls` finds it: ``call``, in
+    ``caller`` (a method of construction or a function of the file it runs); ``helper``, the
+    facts of the module-level function of this file the call runs (None for any other);
+    ``target``, the qualified name of an imported function it runs that may be defined in
+    another file of the checked tree (:func:`calls_into_tree`; None for any other);
+    ``unset``, the parameters of ``caller`` (a function of the file) that hold ``None`` on
+    this path because no caller passes them (``device=None``: a factory given it makes its
+    tensor on the default device, meta under ``torch.device("meta")``); ``args``, the
+    arguments the function called gets (those a ``partial`` binds first)."""
+
+    call: CallSite
+    caller: MethodFacts
+    helper: MethodFacts | None = None
+    target: str | None = None
+    unset: frozenset[str] = frozenset()
+    args: tuple[cst.Arg, ...] = ()
+
+
+def partial_bindings(methods: list[MethodFacts], qualify) -> dict[str, cst.Call]:
+    """``x`` -> ``partial(f, ...)`` for each ``self.x = partial(f, ...)`` that is the only
+    assignment of ``self.x`` in ``methods`` (construction): ``self.x(...)`` there runs ``f``
+    (performer's ``self.create_projection = partial(gaussian_orthogonal_random_matrix,
+    ...)``, then ``self.create_projection()``)."""
+    found: dict[str, list[AttrAssign]] = {}
+    for m in methods:
+        for a in m.assigns:
+            head, _, attr = a.target.partition(".")
+            if head == "self" and attr and "." not in attr:
+                found.setdefault(attr, []).append(a)
+    out = {}
+    for attr, assigns in found.items():
+        value = assigns[0].value
+        if (
+            len(assigns) == 1
+            and assigns[0].alone
+            and type(value) is cst.Call
+            and value.args
+            and value.args[0].keyword is None
+            and not value.args[0].star
+            and qualify(value.func) in PARTIAL_FUNCTIONS
+        ):
+            out[attr] = value
+    return out
+
+
+#: the key of the facts of the module-level functions :func:`construction_calls` reads, in the
+#: rules' context memo (one collection per file, whichever rule asks first)
+_HELPER_FACTS = "helper_function_facts"
+
+
+def construction_calls(
+    method: MethodFacts, bound: dict[str, cst.Call], ctx
+) -> Iterator[ConstructionCall]:
+    """Each call of ``method`` and of the module-level functions of this file it runs,
+    transitively (``__init__`` -> ``stage_sizes(n)`` -> ``steps(n)``), also through a
+    ``partial`` bound on the module (``bound``: :func:`partial_bindings`); the one answer
+    to which functions construction runs. ``ctx``: the rules' context (``module``,
+    ``facts``, ``qualify``, ``memo``)."""
+    seen: set[tuple] = set()
+    todo = [(method, frozenset())]
+    while todo:
+        caller, unset = todo.pop(0)
+        for call in caller.calls:
+            found = _construction_call(call, caller, unset, bound, ctx)
+            yield found
+            if found.helper is not None:
+                left = _unset(found.helper, found.args, caller, unset)
+                if (id(found.helper.node), left) not in seen:
+                    seen.add((id(found.helper.node), left))
+                    todo.append((found.helper, left))
+
+
+def _construction_call(call: CallSite, caller: MethodFacts, unset, bound, ctx) -> ConstructionCall:
+    func, args = call.node.func, tuple(call.node.args)
+    if call.receiver == "self" and call.method in bound:
+        made = bound[call.method]
+        func, args = made.args[0].value, (*made.args[1:], *args)
+    q = call.qualname if func is call.node.func else ctx.qualify(func)
+    helper = _function_facts(func.value, ctx) if type(func) is cst.Name and q is None else None
+    target = q if helper is None and _into_tree(q) else None
+    return ConstructionCall(call, caller, helper, target, unset, args)
+
+
+def _function_facts(name: str, ctx) -> MethodFacts | None:
+    known = ctx.memo.setdefault(_HELPER_FACTS, {})
+    if name not in known:
+        fn = next(
+            (s for s in ctx.module.body if type(s) is cst.FunctionDef and s.name.value == name),
+            None,
+        )
+        known[name] = function_facts(fn, ctx.facts) if fn is not None else None
+    return known[name]
+
+
+def _unset(
+    helper: MethodFacts, args: Sequence[cst.Arg], caller: MethodFacts, unset: frozenset[str]
+) -> frozenset[str]:
+    """The parameters of ``helper`` that a call of ``args`` leaves holding ``None``: not
+    passed while their default is ``None``, or passed ``None`` or a parameter of ``caller``
+    in ``unset``. None is known when the call unpacks ``*``/``**``."""
+    if any(a.star for a in args):
+        return frozenset()
+    params = helper.node.params
+    positional = [*params.posonly_params, *params.params]
+    passed = {
+        p.name.value: a.value for p, a in zip(positional, [a for a in args if a.keyword is None])
+    }
+    passed.update({a.keyword.value: a.value for a in args if a.keyword is not None})
+    out = set()
+    for p in (*positional, *params.kwonly_params):
+        value = passed.get(p.name.value, p.default)
+        if type(value) is cst.Name and (
+            value.value == "None"
+            or (value is not p.default and value.value in unset and caller.holds_argument(value))
+        ):
+            out.add(p.name.value)
+    return frozenset(out)
 
 
 def construction(
