@@ -150,3 +150,97 @@ def test_fixture_classes_raise_on_meta_as_reported():
             except RuntimeError:
                 raised.add(name)
     assert raised == {"LogScalePrior", "BoxPrior", "ScalePrior", "CorrelationPrior"}
+
+
+# -- buffers registered by a function under the names it is handed ------------------------
+
+NAMED = ROOT / "fixtures" / "check" / "buffers_named_by_helper.py"
+HELPER = """
+def bufferize(module, attributes):
+    clones = {attr: getattr(module, attr).clone() for attr in attributes}
+    for attr, value in clones.items():
+        delattr(module, attr)
+        module.register_buffer(attr, value)
+
+
+def describe(module, attributes):
+    return {attr: getattr(module, attr) for attr in attributes}
+"""
+USER = """
+import torch.nn as nn
+from torch.distributions import Normal
+
+from .utils import {name}
+
+
+class NormalPrior(nn.Module, Normal):
+    def __init__(self, loc, scale):
+        nn.Module.__init__(self)
+        Normal.__init__(self, loc, scale, validate_args=False)
+        {name}(self, ("loc", "scale"))
+"""
+
+
+def _package(tmp_path: Path, name: str):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "utils.py").write_text(HELPER)
+    (pkg / "priors.py").write_text(USER.format(name=name))
+    result = run_check([pkg], Settings(root=tmp_path, select=["ALL"]), use_cache=False, workers=1)
+    return [(d.code, d.symbol, d.subject) for d in result.diagnostics if d.code != "ML012"]
+
+
+def test_buffers_named_by_a_helper_of_the_same_file(tmp_path):
+    # before: "All checks passed!", while the probe loses both buffers (MP001)
+    shutil.copy(NAMED, tmp_path / NAMED.name)
+    result = run_check(
+        [tmp_path / NAMED.name], Settings(root=tmp_path, select=["ALL"]), use_cache=False, workers=1
+    )
+    got = [(d.code, d.symbol, d.subject) for d in result.diagnostics if d.code != "ML012"]
+    assert got == [("ML002", "NormalPrior", ("loc",)), ("ML002", "NormalPrior", ("scale",))]
+
+
+def test_buffers_named_by_a_helper_of_another_file(tmp_path):
+    assert _package(tmp_path, "bufferize") == [
+        ("ML002", "NormalPrior", ("loc",)),
+        ("ML002", "NormalPrior", ("scale",)),
+    ]
+
+
+def test_a_helper_of_another_file_that_registers_nothing_is_quiet(tmp_path):
+    assert _package(tmp_path, "describe") == []
+
+
+def test_the_fix_refuses_a_buffer_a_helper_registers(tmp_path):
+    from metalint.fix.command import run_fix
+
+    path = tmp_path / NAMED.name
+    shutil.copy(NAMED, path)
+    lines: list[str] = []
+    run_fix(
+        [path],
+        Settings(root=tmp_path, select=["ALL"]),
+        write=True,
+        show_diff=False,
+        unsafe=True,
+        verify=False,
+        use_cache=False,
+        workers=1,
+        echo=lambda s="", nl=True: lines.append(str(s)),
+    )
+    assert path.read_text() == NAMED.read_text()
+    assert sum("not a `register_buffer(name, value)` call" in line for line in lines) == 2, lines
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_helper_registered_buffers_are_lost_after_to_empty():
+    import torch
+
+    spec = importlib.util.spec_from_file_location("buffers_named_by_helper", NAMED)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with torch.device("meta"):
+        prior = mod.NormalPrior(0.5, 2.0)
+    assert sorted(name for name, _ in prior.named_buffers()) == ["loc", "scale"]
+    assert all(b.is_meta for b in prior.buffers())  # nothing to restore them from
