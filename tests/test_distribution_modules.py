@@ -154,7 +154,7 @@ def test_fixture_classes_raise_on_meta_as_reported():
 
 # -- buffers registered by a function under the names it is handed ------------------------
 
-NAMED = ROOT / "fixtures" / "check" / "buffers_named_by_helper.py"
+NAMED = ROOT / "fixtures" / "check" / "buffers_registered_by_name.py"
 HELPER = """
 def bufferize(module, attributes):
     clones = {attr: getattr(module, attr).clone() for attr in attributes}
@@ -237,7 +237,7 @@ def test_the_fix_refuses_a_buffer_a_helper_registers(tmp_path):
 def test_helper_registered_buffers_are_lost_after_to_empty():
     import torch
 
-    spec = importlib.util.spec_from_file_location("buffers_named_by_helper", NAMED)
+    spec = importlib.util.spec_from_file_location("buffers_registered_by_name", NAMED)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     with torch.device("meta"):
