@@ -292,6 +292,18 @@ class HelperReads:
 
 
 @dataclass(frozen=True)
+class HelperRegisters:
+    """The finding stands only while this module-level ``function`` (resolved across files)
+    registers buffers on its argument ``module`` under the names it is given as its argument
+    ``names`` (each a position or a keyword; see
+    :func:`metalint.static.tensors.argument_registrations`)."""
+
+    function: str
+    module: str
+    names: str
+
+
+@dataclass(frozen=True)
 class SameLaw:
     """The finding (an init of a child's ``tensor``, drawn from ``law`` as
     :func:`metalint.static.tensors.init_law` gives it; "" when the rule cannot read it)
@@ -354,6 +366,7 @@ Clause = (
     | RootReplays
     | AppliesInit
     | HelperReads
+    | HelperRegisters
     | SameLaw
     | AtMaterialisation
     | SkipsModuleHooks
@@ -373,6 +386,7 @@ CLAUSES: dict[str, type] = {
         RootReplays,
         AppliesInit,
         HelperReads,
+        HelperRegisters,
         SameLaw,
         AtMaterialisation,
         SkipsModuleHooks,

@@ -898,3 +898,28 @@ LOAD_INIT_MODES = (
 )
 #: ``--shard``: FSDP2 ``fully_shard``, tensor parallel, or both on a 2-D mesh
 SHARD_LAYOUTS = ("fsdp", "tp", "fsdp+tp")
+
+#: ``torch.distributions`` classes whose constructor checks no value of its own:
+#: ``arg_constraints`` is empty or not defined (``Distribution.__init__`` then validates
+#: nothing), so ``validate_args`` left on reads no tensor
+DISTRIBUTIONS_UNCHECKED = frozenset(
+    {
+        "Distribution",
+        "ExponentialFamily",
+        "Independent",
+        "MixtureSameFamily",
+        "TransformedDistribution",
+    }
+)
+#: ``torch.distributions`` classes whose constructor builds another distribution with
+#: validation on, whatever ``validate_args`` says (``LKJCholesky``: ``Beta(c1, c0)``)
+DISTRIBUTIONS_ALWAYS_VALIDATED = frozenset(
+    {
+        "FisherSnedecor",
+        "LKJCholesky",
+        "Multinomial",
+        "OneHotCategorical",
+        "RelaxedBernoulli",
+        "RelaxedOneHotCategorical",
+    }
+)

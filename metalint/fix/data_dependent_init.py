@@ -54,6 +54,12 @@ SHAPE_ATTRIBUTES = frozenset({"shape", "dtype", "ndim", "is_floating_point"})
 def plan(ctx: RuleContext, cls, finding: Finding) -> Rewrite:
     edit = ClassEdit(ctx, cls)
     node, site = finding.node, finding.site
+    if site.distribution is not None:
+        raise Unfixable(
+            f"`{site.distribution}`'s constructor checks the values it is given: no rewrite "
+            "keeps that check and builds on meta (hand it CPU tensors, or turn the check off "
+            "with `validate_args=False` where that is enough)"
+        )
     if edit.path_of(node) is None:
         return _handed_to_method(ctx, edit, cls, site)
     found = site.read

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from metalint.diagnostics import NotRecreated
+from metalint.diagnostics import HelperRegisters, NotRecreated
 from metalint.static.construction import (
     Registration,
     argument_of,
@@ -13,10 +13,10 @@ from metalint.static.construction import (
     registrations,
     restored_by_torch_base,
 )
-from metalint.static.model import ClassFacts, MethodFacts, construction
+from metalint.static.model import NOT_THE_TREE, ClassFacts, MethodFacts, construction
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import short
-from metalint.static.tensors import local_value, local_writes
+from metalint.static.tensors import handed_names, local_value, local_writes
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,7 @@ class BufferFromValue(Rule):
 
     def check_class(self, cls: ClassFacts) -> Iterable[Finding]:
         methods = construction(cls, enter_hooks=False, hooks=self.ctx.hooks)
+        yield from self._helper_registrations(cls, methods)
         for reg in registrations(methods, self.qualify):
             if reg.kind != "buffer":
                 continue
@@ -131,6 +132,59 @@ class BufferFromValue(Rule):
                 subject=(reg.attr,),
                 site=_site(reg),
             )
+
+    def _helper_registrations(self, cls: ClassFacts, methods) -> Iterable[Finding]:
+        """``bufferize(self, ("loc", "scale"))``: a function of the tree that registers buffers
+        on the module under the names it is handed (answered across files, ``HelperRegisters``)
+        from the attributes of those names, which construction computed (a base's constructor,
+        ``Normal.__init__(self, loc, scale)``). A name the class sets from what
+        :func:`computed` does not take for a computed value (the caller's tensor) is left."""
+        for method in methods:
+            for call in method.calls:
+                function = self._tree_function(call)
+                handed = handed_names(call.node) if function else None
+                if handed is None:
+                    continue
+                module, names, attrs = handed
+                for attr in attrs:
+                    if self._set_otherwise(methods, attr):
+                        continue
+                    yield Finding(
+                        call.node,
+                        f"buffer `{attr}` is registered by `{short(call.node, 50)}` (a function "
+                        f"that registers buffers under the names it is given) from `self.{attr}`, "
+                        f"computed in `{method.name}`, and no reset hook re-creates it: after "
+                        f"`to_empty()` it is uninitialised memory; a checkpoint restores it, but "
+                        f"a model initialised from scratch (no checkpoint) keeps that garbage",
+                        cls,
+                        help=f"Compute `self.{attr}` again in `reset_parameters()`",
+                        conditions=(
+                            HelperRegisters(function, module, names),
+                            NotRecreated((attr,)),
+                        ),
+                        subject=(attr,),
+                        site=BufferSite(attr, call.node, None, method),
+                    )
+
+    def _tree_function(self, call) -> str | None:
+        """The qualified name of the function of the checked tree ``call`` calls, if it may
+        be one (another file's, or this file's)."""
+        func = call.node.func
+        if call.qualname is not None:
+            return None if call.qualname.startswith(NOT_THE_TREE) else call.qualname
+        if type(func) is cst.Name:
+            return self.ctx.facts.local_functions.get(func.value)
+        return None
+
+    def _set_otherwise(self, methods, attr: str) -> bool:
+        """Does construction set ``self.<attr>`` from what is not a computed value?"""
+        return any(
+            a.target == f"self.{attr}"
+            and a.value is not None
+            and computed(a.value, self.qualify, m) not in ("value", "random")
+            for m in methods
+            for a in m.assigns
+        )
 
     def _assignment(self, method: MethodFacts, name: str) -> str | None:
         """The assignment of local ``name`` that computes it (not ``attn_mask = None`` in the

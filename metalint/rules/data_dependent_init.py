@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 import libcst as cst
 
 from metalint.diagnostics import HelperReads, ReturnsMeta
+from metalint.static.distributions import validating_inits
 from metalint.static.model import (
     ClassFacts,
     MethodFacts,
@@ -26,6 +27,7 @@ from metalint.static.ownership import (
 from metalint.static.rule import Finding, Invalid, Rule
 from metalint.static.syntax import expression_line, short, walk_code
 from metalint.static.tensors import meta_guarded
+from metalint.vocabulary import DISTRIBUTIONS_ALWAYS_VALIDATED
 
 #: module methods that return the module itself, converted (``self.half().cuda()``)
 MODULE_CASTS = frozenset({"half", "float", "double", "bfloat16", "to", "train", "eval"})
@@ -56,6 +58,9 @@ class ReadSite:
     #: of a larger statement), and whether it is chained to a cast (``self.half().cuda()``)
     statement: cst.SimpleStatementLine | None = None
     cast: bool = False
+    #: the read is a ``torch.distributions`` constructor run on the module, validating its
+    #: arguments (:func:`metalint.static.distributions.validating_inits`): the class it names
+    distribution: str | None = None
 
 
 class DataDependentInit(Rule):
@@ -127,6 +132,7 @@ class DataDependentInit(Rule):
                 init_sites if method is init else self._read_sites(method, own, assumed, init_reads)
             )
             yield from self._reads(cls, method, sites)
+            yield from self._validations(cls, method)
             yield from self._imported_reads(cls, method, own, assumed, init_reads, sites)
             yield from self._helper_reads(cls, method, init_reads, bound)
 
@@ -175,6 +181,32 @@ class DataDependentInit(Rule):
                 finding = self._finding(cls, site)
                 finding.conditions += (ReturnsMeta(qualname),)
                 yield finding
+
+    def _validations(self, cls, method) -> Iterable[Finding]:
+        """The module is a ``torch.distributions`` distribution and runs its constructor with
+        argument validation on (``Normal.__init__(self, loc, scale)``)."""
+        for node, name in validating_inits(cls, method, self.qualify):
+            inner = name in DISTRIBUTIONS_ALWAYS_VALIDATED
+            how = (
+                "builds a distribution that validates its arguments whatever `validate_args` says"
+                if inner
+                else "validates its arguments (`validate_args` is on unless `False` is passed)"
+            )
+            yield Finding(
+                node,
+                f"`{short(node, 50)}` in {self._where(cls, method, None)} runs the constructor "
+                f"of `{name}`, which {how} and makes tensors of numbers on the default device; "
+                f'under `torch.device("meta")` they have no data and the check raises, so the '
+                f"module cannot be built on meta",
+                cls,
+                help=(
+                    'Hand the constructor tensors made with `device="cpu"`'
+                    if inner
+                    else "Pass `validate_args=False` (validate outside construction), or hand the "
+                    'constructor tensors made with `device="cpu"`'
+                ),
+                site=ReadSite(method, distribution=name),
+            )
 
     def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
         return (site.read.node for site in self._read_sites(fn, set()))

@@ -183,6 +183,8 @@ def _functions(body: list[ast.stmt], lines: list[str], spans: list) -> set[str]:
             break
         writers |= more
     keep |= writers
+    # (or that registers buffers on its argument under names it is given, ML002)
+    keep |= {n for n in short if "register_buffer(" in texts[n]}
     todo = list(keep)
     while todo:  # what a kept function calls is kept too
         for name in _words(texts[todo.pop()]) & functions.keys() - keep:

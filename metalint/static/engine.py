@@ -44,7 +44,7 @@ from metalint.static.syntax import (
     walk,
     walk_code,
 )
-from metalint.static.tensors import argument_writes, recreated
+from metalint.static.tensors import argument_registrations, argument_writes, recreated
 from metalint.vocabulary import (
     BUFFER_CLASSES,
     DEFAULT_HOOKS,
@@ -268,6 +268,21 @@ def _helper_summaries(functions, facts, ctx: RuleContext) -> dict[str, dict]:
         summary = argument_writes(function_facts(stmt, facts), ctx.qualify, facts.local_functions)
         if summary is not None:
             out[facts.local_functions.get(stmt.name.value, stmt.name.value)] = summary
+    return out
+
+
+def _registering_helpers(functions, facts) -> dict[str, list]:
+    """:func:`argument_registrations` of the module-level functions whose text registers a
+    buffer (``_bufferize(module, names)``: ``module.register_buffer(name, ...)`` for each)."""
+    from metalint.static.model import function_facts
+
+    out: dict[str, list] = {}
+    for stmt, text in functions:
+        if "register_buffer" not in text or not stmt.params.params:
+            continue
+        registers = argument_registrations(function_facts(stmt, facts))
+        if registers:
+            out[facts.local_functions.get(stmt.name.value, stmt.name.value)] = registers
     return out
 
 
@@ -758,6 +773,8 @@ def _summarise(result: FileResult, module, module_name: str, ctx, source: str, t
     ]
     for name, summary in _helper_summaries(functions, facts, ctx).items():
         result.functions.setdefault(name, {})["arg_writes"] = summary
+    for name, registers in _registering_helpers(functions, facts).items():
+        result.functions.setdefault(name, {})["arg_registers"] = registers
     protocols = [c.protocol for c in result.classes]
     applied = tuple(
         s.get("function", "")

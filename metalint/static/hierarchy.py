@@ -15,6 +15,7 @@ from metalint.diagnostics import (
     AppliesInit,
     Condition,
     HelperReads,
+    HelperRegisters,
     NoHook,
     NoMethod,
     NotOnlyReset,
@@ -218,6 +219,20 @@ class Hierarchy:
             for callee, key, param in summary["forwards"]
         )
 
+    def registers_names(self, helper: str, module: str, names: str) -> bool:
+        """Does the module-level function ``helper`` register buffers on its argument
+        ``module`` under the names of its argument ``names`` (each a position or a keyword)?"""
+        full = self.resolve(helper, table=self.functions)
+        summary = (self.functions.get(full) or {}).get("arg_registers") if full else None
+        if summary is None:
+            return False
+        params = summary["params"]
+
+        def name(arg: str) -> str:
+            return params[int(arg)] if arg.isdigit() and int(arg) < len(params) else arg
+
+        return [name(module), name(names)] in summary["registers"]
+
     def construction_read(
         self, function: str, code: str, seen: set[str] | None = None
     ) -> tuple[str, str, int] | None:
@@ -295,6 +310,8 @@ class Hierarchy:
             return not self.only_resets(clause.function, clause.args)
         if kind is HelperReads:
             return self.construction_read(clause.function, code) is not None
+        if kind is HelperRegisters:
+            return self.registers_names(clause.function, clause.module, clause.names)
         if kind in (AppliesInit, ReturnsMeta):
             full = self.resolve(clause.function, table=self.functions)
             key = "applies_to_modules" if kind is AppliesInit else "returns_meta"

@@ -652,6 +652,74 @@ def argument_writes(fn: MethodFacts, qualify, local: dict[str, str]) -> dict | N
     return {"params": params, "writes": sorted(writes), "forwards": [list(f) for f in forwards]}
 
 
+def argument_registrations(fn: MethodFacts) -> dict | None:
+    """Which parameters of a module-level function name the buffers it registers on another
+    parameter: ``{"params": positional names, "registers": [[module, names], ...]}``, one pair for each ``module.register_buffer(attr, value)``
+    whose ``attr`` is a loop variable over ``names`` (``for attr in names``, or over a local
+    built from it: ``{a: getattr(module, a).clone() for a in names}.items()``), registered
+    persistent; None when there is none. The caller's class is then taken to register a
+    buffer under each name it hands as ``names`` (see ``HelperRegisters``)."""
+    params = set(fn.params)
+    found: set[tuple[str, str]] = set()
+    for call in fn.calls:
+        node = call.node
+        func = node.func
+        if (
+            type(func) is not cst.Attribute
+            or func.attr.value != "register_buffer"
+            or type(func.value) is not cst.Name
+            or func.value.value not in params
+            or not node.args
+            or type(node.args[0].value) is not cst.Name
+            or keyword(node, "persistent") is not None
+        ):
+            continue
+        module = func.value.value
+        for names in _looped_parameters(fn, node.args[0].value.value) & params - {module}:
+            found.add((module, names))
+    if not found:
+        return None
+    return {"params": fn.params, "registers": [list(f) for f in sorted(found)]}
+
+
+def handed_names(call: cst.Call) -> tuple[str, str, tuple[str, ...]] | None:
+    """``(module, names, strings)`` when ``call`` hands ``self`` and a literal tuple or list
+    of strings to a function (``bufferize(self, ("loc", "scale"))``): the keys (a position
+    or a keyword) of both arguments and the strings, which a function summarised by
+    :func:`argument_registrations` registers as buffers on the module."""
+    module = names = None
+    strings: tuple[str, ...] = ()
+    for i, arg in enumerate(call.args):
+        if arg.star:
+            return None
+        key = arg.keyword.value if arg.keyword is not None else str(i)
+        value = arg.value
+        if type(value) is cst.Name and value.value == "self":
+            module = key
+        elif type(value) in (cst.Tuple, cst.List) and value.elements:
+            found = tuple(string_value(e.value) for e in value.elements)
+            if all(found) and names is None:
+                names, strings = key, found
+    if module is None or names is None:
+        return None
+    return module, names, strings
+
+
+def _looped_parameters(fn: MethodFacts, name: str) -> set[str]:
+    """The names a loop whose first target is ``name`` runs over: those of its iterable and
+    of the values of the locals it names."""
+    out: set[str] = set()
+    for _node, targets, it in fn.loops:
+        if not targets or targets[0] != name:
+            continue
+        for n in walk_code(it):
+            if type(n) is cst.Name:
+                out.add(n.value)
+                for _, v in fn.local_values.get(n.value, ()):
+                    out |= {m.value for m in walk_code(v) if type(m) is cst.Name}
+    return out
+
+
 def _parameter_aliases(fn: MethodFacts) -> dict[str, str]:
     """Each parameter of ``fn`` as itself, and each loop variable over one of them (``for v
     in value.parameters()``) as that parameter."""
