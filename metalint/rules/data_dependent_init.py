@@ -69,7 +69,9 @@ class DataDependentInit(Rule):
     Finds construction code that reads a tensor's value: `.item()`, `.tolist()`, `float(t)`,
     `if t.any():`, a tensor used as a size, an op whose output shape depends on values
     (`t.nonzero()`), or `self.to(device)`. Module-level functions it calls are followed across
-    the checked tree.
+    the checked tree. The constructor of a `torch.distributions` distribution reads values
+    too: it checks its arguments unless `validate_args=False` is passed (a flow's base
+    `Normal(torch.zeros(d), torch.ones(d))`, or a module that is also a distribution).
 
     ## Why is this bad on meta?
     A meta tensor has no data: the read raises, so the model cannot be built on meta at all.
@@ -199,12 +201,7 @@ class DataDependentInit(Rule):
                 f'under `torch.device("meta")` they have no data and the check raises, so the '
                 f"module cannot be built on meta",
                 cls,
-                help=(
-                    'Hand the constructor tensors made with `device="cpu"`'
-                    if inner
-                    else "Pass `validate_args=False` (validate outside construction), or hand the "
-                    'constructor tensors made with `device="cpu"`'
-                ),
+                help=_validation_help(node, inner),
                 site=ReadSite(method, distribution=name),
             )
 
@@ -712,3 +709,21 @@ class SpeechEncoder(nn.Module):
         self.half().cuda()  # ERROR
 """,
 ]
+
+
+def _validation_help(node: cst.Call, inner: bool) -> str:
+    """What to do about a validating distribution constructor in construction: one run on the
+    module itself (``Normal.__init__(self, ...)``) or one building a distribution, which also
+    keeps its tensors out of the module's (``to_empty()`` never reaches them)."""
+    if type(node.func) is not cst.Attribute or node.func.attr.value != "__init__":
+        return (
+            "Register its parameters as buffers and build the distribution where it is used "
+            "(`Normal(self.loc, self.scale)` in `forward` or a property), or build it from "
+            'tensors made with `device="cpu"`'
+        )
+    if inner:
+        return 'Hand the constructor tensors made with `device="cpu"`'
+    return (
+        "Pass `validate_args=False` (validate outside construction), or hand the "
+        'constructor tensors made with `device="cpu"`'
+    )

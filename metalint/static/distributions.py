@@ -7,6 +7,10 @@ turns numbers into tensors on the default device and, with argument validation o
 their values (``Distribution.__init__``: ``constraint.check(value)``, then
 ``torch._is_all_true``), which raises on meta. Validation is on unless ``validate_args=False``
 is passed: ``Distribution._validate_args`` is ``__debug__``.
+
+The same holds for a distribution that construction merely builds (a flow's base
+``self.base = Normal(torch.zeros(dim), torch.ones(dim))``, a VAE's prior): its constructor
+runs in ``__init__`` and checks values made on meta.
 """
 
 from __future__ import annotations
@@ -31,29 +35,55 @@ def distribution_class(qualname: str | None) -> str | None:
 
 
 def validating_inits(cls: ClassFacts, method: MethodFacts, qualify) -> list[tuple[cst.Call, str]]:
-    """``(call, class name)`` for each call in ``method`` of a distribution's constructor on
-    the module itself that validates values which may be on meta."""
+    """``(call, class name)`` for each call in ``method`` of a distribution's constructor
+    that validates values which may be on meta: run on the module itself
+    (``Normal.__init__(self, loc, scale)``, ``super().__init__(...)``) or building a
+    distribution (``Normal(torch.zeros(d), torch.ones(d))``)."""
     first = distribution_class(cls.bases[0]) if cls.bases else None
     out = []
     for call in method.calls:
-        node = call.node
-        func = node.func
-        if type(func) is not cst.Attribute or func.attr.value != "__init__":
+        found = _constructor(call.node, first, qualify)
+        if found is None:
             continue
-        if _is_super(func.value):
-            name, args = first, list(node.args)
-        else:
-            name, args = distribution_class(qualify(func.value)), list(node.args[1:])
-            if not node.args or not _is_self(node.args[0].value):
-                continue
-        if name is None or name in DISTRIBUTIONS_UNCHECKED:
+        name, args = found
+        if name in DISTRIBUTIONS_UNCHECKED:
             continue
-        if name not in DISTRIBUTIONS_ALWAYS_VALIDATED and not _validates(node, method):
+        if name not in DISTRIBUTIONS_ALWAYS_VALIDATED and not _validates(call.node, method):
             continue
         values = [a.value for a in args if a.keyword is None or a.keyword.value != "validate_args"]
-        if not all(_on_cpu(v, qualify, method) for v in values):
-            out.append((node, name))
+        if not _off_meta(values, qualify, method):
+            out.append((call.node, name))
     return out
+
+
+def _constructor(node: cst.Call, first: str | None, qualify) -> tuple[str, list] | None:
+    """``(class name, the arguments its constructor gets)`` when ``node`` runs the
+    constructor of a ``torch.distributions`` class, else None. ``first``: the distribution
+    that is the module's first base (what ``super().__init__`` runs)."""
+    func = node.func
+    if type(func) is not cst.Attribute or func.attr.value != "__init__":
+        name = distribution_class(qualify(func))
+        return (name, list(node.args)) if name is not None else None
+    if _is_super(func.value):
+        return (first, list(node.args)) if first is not None else None
+    name = distribution_class(qualify(func.value))
+    if name is None or not node.args or not _is_self(node.args[0].value):
+        return None
+    return name, list(node.args[1:])
+
+
+def _off_meta(values: list[cst.BaseExpression], qualify, method: MethodFacts) -> bool:
+    """Are the values a constructor gets certainly off meta? Numbers follow the tensors
+    beside them (``broadcast_all`` makes them on the first tensor's device), so they count
+    only when no tensor is given."""
+    tensors = [v for v in values if not _number(v)]
+    return bool(tensors) and all(_on_cpu(v, qualify, method) for v in tensors)
+
+
+def _number(expr: cst.BaseExpression) -> bool:
+    if type(expr) is cst.UnaryOperation:
+        expr = expr.expression
+    return type(expr) in (cst.Integer, cst.Float)
 
 
 def _is_self(expr: cst.BaseExpression) -> bool:
