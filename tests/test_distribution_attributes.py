@@ -11,9 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from metalint.check import run_check
-from metalint.config import Settings
+from fixture_runs import check_all, load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "fixtures" / "check" / "distribution_attribute.py"
@@ -27,8 +25,7 @@ def _check(tmp_path: Path, source: str | None = None):
         shutil.copy(FIXTURE, path)
     else:
         path.write_text(textwrap.dedent(source))
-    result = run_check([path], Settings(root=tmp_path, select=["ALL"]), use_cache=False, workers=1)
-    return [d for d in result.diagnostics if d.code != "ML012"]
+    return [d for d in check_all([path], tmp_path) if d.code != "ML012"]
 
 
 def test_built_distributions_are_reported_where_they_are_built(tmp_path):
@@ -118,10 +115,7 @@ def test_the_module_own_constructor_keeps_its_advice(tmp_path):
 def test_what_check_says_is_what_a_meta_build_does(name):
     import torch
 
-    spec = importlib.util.spec_from_file_location("distribution_attribute", FIXTURE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    cls = getattr(module, name)
+    cls = getattr(load_module(FIXTURE), name)
     cls(4)  # builds eagerly
     with torch.device("meta"):
         if name in REPORTED:

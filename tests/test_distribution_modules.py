@@ -12,9 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from metalint.check import run_check
-from metalint.config import Settings
+from fixture_runs import check_all, fix_all, load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "fixtures" / "check" / "distribution_module_validates.py"
@@ -26,8 +24,7 @@ def _check(tmp_path: Path, source: str | None = None):
         shutil.copy(FIXTURE, path)
     else:
         path.write_text(textwrap.dedent(source))
-    result = run_check([path], Settings(root=tmp_path, select=["ALL"]), use_cache=False, workers=1)
-    return [(d.code, d.symbol) for d in result.diagnostics if d.code != "ML012"]
+    return [(d.code, d.symbol) for d in check_all([path], tmp_path) if d.code != "ML012"]
 
 
 def test_validating_constructors_are_reported(tmp_path):
@@ -105,22 +102,9 @@ def test_a_base_that_checks_nothing_is_quiet(tmp_path):
 
 
 def test_fix_refuses_with_its_reason(tmp_path):
-    from metalint.fix.command import run_fix
-
     path = tmp_path / "priors.py"
     shutil.copy(FIXTURE, path)
-    lines: list[str] = []
-    run_fix(
-        [path],
-        Settings(root=tmp_path, select=["ALL"]),
-        write=True,
-        show_diff=False,
-        unsafe=True,
-        verify=False,
-        use_cache=False,
-        workers=1,
-        echo=lambda s="", nl=True: lines.append(str(s)),
-    )
+    lines = fix_all([path], tmp_path).splitlines()
     assert path.read_text() == FIXTURE.read_text()
     refused = [line for line in lines if "constructor checks the values it is given" in line]
     assert len(refused) == 4, lines
@@ -130,9 +114,7 @@ def test_fix_refuses_with_its_reason(tmp_path):
 def test_fixture_classes_raise_on_meta_as_reported():
     import torch
 
-    spec = importlib.util.spec_from_file_location("distribution_module_validates", FIXTURE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_module(FIXTURE)
     args = {
         "LogScalePrior": (0.0, 1.0),
         "BoxPrior": (0.0, 1.0),
@@ -187,17 +169,14 @@ def _package(tmp_path: Path, name: str):
     (pkg / "__init__.py").write_text("")
     (pkg / "utils.py").write_text(HELPER)
     (pkg / "priors.py").write_text(USER.format(name=name))
-    result = run_check([pkg], Settings(root=tmp_path, select=["ALL"]), use_cache=False, workers=1)
-    return [(d.code, d.symbol, d.subject) for d in result.diagnostics if d.code != "ML012"]
+    return [(d.code, d.symbol, d.subject) for d in check_all([pkg], tmp_path) if d.code != "ML012"]
 
 
 def test_buffers_named_by_a_helper_of_the_same_file(tmp_path):
     # before: "All checks passed!", while the probe loses both buffers (MP001)
     shutil.copy(NAMED, tmp_path / NAMED.name)
-    result = run_check(
-        [tmp_path / NAMED.name], Settings(root=tmp_path, select=["ALL"]), use_cache=False, workers=1
-    )
-    got = [(d.code, d.symbol, d.subject) for d in result.diagnostics if d.code != "ML012"]
+    found = check_all([tmp_path / NAMED.name], tmp_path)
+    got = [(d.code, d.symbol, d.subject) for d in found if d.code != "ML012"]
     assert got == [("ML002", "NormalPrior", ("loc",)), ("ML002", "NormalPrior", ("scale",))]
 
 
@@ -213,22 +192,9 @@ def test_a_helper_of_another_file_that_registers_nothing_is_quiet(tmp_path):
 
 
 def test_the_fix_refuses_a_buffer_a_helper_registers(tmp_path):
-    from metalint.fix.command import run_fix
-
     path = tmp_path / NAMED.name
     shutil.copy(NAMED, path)
-    lines: list[str] = []
-    run_fix(
-        [path],
-        Settings(root=tmp_path, select=["ALL"]),
-        write=True,
-        show_diff=False,
-        unsafe=True,
-        verify=False,
-        use_cache=False,
-        workers=1,
-        echo=lambda s="", nl=True: lines.append(str(s)),
-    )
+    lines = fix_all([path], tmp_path).splitlines()
     assert path.read_text() == NAMED.read_text()
     assert sum("not a `register_buffer(name, value)` call" in line for line in lines) == 2, lines
 
@@ -237,9 +203,7 @@ def test_the_fix_refuses_a_buffer_a_helper_registers(tmp_path):
 def test_helper_registered_buffers_are_lost_after_to_empty():
     import torch
 
-    spec = importlib.util.spec_from_file_location("buffers_registered_by_name", NAMED)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_module(NAMED)
     with torch.device("meta"):
         prior = mod.NormalPrior(0.5, 2.0)
     assert sorted(name for name, _ in prior.named_buffers()) == ["loc", "scale"]

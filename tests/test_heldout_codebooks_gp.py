@@ -12,9 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from metalint.check import run_check
-from metalint.config import Settings
+from fixture_runs import check_all, fix_all, load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = ROOT / "fixtures" / "check"
@@ -25,28 +23,13 @@ BOUNDS = "bounds_dtype_cast.py"
 def _diagnostics(tmp_path: Path, name: str, copy: bool = True):
     if copy:
         shutil.copy(CHECK / name, tmp_path / name)
-    result = run_check(
-        [tmp_path / name], Settings(root=tmp_path, select=["ALL"]), use_cache=False, workers=1
-    )
     # ML012 (opt-in: no ``device``/``dtype`` arguments) is about every class here alike
-    return [d for d in result.diagnostics if d.code != "ML012"]
+    return [d for d in check_all([tmp_path / name], tmp_path) if d.code != "ML012"]
 
 
 def _fix(tmp_path: Path, name: str, source: Path | None = None) -> str:
-    from metalint.fix.command import run_fix
-
     shutil.copy(source or CHECK / name, tmp_path / name)
-    run_fix(
-        [tmp_path / name],
-        Settings(root=tmp_path, select=["ALL"]),
-        write=True,
-        show_diff=False,
-        unsafe=True,
-        verify=False,
-        use_cache=False,
-        workers=1,
-        echo=lambda s="", nl=True: None,
-    )
+    fix_all([tmp_path / name], tmp_path)
     return (tmp_path / name).read_text()
 
 
@@ -111,9 +94,7 @@ def test_fixed_projection_passes_the_probe(tmp_path):
     _fix(tmp_path, PROJECTION)
     sys.path.insert(0, str(tmp_path))
     try:
-        spec = importlib.util.spec_from_file_location("fixed_projection", tmp_path / PROJECTION)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = load_module(tmp_path / PROJECTION, "fixed_projection")
     finally:
         sys.path.remove(str(tmp_path))
     assert_meta_init_parity(mod.RandomProjection, init="reset_parameters", device="cpu")
@@ -130,9 +111,7 @@ def test_bounds_cast_with_to_dtype_are_read_on_meta(tmp_path):
 def test_bounds_fixture_raises_on_meta():
     import torch
 
-    spec = importlib.util.spec_from_file_location("bounds", CHECK / BOUNDS)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_module(CHECK / BOUNDS, "bounds")
     with torch.device("meta"):
         mod.HostInterval(0.0, 1.0)
         with pytest.raises(RuntimeError, match="meta"):

@@ -7,15 +7,12 @@ What ``check`` says of each, what its fix does, and what the probe shows. The fi
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import libcst as cst
 import pytest
-
-from metalint.check import run_check
-from metalint.config import Settings
+from fixture_runs import check_all, fix_all, load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = ROOT / "fixtures" / "check"
@@ -27,36 +24,16 @@ def _diagnostics(tmp_path: Path, name: str, copy: bool = True):
     """check's diagnostics on ``name`` (copied from the fixtures), every rule selected."""
     if copy:
         shutil.copy(CHECK / name, tmp_path / name)
-    result = run_check(
-        [tmp_path / name], Settings(root=tmp_path, select=["ALL"]), use_cache=False, workers=1
-    )
-    return result.diagnostics
+    return check_all([tmp_path / name], tmp_path)
 
 
 def _fix(tmp_path: Path, name: str) -> str:
-    from metalint.fix.command import run_fix
-
     shutil.copy(CHECK / name, tmp_path / name)
-    lines: list[str] = []
-    run_fix(
-        [tmp_path / name],
-        Settings(root=tmp_path, select=["ALL"]),
-        write=True,
-        show_diff=False,
-        unsafe=True,
-        verify=False,
-        use_cache=False,
-        workers=1,
-        echo=lambda s="", nl=True: lines.append(str(s)),
-    )
-    return "\n".join(lines)
+    return fix_all([tmp_path / name], tmp_path)
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name[:-3], CHECK / name)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(CHECK / name)
 
 
 # -- the activation's moment, read with .item() -------------------------------------------

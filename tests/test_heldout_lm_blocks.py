@@ -6,14 +6,11 @@ and ``fixtures/check/lm_frozen_reference.py``."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
-
-from metalint.check import run_check
-from metalint.config import Settings
+from fixture_runs import check_all, fix_all, load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = ROOT / "fixtures" / "check"
@@ -26,10 +23,7 @@ FROZEN = "lm_frozen_reference.py"
 def _diagnostics(tmp_path: Path, copy: bool = True, name: str = NAME):
     if copy:
         shutil.copy(CHECK / name, tmp_path / name)
-    result = run_check(
-        [tmp_path / name], Settings(root=tmp_path, select=["ALL"]), use_cache=False, workers=1
-    )
-    return result.diagnostics
+    return check_all([tmp_path / name], tmp_path)
 
 
 def test_child_init_method_called_in_construction_is_reported(tmp_path):
@@ -46,20 +40,8 @@ def test_reading_method_and_child_reset_hook_are_not_reported(tmp_path):
 
 
 def test_fix_calls_the_child_init_from_a_reset_hook(tmp_path):
-    from metalint.fix.command import run_fix
-
     shutil.copy(CHECK / NAME, tmp_path / NAME)
-    run_fix(
-        [tmp_path / NAME],
-        Settings(root=tmp_path, select=["ALL"]),
-        write=True,
-        show_diff=False,
-        unsafe=True,
-        verify=False,
-        use_cache=False,
-        workers=1,
-        echo=lambda s="", nl=True: None,
-    )
+    fix_all([tmp_path / NAME], tmp_path)
     fixed = (tmp_path / NAME).read_text()
     assert "    def reset_parameters(self):\n        self.init_()\n" in fixed
     assert _diagnostics(tmp_path, copy=False) == []
@@ -91,10 +73,7 @@ def test_leaves_values_reads_the_function_body():
 
 
 def _load(name: str = NAME):
-    spec = importlib.util.spec_from_file_location(name[:-3], CHECK / name)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module(CHECK / name)
 
 
 def test_probe_confirms_the_embedding_init_is_lost():
