@@ -18,6 +18,7 @@ from metalint.static.model import (
     construction,
     construction_calls,
     partial_bindings,
+    unset_parameters,
 )
 from metalint.static.names import dotted
 from metalint.static.rule import Finding, Invalid, Rule
@@ -260,7 +261,7 @@ class DeviceEscape(Rule):
     def function_reads(self, fn: MethodFacts) -> Iterable[cst.CSTNode]:
         # as construction calls it from another file: what the caller does not pass holds
         # its default (a call passing a real device is not reported, ``_passes_real_device``)
-        unset = _defaults_none(fn)
+        unset = unset_parameters(fn)
         return (c.node for c in fn.calls if self._copy_out(None, fn, c, unset) is not None)
 
     # -- a tensor allocated on a real device and kept ------------------------------------------
@@ -452,16 +453,6 @@ def _device_given(call: cst.Call, method: MethodFacts, unset) -> bool:
     if type(device) is cst.Name and device.value in unset:
         return not method.holds_argument(device)
     return device is not None
-
-
-def _defaults_none(fn: MethodFacts) -> frozenset[str]:
-    """The parameters of the function ``fn`` whose default is ``None``."""
-    params = fn.node.params
-    return frozenset(
-        p.name.value
-        for p in (*params.posonly_params, *params.params, *params.kwonly_params)
-        if type(p.default) is cst.Name and p.default.value == "None"
-    )
 
 
 def _passes_real_device(args, qualify) -> bool:

@@ -249,7 +249,7 @@ def construction_calls(
             found = _construction_call(call, caller, unset, bound, ctx)
             yield found
             if found.helper is not None:
-                left = _unset(found.helper, found.args, caller, unset)
+                left = unset_parameters(found.helper, found.args, caller, unset)
                 if (id(found.helper.node), left) not in seen:
                     seen.add((id(found.helper.node), left))
                     todo.append((found.helper, left))
@@ -277,12 +277,17 @@ def _function_facts(name: str, ctx) -> MethodFacts | None:
     return known[name]
 
 
-def _unset(
-    helper: MethodFacts, args: Sequence[cst.Arg], caller: MethodFacts, unset: frozenset[str]
+def unset_parameters(
+    helper: MethodFacts,
+    args: Sequence[cst.Arg] = (),
+    caller: MethodFacts | None = None,
+    unset: frozenset[str] = frozenset(),
 ) -> frozenset[str]:
     """The parameters of ``helper`` that a call of ``args`` leaves holding ``None``: not
     passed while their default is ``None``, or passed ``None`` or a parameter of ``caller``
-    in ``unset``. None is known when the call unpacks ``*``/``**``."""
+    in ``unset``. None is known when the call unpacks ``*``/``**``. Without ``args``: the
+    parameters whose default is ``None`` (the function as another file's construction calls
+    it, with its defaults)."""
     if any(a.star for a in args):
         return frozenset()
     params = helper.node.params
@@ -296,7 +301,12 @@ def _unset(
         value = passed.get(p.name.value, p.default)
         if type(value) is cst.Name and (
             value.value == "None"
-            or (value is not p.default and value.value in unset and caller.holds_argument(value))
+            or (
+                value is not p.default
+                and value.value in unset
+                and caller is not None
+                and caller.holds_argument(value)
+            )
         ):
             out.add(p.name.value)
     return frozenset(out)
